@@ -1,0 +1,1 @@
+"""atirc-style pub/sub channels: protocol, client, embedded hub, the `atirc` CLI."""

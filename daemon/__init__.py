@@ -1,0 +1,1 @@
+"""asyncai: the agent daemon (runtime, backend, code mode, MCP client, config, CLI)."""

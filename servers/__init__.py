@@ -1,0 +1,1 @@
+"""Bundled stdio MCP servers. Each is a stand-alone program importing nothing of the rest."""

@@ -1,0 +1,1 @@
+"""asyncai-mcp-simple: http_get(url) as a stdio MCP server."""

@@ -1,0 +1,1 @@
+"""Shared fixtures. Area fixtures live in their test modules or tests/fakes/."""
