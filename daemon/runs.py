@@ -1,0 +1,81 @@
+"""What the runtime hands the backend for one run, and what comes back.
+
+``RunRequest``/``RunResult`` are DESIGN.md's; ``current_tool_use`` lets code
+that runs inside a tool call (the code-mode audit observer) learn which run
+and which transcript record the call belongs to without widening the
+``ToolExecutor.call_tool`` signature: the backend sets it around each
+``call_tool``, and tasks started inside inherit it.
+"""
+
+from __future__ import annotations
+
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from typing import Literal
+
+from sessions.model import Record, RunMetrics
+
+__all__ = [
+    "HistoryTurn",
+    "Prompt",
+    "RunRequest",
+    "RunResult",
+    "RunStatus",
+    "ToolUseContext",
+    "current_tool_use",
+]
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """One inbound channel message that the run answers."""
+
+    id: str  # the channel's message id
+    sender: str
+    text: str
+
+
+@dataclass(frozen=True)
+class HistoryTurn:
+    """Earlier user or assistant text of the thread (never tool results)."""
+
+    role: Literal["user", "assistant"]
+    text: str
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    """One run: the prompts to answer (coalesced into one user message, in order)."""
+
+    run_id: str
+    channel: str
+    thread_id: str
+    history: list[HistoryTurn]
+    prompts: list[Prompt]
+
+
+RunStatus = Literal["done", "failed", "interrupted"]
+
+
+@dataclass
+class RunResult:
+    """The reply and everything to store about the run."""
+
+    reply: str
+    records: list[Record] = field(default_factory=list)
+    metrics: RunMetrics = field(default_factory=RunMetrics)
+    status: RunStatus = "done"
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class ToolUseContext:
+    """The model tool call currently executing (set by the backend)."""
+
+    run_id: str
+    thread_id: str
+    tool_use_id: str
+    record_uuid: str  # the assistant record that carries the tool_use block
+
+
+current_tool_use: ContextVar[ToolUseContext | None] = ContextVar("current_tool_use", default=None)
