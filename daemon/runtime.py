@@ -1,0 +1,563 @@
+"""Threads and runs: which prompt starts which run, and when.
+
+The runtime is the scheduler between the channel and the backend. It does no
+I/O of its own: the store, the channel (only ``publish`` and the own nick) and
+the run function are injected as the small protocols below, so
+``daemon.serve`` wires the real ones and tests use in-memory fakes.
+
+Rules (DESIGN.md, "Runtime: threads and runs"):
+
+- A thread is ``(channel, thread id)``; at most one run per thread at a time.
+- Prompts that arrive while a thread's run is active (or while it waits for a
+  slot) queue, and are coalesced into ONE follow-up run, in arrival order.
+  The follow-up carries the same thread id, so the backend gives it the same
+  REPL scope.
+- At most ``max_concurrent_runs`` runs at once. Threads that are ready wait in
+  a FIFO of thread keys; no task exists for them until a slot frees, so a
+  burst costs memory for the prompts only. That memory is bounded too: when
+  ``max_queued_prompts`` prompts wait, :meth:`Runtime.submit` blocks until a
+  run takes some, so the intake stops reading the channel; the hub keeps the
+  rest and the client delivers them later (a slow subscriber is resumed with
+  ``since``), and nothing is lost because the cursor only moves past
+  recorded prompts.
+- Every prompt is recorded before anything else happens to it; the cursor
+  moves only after that. A reply is published in the prompt's thread with
+  ``reply_to`` = the run's last prompt; the prompts are marked done only after
+  the hub acked it, in the same transaction as the run's records and metrics.
+- ``!stop`` in a thread cancels its active run and drops what was queued
+  behind it; the thread gets a short "stopped" reply.
+- Shared channels: only messages that mention the nick, and threads the
+  daemon already takes part in (a thread it has recorded prompts of).
+  The daemon never answers its own messages; an allow-list of senders, when
+  configured, ignores everyone else with a log line.
+- Every run has a deadline (``max_run_seconds``). A failed run gets a short
+  error reply and a failed run row; the runtime goes on.
+- :meth:`Runtime.shutdown`: stop taking prompts, give active runs a grace
+  period, cancel the rest and record them interrupted. Their prompts go back
+  to ``queued``, so the next start answers them (no prompt is lost).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import uuid
+from collections import deque
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+import structlog
+
+from daemon.runs import HistoryTurn, Prompt, RunRequest, RunResult
+
+__all__ = [
+    "STOP_COMMAND",
+    "InboundMessage",
+    "PromptStatus",
+    "RecordOutcome",
+    "RunFunction",
+    "Runtime",
+    "RuntimeCounts",
+    "RuntimeOptions",
+    "RuntimePublisher",
+    "RuntimeStore",
+    "mentions",
+    "reply_client_id",
+]
+
+log = structlog.get_logger("asyncai.runtime")
+
+STOP_COMMAND = "!stop"
+"""A message whose whole text is this cancels the thread's active run."""
+
+# A failed run's reply is a short line, not a traceback: details are in the log
+# and on the run row.
+_MAX_ERROR_REPLY = 300
+
+PromptStatus = Literal["queued", "running", "done", "failed"]
+RecordOutcome = Literal["new", "pending", "finished"]
+"""What recording a prompt found: first time seen; seen but not done yet; already done or failed."""
+
+
+@dataclass(frozen=True)
+class InboundMessage:
+    """One message from a channel, as the runtime needs it."""
+
+    channel: str
+    id: str
+    thread: str
+    sender: str
+    text: str
+    reply_to: str | None = None
+
+
+@dataclass(frozen=True)
+class RuntimeOptions:
+    """The runtime's limits and policies (the ``[runtime]`` config section)."""
+
+    max_concurrent_runs: int = 4
+    max_queued_prompts: int = 256
+    max_run_seconds: float = 900.0
+    shutdown_grace: float = 20.0
+    publish_timeout: float = 60.0  # the hub's ack of a reply
+    shared_channels: frozenset[str] = frozenset()
+    allowed_senders: frozenset[str] | None = None  # None: everyone may prompt
+
+    def __post_init__(self) -> None:
+        if self.max_concurrent_runs < 1:
+            raise ValueError("max_concurrent_runs must be at least 1")
+        if self.max_queued_prompts < 1:
+            raise ValueError("max_queued_prompts must be at least 1")
+        if self.max_run_seconds <= 0 or self.publish_timeout <= 0 or self.shutdown_grace < 0:
+            raise ValueError(
+                "max_run_seconds and publish_timeout must be positive, shutdown_grace not negative"
+            )
+
+
+@dataclass(frozen=True)
+class RuntimeCounts:
+    """Live counts for systemd's ``STATUS=`` and the logs."""
+
+    active_runs: int
+    queued_prompts: int
+    waiting_threads: int
+
+
+class RuntimeStore(Protocol):
+    """What the runtime needs from the sessions store."""
+
+    async def record_prompt(self, message: InboundMessage) -> RecordOutcome:
+        """Store an inbound prompt (idempotent by its id) and advance the channel cursor to it."""
+        ...
+
+    async def advance_cursor(self, channel: str, message_id: str) -> None:
+        """Remember that every message up to ``message_id`` was handled."""
+        ...
+
+    async def knows_thread(self, channel: str, thread_id: str) -> bool:
+        """Whether the daemon has recorded prompts in this thread (takes part in it)."""
+        ...
+
+    async def pending_prompts(self) -> list[InboundMessage]:
+        """Prompts recorded but not done, oldest first; runs left running become interrupted."""
+        ...
+
+    async def start_run(
+        self, run_id: str, channel: str, thread_id: str, prompt_ids: list[str]
+    ) -> None:
+        """Write the run row and mark its prompts running."""
+        ...
+
+    async def history(self, channel: str, thread_id: str) -> list[HistoryTurn]:
+        """The thread's earlier user and assistant text, within the history bounds."""
+        ...
+
+    async def finish_run(
+        self,
+        run_id: str,
+        result: RunResult,
+        prompt_ids: list[str],
+        prompt_status: PromptStatus,
+    ) -> None:
+        """In one transaction: records, metrics, the run's status and its prompts' status."""
+        ...
+
+    async def set_prompt_status(self, prompt_ids: list[str], status: PromptStatus) -> None:
+        """Set the status of prompts that no run finished (dropped by ``!stop``)."""
+        ...
+
+
+class RuntimePublisher(Protocol):
+    """What the runtime needs from the channel client."""
+
+    @property
+    def nick(self) -> str:
+        """The daemon's own nick (from the hub's ``welcome``)."""
+        ...
+
+    async def publish(
+        self, channel: str, text: str, *, thread: str, reply_to: str, client_id: str
+    ) -> str:
+        """Publish and wait for the hub's ack; returns the new message's id."""
+        ...
+
+
+RunFunction = Callable[[RunRequest], Awaitable[RunResult]]
+"""One run: ``OpenAiCompatibleBackend.run`` in the daemon."""
+
+
+def mentions(text: str, nick: str) -> bool:
+    """Whether ``text`` mentions ``nick`` as a word (``@nick``, ``nick:``, ``hi nick``).
+
+    Case-insensitive; ``nicky`` or ``x-nick`` do not count, so a nick that is
+    part of a longer name does not wake the daemon in a shared channel.
+    """
+    if not nick:
+        return False
+    pattern = rf"(?<![\w.@-])@?{re.escape(nick)}(?![\w-])"
+    return re.search(pattern, text, flags=re.IGNORECASE) is not None
+
+
+def reply_client_id(channel: str, last_prompt_id: str) -> str:
+    """The reply's publish ``client_id``, derived from the prompt it answers.
+
+    If the daemon dies after the hub acked a reply but before the prompts were
+    marked done, the prompt runs again after the restart and its reply is
+    published with the same ``client_id``: the hub acks the first message
+    again instead of storing a second answer.
+    """
+    return str(uuid.uuid5(uuid.NAMESPACE_URL, f"asyncai-reply:{channel}/{last_prompt_id}"))
+
+
+@dataclass
+class _Thread:
+    """Scheduling state of one thread; dropped as soon as it is idle."""
+
+    channel: str
+    thread_id: str
+    queued: list[InboundMessage] = field(default_factory=list)
+    active: asyncio.Task[None] | None = None
+    active_prompts: list[InboundMessage] = field(default_factory=list)
+    stopped_by: str | None = None  # the sender of the !stop that cancelled the active run
+    ready: bool = False  # waiting in the ready FIFO for a slot
+
+
+_Key = tuple[str, str]
+
+
+class Runtime:
+    """Schedules runs per thread, bounded globally; owns every run task."""
+
+    def __init__(
+        self,
+        *,
+        store: RuntimeStore,
+        publisher: RuntimePublisher,
+        run: RunFunction,
+        options: RuntimeOptions | None = None,
+    ):
+        self._store = store
+        self._publisher = publisher
+        self._run = run
+        self._options = options or RuntimeOptions()
+        self._threads: dict[_Key, _Thread] = {}
+        self._ready: deque[_Key] = deque()
+        self._queued_count = 0
+        self._known_ids: set[str] = set()  # prompt ids queued or in a run (replays are skipped)
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._space = asyncio.Event()  # set while fewer than max_queued_prompts wait
+        self._space.set()
+        self._closing = False
+
+    # ---- intake ---------------------------------------------------------------------
+
+    @property
+    def options(self) -> RuntimeOptions:
+        """The limits this runtime enforces."""
+        return self._options
+
+    @property
+    def closing(self) -> bool:
+        """True once :meth:`shutdown` began: no prompt is taken any more."""
+        return self._closing
+
+    async def submit(self, message: InboundMessage) -> bool:
+        """Take one inbound channel message; True when it became (part of) a run.
+
+        Messages must be submitted in channel order by one intake task: the
+        cursor advances with each one. Blocks while ``max_queued_prompts``
+        prompts wait (back-pressure on the channel). Returns False for
+        everything it ignores, each with a reason in the log.
+        """
+        if self._closing:
+            return False  # not recorded, cursor not advanced: the next start sees it again
+        nick = self._publisher.nick
+        if message.sender == nick:
+            await self._store.advance_cursor(message.channel, message.id)
+            return False
+        allowed = self._options.allowed_senders
+        if allowed is not None and message.sender not in allowed:
+            log.info(
+                "runtime.sender_ignored",
+                channel=message.channel,
+                sender=message.sender,
+                message_id=message.id,
+                reason="not in allowed_senders",
+            )
+            await self._store.advance_cursor(message.channel, message.id)
+            return False
+        if message.text.strip() == STOP_COMMAND:
+            await self._stop_thread(message)
+            await self._store.advance_cursor(message.channel, message.id)
+            return False
+        if not await self._addressed(message, nick):
+            await self._store.advance_cursor(message.channel, message.id)
+            return False
+        await self._wait_for_capacity()
+        if self._closing:
+            return False
+        outcome = await self._store.record_prompt(message)
+        if outcome == "finished" or message.id in self._known_ids:
+            return False  # a replay of something answered or already scheduled
+        self._enqueue(message)
+        return True
+
+    async def _addressed(self, message: InboundMessage, nick: str) -> bool:
+        """Outside shared channels everything is; inside, mentions and known threads."""
+        if message.channel not in self._options.shared_channels:
+            return True
+        if mentions(message.text, nick):
+            return True
+        return await self._store.knows_thread(message.channel, message.thread)
+
+    async def recover(self) -> int:
+        """Schedule prompts recorded but not done (after a crash or restart); returns how many."""
+        count = 0
+        for message in await self._store.pending_prompts():
+            if message.id in self._known_ids:
+                continue
+            self._enqueue(message, pump=False)  # whole threads first, so they coalesce
+            count += 1
+        self._pump()
+        if count:
+            log.info("runtime.recovered", prompts=count)
+        return count
+
+    def counts(self) -> RuntimeCounts:
+        """Active runs, prompts waiting for a run, threads waiting for a slot."""
+        return RuntimeCounts(
+            active_runs=sum(1 for t in self._threads.values() if t.active is not None),
+            queued_prompts=self._queued_count,
+            waiting_threads=len(self._ready),
+        )
+
+    # ---- scheduling -----------------------------------------------------------------
+
+    def _enqueue(self, message: InboundMessage, *, pump: bool = True) -> None:
+        key = (message.channel, message.thread)
+        thread = self._threads.get(key)
+        if thread is None:
+            thread = self._threads[key] = _Thread(message.channel, message.thread)
+        thread.queued.append(message)
+        self._queued_count += 1
+        self._known_ids.add(message.id)
+        if thread.active is None and not thread.ready:
+            thread.ready = True
+            self._ready.append(key)
+        if pump:
+            self._pump()
+
+    def _pump(self) -> None:
+        """Start runs while slots are free and threads are ready."""
+        active = sum(1 for t in self._threads.values() if t.active is not None)
+        while not self._closing and self._ready and active < self._options.max_concurrent_runs:
+            key = self._ready.popleft()
+            thread = self._threads[key]
+            thread.ready = False
+            prompts, thread.queued = thread.queued, []
+            self._queued_count -= len(prompts)
+            thread.active_prompts = prompts
+            thread.stopped_by = None
+            task = asyncio.create_task(self._run_thread(thread, prompts), name=f"run {key}")
+            thread.active = task
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+            active += 1
+        if self._closing or self._queued_count < self._options.max_queued_prompts:
+            self._space.set()
+        else:
+            self._space.clear()
+
+    async def _wait_for_capacity(self) -> None:
+        while not self._closing and self._queued_count >= self._options.max_queued_prompts:
+            self._space.clear()
+            await self._space.wait()
+
+    async def _stop_thread(self, message: InboundMessage) -> None:
+        """``!stop``: cancel the thread's active run and drop what queued behind it."""
+        thread = self._threads.get((message.channel, message.thread))
+        if thread is None or (thread.active is None and not thread.queued):
+            log.info("runtime.stop_ignored", channel=message.channel, thread=message.thread)
+            return
+        dropped = thread.queued
+        thread.queued = []
+        self._queued_count -= len(dropped)
+        for m in dropped:
+            self._known_ids.discard(m.id)
+        if dropped:
+            await self._store.set_prompt_status([m.id for m in dropped], "failed")
+        log.info(
+            "runtime.stop",
+            channel=message.channel,
+            thread=message.thread,
+            sender=message.sender,
+            dropped_prompts=len(dropped),
+        )
+        if thread.active is not None:
+            thread.stopped_by = message.sender
+            thread.active.cancel()
+        else:
+            # Only queued prompts were waiting: answer them with the stop note here.
+            if thread.ready:
+                thread.ready = False
+                self._ready.remove((thread.channel, thread.thread_id))
+            self._threads.pop((thread.channel, thread.thread_id), None)
+            await self._publish_quietly(
+                thread, dropped[-1], f"Stopped by {message.sender}: nothing was run."
+            )
+        self._pump()
+
+    async def _run_thread(self, thread: _Thread, prompts: list[InboundMessage]) -> None:
+        """One run of one thread, from the run row to the acked reply; then the follow-up."""
+        run_id = str(uuid.uuid4())
+        ids = [m.id for m in prompts]
+        bound = log.bind(run_id=run_id, channel=thread.channel, thread=thread.thread_id)
+        try:
+            await self._execute(thread, prompts, run_id, ids, bound)
+        except Exception:
+            # The store or the channel failed outside the run itself. The prompts
+            # stay recorded as not done, so the next start answers them.
+            bound.exception("runtime.run_crashed")
+        finally:
+            for m in prompts:
+                self._known_ids.discard(m.id)
+            thread.active = None
+            thread.active_prompts = []
+            key = (thread.channel, thread.thread_id)
+            if thread.queued and not self._closing:
+                if not thread.ready:
+                    thread.ready = True
+                    self._ready.append(key)
+            elif not thread.queued:
+                self._threads.pop(key, None)
+            self._pump()
+
+    async def _execute(
+        self,
+        thread: _Thread,
+        prompts: list[InboundMessage],
+        run_id: str,
+        ids: list[str],
+        bound: structlog.typing.FilteringBoundLogger,
+    ) -> None:
+        await self._store.start_run(run_id, thread.channel, thread.thread_id, ids)
+        bound.info("runtime.run_started", prompts=ids)
+        deadline: asyncio.Timeout | None = None
+        try:
+            history = await self._store.history(thread.channel, thread.thread_id)
+            request = RunRequest(
+                run_id=run_id,
+                channel=thread.channel,
+                thread_id=thread.thread_id,
+                history=history,
+                prompts=[Prompt(m.id, m.sender, m.text) for m in prompts],
+            )
+            deadline = asyncio.timeout(self._options.max_run_seconds)
+            async with deadline:
+                result = await self._run(request)
+        except asyncio.CancelledError:
+            # Cancelled by !stop or by shutdown; record it, then let the cancel go on.
+            stopped_by = thread.stopped_by
+            interrupted = RunResult(
+                reply="",
+                status="interrupted",
+                error=f"stopped by {stopped_by}" if stopped_by else "daemon shutting down",
+            )
+            if stopped_by is not None:
+                await self._store.finish_run(run_id, interrupted, ids, "failed")
+                await self._publish_quietly(thread, prompts[-1], f"Stopped by {stopped_by}.")
+                bound.info("runtime.run_stopped", stopped_by=stopped_by)
+                # The !stop consumed this cancellation; the task ends normally.
+                current = asyncio.current_task()
+                if current is not None:
+                    current.uncancel()
+                return
+            # Shutdown: back to queued so the next start answers them.
+            await self._store.finish_run(run_id, interrupted, ids, "queued")
+            bound.info("runtime.run_interrupted")
+            raise
+        except TimeoutError as exc:
+            error = (
+                f"run deadline of {self._options.max_run_seconds:g} s exceeded"
+                if deadline is not None and deadline.expired()
+                else f"TimeoutError: {exc}"
+            )
+            result = RunResult(reply="", status="failed", error=error)
+        except Exception as exc:
+            # Anything the backend raises (BackendError, a bug) fails this run only.
+            bound.exception("runtime.run_error")
+            result = RunResult(reply="", status="failed", error=f"{type(exc).__name__}: {exc}")
+
+        if result.status != "done":
+            bound.warning("runtime.run_failed", error=result.error, status=result.status)
+            reply = result.reply.strip() or _error_reply(result.error)
+        else:
+            reply = result.reply.strip() or "(the model returned an empty reply)"
+        try:
+            async with asyncio.timeout(self._options.publish_timeout):
+                ack = await self._publisher.publish(
+                    thread.channel,
+                    reply,
+                    thread=thread.thread_id,
+                    reply_to=prompts[-1].id,
+                    client_id=reply_client_id(thread.channel, prompts[-1].id),
+                )
+        except Exception as exc:
+            # Not acked: keep the prompts pending so the next start answers them;
+            # the reply's client_id keeps a late-stored copy from doubling.
+            bound.error("runtime.publish_failed", error=f"{type(exc).__name__}: {exc}")
+            await self._store.finish_run(run_id, result, ids, "queued")
+            return
+        await self._store.finish_run(
+            run_id, result, ids, "done" if result.status == "done" else "failed"
+        )
+        bound.info("runtime.run_finished", status=result.status, reply_id=ack)
+
+    async def _publish_quietly(
+        self, thread: _Thread, last_prompt: InboundMessage, text: str
+    ) -> None:
+        """Publish a short notice; a failure is logged, never raised (it is only a notice)."""
+        try:
+            async with asyncio.timeout(self._options.publish_timeout):
+                await self._publisher.publish(
+                    thread.channel,
+                    text,
+                    thread=thread.thread_id,
+                    reply_to=last_prompt.id,
+                    client_id=reply_client_id(thread.channel, last_prompt.id),
+                )
+        except Exception as exc:
+            log.warning("runtime.notice_failed", error=f"{type(exc).__name__}: {exc}")
+
+    # ---- shutdown -------------------------------------------------------------------
+
+    async def shutdown(self, grace: float | None = None) -> None:
+        """Stop taking prompts, wait up to ``grace`` seconds, cancel and record the rest."""
+        self._closing = True
+        self._ready.clear()
+        self._space.set()  # release an intake blocked on back-pressure
+        grace = self._options.shutdown_grace if grace is None else grace
+        runs = [t.active for t in self._threads.values() if t.active is not None]
+        if runs:
+            log.info("runtime.shutdown_waiting", active_runs=len(runs), grace_seconds=grace)
+            _, pending = await asyncio.wait(runs, timeout=grace)
+            for task in pending:
+                task.cancel()
+            if pending:
+                log.warning("runtime.shutdown_cancelled", runs=len(pending))
+        await _drain(self._tasks)
+
+
+def _error_reply(error: str | None) -> str:
+    text = f"Sorry, this run failed: {error or 'unknown error'}"
+    if len(text) > _MAX_ERROR_REPLY:
+        text = text[: _MAX_ERROR_REPLY - 1] + "…"
+    return text
+
+
+async def _drain(tasks: Iterable[asyncio.Task[None]]) -> None:
+    """Wait for owned tasks to end; cancelled ones are expected here."""
+    pending = list(tasks)
+    if pending:
+        await asyncio.gather(*pending, return_exceptions=True)
