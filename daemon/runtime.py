@@ -50,6 +50,7 @@ from typing import Literal, Protocol
 import structlog
 
 from daemon.runs import HistoryTurn, Prompt, RunRequest, RunResult
+from sessions.model import PromptStatus
 
 __all__ = [
     "STOP_COMMAND",
@@ -75,7 +76,6 @@ STOP_COMMAND = "!stop"
 # and on the run row.
 _MAX_ERROR_REPLY = 300
 
-PromptStatus = Literal["queued", "running", "done", "failed"]
 RecordOutcome = Literal["new", "pending", "finished"]
 """What recording a prompt found: first time seen; seen but not done yet; already done or failed."""
 
@@ -90,6 +90,7 @@ class InboundMessage:
     sender: str
     text: str
     reply_to: str | None = None
+    ts: str | None = None  # the hub's timestamp (ISO 8601, UTC); None: when it was received
 
 
 @dataclass(frozen=True)

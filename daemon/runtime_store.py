@@ -1,0 +1,104 @@
+"""The runtime's store protocol over the sessions ``Store``.
+
+``daemon.runtime`` speaks in inbound messages and run results;
+``sessions.store.Store`` (which may not import daemon/) speaks in rows. This
+adapter is the whole translation, so neither side bends to the other.
+"""
+
+from __future__ import annotations
+
+from daemon.runs import HistoryTurn, RunResult
+from daemon.runtime import InboundMessage, PromptStatus, RecordOutcome
+from sessions.errors import ThreadLookupError
+from sessions.ids import now_iso
+from sessions.store import Store
+
+__all__ = ["SessionsRuntimeStore"]
+
+
+class SessionsRuntimeStore:
+    """:class:`daemon.runtime.RuntimeStore` backed by an open sessions ``Store``."""
+
+    def __init__(self, store: Store, *, history_turns: int = 20, history_chars: int = 24_000):
+        self.store = store
+        self.history_turns = history_turns
+        self.history_chars = history_chars
+
+    async def record_prompt(self, message: InboundMessage) -> RecordOutcome:
+        """Store the prompt and move the cursor to it, in one transaction."""
+        new = await self.store.record_prompt(
+            message.channel,
+            message.thread,
+            message.id,
+            message.sender,
+            message.text,
+            message.ts or now_iso(),
+            advance_cursor=True,
+        )
+        if new:
+            return "new"
+        stored = await self.store.get_prompts([message.id])
+        if stored and stored[0].status in ("done", "failed"):
+            return "finished"
+        return "pending"
+
+    async def advance_cursor(self, channel: str, message_id: str) -> None:
+        """Move the channel's cursor forward (never back)."""
+        await self.store.set_cursor(channel, message_id)
+
+    async def knows_thread(self, channel: str, thread_id: str) -> bool:
+        """Whether prompts of this thread were recorded (the daemon takes part in it)."""
+        try:
+            await self.store.resolve_thread(thread_id, channel)
+        except ThreadLookupError:
+            return False
+        return True
+
+    async def pending_prompts(self) -> list[InboundMessage]:
+        """Close runs a crash left running (interrupted), then every prompt not done.
+
+        Call once at start, before any run starts (``Store.recover``'s rule).
+        """
+        await self.store.recover()
+        return [
+            InboundMessage(
+                channel=p.channel,
+                id=p.id,
+                thread=p.thread_id,
+                sender=p.sender,
+                text=p.text,
+                ts=p.ts,
+            )
+            for p in await self.store.pending_prompts()
+        ]
+
+    async def start_run(
+        self, run_id: str, channel: str, thread_id: str, prompt_ids: list[str]
+    ) -> None:
+        """The run row, with its prompts claimed as running."""
+        await self.store.start_run(run_id, channel, thread_id, prompt_ids)
+
+    async def history(self, channel: str, thread_id: str) -> list[HistoryTurn]:
+        """Earlier user and assistant text of the thread, within the configured bounds."""
+        turns = await self.store.history(
+            channel, thread_id, turns=self.history_turns, chars=self.history_chars
+        )
+        return [HistoryTurn(role=t.role, text=t.text) for t in turns]
+
+    async def finish_run(
+        self, run_id: str, result: RunResult, prompt_ids: list[str], prompt_status: PromptStatus
+    ) -> None:
+        """Records, metrics, run status and prompt status in one transaction."""
+        await self.store.finish_run(
+            run_id,
+            result.status,
+            result.records,
+            result.metrics,
+            prompt_ids,
+            prompt_status,
+            error=result.error,
+        )
+
+    async def set_prompt_status(self, prompt_ids: list[str], status: PromptStatus) -> None:
+        """Status of prompts no run finished."""
+        await self.store.mark_prompts(prompt_ids, status)
