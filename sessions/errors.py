@@ -3,12 +3,15 @@
 The tree::
 
     StoreError                   root of everything sessions/ raises; wraps aiosqlite's
-    └── MigrationError           the database's schema is newer or broken
+    ├── MigrationError           the database's schema is newer or broken
+    ├── StoreClosedError         the store is not open (never opened, or closed)
+    └── ThreadLookupError        a thread given by its id is unknown or ambiguous
+                                 (the same id in several channels: name the channel)
 """
 
 from __future__ import annotations
 
-__all__ = ["MigrationError", "StoreError"]
+__all__ = ["MigrationError", "StoreClosedError", "StoreError", "ThreadLookupError"]
 
 
 class StoreError(Exception):
@@ -17,3 +20,11 @@ class StoreError(Exception):
 
 class MigrationError(StoreError):
     """The database cannot be migrated to this version's schema."""
+
+
+class StoreClosedError(StoreError):
+    """The store was used before ``open()`` or after ``aclose()``."""
+
+
+class ThreadLookupError(StoreError):
+    """No thread has this id, or several channels do and none was named."""

@@ -6,9 +6,21 @@ sessions/ may not import daemon/, so the backend produces these.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
-__all__ = ["Record", "RunMetrics", "ToolCallRow"]
+__all__ = [
+    "AuditEntry",
+    "HistoryText",
+    "PromptStatus",
+    "Record",
+    "RunMetrics",
+    "StoredPrompt",
+    "StoredRecord",
+    "ThreadSummary",
+    "ToolCallRow",
+]
+
+PromptStatus = Literal["queued", "running", "done", "failed"]
 
 
 @dataclass(frozen=True)
@@ -61,3 +73,81 @@ class RunMetrics:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
+
+
+# ---- what the store hands back (added by the sessions engineer) ----
+
+
+@dataclass(frozen=True)
+class StoredPrompt:
+    """An inbound channel message as stored, with where it stands."""
+
+    id: str  # the channel's message id
+    channel: str
+    thread_id: str
+    sender: str
+    text: str
+    ts: str  # ISO 8601, UTC
+    status: PromptStatus
+    run_id: str | None
+
+
+class HistoryText(NamedTuple):
+    """One turn of a thread's earlier user or assistant text (never tool results)."""
+
+    role: Literal["user", "assistant"]
+    text: str
+
+
+@dataclass(frozen=True)
+class ThreadSummary:
+    """One thread with its counts, as ``asyncai threads`` lists it."""
+
+    channel: str
+    thread_id: str
+    session_id: str
+    created: str
+    last_active: str
+    prompts: int
+    runs: int
+    records: int
+    tool_calls: int
+    mutating_calls: int
+
+
+@dataclass(frozen=True)
+class AuditEntry:
+    """One row of the nested-call audit, with its thread spelled out."""
+
+    id: int
+    run_id: str
+    channel: str
+    thread_id: str
+    record_uuid: str | None
+    tool: str
+    arguments: dict
+    is_error: bool
+    bytes: int
+    mutating: bool
+    started: str
+    duration_ms: float
+
+
+@dataclass(frozen=True)
+class StoredRecord:
+    """A transcript record with its Claude Code envelope, as stored."""
+
+    uuid: str
+    parent_uuid: str | None
+    session_id: str
+    channel: str
+    thread_id: str
+    run_id: str
+    type: Literal["user", "assistant"]
+    timestamp: str
+    message: dict
+    tool_use_result: Any | None
+    cwd: str
+    version: str
+    is_sidechain: bool = False
+    user_type: str = "external"

@@ -1,0 +1,119 @@
+"""Transcripts out of the store: Claude Code JSONL and a text form for people. Pure.
+
+Claude Code keeps one JSON object per line, each a full envelope: readers
+(Claude Code's ``--resume``, transcript viewers, usage counters) silently
+drop lines without ``parentUuid``, ``sessionId``, ``uuid``, ``timestamp``,
+``type``, ``cwd``, ``version``, ``isSidechain`` and ``userType``. The
+``run_code`` audit rides along as ``toolUseResult`` on the ``tool_result``
+record: UI metadata that a model never sees on resume.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from .model import StoredRecord
+
+__all__ = ["envelope", "jsonl_lines", "text_lines"]
+
+RESULT_PREVIEW_CHARS = 2000  # how much of a tool result the text form shows
+
+
+def envelope(record: StoredRecord) -> dict[str, Any]:
+    """One record as Claude Code writes it (same keys, same order)."""
+    line: dict[str, Any] = {
+        "parentUuid": record.parent_uuid,
+        "isSidechain": record.is_sidechain,
+        "userType": record.user_type,
+        "cwd": record.cwd,
+        "sessionId": record.session_id,
+        "version": record.version,
+        "type": record.type,
+        "message": record.message,
+        "uuid": record.uuid,
+        "timestamp": record.timestamp,
+    }
+    if record.tool_use_result is not None:
+        line["toolUseResult"] = record.tool_use_result
+    return line
+
+
+def jsonl_lines(records: Iterable[StoredRecord]) -> Iterator[str]:
+    """The JSONL export, one line per record (no trailing newline on each)."""
+    for record in records:
+        yield json.dumps(envelope(record), ensure_ascii=False, separators=(",", ":"))
+
+
+def _indent(text: str, prefix: str = "    ") -> list[str]:
+    return [prefix + line for line in (text.splitlines() or [""])]
+
+
+def _result_text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(
+            block.get("text", "") if isinstance(block, dict) else str(block) for block in content
+        )
+    return json.dumps(content, ensure_ascii=False)
+
+
+def _preview(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}\n… ({len(text) - limit} more characters; --jsonl has them all)"
+
+
+def _nested_calls(audit: Any) -> list[str]:
+    calls = audit.get("nested_calls") if isinstance(audit, dict) else None
+    if not isinstance(calls, list) or not calls:
+        return []
+    lines = [f"  nested calls ({len(calls)}):"]
+    for call in calls:
+        if not isinstance(call, dict):
+            continue
+        flags = [
+            "error" if call.get("is_error") else "ok",
+            *(["MUTATING"] if call.get("mutating") else []),
+            f"{call.get('bytes', 0)} B",
+        ]
+        arguments = json.dumps(call.get("arguments", {}), ensure_ascii=False)
+        lines.append(f"    {call.get('tool')}({arguments}) — {', '.join(flags)}")
+    return lines
+
+
+def text_lines(
+    records: Iterable[StoredRecord], *, result_chars: int = RESULT_PREVIEW_CHARS
+) -> Iterator[str]:
+    """A human-readable transcript: who said what, the code the model ran, what came back."""
+    for record in records:
+        when = record.timestamp.replace("T", " ").rstrip("Z")[:19]
+        content = record.message.get("content")
+        blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content
+        for block in blocks or []:
+            kind = block.get("type") if isinstance(block, dict) else None
+            if kind == "text":
+                if not str(block.get("text", "")).strip():
+                    continue
+                yield f"[{when}] {record.type}:"
+                yield from _indent(str(block["text"]))
+            elif kind == "tool_use":
+                yield f"[{when}] assistant → {block.get('name')} ({block.get('id')}):"
+                arguments = block.get("input") or {}
+                if isinstance(arguments, dict) and isinstance(arguments.get("code"), str):
+                    yield from _indent(arguments["code"])
+                    others = {k: v for k, v in arguments.items() if k != "code"}
+                    if others:
+                        yield from _indent(json.dumps(others, ensure_ascii=False))
+                else:
+                    yield from _indent(json.dumps(arguments, ensure_ascii=False, indent=2))
+            elif kind == "tool_result":
+                status = "error" if block.get("is_error") else "ok"
+                yield f"[{when}] result of {block.get('tool_use_id')} ({status}):"
+                yield from _indent(_preview(_result_text(block.get("content")), result_chars))
+                yield from _nested_calls(record.tool_use_result)
+            else:
+                yield f"[{when}] {record.type}: ({kind} block)"
+        yield ""

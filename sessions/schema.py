@@ -1,0 +1,216 @@
+"""The schema, as numbered migrations recorded in the database.
+
+Each migration is a named async function that receives the writer
+connection inside an open ``BEGIN IMMEDIATE`` transaction. ``migrate``
+applies the pending ones in order, one transaction each, and records every
+one twice: ``PRAGMA user_version`` (cheap to read, and what the "newer than
+this code" check uses) and a row in ``schema_migrations`` (the names, so a
+database whose history differs from the code's is refused instead of being
+half-understood). Never edit a released migration: add the next one.
+
+Statements are executed one by one rather than with ``executescript``,
+because ``sqlite3.Connection.executescript`` commits any open transaction
+first, which would make a failing migration half-applied.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+
+import aiosqlite
+
+from .errors import MigrationError
+from .ids import now_iso
+
+__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "Migration", "migrate"]
+
+
+@dataclass(frozen=True)
+class Migration:
+    """One numbered schema change."""
+
+    version: int
+    name: str
+    apply: Callable[[aiosqlite.Connection], Awaitable[None]]
+
+
+_INITIAL = [
+    # A thread is (channel, thread id); its key is ids.thread_key(channel, thread_id).
+    """CREATE TABLE threads (
+        id          TEXT PRIMARY KEY,
+        channel     TEXT NOT NULL,
+        thread_id   TEXT NOT NULL,
+        session_id  TEXT NOT NULL UNIQUE,
+        created     TEXT NOT NULL,
+        last_active TEXT NOT NULL,
+        UNIQUE (channel, thread_id)
+    )""",
+    "CREATE INDEX threads_last_active ON threads (last_active)",
+    "CREATE INDEX threads_thread_id ON threads (thread_id)",
+    """CREATE TABLE runs (
+        id                 TEXT PRIMARY KEY,
+        thread             TEXT NOT NULL REFERENCES threads (id),
+        started            TEXT NOT NULL,
+        finished           TEXT,
+        status             TEXT NOT NULL DEFAULT 'running'
+                           CHECK (status IN ('running', 'done', 'failed', 'interrupted')),
+        rounds             INTEGER NOT NULL DEFAULT 0,
+        run_code_calls     INTEGER NOT NULL DEFAULT 0,
+        nested_calls       INTEGER NOT NULL DEFAULT 0,
+        bytes_in           INTEGER NOT NULL DEFAULT 0,
+        bytes_out          INTEGER NOT NULL DEFAULT 0,
+        final_round_forced INTEGER NOT NULL DEFAULT 0 CHECK (final_round_forced IN (0, 1)),
+        prompt_tokens      INTEGER NOT NULL DEFAULT 0,
+        completion_tokens  INTEGER NOT NULL DEFAULT 0,
+        extra              TEXT CHECK (extra IS NULL OR json_valid(extra)),
+        error              TEXT
+    )""",
+    "CREATE INDEX runs_thread ON runs (thread, started)",
+    "CREATE INDEX runs_status ON runs (status)",
+    """CREATE TABLE prompts (
+        id       TEXT PRIMARY KEY,
+        thread   TEXT NOT NULL REFERENCES threads (id),
+        sender   TEXT NOT NULL,
+        text     TEXT NOT NULL,
+        ts       TEXT NOT NULL,
+        received TEXT NOT NULL,
+        status   TEXT NOT NULL DEFAULT 'queued'
+                 CHECK (status IN ('queued', 'running', 'done', 'failed')),
+        run_id   TEXT REFERENCES runs (id),
+        updated  TEXT NOT NULL
+    )""",
+    "CREATE INDEX prompts_thread ON prompts (thread, ts)",
+    "CREATE INDEX prompts_run ON prompts (run_id)",
+    # recovery reads only the unfinished few; a partial index stays small
+    "CREATE INDEX prompts_pending ON prompts (ts, id) WHERE status IN ('queued', 'running')",
+    """CREATE TABLE records (
+        seq             INTEGER PRIMARY KEY,
+        uuid            TEXT NOT NULL UNIQUE,
+        parent_uuid     TEXT REFERENCES records (uuid),
+        thread          TEXT NOT NULL REFERENCES threads (id),
+        session_id      TEXT NOT NULL,
+        run_id          TEXT NOT NULL REFERENCES runs (id),
+        type            TEXT NOT NULL CHECK (type IN ('user', 'assistant')),
+        timestamp       TEXT NOT NULL,
+        message         TEXT NOT NULL CHECK (json_valid(message)),
+        tool_use_result TEXT CHECK (tool_use_result IS NULL OR json_valid(tool_use_result)),
+        cwd             TEXT NOT NULL,
+        version         TEXT NOT NULL,
+        is_sidechain    INTEGER NOT NULL DEFAULT 0 CHECK (is_sidechain IN (0, 1)),
+        user_type       TEXT NOT NULL DEFAULT 'external'
+    )""",
+    "CREATE INDEX records_thread ON records (thread, seq)",
+    "CREATE INDEX records_run ON records (run_id)",
+    """CREATE TABLE tool_calls (
+        id          INTEGER PRIMARY KEY,
+        run_id      TEXT NOT NULL REFERENCES runs (id),
+        thread      TEXT NOT NULL REFERENCES threads (id),
+        record_uuid TEXT,
+        tool        TEXT NOT NULL,
+        arguments   TEXT NOT NULL CHECK (json_valid(arguments)),
+        is_error    INTEGER NOT NULL CHECK (is_error IN (0, 1)),
+        bytes       INTEGER NOT NULL,
+        mutating    INTEGER NOT NULL CHECK (mutating IN (0, 1)),
+        started     TEXT NOT NULL,
+        duration_ms REAL NOT NULL
+    )""",
+    # One index per audit filter, each ending in `started` (and the implicit
+    # rowid), so "newest first" is an index walk, never a sort.
+    "CREATE INDEX tool_calls_started ON tool_calls (started)",
+    "CREATE INDEX tool_calls_thread ON tool_calls (thread, started)",
+    "CREATE INDEX tool_calls_tool ON tool_calls (tool, started)",
+    "CREATE INDEX tool_calls_mutating ON tool_calls (mutating, started)",
+    "CREATE INDEX tool_calls_run ON tool_calls (run_id)",
+    """CREATE TABLE cursors (
+        channel    TEXT PRIMARY KEY,
+        message_id TEXT NOT NULL,
+        updated    TEXT NOT NULL
+    )""",
+]
+
+
+async def _initial_schema(db: aiosqlite.Connection) -> None:
+    """Threads, prompts, runs, records, tool_calls and cursors."""
+    for statement in _INITIAL:
+        await db.execute(statement)
+
+
+MIGRATIONS: tuple[Migration, ...] = (Migration(1, "initial_schema", _initial_schema),)
+SCHEMA_VERSION = MIGRATIONS[-1].version
+
+
+def _check_sequence(migrations: Sequence[Migration]) -> None:
+    """Migrations must be numbered 1, 2, 3 … with no gap and no repeat."""
+    for expected, migration in enumerate(migrations, start=1):
+        if migration.version != expected:
+            raise MigrationError(
+                f"migration {migration.name!r} is numbered {migration.version}, expected {expected}"
+            )
+
+
+async def _one_value(db: aiosqlite.Connection, sql: str) -> int:
+    rows = list(await db.execute_fetchall(sql))
+    return int(rows[0][0]) if rows else 0
+
+
+async def migrate(
+    db: aiosqlite.Connection, migrations: Sequence[Migration] = MIGRATIONS
+) -> list[int]:
+    """Bring the database up to the last of ``migrations``; return the versions applied.
+
+    ``db`` must be in autocommit mode (``isolation_level=None``). Each
+    migration runs in its own ``BEGIN IMMEDIATE`` transaction, so two
+    processes opening the same file at once cannot both apply it, and a
+    migration that fails leaves the database at the version before it.
+    Raises ``MigrationError`` when the database is newer than ``migrations``
+    or its recorded history names different migrations.
+    """
+    _check_sequence(migrations)
+    latest = len(migrations)
+    applied: list[int] = []
+    while True:
+        step = "the version check"
+        try:
+            await db.execute("BEGIN IMMEDIATE")
+            try:
+                current = await _one_value(db, "PRAGMA user_version")
+                if current > latest:
+                    raise MigrationError(
+                        f"the database is at schema version {current}, newer than this "
+                        f"asyncai's {latest}: upgrade asyncai to read it"
+                    )
+                await db.execute(
+                    "CREATE TABLE IF NOT EXISTS schema_migrations ("
+                    " version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied TEXT NOT NULL)"
+                )
+                recorded = dict(
+                    await db.execute_fetchall("SELECT version, name FROM schema_migrations")
+                )
+                for migration in migrations[:current]:
+                    if recorded.get(migration.version) != migration.name:
+                        raise MigrationError(
+                            f"the database's migration {migration.version} is "
+                            f"{recorded.get(migration.version)!r}, this asyncai's is "
+                            f"{migration.name!r}: it was made by another program or version"
+                        )
+                if current == latest:
+                    await db.commit()
+                    return applied
+                migration = migrations[current]
+                step = f"migration {migration.version} {migration.name!r}"
+                await migration.apply(db)
+                await db.execute(
+                    "INSERT INTO schema_migrations (version, name, applied) VALUES (?, ?, ?)",
+                    (migration.version, migration.name, now_iso()),
+                )
+                # PRAGMA takes no parameters; the value is an int we made.
+                await db.execute(f"PRAGMA user_version = {int(migration.version)}")
+                await db.commit()
+                applied.append(migration.version)
+            except BaseException:
+                await db.rollback()
+                raise
+        except sqlite3.Error as exc:
+            raise MigrationError(f"{step} failed: {exc}") from exc
