@@ -1,25 +1,84 @@
-"""The catalog: inner tools as Python functions of the sandbox.
+"""The catalog: inner tools as typed ``async def`` functions of the sandbox.
 
-This first version renders names and descriptions and maps Python names back
-to tool names; typed ``async def`` stubs and full call validation (spec A1,
-A3) extend it without changing this interface:
+Pure code, no I/O: the engine builds one ``Catalog`` from the inner
+executor's definitions and uses it three ways.
 
-- ``Catalog(definitions)``: build from the inner executor's definitions;
 - ``catalog.lookup(py_name)`` → ``CatalogEntry`` or None (→ NameError);
-- ``catalog.validate(entry, args, kwargs)`` → the MCP arguments dict, or raises
-  ``CallRejected(exc_type, message)``, which the engine raises in the sandbox;
-- ``catalog.render()`` → the catalog section of the run_code description.
+- ``catalog.validate(entry, args, kwargs)`` → the MCP arguments dict, or
+  raises ``CallRejected(exc_type, message)``, which the engine raises in the
+  sandbox (spec A3, word for word);
+- ``catalog.render()`` → the stubs for the run_code description (spec
+  "Python stubs" and A1); ``catalog.type_stubs()`` → the same signatures
+  without docstrings, for Monty's type checker.
+
+Stub rules (spec table, plus what real MCP servers emit):
+
+=====================================  =====================================
+JSON schema                            Python
+=====================================  =====================================
+``string`` / ``integer`` / ``number``  ``str`` / ``int`` / ``float``
+``boolean`` / ``null``                 ``bool`` / ``None``
+``array`` of T                         ``list[T]``
+``object``                             ``dict[str, Any]``
+absent type, ``true``, ``{}``          ``Any``
+``enum`` / ``const``                   ``Literal[...]``
+type list, ``anyOf``, ``oneOf``        ``A | B``
+``$ref`` to ``$defs``/``definitions``  the referenced schema
+optional property                      ``T | None = None``
+required property that allows null     ``T | None`` (still required)
+=====================================  =====================================
+
+Parameters are keyword-only, required first, each group in the schema's
+property order. Tool and parameter names that are not Python identifiers are
+sanitized (``[^A-Za-z0-9_]`` → ``_``, a leading digit gets ``_``, a keyword
+gets a trailing ``_``, collisions get a numeric suffix ``_2``, ``_3``…);
+``validate`` maps them back to the MCP names.
+
+A tool with an output schema gets that return annotation and a ``Returns:``
+shape sketch in its docstring, at most :data:`SKETCH_MAX_DEPTH` containers
+deep and :data:`SKETCH_MAX_PROPERTIES` properties per object, then ``...``.
+mcp's ``MCPServer`` wraps a primitive or generic result as
+``{"result": T}`` (schema title ``<tool>Output``) while its text content is
+the bare value, which is what the sandbox receives, so such a schema is
+unwrapped to ``T``. Without an output schema a stub returns ``Any``.
 """
 
 from __future__ import annotations
 
+import json
+import keyword
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from daemon.tools import ToolDefinition
 
-__all__ = ["CallRejected", "Catalog", "CatalogEntry", "python_name"]
+__all__ = [
+    "SKETCH_MAX_DEPTH",
+    "SKETCH_MAX_PROPERTIES",
+    "CallRejected",
+    "Catalog",
+    "CatalogEntry",
+    "Param",
+    "python_name",
+    "render_stub",
+    "return_sketch",
+    "schema_type",
+]
+
+SKETCH_MAX_DEPTH = 4
+SKETCH_MAX_PROPERTIES = 12
+# Enum values shown in a sketch before ``| ...``; Literal[...] in a stub shows all.
+_SKETCH_MAX_ENUM = 12
+
+_PRIMITIVES = {
+    "string": "str",
+    "integer": "int",
+    "number": "float",
+    "boolean": "bool",
+    "null": "None",
+}
 
 
 class CallRejected(Exception):
@@ -32,58 +91,465 @@ class CallRejected(Exception):
 
 
 @dataclass(frozen=True)
+class Param:
+    """One keyword-only parameter of a stub."""
+
+    py_name: str  # the keyword the sandbox passes
+    name: str  # the MCP argument name
+    annotation: str  # without the optional ``| None``
+    required: bool
+    nullable: bool  # the schema allows null
+    description: str | None = None
+    default: Any = None  # the schema's default, shown in the docstring
+
+    def render(self) -> str:
+        """``name: T``, ``name: T | None`` or ``name: T | None = None``."""
+        if self.required:
+            return f"{self.py_name}: {self.annotation}"
+        if self.annotation == "Any" or self.nullable:
+            return f"{self.py_name}: {self.annotation} = None"
+        return f"{self.py_name}: {self.annotation} | None = None"
+
+
+@dataclass(frozen=True)
 class CatalogEntry:
     """One tool as a sandbox function."""
 
     py_name: str
     definition: ToolDefinition
-    required: tuple[str, ...]
-    optional: tuple[str, ...]
+    required: tuple[str, ...]  # MCP argument names
+    optional: tuple[str, ...]  # MCP argument names
+    params: tuple[Param, ...] = ()
+    extra_keywords: bool = False  # the input schema admits unlisted arguments
+    returns: str = "Any"  # the return annotation
+    sketch: str | None = None  # the ``Returns:`` shape, when there is an output schema
 
     @property
     def tool_name(self) -> str:
         """The MCP name the call is sent as."""
         return self.definition.name
 
+    def stub(self) -> str:
+        """The ``async def`` stub with its docstring, as the model reads it."""
+        return render_stub(self)
+
 
 def python_name(name: str) -> str:
-    """A tool name made a Python identifier (no collision handling)."""
+    """A tool or argument name made a Python identifier (no collision handling)."""
     ident = re.sub(r"[^A-Za-z0-9_]", "_", name)
     if not ident or ident[0].isdigit():
         ident = "_" + ident
+    if keyword.iskeyword(ident) or ident in {"Any", "Literal"}:
+        ident += "_"
     return ident
 
 
+def _unique(base: str, taken: set[str]) -> str:
+    name, n = base, 2
+    while name in taken:
+        name, n = f"{base}_{n}", n + 1
+    taken.add(name)
+    return name
+
+
+# Schema → annotation --------------------------------------------------------------------
+
+
+class _Resolver:
+    """Follows ``$ref`` pointers inside one root schema."""
+
+    def __init__(self, root: Any):
+        self.root = root
+
+    def resolve(self, ref: str) -> Any:
+        """The schema a local ``#/...`` pointer names, or None."""
+        if not isinstance(ref, str) or not ref.startswith("#"):
+            return None
+        node: Any = self.root
+        for part in ref[1:].split("/"):
+            if not part:
+                continue
+            part = part.replace("~1", "/").replace("~0", "~")
+            if isinstance(node, Mapping) and part in node:
+                node = node[part]
+            else:
+                return None
+        return node
+
+
+def _literal(value: Any) -> str | None:
+    """A JSON scalar as a Python literal, or None for lists and objects."""
+    if value is None:
+        return "None"
+    if isinstance(value, bool):
+        return "True" if value else "False"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, str):
+        return json.dumps(value)
+    return None
+
+
+def _union(parts: Iterable[str]) -> str:
+    """``A | B``, deduplicated, ``None`` last, ``Any`` absorbing everything."""
+    seen: list[str] = []
+    for part in parts:
+        for p in _split_union(part):
+            if p not in seen:
+                seen.append(p)
+    if not seen or "Any" in seen:
+        return "Any"
+    if "None" in seen:
+        seen = [p for p in seen if p != "None"] + ["None"]
+    return " | ".join(seen)
+
+
+def _split_union(annotation: str) -> list[str]:
+    """The top-level members of ``A | B[C | D]``."""
+    parts, depth, start = [], 0, 0
+    for i, ch in enumerate(annotation):
+        if ch in "[(":
+            depth += 1
+        elif ch in "])":
+            depth -= 1
+        elif ch == "|" and depth == 0:
+            parts.append(annotation[start:i].strip())
+            start = i + 1
+    parts.append(annotation[start:].strip())
+    return [p for p in parts if p]
+
+
+def schema_type(schema: Any, root: Any = None) -> str:
+    """The Python annotation for a JSON schema (see the module docstring's table)."""
+    return _annotation(schema, _Resolver(schema if root is None else root), ())
+
+
+def _annotation(schema: Any, resolver: _Resolver, seen: tuple[str, ...]) -> str:
+    if not isinstance(schema, Mapping):
+        return "Any"  # true, false, or junk
+    ref = schema.get("$ref")
+    if isinstance(ref, str):
+        target = resolver.resolve(ref)
+        if target is None or ref in seen:
+            return "Any"  # unresolvable, or recursive
+        return _annotation(target, resolver, (*seen, ref))
+    if "const" in schema:
+        lit = _literal(schema["const"])
+        if lit is None:
+            return "Any"  # a list or object constant
+        return "None" if lit == "None" else f"Literal[{lit}]"
+    enum = schema.get("enum")
+    if isinstance(enum, list) and enum:
+        lits = [_literal(v) for v in enum]
+        if None in lits:
+            return "Any"  # an enum of objects: no useful literal
+        values = [lit for lit in lits if lit != "None"]
+        parts = [f"Literal[{', '.join(values)}]"] if values else []
+        return _union([*parts, *(["None"] if "None" in lits else [])])
+    for key in ("anyOf", "oneOf"):
+        members = schema.get(key)
+        if isinstance(members, list) and members:
+            return _union(_annotation(m, resolver, seen) for m in members)
+    all_of = schema.get("allOf")
+    if isinstance(all_of, list) and all_of:
+        if len(all_of) == 1:
+            return _annotation(all_of[0], resolver, seen)
+        kinds = {_annotation(m, resolver, seen) for m in all_of}
+        return kinds.pop() if len(kinds) == 1 else "Any"
+    types = schema.get("type")
+    if isinstance(types, str):
+        types = [types]
+    if not isinstance(types, list) or not types:
+        if "properties" in schema:
+            return "dict[str, Any]"
+        if "items" in schema:
+            types = ["array"]
+        else:
+            return "Any"
+    parts = []
+    for t in types:
+        if t in _PRIMITIVES:
+            parts.append(_PRIMITIVES[t])
+        elif t == "array":
+            items = schema.get("items")
+            inner = _annotation(items, resolver, seen) if isinstance(items, Mapping) else "Any"
+            parts.append(f"list[{inner}]")
+        elif t == "object":
+            parts.append("dict[str, Any]")
+        else:
+            parts.append("Any")
+    return _union(parts)
+
+
+# Shape sketch ---------------------------------------------------------------------------
+
+
+def return_sketch(schema: Any, root: Any = None) -> str:
+    """A compact JSON-like shape of ``schema``: ``{"kcps": [{"id": str, ...}], "errors": [str]}``.
+
+    At most :data:`SKETCH_MAX_DEPTH` containers deep (deeper ones become
+    ``{...}`` / ``[...]``) and :data:`SKETCH_MAX_PROPERTIES` properties per
+    object (the rest become ``...``).
+    """
+    return _sketch(schema, _Resolver(schema if root is None else root), (), 0)
+
+
+def _sketch(schema: Any, resolver: _Resolver, seen: tuple[str, ...], depth: int) -> str:
+    if not isinstance(schema, Mapping):
+        return "Any"
+    ref = schema.get("$ref")
+    if isinstance(ref, str):
+        target = resolver.resolve(ref)
+        if target is None:
+            return "Any"
+        if ref in seen:
+            return "{...}"  # a recursive type: show one level
+        return _sketch(target, resolver, (*seen, ref), depth)
+    if "const" in schema:
+        return _literal(schema["const"]) or "Any"
+    enum = schema.get("enum")
+    if isinstance(enum, list) and enum:
+        lits = [_literal(v) or "Any" for v in enum]
+        shown = " | ".join(lits[:_SKETCH_MAX_ENUM])
+        return shown + (" | ..." if len(lits) > _SKETCH_MAX_ENUM else "")
+    for key in ("anyOf", "oneOf"):
+        members = schema.get(key)
+        if isinstance(members, list) and members:
+            return _sketch_union(_sketch(m, resolver, seen, depth) for m in members)
+    all_of = schema.get("allOf")
+    if isinstance(all_of, list) and len(all_of) == 1:
+        return _sketch(all_of[0], resolver, seen, depth)
+    types = schema.get("type")
+    if isinstance(types, str):
+        types = [types]
+    if not isinstance(types, list) or not types:
+        if "properties" in schema:
+            types = ["object"]
+        elif "items" in schema:
+            types = ["array"]
+        else:
+            return "Any"
+    parts = []
+    for t in types:
+        if t in _PRIMITIVES:
+            parts.append(_PRIMITIVES[t])
+        elif t == "array":
+            if depth >= SKETCH_MAX_DEPTH:
+                parts.append("[...]")
+                continue
+            items = schema.get("items")
+            parts.append(
+                f"[{_sketch(items, resolver, seen, depth + 1)}]"
+                if isinstance(items, Mapping)
+                else "list"
+            )
+        elif t == "object":
+            parts.append(_sketch_object(schema, resolver, seen, depth))
+        else:
+            parts.append("Any")
+    return _sketch_union(parts)
+
+
+def _sketch_object(schema: Mapping, resolver: _Resolver, seen: tuple[str, ...], depth: int) -> str:
+    props = schema.get("properties")
+    extra = schema.get("additionalProperties")
+    if depth >= SKETCH_MAX_DEPTH:
+        return "{...}"
+    if not isinstance(props, Mapping) or not props:
+        if isinstance(extra, Mapping) and extra:
+            return f"{{str: {_sketch(extra, resolver, seen, depth + 1)}}}"
+        return "dict"
+    fields = [f"{json.dumps(k)}: {_sketch(v, resolver, seen, depth + 1)}" for k, v in props.items()]
+    more = len(fields) > SKETCH_MAX_PROPERTIES or bool(extra)
+    fields = fields[:SKETCH_MAX_PROPERTIES]
+    return "{" + ", ".join([*fields, *(["..."] if more else [])]) + "}"
+
+
+def _sketch_union(parts: Iterable[str]) -> str:
+    seen: list[str] = []
+    for p in parts:
+        if p not in seen:
+            seen.append(p)
+    if "None" in seen:
+        seen = [p for p in seen if p != "None"] + ["None"]
+    return " | ".join(seen) if seen else "Any"
+
+
+def _unwrap_result(schema: Mapping, tool: str) -> Any:
+    """The ``T`` of mcp's ``{"result": T}`` wrapping, or the schema itself.
+
+    ``$ref``s inside ``T`` still resolve against the root schema.
+    """
+    props = schema.get("properties")
+    if (
+        isinstance(props, Mapping)
+        and list(props) == ["result"]
+        and schema.get("title") == f"{tool}Output"
+    ):
+        return props["result"]
+    return schema
+
+
+# Stub text ------------------------------------------------------------------------------
+
+
+def _docstring_lines(entry: CatalogEntry) -> list[str]:
+    lines = [ln.rstrip() for ln in entry.definition.description.strip().splitlines()]
+    args = []
+    for p in entry.params:
+        text = " ".join((p.description or "").split())
+        if p.default is not None:
+            shown = _literal(p.default) or json.dumps(p.default)
+            text = f"{text} (default {shown})" if text else f"default {shown}"
+        if text:
+            args.append(f"    {p.py_name}: {text}")
+    if args:
+        lines += ["Args:", *args]
+    if entry.sketch is not None:
+        lines.append(f"Returns: {entry.sketch}")
+    # Three quotes would end the docstring early.
+    return [ln.replace('"""', "'''") for ln in lines]
+
+
+def _signature(entry: CatalogEntry) -> str:
+    params = [p.render() for p in entry.params]
+    if entry.extra_keywords:
+        params.append("**kwargs: Any")
+    inner = ", ".join(params)
+    if entry.params:
+        inner = "*, " + inner
+    return f"async def {entry.py_name}({inner}) -> {entry.returns}:"
+
+
+def render_stub(entry: CatalogEntry) -> str:
+    """The stub of one entry: signature, then a docstring.
+
+    A one-line description with no ``Args:`` or ``Returns:`` stays on one
+    line (the spec's ``list_objects`` example); anything longer puts the
+    quotes on their own lines (the A1 ``list_kcps`` example).
+    """
+    lines = _docstring_lines(entry)
+    sig = _signature(entry)
+    if not lines or lines == [""]:
+        return f"{sig}\n    ..."
+    if len(lines) == 1:
+        return f'{sig}\n    """{lines[0]}"""'
+    body = "\n".join(f"    {ln}" if ln else "" for ln in lines)
+    return f'{sig}\n    """\n{body}\n    """'
+
+
+# The catalog ----------------------------------------------------------------------------
+
+
+def _params(schema: Any, resolver: _Resolver) -> tuple[tuple[Param, ...], bool]:
+    if not isinstance(schema, Mapping):
+        return (), False
+    props = schema.get("properties")
+    props = props if isinstance(props, Mapping) else {}
+    required_list = [r for r in schema.get("required") or () if isinstance(r, str)]
+    names = list(props) + [r for r in required_list if r not in props]
+    taken: set[str] = set()
+    built = []
+    for name in names:
+        prop = props.get(name, {})
+        annotation = _annotation(prop, resolver, ())
+        nullable = "None" in _split_union(annotation)
+        description = prop.get("description") if isinstance(prop, Mapping) else None
+        default = prop.get("default") if isinstance(prop, Mapping) else None
+        built.append(
+            Param(
+                py_name=_unique(python_name(name), taken),
+                name=name,
+                annotation=annotation,
+                required=name in required_list,
+                nullable=nullable,
+                description=description if isinstance(description, str) else None,
+                default=default,
+            )
+        )
+    ordered = tuple(p for p in built if p.required) + tuple(p for p in built if not p.required)
+    extra = schema.get("additionalProperties")
+    return ordered, extra is True or (isinstance(extra, Mapping) and bool(extra))
+
+
+def _entry(py_name: str, d: ToolDefinition) -> CatalogEntry:
+    input_schema = d.input_schema or {}
+    params, extra = _params(input_schema, _Resolver(input_schema))
+    returns, sketch = "Any", None
+    if isinstance(d.output_schema, Mapping):
+        root = d.output_schema
+        shape = _unwrap_result(root, d.name)
+        resolver = _Resolver(root)
+        returns = _annotation(shape, resolver, ())
+        sketch = _sketch(shape, resolver, (), 0)
+    return CatalogEntry(
+        py_name=py_name,
+        definition=d,
+        required=tuple(p.name for p in params if p.required),
+        optional=tuple(p.name for p in params if not p.required),
+        params=params,
+        extra_keywords=extra,
+        returns=returns,
+        sketch=sketch,
+    )
+
+
 class Catalog:
-    """Inner tools by their Python names."""
+    """Inner tools by their Python names, in the order the executor listed them."""
 
     def __init__(self, definitions: Iterable[ToolDefinition]):
         self.entries: dict[str, CatalogEntry] = {}
+        taken: set[str] = set()
         for d in definitions:
-            props = (d.input_schema or {}).get("properties") or {}
-            required = tuple((d.input_schema or {}).get("required") or ())
-            optional = tuple(p for p in props if p not in required)
-            base = python_name(d.name)
-            py, n = base, 2
-            while py in self.entries:
-                py, n = f"{base}_{n}", n + 1
-            self.entries[py] = CatalogEntry(py, d, required, optional)
+            py = _unique(python_name(d.name), taken)
+            self.entries[py] = _entry(py, d)
 
     def lookup(self, py_name: str) -> CatalogEntry | None:
         """The entry called ``py_name`` in the sandbox, or None."""
         return self.entries.get(py_name)
 
-    def validate(self, entry: CatalogEntry, args: tuple, kwargs: dict) -> dict:
-        """The arguments to send, or CallRejected."""
+    def validate(self, entry: CatalogEntry, args: tuple, kwargs: Mapping[str, Any]) -> dict:
+        """The MCP arguments for a sandbox call, or :class:`CallRejected` (spec A3).
+
+        Checks in this order: positional arguments, unknown keywords (with the
+        accepted list), missing required keywords. Optional keywords passed as
+        None are dropped, matching the stub default. A keyword may be given by
+        its Python name or by its MCP name (``**{"from": x}``).
+        """
+        f = entry.py_name
         if args:
-            raise CallRejected("TypeError", f"{entry.py_name}() takes keyword arguments only")
-        return {k: v for k, v in kwargs.items() if not (v is None and k in entry.optional)}
+            raise CallRejected("TypeError", f"{f}() takes keyword arguments only")
+        by_py = {p.py_name: p for p in entry.params}
+        by_mcp = {p.name: p for p in entry.params}
+        out: dict[str, Any] = {}
+        for key, value in kwargs.items():
+            param = by_py.get(key) or by_mcp.get(key)
+            if param is None:
+                if entry.extra_keywords:
+                    out[key] = value
+                    continue
+                accepted = ", ".join(by_py) or "(none)"
+                raise CallRejected(
+                    "TypeError",
+                    f"{f}() got an unexpected keyword argument '{key}'; accepted: {accepted}",
+                )
+            if value is None and not param.required:
+                continue
+            out[param.name] = value
+        for p in entry.params:
+            if p.required and p.name not in out:
+                raise CallRejected(
+                    "TypeError", f"{f}() missing required keyword argument '{p.py_name}'"
+                )
+        return out
 
     def render(self) -> str:
-        """The catalog section of the run_code description."""
-        lines = []
+        """The stubs of every tool, blank-line separated: the catalog part of the description."""
+        return "\n\n".join(e.stub() for e in self.entries.values())
+
+    def type_stubs(self) -> str:
+        """Docstring-free stubs for Monty's type checker (``type_check_stubs``)."""
+        out = ["from typing import Any, Literal", ""]
         for e in self.entries.values():
-            params = ", ".join([*e.required, *(f"{p}=None" for p in e.optional)])
-            sig = f"async def {e.py_name}(*, {params})" if params else f"async def {e.py_name}()"
-            lines.append(f"{sig}:\n    {e.definition.description.strip()!r}")
-        return "\n".join(lines)
+            out += [_signature(e), "    ...", ""]
+        return "\n".join(out)
