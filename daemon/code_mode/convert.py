@@ -1,0 +1,103 @@
+"""Values across the sandbox boundary (spec 0004, Value conversion), without I/O.
+
+Into the sandbox, a nested tool result becomes a Python value (the
+nested-result table); out of it, arguments and snippet results become JSON
+values:
+
+| Python (from the sandbox)            | JSON                         |
+|--------------------------------------|------------------------------|
+| ``None``, ``bool``, ``int``, ``str`` | the same                     |
+| finite ``float``                     | number                       |
+| ``nan``, ``inf``, ``-inf``           | string (``repr``)            |
+| ``list``, ``tuple``, ``set``, ``frozenset`` | array                 |
+| ``dict``                             | object; non-``str`` keys via ``repr`` |
+| anything else                        | its ``repr()`` string        |
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+from daemon.tools import ToolCallOutput
+
+__all__ = [
+    "dumps_compact",
+    "log_content",
+    "nested_value",
+    "result_bytes",
+    "to_json_value",
+]
+
+# Past this size a tool result is logged as truncated text, not decoded JSON:
+# a verbose log line should not carry a whole 1 MB payload.
+LOG_DECODE_LIMIT = 64 * 1024
+LOG_TEXT_LIMIT = 2_000
+
+
+def to_json_value(value: Any) -> Any:
+    """``value`` as plain JSON data (dict, list, str, int, float, bool, None)."""
+    if value is None or isinstance(value, bool | str):
+        return value
+    if isinstance(value, int):
+        return int(value)  # int subclasses (sandbox enums, flags) become plain ints
+    if isinstance(value, float):
+        return value if math.isfinite(value) else repr(value)
+    if isinstance(value, list | tuple):
+        return [to_json_value(v) for v in value]
+    if isinstance(value, set | frozenset):
+        items = [to_json_value(v) for v in value]
+        try:
+            # sets have no order; sorting keeps results stable between runs
+            return sorted(items)
+        except TypeError:
+            return items
+    if isinstance(value, dict):
+        return {(k if isinstance(k, str) else repr(k)): to_json_value(v) for k, v in value.items()}
+    return repr(value)
+
+
+def dumps_compact(value: Any) -> str:
+    """Compact JSON of ``value`` after :func:`to_json_value`."""
+    return json.dumps(to_json_value(value), ensure_ascii=False, separators=(",", ":"))
+
+
+def nested_value(output: ToolCallOutput) -> Any:
+    """The Python value a successful nested call returns into the sandbox.
+
+    JSON text arrives parsed; without text, ``structured`` content arrives
+    as it is; any other text arrives as ``str``. (``is_error`` outputs never
+    get here: they raise ``RuntimeError`` in the sandbox.)
+    """
+    text = output.content
+    if not text and output.structured is not None:
+        return to_json_value(output.structured)
+    try:
+        return json.loads(text)
+    except ValueError:  # json.JSONDecodeError and recursion-free decode errors
+        return text
+    except RecursionError:
+        return text
+
+
+def result_bytes(output: ToolCallOutput) -> int:
+    """How many bytes a nested result brought into the sandbox (audit ``bytes``)."""
+    if not output.content and output.structured is not None:
+        return len(dumps_compact(output.structured).encode())
+    return len(output.content.encode())
+
+
+def log_content(output: ToolCallOutput) -> Any:
+    """A tool result for the log: decoded JSON when possible, else truncated text."""
+    text = output.content
+    if not text and output.structured is not None:
+        text = dumps_compact(output.structured)
+    if len(text) <= LOG_DECODE_LIMIT:
+        try:
+            return json.loads(text)
+        except (ValueError, RecursionError):
+            pass
+    if len(text) > LOG_TEXT_LIMIT:
+        return f"{text[:LOG_TEXT_LIMIT]}… [{len(text)} chars]"
+    return text

@@ -1,0 +1,317 @@
+"""``CodeModeToolExecutor``: one ``run_code`` tool whose Python runs on a Monty pool.
+
+It wraps any inner :class:`~daemon.tools.ToolExecutor` and exposes only
+``run_code``; the snippet calls the inner tools as ``async def`` functions.
+Built synchronously, it starts lazily: the first call (or ``start()``)
+starts the inner executor and the pool.
+
+Scopes (spec A10, DESIGN.md): ``thread_scope(thread_id)`` returns the
+thread's REPL, one checkout each, kept in an LRU of ``max_scopes``. The
+evicted scope's checkout is closed before the next checkout; a scope with a
+snippet running is never evicted (the LRU overshoots until it ends).
+
+One ``run_code`` call, in order: ``restart`` (discard the checkout), the
+pre-run check (``hooks.check_snippet``), closing evicted checkouts, a
+checkout if the scope has none (then ``hooks.scope_preamble``), the snippet
+(:mod:`daemon.code_mode.engine`), a reset if the snippet broke the checkout,
+``hooks.after_snippet`` otherwise, and the return contract
+(:mod:`daemon.code_mode.contract`, with ``hooks.error_hints``). Everything
+after the pre-run check is bounded by ``max_wall``. The seams for the
+helpers and the variables note are documented in :mod:`daemon.code_mode.hooks`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import OrderedDict
+from typing import Any
+
+import structlog
+from pydantic_monty import AsyncMonty, MontyError
+
+from daemon.code_mode import hooks
+from daemon.code_mode.catalog import Catalog
+from daemon.code_mode.contract import RunCodeText, render_error, render_result
+from daemon.code_mode.description import RUN_CODE, run_code_definition
+from daemon.code_mode.engine import SnippetOutcome, SnippetRun
+from daemon.code_mode.errors import SandboxUnavailable
+from daemon.code_mode.limits import CodeModeLimits
+from daemon.code_mode.nested import NestedCalls, Observer
+from daemon.code_mode.pool import close_pool, create_pool
+from daemon.code_mode.scope import ScopeState, ThreadScope
+from daemon.tools import BaseToolExecutor, ToolCallOutput, ToolDefinition, ToolExecutor
+
+__all__ = ["CodeModeToolExecutor"]
+
+log = structlog.get_logger("asyncai.code_mode")
+
+# Thread ids whose scope was evicted, remembered so the next run can say the
+# REPL is empty; bounded because thread ids are unbounded over a daemon's life.
+_EVICTED_MEMORY = 1024
+
+
+class CodeModeToolExecutor(BaseToolExecutor):
+    """Exposes exactly one tool, ``run_code``, over an inner executor's tools.
+
+    ``pool``: an entered ``AsyncMonty`` to use instead of creating one (the
+    executor then never closes it; size it with
+    :func:`daemon.code_mode.pool.pool_options`). ``observer``: called as
+    ``observer(thread_id, entry)`` (sync or async) as each nested call ends,
+    with the audit entry ``{tool, arguments, is_error, bytes, mutating,
+    started, duration_ms}``; ``thread_id`` is None for unscoped calls. An
+    observer failure is logged and never breaks the snippet.
+    """
+
+    def __init__(
+        self,
+        inner: ToolExecutor,
+        limits: CodeModeLimits | None = None,
+        *,
+        pool: AsyncMonty | None = None,
+        observer: Observer | None = None,
+    ):
+        self._inner = inner
+        self._limits = limits if limits is not None else CodeModeLimits()
+        self._pool = pool
+        self._owns_pool = pool is None
+        self._observer = observer
+        self._catalog: Catalog | None = None
+        self._definition: ToolDefinition | None = None
+        self._started = False
+        self._closed = False
+        self._start_lock = asyncio.Lock()
+        self._scopes: OrderedDict[str, ScopeState] = OrderedDict()
+        self._private = ScopeState(None)
+        self._to_close: list[ScopeState] = []
+        self._evicted: OrderedDict[str, None] = OrderedDict()
+
+    @property
+    def limits(self) -> CodeModeLimits:
+        """The limits this executor enforces."""
+        return self._limits
+
+    # -- the ToolExecutor interface ----------------------------------------
+
+    def definitions(self) -> list[ToolDefinition]:
+        """Exactly ``[run_code]``; its description lists the inner tools.
+
+        Valid once the inner executor can list its tools (for MCP, once started).
+        """
+        if self._definition is None:
+            self._catalog = Catalog(self._inner.definitions())
+            self._definition = run_code_definition(self._limits, self._catalog)
+        return [self._definition]
+
+    async def start(self) -> None:
+        """Start the inner executor and the pool. Idempotent.
+
+        Raises :class:`SandboxUnavailable` when the pool cannot start.
+        """
+        if self._started:
+            return
+        async with self._start_lock:
+            if self._started:
+                return
+            if self._closed:
+                raise SandboxUnavailable("the code-mode executor is closed")
+            await self._inner.start()
+            # the inner tools are final only now (MCP servers listed them on start)
+            self._catalog = Catalog(self._inner.definitions())
+            self._definition = run_code_definition(self._limits, self._catalog)
+            if self._pool is None:
+                pool = create_pool(self._limits)
+                try:
+                    await pool.__aenter__()
+                except (OSError, MontyError, RuntimeError) as exc:
+                    raise SandboxUnavailable(f"the Monty worker pool did not start: {exc}") from exc
+                self._pool = pool
+            self._started = True
+            log.info("code_mode.started", max_scopes=self._limits.max_scopes)
+
+    async def call_tool(self, name: str, arguments: dict) -> ToolCallOutput:
+        """Run ``run_code`` in this executor's private scope.
+
+        The private scope is one REPL shared by every call made on the
+        unscoped executor (outside any thread; the observer sees thread id
+        None); such calls take turns. Conversations should use
+        :meth:`thread_scope`.
+        """
+        await self.start()
+        return await self._run(self._private, name, arguments)
+
+    def thread_scope(self, thread_id: str) -> ThreadScope:
+        """The REPL scope of ``thread_id`` (an LRU of ``max_scopes``).
+
+        Synchronous: the scope checks out its worker on its first call.
+        Touching a scope makes it the most recently used; a new scope may
+        evict the least recently used idle one.
+        """
+        self._touch(thread_id)
+        return ThreadScope(self, thread_id)
+
+    def context_note(self, thread_id: str) -> str | None:
+        """The note for the thread's next run (the variables note, from the hook)."""
+        return hooks.context_note(self._scopes.get(thread_id), evicted=thread_id in self._evicted)
+
+    async def aclose(self) -> None:
+        """Close every checkout, the pool if this executor created it, and the inner executor."""
+        if self._closed:
+            return
+        self._closed = True
+        states = [*self._scopes.values(), *self._to_close, self._private]
+        self._scopes.clear()
+        self._to_close.clear()
+        for state in states:
+            await state.discard("closed")
+        pool, self._pool = self._pool, None
+        if pool is not None and self._owns_pool and self._started:
+            await close_pool(pool)
+        await self._inner.aclose()
+
+    # -- scopes --------------------------------------------------------------
+
+    def _touch(self, thread_id: str) -> ScopeState:
+        state = self._scopes.get(thread_id)
+        if state is None:
+            state = ScopeState(thread_id)
+            if thread_id in self._evicted:
+                del self._evicted[thread_id]
+                state.reset_reason = "evicted"
+            self._scopes[thread_id] = state
+        self._scopes.move_to_end(thread_id)
+        self._evict_overflow(keep=state)
+        return state
+
+    def _evict_overflow(self, keep: ScopeState | None = None) -> None:
+        while len(self._scopes) > self._limits.max_scopes:
+            victim = next(
+                (s for s in self._scopes.values() if s is not keep and not s.running), None
+            )
+            if victim is None:
+                return  # every other scope is running: overshoot until one ends
+            assert victim.key is not None
+            del self._scopes[victim.key]
+            self._to_close.append(victim)  # closed before the next checkout
+            self._evicted[victim.key] = None
+            while len(self._evicted) > _EVICTED_MEMORY:
+                self._evicted.popitem(last=False)
+            log.info("code_mode.scope_evicted", thread=victim.key)
+
+    async def _close_evicted(self) -> None:
+        while self._to_close:
+            await self._to_close.pop().discard("evicted")
+
+    def _worker_pid(self, thread_id: str) -> int | None:
+        state = self._scopes.get(thread_id)
+        return state.worker_pid if state is not None else None
+
+    async def _call_in_scope(self, thread_id: str, name: str, arguments: dict) -> ToolCallOutput:
+        await self.start()
+        # no await between touching the scope and taking its lock: an idle
+        # scope is evictable, a locked one is not
+        return await self._run(self._touch(thread_id), name, arguments)
+
+    # -- one run_code call -----------------------------------------------------
+
+    async def _run(self, state: ScopeState, name: str, arguments: dict) -> ToolCallOutput:
+        """Run one call in ``state``; the executor is started and nothing awaits before the lock."""
+        if name != RUN_CODE:
+            return ToolCallOutput(
+                f"unknown tool {name!r}: the only tool is {RUN_CODE}", True, audit=_audit([])
+            )
+        code = arguments.get("code") if isinstance(arguments, dict) else None
+        restart = arguments.get("restart", False) if isinstance(arguments, dict) else False
+        if not isinstance(code, str):
+            return ToolCallOutput(
+                f"{RUN_CODE} needs a string argument `code` (the Python to run)",
+                True,
+                audit=_audit([]),
+            )
+        async with state.lock:
+            nested = NestedCalls(
+                self._inner, self._limits, thread_id=state.key, observer=self._observer
+            )
+            rendered = await self._run_locked(state, code, restart is True, nested)
+        # a scope that was running may have kept the LRU over its size
+        self._evict_overflow()
+        return ToolCallOutput(rendered.text, rendered.is_error, audit=_audit(nested.entries))
+
+    async def _run_locked(
+        self, state: ScopeState, code: str, restart: bool, nested: NestedCalls
+    ) -> RunCodeText:
+        limits = self._limits
+        if restart:
+            await state.discard("restart")
+        rejection = hooks.check_snippet(code)
+        if rejection is not None:
+            return render_error(rejection, max_result_chars=limits.max_result_chars)
+        outcome: SnippetOutcome | None = None
+        try:
+            async with asyncio.timeout(limits.max_wall) as wall:
+                outcome = await self._execute(state, code, nested)
+        except TimeoutError:
+            if not wall.expired():
+                raise
+            outcome = SnippetOutcome(
+                error=(
+                    f"TimeoutError: run_code exceeded its {limits.max_wall:g}s wall-clock limit; "
+                    "tool calls still in flight were dropped"
+                ),
+                reset=True,
+            )
+        finally:
+            if outcome is None or outcome.reset:
+                # a reset, or cancellation mid-feed: the checkout cannot be fed again
+                await state.discard("reset")
+        assert outcome is not None
+        if not outcome.reset:
+            await self._after_snippet(state, code, outcome)
+        if outcome.ok:
+            return render_result(
+                outcome.value,
+                outcome.prints,
+                unawaited=outcome.unawaited,
+                max_result_chars=limits.max_result_chars,
+            )
+        return render_error(
+            outcome.error or "",
+            prints=outcome.prints,
+            hints=hooks.error_hints(outcome.error or ""),
+            unawaited=outcome.unawaited,
+            reset=outcome.reset,
+            max_result_chars=limits.max_result_chars,
+        )
+
+    async def _execute(self, state: ScopeState, code: str, nested: NestedCalls) -> SnippetOutcome:
+        assert self._pool is not None
+        assert self._catalog is not None
+        await self._close_evicted()
+        try:
+            session, fresh = await state.checkout(self._pool, self._limits)
+        except (TimeoutError, MontyError, RuntimeError, OSError) as exc:
+            log.warning("code_mode.checkout_failed", thread=state.key, error=repr(exc))
+            return SnippetOutcome(
+                error=f"the sandbox has no free worker right now ({exc!r}); try again shortly"
+            )
+        if fresh:
+            preamble = SnippetRun(self._catalog, self._limits, nested)
+            setup = await preamble.drive(session, hooks.scope_preamble(self._limits))
+            if not setup.ok:
+                log.error("code_mode.preamble_failed", thread=state.key, error=setup.error)
+                return SnippetOutcome(
+                    error=f"the scope preamble failed, so the snippet did not run:\n{setup.error}",
+                    reset=True,
+                )
+        return await SnippetRun(self._catalog, self._limits, nested).drive(session, code)
+
+    async def _after_snippet(self, state: ScopeState, code: str, outcome: SnippetOutcome) -> None:
+        try:
+            async with asyncio.timeout(self._limits.request_timeout):
+                await hooks.after_snippet(state, code, outcome)
+        except Exception:
+            # a probe failing only costs the note
+            log.exception("code_mode.after_snippet_failed", thread=state.key)
+
+
+def _audit(entries: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"nested_calls": entries}

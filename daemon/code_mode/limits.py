@@ -1,0 +1,75 @@
+"""The limits of code mode, tunable by library users and the ``[code_mode]`` config.
+
+Defaults follow spec 0004 (Limits, A4, A5). Time limits are in seconds, sizes
+in bytes or characters as named.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["CodeModeLimits"]
+
+
+@dataclass(frozen=True)
+class CodeModeLimits:
+    """Every bound code mode enforces, in one place.
+
+    - ``max_feed_duration``: execution time per snippet; time spent waiting
+      for tools is not counted. Breach: error result, REPL state reset.
+    - ``max_suspensions``: host round trips (tool calls, name lookups,
+      awaits) per snippet, counted by the host. Breach: REPL state reset.
+    - ``max_nested_calls``: tool calls per snippet. Breach: a catchable
+      ``RuntimeError`` at the call site.
+    - ``max_print_bytes``: collected ``print()`` output per snippet.
+      Breach: ``MemoryError``; the REPL is kept.
+    - ``max_memory``: sandbox heap per scope. Breach: ``MemoryError``, REPL
+      state reset.
+    - ``tool_timeout``: one nested tool call. Breach: ``RuntimeError`` in
+      the snippet.
+    - ``max_wall``: one ``run_code`` call, wall clock. Breach: in-flight
+      calls dropped, REPL state reset.
+    - ``max_result_chars``: the text returned to the model. Breach: an error
+      result with the size and a preview.
+    - ``max_scopes``: REPL scopes kept (an LRU keyed by thread id).
+    - ``preamble``: operator Python fed into every new scope after the
+      built-in imports.
+    """
+
+    max_feed_duration: float = 30.0
+    max_suspensions: int = 10_000
+    max_nested_calls: int = 100
+    max_print_bytes: int = 1024 * 1024
+    max_memory: int = 4 * 1024**3
+    tool_timeout: float = 120.0
+    max_wall: float = 300.0
+    max_result_chars: int = 20_000
+    max_scopes: int = 8
+    preamble: str = ""
+
+    def __post_init__(self) -> None:
+        for name in (
+            "max_feed_duration",
+            "max_suspensions",
+            "max_nested_calls",
+            "max_print_bytes",
+            "max_memory",
+            "tool_timeout",
+            "max_wall",
+            "max_result_chars",
+            "max_scopes",
+        ):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+                raise ValueError(f"CodeModeLimits.{name} must be a positive number, got {value!r}")
+        if not isinstance(self.preamble, str):
+            raise ValueError("CodeModeLimits.preamble must be Python source text")
+
+    @property
+    def request_timeout(self) -> float:
+        """The pool's per-request deadline: the snippet limit plus 10 s (spec A5).
+
+        Monty raises its own ``TimeoutError`` at ``max_feed_duration``; this
+        backstop kills a worker that fails to.
+        """
+        return self.max_feed_duration + 10.0

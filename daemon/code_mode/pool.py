@@ -1,0 +1,63 @@
+"""The Monty worker pool: sizing, checkout limits, clean shutdown.
+
+One ``AsyncMonty`` pool per daemon. Every thread scope holds one checkout,
+which holds one worker process, and the pool's default size is the CPU count:
+on 2 cores the third scope would wait forever. So the pool allows
+``max_scopes + 2`` workers (the private scope of unscoped calls, and one
+scope of overshoot while the LRU cannot evict a running scope), and every
+wait is finite: a checkout gives up after ``checkout_timeout``, a request
+after ``limits.request_timeout`` (the snippet limit + 10 s).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from pydantic_monty import AsyncMonty
+
+from daemon.code_mode.limits import CodeModeLimits
+
+__all__ = ["checkout_limits", "close_pool", "create_pool", "pool_options"]
+
+# Monty counts suspensions over a checkout's whole life and cannot disable
+# the count; the host enforces the per-snippet budget instead.
+UNBOUNDED_SUSPENSIONS = 2**62
+# Closing a pool or a checkout is local process work; it should take milliseconds.
+CLOSE_TIMEOUT = 10.0
+# Lets the pool's Rust runtime threads finish before the interpreter may exit
+# (notes/monty.md §10: otherwise a late callback can abort the process).
+SHUTDOWN_BREATH = 0.05
+
+
+def pool_options(limits: CodeModeLimits) -> dict[str, Any]:
+    """Keyword arguments for ``AsyncMonty`` sized for ``limits``."""
+    return {
+        "min_processes": 1,
+        "max_processes": limits.max_scopes + 2,
+        "checkout_timeout": limits.request_timeout,
+        "request_timeout": limits.request_timeout,
+    }
+
+
+def create_pool(limits: CodeModeLimits) -> AsyncMonty:
+    """A pool for ``limits``, not yet entered (``await pool.__aenter__()`` spawns workers)."""
+    return AsyncMonty(**pool_options(limits))
+
+
+def checkout_limits(limits: CodeModeLimits) -> dict[str, Any]:
+    """The ``limits=`` of every checkout."""
+    return {
+        "max_feed_duration_secs": float(limits.max_feed_duration),
+        "max_memory": int(limits.max_memory),
+        "max_suspensions": UNBOUNDED_SUSPENSIONS,
+    }
+
+
+async def close_pool(pool: AsyncMonty) -> None:
+    """Stop the pool's workers, then let the event loop breathe before exit."""
+    try:
+        async with asyncio.timeout(CLOSE_TIMEOUT):
+            await pool.__aexit__(None, None, None)
+    finally:
+        await asyncio.sleep(SHUTDOWN_BREATH)

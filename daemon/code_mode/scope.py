@@ -1,0 +1,130 @@
+"""REPL scopes: one Monty checkout per conversation thread, checked out on first use.
+
+``ScopeState`` is the REPL itself (the checkout, its lock, why it is empty);
+the executor keeps them in an LRU keyed by thread id. ``ThreadScope`` is the
+handle ``thread_scope()`` returns: it holds only the thread id and looks its
+state up on every call, so a handle outlives an eviction and simply finds an
+empty REPL next time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any
+
+import structlog
+from pydantic_monty import AsyncMonty, AsyncMontySession
+
+from daemon.code_mode.limits import CodeModeLimits
+from daemon.code_mode.pool import CLOSE_TIMEOUT, checkout_limits
+from daemon.tools import BaseToolExecutor, ToolCallOutput, ToolDefinition, ToolExecutor
+
+if TYPE_CHECKING:
+    from daemon.code_mode.executor import CodeModeToolExecutor
+
+__all__ = ["ScopeState", "ThreadScope"]
+
+log = structlog.get_logger("asyncai.code_mode")
+
+
+class ScopeState:
+    """One REPL: a checkout that persists variables across snippets.
+
+    ``lock`` is held while a snippet runs (so the LRU never evicts it, and
+    two calls on one thread take turns). ``reset_reason`` says why the REPL
+    is empty when it is: ``"evicted"``, ``"restart"``, ``"reset"`` (a crash
+    or a blown limit), or None. ``note`` belongs to the variables-note hook.
+    """
+
+    def __init__(self, key: str | None):
+        self.key = key
+        self.lock = asyncio.Lock()
+        self.session: AsyncMontySession | None = None
+        self.reset_reason: str | None = None
+        self.note: str | None = None
+
+    @property
+    def running(self) -> bool:
+        """Whether a snippet is running (or waiting to run) in this scope."""
+        return self.lock.locked()
+
+    @property
+    def worker_pid(self) -> int | None:
+        """The worker process's id while a checkout is held (diagnostics, tests)."""
+        return self.session.worker_pid if self.session is not None else None
+
+    async def checkout(
+        self, pool: AsyncMonty, limits: CodeModeLimits
+    ) -> tuple[AsyncMontySession, bool]:
+        """The live session, checking one out when there is none; and whether it is new."""
+        if self.session is not None:
+            return self.session, False
+        session = pool.checkout(limits=checkout_limits(limits))
+        await session.__aenter__()  # bounded by the pool's checkout_timeout
+        self.session = session
+        return session, True
+
+    async def discard(self, reason: str) -> None:
+        """Close the checkout (the worker goes back to the pool, or is replaced)."""
+        session, self.session = self.session, None
+        self.note = None
+        if session is None:
+            return
+        self.reset_reason = reason
+        try:
+            async with asyncio.timeout(CLOSE_TIMEOUT):
+                await session.__aexit__(None, None, None)
+        except Exception as exc:
+            # the checkout is gone either way; the pool replaces a dead worker
+            log.warning("code_mode.checkout_close_failed", thread=self.key, error=repr(exc))
+
+    async def probe(self, code: str) -> Any:
+        """Run a tool-free snippet in this REPL and return its value (for hooks).
+
+        Raises ``pydantic_monty.MontyError`` when it fails, and RuntimeError
+        when the scope holds no checkout.
+        """
+        if self.session is None:
+            raise RuntimeError("the scope has no checkout")
+        return await self.session.feed_run(code, print_callback=lambda _stream, _text: None)
+
+
+class ThreadScope(BaseToolExecutor):
+    """The code-mode executor bound to one conversation thread's REPL.
+
+    Offers the same single ``run_code`` tool; its variables persist across
+    calls and runs of the thread until eviction, ``restart`` or a reset. The
+    parent executor owns everything: ``aclose()`` here does nothing.
+    """
+
+    def __init__(self, parent: CodeModeToolExecutor, thread_id: str):
+        self._parent = parent
+        self.thread_id = thread_id
+
+    def definitions(self) -> list[ToolDefinition]:
+        """Exactly ``[run_code]``, as the parent offers it."""
+        return self._parent.definitions()
+
+    async def start(self) -> None:
+        """Start the parent (inner executor and pool)."""
+        await self._parent.start()
+
+    async def call_tool(self, name: str, arguments: dict) -> ToolCallOutput:
+        """Run ``run_code`` in this thread's REPL."""
+        return await self._parent._call_in_scope(self.thread_id, name, arguments)
+
+    def thread_scope(self, thread_id: str) -> ToolExecutor | None:
+        """Another thread's scope, from the parent."""
+        return self._parent.thread_scope(thread_id)
+
+    def context_note(self, thread_id: str) -> str | None:
+        """The parent's note for ``thread_id``."""
+        return self._parent.context_note(thread_id)
+
+    @property
+    def worker_pid(self) -> int | None:
+        """The pid of the worker holding this thread's REPL, if checked out (diagnostics)."""
+        return self._parent._worker_pid(self.thread_id)
+
+    async def aclose(self) -> None:
+        """Nothing: the parent executor owns the checkout and closes it."""
