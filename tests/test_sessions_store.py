@@ -1,0 +1,625 @@
+"""The sessions Store on real SQLite files: migrations, prompts, runs, the audit,
+history, cursors, atomicity and concurrent writers."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import uuid
+from pathlib import Path
+
+import aiosqlite
+import pytest
+
+from sessions import (
+    SCHEMA_VERSION,
+    MigrationError,
+    Record,
+    RunMetrics,
+    Store,
+    StoreClosedError,
+    StoreError,
+    ThreadLookupError,
+    session_id,
+)
+from sessions.schema import MIGRATIONS, Migration, migrate
+from sessions.store import audit_query
+from sessions.testing import run_records, tool_call_row, user_record
+
+TABLES = {"threads", "prompts", "runs", "records", "tool_calls", "cursors", "schema_migrations"}
+
+
+@pytest.fixture
+async def store(tmp_path: Path):
+    """An open store on a fresh file."""
+    async with Store(tmp_path / "state" / "asyncai.db", cwd="/srv/asyncai", version="0.1.0") as s:
+        yield s
+
+
+def raw(path: Path, sql: str, params: tuple = ()) -> list[tuple]:
+    """Read with a separate, plain sqlite3 connection: sees only what was committed."""
+    with sqlite3.connect(path) as db:
+        return db.execute(sql, params).fetchall()
+
+
+async def answered_run(
+    store: Store,
+    channel: str,
+    thread: str,
+    run_id: str,
+    prompt_id: str,
+    *,
+    prompt: str = "how many pods?",
+    answer: str = "Three.",
+    calls: int = 1,
+) -> list[Record]:
+    """Record a prompt and take it through a whole run, as the daemon does."""
+    await store.record_prompt(channel, thread, prompt_id, "alice", prompt, "2026-11-29T18:00:00Z")
+    await store.start_run(run_id, channel, thread, [prompt_id])
+    records = run_records(prompt, answer=answer)
+    for _ in range(calls):
+        await store.add_tool_call(tool_call_row(run_id, thread, record_uuid=records[1].uuid))
+    await store.finish_run(
+        run_id, "done", records, RunMetrics(rounds=2, nested_calls=calls), [prompt_id], "done"
+    )
+    return records
+
+
+# ---- migrations -------------------------------------------------------------
+
+
+async def test_migrations_from_an_empty_file(tmp_path: Path):
+    """Opening a new file creates its directory, every table, WAL and the recorded migrations."""
+    path = tmp_path / "new" / "dir" / "asyncai.db"
+    async with Store(path):
+        pass
+    names = {row[0] for row in raw(path, "SELECT name FROM sqlite_master WHERE type = 'table'")}
+    assert names >= TABLES
+    assert raw(path, "PRAGMA user_version") == [(SCHEMA_VERSION,)]
+    assert raw(path, "SELECT version, name FROM schema_migrations") == [
+        (m.version, m.name) for m in MIGRATIONS
+    ]
+    assert raw(path, "PRAGMA journal_mode") == [("wal",)]
+
+
+async def test_reopening_applies_nothing_and_keeps_data(tmp_path: Path):
+    """A second open finds the schema current and the rows still there."""
+    path = tmp_path / "a.db"
+    async with Store(path) as store:
+        await store.set_cursor("#ops", "01A")
+    async with aiosqlite.connect(path, isolation_level=None) as db:
+        assert await migrate(db) == []
+    async with Store(path) as store:
+        assert await store.get_cursor("#ops") == "01A"
+
+
+async def test_connections_enforce_foreign_keys(store: Store):
+    """foreign_keys is on: a prompt cannot point at a run that does not exist."""
+    await store.record_prompt("#ops", "T1", "M1", "alice", "hi", "2026-11-29T18:00:00Z")
+    with pytest.raises(StoreError, match="FOREIGN KEY"):
+        await store.claim_prompts(["M1"], "no-such-run")
+    with pytest.raises(StoreError, match="no run"):
+        await store.add_tool_call(tool_call_row("no-such-run", "T1"))
+
+
+async def test_newer_database_is_refused(tmp_path: Path):
+    """A database migrated by a newer asyncai raises MigrationError instead of being misread."""
+    path = tmp_path / "a.db"
+    async with Store(path):
+        pass
+    with sqlite3.connect(path) as db:
+        db.execute("PRAGMA user_version = 99")
+    with pytest.raises(MigrationError, match="newer"):
+        await Store(path).open()
+
+
+async def test_failed_migration_leaves_the_previous_version(tmp_path: Path):
+    """A migration that fails half-way is rolled back whole; the version stays."""
+
+    async def broken(db: aiosqlite.Connection) -> None:
+        await db.execute("CREATE TABLE half_done (x)")
+        await db.execute("INSERT INTO no_such_table VALUES (1)")
+
+    path = tmp_path / "a.db"
+    migrations = [*MIGRATIONS, Migration(len(MIGRATIONS) + 1, "broken", broken)]
+    with pytest.raises(MigrationError, match="broken"):
+        await Store(path, migrations=migrations).open()
+    assert raw(path, "PRAGMA user_version") == [(SCHEMA_VERSION,)]
+    assert raw(path, "SELECT name FROM sqlite_master WHERE name = 'half_done'") == []
+    async with Store(path) as store:  # the code's own migrations still open it
+        assert await store.integrity_check() == "ok"
+
+
+async def test_next_migration_is_applied_and_recorded(tmp_path: Path):
+    """A later migration runs once, on top of the existing data, and is recorded by name."""
+
+    async def add_note(db: aiosqlite.Connection) -> None:
+        await db.execute("ALTER TABLE threads ADD COLUMN note TEXT")
+
+    path = tmp_path / "a.db"
+    async with Store(path) as store:
+        await store.set_cursor("#ops", "01A")
+    migrations = [*MIGRATIONS, Migration(len(MIGRATIONS) + 1, "thread_note", add_note)]
+    async with Store(path, migrations=migrations) as store:
+        assert await store.get_cursor("#ops") == "01A"
+    assert raw(path, "SELECT name FROM schema_migrations ORDER BY version")[-1] == ("thread_note",)
+    assert raw(path, "PRAGMA user_version") == [(SCHEMA_VERSION + 1,)]
+
+
+async def test_migration_history_of_another_program_is_refused(tmp_path: Path):
+    """A database whose recorded migration 1 has another name is not ours to change."""
+    path = tmp_path / "a.db"
+    async with Store(path):
+        pass
+    renamed = [Migration(1, "something_else", MIGRATIONS[0].apply)]
+    with pytest.raises(MigrationError, match="something_else"):
+        await Store(path, migrations=renamed).open()
+
+
+async def test_migrations_must_be_numbered_in_order(tmp_path: Path):
+    """A gap in the numbering is a programming error caught before touching the file."""
+    with pytest.raises(MigrationError, match="expected 1"):
+        await Store(tmp_path / "a.db", migrations=[Migration(2, "x", MIGRATIONS[0].apply)]).open()
+
+
+async def test_a_file_that_is_not_sqlite(tmp_path: Path):
+    """Garbage is reported as a StoreError naming the file, with the driver's error as cause."""
+    path = tmp_path / "notes.txt"
+    path.write_bytes(b"this is not a database" * 100)
+    with pytest.raises(StoreError, match=r"notes\.txt") as caught:
+        await Store(path).open()
+    assert isinstance(caught.value.__cause__, sqlite3.DatabaseError)
+
+
+async def test_create_false_does_not_create(tmp_path: Path):
+    """Readers (the CLI) never create an empty database by mistake."""
+    path = tmp_path / "missing.db"
+    with pytest.raises(StoreError, match="no database"):
+        await Store(path, create=False).open()
+    assert not path.exists()
+
+
+async def test_use_after_close(tmp_path: Path):
+    """A closed store says so instead of leaking aiosqlite's ValueError."""
+    store = await Store(tmp_path / "a.db").open()
+    await store.aclose()
+    await store.aclose()  # idempotent
+    with pytest.raises(StoreClosedError):
+        await store.set_cursor("#ops", "01A")
+    with pytest.raises(StoreClosedError):
+        await store.threads()
+
+
+# ---- prompts ----------------------------------------------------------------
+
+
+async def test_a_prompt_recorded_twice_is_stored_once(store: Store):
+    """record_prompt is idempotent by the channel's message id."""
+    args = ("#ops", "T1", "M1", "alice", "how many pods?", "2026-11-29T18:00:00Z")
+    assert await store.record_prompt(*args) is True
+    assert await store.record_prompt(*args) is False
+    assert raw(store.path, "SELECT id, status FROM prompts") == [("M1", "queued")]
+
+
+async def test_record_prompt_can_advance_the_cursor(store: Store):
+    """With advance_cursor the prompt and the cursor land in one transaction."""
+    await store.record_prompt(
+        "#ops", "T1", "M2", "a", "x", "2026-11-29T18:00:00Z", advance_cursor=True
+    )
+    assert await store.get_cursor("#ops") == "M2"
+    await store.record_prompt(
+        "#ops", "T1", "M1", "a", "x", "2026-11-29T17:00:00Z", advance_cursor=True
+    )
+    assert await store.get_cursor("#ops") == "M2"
+
+
+async def test_a_bad_timestamp_is_a_store_error(store: Store):
+    """Timestamps are validated before anything is written."""
+    with pytest.raises(StoreError, match="ts"):
+        await store.record_prompt("#ops", "T1", "M1", "a", "x", "yesterday")
+    assert raw(store.path, "SELECT count(*) FROM prompts") == [(0,)]
+
+
+async def test_pending_prompts_oldest_first_across_and_within_threads(store: Store):
+    """Restart recovery reads unfinished prompts oldest first; one thread's on request."""
+    await store.record_prompt("#ops", "T1", "M3", "a", "third", "2026-11-29T18:00:03Z")
+    await store.record_prompt("#ops", "T2", "M1", "b", "first", "2026-11-29T18:00:01Z")
+    await store.record_prompt("#dev", "T1", "M2", "c", "second", "2026-11-29T18:00:02+00:00")
+    await store.record_prompt("#ops", "T1", "M4", "a", "done", "2026-11-29T18:00:04Z")
+    await store.mark_prompts(["M4"], "done")
+    assert [p.id for p in await store.pending_prompts()] == ["M1", "M2", "M3"]
+    only = await store.pending_prompts("#ops", "T1")
+    assert [(p.id, p.channel, p.thread_id, p.text) for p in only] == [("M3", "#ops", "T1", "third")]
+    with pytest.raises(StoreError, match="both"):
+        await store.pending_prompts("#ops")
+
+
+async def test_claim_mark_and_requeue(store: Store):
+    """Claimed prompts run under the run; done ones are never claimed or requeued again."""
+    for i in (1, 2, 3):
+        await store.record_prompt("#ops", "T1", f"M{i}", "a", "x", f"2026-11-29T18:00:0{i}Z")
+    await store.start_run("R1", "#ops", "T1")
+    assert await store.claim_prompts(["M1", "M2"], "R1") == 2
+    assert {p.id: (p.status, p.run_id) for p in await store.get_prompts(["M1", "M2", "M3"])} == {
+        "M1": ("running", "R1"),
+        "M2": ("running", "R1"),
+        "M3": ("queued", None),
+    }
+    assert await store.mark_prompts(["M1"], "done") == 1
+    assert await store.requeue_prompts(["M1", "M2"]) == 1
+    assert await store.claim_prompts(["M1"], "R1") == 0
+    assert [(p.id, p.status, p.run_id) for p in await store.get_prompts(["M1", "M2"])] == [
+        ("M1", "done", "R1"),
+        ("M2", "queued", None),
+    ]
+    with pytest.raises(StoreError, match="status"):
+        await store.mark_prompts(["M1"], "answered")  # type: ignore[arg-type]
+
+
+async def test_recover_interrupts_runs_left_running(store: Store):
+    """After a crash, runs still 'running' become 'interrupted' and their prompts queue again."""
+    await store.record_prompt("#ops", "T1", "M1", "a", "x", "2026-11-29T18:00:01Z")
+    await store.record_prompt("#ops", "T2", "M2", "a", "y", "2026-11-29T18:00:02Z")
+    await store.start_run("R1", "#ops", "T1", ["M1"])
+    await answered_run(store, "#ops", "T3", "R3", "M3")
+    assert await store.recover() == ["R1"]
+    status, _, error = await store.run_metrics("R1") or ("?", None, None)
+    assert status == "interrupted"
+    assert error is not None
+    assert "stopped" in error
+    assert [(p.id, p.status) for p in await store.pending_prompts()] == [
+        ("M1", "queued"),
+        ("M2", "queued"),
+    ]
+    assert (await store.run_metrics("R3") or ("?",))[0] == "done"
+
+
+# ---- runs, records and the audit ---------------------------------------------
+
+
+async def test_run_row_is_written_at_start(store: Store):
+    """start_run commits the run row at once, visible to any other connection."""
+    await store.start_run("R1", "#ops", "T1")
+    assert raw(store.path, "SELECT id, status, finished FROM runs") == [("R1", "running", None)]
+    with pytest.raises(StoreError, match="R1"):
+        await store.start_run("R1", "#ops", "T1")
+
+
+async def test_tool_call_rows_are_committed_as_they_end(store: Store):
+    """Each audit row is visible to another connection as soon as add_tool_call returns."""
+    await store.start_run("R1", "#ops", "T1")
+    row_id = await store.add_tool_call(
+        tool_call_row("R1", "T1", tool="delete_object", mutating=True, arguments={"name": "x"})
+    )
+    assert raw(store.path, "SELECT id, tool, mutating, thread, arguments FROM tool_calls") == [
+        (row_id, "delete_object", 1, "#ops/T1", '{"name":"x"}')
+    ]
+
+
+async def test_records_chain_across_runs_with_the_full_envelope(store: Store):
+    """The first record of a run links to the thread's last one; each next to the one before."""
+    first = await answered_run(store, "#ops", "T1", "R1", "M1")
+    second = await answered_run(store, "#ops", "T1", "R2", "M2")
+    await answered_run(store, "#ops", "T2", "R3", "M3")  # another thread: its own chain
+    stored = await store.transcript("T1")
+    assert [r.uuid for r in stored] == [r.uuid for r in first + second]
+    assert [r.parent_uuid for r in stored] == [None] + [r.uuid for r in (first + second)[:-1]]
+    assert {r.session_id for r in stored} == {session_id("#ops", "T1")}
+    assert uuid.UUID(stored[0].session_id).version == 5
+    assert {(r.cwd, r.version, r.is_sidechain, r.user_type) for r in stored} == {
+        ("/srv/asyncai", "0.1.0", False, "external")
+    }
+    assert stored[2].tool_use_result == first[2].tool_use_result
+    assert stored[1].message == first[1].message
+    other = await store.transcript("T2")
+    assert other[0].parent_uuid is None
+
+
+async def test_finish_run_stores_metrics_status_and_prompt_status(store: Store):
+    """Metrics (spec A9 plus tokens), status, error and prompt statuses all land."""
+    await store.record_prompt("#ops", "T1", "M1", "a", "x", "2026-11-29T18:00:00Z")
+    await store.start_run("R1", "#ops", "T1", ["M1"])
+    metrics = RunMetrics(3, 2, 5, 22_506, 871, True, 1200, 300, {"model": "m"})
+    await store.finish_run("R1", "failed", [], metrics, ["M1"], "failed", error="model down")
+    assert await store.run_metrics("R1") == ("failed", metrics, "model down")
+    assert await store.run_metrics("nope") is None
+    assert [(p.status, p.run_id) for p in await store.get_prompts(["M1"])] == [("failed", "R1")]
+    with pytest.raises(StoreError, match="running"):
+        await store.finish_run("R1", "running", [], metrics, [], "done")
+
+
+async def test_a_failed_finish_leaves_nothing_half_written(store: Store):
+    """A constraint violation on the third record rolls back the whole finish; audit rows stay."""
+    previous = await answered_run(store, "#ops", "T1", "R0", "M0")
+    await store.record_prompt("#ops", "T1", "M1", "a", "x", "2026-11-29T18:00:00Z")
+    await store.start_run("R1", "#ops", "T1", ["M1"])
+    for _ in range(3):
+        await store.add_tool_call(tool_call_row("R1", "T1"))
+    records = run_records()
+    # the third record reuses an existing uuid: UNIQUE fails mid-way through the inserts
+    records[2] = Record(
+        uuid=previous[0].uuid,
+        type="user",
+        timestamp=records[2].timestamp,
+        message=records[2].message,
+        tool_use_result=records[2].tool_use_result,
+    )
+    with pytest.raises(StoreError, match="UNIQUE") as caught:
+        await store.finish_run(
+            "R1", "done", records, RunMetrics(rounds=9, nested_calls=3), ["M1"], "done"
+        )
+    assert isinstance(caught.value.__cause__, sqlite3.IntegrityError)
+    assert raw(store.path, "SELECT count(*) FROM records WHERE run_id = 'R1'") == [(0,)]
+    assert raw(store.path, "SELECT status, rounds, finished FROM runs WHERE id = 'R1'") == [
+        ("running", 0, None)
+    ]
+    assert raw(store.path, "SELECT status FROM prompts WHERE id = 'M1'") == [("running",)]
+    assert raw(store.path, "SELECT count(*) FROM tool_calls WHERE run_id = 'R1'") == [(3,)]
+    # the writer is free again and the thread's chain is intact
+    await store.finish_run("R1", "done", run_records(), RunMetrics(), ["M1"], "done")
+    chain = await store.transcript("T1")
+    assert chain[4].parent_uuid == previous[-1].uuid
+
+
+async def test_a_record_of_a_forbidden_type_is_refused_whole(store: Store):
+    """The CHECK on records.type is a constraint too: a 'system' record rolls back the finish."""
+    await store.start_run("R1", "#ops", "T1")
+    bad = Record(str(uuid.uuid4()), "system", "2026-11-29T18:00:00Z", {"content": "x"})  # type: ignore[arg-type]
+    with pytest.raises(StoreError, match="CHECK"):
+        await store.finish_run("R1", "done", [user_record("hi"), bad], RunMetrics(), [], "done")
+    assert raw(store.path, "SELECT count(*) FROM records") == [(0,)]
+
+
+async def test_values_that_are_not_json_fail_before_writing(store: Store):
+    """A message that cannot be serialized is refused before the transaction starts."""
+    await store.start_run("R1", "#ops", "T1")
+    bad = Record(str(uuid.uuid4()), "user", "2026-11-29T18:00:00Z", {"content": object()})
+    with pytest.raises(TypeError):
+        await store.finish_run("R1", "done", [bad], RunMetrics(), [], "done")
+    await store.finish_run("R1", "done", [user_record("hi")], RunMetrics(), [], "done")
+
+
+async def test_a_cancelled_finish_lands_whole_or_not_at_all(store: Store):
+    """Cancelling a finish in flight leaves either all of it or none of it, and a usable writer."""
+    await store.start_run("R1", "#ops", "T1")
+    records = [user_record(f"line {i}") for i in range(2000)]
+    task = asyncio.create_task(
+        store.finish_run("R1", "done", records, RunMetrics(rounds=1), [], "done")
+    )
+    await asyncio.sleep(0)  # one loop turn: the task is now inside its transaction
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await store.set_cursor("#ops", "01A")  # the writer is usable (runs after the rollback)
+    state = raw(store.path, "SELECT status, (SELECT count(*) FROM records) FROM runs")
+    assert state in ([("running", 0)], [("done", 2000)])
+
+
+async def test_cancelled_while_waiting_for_the_lock_of_another_process(store: Store):
+    """A write cancelled while its BEGIN waits on another connection leaves no open transaction."""
+    await store.start_run("R1", "#ops", "T1")
+    other = sqlite3.connect(store.path, isolation_level=None)
+    try:
+        other.execute("BEGIN IMMEDIATE")  # another process holds the write lock
+        task = asyncio.create_task(
+            store.finish_run("R1", "done", [user_record("hi")], RunMetrics(), [], "done")
+        )
+        await asyncio.sleep(0)  # the task's BEGIN IMMEDIATE is now waiting in SQLite
+        task.cancel()
+        # the rollback is queued behind that BEGIN: free the lock so both can run
+        other.execute("COMMIT")
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    finally:
+        other.close()
+    # the BEGIN that went through after the cancel was rolled back, so this can begin
+    await store.set_cursor("#ops", "01A")
+    assert raw(store.path, "SELECT status, (SELECT count(*) FROM records) FROM runs") == [
+        ("running", 0)
+    ]
+
+
+# ---- history and cursors -----------------------------------------------------
+
+
+async def test_history_is_text_only_oldest_first(store: Store):
+    """History has the user and assistant texts, never tool_use or tool_result content."""
+    await answered_run(store, "#ops", "T1", "R1", "M1", prompt="q1", answer="a1")
+    await answered_run(store, "#ops", "T1", "R2", "M2", prompt="q2", answer="a2")
+    turns = await store.history("#ops", "T1")
+    assert [(t.role, t.text) for t in turns] == [
+        ("user", "q1"),
+        ("assistant", "a1"),
+        ("user", "q2"),
+        ("assistant", "a2"),
+    ]
+    assert await store.history("#ops", "unknown") == []
+
+
+async def test_history_bounds_by_turns_and_chars(store: Store):
+    """The newest turns within both bounds; many records are read in pages."""
+    for i in range(40):
+        await answered_run(
+            store, "#ops", "T1", f"R{i}", f"M{i}", prompt=f"q{i:02}", answer=f"a{i:02}"
+        )
+    turns = await store.history("#ops", "T1", turns=5)
+    assert [t.text for t in turns] == ["a37", "q38", "a38", "q39", "a39"]
+    turns = await store.history("#ops", "T1", turns=20, chars=9)
+    assert [t.text for t in turns] == ["q38", "a38", "q39", "a39"][-3:]
+    assert len(await store.history("#ops", "T1", turns=100)) == 80
+
+
+async def test_history_keeps_the_tail_of_a_huge_last_answer(store: Store):
+    """When even the newest turn is over the budget, its end is kept behind an ellipsis."""
+    await answered_run(store, "#ops", "T1", "R1", "M1", answer="x" * 50 + "END")
+    turns = await store.history("#ops", "T1", chars=10)
+    assert turns == [("assistant", "…" + "x" * 6 + "END")]
+
+
+async def test_cursor_never_moves_back(store: Store):
+    """set_cursor is monotonic in message-id order."""
+    assert await store.get_cursor("#ops") is None
+    assert await store.set_cursor("#ops", "01B") is True
+    assert await store.set_cursor("#ops", "01A") is False
+    assert await store.set_cursor("#ops", "01B") is False
+    assert await store.set_cursor("#ops", "01C") is True
+    assert await store.set_cursor("#dev", "01A") is True
+    assert await store.get_cursor("#ops") == "01C"
+
+
+# ---- reads for people ----------------------------------------------------------
+
+
+async def test_threads_lists_counts_newest_first(store: Store):
+    """threads() has one line per thread with its counts, most recently active first."""
+    await answered_run(store, "#ops", "T1", "R1", "M1", calls=2)
+    await store.start_run("R2", "#dev", "T9")
+    await store.add_tool_call(tool_call_row("R2", "T9", tool="apply_object", mutating=True))
+    found = await store.threads()
+    assert [
+        (t.channel, t.thread_id, t.prompts, t.runs, t.records, t.tool_calls, t.mutating_calls)
+        for t in found
+    ] == [
+        ("#dev", "T9", 0, 1, 0, 1, 1),
+        ("#ops", "T1", 1, 1, 4, 2, 0),
+    ]
+    assert len(await store.threads(1)) == 1
+
+
+async def test_transcript_lookup_by_id_and_channel(store: Store):
+    """A thread id in two channels needs its channel; an unknown id is a ThreadLookupError."""
+    await answered_run(store, "#ops", "T1", "R1", "M1")
+    await answered_run(store, "#dev", "T1", "R2", "M2")
+    with pytest.raises(ThreadLookupError, match="#dev, #ops"):
+        await store.transcript("T1")
+    assert len(await store.transcript("T1", "#dev")) == 4
+    with pytest.raises(ThreadLookupError, match="no thread"):
+        await store.transcript("T7")
+
+
+async def test_thread_ids_with_slashes_do_not_collide(store: Store):
+    """('a/b', 'c') and ('a', 'b/c') are different threads."""
+    await store.set_cursor("#x", "1")
+    await answered_run(store, "a/b", "c", "R1", "M1", answer="first")
+    await answered_run(store, "a", "b/c", "R2", "M2", answer="second")
+    assert (await store.history("a/b", "c"))[-1].text == "first"
+    assert (await store.history("a", "b/c"))[-1].text == "second"
+
+
+async def test_audit_filters(store: Store):
+    """Every audit filter alone and together; newest first."""
+    await store.start_run("R1", "#ops", "T1")
+    await store.start_run("R2", "#dev", "T2")
+    rows = [
+        ("R1", "T1", "list_objects", False, "2026-11-28T10:00:00Z"),
+        ("R1", "T1", "delete_object", True, "2026-11-29T10:00:00Z"),
+        ("R2", "T2", "list_objects", False, "2026-11-29T11:00:00Z"),
+        ("R2", "T2", "apply_object", True, "2026-11-30T09:00:00+01:00"),
+    ]
+    for run, thread, tool, mutating, started in rows:
+        await store.add_tool_call(
+            tool_call_row(run, thread, tool=tool, mutating=mutating, started=started)
+        )
+
+    async def tools(**kw) -> list[str]:
+        return [e.tool for e in await store.audit(**kw)]
+
+    assert await tools() == ["apply_object", "list_objects", "delete_object", "list_objects"]
+    assert await tools(thread="T1") == ["delete_object", "list_objects"]
+    assert await tools(thread="T1", channel="#dev") == []
+    assert await tools(channel="#dev") == ["apply_object", "list_objects"]
+    assert await tools(tool="list_objects") == ["list_objects", "list_objects"]
+    assert await tools(mutating=True) == ["apply_object", "delete_object"]
+    assert await tools(mutating=False) == ["list_objects", "list_objects"]
+    assert await tools(since="2026-11-29") == ["apply_object", "list_objects", "delete_object"]
+    assert await tools(since="2026-11-30T08:00:00Z") == ["apply_object"]
+    assert await tools(thread="T2", tool="list_objects", since="2026-11-29") == ["list_objects"]
+    assert await tools(limit=1) == ["apply_object"]
+    entry = (await store.audit(mutating=True, limit=1))[0]
+    assert (entry.channel, entry.thread_id, entry.started) == (
+        "#dev",
+        "T2",
+        "2026-11-30T08:00:00.000Z",
+    )
+
+
+async def test_audit_values_are_bound_not_spliced(store: Store):
+    """Inputs that look like SQL match nothing and change nothing."""
+    await answered_run(store, "#ops", "T1", "R1", "M1")
+    for evil in ["x' OR '1'='1", "T1'; DROP TABLE tool_calls; --", '" OR 1=1 --']:
+        assert await store.audit(tool=evil) == []
+        assert await store.audit(thread=evil) == []
+        assert await store.audit(channel=evil) == []
+        sql, params = audit_query(thread_keys=[evil], channel=evil, tool=evil)
+        assert evil not in sql
+        assert params.count(evil) == 3
+    assert len(await store.audit()) == 1
+
+
+async def test_audit_queries_walk_indexes(store: Store):
+    """Each filter uses its index and none sorts: newest-first is an index walk."""
+    for kw, index in [
+        ({}, "tool_calls_started"),
+        ({"thread_keys": ["#ops/T1"]}, "tool_calls_thread"),
+        ({"tool": "x"}, "tool_calls_tool"),
+        ({"mutating": True}, "tool_calls_mutating"),
+        ({"since": "2026-11-29"}, "tool_calls_started"),
+        ({"tool": "x", "since": "2026-11-29"}, "tool_calls_tool"),
+    ]:
+        plan = " | ".join(await store.explain(*audit_query(**kw)))
+        assert f"USING INDEX {index}" in plan, (kw, plan)
+        assert "TEMP B-TREE" not in plan, (kw, plan)
+
+
+# ---- concurrency ----------------------------------------------------------------
+
+
+async def test_concurrent_writers_from_many_tasks(store: Store):
+    """Twenty threads' runs written at once by concurrent tasks all land, each chain intact."""
+
+    async def conversation(n: int) -> None:
+        for turn in range(3):
+            await answered_run(store, "#ops", f"T{n}", f"R{n}.{turn}", f"M{n}.{turn}", calls=2)
+            await store.set_cursor("#ops", f"M{n:02}.{turn}")
+
+    async with asyncio.TaskGroup() as group:
+        for n in range(20):
+            group.create_task(conversation(n))
+    assert raw(store.path, "SELECT count(*) FROM records") == [(20 * 3 * 4,)]
+    assert raw(store.path, "SELECT count(*) FROM tool_calls") == [(20 * 3 * 2,)]
+    assert raw(store.path, "SELECT count(*) FROM prompts WHERE status = 'done'") == [(60,)]
+    assert await store.get_cursor("#ops") == "M19.2"
+    for n in range(20):
+        chain = await store.transcript(f"T{n}")
+        assert [r.parent_uuid for r in chain[1:]] == [r.uuid for r in chain[:-1]]
+    assert await store.integrity_check() == "ok"
+
+
+async def test_two_stores_on_one_file_wait_for_each_other(tmp_path: Path):
+    """Two processes' stores (here: two Store objects) share the file through busy_timeout."""
+    path = tmp_path / "a.db"
+    async with Store(path) as one, Store(path) as two:
+
+        async def write(store: Store, prefix: str) -> None:
+            for i in range(30):
+                await store.record_prompt(
+                    "#ops", prefix, f"{prefix}{i}", "a", "x", "2026-11-29T18:00:00Z"
+                )
+
+        await asyncio.gather(write(one, "A"), write(two, "B"))
+        assert len(await one.pending_prompts()) == 60
+        assert len(await two.pending_prompts()) == 60
+
+
+async def test_readers_do_not_wait_for_a_long_write(store: Store):
+    """While another connection holds the write lock, reads see the last committed state."""
+    await store.set_cursor("#ops", "01A")
+    other = sqlite3.connect(store.path, isolation_level=None)
+    try:
+        other.execute("BEGIN IMMEDIATE")
+        other.execute("UPDATE cursors SET message_id = '01Z'")
+        assert await store.get_cursor("#ops") == "01A"
+        other.execute("COMMIT")
+    finally:
+        other.close()
+    assert await store.get_cursor("#ops") == "01Z"
