@@ -1,0 +1,241 @@
+"""Built-in helpers fed into every REPL scope, and the rule that keeps them bound.
+
+Spec A8 and A11: live runs showed a small model forgetting ``import
+asyncio``, guessing shapes (``kcps[0]`` on a dict), and later shadowing a
+helper (``names = []`` broke ``names(v)`` three turns on). So every new scope
+(and every ``restart``) first runs :data:`HELPERS_SOURCE`, which imports
+``asyncio``, ``json`` and ``re`` and defines:
+
+- ``items(x)``: the list inside ``x``;
+- ``names(x)``: ``metadata.name`` (else ``name``, else ``id``) of each item;
+- ``dig(obj, *path, default=None)``: nested lookup by dotted or split
+  segments; a trailing argument that is not a ``str``/``int`` is the default;
+- ``count_by(xs, *path)``: ``{value: count}``, most common first;
+- ``to_json(x, indent=None)``: ``json.dumps`` with ``str()`` for unknown
+  types (Monty's ``json.dumps`` has no ``default=``).
+
+The source is Monty Python (no ``yield``, no ``del``, exceptions with one
+string argument). The helpers call each other and ``json`` through private
+``_asyncai_`` aliases, so a snippet that rebinds ``json`` does not break
+``to_json``.
+
+:func:`check_reserved` rejects, before it runs, a snippet that rebinds a
+helper name (or a private ``_asyncai_`` name) at module level.
+"""
+
+from __future__ import annotations
+
+from daemon.code_mode.bindings import Binding, module_bindings
+
+__all__ = [
+    "HELPERS_SOURCE",
+    "PRELOADED_MODULES",
+    "PRIVATE_PREFIX",
+    "RESERVED_NAMES",
+    "check_reserved",
+    "prelude",
+    "reserved_bindings",
+]
+
+RESERVED_NAMES: tuple[str, ...] = ("items", "names", "dig", "count_by", "to_json")
+PRELOADED_MODULES: tuple[str, ...] = ("asyncio", "json", "re")
+PRIVATE_PREFIX = "_asyncai_"
+
+HELPERS_SOURCE = '''\
+import asyncio
+import json
+import re
+import json as _asyncai_json
+
+
+def _asyncai_is_segment(p):
+    return type(p) is str or type(p) is int
+
+
+def items(x):
+    """The list inside x: x itself for a list or tuple, x["items"], the only
+    list value of a dict, [x] for a dict without lists, [] for None."""
+    if x is None:
+        return []
+    if isinstance(x, (list, tuple)):
+        return list(x)
+    if isinstance(x, dict):
+        if "items" in x and (x["items"] is None or isinstance(x["items"], list)):
+            return x["items"] or []
+        lists = [k for k, v in x.items() if isinstance(v, list)]
+        if len(lists) == 1:
+            return x[lists[0]]
+        if not lists:
+            return [x]
+        keys = ", ".join(str(k) for k in lists)
+        raise TypeError("items(): this dict holds several lists; pick one: " + keys)
+    raise TypeError("items() needs a list or a dict, got " + type(x).__name__)
+
+
+def _asyncai_step(cur, key):
+    if isinstance(cur, dict):
+        if key in cur:
+            return True, cur[key]
+        return False, None
+    if isinstance(cur, (list, tuple)):
+        if type(key) is str:
+            digits = key[1:] if key.startswith("-") else key
+            if not digits.isdigit():
+                return False, None
+            key = int(key)
+        if -len(cur) <= key < len(cur):
+            return True, cur[key]
+    return False, None
+
+
+def dig(obj, *path, default=None):
+    """obj["a"]["b"][0]... by dotted or split segments: dig(o, "a.b.0.c"),
+    dig(o, "a", "b", 0), dig(pod, "metadata.labels", "app.kubernetes.io/name").
+    Returns default when a step is missing or None. A last argument that is
+    not a str or int is taken as the default: dig(x, "a.b", {})."""
+    if path and not _asyncai_is_segment(path[-1]):
+        default = path[-1]
+        path = path[:-1]
+    cur = obj
+    for seg in path:
+        if type(seg) is int:
+            found, cur = _asyncai_step(cur, seg)
+            if not found or cur is None:
+                return default
+            continue
+        rest = seg
+        while True:
+            if isinstance(cur, dict) and rest in cur:
+                found, cur = True, cur[rest]
+                rest = None
+            else:
+                parts = rest.split(".", 1)
+                found, cur = _asyncai_step(cur, parts[0])
+                rest = parts[1] if len(parts) == 2 else None
+            if not found or cur is None:
+                return default
+            if rest is None:
+                break
+    if cur is None:
+        return default
+    return cur
+
+
+def names(x):
+    """metadata.name (else name, else id) of every item of items(x); a str item is itself."""
+    out = []
+    for i in items(x):
+        if isinstance(i, str):
+            out.append(i)
+        elif isinstance(i, dict):
+            n = _asyncai_dig(i, "metadata", "name")
+            if n is None:
+                n = i.get("name")
+            if n is None:
+                n = i.get("id")
+            out.append(n)
+        else:
+            out.append(None)
+    return out
+
+
+def _asyncai_plain(x):
+    if x is None or isinstance(x, (str, int, float, bool)):
+        return x
+    if isinstance(x, dict):
+        out = {}
+        for k, v in x.items():
+            if not (k is None or isinstance(k, (str, int, float, bool))):
+                k = str(k)
+            out[k] = _asyncai_plain(v)
+        return out
+    if isinstance(x, (list, tuple)):
+        return [_asyncai_plain(v) for v in x]
+    if isinstance(x, (set, frozenset)):
+        vals = [_asyncai_plain(v) for v in x]
+        try:
+            return sorted(vals)
+        except TypeError:
+            return vals
+    return str(x)
+
+
+def to_json(x, indent=None):
+    """json.dumps(x, indent=indent) with str() for values JSON has no type for
+    (sets become lists; Monty's json.dumps has no default=)."""
+    return _asyncai_json.dumps(_asyncai_plain(x), indent=indent)
+
+
+def count_by(xs, *path):
+    """{value: count} of dig(x, *path) over items(xs), most common first:
+    count_by(pods, "status.phase"). Missing values count under None, or under
+    a trailing argument that is not a str or int (count_by(xs, "a.b", False));
+    list and dict values count under their to_json text."""
+    default = None
+    if path and not _asyncai_is_segment(path[-1]):
+        default = path[-1]
+        path = path[:-1]
+    counts = {}
+    for x in items(xs):
+        v = _asyncai_dig(x, *path, default=default) if path else x
+        if isinstance(v, (list, dict, set)):
+            v = _asyncai_to_json(v)
+        counts[v] = counts.get(v, 0) + 1
+    return dict(sorted(counts.items(), key=lambda kv: -kv[1]))
+
+
+_asyncai_dig = dig
+_asyncai_to_json = to_json
+'''
+
+
+def prelude(preamble: str = "") -> list[str]:
+    """The snippets a new scope runs before the model's first one, in order.
+
+    The helpers, then the operator's preamble (``--code-preamble``), if any.
+    """
+    return [HELPERS_SOURCE, *([preamble] if preamble.strip() else [])]
+
+
+def _is_reserved(name: str) -> bool:
+    return name in RESERVED_NAMES or name.startswith(PRIVATE_PREFIX)
+
+
+def reserved_bindings(code: str) -> list[Binding]:
+    """The module-level bindings in ``code`` that would rebind a helper or private name."""
+    return [b for b in module_bindings(code) if _is_reserved(b.name)]
+
+
+_HOW = {
+    "assign": "assigns to",
+    "def": "defines a function named",
+    "class": "defines a class named",
+    "import": "imports a name as",
+    "for": "uses as a loop variable",
+    "with": "binds with 'as'",
+    "except": "binds with 'except ... as'",
+    "match": "captures in a match pattern",
+    "global": "declares global",
+}
+
+
+def check_reserved(code: str) -> str | None:
+    """Why ``code`` may not run (it rebinds a helper at module level), or None.
+
+    The message names the helper, the line, and another name to use instead.
+    """
+    hits = reserved_bindings(code)
+    if not hits:
+        return None
+    b = hits[0]
+    if b.name.startswith(PRIVATE_PREFIX):
+        return (
+            f"run_code rejected this snippet before running it: line {b.line} {_HOW[b.kind]} "
+            f"'{b.name}'; names starting with '{PRIVATE_PREFIX}' are reserved for asyncai. "
+            "Use another name."
+        )
+    return (
+        f"run_code rejected this snippet before running it: line {b.line} {_HOW[b.kind]} "
+        f"'{b.name}', which is a built-in helper ({', '.join(RESERVED_NAMES)}); rebinding it "
+        f"would break later snippets. Use another name, e.g. '{b.name}_'."
+    )

@@ -1,0 +1,222 @@
+"""The variables note (spec A11): what the REPL of a thread still holds.
+
+A conversation's history keeps only user and assistant text, so a model that
+fetched 80 objects into ``ss`` last turn does not know ``ss`` is still there
+and fetches again. After each snippet the engine probes the scope and
+``context_note(thread_id)`` appends, to the newest user message of the next
+run::
+
+    [run_code variables still in scope: ss: list[80], d: dict[3], n: int]
+
+The note lives in the user message, never in the tool description, so the
+cached prompt prefix stays byte-identical.
+
+How it is built, all without I/O here (the engine runs the probe):
+
+1. :class:`ScopeVariables` records, from the text of every snippet fed to
+   the scope, the module-level names it binds (:mod:`bindings`; imports,
+   helper and private names left out), most recently bound last.
+2. :func:`probe_code` is a snippet that describes those names inside the
+   scope: ``list[80]``, ``dict[3]``, ``str[1200]``, ``int``, ``None``,
+   ``function``… A name that is not bound (a branch not taken, a snippet
+   that failed first) is skipped. The probe binds only one private name.
+3. :func:`parse_probe` reads its result, and :meth:`ScopeVariables.note`
+   formats at most :data:`MAX_NAMES` names within :data:`MAX_CHARS`
+   characters, the most recent kept.
+
+A scope that was evicted, or reset after a crash, a limit or ``restart``,
+has lost its variables: until a new snippet binds something, the note says
+the REPL is empty (:func:`reset_note`).
+"""
+
+from __future__ import annotations
+
+import keyword
+from collections.abc import Sequence
+from typing import Any, Literal
+
+from daemon.code_mode.bindings import module_bindings
+from daemon.code_mode.helpers import PRIVATE_PREFIX, RESERVED_NAMES
+
+__all__ = [
+    "MAX_CHARS",
+    "MAX_NAMES",
+    "MAX_PROBED",
+    "NOTE_PREFIX",
+    "ResetReason",
+    "ScopeVariables",
+    "format_note",
+    "parse_probe",
+    "probe_code",
+    "reset_note",
+]
+
+MAX_NAMES = 30
+MAX_CHARS = 600
+# Names probed at most: the most recent ones; the note shows fewer anyway.
+MAX_PROBED = 60
+NOTE_PREFIX = "[run_code variables still in scope: "
+
+ResetReason = Literal["evicted", "reset"]
+
+_RESET_TEXT: dict[str, str] = {
+    "evicted": (
+        "[run_code REPL is empty: this conversation's sandbox was dropped while idle, so the "
+        "variables of earlier run_code calls are gone; fetch again what you need.]"
+    ),
+    "reset": (
+        "[run_code REPL is empty: the sandbox was reset (restart, crash or limit), so the "
+        "variables of earlier run_code calls are gone; fetch again what you need.]"
+    ),
+}
+
+_PROBE_FUNCTION = f"{PRIVATE_PREFIX}describe_vars"
+
+# Monty Python. ``type(v).__name__`` works there; a NameError for a name the
+# snippets did not end up binding is caught per name.
+_PROBE_SOURCE = f"""\
+def {_PROBE_FUNCTION}(pairs):
+    out = []
+    for pair in pairs:
+        try:
+            v = pair[1]()
+        except NameError:
+            continue
+        t = type(v).__name__
+        if t == "module":
+            continue
+        if isinstance(v, (list, tuple, dict, set, frozenset, str, bytes)):
+            out.append([pair[0], t + "[" + str(len(v)) + "]"])
+        else:
+            out.append([pair[0], t])
+    return out
+"""
+
+_TYPE_NAMES = {"NoneType": "None", "type": "class", "builtin_function_or_method": "function"}
+
+
+def reset_note(reason: ResetReason) -> str:
+    """The note for a scope whose variables are gone: ``"evicted"`` or ``"reset"``."""
+    return _RESET_TEXT[reason]
+
+
+def _trackable(name: str) -> bool:
+    return (
+        name.isidentifier()
+        and not keyword.iskeyword(name)
+        and name not in RESERVED_NAMES
+        and not name.startswith(PRIVATE_PREFIX)
+    )
+
+
+def probe_code(names: Sequence[str]) -> str:
+    """A snippet whose value describes ``names`` inside the scope.
+
+    Its value is a list of ``[name, description]`` pairs, for the names that
+    are bound, in the order given; :func:`parse_probe` reads it.
+    """
+    safe = [n for n in names if _trackable(n)]
+    pairs = ", ".join(f'("{n}", lambda: {n})' for n in safe)
+    return f"{_PROBE_SOURCE}{_PROBE_FUNCTION}([{pairs}])\n"
+
+
+def parse_probe(value: Any) -> list[tuple[str, str]]:
+    """The ``(name, description)`` pairs of a probe result; junk is skipped."""
+    out: list[tuple[str, str]] = []
+    if not isinstance(value, (list, tuple)):
+        return out
+    for item in value:
+        if (
+            isinstance(item, (list, tuple))
+            and len(item) == 2
+            and all(isinstance(x, str) for x in item)
+            and _trackable(item[0])
+        ):
+            out.append((item[0], _TYPE_NAMES.get(item[1], item[1])))
+    return out
+
+
+def format_note(described: Sequence[tuple[str, str]]) -> str | None:
+    """``[run_code variables still in scope: a: int, ...]``, or None when nothing is bound.
+
+    Keeps the most recent :data:`MAX_NAMES` names (``described`` is oldest
+    first) and at most :data:`MAX_CHARS` characters in all; dropped older
+    names are counted as ``(+N older)``.
+    """
+    items = [f"{n}: {d}" for n, d in described]
+    if not items:
+        return None
+    kept = items[-MAX_NAMES:]
+    while kept:
+        dropped = len(items) - len(kept)
+        body = (f"(+{dropped} older) " if dropped else "") + ", ".join(kept)
+        text = f"{NOTE_PREFIX}{body}]"
+        if len(text) <= MAX_CHARS:
+            return text
+        kept = kept[1:]
+    # One description alone is over the bound (an absurdly long name): say so.
+    return f"{NOTE_PREFIX}(+{len(items)} names)]"
+
+
+class ScopeVariables:
+    """The names the snippets of one scope bound, and whether the scope lost them.
+
+    One per REPL scope (or per thread, kept across the scope's eviction).
+    The engine calls :meth:`record` with each snippet it feeds,
+    :meth:`mark_reset` when the scope's state is lost, :meth:`probe` to get
+    the probe snippet after a snippet ran, and :meth:`update` with the probe's
+    result (when the probe itself fails, skip ``update``: the last note
+    stands); :attr:`note` is then what ``context_note`` returns.
+    """
+
+    def __init__(self) -> None:
+        self._names: dict[str, None] = {}  # insertion order = binding order
+        self._reset: ResetReason | None = None
+        self._described: list[tuple[str, str]] = []
+
+    @property
+    def names(self) -> list[str]:
+        """Recorded names, least recently bound first."""
+        return list(self._names)
+
+    def record(self, code: str) -> None:
+        """Remember the module-level names ``code`` binds (a rebinding moves a name last)."""
+        for b in module_bindings(code):
+            if b.kind == "import" or not _trackable(b.name):
+                continue
+            self._names.pop(b.name, None)
+            self._names[b.name] = None
+
+    def mark_reset(self, reason: ResetReason) -> None:
+        """The scope's state is gone (``"evicted"``, or ``"reset"``: restart, crash, limit)."""
+        self._names.clear()
+        self._described = []
+        self._reset = reason
+
+    def probe(self) -> str | None:
+        """The probe snippet for the recorded names, or None when there are none."""
+        if not self._names:
+            return None
+        return probe_code(self.names[-MAX_PROBED:])
+
+    def update(self, probe_value: Any) -> None:
+        """Take the probe's result; names that turned out unbound are forgotten."""
+        described = parse_probe(probe_value)
+        bound = {n for n, _ in described}
+        # Only names within the probed window can be known to be unbound.
+        for name in self.names[-MAX_PROBED:]:
+            if name not in bound:
+                self._names.pop(name)
+        self._described = described
+        if described:
+            self._reset = None
+
+    @property
+    def note(self) -> str | None:
+        """The note for the thread's next run, or None when there is nothing to say."""
+        listed = format_note(self._described)
+        if listed is not None:
+            return listed
+        if self._reset is not None:
+            return reset_note(self._reset)
+        return None

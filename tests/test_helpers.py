@@ -1,0 +1,322 @@
+"""Built-in helpers (spec A8, A11), run in a real Monty worker, and the reserved-name check."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from pydantic_monty import AsyncMonty, AsyncMontySession, MontyRuntimeError
+
+from daemon.code_mode.bindings import module_bindings
+from daemon.code_mode.helpers import (
+    HELPERS_SOURCE,
+    RESERVED_NAMES,
+    check_reserved,
+    prelude,
+    reserved_bindings,
+)
+
+POD = {
+    "metadata": {"name": "web-1", "labels": {"app.kubernetes.io/name": "web", "tier": "front"}},
+    "spec": {"containers": [{"name": "app", "ports": [{"containerPort": 80}]}, {"name": "side"}]},
+    "status": {"phase": "Running", "podIP": None},
+}
+PODS = {
+    "kind": "PodList",
+    "items": [
+        POD,
+        {"metadata": {"name": "web-2"}, "status": {"phase": "Pending"}},
+        {"metadata": {"name": "db-1"}, "status": {"phase": "Running"}},
+        {"metadata": {"name": "job-1"}, "status": {}},
+    ],
+}
+
+
+@pytest.fixture
+async def scope(monty_pool: AsyncMonty) -> AsyncIterator[AsyncMontySession]:
+    """A fresh REPL scope with the helpers fed, as the engine feeds every new scope."""
+    async with monty_pool.checkout() as session:
+        for code in prelude():
+            await session.feed_run(code)
+        yield session
+
+
+async def run(scope: AsyncMontySession, code: str) -> Any:
+    """Run ``code`` in the scope with POD and PODS bound."""
+    return await scope.feed_run(code, inputs={"pod": POD, "pods": PODS})
+
+
+async def error(scope: AsyncMontySession, code: str) -> str:
+    """The 'Type: message' line of the exception ``code`` raises."""
+    with pytest.raises(MontyRuntimeError) as info:
+        await run(scope, code)
+    return info.value.display("type-msg")
+
+
+# pre-imports ---------------------------------------------------------------------------------
+
+
+async def test_modules_preimported(scope: AsyncMontySession) -> None:
+    """asyncio, json and re are usable without an import."""
+    code = 'await asyncio.gather(asyncio.sleep(0)), json.loads("[1]"), re.sub("a", "b", "aa")'
+    assert await run(scope, code) == ([None], [1], "bb")
+
+
+async def test_helpers_survive_rebinding_json(scope: AsyncMontySession) -> None:
+    """to_json keeps working after a snippet rebinds json (private alias)."""
+    assert await run(scope, 'json = {"a": 1}\nto_json(json)') == '{"a": 1}'
+
+
+# items / names -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("code", "expected"),
+    [
+        ("items([1, 2])", [1, 2]),
+        ("items((1, 2))", [1, 2]),
+        ("items(None)", []),
+        ('items({"items": [1]})', [1]),
+        ('items({"items": None})', []),
+        ('items({"workspaces": ["a", "b"], "count": 2})', ["a", "b"]),
+        ('items({"a": 1})', [{"a": 1}]),
+        ("len(items(pods))", 4),
+    ],
+)
+async def test_items(scope: AsyncMontySession, code: str, expected: Any) -> None:
+    """items() finds the list: itself, "items", the only list value, [x], [] for None."""
+    assert await run(scope, code) == expected
+
+
+async def test_items_rejects_ambiguous_and_scalars(scope: AsyncMontySession) -> None:
+    """Several lists, or a non-container, raise TypeError naming what to do."""
+    assert await error(scope, 'items({"kcps": [], "errors": []})') == (
+        "TypeError: items(): this dict holds several lists; pick one: kcps, errors"
+    )
+    assert (
+        await error(scope, 'items("text")') == "TypeError: items() needs a list or a dict, got str"
+    )
+
+
+async def test_names(scope: AsyncMontySession) -> None:
+    """names(): metadata.name, else name, else id, a str item itself, else None."""
+    assert await run(scope, "names(pods)") == ["web-1", "web-2", "db-1", "job-1"]
+    code = 'names([{"name": "n"}, {"id": 7}, "s", 3, {"metadata": {}}])'
+    assert await run(scope, code) == ["n", 7, "s", None, None]
+
+
+# dig -----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("code", "expected"),
+    [
+        ('dig(pod, "metadata.name")', "web-1"),
+        ('dig(pod, "metadata", "name")', "web-1"),
+        ('dig(pod, "spec.containers.0.name")', "app"),
+        ('dig(pod, "spec", "containers", 1, "name")', "side"),
+        ('dig(pod, "spec.containers", -1, "name")', "side"),
+        ('dig(pod, "spec.containers.-1.name")', "side"),
+        ('dig(pod, "spec.containers.0.ports.0.containerPort")', 80),
+        ('dig(pods, "items", 2, "metadata.name")', "db-1"),
+        # a dotted key is found whole when the dict has it
+        ('dig(pod, "metadata.labels", "app.kubernetes.io/name")', "web"),
+        ('dig(pod, "metadata.labels.app.kubernetes.io/name")', "web"),
+        # missing steps and None give the default
+        ('dig(pod, "status.reason")', None),
+        ('dig(pod, "status.podIP", default="none")', "none"),
+        ('dig(pod, "spec.containers.7.name", default="?")', "?"),
+        ('dig(pod, "spec.containers.x")', None),
+        ('dig(pod, "metadata.name.first")', None),
+        ('dig(None, "a")', None),
+        ("dig(pod)", POD),
+        # a trailing non-str/int argument is the default
+        ('dig(pod, "spec.volumes", [])', []),
+        ('dig(pod, "status.reason", {})', {}),
+        ('dig(pod, "status", "ready", False)', False),
+        ('dig(pod, "a.b", 1.5)', 1.5),
+        ('dig(pod, "a", None)', None),
+        # ...but a trailing str or int is a segment
+        ('dig(pod, "spec.containers", 0)', {"name": "app", "ports": [{"containerPort": 80}]}),
+        ('dig(pod, "metadata", "nope")', None),
+    ],
+)
+async def test_dig(scope: AsyncMontySession, code: str, expected: Any) -> None:
+    """dig() walks dotted or split segments, indexes lists, and applies the default rules."""
+    assert await run(scope, code) == expected
+
+
+# count_by ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("code", "expected"),
+    [
+        ('count_by(pods, "status.phase")', {"Running": 2, "Pending": 1, None: 1}),
+        ('count_by(pods, "status", "phase")', {"Running": 2, "Pending": 1, None: 1}),
+        ('count_by(pods["items"], "status.phase", False)', {"Running": 2, "Pending": 1, False: 1}),
+        ('count_by(["a", "b", "a"])', {"a": 2, "b": 1}),
+        ('count_by([{"k": [1]}, {"k": [1]}, {"k": {"x": 1}}], "k")', {"[1]": 2, '{"x": 1}': 1}),
+        ('count_by([], "a")', {}),
+        ('list(count_by(["b", "a", "a", "c", "b"]))', ["b", "a", "c"]),
+    ],
+)
+async def test_count_by(scope: AsyncMontySession, code: str, expected: Any) -> None:
+    """count_by() counts dig(x, *path), most common first (ties in first-seen order)."""
+    assert await run(scope, code) == expected
+
+
+# to_json -------------------------------------------------------------------------------------
+
+
+async def test_to_json(scope: AsyncMontySession) -> None:
+    """to_json(): json.dumps with str() for unknown types, sets as sorted lists, indent."""
+    code = (
+        "import datetime\n"
+        'to_json({"d": datetime.date(2024, 1, 2), "s": {3, 1, 2}, (1, 2): "t", "n": None, '
+        '"t": (1, "a"), "f": 1.5, "b": True})'
+    )
+    assert await run(scope, code) == (
+        '{"d": "2024-01-02", "s": [1, 2, 3], "(1, 2)": "t", "n": null, "t": [1, "a"], '
+        '"f": 1.5, "b": true}'
+    )
+    assert await run(scope, 'to_json({"a": [1]}, indent=2)') == '{\n  "a": [\n    1\n  ]\n}'
+    assert await run(scope, 'to_json({1, "a"})') in ('[1, "a"]', '["a", 1]')
+
+
+async def test_to_json_where_json_dumps_fails(scope: AsyncMontySession) -> None:
+    """The gap to_json exists for: Monty's json.dumps has no default=."""
+    msg = await error(scope, "json.dumps({1}, default=str)")
+    assert msg == "TypeError: JSONEncoder.__init__() got an unexpected keyword argument 'default'"
+    assert await run(scope, "to_json({1})") == "[1]"
+
+
+# reserved names --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("code", "name", "line"),
+    [
+        ("items = []", "items", 1),
+        ("x = 1\nnames = [p for p in pods]", "names", 2),
+        ("for dig in range(3):\n    pass", "dig", 1),
+        ("def count_by(x):\n    return x", "count_by", 1),
+        ("async def to_json(x):\n    return x", "to_json", 1),
+        ("import json as to_json", "to_json", 1),
+        ("from os import path as items", "items", 1),
+        ("[(names := 1) for _ in range(2)]", "names", 1),
+        ("if (dig := 3):\n    pass", "dig", 1),
+        ("items += [1]", "items", 1),
+        ("a, (items, b) = 1, (2, 3)", "items", 1),
+        ("first, *names = [1, 2]", "names", 1),
+        ("class names:\n    pass", "names", 1),
+        ("with open('x') as items:\n    pass", "items", 1),
+        ("try:\n    pass\nexcept Exception as dig:\n    pass", "dig", 3),
+        ("def f():\n    global items\n    items = 1", "items", 2),
+        ("match pods:\n    case {'items': items}:\n        pass", "items", 2),
+        ("items: list = []", "items", 1),
+        ("_asyncai_dig = None", "_asyncai_dig", 1),
+        # PEP 701 f-string: CPython 3.11 cannot parse it, Monty can; the line scan still sees it
+        ('d = {"x": 1}\ns = f"{d["x"]}"\nnames = 3', "names", 3),
+        ('s = f"{d["x"]}"\nfor i, dig in []:\n    pass', "dig", 2),
+    ],
+)
+def test_rebinding_a_helper_is_rejected(code: str, name: str, line: int) -> None:
+    """Every way to rebind a helper at module level is rejected, naming the helper and line."""
+    message = check_reserved(code)
+    assert message is not None
+    assert f"'{name}'" in message
+    assert f"line {line} " in message
+    if name in RESERVED_NAMES:
+        assert f"e.g. '{name}_'" in message
+
+
+def test_rejection_message_text() -> None:
+    """The full message: what happened, which helper, why, and another name."""
+    assert check_reserved("x = 1\nnames = []") == (
+        "run_code rejected this snippet before running it: line 2 assigns to 'names', which is "
+        "a built-in helper (items, names, dig, count_by, to_json); rebinding it would break "
+        "later snippets. Use another name, e.g. 'names_'."
+    )
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "items_ = items(pods)",
+        "n = names(pods)",
+        "def f():\n    items = []\n    return items",
+        "def f(names):\n    return names",
+        "f = lambda items: items",
+        "[items for items in range(3)]",
+        "d = {}\nd['items'] = 1\nd.names = 2",
+        "x = pods['items']",
+        "print('items = 3')",
+        "class C:\n    items = 1",
+        "import json\nimport asyncio, re",
+        "x = await asyncio.gather(f(), g())",
+        "async for x in y:\n    pass",
+        "",
+    ],
+)
+def test_uses_and_local_bindings_are_allowed(code: str) -> None:
+    """Calling helpers, local bindings, attributes, keys, strings and imports pass."""
+    assert check_reserved(code) is None
+
+
+def test_reserved_bindings_lists_all() -> None:
+    """reserved_bindings returns every offending binding, in source order."""
+    hits = reserved_bindings("items = 1\nx = 2\ndef dig():\n    pass")
+    assert [(b.name, b.kind, b.line) for b in hits] == [("items", "assign", 1), ("dig", "def", 3)]
+
+
+def test_module_bindings_top_level_await() -> None:
+    """Top-level await parses (PyCF_ALLOW_TOP_LEVEL_AWAIT): bindings come from the AST."""
+    found = module_bindings("r = await f()\nasync with g() as h:\n    x = 1")
+    assert [(b.name, b.kind) for b in found] == [("r", "assign"), ("h", "with"), ("x", "assign")]
+
+
+def test_module_bindings_line_fallback_skips_function_bodies() -> None:
+    """The line scan (for snippets CPython cannot parse) skips def bodies but not if/for bodies."""
+    code = (
+        'label = f"{d["k"]}"\n'
+        "def f(a):\n"
+        "    local = 1\n"
+        "    global g\n"
+        "if label:\n"
+        "    inner = 2\n"
+        "for k, v in d.items():\n"
+        "    total += v\n"
+        "import json as j, re\n"
+        "from m import a, b as c\n"
+        "x == 1\n"
+    )
+    found = [(b.name, b.kind) for b in module_bindings(code)]
+    assert found == [
+        ("label", "assign"),
+        ("f", "def"),
+        ("g", "global"),
+        ("inner", "assign"),
+        ("k", "for"),
+        ("v", "for"),
+        ("total", "assign"),
+        ("j", "import"),
+        ("re", "import"),
+        ("a", "import"),
+        ("c", "import"),
+    ]
+
+
+def test_prelude_order() -> None:
+    """Helpers first, then the operator's preamble; a blank preamble adds nothing."""
+    assert prelude() == [HELPERS_SOURCE]
+    assert prelude("  \n") == [HELPERS_SOURCE]
+    assert prelude("KCP = 'root'") == [HELPERS_SOURCE, "KCP = 'root'"]
+
+
+def test_helpers_source_binds_the_reserved_names() -> None:
+    """The helpers source itself binds the reserved names and modules (it is never checked)."""
+    bound = {b.name for b in module_bindings(HELPERS_SOURCE)}
+    assert set(RESERVED_NAMES) <= bound
+    assert {"asyncio", "json", "re"} <= bound
