@@ -499,7 +499,7 @@ def build_tool_executor(config: Config, *, observer: Any = None) -> ToolExecutor
     from daemon.code_mode import CodeModeToolExecutor
     from daemon.mcp_client import McpToolExecutor
 
-    inner = McpToolExecutor(config.mcp_servers)
+    inner = McpToolExecutor({name: server.entry() for name, server in config.mcp_servers.items()})
     if config.model.tool_mode == "direct":
         return inner
     return CodeModeToolExecutor(inner, config.code_mode.limits(), observer=observer)

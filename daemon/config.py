@@ -136,18 +136,30 @@ class CodeModeConfig:
 
 @dataclass
 class McpServerConfig:
-    """``[mcp_servers.NAME]``: one stdio MCP server, ``mcpServers`` keys."""
+    """``[mcp_servers.NAME]``: one stdio MCP server, ``mcpServers`` keys (and ``cwd``)."""
 
     command: str
     args: list[str] = field(default_factory=list)
     # servers get a minimal environment: what one needs goes here (values may be secrets)
     env: dict[str, str] = field(default_factory=dict, repr=False)
+    cwd: Path | None = None  # working directory of the server process
+
+    def entry(self) -> dict[str, Any]:
+        """The ``mcpServers`` entry, as ``McpToolExecutor`` takes it."""
+        out: dict[str, Any] = {
+            "command": self.command,
+            "args": list(self.args),
+            "env": dict(self.env),
+        }
+        if self.cwd is not None:
+            out["cwd"] = str(self.cwd)
+        return out
 
     def __repr__(self) -> str:
         """The command line and the names (never the values) of the environment."""
         return (
             f"McpServerConfig(command={self.command!r}, args={self.args!r}, "
-            f"env_keys={sorted(self.env)!r})"
+            f"env_keys={sorted(self.env)!r}, cwd={self.cwd!r})"
         )
 
 
@@ -315,7 +327,7 @@ def load_config(
         setattr(config, name, section_value)
 
     for name, table in servers_raw.items():
-        config.mcp_servers[name] = _server(table, f"mcp_servers.{name}", where)
+        config.mcp_servers[name] = _server(table, f"mcp_servers.{name}", where, base)
     if config.mcp_json is not None:
         for name, server in _read_mcp_json(config.mcp_json).items():
             if name in config.mcp_servers:
@@ -498,14 +510,13 @@ def _resolve(path: Path, source: str, file_where: str, base: Path) -> Path:
     return path
 
 
-def _server(
-    table: Any, key: str, where: str, *, tolerate: frozenset[str] = frozenset()
-) -> McpServerConfig:
+def _server(table: Any, key: str, where: str, base: Path) -> McpServerConfig:
+    """One server entry; a relative ``cwd`` is relative to ``base`` (the file's directory)."""
     if not isinstance(table, dict):
         raise ConfigError(f"key '{key}' in {where} must be a table with 'command', 'args', 'env'")
-    known = ["command", "args", "env"]
+    known = ["command", "args", "env", "cwd"]
     for k in table:
-        if k not in known and k not in tolerate:
+        if k not in known:
             raise ConfigError(_unknown(f"{key}.{k}", [f"{key}.{n}" for n in known], where))
     if "command" not in table:
         if "url" in table:
@@ -517,6 +528,8 @@ def _server(
     kwargs = {k: _coerce(table[k], hints[k], f"{key}.{k}", where) for k in known if k in table}
     if not kwargs["command"]:
         raise ConfigError(f"key '{key}.command' in {where} is empty")
+    if "cwd" in kwargs and not kwargs["cwd"].is_absolute():
+        kwargs["cwd"] = base / kwargs["cwd"].expanduser()
     return McpServerConfig(**kwargs)
 
 
@@ -543,7 +556,7 @@ def _read_mcp_json(path: Path) -> dict[str, McpServerConfig]:
             if entry.get("disabled") is True:
                 continue
             entry = {k: v for k, v in entry.items() if k not in ("type", "disabled")}
-        out[name] = _server(entry, key, str(path))
+        out[name] = _server(entry, key, str(path), path.parent)
     return out
 
 
