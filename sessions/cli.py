@@ -64,7 +64,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # argparse has no
         "tool-call counts.",
     )
     _add_db(threads)
-    threads.add_argument("--limit", type=_positive_int, default=50, metavar="N")
+    threads.add_argument(
+        "--limit",
+        type=_positive_int,
+        default=50,
+        metavar="N",
+        help="at most N threads (default 50)",
+    )
     threads.add_argument("--json", action="store_true", help="one JSON object per line")
     threads.set_defaults(func=threads_command)
 
@@ -85,7 +91,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # argparse has no
         help="only calls started at or after DATE (2026-11-29, midnight UTC) "
         "or an ISO datetime (2026-11-29T18:00:00Z)",
     )
-    audit.add_argument("--limit", type=_positive_int, default=100, metavar="N")
+    audit.add_argument(
+        "--limit",
+        type=_positive_int,
+        default=100,
+        metavar="N",
+        help="at most N calls (default 100)",
+    )
     audit.add_argument("--json", action="store_true", help="one JSON object per line")
     audit.set_defaults(func=audit_command)
 

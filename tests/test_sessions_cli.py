@@ -1,0 +1,287 @@
+"""`asyncai threads`, `asyncai audit` and `asyncai transcript` on a real database,
+run in-process through `daemon.cli.main` and once as a real subprocess."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from daemon.cli import main
+from sessions import RunMetrics, Store
+from sessions.store import DEFAULT_DB_PATH
+from sessions.testing import run_records, tool_call_row
+
+ROOT = Path(__file__).resolve().parents[1]
+ASYNCAI = Path(sys.executable).with_name("asyncai")
+
+# (run, channel, thread, tool, mutating, is_error, started)
+CALLS = [
+    ("R1", "#ops", "T1", "list_objects", False, False, "2026-11-27T10:00:00Z"),
+    ("R1", "#ops", "T1", "get_logs", False, True, "2026-11-28T10:00:00Z"),
+    ("R2", "#ops", "T1", "delete_object", True, False, "2026-11-29T10:00:00Z"),
+    ("R3", "#dev", "T1", "list_objects", False, False, "2026-11-29T12:00:00Z"),
+    ("R4", "#dev", "T2", "apply_object", True, False, "2026-11-30T09:00:00Z"),
+]
+
+
+@pytest.fixture(scope="module")
+async def db(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Three threads (one id in two channels), four runs, five nested calls."""
+    path = tmp_path_factory.mktemp("cli") / "asyncai.db"
+    async with Store(path, cwd="/srv/asyncai", version="0.1.0") as store:
+        runs = {c[0]: c[1:3] for c in CALLS}
+        for n, (run, (channel, thread)) in enumerate(runs.items()):
+            prompt = f"M{n}"
+            await store.record_prompt(
+                channel, thread, prompt, "alice", f"question {n}", "2026-11-29T18:00:00Z"
+            )
+            await store.start_run(run, channel, thread, [prompt])
+            records = run_records(f"question {n}", answer=f"answer {n}")
+            for r, _, t, tool, mutating, is_error, started in CALLS:
+                if r == run:
+                    await store.add_tool_call(
+                        tool_call_row(
+                            run,
+                            t,
+                            tool=tool,
+                            mutating=mutating,
+                            is_error=is_error,
+                            started=started,
+                            record_uuid=records[1].uuid,
+                            arguments={"name": f"{tool}-arg", "namespace": "default"},
+                        )
+                    )
+            await store.finish_run(run, "done", records, RunMetrics(rounds=2), [prompt], "done")
+    return path
+
+
+def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    """Run `asyncai ARGV` in-process; return (status, stdout, stderr)."""
+    status = main(list(argv))
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+def audit_tools(capsys: pytest.CaptureFixture[str], db: Path, *filters: str) -> list[str]:
+    """The tools `asyncai audit --json` lists for these filters, in output order."""
+    status, out, err = run_cli(capsys, "audit", "--db", str(db), "--json", *filters)
+    assert (status, err) == (0, "")
+    return [json.loads(line)["tool"] for line in out.splitlines()]
+
+
+def test_default_db_path_is_the_daemons():
+    """--db defaults to ./.asyncai/asyncai.db, the constant the daemon config reuses."""
+    assert Path(".asyncai/asyncai.db") == DEFAULT_DB_PATH
+
+
+def test_audit_without_filters_is_newest_first(capsys, db):
+    """All calls, newest first."""
+    assert audit_tools(capsys, db) == [
+        "apply_object",
+        "list_objects",
+        "delete_object",
+        "get_logs",
+        "list_objects",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("filters", "expected"),
+    [
+        (["--thread", "T1"], ["list_objects", "delete_object", "get_logs", "list_objects"]),
+        (["--thread", "T1", "--channel", "#ops"], ["delete_object", "get_logs", "list_objects"]),
+        (["--channel", "#dev"], ["apply_object", "list_objects"]),
+        (["--tool", "list_objects"], ["list_objects", "list_objects"]),
+        (["--mutating"], ["apply_object", "delete_object"]),
+        (["--since", "2026-11-29"], ["apply_object", "list_objects", "delete_object"]),
+        (["--since", "2026-11-29T11:00:00Z"], ["apply_object", "list_objects"]),
+        (["--since", "2026-11-29T13:00:00+02:00"], ["apply_object", "list_objects"]),
+        (["--limit", "2"], ["apply_object", "list_objects"]),
+        (["--thread", "T1", "--mutating", "--since", "2026-11-28"], ["delete_object"]),
+        (["--tool", "list_objects", "--channel", "#ops", "--limit", "1"], ["list_objects"]),
+        (["--thread", "nope"], []),
+    ],
+)
+def test_audit_filters(capsys, db, filters, expected):
+    """Each filter, alone and combined, selects exactly the matching calls."""
+    assert audit_tools(capsys, db, *filters) == expected
+
+
+@pytest.mark.parametrize(
+    "evil",
+    [
+        "x' OR '1'='1",
+        "T1'; DROP TABLE tool_calls; --",
+        '" OR ""="',
+        "%",
+        "*",
+        "T1) OR (1=1",
+    ],
+)
+def test_audit_filters_that_look_like_sql_match_nothing(capsys, db, evil):
+    """Injection-shaped values are plain values: no rows, and the table is still there."""
+    for flag in ("--thread", "--tool", "--channel"):
+        assert audit_tools(capsys, db, flag, evil) == []
+    assert len(audit_tools(capsys, db)) == len(CALLS)
+
+
+def test_audit_json_lines_carry_every_field(capsys, db):
+    """--json prints one object per call with its thread, run and arguments."""
+    status, out, _ = run_cli(
+        capsys, "audit", "--db", str(db), "--json", "--mutating", "--limit", "1"
+    )
+    assert status == 0
+    entry = json.loads(out)
+    assert entry["tool"] == "apply_object"
+    assert entry["mutating"] is True
+    assert (entry["channel"], entry["thread_id"], entry["run_id"]) == ("#dev", "T2", "R4")
+    assert entry["arguments"] == {"name": "apply_object-arg", "namespace": "default"}
+    assert entry["started"] == "2026-11-30T09:00:00.000Z"
+    assert set(entry) >= {"is_error", "bytes", "duration_ms", "record_uuid"}
+
+
+def test_audit_table_is_aligned(capsys, db):
+    """The table has a header and one line per call, columns starting at the same offsets."""
+    status, out, _ = run_cli(capsys, "audit", "--db", str(db))
+    assert status == 0
+    lines = out.splitlines()
+    assert lines[0].split() == ["STARTED", "THREAD", "TOOL", "FLAGS", "BYTES", "MS", "ARGUMENTS"]
+    assert len(lines) == 1 + len(CALLS)
+    tool_column = lines[0].index("TOOL")
+    assert all(line[tool_column:].split()[0] in {c[3] for c in CALLS} for line in lines[1:])
+    assert "#ops/T1" in lines[3]
+    assert " MUT " in lines[1]
+    assert " ERR " in lines[4]
+
+
+def test_audit_nothing_matches(capsys, db):
+    """An empty result says so instead of printing a bare header."""
+    assert run_cli(capsys, "audit", "--db", str(db), "--tool", "none") == (
+        0,
+        "no tool calls match\n",
+        "",
+    )
+
+
+@pytest.mark.parametrize("since", ["yesterday", "2026-13-01", "29/11/2026", "1' OR '1'='1"])
+def test_bad_since_is_a_clear_error(capsys, db, since):
+    """A --since that is not a date or ISO datetime: argparse's exit 2 and a message naming it."""
+    with pytest.raises(SystemExit) as caught:
+        main(["audit", "--db", str(db), "--since", since])
+    assert caught.value.code == 2
+    err = capsys.readouterr().err
+    assert "--since" in err
+    assert "not a date or ISO datetime" in err
+
+
+@pytest.mark.parametrize("limit", ["0", "-3", "ten"])
+def test_bad_limit_is_a_clear_error(capsys, db, limit):
+    """--limit must be a positive whole number."""
+    with pytest.raises(SystemExit) as caught:
+        main(["audit", "--db", str(db), "--limit", limit])
+    assert caught.value.code == 2
+    assert "--limit" in capsys.readouterr().err
+
+
+def test_threads_table_and_json(capsys, db):
+    """threads lists each thread once, most recently active first, with its counts."""
+    status, out, _ = run_cli(capsys, "threads", "--db", str(db), "--json")
+    assert status == 0
+    rows = [json.loads(line) for line in out.splitlines()]
+    assert [(r["channel"], r["thread_id"]) for r in rows] == [
+        ("#dev", "T2"),
+        ("#dev", "T1"),
+        ("#ops", "T1"),
+    ]
+    ops = rows[2]
+    assert (ops["prompts"], ops["runs"], ops["records"], ops["tool_calls"]) == (2, 2, 8, 3)
+    assert ops["mutating_calls"] == 1
+    status, out, _ = run_cli(capsys, "threads", "--db", str(db), "--limit", "1")
+    lines = out.splitlines()
+    assert lines[0].split()[:3] == ["LAST", "ACTIVE", "CHANNEL"]
+    assert len(lines) == 2
+    assert "#dev" in lines[1]
+
+
+def test_transcript_text(capsys, db):
+    """The text form shows who asked, the code the model ran, the result and the answer."""
+    status, out, err = run_cli(capsys, "transcript", "--db", str(db), "T2")
+    assert (status, err) == (0, "")
+    assert out.startswith("thread #dev T2 · session ")
+    assert "question 3" in out
+    assert "assistant → run_code" in out
+    assert "await list_objects(kind='pods')" in out
+    assert "nested calls (1):" in out
+    assert "answer 3" in out
+
+
+def test_transcript_jsonl_is_one_envelope_per_line(capsys, db):
+    """--jsonl prints the records as Claude Code JSONL."""
+    status, out, _ = run_cli(
+        capsys, "transcript", "--db", str(db), "T1", "--channel", "#ops", "--jsonl"
+    )
+    assert status == 0
+    lines = [json.loads(line) for line in out.splitlines()]
+    assert len(lines) == 8
+    assert lines[0]["parentUuid"] is None
+    assert all(line["cwd"] == "/srv/asyncai" for line in lines)
+
+
+def test_transcript_ambiguous_and_unknown_threads(capsys, db):
+    """An id in two channels asks for --channel; an unknown id says so; both exit 1."""
+    status, out, err = run_cli(capsys, "transcript", "--db", str(db), "T1")
+    assert (status, out) == (1, "")
+    assert "several channels (#dev, #ops)" in err
+    status, _, err = run_cli(capsys, "transcript", "--db", str(db), "T1'; --")
+    assert status == 1
+    assert "no thread" in err
+
+
+@pytest.mark.parametrize("command", [["threads"], ["audit"], ["transcript", "T1"]])
+def test_missing_database_is_a_message_not_a_traceback(capsys, tmp_path, command):
+    """Every command says which file is missing and exits 1, creating nothing."""
+    path = tmp_path / "nowhere" / "asyncai.db"
+    status, out, err = run_cli(capsys, *command, "--db", str(path))
+    assert (status, out) == (1, "")
+    assert f"no database at {path}" in err
+    assert "Traceback" not in err
+    assert not path.parent.exists()
+
+
+def test_a_file_that_is_not_a_database(capsys, tmp_path):
+    """A non-SQLite file is one line of error, not a traceback."""
+    path = tmp_path / "asyncai.db"
+    path.write_text("hello" * 1000)
+    status, _, err = run_cli(capsys, "audit", "--db", str(path))
+    assert status == 1
+    assert err.startswith("asyncai: ")
+    assert len(err.splitlines()) == 1
+
+
+def test_the_real_console_script(db, tmp_path):
+    """`asyncai audit` as a subprocess: JSON lines on stdout, and a clean error for a missing db."""
+    done = subprocess.run(
+        [str(ASYNCAI), "audit", "--db", str(db), "--json", "--tool", "delete_object"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        cwd=ROOT,
+        check=False,
+    )
+    assert (done.returncode, done.stderr) == (0, "")
+    assert [json.loads(line)["tool"] for line in done.stdout.splitlines()] == ["delete_object"]
+    missing = subprocess.run(
+        [str(ASYNCAI), "threads"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        cwd=tmp_path,
+        check=False,
+    )
+    assert missing.returncode == 1
+    assert "no database at .asyncai/asyncai.db" in missing.stderr
+    assert "Traceback" not in missing.stderr
