@@ -1,0 +1,5 @@
+"""``python -m servers.simple``, the same as ``asyncai-mcp-simple``."""
+
+from servers.simple import main
+
+main()
