@@ -36,8 +36,9 @@ def _size(n: int) -> str:
     return f"{n:,} bytes"
 
 
-def run_code_description(limits: CodeModeLimits, catalog: Catalog) -> str:
+def run_code_description(catalog: Catalog, limits: CodeModeLimits | None = None) -> str:
     """The ``run_code`` description: sandbox rules, return contract, catalog."""
+    limits = limits if limits is not None else CodeModeLimits()
     rules = f"""\
 Run Python in a sandbox and get the result. The functions listed below are async \
 Python functions that call tools: pass keyword arguments and `await` them; run several \
@@ -83,11 +84,11 @@ Available functions:
     return rules + catalog.render()
 
 
-def run_code_definition(limits: CodeModeLimits, catalog: Catalog) -> ToolDefinition:
+def run_code_definition(catalog: Catalog, limits: CodeModeLimits | None = None) -> ToolDefinition:
     """The ``run_code`` tool definition."""
     return ToolDefinition(
         name=RUN_CODE,
-        description=run_code_description(limits, catalog),
+        description=run_code_description(catalog, limits),
         input_schema=copy.deepcopy(RUN_CODE_SCHEMA),
         output_schema=None,
     )

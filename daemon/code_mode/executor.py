@@ -99,7 +99,7 @@ class CodeModeToolExecutor(BaseToolExecutor):
         """
         if self._definition is None:
             self._catalog = Catalog(self._inner.definitions())
-            self._definition = run_code_definition(self._limits, self._catalog)
+            self._definition = run_code_definition(self._catalog, self._limits)
         return [self._definition]
 
     async def start(self) -> None:
@@ -107,17 +107,17 @@ class CodeModeToolExecutor(BaseToolExecutor):
 
         Raises :class:`SandboxUnavailable` when the pool cannot start.
         """
+        if self._closed:
+            raise SandboxUnavailable("the code-mode executor is closed")
         if self._started:
             return
         async with self._start_lock:
             if self._started:
                 return
-            if self._closed:
-                raise SandboxUnavailable("the code-mode executor is closed")
             await self._inner.start()
             # the inner tools are final only now (MCP servers listed them on start)
             self._catalog = Catalog(self._inner.definitions())
-            self._definition = run_code_definition(self._limits, self._catalog)
+            self._definition = run_code_definition(self._catalog, self._limits)
             if self._pool is None:
                 pool = create_pool(self._limits)
                 try:
