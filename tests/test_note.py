@@ -17,6 +17,7 @@ from daemon.code_mode.note import (
     parse_probe,
     probe_code,
     reset_note,
+    thread_note,
 )
 
 
@@ -125,17 +126,30 @@ def test_reset_texts() -> None:
     assert "restart, crash or limit" in reset_note("reset")
 
 
-async def test_note_after_eviction_then_new_snippet(scope: AsyncMontySession) -> None:
+async def test_note_after_reset_then_new_snippet(scope: AsyncMontySession) -> None:
     """After a reset the note says so, until a snippet in the new scope binds something."""
     tracker = ScopeVariables()
     await feed(scope, tracker, "old = [1]")
-    tracker.mark_reset("evicted")
+    assert thread_note(tracker, None) == "[run_code variables still in scope: old: list[1]]"
+    tracker.clear()  # what the engine does when it discards the checkout
     assert tracker.names == []
-    assert tracker.note == reset_note("evicted")
+    assert thread_note(tracker, "reset") == reset_note("reset")
     await feed(scope, tracker, "print(1)")  # binds nothing: still empty
-    assert tracker.note == reset_note("evicted")
+    assert thread_note(tracker, "reset") == reset_note("reset")
     await feed(scope, tracker, "fresh = {}")
-    assert tracker.note == "[run_code variables still in scope: fresh: dict[0]]"
+    assert thread_note(tracker, "reset") == "[run_code variables still in scope: fresh: dict[0]]"
+
+
+def test_thread_note_reasons() -> None:
+    """Eviction, restart and reset say the REPL is empty; no reason, or closed, says nothing."""
+    empty = ScopeVariables()
+    assert thread_note(None, "evicted") == reset_note("evicted")
+    assert thread_note(empty, "evicted") == reset_note("evicted")
+    assert thread_note(empty, "restart") == reset_note("reset")
+    assert thread_note(empty, "reset") == reset_note("reset")
+    assert thread_note(empty, "closed") is None
+    assert thread_note(empty, None) is None
+    assert thread_note(None, None) is None
 
 
 def test_fresh_scope_has_no_note() -> None:

@@ -26,7 +26,8 @@ How it is built, all without I/O here (the engine runs the probe):
 
 A scope that was evicted, or reset after a crash, a limit or ``restart``,
 has lost its variables: until a new snippet binds something, the note says
-the REPL is empty (:func:`reset_note`).
+the REPL is empty (:func:`reset_note`, chosen by :func:`thread_note` from
+the scope's reset reason).
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ __all__ = [
     "parse_probe",
     "probe_code",
     "reset_note",
+    "thread_note",
 ]
 
 MAX_NAMES = 30
@@ -58,6 +60,8 @@ MAX_PROBED = 60
 NOTE_PREFIX = "[run_code variables still in scope: "
 
 ResetReason = Literal["evicted", "reset"]
+# The engine's ScopeState.reset_reason values that leave a thread's REPL empty.
+_REASONS: dict[str, ResetReason] = {"evicted": "evicted", "restart": "reset", "reset": "reset"}
 
 _RESET_TEXT: dict[str, str] = {
     "evicted": (
@@ -159,19 +163,17 @@ def format_note(described: Sequence[tuple[str, str]]) -> str | None:
 
 
 class ScopeVariables:
-    """The names the snippets of one scope bound, and whether the scope lost them.
+    """The names the snippets of one scope bound, as last probed.
 
-    One per REPL scope (or per thread, kept across the scope's eviction).
-    The engine calls :meth:`record` with each snippet it feeds,
-    :meth:`mark_reset` when the scope's state is lost, :meth:`probe` to get
-    the probe snippet after a snippet ran, and :meth:`update` with the probe's
-    result (when the probe itself fails, skip ``update``: the last note
-    stands); :attr:`note` is then what ``context_note`` returns.
+    One per REPL scope. The engine calls :meth:`record` with each snippet it
+    feeds, :meth:`probe` for the probe snippet after it ran, and
+    :meth:`update` with the probe's result (when the probe itself fails, it
+    skips ``update``: the last note stands); :meth:`clear` when the scope's
+    state is lost. :attr:`note` is the listed variables, or None.
     """
 
     def __init__(self) -> None:
         self._names: dict[str, None] = {}  # insertion order = binding order
-        self._reset: ResetReason | None = None
         self._described: list[tuple[str, str]] = []
 
     @property
@@ -187,11 +189,10 @@ class ScopeVariables:
             self._names.pop(b.name, None)
             self._names[b.name] = None
 
-    def mark_reset(self, reason: ResetReason) -> None:
-        """The scope's state is gone (``"evicted"``, or ``"reset"``: restart, crash, limit)."""
+    def clear(self) -> None:
+        """The scope's state is gone: forget every name."""
         self._names.clear()
         self._described = []
-        self._reset = reason
 
     def probe(self) -> str | None:
         """The probe snippet for the recorded names, or None when there are none."""
@@ -208,15 +209,22 @@ class ScopeVariables:
             if name not in bound:
                 self._names.pop(name)
         self._described = described
-        if described:
-            self._reset = None
 
     @property
     def note(self) -> str | None:
-        """The note for the thread's next run, or None when there is nothing to say."""
-        listed = format_note(self._described)
-        if listed is not None:
-            return listed
-        if self._reset is not None:
-            return reset_note(self._reset)
-        return None
+        """``[run_code variables still in scope: ...]``, or None when nothing is bound."""
+        return format_note(self._described)
+
+
+def thread_note(variables: ScopeVariables | None, reset_reason: str | None) -> str | None:
+    """The note for a thread's next run.
+
+    The variables still in scope when there are any; otherwise, when the
+    scope lost its state (``reset_reason`` ``"evicted"``, ``"restart"`` or
+    ``"reset"``), the text saying the REPL is empty; otherwise None.
+    """
+    listed = variables.note if variables is not None else None
+    if listed is not None:
+        return listed
+    reason = _REASONS.get(reset_reason or "")
+    return reset_note(reason) if reason is not None else None
