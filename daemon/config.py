@@ -515,14 +515,14 @@ def _server(table: Any, key: str, where: str, base: Path) -> McpServerConfig:
     if not isinstance(table, dict):
         raise ConfigError(f"key '{key}' in {where} must be a table with 'command', 'args', 'env'")
     known = ["command", "args", "env", "cwd"]
+    if "url" in table and "command" not in table:
+        raise ConfigError(
+            f"'{key}' in {where} has a 'url': only stdio MCP servers ('command') are supported"
+        )
     for k in table:
         if k not in known:
             raise ConfigError(_unknown(f"{key}.{k}", [f"{key}.{n}" for n in known], where))
     if "command" not in table:
-        if "url" in table:
-            raise ConfigError(
-                f"'{key}' in {where} has a 'url': only stdio MCP servers ('command') are supported"
-            )
         raise ConfigError(f"missing key '{key}.command' in {where}")
     hints = get_type_hints(McpServerConfig)
     kwargs = {k: _coerce(table[k], hints[k], f"{key}.{k}", where) for k in known if k in table}

@@ -194,7 +194,7 @@ def configure_logging(
         structlog.stdlib.ProcessorFormatter(
             foreign_pre_chain=[
                 structlog.processors.add_log_level,
-                add_logger_name,
+                structlog.stdlib.add_logger_name,  # the record's name
                 timestamper,
                 structlog.processors.format_exc_info,
             ],

@@ -1,0 +1,368 @@
+"""The configuration: TOML file, environment and flags, every key checked by name and type."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import pytest
+
+from daemon.code_mode import CodeModeLimits
+from daemon.config import (
+    Config,
+    McpServerConfig,
+    ModelConfig,
+    add_config_arguments,
+    load_config,
+    overrides_from_args,
+)
+from daemon.errors import ConfigError
+
+# The complete example of the README's configuration reference, verbatim.
+EXAMPLE = """\
+# asyncai.toml — every key, with its default unless marked "example"
+
+mcp_json = "mcp.json"              # example: also read an mcpServers JSON file
+
+[model]
+base_url = "http://127.0.0.1:8080/v1"   # example (default https://api.openai.com/v1)
+api_key = "sk-local-0123456789"          # example; better: OPENAI_API_KEY
+model = "qwen-coder-1.5b"                # example; required (or --model / ASYNCAI_MODEL)
+tool_mode = "code"                       # "code": only run_code; "direct": MCP tools as functions
+# system_prompt = "..."                  # replaces the built-in system prompt
+# temperature = 0.0                      # sent only when set
+# max_tokens = 1024                      # sent only when set
+request_timeout = 300.0                  # seconds per model request
+tool_call_timeout = 600.0                # seconds per model tool call (run_code)
+max_rounds = 8                           # model requests per run; the last has no tools
+retries = 3                              # retries of 408/409/429/5xx, connection errors, timeouts
+backoff_initial = 1.0                    # seconds before the first retry, doubling
+backoff_max = 30.0                       # at most this (or the server's Retry-After)
+
+[code_mode]
+max_feed_duration = 30.0                 # seconds of Python per snippet (tool waits excluded)
+max_suspensions = 10000                  # host round trips per snippet
+max_nested_calls = 100                   # tool calls per snippet
+max_print_bytes = "1MiB"                 # collected print() output per snippet
+max_memory = "4GiB"                      # sandbox heap per scope
+tool_timeout = 120.0                     # seconds per nested tool call
+max_wall = 300.0                         # seconds per run_code call
+max_result_chars = 20000                 # characters returned to the model
+max_scopes = 8                           # REPL scopes kept (LRU by thread)
+preamble = "preamble.py"                 # example: Python run in every new scope
+
+[mcp_servers.simple]
+command = "asyncai-mcp-simple"
+args = ["--deny-private"]
+
+[mcp_servers.kcp]
+command = "asyncai-mcp-kcp"
+args = ["--readonly"]
+env = { KUBECONFIG = "/etc/asyncai/kubeconfig" }
+
+[channels]
+url = "ws://127.0.0.1:6680/"
+# token = "..."                          # better: ATIRC_TOKEN
+nick = "asyncai"
+channels = ["#ops", "#dev"]              # example (default none)
+shared = ["#dev"]                        # example: only mentions and own threads here
+allowed_senders = []                     # empty: everyone
+
+[runtime]
+max_concurrent_runs = 4                  # at most code_mode.max_scopes
+max_queued_prompts = 256
+history_turns = 20
+history_chars = 24000
+max_run_seconds = 900.0
+shutdown_grace = 20.0
+publish_timeout = 60.0
+
+[sessions]
+db = ".asyncai/asyncai.db"               # relative to this file's directory
+"""
+
+
+def write(path: Path, text: str) -> Path:
+    """Write ``text`` to ``path`` and return it."""
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_defaults_without_a_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """No ./asyncai.toml is fine: the built-in defaults, as DESIGN.md gives them."""
+    monkeypatch.chdir(tmp_path)
+    config = load_config(environ={})
+    assert config == Config()
+    assert config.path is None
+    assert config.model.request_timeout == 300
+    assert config.model.max_rounds == 8
+    assert config.runtime.history_turns == 20
+    assert config.runtime.history_chars == 24_000
+    assert config.runtime.max_run_seconds == 900
+    assert config.sessions.db == Path(".asyncai/asyncai.db")
+    assert config.channels.url == "ws://127.0.0.1:6680/"
+
+
+def test_the_readme_example_loads(tmp_path: Path):
+    """Every key of the documented example parses, and the limits reach CodeModeLimits."""
+    write(tmp_path / "preamble.py", "KCP = 'root'\n")
+    write(
+        tmp_path / "mcp.json", json.dumps({"mcpServers": {"time": {"command": "mcp-server-time"}}})
+    )
+    config = load_config(write(tmp_path / "asyncai.toml", EXAMPLE), environ={})
+    assert config.model.model == "qwen-coder-1.5b"
+    assert config.model.base_url == "http://127.0.0.1:8080/v1"
+    assert list(config.mcp_servers) == ["simple", "kcp", "time"]
+    assert config.mcp_servers["kcp"].env == {"KUBECONFIG": "/etc/asyncai/kubeconfig"}
+    assert config.channels.shared == ["#dev"]
+    assert config.sessions.db == tmp_path / ".asyncai/asyncai.db"
+    limits = config.code_mode.limits()
+    assert limits == CodeModeLimits(
+        preamble="KCP = 'root'\n"
+    )  # the example's values are the defaults
+
+
+def test_unknown_keys_are_errors_that_name_the_key(tmp_path: Path):
+    """A typo fails at start, naming the key, the file and the likely intent."""
+    path = write(tmp_path / "asyncai.toml", "[code_mode]\nmax_wal = 10\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(path, environ={})
+    assert str(err.value) == (
+        f"unknown key 'code_mode.max_wal' in {path} (did you mean 'code_mode.max_wall'?)"
+    )
+    with pytest.raises(ConfigError, match=r"unknown key 'modle' in .*did you mean 'model'"):
+        load_config(write(tmp_path / "b.toml", "[modle]\nmodel = 'x'\n"), environ={})
+    with pytest.raises(ConfigError, match=r"unknown key 'mcp_servers\.s\.argv'"):
+        load_config(
+            write(tmp_path / "c.toml", "[mcp_servers.s]\ncommand='x'\nargv=[]\n"), environ={}
+        )
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            "[model]\nrequest_timeout = '300'",
+            "'model.request_timeout' in F must be a number, not str '300'",
+        ),
+        ("[model]\nmax_rounds = 2.5", "'model.max_rounds' in F must be an integer, not float 2.5"),
+        ("[model]\nmax_rounds = true", "'model.max_rounds' in F must be an integer, not bool True"),
+        (
+            "[model]\ntool_mode = 'mcp'",
+            "'model.tool_mode' in F must be one of 'code', 'direct', not",
+        ),
+        ("[model]\napi_key = 12345678", "'model.api_key' in F must be a string, not int (hidden)"),
+        (
+            "[channels]\nchannels = '#ops'",
+            "'channels.channels' in F must be a list of strings, not",
+        ),
+        ("[model]\nmax_rounds = 0", "'model.max_rounds' in F must be at least 1, not 0"),
+        (
+            "[model]\nrequest_timeout = 0",
+            "'model.request_timeout' in F must be greater than 0, not 0.0",
+        ),
+        (
+            "[code_mode]\nmax_memory = '4 lots'",
+            "'code_mode.max_memory' in F must be a size like 4GiB",
+        ),
+        ("model = 'x'", "key 'model' in F must be a table ([model])"),
+        ("[mcp_servers.s]\nargs = []", "missing key 'mcp_servers.s.command' in F"),
+        ("[mcp_servers.s]\nurl = 'http://x'", "'mcp_servers.s' in F has a 'url': only stdio MCP"),
+    ],
+)
+def test_wrong_types_and_values_are_errors_that_name_the_key(
+    tmp_path: Path, text: str, message: str
+):
+    """Types, ranges and shapes are checked, naming key and file; secrets are never echoed."""
+    path = write(tmp_path / "asyncai.toml", text + "\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(path, environ={})
+    assert message.replace(" in F", f" in {path}") in str(err.value)
+
+
+def test_invalid_toml_says_where(tmp_path: Path):
+    """A syntax error names the file and the line."""
+    path = write(tmp_path / "asyncai.toml", "[model]\nmodel = \n")
+    with pytest.raises(ConfigError, match=r"asyncai\.toml is not valid TOML: .*line 2"):
+        load_config(path, environ={})
+
+
+def test_a_missing_explicit_file_is_an_error(tmp_path: Path):
+    """--config names a file: its absence is a mistake, not a default."""
+    with pytest.raises(ConfigError, match=r"config file .*nope\.toml does not exist"):
+        load_config(tmp_path / "nope.toml", environ={})
+
+
+def test_the_default_file_is_read_from_the_working_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """./asyncai.toml is used when present."""
+    monkeypatch.chdir(tmp_path)
+    write(tmp_path / "asyncai.toml", "[model]\nmodel = 'from-file'\n")
+    config = load_config(environ={})
+    assert config.model.model == "from-file"
+    assert config.path == Path("asyncai.toml")
+
+
+def test_environment_overrides_the_file_and_flags_override_both(tmp_path: Path):
+    """File < OPENAI_BASE_URL / OPENAI_API_KEY / ASYNCAI_MODEL < flags."""
+    path = write(
+        tmp_path / "asyncai.toml",
+        "[model]\nmodel = 'file'\nbase_url = 'http://file/v1'\napi_key = 'file-key-123'\n",
+    )
+    env = {
+        "OPENAI_BASE_URL": "http://env/v1",
+        "OPENAI_API_KEY": "env-key-456",
+        "ASYNCAI_MODEL": "env",
+        "ATIRC_TOKEN": "tok-789xyz",
+    }
+    config = load_config(path, environ=env)
+    assert (config.model.model, config.model.base_url) == ("env", "http://env/v1")
+    assert config.model.api_key == "env-key-456"
+    assert config.channels.token == "tok-789xyz"
+    flags = {"model.model": "flag", "model.base_url": "http://flag/v1", "model.tool_mode": None}
+    config = load_config(path, flags, environ=env)
+    assert (config.model.model, config.model.base_url) == ("flag", "http://flag/v1")
+    assert config.model.tool_mode == "code"  # None: the flag was not given
+
+
+def test_command_line_flags_map_to_keys(tmp_path: Path):
+    """The shared flags of add_config_arguments become load_config overrides."""
+    parser = argparse.ArgumentParser()
+    add_config_arguments(parser)
+    args = parser.parse_args(
+        [
+            "--model", "m", "--base-url", "http://x/v1", "--tool-mode", "direct",
+            "--mcp-stdio", "asyncai-mcp-simple --deny-private",
+            "--mcp-stdio", "asyncai-mcp-simple",
+            "--mcp-stdio", "'/opt/my server/run' --flag 'two words'",
+            "--verbose",
+        ]
+    )  # fmt: skip
+    config = load_config(write(tmp_path / "a.toml", ""), overrides_from_args(args), environ={})
+    assert args.verbose
+    assert (config.model.model, config.model.base_url, config.model.tool_mode) == (
+        "m",
+        "http://x/v1",
+        "direct",
+    )
+    assert config.mcp_servers == {
+        "asyncai-mcp-simple": McpServerConfig("asyncai-mcp-simple", ["--deny-private"]),
+        "asyncai-mcp-simple-2": McpServerConfig("asyncai-mcp-simple", []),
+        "run": McpServerConfig("/opt/my server/run", ["--flag", "two words"]),
+    }
+
+
+def test_mcp_json_servers_join_the_toml_ones(tmp_path: Path):
+    """An mcpServers file is read as is: stdio entries, disabled ones skipped, cwd beside it."""
+    servers = {
+        "mcpServers": {
+            "time": {"command": "mcp-server-time", "args": ["--local-timezone", "UTC"]},
+            "fs": {"type": "stdio", "command": "fs-server", "env": {"ROOT": "/srv"}, "cwd": "srv"},
+            "off": {"command": "unused", "disabled": True},
+        }
+    }
+    write(tmp_path / "servers.json", json.dumps(servers))
+    path = write(
+        tmp_path / "asyncai.toml",
+        'mcp_json = "servers.json"\n[mcp_servers.simple]\ncommand = "asyncai-mcp-simple"\n',
+    )
+    config = load_config(path, environ={})
+    assert list(config.mcp_servers) == ["simple", "time", "fs"]
+    assert config.mcp_servers["time"].args == ["--local-timezone", "UTC"]
+    assert config.mcp_servers["fs"].cwd == tmp_path / "srv"
+    assert config.mcp_servers["fs"].entry() == {
+        "command": "fs-server",
+        "args": [],
+        "env": {"ROOT": "/srv"},
+        "cwd": str(tmp_path / "srv"),
+    }
+
+
+@pytest.mark.parametrize(
+    ("servers", "message"),
+    [
+        ({"mcpServers": {"simple": {"command": "x"}}}, "mcp server 'simple' is defined both in"),
+        ({"mcpServers": {"web": {"type": "http", "url": "http://x"}}}, "type 'http': only stdio"),
+        ({"mcpServers": {"a": {"command": "x", "auto": []}}}, "unknown key 'mcpServers.a.auto'"),
+        ({"servers": {}}, "has no 'mcpServers' object"),
+    ],
+)
+def test_bad_mcp_json_is_an_error(tmp_path: Path, servers: dict, message: str):
+    """Collisions, non-stdio servers, unknown keys and wrong shapes are named."""
+    write(tmp_path / "servers.json", json.dumps(servers))
+    path = write(
+        tmp_path / "asyncai.toml",
+        'mcp_json = "servers.json"\n[mcp_servers.simple]\ncommand = "asyncai-mcp-simple"\n',
+    )
+    with pytest.raises(ConfigError, match=message):
+        load_config(path, environ={})
+
+
+def test_a_missing_mcp_json_is_an_error(tmp_path: Path):
+    """mcp_json names a file that must exist."""
+    with pytest.raises(ConfigError, match=r"cannot read mcp_json .*missing\.json"):
+        load_config(None, {"mcp_json": str(tmp_path / "missing.json")}, environ={})
+
+
+def test_the_preamble_is_read_at_load_time(tmp_path: Path):
+    """code_mode.preamble is a path; its text becomes CodeModeLimits.preamble, read at load."""
+    write(tmp_path / "pre.py", "NS = 'prod'\n")
+    config = load_config(None, {"code_mode.preamble": str(tmp_path / "pre.py")}, environ={})
+    assert config.code_mode.preamble_text == "NS = 'prod'\n"
+    assert config.code_mode.limits().preamble == "NS = 'prod'\n"
+    with pytest.raises(ConfigError, match=r"cannot read code_mode\.preamble .*absent\.py"):
+        load_config(None, {"code_mode.preamble": str(tmp_path / "absent.py")}, environ={})
+
+
+def test_sizes_and_limits_reach_code_mode(tmp_path: Path):
+    """Sizes take units; set limits override CodeModeLimits' defaults, unset ones keep them."""
+    path = write(
+        tmp_path / "asyncai.toml",
+        "[code_mode]\nmax_memory = '512MiB'\nmax_print_bytes = '64 KiB'\nmax_wall = 60\n",
+    )
+    limits = load_config(path, environ={}).code_mode.limits()
+    assert limits.max_memory == 512 * 1024**2
+    assert limits.max_print_bytes == 64 * 1024
+    assert limits.max_wall == 60.0
+    assert limits.max_feed_duration == CodeModeLimits().max_feed_duration
+
+
+def test_concurrent_runs_may_not_exceed_scopes(tmp_path: Path):
+    """Every concurrent run holds a REPL scope, so max_concurrent_runs ≤ max_scopes."""
+    path = write(tmp_path / "asyncai.toml", "[runtime]\nmax_concurrent_runs = 9\n")
+    with pytest.raises(
+        ConfigError, match=r"max_concurrent_runs \(9\) may not exceed code_mode\.max_scopes \(8\)"
+    ):
+        load_config(path, environ={})
+    ok = write(
+        tmp_path / "ok.toml", "[runtime]\nmax_concurrent_runs = 9\n[code_mode]\nmax_scopes = 12\n"
+    )
+    assert load_config(ok, environ={}).runtime.max_concurrent_runs == 9
+
+
+def test_secrets_stay_out_of_reprs(tmp_path: Path):
+    """API key, channel token and server env values never show in a repr; secrets() lists them."""
+    path = write(
+        tmp_path / "asyncai.toml",
+        "[model]\napi_key = 'sk-secret-value-1'\n[channels]\ntoken = 'tok-secret-value-2'\n"
+        "[mcp_servers.gh]\ncommand = 'gh-mcp'\n"
+        "env = { GITHUB_TOKEN = 'ghp-secret-3', MODE = 'ro' }\n",
+    )
+    config = load_config(path, environ={})
+    text = repr(config)
+    for secret in ("sk-secret-value-1", "tok-secret-value-2", "ghp-secret-3"):
+        assert secret not in text
+    assert "GITHUB_TOKEN" in text  # the names are useful, the values are not shown
+    assert sorted(config.secrets()) == ["ghp-secret-3", "sk-secret-value-1", "tok-secret-value-2"]
+
+
+def test_require_model_says_where_to_set_it():
+    """Without a model the message names the file key, the flag and the variable."""
+    with pytest.raises(
+        ConfigError,
+        match=r"set 'model' in \[model\] of asyncai\.toml, pass --model, or set ASYNCAI_MODEL",
+    ):
+        Config().require_model()
+    assert Config(model=ModelConfig(model="m")).require_model() == "m"
