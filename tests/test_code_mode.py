@@ -10,8 +10,10 @@ import asyncio
 import json
 import os
 import signal
+import sys
 from collections.abc import AsyncIterator, Callable
 from datetime import datetime
+from pathlib import Path
 
 import pytest
 from structlog.testing import capture_logs
@@ -22,6 +24,7 @@ from daemon.code_mode.errors import SandboxUnavailable
 from daemon.tools import ToolCallOutput, ToolTransportError
 from tests.fakes.executor import FakeToolExecutor
 
+ROOT = str(Path(__file__).resolve().parents[1])
 TEST_LIMITS = {"max_feed_duration": 2.0, "max_wall": 20.0, "tool_timeout": 10.0}
 
 MakeExecutor = Callable[..., CodeModeToolExecutor]
@@ -583,3 +586,62 @@ async def test_executor_without_a_pool_starts_lazily_and_closes_cleanly(fake):
     assert fake.closed == 1
     with pytest.raises(SandboxUnavailable):
         await run(ex, "1")
+
+
+async def test_two_calls_on_one_scope_take_turns(make_executor):
+    """A second run_code on a busy scope waits for the first instead of breaking the REPL."""
+    entered, release = asyncio.Event(), asyncio.Event()
+    tools = FakeToolExecutor()
+
+    @tools.tool(read_only=True)
+    async def wait_here() -> int:
+        """Block until released."""
+        entered.set()
+        await release.wait()
+        return 2
+
+    scope = make_executor(tools).thread_scope("t")
+    first = asyncio.create_task(run(scope, "a = 1\na = await wait_here()\na"))
+    async with asyncio.timeout(10):
+        await entered.wait()
+    second = asyncio.create_task(run(scope, "a * 10"))
+    await asyncio.sleep(0)  # let the second call reach the scope's lock
+    assert not second.done()
+    release.set()
+    assert (await first).content == "2"
+    assert (await second).content == "20"
+
+
+_EXIT_SCRIPT = """
+import asyncio
+from daemon.code_mode import CodeModeLimits, CodeModeToolExecutor
+from tests.fakes.executor import FakeToolExecutor
+
+async def main():
+    ex = CodeModeToolExecutor(FakeToolExecutor(), CodeModeLimits(max_scopes=1))
+    out = await ex.thread_scope("t").call_tool("run_code", {"code": "sum(range(10))"})
+    await ex.aclose()
+    print(out.content)
+
+asyncio.run(main())
+"""
+
+
+async def test_a_process_using_code_mode_exits_cleanly():
+    """aclose() leaves nothing that aborts the interpreter at exit (notes/monty.md §10)."""
+    procs = [
+        await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-c",
+            _EXIT_SCRIPT,
+            cwd=ROOT,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        for _ in range(2)
+    ]
+    async with asyncio.timeout(30):
+        results = [await p.communicate() for p in procs]
+    for proc, (stdout, stderr) in zip(procs, results, strict=True):
+        assert proc.returncode == 0, stderr.decode()
+        assert stdout.decode().splitlines()[-1] == "45"

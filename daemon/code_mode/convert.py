@@ -20,6 +20,7 @@ import json
 import math
 from typing import Any
 
+from daemon.logging import log_content as logging_content
 from daemon.tools import ToolCallOutput
 
 __all__ = [
@@ -29,11 +30,6 @@ __all__ = [
     "result_bytes",
     "to_json_value",
 ]
-
-# Past this size a tool result is logged as truncated text, not decoded JSON:
-# a verbose log line should not carry a whole 1 MB payload.
-LOG_DECODE_LIMIT = 64 * 1024
-LOG_TEXT_LIMIT = 2_000
 
 
 def to_json_value(value: Any) -> Any:
@@ -93,11 +89,4 @@ def log_content(output: ToolCallOutput) -> Any:
     text = output.content
     if not text and output.structured is not None:
         text = dumps_compact(output.structured)
-    if len(text) <= LOG_DECODE_LIMIT:
-        try:
-            return json.loads(text)
-        except (ValueError, RecursionError):
-            pass
-    if len(text) > LOG_TEXT_LIMIT:
-        return f"{text[:LOG_TEXT_LIMIT]}… [{len(text)} chars]"
-    return text
+    return logging_content(text)
