@@ -1,0 +1,178 @@
+"""``asyncai ask``: the command as a user runs it, against the scripted model server.
+
+Most tests call the command line's ``main`` in a worker thread (it runs its
+own event loop, as the console script does) while the fake model serves from
+the test's loop; the exit-status and no-traceback checks also run the real
+``asyncai`` executable in a subprocess.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from daemon.cli import main
+from daemon.logging import reset_logging
+from tests.fakes.fake_openai import Error, FakeOpenAI, ToolCalls
+
+ASYNCAI = str(Path(sys.executable).parent / "asyncai")
+KEY = "sk-ask-test-9876543210fedcba"
+_OURS = ("OPENAI_", "ASYNCAI_", "ATIRC_")
+
+
+@pytest.fixture
+def here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A clean working directory and environment (no ./asyncai.toml, no OPENAI_*)."""
+    for name in list(os.environ):
+        if name.startswith(_OURS):
+            monkeypatch.delenv(name)
+    monkeypatch.chdir(tmp_path)
+    yield tmp_path
+    reset_logging()
+
+
+async def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    """``asyncai ask ARGV`` in a worker thread; (exit status, stdout, stderr)."""
+    code = await asyncio.to_thread(main, ["ask", *argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+async def subprocess_ask(cwd: Path, *args: str) -> tuple[int, str, str]:
+    """The real console script in ``cwd`` with a clean environment."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(_OURS)}
+    proc = await asyncio.create_subprocess_exec(
+        ASYNCAI,
+        "ask",
+        *args,
+        cwd=cwd,
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        async with asyncio.timeout(40):
+            out, err = await proc.communicate()
+    except TimeoutError:
+        proc.kill()
+        await proc.wait()
+        raise
+    return proc.returncode or 0, out.decode(), err.decode()
+
+
+def free_port() -> int:
+    """A loopback port nobody listens on."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+async def test_ask_prints_the_reply(here: Path, capsys, monkeypatch: pytest.MonkeyPatch):
+    """The prompt reaches the model with the key from OPENAI_API_KEY; the reply is stdout."""
+    async with FakeOpenAI(["Paris."], api_key=KEY) as fake:
+        monkeypatch.setenv("OPENAI_BASE_URL", fake.base_url)
+        monkeypatch.setenv("OPENAI_API_KEY", KEY)
+        monkeypatch.setenv("ASYNCAI_MODEL", "tiny")
+        result = await run(capsys, "What is the capital of France?", "--tool-mode", "direct")
+    assert result == (0, "Paris.\n", "")
+    (body,) = fake.requests
+    assert body["model"] == "tiny"
+    assert body["messages"][-1] == {"role": "user", "content": "What is the capital of France?"}
+    assert "tools" not in body  # direct mode without servers: nothing to offer
+
+
+async def test_ask_without_a_model_says_how_to_set_one(here: Path, capsys):
+    """Misconfigured: exit 2 and one line naming the key, the flag and the variable."""
+    assert await run(capsys, "hi") == (
+        2,
+        "",
+        "asyncai ask: no model configured: set 'model' in [model] of asyncai.toml, "
+        "pass --model, or set ASYNCAI_MODEL\n",
+    )
+
+
+async def test_ask_with_a_typo_in_the_config_names_the_key(here: Path, capsys):
+    """An unknown key in ./asyncai.toml stops ask before anything starts."""
+    (here / "asyncai.toml").write_text("[model]\nmodel = 'm'\nretires = 2\n")
+    assert await run(capsys, "hi") == (
+        2,
+        "",
+        "asyncai ask: unknown key 'model.retires' in asyncai.toml "
+        "(did you mean 'model.retries'?)\n",
+    )
+
+
+async def test_ask_with_an_unreachable_endpoint_fails_with_one_clear_line(tmp_path: Path):
+    """The console script itself: connection refused is exit 1, the URL and reason, no traceback."""
+    (tmp_path / "asyncai.toml").write_text("[model]\nretries = 0\n")
+    url = f"http://127.0.0.1:{free_port()}/v1"
+    code, out, err = await subprocess_ask(
+        tmp_path, "hi", "--model", "m", "--base-url", url, "--tool-mode", "direct"
+    )
+    assert (code, out) == (1, "")
+    assert "Traceback" not in err
+    *logs, last = err.splitlines()
+    assert last.startswith(f"asyncai ask: the model endpoint {url} cannot be reached (")
+    assert [json.loads(line)["event"] for line in logs] == ["model.run_failed"]
+
+
+async def test_ask_with_a_refused_key_never_prints_the_key(
+    here: Path, capsys, monkeypatch: pytest.MonkeyPatch
+):
+    """401: exit 1, told to set OPENAI_API_KEY; the key given appears nowhere."""
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    async with FakeOpenAI(api_key="the-right-key-000") as fake:
+        code, out, err = await run(
+            capsys, "hi", "--model", "m", "--base-url", fake.base_url, "--tool-mode", "direct"
+        )
+    assert code == 1
+    assert "refused the API key (HTTP 401" in err
+    assert "OPENAI_API_KEY" in err
+    assert KEY not in out + err
+
+
+async def test_ask_reports_a_server_error_after_retries(here: Path, capsys):
+    """5xx after the configured retries: exit 1 with the status and the attempts."""
+    (here / "asyncai.toml").write_text("[model]\nretries = 1\nbackoff_initial = 0.0\n")
+    async with FakeOpenAI([Error(502, "bad gateway"), Error(502, "bad gateway")]) as fake:
+        code, _, err = await run(
+            capsys, "hi", "--model", "m", "--base-url", fake.base_url, "--tool-mode", "direct"
+        )
+    assert code == 1
+    assert err.splitlines()[-1] == (
+        f"asyncai ask: the model endpoint {fake.base_url} failed with HTTP 502: bad gateway "
+        "(after 2 attempts)"
+    )
+    retry = json.loads(err.splitlines()[0])
+    assert (retry["event"], retry["level"]) == ("model.request_retry", "warning")
+
+
+async def test_ask_direct_mode_calls_a_real_stdio_server(here: Path, capsys):
+    """--mcp-stdio starts the server; in direct mode its tools are the model's functions."""
+    script = [ToolCalls(("get_current_time", {"timezone": "UTC"})), "It is some time in UTC."]
+    async with FakeOpenAI(script) as fake:
+        code, out, err = await run(
+            capsys,
+            "what time is it?",
+            "--model",
+            "m",
+            "--base-url",
+            fake.base_url,
+            "--tool-mode",
+            "direct",
+            "--mcp-stdio",
+            "mcp-server-time --local-timezone UTC",
+        )
+    assert (code, out) == (0, "It is some time in UTC.\n"), err
+    names = [t["function"]["name"] for t in fake.requests[0]["tools"]]
+    assert "get_current_time" in names
+    tool_message = fake.requests[1]["messages"][-1]
+    assert tool_message["role"] == "tool"
+    assert json.loads(tool_message["content"])["timezone"] == "UTC"
