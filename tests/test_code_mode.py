@@ -443,7 +443,10 @@ async def test_max_wall_drops_in_flight_calls_and_resets(make_executor):
             raise
         return 0
 
-    scope = make_executor(tools, max_wall=1.0).thread_scope("t")
+    observed: list[dict] = []
+    scope = make_executor(
+        tools, max_wall=1.0, observer=lambda _thread, entry: observed.append(entry)
+    ).thread_scope("t")
     await run(scope, "kept = 1")
     out = await run(scope, "await hang()")
     assert out.is_error
@@ -451,6 +454,36 @@ async def test_max_wall_drops_in_flight_calls_and_resets(make_executor):
     assert "REPL state was reset" in out.content
     assert cancelled.is_set()
     assert [e["is_error"] for e in out.audit["nested_calls"]] == [True]
+    assert observed == out.audit["nested_calls"]
+    assert "NameError" in (await run(scope, "kept")).content
+
+
+async def test_cancelled_run_drops_its_calls_and_the_scope_recovers(make_executor):
+    """Cancelling run_code (a !stop) cancels the in-flight call; the next call gets a fresh REPL."""
+    entered, cancelled = asyncio.Event(), asyncio.Event()
+    tools = FakeToolExecutor()
+
+    @tools.tool(read_only=True)
+    async def hang() -> int:
+        """Never answers."""
+        entered.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+        return 0
+
+    scope = make_executor(tools).thread_scope("t")
+    await run(scope, "kept = 1")
+    task = asyncio.create_task(run(scope, "await hang()"))
+    async with asyncio.timeout(10):
+        await entered.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert cancelled.is_set()
+    assert (await run(scope, "'fresh'")).content == "fresh"
     assert "NameError" in (await run(scope, "kept")).content
 
 
@@ -645,3 +678,39 @@ async def test_a_process_using_code_mode_exits_cleanly():
     for proc, (stdout, stderr) in zip(procs, results, strict=True):
         assert proc.returncode == 0, stderr.decode()
         assert stdout.decode().splitlines()[-1] == "45"
+
+
+async def test_issue_three_seams_are_called(make_executor, fake, monkeypatch):
+    """The hooks module's seams: pre-run check, preamble, hints, post-snippet probe, note."""
+    from daemon.code_mode import hooks
+
+    seen: list[tuple[str, bool, bool]] = []
+
+    async def after_snippet(scope, code, outcome):
+        seen.append((code, outcome.fresh, outcome.reset))
+        if scope.session is not None:
+            scope.note = f"probe says {await scope.probe('sorted(k for k in [HELPER])')}"
+
+    monkeypatch.setattr(hooks, "scope_preamble", lambda limits: "HELPER = 'h'\n")
+    monkeypatch.setattr(
+        hooks,
+        "check_snippet",
+        lambda code: "rejected: rebinds HELPER" if "HELPER =" in code else None,
+    )
+    monkeypatch.setattr(
+        hooks, "error_hints", lambda text: ["try .get()"] if "KeyError" in text else []
+    )
+    monkeypatch.setattr(hooks, "after_snippet", after_snippet)
+    monkeypatch.setattr(
+        hooks, "context_note", lambda scope, evicted: scope.note if scope is not None else None
+    )
+    ex = make_executor(fake)
+    scope = ex.thread_scope("t")
+    assert (await run(scope, "HELPER")).content == "h"
+    assert ex.context_note("t") == "probe says ['h']"
+    out = await run(scope, "HELPER = 1")
+    assert (out.is_error, out.content) == (True, "rejected: rebinds HELPER")
+    out = await run(scope, "{}['k']")
+    assert out.content.splitlines()[-1] == "Hint: try .get()"
+    await run(scope, "HELPER", restart=True)
+    assert seen == [("HELPER", True, False), ("{}['k']", False, False), ("HELPER", True, False)]

@@ -72,7 +72,8 @@ class SnippetOutcome:
     value: Any = None
     prints: str = ""
     error: str | None = None
-    reset: bool = False
+    reset: bool = False  # the checkout was discarded after this snippet
+    fresh: bool = False  # the snippet ran in a newly checked-out (empty) REPL
     unawaited: list[str] = field(default_factory=list)
 
     @property

@@ -14,7 +14,7 @@ One ``run_code`` call, in order: ``restart`` (discard the checkout), the
 pre-run check (``hooks.check_snippet``), closing evicted checkouts, a
 checkout if the scope has none (then ``hooks.scope_preamble``), the snippet
 (:mod:`daemon.code_mode.engine`), a reset if the snippet broke the checkout,
-``hooks.after_snippet`` otherwise, and the return contract
+``hooks.after_snippet``, and the return contract
 (:mod:`daemon.code_mode.contract`, with ``hooks.error_hints``). Everything
 after the pre-run check is bounded by ``max_wall``. The seams for the
 helpers and the variables note are documented in :mod:`daemon.code_mode.hooks`.
@@ -264,8 +264,7 @@ class CodeModeToolExecutor(BaseToolExecutor):
                 # a reset, or cancellation mid-feed: the checkout cannot be fed again
                 await state.discard("reset")
         assert outcome is not None
-        if not outcome.reset:
-            await self._after_snippet(state, code, outcome)
+        await self._after_snippet(state, code, outcome)
         if outcome.ok:
             return render_result(
                 outcome.value,
@@ -302,7 +301,9 @@ class CodeModeToolExecutor(BaseToolExecutor):
                     error=f"the scope preamble failed, so the snippet did not run:\n{setup.error}",
                     reset=True,
                 )
-        return await SnippetRun(self._catalog, self._limits, nested).drive(session, code)
+        outcome = await SnippetRun(self._catalog, self._limits, nested).drive(session, code)
+        outcome.fresh = fresh
+        return outcome
 
     async def _after_snippet(self, state: ScopeState, code: str, outcome: SnippetOutcome) -> None:
         try:

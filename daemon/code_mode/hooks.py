@@ -15,11 +15,18 @@ the engine:
 3. :func:`error_hints` — extra ``Hint:`` lines for an error result, from its
    traceback text (A11: known Monty gaps). Return the hint text only; the
    formatter prefixes ``Hint: ``.
-4. :func:`after_snippet` — awaited after every snippet in a live scope, with
-   the scope (``scope.probe(code)`` runs a tool-free feed in the same REPL and
-   returns its value; ``scope.note`` is free for the hook to set). The
-   variables probe (A11) goes here; :func:`context_note` then turns the scope
-   into the note that ``CodeModeToolExecutor.context_note`` returns.
+4. :func:`after_snippet` — awaited after every snippet (rejected ones
+   aside), with the scope, the snippet's text and its outcome.
+   ``outcome.fresh`` says the snippet ran in a newly checked-out, empty REPL
+   (first use, or after ``restart``, an eviction or a reset);
+   ``outcome.reset`` says the checkout was discarded after it (then
+   ``scope.session`` is None and nothing can be probed). While the scope
+   is live, ``await scope.probe(code)`` runs a tool-free feed in the same
+   REPL and returns its value. ``scope.note`` is free for the hook to keep
+   its state in. The variables probe (A11) goes here; :func:`context_note`
+   then turns the scope into the note that
+   ``CodeModeToolExecutor.context_note`` returns. A failing or slow hook
+   (bounded by ``limits.request_timeout``) is logged and costs only the note.
 """
 
 from __future__ import annotations
@@ -54,7 +61,7 @@ def error_hints(error_text: str) -> list[str]:
 
 
 async def after_snippet(scope: ScopeState, code: str, outcome: SnippetOutcome) -> None:
-    """Called after each snippet whose scope is still live (not after a reset)."""
+    """Called after each snippet that reached the sandbox, reset or not."""
 
 
 def context_note(scope: ScopeState | None, *, evicted: bool) -> str | None:

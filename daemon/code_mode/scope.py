@@ -32,8 +32,9 @@ class ScopeState:
 
     ``lock`` is held while a snippet runs (so the LRU never evicts it, and
     two calls on one thread take turns). ``reset_reason`` says why the REPL
-    is empty when it is: ``"evicted"``, ``"restart"``, ``"reset"`` (a crash
-    or a blown limit), or None. ``note`` belongs to the variables-note hook.
+    was last emptied: ``"evicted"`` (set on the new scope of an evicted
+    thread), ``"restart"``, ``"reset"`` (a crash or a blown limit), or None
+    when it never was. ``note`` belongs to the variables-note hook.
     """
 
     def __init__(self, key: str | None):
