@@ -242,7 +242,12 @@ class CodeModeToolExecutor(BaseToolExecutor):
         limits = self._limits
         if restart:
             await state.discard("restart")
-        rejection = hooks.check_snippet(code)
+        try:
+            rejection = hooks.check_snippet(code)
+        except Exception:
+            # a broken check must not block every snippet; the sandbox still guards
+            log.exception("code_mode.check_failed", thread=state.key)
+            rejection = None
         if rejection is not None:
             return render_error(rejection, max_result_chars=limits.max_result_chars)
         outcome: SnippetOutcome | None = None
@@ -272,10 +277,16 @@ class CodeModeToolExecutor(BaseToolExecutor):
                 unawaited=outcome.unawaited,
                 max_result_chars=limits.max_result_chars,
             )
+        error = outcome.error or ""
+        try:
+            hints = hooks.error_hints(error)
+        except Exception:
+            log.exception("code_mode.hints_failed", thread=state.key)
+            hints = []
         return render_error(
-            outcome.error or "",
+            error,
             prints=outcome.prints,
-            hints=hooks.error_hints(outcome.error or ""),
+            hints=hints,
             unawaited=outcome.unawaited,
             reset=outcome.reset,
             max_result_chars=limits.max_result_chars,
