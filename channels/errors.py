@@ -1,16 +1,32 @@
 """Errors of the channels package.
 
-The tree::
+The tree, split by who must act::
 
     ChannelError                 root of everything channels/ raises
-    ├── ProtocolError            a frame is invalid; carries the protocol error ``code``
+    ├── ProtocolError            a frame is invalid or refused; carries the protocol ``code``
+    │                            (the sender must fix the frame, or slow down: rate_limited)
+    ├── ChannelConfigError       a bad URL, nick, listen address or tokens file (the operator)
+    ├── UnauthorizedError        the hub refused who we are: bad token, not loopback (operator)
+    ├── ChannelTimeoutError      no ack or reply in time (also a ``TimeoutError``)
     ├── ChannelClosedError       you closed it (trio's ClosedResourceError)
-    └── ChannelBrokenError       the peer or the network broke it (BrokenResourceError)
+    ├── ChannelBrokenError       the peer or the network broke it (trio's BrokenResourceError)
+    │   └── HubUnreachableError  no connection: refused, handshake failed, backoff gave up
+    └── HubStoreError            the hub's SQLite file failed (the system)
 """
 
 from __future__ import annotations
 
-__all__ = ["ChannelBrokenError", "ChannelClosedError", "ChannelError", "ProtocolError"]
+__all__ = [
+    "ChannelBrokenError",
+    "ChannelClosedError",
+    "ChannelConfigError",
+    "ChannelError",
+    "ChannelTimeoutError",
+    "HubStoreError",
+    "HubUnreachableError",
+    "ProtocolError",
+    "UnauthorizedError",
+]
 
 
 class ChannelError(Exception):
@@ -18,12 +34,41 @@ class ChannelError(Exception):
 
 
 class ProtocolError(ChannelError):
-    """A frame is invalid. ``code`` is one of the protocol's error codes."""
+    """A frame is invalid or was refused. ``code`` is one of the protocol's error codes.
 
-    def __init__(self, code: str, message: str):
+    ``client_id`` and ``channel`` name the publish or subscription the error is
+    about, when the offending frame carried them, so a client can match an
+    ``error`` frame to the call that is waiting for it.
+    """
+
+    def __init__(
+        self,
+        code: str,
+        message: str,
+        *,
+        client_id: str | None = None,
+        channel: str | None = None,
+    ):
         super().__init__(f"{code}: {message}")
         self.code = code
         self.message = message
+        self.client_id = client_id
+        self.channel = channel
+
+
+class ChannelConfigError(ChannelError):
+    """A setting is wrong: the URL, a nick, the listen address, the tokens file."""
+
+
+class UnauthorizedError(ChannelError):
+    """The hub refused the client's identity (an unknown token, a ``hello`` from afar).
+
+    Not retried: reconnecting with the same credentials cannot succeed.
+    """
+
+
+class ChannelTimeoutError(ChannelError, TimeoutError):
+    """An ack, a subscription or a reply did not arrive within its timeout."""
 
 
 class ChannelClosedError(ChannelError):
@@ -32,3 +77,11 @@ class ChannelClosedError(ChannelError):
 
 class ChannelBrokenError(ChannelError):
     """The connection broke and could not be re-established."""
+
+
+class HubUnreachableError(ChannelBrokenError):
+    """No connection to the hub: refused, unreachable, or the handshake failed."""
+
+
+class HubStoreError(ChannelError):
+    """The hub's message store (its SQLite file) failed."""

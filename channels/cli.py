@@ -1,0 +1,328 @@
+"""The ``atirc`` command: run a hub, publish, subscribe.
+
+::
+
+    atirc hub [--listen HOST:PORT] [--db PATH] [--tokens FILE]
+    atirc pub CHANNEL TEXT [--thread ID] [--wait [SECONDS]]
+    atirc sub CHANNEL [--since ID] [--json]
+
+``pub`` and ``sub`` read ``ATIRC_URL`` (default ``ws://127.0.0.1:6680/``),
+``ATIRC_TOKEN`` (none: say ``hello``) and ``ATIRC_NICK`` (default: the user
+name). Exit status: 0 done, 1 an error (the hub unreachable, refused, …),
+2 a usage error, 3 ``--wait`` saw no reply in time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import getpass
+import logging
+import os
+import signal
+import sys
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from channels.client import DEFAULT_URL, PublishAck, WebSocketChannel, exponential_backoff
+from channels.errors import ChannelConfigError, ChannelError
+from channels.hub import DEFAULT_HOST, DEFAULT_PORT, Hub
+from channels.protocol import DEFAULT_MAX_FRAME, Message, encode, is_channel, is_id
+from channels.tokens import load_tokens
+
+__all__ = ["main"]
+
+DEFAULT_DB = Path(".atirc/hub.db")
+DEFAULT_WAIT = 300.0  # seconds: local models are slow
+EXIT_ERROR = 1
+EXIT_NO_REPLY = 3
+
+
+def _configure_logging(level: int) -> None:
+    """Log lines go to stderr, so stdout carries only what the command prints."""
+    structlog.configure(
+        processors=[
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso"),
+            structlog.dev.ConsoleRenderer(colors=False),
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(level),
+        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+    )
+
+
+def _run(coro: Coroutine[Any, Any, int]) -> int:
+    """Run on uvloop when it is installed (the hub's fan-out is loop-bound)."""
+    loop_factory: Callable[[], asyncio.AbstractEventLoop] | None = None
+    try:
+        import uvloop  # optional: absent on Windows
+
+        loop_factory = uvloop.new_event_loop
+    except ImportError:
+        pass
+    with asyncio.Runner(loop_factory=loop_factory) as runner:
+        return runner.run(coro)
+
+
+def parse_listen(value: str) -> tuple[str, int]:
+    """``HOST:PORT``, ``[v6]:PORT`` or ``:PORT`` (loopback) into a host and a port."""
+    host, sep, port_text = value.rpartition(":")
+    if not sep:
+        raise ChannelConfigError(f"--listen wants HOST:PORT, got {value!r}")
+    host = host.strip("[]") or DEFAULT_HOST
+    try:
+        port = int(port_text)
+    except ValueError as exc:
+        raise ChannelConfigError(f"--listen: not a port number: {port_text!r}") from exc
+    if not 0 <= port <= 65535:
+        raise ChannelConfigError(f"--listen: port out of range: {port}")
+    return host, port
+
+
+def _raise_fd_limit() -> None:
+    """Many subscribers need many descriptors: lift the soft limit to the hard one."""
+    try:
+        import resource  # POSIX only
+
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft < hard:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    except (ImportError, ValueError, OSError):
+        pass  # keep the soft limit; the hub still works, with fewer connections
+
+
+# -- atirc hub ----------------------------------------------------------------------------
+
+
+async def _hub(args: argparse.Namespace) -> int:
+    host, port = parse_listen(args.listen)
+    tokens = load_tokens(args.tokens) if args.tokens else None
+    hub = Hub(
+        args.db,
+        host=host,
+        port=port,
+        tokens=tokens,
+        max_frame=args.max_frame,
+        retention_count=args.retention_count,
+        retention_age=args.retention_days * 86400.0,
+        rate=args.rate,
+        burst=args.burst,
+        queue_size=args.queue_size,
+        systemd_notify=True,
+    )
+    try:
+        await hub.start()
+    except OSError as exc:
+        raise ChannelConfigError(f"cannot listen on {args.listen}: {exc}") from exc
+    print(f"atirc hub listening on {hub.url}", flush=True)
+    if not tokens:
+        print("no tokens: clients say hello, from loopback only", file=sys.stderr, flush=True)
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
+        await hub.aclose()
+    return 0
+
+
+# -- atirc pub / sub ----------------------------------------------------------------------
+
+
+def _client(attempts: int | None) -> WebSocketChannel:
+    url = os.environ.get("ATIRC_URL") or DEFAULT_URL
+    token = os.environ.get("ATIRC_TOKEN") or None
+    nick = os.environ.get("ATIRC_NICK") or None
+    if token is None and nick is None:
+        try:
+            nick = getpass.getuser()
+        except (KeyError, OSError) as exc:
+            raise ChannelConfigError("cannot tell the user name: set ATIRC_NICK") from exc
+    try:
+        return WebSocketChannel(
+            url, token=token, nick=nick, backoff=exponential_backoff(attempts=attempts)
+        )
+    except ChannelConfigError as exc:
+        raise ChannelConfigError(f"{exc} (set ATIRC_NICK / ATIRC_URL)") from exc
+
+
+async def _first_reply(channel: WebSocketChannel, ack: PublishAck) -> str:
+    """The first reply in the thread from someone else, its split chunks joined."""
+    parts: list[str] = []
+    replier: str | None = None
+    async for message in channel:
+        if message.thread != ack.thread or message.id in ack.ids:
+            continue
+        if replier is None:
+            if message.sender == channel.nick:
+                continue
+            replier = message.sender
+        elif message.sender != replier:
+            continue
+        parts.append(message.text)
+        if not message.more:
+            return "".join(parts)
+    raise ChannelError("the channel closed before a reply came")
+
+
+async def _pub(args: argparse.Namespace) -> int:
+    text = sys.stdin.read() if args.text == "-" else args.text
+    channel = _client(attempts=5)
+    await channel.connect(retry=False)
+    try:
+        if args.wait is not None:
+            # Subscribe first, so a fast reply cannot slip by before we listen.
+            await channel.subscribe(args.channel)
+        ack = await channel.publish(args.channel, text, thread=args.thread)
+        print(ack.id, flush=True)
+        if args.wait is None:
+            return 0
+        try:
+            async with asyncio.timeout(args.wait):
+                reply = await _first_reply(channel, ack)
+        except TimeoutError:
+            print(
+                f"atirc: no reply in thread {ack.thread} within {args.wait:g}s",
+                file=sys.stderr,
+            )
+            return EXIT_NO_REPLY
+        print(reply, flush=True)
+        return 0
+    finally:
+        await channel.close()
+
+
+def _format(message: Message, continued: bool) -> str:
+    if continued:
+        return message.text
+    reply = f"(re {message.thread}) " if message.thread != message.id else ""
+    return f"{message.ts} {message.id} <{message.sender}> {reply}{message.text}"
+
+
+async def _sub(args: argparse.Namespace) -> int:
+    channel = _client(attempts=None)  # like tail -f: ride out hub restarts
+    await channel.connect(retry=False)
+    loop = asyncio.get_running_loop()
+    closing: list[asyncio.Task[None]] = []
+
+    def stop() -> None:
+        if not closing:
+            closing.append(loop.create_task(channel.close()))
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop)
+    try:
+        await channel.subscribe(args.channel, since=args.since)
+        continued = False
+        async for message in channel:
+            if args.json:
+                print(encode(message), flush=True)
+                continue
+            # A split text's chunks are printed as one text.
+            end = "" if message.more else "\n"
+            print(_format(message, continued), end=end, flush=True)
+            continued = message.more
+        return 0
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
+        if closing:
+            await closing[0]
+        await channel.close()
+
+
+# -- the parser ---------------------------------------------------------------------------
+
+
+def _channel_arg(value: str) -> str:
+    if not is_channel(value):
+        raise argparse.ArgumentTypeError(
+            f"invalid channel {value!r}: '#' and 1-64 of letters, digits, '-', '_', '.'"
+        )
+    return value
+
+
+def _id_arg(value: str) -> str:
+    if not is_id(value):
+        raise argparse.ArgumentTypeError(f"not a message id: {value!r}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``atirc`` argument parser."""
+    parser = argparse.ArgumentParser(
+        prog="atirc",
+        description="atirc-style pub/sub: run a hub, publish, subscribe.",
+        epilog="Environment: ATIRC_URL (default ws://127.0.0.1:6680/), ATIRC_TOKEN, "
+        "ATIRC_NICK (default: your user name).",
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    hub = commands.add_parser("hub", help="run a hub")
+    hub.add_argument(
+        "--listen",
+        default=f"{DEFAULT_HOST}:{DEFAULT_PORT}",
+        metavar="HOST:PORT",
+        help="address to listen on (default %(default)s; port 0 picks one)",
+    )
+    hub.add_argument("--db", type=Path, default=DEFAULT_DB, help="SQLite file (%(default)s)")
+    hub.add_argument(
+        "--tokens",
+        type=Path,
+        metavar="FILE",
+        help="'TOKEN NICK' lines; without it, clients say hello, from loopback only",
+    )
+    hub.add_argument("--max-frame", type=int, default=DEFAULT_MAX_FRAME, metavar="BYTES")
+    hub.add_argument("--retention-count", type=int, default=10_000, metavar="N")
+    hub.add_argument("--retention-days", type=float, default=7.0, metavar="DAYS")
+    hub.add_argument("--rate", type=float, default=50.0, help="frames/s per connection")
+    hub.add_argument("--burst", type=int, default=200, help="frames over the rate, briefly")
+    hub.add_argument("--queue-size", type=int, default=1000, help="frames per subscriber")
+    hub.set_defaults(func=_hub, log_level=logging.INFO)
+
+    pub = commands.add_parser("pub", help="publish a message; print its id")
+    pub.add_argument("channel", type=_channel_arg, metavar="CHANNEL")
+    pub.add_argument("text", metavar="TEXT", help="the text ('-' reads stdin)")
+    pub.add_argument("--thread", type=_id_arg, metavar="ID", help="reply in this thread")
+    pub.add_argument(
+        "--wait",
+        type=float,
+        nargs="?",
+        const=DEFAULT_WAIT,
+        metavar="SECONDS",
+        help=f"then print the first reply in the thread (default {DEFAULT_WAIT:g}s)",
+    )
+    pub.set_defaults(func=_pub, log_level=logging.WARNING)
+
+    sub = commands.add_parser("sub", help="print a channel's messages as they come")
+    sub.add_argument("channel", type=_channel_arg, metavar="CHANNEL")
+    sub.add_argument("--since", type=_id_arg, metavar="ID", help="first replay what came after ID")
+    sub.add_argument("--json", action="store_true", help="one JSON message frame per line")
+    sub.set_defaults(func=_sub, log_level=logging.WARNING)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``atirc`` console script."""
+    args = build_parser().parse_args(argv)
+    _configure_logging(args.log_level)
+    if args.command == "hub":
+        _raise_fd_limit()
+    try:
+        return _run(args.func(args))
+    except ChannelError as exc:
+        print(f"atirc: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        return 130
+    finally:
+        with contextlib.suppress(BrokenPipeError):
+            sys.stdout.flush()

@@ -1,0 +1,328 @@
+"""The hub's message store: its own SQLite file (aiosqlite, WAL).
+
+One writer connection, used only by the hub's writer task, so batches commit
+in the order their ids were assigned; one read connection for ``subscribed``
+bounds and ``since`` replay, which WAL lets run beside the writer.
+
+Schema (``PRAGMA user_version`` counts the migrations applied)::
+
+    messages(id TEXT PRIMARY KEY,       -- sortable, assigned by the hub
+             channel TEXT, thread TEXT, reply_to TEXT,
+             sender TEXT,               -- the hub's view of who published it
+             text TEXT, more INTEGER,   -- more: a split text continues
+             client_id TEXT)            -- idempotency key, unique per sender
+    index (channel, id); unique index (sender, client_id)
+
+Retention: messages older than ``retention_age`` seconds go, and each channel
+keeps at most ``retention_count``. A ``client_id`` is remembered as long as its
+message is retained, across hub restarts.
+
+``synchronous=NORMAL``: a committed message survives a crash of the hub
+process; a power loss may take the last few back.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+import time
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import aiosqlite
+
+from channels.errors import HubStoreError
+from channels.ids import IdGenerator, id_for_time, id_timestamp
+from channels.protocol import Message
+
+__all__ = ["MessageStore", "NewMessage", "Stored"]
+
+
+async def _m1_messages(db: aiosqlite.Connection) -> None:
+    await db.execute(
+        """
+        CREATE TABLE messages (
+            id        TEXT PRIMARY KEY,
+            channel   TEXT NOT NULL,
+            thread    TEXT NOT NULL,
+            reply_to  TEXT,
+            sender    TEXT NOT NULL,
+            text      TEXT NOT NULL,
+            more      INTEGER NOT NULL DEFAULT 0,
+            client_id TEXT
+        )
+        """
+    )
+    await db.execute("CREATE INDEX messages_by_channel ON messages (channel, id)")
+    await db.execute(
+        "CREATE UNIQUE INDEX messages_by_client_id ON messages (sender, client_id) "
+        "WHERE client_id IS NOT NULL"
+    )
+
+
+MIGRATIONS: Sequence[Callable[[aiosqlite.Connection], Awaitable[None]]] = (_m1_messages,)
+"""Applied in order from a blank file; ``user_version`` is how many ran."""
+
+
+@dataclass(frozen=True, slots=True)
+class NewMessage:
+    """A publish the writer is to store."""
+
+    channel: str
+    text: str
+    sender: str
+    client_id: str
+    thread: str | None
+    reply_to: str | None
+    more: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Stored:
+    """What storing one publish gave: the message, and whether it was stored before."""
+
+    message: Message
+    duplicate: bool
+
+
+_COLUMNS = "channel, id, thread, reply_to, sender, text, more"
+
+
+def _row_message(row: Sequence[object]) -> Message:
+    channel, id_, thread, reply_to, sender, text, more = row
+    assert isinstance(id_, str)
+    return Message(
+        channel=str(channel),
+        id=id_,
+        thread=str(thread),
+        reply_to=None if reply_to is None else str(reply_to),
+        sender=str(sender),
+        text=str(text),
+        ts=id_timestamp(id_),
+        more=bool(more),
+    )
+
+
+class MessageStore:
+    """Messages of every channel in one SQLite file."""
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        retention_count: int,
+        retention_age: float,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        if retention_count < 1 or retention_age <= 0:
+            raise ValueError("retention_count and retention_age must be positive")
+        self.path = Path(path)
+        self.retention_count = retention_count
+        self.retention_age = retention_age
+        self._clock = clock
+        self._writer: aiosqlite.Connection | None = None
+        self._reader: aiosqlite.Connection | None = None
+        self._ids: IdGenerator | None = None
+
+    async def open(self) -> None:
+        """Create or migrate the file and open both connections."""
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._writer = await aiosqlite.connect(self.path, isolation_level=None)
+            await self._writer.execute("PRAGMA journal_mode=WAL")
+            await self._writer.execute("PRAGMA synchronous=NORMAL")
+            await self._writer.execute("PRAGMA busy_timeout=5000")
+            await self._migrate(self._writer)
+            async with self._writer.execute("SELECT max(id) FROM messages") as cur:
+                row = await cur.fetchone()
+            self._ids = IdGenerator(after=row[0] if row else None)
+            self._reader = await aiosqlite.connect(self.path, isolation_level=None)
+            await self._reader.execute("PRAGMA busy_timeout=5000")
+            await self._reader.execute("PRAGMA query_only=ON")
+        except (sqlite3.Error, OSError) as exc:
+            await self.close()
+            raise HubStoreError(f"cannot open the hub's store {self.path}: {exc}") from exc
+
+    @staticmethod
+    async def _migrate(db: aiosqlite.Connection) -> None:
+        async with db.execute("PRAGMA user_version") as cur:
+            row = await cur.fetchone()
+        version = int(row[0]) if row else 0
+        if version > len(MIGRATIONS):
+            raise HubStoreError(
+                f"the store is at schema version {version}, newer than this hub "
+                f"({len(MIGRATIONS)}); upgrade atirc"
+            )
+        for number, migration in enumerate(MIGRATIONS[version:], start=version + 1):
+            await db.execute("BEGIN IMMEDIATE")
+            try:
+                await migration(db)
+                await db.execute(f"PRAGMA user_version = {number}")
+                await db.execute("COMMIT")
+            except BaseException:
+                await db.execute("ROLLBACK")
+                raise
+
+    async def close(self) -> None:
+        """Close both connections (idempotent)."""
+        for db in (self._reader, self._writer):
+            if db is not None:
+                # Closing after a failure: nothing more to save.
+                with contextlib.suppress(sqlite3.Error):
+                    await db.close()
+        self._reader = self._writer = None
+
+    def _db(self, which: aiosqlite.Connection | None) -> aiosqlite.Connection:
+        if which is None:
+            raise HubStoreError("the hub's store is not open")
+        return which
+
+    async def store(self, batch: Sequence[NewMessage]) -> list[Stored]:
+        """Store a batch in one transaction; ids are assigned here, in batch order.
+
+        A publish whose ``(sender, client_id)`` is stored already, or earlier in
+        the same batch, is not stored again: it gets the first message back
+        with ``duplicate=True``.
+        """
+        db = self._db(self._writer)
+        assert self._ids is not None
+        try:
+            known = await self._known(db, batch)
+            results: list[Stored] = []
+            rows: list[tuple[object, ...]] = []
+            for item in batch:
+                first = known.get((item.sender, item.client_id))
+                if first is not None:
+                    results.append(Stored(first, duplicate=True))
+                    continue
+                id_ = self._ids.new()
+                message = Message(
+                    channel=item.channel,
+                    id=id_,
+                    thread=item.thread or id_,
+                    reply_to=item.reply_to,
+                    sender=item.sender,
+                    text=item.text,
+                    ts=id_timestamp(id_),
+                    more=item.more,
+                )
+                known[(item.sender, item.client_id)] = message
+                results.append(Stored(message, duplicate=False))
+                rows.append(
+                    (
+                        id_,
+                        item.channel,
+                        message.thread,
+                        item.reply_to,
+                        item.sender,
+                        item.text,
+                        int(item.more),
+                        item.client_id,
+                    )
+                )
+            if rows:
+                await db.execute("BEGIN IMMEDIATE")
+                try:
+                    await db.executemany(
+                        "INSERT INTO messages "
+                        "(id, channel, thread, reply_to, sender, text, more, client_id) "
+                        "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                        rows,
+                    )
+                    await db.execute("COMMIT")
+                except BaseException:
+                    await db.execute("ROLLBACK")
+                    raise
+            return results
+        except sqlite3.Error as exc:
+            raise HubStoreError(f"storing {len(batch)} message(s) failed: {exc}") from exc
+
+    @staticmethod
+    async def _known(
+        db: aiosqlite.Connection, batch: Sequence[NewMessage]
+    ) -> dict[tuple[str, str], Message]:
+        """Messages already stored under the batch's ``(sender, client_id)`` pairs."""
+        pairs = list({(item.sender, item.client_id) for item in batch})
+        known: dict[tuple[str, str], Message] = {}
+        # Chunks keep the statement under SQLite's parameter limit.
+        for start in range(0, len(pairs), 200):
+            chunk = pairs[start : start + 200]
+            values = ", ".join("(?, ?)" for _ in chunk)
+            params = [v for pair in chunk for v in pair]
+            sql = (
+                f"SELECT {_COLUMNS}, client_id FROM messages "
+                f"WHERE (sender, client_id) IN (VALUES {values})"
+            )
+            async with db.execute(sql, params) as cur:
+                for row in await cur.fetchall():
+                    message = _row_message(row[:-1])
+                    known[(message.sender, str(row[-1]))] = message
+        return known
+
+    async def prune(self, channels: Iterable[str]) -> int:
+        """Apply retention: drop messages past ``retention_age``, and per channel past the count.
+
+        Returns how many messages were dropped. Only ``channels`` are checked
+        for the count bound (the ones written to since the last prune).
+        """
+        db = self._db(self._writer)
+        cutoff = id_for_time(int((self._clock() - self.retention_age) * 1000))
+        try:
+            await db.execute("BEGIN IMMEDIATE")
+            try:
+                cur = await db.execute("DELETE FROM messages WHERE id < ?", (cutoff,))
+                dropped = max(cur.rowcount, 0)
+                for channel in channels:
+                    cur = await db.execute(
+                        "DELETE FROM messages WHERE channel = ? AND id < ("
+                        "  SELECT id FROM messages WHERE channel = ?"
+                        "  ORDER BY id DESC LIMIT 1 OFFSET ?)",
+                        (channel, channel, self.retention_count - 1),
+                    )
+                    dropped += max(cur.rowcount, 0)
+                await db.execute("COMMIT")
+            except BaseException:
+                await db.execute("ROLLBACK")
+                raise
+        except sqlite3.Error as exc:
+            raise HubStoreError(f"pruning failed: {exc}") from exc
+        return dropped
+
+    async def bounds(self, channel: str) -> tuple[str | None, str | None]:
+        """``(head, oldest)``: the channel's last and oldest retained ids."""
+        db = self._db(self._reader)
+        try:
+            async with db.execute(
+                "SELECT (SELECT id FROM messages WHERE channel = ? ORDER BY id DESC LIMIT 1),"
+                "       (SELECT id FROM messages WHERE channel = ? ORDER BY id LIMIT 1)",
+                (channel, channel),
+            ) as cur:
+                row = await cur.fetchone()
+        except sqlite3.Error as exc:
+            raise HubStoreError(f"reading {channel} failed: {exc}") from exc
+        if row is None:
+            return None, None
+        return row[0], row[1]
+
+    async def after(self, channel: str, since: str, limit: int) -> list[Message]:
+        """Up to ``limit`` messages of ``channel`` with ids after ``since``, in id order."""
+        db = self._db(self._reader)
+        try:
+            async with db.execute(
+                f"SELECT {_COLUMNS} FROM messages WHERE channel = ? AND id > ? ORDER BY id LIMIT ?",
+                (channel, since, limit),
+            ) as cur:
+                rows = await cur.fetchall()
+        except sqlite3.Error as exc:
+            raise HubStoreError(f"replaying {channel} failed: {exc}") from exc
+        return [_row_message(row) for row in rows]
+
+    async def ping(self) -> None:
+        """A trivial read, so the watchdog knows the file still answers."""
+        db = self._db(self._reader)
+        try:
+            async with db.execute("SELECT 1") as cur:
+                await cur.fetchone()
+        except sqlite3.Error as exc:
+            raise HubStoreError(f"the store does not answer: {exc}") from exc
