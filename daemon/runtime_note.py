@@ -1,0 +1,71 @@
+"""The "REPL is empty" note after a restart.
+
+The code-mode executor remembers evicted scopes, so the next run of such a
+thread is told its variables are gone. A restarted daemon has a new
+executor that never saw the thread, so it would say nothing, and the model
+would reach for variables that no longer exist. :class:`RestartNoteExecutor`
+wraps the executor the backend is handed and adds the executor's own reset
+note to the first run of every thread that had runs before this process
+started (its history is not empty), unless the executor has a note itself.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+from daemon.code_mode.note import reset_note
+from daemon.tools import ToolCallOutput, ToolDefinition, ToolExecutor
+
+__all__ = ["RestartNoteExecutor"]
+
+# Threads remembered as seen by this process; an old one forgotten can at
+# worst get the (true) "REPL is empty" note once more.
+_SEEN_MEMORY = 4096
+
+
+class RestartNoteExecutor:
+    """A :class:`~daemon.tools.ToolExecutor` proxy whose ``context_note`` knows about restarts."""
+
+    def __init__(self, inner: ToolExecutor):
+        self.inner = inner
+        self._seen: OrderedDict[str, None] = OrderedDict()
+        self._empty: set[str] = set()
+
+    def before_run(self, thread_id: str, *, had_earlier_runs: bool) -> None:
+        """Call before each run: the first run of a thread with earlier runs gets the note."""
+        if thread_id in self._seen:
+            self._seen.move_to_end(thread_id)
+            return
+        self._seen[thread_id] = None
+        while len(self._seen) > _SEEN_MEMORY:
+            self._seen.popitem(last=False)
+        if had_earlier_runs:
+            self._empty.add(thread_id)
+
+    def context_note(self, thread_id: str) -> str | None:
+        """The executor's note; else, once after a restart, that the REPL is empty."""
+        note = self.inner.context_note(thread_id)
+        if thread_id in self._empty:
+            self._empty.discard(thread_id)
+            return note or reset_note("reset")
+        return note
+
+    def definitions(self) -> list[ToolDefinition]:
+        """The inner executor's tools."""
+        return self.inner.definitions()
+
+    async def start(self) -> None:
+        """Start the inner executor."""
+        await self.inner.start()
+
+    async def call_tool(self, name: str, arguments: dict) -> ToolCallOutput:
+        """Call on the inner executor."""
+        return await self.inner.call_tool(name, arguments)
+
+    def thread_scope(self, thread_id: str) -> ToolExecutor | None:
+        """The inner executor's scope of the thread."""
+        return self.inner.thread_scope(thread_id)
+
+    async def aclose(self) -> None:
+        """Close the inner executor."""
+        await self.inner.aclose()

@@ -1,0 +1,466 @@
+"""``asyncai serve``: the daemon. Channels in, runs through the backend, replies out.
+
+:class:`Daemon` wires the real pieces around :class:`daemon.runtime.Runtime`:
+
+- the sessions ``Store`` (opened first: every prompt is recorded before
+  anything else happens to it);
+- the executor the config asks for (MCP servers over stdio, wrapped in code
+  mode), with an audit observer that commits one ``tool_calls`` row as each
+  nested call ends, so a crash mid-run keeps the record of what was done;
+- the OpenAI-compatible backend (it appends the executor's variables note to
+  the newest user message, so after an eviction or a restart the model is
+  told that the REPL is empty);
+- the websocket channel: subscribed with ``since`` = the stored cursor of each
+  channel, after the prompts recorded but not done were scheduled again.
+
+systemd (``Type=notify``, no extra dependency): ``READY=1`` once subscribed,
+``WATCHDOG=1`` every half of ``WATCHDOG_USEC`` while the intake is alive,
+``STATUS=`` with active runs, queued prompts and live REPL scopes, and
+``STOPPING=1`` at shutdown.
+
+Shutdown (SIGTERM, SIGINT, or :meth:`Daemon.request_stop`), in a fixed order:
+stop reading the channel, give active runs ``runtime.shutdown_grace`` seconds,
+cancel the rest and record them interrupted (their prompts are answered after
+the next start), close the executor (the Monty pool and the MCP servers), the
+backend's HTTP client, the channel and the store. Exit status 0; 1 when the
+daemon could not start or the hub went away for good (systemd restarts it);
+2 for a configuration error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import signal
+import sys
+from collections import OrderedDict
+from collections.abc import Mapping
+from typing import Any
+
+import structlog
+
+from channels.client import Channel, Message, WebSocketChannel
+from channels.errors import ChannelError
+from channels.notify import notify, watchdog_interval
+from daemon.config import Config, add_config_arguments, load_config, overrides_from_args
+from daemon.errors import AsyncaiError, ConfigError
+from daemon.runs import RunRequest, RunResult, current_tool_use
+from daemon.runtime import InboundMessage, Runtime, RuntimeOptions
+from daemon.runtime_note import RestartNoteExecutor
+from daemon.runtime_store import SessionsRuntimeStore
+from daemon.tools import ToolExecutor
+from sessions.errors import StoreError
+from sessions.model import ToolCallRow
+from sessions.store import Store
+
+__all__ = [
+    "ChannelPublisher",
+    "ChunkJoiner",
+    "Daemon",
+    "audit_observer",
+    "inbound",
+    "register",
+    "run_daemon",
+    "running",
+]
+
+log = structlog.get_logger("asyncai.daemon")
+
+# The backend enforces max_run_seconds itself and reports it well; the
+# runtime's own deadline is a safety net just behind it.
+RUN_DEADLINE_MARGIN = 30.0
+# STATUS= is refreshed this often even without a watchdog.
+STATUS_INTERVAL = 5.0
+# Monty's worker pool needs the loop a moment after closing (notes/monty.md §10).
+POOL_SETTLE = 0.05
+# A held back chunked prompt whose last chunk never comes is dropped after this many.
+MAX_PENDING_CHUNKS = 64
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add ``asyncai serve`` to the command line."""
+    parser = subparsers.add_parser(
+        "serve",
+        help="run the daemon: answer prompts on the configured channels",
+        description=(
+            "Run the daemon: subscribe to the channels of [channels], answer each thread's "
+            "prompts through the model and the tools, store transcripts and the audit."
+        ),
+    )
+    add_config_arguments(parser)
+    parser.set_defaults(func=_main)
+
+
+def _main(args: argparse.Namespace) -> int:
+    try:
+        config = load_config(args.config, overrides_from_args(args))
+        config.require_model()
+        if not config.channels.channels:
+            where = config.path or "asyncai.toml"
+            raise ConfigError(
+                f'no channels to answer: set channels = ["#ops"] in [channels] of {where}'
+            )
+    except ConfigError as exc:
+        print(f"asyncai serve: {exc}", file=sys.stderr)
+        return 2
+    from daemon.logging import configure_logging
+
+    configure_logging(args.verbose, secrets=config.secrets())
+    return run_daemon(config)
+
+
+def run_daemon(config: Config) -> int:
+    """Run :class:`Daemon` until SIGTERM/SIGINT, on uvloop when it is installed."""
+
+    async def main() -> int:
+        daemon = Daemon(config)
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, daemon.request_stop)
+        try:
+            return await daemon.run()
+        finally:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.remove_signal_handler(sig)
+
+    try:
+        import uvloop
+    except ImportError:  # optional: plain asyncio works the same, a little slower
+        return asyncio.run(main())
+    return uvloop.run(main())
+
+
+# ---- the pieces between the channel, the store and the runtime ------------------------------
+
+
+def inbound(message: Message) -> InboundMessage:
+    """A channel message as the runtime takes it."""
+    return InboundMessage(
+        channel=message.channel,
+        id=message.id,
+        thread=message.thread,
+        sender=message.sender,
+        text=message.text,
+        reply_to=message.reply_to,
+        ts=message.ts,
+    )
+
+
+class ChunkJoiner:
+    """Joins a text that its sender split into several messages (``more``) back into one.
+
+    Chunks of one sender in one thread are held until the chunk without
+    ``more``; the joined prompt carries the last chunk's id. The number of
+    held chunks is bounded: past :data:`MAX_PENDING_CHUNKS` the oldest held
+    text is dropped, with a log line.
+    """
+
+    def __init__(self, limit: int = MAX_PENDING_CHUNKS):
+        self._limit = limit
+        self._held: OrderedDict[tuple[str, str, str], list[Message]] = OrderedDict()
+        self._count = 0
+
+    def feed(self, message: Message) -> Message | None:
+        """The complete message, or None while its text is still arriving."""
+        key = (message.channel, message.thread, message.sender)
+        if message.more:
+            self._held.setdefault(key, []).append(message)
+            self._count += 1
+            while self._count > self._limit:
+                old_key, old = self._held.popitem(last=False)
+                self._count -= len(old)
+                log.warning("daemon.chunks_dropped", channel=old_key[0], thread=old_key[1])
+            return None
+        held = self._held.pop(key, None)
+        if not held:
+            return message
+        self._count -= len(held)
+        text = "".join(m.text for m in held) + message.text
+        return Message(
+            channel=message.channel,
+            id=message.id,
+            thread=message.thread,
+            reply_to=held[0].reply_to,
+            sender=message.sender,
+            text=text,
+            ts=held[0].ts,
+        )
+
+
+class ChannelPublisher:
+    """:class:`daemon.runtime.RuntimePublisher` over a :class:`channels.client.Channel`."""
+
+    def __init__(self, channel: Channel, nick: str):
+        self._channel = channel
+        self._configured_nick = nick
+
+    @property
+    def nick(self) -> str:
+        """The nick the hub knows the daemon by (``welcome``), else the configured one."""
+        return self._channel.nick or self._configured_nick
+
+    async def publish(
+        self, channel: str, text: str, *, thread: str, reply_to: str, client_id: str
+    ) -> str:
+        """Publish in the thread and wait for the hub's ack; the new message's id."""
+        ack = await self._channel.publish(
+            channel, text, thread=thread, reply_to=reply_to, client_id=client_id
+        )
+        return ack.id
+
+
+def audit_observer(store: Store):
+    """The code-mode observer: one ``tool_calls`` row committed as each nested call ends.
+
+    The run and the transcript record come from ``current_tool_use``, which the
+    backend sets around each tool call (the nested calls inherit it).
+    """
+
+    async def observe(thread_id: str | None, entry: dict[str, Any]) -> None:
+        context = current_tool_use.get()
+        if context is None:
+            log.warning("daemon.audit_without_run", thread=thread_id, tool=entry.get("tool"))
+            return
+        await store.add_tool_call(
+            ToolCallRow(
+                run_id=context.run_id,
+                thread_id=context.thread_id,
+                tool=entry["tool"],
+                arguments=entry["arguments"],
+                is_error=bool(entry["is_error"]),
+                bytes=int(entry["bytes"]),
+                mutating=bool(entry["mutating"]),
+                started=entry["started"],
+                duration_ms=float(entry["duration_ms"]),
+                record_uuid=context.record_uuid,
+            )
+        )
+
+    return observe
+
+
+def runtime_options(config: Config) -> RuntimeOptions:
+    """The runtime's limits and policies from ``[runtime]`` and ``[channels]``."""
+    allowed = config.channels.allowed_senders
+    return RuntimeOptions(
+        max_concurrent_runs=config.runtime.max_concurrent_runs,
+        max_queued_prompts=config.runtime.max_queued_prompts,
+        max_run_seconds=config.runtime.max_run_seconds + RUN_DEADLINE_MARGIN,
+        shutdown_grace=config.runtime.shutdown_grace,
+        shared_channels=frozenset(config.channels.shared),
+        allowed_senders=frozenset(allowed) if allowed else None,
+    )
+
+
+# ---- the daemon -------------------------------------------------------------------------
+
+
+class Daemon:
+    """One daemon: :meth:`start`, then :meth:`wait` until stopped, then :meth:`aclose`.
+
+    ``channel`` and ``executor`` replace the ones the config describes (tests
+    and ``asyncai up`` pass a client for their in-process hub). ``env`` is
+    where ``NOTIFY_SOCKET`` and ``WATCHDOG_USEC`` are read (default
+    ``os.environ``).
+    """
+
+    def __init__(
+        self,
+        config: Config,
+        *,
+        channel: Channel | None = None,
+        executor: ToolExecutor | None = None,
+        env: Mapping[str, str] | None = None,
+    ):
+        self.config = config
+        self._env = env
+        self._channel = channel
+        self._executor = executor
+        self._noted: RestartNoteExecutor | None = None
+        self._store: Store | None = None
+        self._backend: Any = None
+        self.runtime: Runtime | None = None
+        self._stop = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._intake: asyncio.Task[None] | None = None
+        self._scopes: OrderedDict[str, None] = OrderedDict()  # threads with a live REPL scope
+        self._max_scopes = config.code_mode.effective_max_scopes()
+        self._code_mode = config.model.tool_mode == "code"
+        self._closed = False
+
+    @property
+    def store(self) -> Store:
+        """The open sessions store (after :meth:`start`)."""
+        if self._store is None:
+            raise RuntimeError("the daemon is not started")
+        return self._store
+
+    def request_stop(self) -> None:
+        """Begin an orderly shutdown (what SIGTERM and SIGINT do)."""
+        self._stop.set()
+
+    async def run(self) -> int:
+        """Start, serve until stopped, shut down; the exit status."""
+        try:
+            await self.start()
+        except (AsyncaiError, ChannelError, StoreError, OSError) as exc:
+            log.error("daemon.start_failed", error=f"{type(exc).__name__}: {exc}")
+            print(f"asyncai serve: {exc}", file=sys.stderr)
+            await self.aclose()
+            return 1
+        status = await self.wait()
+        await self.aclose()
+        return status
+
+    async def start(self) -> None:
+        """Open the store, start the tools, connect, schedule leftovers, subscribe; READY=1."""
+        from daemon.backend import OpenAiCompatibleBackend, build_tool_executor
+
+        config = self.config
+        self._store = await Store(config.sessions.db).open()
+        if self._executor is None:
+            self._executor = build_tool_executor(config, observer=audit_observer(self._store))
+        self._noted = RestartNoteExecutor(self._executor)
+        # Start the servers and the pool now: a broken setup fails before READY=1.
+        await self._executor.start()
+        self._backend = OpenAiCompatibleBackend(config, self._noted)
+        if self._channel is None:
+            self._channel = WebSocketChannel(
+                config.channels.url, token=config.channels.token, nick=config.channels.nick
+            )
+        await self._connect()
+        self.runtime = Runtime(
+            store=SessionsRuntimeStore(
+                self._store,
+                history_turns=config.runtime.history_turns,
+                history_chars=config.runtime.history_chars,
+            ),
+            publisher=ChannelPublisher(self._channel, config.channels.nick),
+            run=self._run,
+            options=runtime_options(config),
+        )
+        recovered = await self.runtime.recover()
+        for name in config.channels.channels:
+            since = await self._store.get_cursor(name)
+            await self._channel.subscribe(name, since=since)
+        self._intake = asyncio.create_task(self._read_channel(), name="asyncai-intake")
+        self._tasks.append(self._intake)
+        notify(f"READY=1\nSTATUS={self.status_line()}", env=self._env)
+        log.warning(  # one line at start even without --verbose
+            "daemon.ready",
+            nick=self._channel.nick,
+            channels=config.channels.channels,
+            recovered_prompts=recovered,
+            db=str(config.sessions.db),
+        )
+        self._tasks.append(asyncio.create_task(self._heartbeat(), name="asyncai-heartbeat"))
+
+    async def _connect(self) -> None:
+        """Connect now when the channel can (a websocket one), so the nick is known."""
+        assert self._channel is not None
+        if isinstance(self._channel, WebSocketChannel):
+            try:
+                await self._channel.connect(retry=False)
+                return
+            except ChannelError as exc:
+                log.warning(
+                    "daemon.hub_unreachable",
+                    url=self.config.channels.url,
+                    error=str(exc),
+                    action="retrying with backoff",
+                )
+            await self._channel.connect(retry=True)
+
+    async def wait(self) -> int:
+        """Until a stop is requested (0) or the intake ended because the hub is gone (1)."""
+        assert self._intake is not None
+        stop = asyncio.create_task(self._stop.wait(), name="asyncai-stop")
+        try:
+            await asyncio.wait([stop, self._intake], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop.cancel()
+            await asyncio.gather(stop, return_exceptions=True)
+        if self._stop.is_set():
+            return 0
+        error = self._intake.exception() if not self._intake.cancelled() else None
+        log.error("daemon.intake_ended", error=f"{type(error).__name__}: {error}")
+        return 1
+
+    async def aclose(self) -> None:
+        """The orderly shutdown (idempotent); see the module docstring for the order."""
+        if self._closed:
+            return
+        self._closed = True
+        notify("STOPPING=1", env=self._env)
+        if self._intake is not None:
+            self._intake.cancel()
+            await asyncio.gather(self._intake, return_exceptions=True)
+        if self.runtime is not None:
+            await self.runtime.shutdown()
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._executor is not None:
+            await self._executor.aclose()
+            await asyncio.sleep(POOL_SETTLE)
+        if self._backend is not None:
+            await self._backend.aclose()
+        if self._channel is not None:
+            await self._channel.close()
+        if self._store is not None:
+            await self._store.aclose()
+        log.warning("daemon.stopped")
+
+    # ---- loops ----
+
+    async def _read_channel(self) -> None:
+        """Feed every channel message to the runtime, in order."""
+        assert self._channel is not None
+        assert self.runtime is not None
+        joiner = ChunkJoiner()
+        async for message in self._channel:
+            whole = joiner.feed(message)
+            if whole is not None:
+                await self.runtime.submit(inbound(whole))
+
+    async def _heartbeat(self) -> None:
+        """WATCHDOG=1 while the intake is alive; STATUS= with the live counts."""
+        interval = watchdog_interval(env=self._env)
+        period = min(interval, STATUS_INTERVAL) if interval else STATUS_INTERVAL
+        while True:
+            await asyncio.sleep(period)
+            healthy = self._intake is not None and not self._intake.done()
+            state = f"STATUS={self.status_line()}"
+            if interval and healthy:
+                state = "WATCHDOG=1\n" + state
+            notify(state, env=self._env)
+
+    def status_line(self) -> str:
+        """``2 active runs, 3 queued prompts, 5 live scopes`` (systemd's STATUS=)."""
+        counts = self.runtime.counts() if self.runtime is not None else None
+        active = counts.active_runs if counts else 0
+        queued = counts.queued_prompts if counts else 0
+        return f"{active} active runs, {queued} queued prompts, {len(self._scopes)} live scopes"
+
+    async def _run(self, request: RunRequest) -> RunResult:
+        """One run through the backend, remembering which threads hold a REPL scope."""
+        assert self._noted is not None
+        self._noted.before_run(request.thread_id, had_earlier_runs=bool(request.history))
+        if self._code_mode:
+            # Mirrors the executor's LRU (the backend asks it for this thread's scope).
+            self._scopes[request.thread_id] = None
+            self._scopes.move_to_end(request.thread_id)
+            while len(self._scopes) > self._max_scopes:
+                self._scopes.popitem(last=False)
+        return await self._backend.run(request)
+
+
+@contextlib.asynccontextmanager
+async def running(daemon: Daemon):
+    """``async with running(Daemon(config)) as d:`` started, and shut down on exit."""
+    try:
+        await daemon.start()
+        yield daemon
+    finally:
+        await daemon.aclose()

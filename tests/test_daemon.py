@@ -1,0 +1,317 @@
+"""The daemon end to end, in this process: a real hub, store, MCP server over stdio,
+Monty pool and backend; only the model is scripted (tests/fakes/fake_openai.py).
+
+One daemon serves every test of this module (starting one costs an MCP server
+process and a Monty worker); each test talks in its own threads and consumes
+exactly the model steps it adds, which the autouse fixture checks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+
+import pytest
+from structlog.testing import capture_logs
+
+from channels.client import Message, WebSocketChannel
+from channels.hub import Hub
+from daemon.config import load_config
+from daemon.serve import ChunkJoiner, Daemon
+from tests.fakes.fake_openai import Error, FakeOpenAI, Hold, Reply, ToolCalls
+
+TEST_SERVER = Path(__file__).parent / "fakes" / "mcp_test_server.py"
+WAIT = 20.0  # bound on every wait for the daemon (a loaded 2-core machine is slow)
+
+
+def write_config(
+    path: Path, *, hub_url: str, model_url: str, servers: bool = True, grace: float = 2.0
+) -> Path:
+    """A complete asyncai.toml for a test daemon."""
+    text = f"""
+[model]
+base_url = "{model_url}"
+model = "fake-model"
+api_key = "test-key"
+retries = 0
+
+[channels]
+url = "{hub_url}"
+nick = "asyncai"
+channels = ["#ops"]
+
+[runtime]
+shutdown_grace = {grace}
+
+[sessions]
+db = "asyncai.db"
+"""
+    if servers:
+        text += f"""
+[mcp_servers.test]
+command = "{sys.executable}"
+args = ["{TEST_SERVER}", "--label", "daemon"]
+"""
+    path.write_text(text)
+    return path
+
+
+class Person:
+    """Someone on the hub: publishes prompts and reads the daemon's replies."""
+
+    def __init__(self, url: str, nick: str = "alice"):
+        self.client = WebSocketChannel(url, nick=nick)
+        self.replies: dict[str, list[Message]] = {}  # thread → the daemon's messages
+        self._arrived = asyncio.Event()
+        self._reader: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        """Connect and follow #ops."""
+        await self.client.connect()
+        await self.client.subscribe("#ops")
+        self._reader = asyncio.create_task(self._read())
+
+    async def _read(self) -> None:
+        async for message in self.client:
+            if message.sender == "asyncai":
+                self.replies.setdefault(message.thread, []).append(message)
+                self._arrived.set()
+
+    async def say(self, text: str, thread: str | None = None) -> tuple[str, str]:
+        """Publish; the new message's ``(id, thread)``."""
+        ack = await self.client.publish("#ops", text, thread=thread)
+        return ack.id, ack.thread
+
+    async def reply_in(self, thread: str, count: int = 1) -> list[Message]:
+        """The first ``count`` replies of the daemon in ``thread`` (waits, bounded)."""
+        async with asyncio.timeout(WAIT):
+            while len(self.replies.get(thread, [])) < count:
+                self._arrived.clear()
+                await self._arrived.wait()
+        return self.replies[thread][:count]
+
+    async def ask(self, text: str, thread: str | None = None) -> tuple[str, Message]:
+        """Publish and wait for the next reply in the thread; ``(prompt id, reply)``."""
+        before = len(self.replies.get(thread or "", []))
+        mid, tid = await self.say(text, thread)
+        replies = await self.reply_in(tid, before + 1)
+        return mid, replies[before]
+
+    async def close(self) -> None:
+        """Disconnect."""
+        await self.client.close()
+        if self._reader is not None:
+            await asyncio.gather(self._reader, return_exceptions=True)
+
+
+@pytest.fixture(scope="module")
+async def env(tmp_path_factory):
+    """Hub, scripted model, daemon and a person, shared by the module's tests."""
+    tmp = tmp_path_factory.mktemp("daemon")
+    async with Hub(tmp / "hub.db", host="127.0.0.1", port=0) as hub, FakeOpenAI() as fake:
+        config = load_config(
+            write_config(tmp / "asyncai.toml", hub_url=hub.url, model_url=fake.base_url),
+            environ={},
+        )
+        daemon = Daemon(config, env={})
+        await daemon.start()
+        alice = Person(hub.url)
+        try:
+            await alice.start()
+            yield daemon, fake, alice
+        finally:
+            await alice.close()
+            await daemon.aclose()
+
+
+@pytest.fixture(autouse=True)
+def script_used_up(request):
+    """Each test consumes exactly the model steps it scripted."""
+    yield
+    if "env" in request.fixturenames:
+        _, fake, _ = request.getfixturevalue("env")
+        assert not fake.script, f"unused model steps: {list(fake.script)}"
+
+
+def user_text(body: dict) -> str:
+    """The newest user message of a chat request."""
+    return next(m["content"] for m in reversed(body["messages"]) if m["role"] == "user")
+
+
+async def until(predicate, what: str) -> None:
+    """Poll ``predicate`` (bounded) for state the daemon reaches without telling anyone."""
+    async with asyncio.timeout(WAIT):
+        while not predicate():  # noqa: ASYNC110 -- bounded polling: nothing signals this state
+            await asyncio.sleep(0.01)
+
+
+async def settled(daemon: Daemon, *prompt_ids: str) -> None:
+    """Until the prompts' runs have landed in the store (just after the hub acked the reply)."""
+    async with asyncio.timeout(WAIT):
+        while any(  # noqa: ASYNC110 -- bounded polling of the store, which signals nothing
+            p.status in ("queued", "running") for p in await daemon.store.get_prompts(prompt_ids)
+        ):
+            await asyncio.sleep(0.01)
+
+
+async def run_of(daemon: Daemon, prompt_id: str) -> str:
+    """The run id that answered a prompt."""
+    [prompt] = await daemon.store.get_prompts([prompt_id])
+    assert prompt.run_id is not None
+    return prompt.run_id
+
+
+async def test_prompt_gets_its_reply_in_the_same_thread(env):
+    """`atirc pub` → the reply in the same thread, replying to the prompt; stored as done."""
+    daemon, fake, alice = env
+    fake.add(Reply("Hello alice."))
+    mid, reply = await alice.ask("hello?")
+    assert reply.text == "Hello alice."
+    assert (reply.thread, reply.reply_to) == (mid, mid)
+    await settled(daemon, mid)
+    [prompt] = await daemon.store.get_prompts([mid])
+    assert prompt.status == "done"
+    status, _, _ = await daemon.store.run_metrics(prompt.run_id)
+    assert status == "done"
+    assert user_text(fake.requests[-1]) == "hello?"
+
+
+async def test_follow_up_uses_a_variable_of_the_run_before_without_mcp_calls(env):
+    """A follow-up reads a variable bound by the previous run: the note names it and the
+    second run makes zero MCP calls."""
+    daemon, fake, alice = env
+    fake.add(
+        ToolCalls(("run_code", {"code": "words = await echo(text='a b c')\nlen(words.split())"})),
+        Reply("There are 3 words."),
+    )
+    first, reply = await alice.ask("how many words?")
+    assert reply.text == "There are 3 words."
+    fake.add(ToolCalls(("run_code", {"code": "words.upper()"})), Reply("A B C"))
+    start = len(fake.requests)
+    second, reply = await alice.ask("shout them", thread=first)
+    assert reply.text == "A B C"
+    assert "[run_code variables still in scope: words: str" in user_text(fake.requests[start])
+    tool_message = fake.requests[start + 1]["messages"][-1]
+    assert tool_message["role"] == "tool"
+    assert "A B C" in tool_message["content"]
+    await settled(daemon, first, second)
+    audit = await daemon.store.audit(thread=first)
+    by_run = {e.run_id: e.tool for e in audit}
+    assert by_run == {await run_of(daemon, first): "echo"}
+    assert await run_of(daemon, second) not in by_run
+
+
+async def test_prompts_sent_during_a_run_become_one_follow_up_run(env):
+    """Three prompts sent while a run holds are answered by ONE follow-up run, in order."""
+    daemon, fake, alice = env
+    hold = Hold(Reply("first answer"))
+    fake.add(hold, Reply("all three answered"))
+    first, thread = await alice.say("start something long")
+    async with asyncio.timeout(WAIT):
+        await hold.arrived.wait()
+    ids = [(await alice.say(text, thread=thread))[0] for text in ("two", "three", "four")]
+    await until(lambda: daemon.runtime.counts().queued_prompts == 3, "three queued")
+    hold.release.set()
+    replies = await alice.reply_in(thread, 2)
+    assert [r.text for r in replies] == ["first answer", "all three answered"]
+    assert replies[1].reply_to == ids[-1]
+    assert user_text(fake.requests[-1]) == "two\n\nthree\n\nfour"
+    await settled(daemon, first, *ids)
+    runs = {await run_of(daemon, i) for i in ids}
+    assert len(runs) == 1
+    assert runs != {await run_of(daemon, first)}
+
+
+async def test_ninth_thread_evicts_the_least_recently_used_scope(env):
+    """With the default LRU of 8, eight newer threads evict a thread's REPL scope, and
+    that thread's next run is told its REPL is empty."""
+    _, fake, alice = env
+    fake.add(ToolCalls(("run_code", {"code": "kept = 41"})), Reply("stored"))
+    first, _ = await alice.ask("remember 41")
+    for n in range(8):
+        fake.add(Reply(f"ok {n}"))
+        await alice.ask(f"unrelated {n}")
+    fake.add(Reply("I need to fetch it again."))
+    await alice.ask("what did you keep?", thread=first)
+    note = user_text(fake.requests[-1])
+    assert "run_code REPL is empty" in note
+    assert "kept" not in note.split("what did you keep?")[1]
+
+
+async def test_mutating_call_is_audited_in_the_transcript_and_logged(env):
+    """A run with a mutating nested call: transcript records in order, the audit row
+    linked to the assistant record that carried run_code, and a warning log line."""
+    daemon, fake, alice = env
+    fake.add(
+        ToolCalls(("run_code", {"code": "await rm(path='/srv/old')"})),
+        Reply("Removed /srv/old."),
+    )
+    with capture_logs() as logs:
+        mid, reply = await alice.ask("remove /srv/old")
+    assert reply.text == "Removed /srv/old."
+    await settled(daemon, mid)
+    [row] = await daemon.store.audit(thread=mid)
+    assert (row.tool, row.arguments, row.mutating, row.is_error) == (
+        "rm",
+        {"path": "/srv/old"},
+        True,
+        False,
+    )
+    records = await daemon.store.transcript(mid, "#ops")
+    assert [r.type for r in records] == ["user", "assistant", "user", "assistant"]
+    assert records[1].uuid == row.record_uuid
+    tool_use = next(b for b in records[1].message["content"] if b["type"] == "tool_use")
+    tool_result = records[2].message["content"][0]
+    assert tool_result["tool_use_id"] == tool_use["id"]
+    assert records[2].tool_use_result["nested_calls"][0]["tool"] == "rm"
+    warnings = [e for e in logs if e["log_level"] == "warning" and e.get("mutating") is True]
+    assert warnings
+    assert {e.get("tool") for e in warnings} == {"rm"}
+
+
+async def test_stop_cancels_the_active_run(env):
+    """`!stop` in a thread cancels its run: a short reply, the run recorded interrupted."""
+    daemon, fake, alice = env
+    hold = Hold(Reply("too late"))
+    fake.add(hold)
+    mid, thread = await alice.say("count to a billion")
+    async with asyncio.timeout(WAIT):
+        await hold.arrived.wait()
+    await alice.say("!stop", thread=thread)
+    [reply] = await alice.reply_in(thread)
+    assert reply.text == "Stopped by alice."
+    await settled(daemon, mid)
+    run_id = await run_of(daemon, mid)
+    status, _, error = await daemon.store.run_metrics(run_id)
+    assert (status, error) == ("interrupted", "stopped by alice")
+    hold.release.set()  # the fake's held connection was cut; let its task end
+
+
+async def test_failed_run_gets_a_short_error_reply_and_the_daemon_goes_on(env):
+    """The model endpoint failing: a short error reply, a failed run row; the next works."""
+    daemon, fake, alice = env
+    fake.add(Error(500, "the model fell over"))
+    mid, reply = await alice.ask("anything")
+    assert reply.text.startswith("Sorry, this run failed:")
+    assert len(reply.text) < 600
+    await settled(daemon, mid)
+    status, _, error = await daemon.store.run_metrics(await run_of(daemon, mid))
+    assert status == "failed"
+    assert error
+    fake.add(Reply("fine again"))
+    _, reply = await alice.ask("again?")
+    assert reply.text == "fine again"
+
+
+def test_chunk_joiner_rebuilds_a_split_prompt():
+    """Chunks with `more` from one sender in one thread come out as one prompt."""
+    joiner = ChunkJoiner()
+
+    def chunk(mid: str, text: str, more: bool, sender: str = "alice") -> Message:
+        return Message("#ops", mid, "t1", None, sender, text, "2026-01-01T00:00:00.000Z", more)
+
+    assert joiner.feed(chunk("01", "first half, ", True)) is None
+    assert joiner.feed(chunk("02", "other person", False, sender="bob")).text == "other person"
+    whole = joiner.feed(chunk("03", "second half", False))
+    assert (whole.id, whole.text) == ("03", "first half, second half")

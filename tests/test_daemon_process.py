@@ -1,0 +1,230 @@
+"""The daemon as a real process (`python -m daemon.cli serve`): crashes, SIGTERM, systemd.
+
+Where a test is about processes it runs the real daemon as a subprocess
+against a real hub and the scripted model in this process, and a unix
+datagram socket standing in for systemd's ``NOTIFY_SOCKET``. The daemon runs
+in its own session, so a test can kill it together with its Monty workers
+the way systemd kills a unit's cgroup.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import socket
+import sqlite3
+import sys
+from pathlib import Path
+
+import pytest
+
+from channels.client import WebSocketChannel
+from channels.hub import Hub
+from sessions.store import Store
+from tests.fakes.fake_openai import FakeOpenAI, Hold, Reply
+from tests.test_daemon import WAIT, Person, write_config
+
+pytestmark = pytest.mark.slow
+
+
+class NotifySocket:
+    """A stand-in for systemd's notify socket: collects the daemon's datagrams."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.states: list[str] = []
+        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self._sock.bind(str(path))
+        self._sock.setblocking(False)
+        self._arrived = asyncio.Event()
+        self._reader = asyncio.create_task(self._read())
+
+    async def _read(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            data = await loop.sock_recv(self._sock, 65536)
+            self.states.extend(data.decode().split("\n"))
+            self._arrived.set()
+
+    async def wait_for(self, prefix: str) -> str:
+        """The first state starting with ``prefix`` (waits, bounded)."""
+        async with asyncio.timeout(WAIT):
+            while True:
+                found = [s for s in self.states if s.startswith(prefix)]
+                if found:
+                    return found[0]
+                self._arrived.clear()
+                await self._arrived.wait()
+
+    async def close(self) -> None:
+        """Stop reading and remove the socket."""
+        self._reader.cancel()
+        await asyncio.gather(self._reader, return_exceptions=True)
+        self._sock.close()
+
+
+class DaemonProcess:
+    """`asyncai serve` in its own session, logs to a file."""
+
+    def __init__(self, config: Path, notify: NotifySocket):
+        self.config = config
+        self.notify = notify
+        self.log = config.parent / "daemon.log"
+        self.proc: asyncio.subprocess.Process | None = None
+
+    async def start(self) -> None:
+        """Spawn it and wait for READY=1 (it is subscribed then)."""
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(("OPENAI_", "ATIRC_", "ASYNCAI_", "WATCHDOG_"))
+        }
+        env["NOTIFY_SOCKET"] = str(self.notify.path)
+        self.notify.states.clear()
+        with self.log.open("ab") as log:
+            self.proc = await asyncio.create_subprocess_exec(
+                sys.executable,
+                "-m",
+                "daemon.cli",
+                "serve",
+                "--config",
+                str(self.config),
+                "--verbose",
+                cwd=self.config.parent,
+                env=env,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                start_new_session=True,
+            )
+        try:
+            await self.notify.wait_for("READY=1")
+        except TimeoutError:
+            raise AssertionError(f"no READY=1; log:\n{self.log.read_text()[-3000:]}") from None
+
+    async def wait(self) -> int:
+        """Its exit status (waits, bounded)."""
+        assert self.proc is not None
+        async with asyncio.timeout(WAIT):
+            return await self.proc.wait()
+
+    def kill_all(self) -> None:
+        """SIGKILL the daemon and every process of its session (workers included)."""
+        if self.proc is not None and self.proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+
+
+@pytest.fixture
+async def world(tmp_path):
+    """Hub, scripted model, notify socket, a person, and the config of a daemon."""
+    async with Hub(tmp_path / "hub.db", host="127.0.0.1", port=0) as hub, FakeOpenAI() as fake:
+        notify = NotifySocket(tmp_path / "notify.sock")
+        config = write_config(
+            tmp_path / "asyncai.toml", hub_url=hub.url, model_url=fake.base_url, servers=False
+        )
+        config.write_text(
+            config.read_text().replace("shutdown_grace = 2.0", "shutdown_grace = 0.5")
+        )
+        alice = Person(hub.url)
+        await alice.start()
+        daemons: list[DaemonProcess] = []
+
+        def daemon() -> DaemonProcess:
+            d = DaemonProcess(config, notify)
+            daemons.append(d)
+            return d
+
+        try:
+            yield hub, fake, alice, daemon, tmp_path
+        finally:
+            for d in daemons:
+                d.kill_all()
+                if d.proc is not None:
+                    await d.wait()
+            await alice.close()
+            await notify.close()
+
+
+async def thread_replies(hub: Hub, thread: str) -> list[str]:
+    """Every message the daemon stored in ``thread``, read back from the hub."""
+    reader = WebSocketChannel(hub.url, nick="auditor")
+    async with reader:
+        sub = await reader.subscribe("#ops", since="0" * 26)
+        texts = []
+        async with asyncio.timeout(WAIT):
+            while True:
+                message = await reader.receive()
+                if message.thread == thread and message.sender == "asyncai":
+                    texts.append(message.text)
+                if message.id == sub.head:
+                    return texts
+
+
+async def test_sigkill_mid_run_then_restart_answers_exactly_once(world):
+    """Killed with SIGKILL while the model is thinking, started again: the prompt is
+    answered once, and the run cut off is recorded as interrupted."""
+    hub, fake, alice, daemon, tmp = world
+    held = Hold(Reply("never sent"))
+    fake.add(held, Reply("answered once"))
+    first = daemon()
+    await first.start()
+    mid, thread = await alice.say("what is the state of the cluster?")
+    async with asyncio.timeout(WAIT):
+        await held.arrived.wait()
+    first.kill_all()
+    assert await first.wait() == -signal.SIGKILL
+    held.release.set()
+
+    second = daemon()
+    await second.start()
+    [reply] = await alice.reply_in(thread)
+    assert reply.text == "answered once"
+    assert reply.reply_to == mid
+    second.proc.send_signal(signal.SIGTERM)
+    assert await second.wait() == 0
+
+    assert await thread_replies(hub, thread) == ["answered once"]
+    async with Store(tmp / "asyncai.db", create=False) as store:
+        [prompt] = await store.get_prompts([mid])
+        assert prompt.status == "done"
+    runs = _runs(tmp / "asyncai.db", thread)
+    assert [status for _, status, _ in runs] == ["interrupted", "done"]
+    assert runs[1][0] == prompt.run_id
+
+
+async def test_sigterm_exits_zero_and_records_the_run(world):
+    """systemd sees READY=1 and STATUS=; SIGTERM mid-run: exit 0 after the grace period,
+    STOPPING=1, the run recorded interrupted and its prompt kept for the next start."""
+    hub, fake, alice, daemon, tmp = world
+    held = Hold(Reply("never sent"))
+    fake.add(held)
+    d = daemon()
+    await d.start()
+    status = await d.notify.wait_for("STATUS=")
+    assert status == "STATUS=0 active runs, 0 queued prompts, 0 live scopes"
+    mid, thread = await alice.say("a long question")
+    async with asyncio.timeout(WAIT):
+        await held.arrived.wait()
+    d.proc.send_signal(signal.SIGTERM)
+    assert await d.wait() == 0
+    await d.notify.wait_for("STOPPING=1")
+    held.release.set()
+    async with Store(tmp / "asyncai.db", create=False) as store:
+        [prompt] = await store.get_prompts([mid])
+        assert prompt.status == "queued"
+    [(_, run_status, error)] = _runs(tmp / "asyncai.db", thread)
+    assert (run_status, error) == ("interrupted", "daemon shutting down")
+    assert await thread_replies(hub, thread) == []
+
+
+def _runs(db: Path, thread: str) -> list[tuple[str, str, str | None]]:
+    """``(run id, status, error)`` of a thread's runs, read with plain SQL as sqlite3 users do."""
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        return conn.execute(
+            "SELECT r.id, r.status, r.error FROM runs r JOIN threads t ON t.id = r.thread"
+            " WHERE t.thread_id = ? ORDER BY r.started",
+            (thread,),
+        ).fetchall()
