@@ -176,3 +176,134 @@ async def test_ask_direct_mode_calls_a_real_stdio_server(here: Path, capsys):
     tool_message = fake.requests[1]["messages"][-1]
     assert tool_message["role"] == "tool"
     assert json.loads(tool_message["content"])["timezone"] == "UTC"
+
+
+# ---- code mode end to end: the spec's Backend and CLI test ----
+
+# the verbose events of spec 0004 (Logging, A9); other lifecycle events may come and go
+SPEC_EVENTS = {
+    "model.tool_call",
+    "model.tool_result",
+    "mcp.tool_call",
+    "mcp.tool_result",
+    "model.turn_summary",
+}
+
+RELEASES = {"releases": [{"version": f"3.{i}", "notes": "x" * 500} for i in range(8)]}
+HTTP_GET_SNIPPET = (
+    'r = await http_get(url="{url}")\njson.loads(r["body"])["releases"][-1]["version"]'
+)
+
+
+class StaticHttp:
+    """A loopback HTTP server answering every GET with one JSON document; records the paths."""
+
+    def __init__(self, document: dict):
+        self.body = json.dumps(document).encode()
+        self.paths: list[str] = []
+        self.url = ""  # the document's URL, once started
+        self._server: asyncio.Server | None = None
+
+    async def __aenter__(self) -> StaticHttp:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        port = self._server.sockets[0].getsockname()[1]
+        self.url = f"http://127.0.0.1:{port}/releases.json"
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._server is not None
+        self._server.close()
+        await self._server.wait_closed()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            head = await reader.readuntil(b"\r\n\r\n")
+            self.paths.append(head.split(b" ")[1].decode())
+            writer.write(
+                b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
+                + f"content-length: {len(self.body)}\r\nconnection: close\r\n\r\n".encode()
+                + self.body
+            )
+            await writer.drain()
+        finally:
+            writer.close()
+
+
+async def test_ask_runs_http_get_through_run_code(tmp_path: Path):
+    """`asyncai ask --mcp-stdio asyncai-mcp-simple --verbose`: the model sees only run_code,
+    its snippet awaits http_get against a loopback server, 4 KB stay in the sandbox, the
+    reply is printed, and stderr carries the verbose events as NDJSON."""
+    async with StaticHttp(RELEASES) as http:
+        code = HTTP_GET_SNIPPET.format(url=http.url)
+        script = [ToolCalls(("run_code", {"code": code})), "The latest release is 3.7."]
+        async with FakeOpenAI(script) as fake:
+            status, out, err = await subprocess_ask(
+                tmp_path,
+                "What is the latest release?",
+                "--model",
+                "m",
+                "--base-url",
+                fake.base_url,
+                "--mcp-stdio",
+                "asyncai-mcp-simple",
+                "--verbose",
+            )
+    assert (status, out) == (0, "The latest release is 3.7.\n"), err
+    assert http.paths == ["/releases.json"]
+    first, second = fake.requests
+    assert [t["function"]["name"] for t in first["tools"]] == ["run_code"]
+    assert "async def http_get(" in first["tools"][0]["function"]["description"]
+    assert second["messages"][-1]["content"] == "3.7"
+    events = [json.loads(line) for line in err.splitlines()]
+    ours = [e for e in events if e["event"] in SPEC_EVENTS]
+    assert [(e["event"], e.get("via"), e.get("tool")) for e in ours] == [
+        ("model.tool_call", None, "run_code"),
+        ("mcp.tool_call", "code_mode", "http_get"),
+        ("mcp.tool_result", "code_mode", "http_get"),
+        ("model.tool_result", None, "run_code"),
+        ("model.turn_summary", None, None),
+    ]
+    assert ours[1]["arguments"] == {"url": http.url}
+    assert ours[2]["content"]["status"] == 200  # structured content, decoded
+    summary = ours[4]
+    assert (summary["rounds"], summary["run_code_calls"], summary["nested_calls"]) == (2, 1, 1)
+    assert summary["bytes_in"] > len(json.dumps(RELEASES)) > summary["bytes_out"] == 3
+
+
+async def test_ask_returns_the_run_code_transcript(here: Path):
+    """The records of that run: a run_code tool_use, its tool_result with the audit, the reply."""
+    from daemon.ask import ask
+    from daemon.config import load_config
+
+    async with StaticHttp(RELEASES) as http:
+        code = HTTP_GET_SNIPPET.format(url=http.url)
+        script = [ToolCalls(("run_code", {"code": code})), "3.7"]
+        async with FakeOpenAI(script) as fake:
+            overrides = {
+                "model.model": "m",
+                "model.base_url": fake.base_url,
+                "mcp_stdio": ["asyncai-mcp-simple"],
+            }
+            result = await ask(load_config(None, overrides), "latest release?")
+    assert result.status == "done", result.error
+    assert [r.type for r in result.records] == ["user", "assistant", "user", "assistant"]
+    (tool_use,) = result.records[1].message["content"]
+    assert (tool_use["type"], tool_use["name"], tool_use["input"]) == (
+        "tool_use",
+        "run_code",
+        {"code": code},
+    )
+    (tool_result,) = result.records[2].message["content"]
+    assert tool_result == {
+        "type": "tool_result",
+        "tool_use_id": tool_use["id"],
+        "content": "3.7",
+        "is_error": False,
+    }
+    (nested,) = result.records[2].tool_use_result["nested_calls"]
+    assert (nested["tool"], nested["arguments"], nested["mutating"]) == (
+        "http_get",
+        {"url": http.url},
+        False,
+    )
+    assert result.reply == "3.7"
