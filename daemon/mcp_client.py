@@ -172,12 +172,14 @@ class McpToolExecutor(BaseToolExecutor):
             raise ToolTransportError(str(exc), tool=name, server=server) from exc
         except MCPError as exc:
             if exc.error.code == mcp_types.CONNECTION_CLOSED:
-                raise ToolTransportError(
-                    f"MCP server {server!r} went away during a call to {name!r} "
-                    "(it exited or closed its pipes); it is restarted for the next call",
-                    tool=name,
-                    server=server,
-                ) from exc
+                if self._closed:
+                    message = f"McpToolExecutor closed during a call to {name!r}"
+                else:
+                    message = (
+                        f"MCP server {server!r} went away during a call to {name!r} "
+                        "(it exited or closed its pipes); it is restarted for the next call"
+                    )
+                raise ToolTransportError(message, tool=name, server=server) from exc
             conn.note_success()  # the server is alive and answered
             return ToolCallOutput(
                 content=f"MCP error {exc.error.code}: {exc.error.message}", is_error=True

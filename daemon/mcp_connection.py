@@ -84,6 +84,9 @@ class ServerConnection:
         self._attempt = 0  # restarts since the last successful call
         self._down_since: float | None = None
         self._closed = False
+        # Every owner task still running, including one still reaping a dead
+        # server while its successor starts: aclose() waits for all of them.
+        self._owners: set[asyncio.Task[None]] = set()
         self.restarts = 0  # total, for status and tests
 
     @property
@@ -129,8 +132,14 @@ class ServerConnection:
                 wait = self._down_since + delay - asyncio.get_running_loop().time()
                 if wait > 0:
                     await asyncio.sleep(wait)
+            before = [t.name for t in self.tools]
             session = await self._spawn()
             self.restarts += 1
+            after = [t.name for t in self.tools]
+            if after != before:
+                # Routing was built at start and stays; the catalog the model
+                # saw must not change under it.
+                log.warning("mcp.tools_changed", server=self.name, before=before, after=after)
             log.warning(
                 "mcp.server_restarted",
                 server=self.name,
@@ -146,9 +155,13 @@ class ServerConnection:
 
     async def _spawn(self) -> ClientSession:
         """Start an owner task and wait until the server is up or has failed."""
+        if self._closed:  # aclose() ran while this restart waited out its backoff
+            raise ToolTransportError(f"MCP server {self.name!r} is closed", server=self.name)
         run = _Run()
         self._run = run
         run.task = asyncio.create_task(self._own(run), name=f"mcp-server:{self.name}")
+        self._owners.add(run.task)
+        run.task.add_done_callback(self._owners.discard)
         # The owner bounds the handshake itself (connect_timeout) and always
         # settles, so this wait is bounded too.
         await run.settled.wait()
@@ -197,7 +210,8 @@ class ServerConnection:
                 run.error = self._start_failure(error, process)
                 run.settled.set()
         if not up:
-            log.error("mcp.server_start_failed", server=self.name, error=run.error)
+            if not self._closed:
+                log.error("mcp.server_start_failed", server=self.name, error=run.error)
         elif not self._closed:
             self._down_since = asyncio.get_running_loop().time()
             log.warning(
@@ -236,16 +250,17 @@ class ServerConnection:
         """Stop the server and reap it; in-flight calls fail with Connection closed."""
         self._closed = True
         run = self._run
-        if run is None or run.task is None:
+        if run is not None:
+            run.wake.set()
+            run.handshake.cancel()
+        owners = set(self._owners)
+        if not owners:
             return
-        run.wake.set()
-        run.handshake.cancel()
-        try:
-            async with asyncio.timeout(CLOSE_TIMEOUT):
-                await asyncio.wait({run.task})
-        except TimeoutError:
-            run.task.cancel()
-            await asyncio.wait({run.task})
+        _done, pending = await asyncio.wait(owners, timeout=CLOSE_TIMEOUT)
+        for task in pending:  # a shutdown stuck past its own bounds
+            task.cancel()
+        if pending:
+            await asyncio.wait(pending)
 
 
 async def _list_tools(session: ClientSession) -> list[mcp_types.Tool]:

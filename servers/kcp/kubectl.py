@@ -70,11 +70,15 @@ class Kubectl:
         try:
             async with asyncio.timeout(self.timeout):
                 out, err = await process.communicate(stdin)
-        except BaseException:
+        except BaseException as exc:
             # Timed out or cancelled (the client gave up): no orphan kubectl.
             with contextlib.suppress(ProcessLookupError):
                 process.kill()
             await process.wait()
+            if isinstance(exc, TimeoutError):
+                raise KubectlError(
+                    f"kubectl did not finish within {self.timeout:g}s: {' '.join(args)}"
+                ) from exc
             raise
         if process.returncode != 0:
             message = err.decode("utf-8", errors="replace").strip() or "(no stderr)"

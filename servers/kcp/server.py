@@ -43,7 +43,7 @@ from servers.kcp.discovery import (
 )
 from servers.kcp.kubectl import Kubectl, KubectlError, check_positional, parse_api_resources
 
-__all__ = ["KcpTools", "build_server", "main"]
+__all__ = ["KcpTools", "build_server", "main", "server_from_argv"]
 
 DEFAULT_TIMEOUT = 60.0
 
@@ -459,8 +459,8 @@ def build_server(
     return MCPServer("asyncai-mcp-kcp", log_level="WARNING", tools=registered)
 
 
-def main(argv: list[str] | None = None) -> None:
-    """Console script ``asyncai-mcp-kcp``: serve on stdio."""
+def server_from_argv(argv: list[str] | None = None) -> MCPServer:
+    """The server the command line asks for."""
     parser = argparse.ArgumentParser(
         prog="asyncai-mcp-kcp",
         description="An MCP server for kcp workspaces through kubectl -o json.",
@@ -481,9 +481,13 @@ def main(argv: list[str] | None = None) -> None:
         help=f"seconds per kubectl call (default {DEFAULT_TIMEOUT:g})",
     )
     args = parser.parse_args(argv)
-    server = build_server(
+    return build_server(
         kcp_dir=args.kcp_dir,
         readonly=args.readonly,
         kubectl=Kubectl(args.kubectl, timeout=args.timeout),
     )
-    server.run()
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console script ``asyncai-mcp-kcp``: serve on stdio."""
+    server_from_argv(argv).run()

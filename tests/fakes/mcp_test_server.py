@@ -1,0 +1,108 @@
+"""A stdio MCP server for the executor tests (a fake at the boundary: a server).
+
+Tools: ``echo``, ``whoami``, ``barrier`` (returns only once ``parties`` calls
+with the same key are waiting, so gathered calls must really overlap),
+``crash`` (exits the process mid-call), ``big`` (a large result), ``env``
+(the environment the server was given), ``rm`` (annotated destructive), and
+``--also NAME`` adds a tool called NAME, to make a duplicate of another
+server's tool.
+
+Run: ``python tests/fakes/mcp_test_server.py --label alpha [--also http_get]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+from collections import defaultdict
+
+from mcp.server import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.types import ToolAnnotations
+
+#: A barrier that never fills ends the call with an error instead of hanging.
+BARRIER_TIMEOUT = 20.0
+
+
+def build(label: str, also: list[str]) -> MCPServer:
+    """The test server, labelled so routing tests can tell servers apart."""
+    server = MCPServer(f"test-{label}", log_level="WARNING")
+    arrivals: dict[str, int] = defaultdict(int)
+    filled: dict[str, asyncio.Event] = defaultdict(asyncio.Event)
+
+    @server.tool(structured_output=False, annotations=ToolAnnotations(read_only_hint=True))
+    def echo(text: str) -> str:
+        """Return text unchanged."""
+        return text
+
+    @server.tool(structured_output=False)
+    def whoami() -> str:
+        """This server's label."""
+        return label
+
+    @server.tool(structured_output=False)
+    async def barrier(key: str, parties: int) -> str:
+        """Wait until `parties` calls with this key are in flight, then return."""
+        arrivals[key] += 1
+        # Tests read this from the log to know the call is in flight here.
+        print(f"barrier {key}: arrival {arrivals[key]}", file=sys.stderr, flush=True)
+        if arrivals[key] >= parties:
+            filled[key].set()
+        try:
+            await asyncio.wait_for(filled[key].wait(), BARRIER_TIMEOUT)
+        except TimeoutError:
+            raise ToolError(f"barrier {key!r}: only {arrivals[key]} of {parties} arrived") from None
+        return f"{key} passed with {arrivals[key]}"
+
+    @server.tool(structured_output=False)
+    def crash(code: int = 7) -> str:
+        """Exit the server process in the middle of this call."""
+        print(f"test server {label}: crashing on purpose", file=sys.stderr, flush=True)
+        os._exit(code)
+
+    @server.tool(structured_output=False)
+    def big(size: int) -> str:
+        """`size` characters of a repeating pattern, then the marker END."""
+        pattern = "0123456789abcdef"
+        return (pattern * (size // len(pattern) + 1))[:size] + "END"
+
+    @server.tool()
+    def env() -> dict[str, str]:
+        """The environment this server was started with."""
+        return dict(os.environ)
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=True))
+    def rm(path: str) -> str:
+        """Pretend to delete a path."""
+        return f"removed {path}"
+
+    @server.tool(structured_output=False)
+    def fail(message: str) -> str:
+        """Always an error result carrying `message`."""
+        raise ToolError(message)
+
+    for name in also:
+
+        def extra(name: str = name) -> str:
+            return f"{name} from test server {label}"
+
+        server.add_tool(
+            extra, name=name, description=f"A duplicate {name}.", structured_output=False
+        )
+    return server
+
+
+def main() -> None:
+    """Parse the flags and serve on stdio."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--label", default="test")
+    parser.add_argument("--also", action="append", default=[])
+    args = parser.parse_args()
+    print(f"test server {args.label} starting", file=sys.stderr, flush=True)
+    build(args.label, args.also).run()
+
+
+if __name__ == "__main__":
+    main()
