@@ -122,6 +122,9 @@ _INITIAL = [
     "CREATE INDEX tool_calls_thread ON tool_calls (thread, started)",
     "CREATE INDEX tool_calls_tool ON tool_calls (tool, started)",
     "CREATE INDEX tool_calls_mutating ON tool_calls (mutating, started)",
+    # one thread's mutating calls: `audit --thread T --mutating` and the
+    # per-thread count in `asyncai threads`, without reading every call
+    "CREATE INDEX tool_calls_thread_mutating ON tool_calls (thread, started) WHERE mutating = 1",
     "CREATE INDEX tool_calls_run ON tool_calls (run_id)",
     """CREATE TABLE cursors (
         channel    TEXT PRIMARY KEY,

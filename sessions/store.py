@@ -221,6 +221,21 @@ class Store:
                     await asyncio.shield(db.rollback())
                 raise
 
+    @asynccontextmanager
+    async def _statement(self, action: str) -> AsyncIterator[aiosqlite.Connection]:
+        """The writer for ONE statement, serialized with every other write.
+
+        In autocommit mode a single statement is its own transaction, so a
+        change that is one statement skips the BEGIN/COMMIT round trips
+        (a third of the cost of a one-row write).
+        """
+        async with self._lock:
+            db = self._writer
+            if db is None:
+                raise StoreClosedError(f"the store {self.path} is not open")
+            with _driver_errors(action):
+                yield db
+
     async def _read(self, action: str, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
         db = self._reader
         if db is None:
@@ -407,7 +422,7 @@ class Store:
         """
         started = _canonical(row.started, f"tool call {row.tool} started")
         arguments = _dumps(row.arguments)
-        async with self._transaction(f"adding tool call {row.tool} of run {row.run_id}") as db:
+        async with self._statement(f"adding tool call {row.tool} of run {row.run_id}") as db:
             cursor = await db.execute(
                 "INSERT INTO tool_calls (run_id, thread, record_uuid, tool, arguments, is_error,"
                 " bytes, mutating, started, duration_ms)"
@@ -424,9 +439,9 @@ class Store:
                     row.run_id,
                 ),
             )
-            if cursor.rowcount != 1:
-                raise StoreError(f"tool call {row.tool}: no run {row.run_id!r} (start it first)")
-            return int(cursor.lastrowid or 0)
+        if cursor.rowcount != 1:
+            raise StoreError(f"tool call {row.tool}: no run {row.run_id!r} (start it first)")
+        return int(cursor.lastrowid or 0)
 
     async def finish_run(
         self,
@@ -586,7 +601,7 @@ class Store:
 
         Message ids are sortable (ULID-style), so "back" is text order.
         """
-        async with self._transaction(f"setting the cursor of {channel}") as db:
+        async with self._statement(f"setting the cursor of {channel}") as db:
             return await self._advance_cursor(db, channel, message_id)
 
     @staticmethod

@@ -565,6 +565,7 @@ async def test_audit_queries_walk_indexes(store: Store):
         ({"mutating": True}, "tool_calls_mutating"),
         ({"since": "2026-11-29"}, "tool_calls_started"),
         ({"tool": "x", "since": "2026-11-29"}, "tool_calls_tool"),
+        ({"thread_keys": ["#ops/T1"], "mutating": True}, "tool_calls_thread_mutating"),
     ]:
         plan = " | ".join(await store.explain(*audit_query(**kw)))
         assert f"USING INDEX {index}" in plan, (kw, plan)
