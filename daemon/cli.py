@@ -15,7 +15,13 @@ from collections.abc import Sequence
 __all__ = ["main"]
 
 # module paths whose ``register(subparsers)`` adds subcommands, in --help order
-COMMANDS: list[str] = ["daemon.ask", "daemon.serve", "daemon.local_model", "sessions.cli"]
+COMMANDS: list[str] = [
+    "daemon.up",
+    "daemon.ask",
+    "daemon.serve",
+    "daemon.local_model",
+    "sessions.cli",
+]
 
 
 def build_parser() -> argparse.ArgumentParser:

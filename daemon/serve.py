@@ -35,7 +35,7 @@ import contextlib
 import signal
 import sys
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import structlog
@@ -300,18 +300,21 @@ class Daemon:
         """Begin an orderly shutdown (what SIGTERM and SIGINT do)."""
         self._stop.set()
 
-    async def run(self) -> int:
-        """Start, serve until stopped, shut down; the exit status."""
+    async def run(self, ready: Callable[[], None] | None = None) -> int:
+        """Start, call ``ready``, serve until stopped, shut down; the exit status."""
         try:
             await self.start()
         except (AsyncaiError, ChannelError, StoreError, OSError) as exc:
             log.error("daemon.start_failed", error=f"{type(exc).__name__}: {exc}")
-            print(f"asyncai serve: {exc}", file=sys.stderr)
+            print(f"asyncai: the daemon did not start: {exc}", file=sys.stderr)
             await self.aclose()
             return 1
-        status = await self.wait()
-        await self.aclose()
-        return status
+        try:
+            if ready is not None:
+                ready()
+            return await self.wait()
+        finally:
+            await self.aclose()
 
     async def start(self) -> None:
         """Open the store, start the tools, connect, schedule leftovers, subscribe; READY=1."""

