@@ -440,11 +440,11 @@ class Daemon:
             notify(state, env=self._env)
 
     def status_line(self) -> str:
-        """``2 active runs, 3 queued prompts, 5 live scopes`` (systemd's STATUS=)."""
+        """``active runs: 2, queued prompts: 3, live scopes: 5`` (systemd's STATUS=)."""
         counts = self.runtime.counts() if self.runtime is not None else None
         active = counts.active_runs if counts else 0
         queued = counts.queued_prompts if counts else 0
-        return f"{active} active runs, {queued} queued prompts, {len(self._scopes)} live scopes"
+        return f"active runs: {active}, queued prompts: {queued}, live scopes: {len(self._scopes)}"
 
     async def _run(self, request: RunRequest) -> RunResult:
         """One run through the backend, remembering which threads hold a REPL scope."""

@@ -74,7 +74,7 @@ class DaemonProcess:
         self.log = config.parent / "daemon.log"
         self.proc: asyncio.subprocess.Process | None = None
 
-    async def start(self) -> None:
+    async def start(self, **extra_env: str) -> None:
         """Spawn it and wait for READY=1 (it is subscribed then)."""
         env = {
             k: v
@@ -82,6 +82,7 @@ class DaemonProcess:
             if not k.startswith(("OPENAI_", "ATIRC_", "ASYNCAI_", "WATCHDOG_"))
         }
         env["NOTIFY_SOCKET"] = str(self.notify.path)
+        env.update(extra_env)
         self.notify.states.clear()
         with self.log.open("ab") as log:
             self.proc = await asyncio.create_subprocess_exec(
@@ -196,18 +197,20 @@ async def test_sigkill_mid_run_then_restart_answers_exactly_once(world):
 
 
 async def test_sigterm_exits_zero_and_records_the_run(world):
-    """systemd sees READY=1 and STATUS=; SIGTERM mid-run: exit 0 after the grace period,
-    STOPPING=1, the run recorded interrupted and its prompt kept for the next start."""
+    """systemd sees READY=1, STATUS= and WATCHDOG=1; SIGTERM mid-run: exit 0 after the
+    grace period, STOPPING=1, the run recorded interrupted, its prompt kept for the next start."""
     hub, fake, alice, daemon, tmp = world
     held = Hold(Reply("never sent"))
     fake.add(held)
     d = daemon()
-    await d.start()
+    await d.start(WATCHDOG_USEC="200000")  # a ping every 0.1 s
     status = await d.notify.wait_for("STATUS=")
-    assert status == "STATUS=0 active runs, 0 queued prompts, 0 live scopes"
+    assert status == "STATUS=active runs: 0, queued prompts: 0, live scopes: 0"
+    await d.notify.wait_for("WATCHDOG=1")
     mid, thread = await alice.say("a long question")
     async with asyncio.timeout(WAIT):
         await held.arrived.wait()
+    await d.notify.wait_for("STATUS=active runs: 1, queued prompts: 0, live scopes: 1")
     d.proc.send_signal(signal.SIGTERM)
     assert await d.wait() == 0
     await d.notify.wait_for("STOPPING=1")
