@@ -248,6 +248,7 @@ def runtime_options(config: Config) -> RuntimeOptions:
         max_queued_prompts=config.runtime.max_queued_prompts,
         max_run_seconds=config.runtime.max_run_seconds + RUN_DEADLINE_MARGIN,
         shutdown_grace=config.runtime.shutdown_grace,
+        publish_timeout=config.runtime.publish_timeout,
         shared_channels=frozenset(config.channels.shared),
         allowed_senders=frozenset(allowed) if allowed else None,
     )

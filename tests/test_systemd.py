@@ -111,3 +111,13 @@ def test_env_example_names_the_model_and_hub_variables():
     text = (UNITS / "asyncai.env.example").read_text()
     for name in ("OPENAI_BASE_URL", "OPENAI_API_KEY", "ASYNCAI_MODEL", "ATIRC_URL"):
         assert re.search(rf"^#?{name}=", text, flags=re.MULTILINE), name
+
+
+def test_example_config_loads(tmp_path):
+    """The example /etc/asyncai/asyncai.toml is valid and keeps state in the StateDirectory."""
+    from daemon.config import load_config
+
+    config = load_config(UNITS / "asyncai.toml.example", environ={})
+    assert str(config.sessions.db) == "/var/lib/asyncai/asyncai.db"
+    assert config.channels.channels == ["#ops"]
+    assert config.mcp_servers["http"].command == "asyncai-mcp-simple"
