@@ -113,7 +113,7 @@ def test_env_example_names_the_model_and_hub_variables():
         assert re.search(rf"^#?{name}=", text, flags=re.MULTILINE), name
 
 
-def test_example_config_loads(tmp_path):
+def test_example_config_loads():
     """The example /etc/asyncai/asyncai.toml is valid and keeps state in the StateDirectory."""
     from daemon.config import load_config
 
