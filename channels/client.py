@@ -179,6 +179,12 @@ class Channel(Protocol):
         ...
 
 
+def _abort(ws: ClientConnection | None) -> None:
+    """Drop a connection that never became a session (no close handshake to wait for)."""
+    if ws is not None:
+        ws.transport.abort()
+
+
 class _SessionLost(Exception):
     """Internal: the connection a publish was sent on is gone; send it again."""
 
@@ -208,7 +214,8 @@ class WebSocketChannel:
     Without ``token`` the client says ``hello`` with ``nick`` (a hub without
     tokens, on loopback). ``ack_timeout`` bounds every wait for the hub (ack,
     ``subscribed``), reconnects included; ``connect_timeout`` one connection
-    attempt; ``max_in_flight`` how many publishes may await their ack at once. Use it as an async context manager, or call :meth:`connect` and
+    attempt; ``max_in_flight`` how many publishes may await their ack at
+    once. Use it as an async context manager, or call :meth:`connect` and
     :meth:`close`; other methods connect lazily.
     """
 
@@ -389,21 +396,19 @@ class WebSocketChannel:
                 f"the hub at {self.url} answered HTTP {status}: {body}"
             ) from exc
         except (OSError, TimeoutError, InvalidHandshake, ConnectionClosed) as exc:
-            if ws is not None:
-                await ws.close()
+            _abort(ws)
             reason = str(exc) or type(exc).__name__
             raise HubUnreachableError(f"cannot reach the hub at {self.url}: {reason}") from exc
-        except ProtocolError:
-            if ws is not None:
-                await ws.close()
+        except BaseException:
+            _abort(ws)  # a bad first frame, or cancelled (closed) while connecting
             raise
         if isinstance(frame, ErrorFrame):
-            await ws.close()
+            _abort(ws)
             if frame.code == ErrorCode.UNAUTHORIZED:
                 raise UnauthorizedError(f"the hub at {self.url} refused us: {frame.message}")
             raise ProtocolError(frame.code, frame.message)
         if not isinstance(frame, Welcome):
-            await ws.close()
+            _abort(ws)
             raise ProtocolError(ErrorCode.BAD_FRAME, f"expected welcome, got {frame.type}")
         return ws, frame
 

@@ -319,8 +319,8 @@ class Hub:
     themselves with ``hello`` and only loopback connections are accepted.
     ``retention_age`` is in seconds; ``rate`` in frames per second per
     connection; ``clock`` (monotonic seconds) paces the rate limit and the
-    pruning, and is injectable for tests. After :meth:`start`, :attr:`port` is the bound port (pass 0
-    to let the system choose).
+    pruning, and is injectable for tests. After :meth:`start`, :attr:`port`
+    is the bound port (pass 0 to let the system choose).
     """
 
     def __init__(

@@ -129,39 +129,44 @@ class MessageStore:
         """Create or migrate the file and open both connections."""
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._writer = await aiosqlite.connect(self.path, isolation_level=None)
+            # The sqlite3 module opens "BEGIN IMMEDIATE" itself before the first
+            # write of a transaction: one hop to the connection's thread fewer
+            # per batch than an explicit BEGIN.
+            self._writer = await aiosqlite.connect(self.path, isolation_level="IMMEDIATE")
             await self._writer.execute("PRAGMA journal_mode=WAL")
             await self._writer.execute("PRAGMA synchronous=NORMAL")
             await self._writer.execute("PRAGMA busy_timeout=5000")
             await self._migrate(self._writer)
-            async with self._writer.execute("SELECT max(id) FROM messages") as cur:
-                row = await cur.fetchone()
-            self._ids = IdGenerator(after=row[0] if row else None)
+            rows = await self._writer.execute_fetchall("SELECT max(id) FROM messages")
+            self._ids = IdGenerator(after=next(iter(rows))[0])
             self._reader = await aiosqlite.connect(self.path, isolation_level=None)
             await self._reader.execute("PRAGMA busy_timeout=5000")
             await self._reader.execute("PRAGMA query_only=ON")
         except (sqlite3.Error, OSError) as exc:
             await self.close()
             raise HubStoreError(f"cannot open the hub's store {self.path}: {exc}") from exc
+        except BaseException:
+            await self.close()
+            raise
 
     @staticmethod
     async def _migrate(db: aiosqlite.Connection) -> None:
-        async with db.execute("PRAGMA user_version") as cur:
-            row = await cur.fetchone()
-        version = int(row[0]) if row else 0
+        rows = await db.execute_fetchall("PRAGMA user_version")
+        version = int(next(iter(rows))[0])
         if version > len(MIGRATIONS):
             raise HubStoreError(
                 f"the store is at schema version {version}, newer than this hub "
                 f"({len(MIGRATIONS)}); upgrade atirc"
             )
         for number, migration in enumerate(MIGRATIONS[version:], start=version + 1):
+            # DDL does not open a transaction implicitly: do it by hand.
             await db.execute("BEGIN IMMEDIATE")
             try:
                 await migration(db)
                 await db.execute(f"PRAGMA user_version = {number}")
-                await db.execute("COMMIT")
+                await db.commit()
             except BaseException:
-                await db.execute("ROLLBACK")
+                await db.rollback()
                 raise
 
     async def close(self) -> None:
@@ -183,21 +188,16 @@ class MessageStore:
 
         A publish whose ``(sender, client_id)`` is stored already, or earlier in
         the same batch, is not stored again: it gets the first message back
-        with ``duplicate=True``.
+        with ``duplicate=True``. The common case (nothing seen before) costs
+        two hops to the connection's thread: the insert and the commit.
         """
         db = self._db(self._writer)
         assert self._ids is not None
-        try:
-            known = await self._known(db, batch)
-            results: list[Stored] = []
-            rows: list[tuple[object, ...]] = []
-            for item in batch:
-                first = known.get((item.sender, item.client_id))
-                if first is not None:
-                    results.append(Stored(first, duplicate=True))
-                    continue
-                id_ = self._ids.new()
-                message = Message(
+        fresh: list[Message] = []
+        for item in batch:
+            id_ = self._ids.new()
+            fresh.append(
+                Message(
                     channel=item.channel,
                     id=id_,
                     thread=item.thread or id_,
@@ -207,42 +207,43 @@ class MessageStore:
                     ts=id_timestamp(id_),
                     more=item.more,
                 )
-                known[(item.sender, item.client_id)] = message
-                results.append(Stored(message, duplicate=False))
-                rows.append(
-                    (
-                        id_,
-                        item.channel,
-                        message.thread,
-                        item.reply_to,
-                        item.sender,
-                        item.text,
-                        int(item.more),
-                        item.client_id,
-                    )
+            )
+        rows = [
+            (m.id, m.channel, m.thread, m.reply_to, m.sender, m.text, int(m.more), item.client_id)
+            for m, item in zip(fresh, batch, strict=True)
+        ]
+        try:
+            try:
+                before = db.total_changes
+                await db.executemany(
+                    "INSERT INTO messages "
+                    "(id, channel, thread, reply_to, sender, text, more, client_id) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?) "
+                    "ON CONFLICT (sender, client_id) WHERE client_id IS NOT NULL DO NOTHING",
+                    rows,
                 )
-            if rows:
-                await db.execute("BEGIN IMMEDIATE")
-                try:
-                    await db.executemany(
-                        "INSERT INTO messages "
-                        "(id, channel, thread, reply_to, sender, text, more, client_id) "
-                        "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                        rows,
-                    )
-                    await db.execute("COMMIT")
-                except BaseException:
-                    await db.execute("ROLLBACK")
-                    raise
-            return results
+                inserted = db.total_changes - before
+                known = {} if inserted == len(rows) else await self._known(db, batch)
+                await db.commit()
+            except BaseException:
+                await db.rollback()
+                raise
         except sqlite3.Error as exc:
             raise HubStoreError(f"storing {len(batch)} message(s) failed: {exc}") from exc
+        results = []
+        for message, item in zip(fresh, batch, strict=True):
+            first = known.get((item.sender, item.client_id))
+            if first is None or first.id == message.id:
+                results.append(Stored(message, duplicate=False))
+            else:
+                results.append(Stored(first, duplicate=True))
+        return results
 
     @staticmethod
     async def _known(
         db: aiosqlite.Connection, batch: Sequence[NewMessage]
     ) -> dict[tuple[str, str], Message]:
-        """Messages already stored under the batch's ``(sender, client_id)`` pairs."""
+        """The stored message of each of the batch's ``(sender, client_id)`` pairs."""
         pairs = list({(item.sender, item.client_id) for item in batch})
         known: dict[tuple[str, str], Message] = {}
         # Chunks keep the statement under SQLite's parameter limit.
@@ -254,10 +255,9 @@ class MessageStore:
                 f"SELECT {_COLUMNS}, client_id FROM messages "
                 f"WHERE (sender, client_id) IN (VALUES {values})"
             )
-            async with db.execute(sql, params) as cur:
-                for row in await cur.fetchall():
-                    message = _row_message(row[:-1])
-                    known[(message.sender, str(row[-1]))] = message
+            for row in await db.execute_fetchall(sql, params):
+                message = _row_message(tuple(row)[:-1])
+                known[(message.sender, str(row[-1]))] = message
         return known
 
     async def prune(self, channels: Iterable[str]) -> int:
@@ -269,21 +269,20 @@ class MessageStore:
         db = self._db(self._writer)
         cutoff = id_for_time(int((self._clock() - self.retention_age) * 1000))
         try:
-            await db.execute("BEGIN IMMEDIATE")
             try:
-                cur = await db.execute("DELETE FROM messages WHERE id < ?", (cutoff,))
-                dropped = max(cur.rowcount, 0)
+                before = db.total_changes
+                await db.execute("DELETE FROM messages WHERE id < ?", (cutoff,))
                 for channel in channels:
-                    cur = await db.execute(
+                    await db.execute(
                         "DELETE FROM messages WHERE channel = ? AND id < ("
                         "  SELECT id FROM messages WHERE channel = ?"
                         "  ORDER BY id DESC LIMIT 1 OFFSET ?)",
                         (channel, channel, self.retention_count - 1),
                     )
-                    dropped += max(cur.rowcount, 0)
-                await db.execute("COMMIT")
+                dropped = db.total_changes - before
+                await db.commit()
             except BaseException:
-                await db.execute("ROLLBACK")
+                await db.rollback()
                 raise
         except sqlite3.Error as exc:
             raise HubStoreError(f"pruning failed: {exc}") from exc
@@ -293,27 +292,24 @@ class MessageStore:
         """``(head, oldest)``: the channel's last and oldest retained ids."""
         db = self._db(self._reader)
         try:
-            async with db.execute(
+            rows = await db.execute_fetchall(
                 "SELECT (SELECT id FROM messages WHERE channel = ? ORDER BY id DESC LIMIT 1),"
                 "       (SELECT id FROM messages WHERE channel = ? ORDER BY id LIMIT 1)",
                 (channel, channel),
-            ) as cur:
-                row = await cur.fetchone()
+            )
         except sqlite3.Error as exc:
             raise HubStoreError(f"reading {channel} failed: {exc}") from exc
-        if row is None:
-            return None, None
-        return row[0], row[1]
+        head, oldest = next(iter(rows))
+        return head, oldest
 
     async def after(self, channel: str, since: str, limit: int) -> list[Message]:
         """Up to ``limit`` messages of ``channel`` with ids after ``since``, in id order."""
         db = self._db(self._reader)
         try:
-            async with db.execute(
+            rows = await db.execute_fetchall(
                 f"SELECT {_COLUMNS} FROM messages WHERE channel = ? AND id > ? ORDER BY id LIMIT ?",
                 (channel, since, limit),
-            ) as cur:
-                rows = await cur.fetchall()
+            )
         except sqlite3.Error as exc:
             raise HubStoreError(f"replaying {channel} failed: {exc}") from exc
         return [_row_message(row) for row in rows]
@@ -322,7 +318,6 @@ class MessageStore:
         """A trivial read, so the watchdog knows the file still answers."""
         db = self._db(self._reader)
         try:
-            async with db.execute("SELECT 1") as cur:
-                await cur.fetchone()
+            await db.execute_fetchall("SELECT 1")
         except sqlite3.Error as exc:
             raise HubStoreError(f"the store does not answer: {exc}") from exc

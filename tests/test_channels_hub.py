@@ -15,7 +15,7 @@ from structlog.testing import capture_logs
 from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus
 
-from channels.client import PublishAck
+from channels.client import Channel, PublishAck
 from channels.errors import (
     ChannelBrokenError,
     ChannelClosedError,
@@ -69,6 +69,7 @@ async def test_round_trip(hub, clients):
     """A published message reaches a subscriber with the hub's id, thread, sender and time."""
     alice = await clients.connect(hub.url, nick="alice")
     bob = await clients.connect(hub.url, nick="bob")
+    assert isinstance(alice, Channel)  # the interface the daemon codes against
     subscribed = await bob.subscribe("#ops")
     assert (subscribed.head, subscribed.oldest) == (None, None)
     assert alice.nick == "alice"
