@@ -34,6 +34,7 @@ import statistics
 import sys
 import tempfile
 import time
+import uuid
 from pathlib import Path
 
 from websockets.asyncio.client import ClientConnection, connect
@@ -120,10 +121,10 @@ async def _subscribe(ws: ClientConnection, channel: str) -> None:
         pass
 
 
-def _publish_frame(seq: int, payload: str) -> str:
-    return json.dumps(
-        {"type": "publish", "channel": "#bench", "text": f"{seq} {payload}", "client_id": f"c{seq}"}
-    )
+def _publish_frame(run: str, seq: int, payload: str) -> str:
+    # client_ids unique per run: the hub would (rightly) deduplicate a repeated one
+    frame = {"type": "publish", "channel": "#bench", "text": f"{seq} {payload}"}
+    return json.dumps(frame | {"client_id": f"{run}-{seq}"})
 
 
 async def pipelined(url: str, count: int, window: int, size: int) -> dict[str, float]:
@@ -132,6 +133,7 @@ async def pipelined(url: str, count: int, window: int, size: int) -> dict[str, f
     pub = await _client(url, "pub")
     await _subscribe(sub, "#bench")
     payload = "x" * size
+    run = uuid.uuid4().hex
     sent: dict[int, float] = {}
     latencies: list[float] = []
     slots = asyncio.Semaphore(window)
@@ -158,7 +160,7 @@ async def pipelined(url: str, count: int, window: int, size: int) -> dict[str, f
         for seq in range(count):
             await slots.acquire()
             sent[seq] = time.perf_counter()
-            await pub.send(_publish_frame(seq, payload))
+            await pub.send(_publish_frame(run, seq, payload))
     elapsed = receiving.result() - start
     await sub.close()
     await pub.close()
@@ -171,11 +173,12 @@ async def serial(url: str, count: int, size: int) -> dict[str, float]:
     pub = await _client(url, "pub2")
     await _subscribe(sub, "#bench")
     payload = "x" * size
+    run = uuid.uuid4().hex
     latencies = []
     async with asyncio.timeout(PHASE_TIMEOUT):
         for seq in range(count):
             start = time.perf_counter()
-            await pub.send(_publish_frame(seq, payload))
+            await pub.send(_publish_frame(run, seq, payload))
             while json.loads(await sub.recv())["type"] != "message":
                 pass
             latencies.append(time.perf_counter() - start)
