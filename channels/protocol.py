@@ -363,10 +363,7 @@ class _Fields:
 def _decode(text: str | bytes, max_frame: int | None) -> _Fields:
     if isinstance(text, bytes | bytearray | memoryview):
         raise ProtocolError(ErrorCode.BAD_FRAME, "binary frames are not supported: send JSON text")
-    # Quick check on characters first: a character is at least one byte.
-    if max_frame is not None and len(text) > max_frame:
-        size = len(text.encode("utf-8", "surrogatepass"))
-        raise ProtocolError(ErrorCode.TOO_LARGE, f"frame is {size} bytes, the limit is {max_frame}")
+    # A character takes 1 to 4 bytes: encode only when the count is in doubt.
     if max_frame is not None and len(text) * 4 > max_frame:
         size = len(text.encode("utf-8", "surrogatepass"))
         if size > max_frame:
