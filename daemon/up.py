@@ -325,19 +325,22 @@ def _instructions(hub_url: str, endpoint: ModelEndpoint, config: Config) -> str:
     env = "" if hub_url == "ws://127.0.0.1:6680/" else f"ATIRC_URL={hub_url} "
     tools = ", ".join(config.mcp_servers)
     model = f"{endpoint.model} at {endpoint.base_url}" + (" (local)" if endpoint.local else "")
+    db = config.sessions.db
+    # the readers default to the daemon's database: name it only when it is elsewhere
+    db_flag = "" if db == DEFAULT_STATE_DIR / "asyncai.db" else f" --db {db}"
     return f"""\
 asyncai is up.
   hub      {hub_url}   channel {CHANNEL}
   model    {model}
   tools    {tools} (MCP servers; the model calls them from run_code)
-  state    {config.sessions.db}
+  state    {db}
 
 Talk to it from another terminal:
-  {env}.venv/bin/atirc pub '{CHANNEL}' "What does http://example.com return?" --wait
+  {env}.venv/bin/atirc pub '{CHANNEL}' "What is the sum of the first 1000 primes?" --wait
 
 Then see what happened:
-  .venv/bin/asyncai threads --db {config.sessions.db}
-  .venv/bin/asyncai audit --db {config.sessions.db}
-  .venv/bin/asyncai transcript THREAD --db {config.sessions.db}
+  .venv/bin/asyncai threads{db_flag}
+  .venv/bin/asyncai audit{db_flag}
+  .venv/bin/asyncai transcript THREAD{db_flag}
 
 Ctrl-C stops it."""
