@@ -303,8 +303,22 @@ class Daemon:
 
     async def run(self, ready: Callable[[], None] | None = None) -> int:
         """Start, call ``ready``, serve until stopped, shut down; the exit status."""
+        # Starting may wait long for the hub (reconnect backoff): a stop request ends it.
+        starting = asyncio.create_task(self.start(), name="asyncai-start")
+        stop = asyncio.create_task(self._stop.wait(), name="asyncai-stop")
         try:
-            await self.start()
+            await asyncio.wait([starting, stop], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop.cancel()
+            if not starting.done():
+                starting.cancel()
+            await asyncio.gather(stop, return_exceptions=True)
+        try:
+            await starting
+        except asyncio.CancelledError:
+            log.warning("daemon.stopped_while_starting")
+            await self.aclose()
+            return 0
         except (AsyncaiError, ChannelError, StoreError, OSError) as exc:
             log.error("daemon.start_failed", error=f"{type(exc).__name__}: {exc}")
             print(f"asyncai: the daemon did not start: {exc}", file=sys.stderr)

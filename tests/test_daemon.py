@@ -9,6 +9,7 @@ exactly the model steps it adds, which the autouse fixture checks.
 from __future__ import annotations
 
 import asyncio
+import socket
 import sys
 from pathlib import Path
 
@@ -315,3 +316,27 @@ def test_chunk_joiner_rebuilds_a_split_prompt():
     assert joiner.feed(chunk("02", "other person", False, sender="bob")).text == "other person"
     whole = joiner.feed(chunk("03", "second half", False))
     assert (whole.id, whole.text) == ("03", "first half, second half")
+
+
+async def test_stop_while_waiting_for_the_hub_exits_zero(tmp_path):
+    """A daemon whose hub is down keeps retrying; SIGTERM then ends it cleanly (status 0)."""
+    with socket.socket() as probe:  # a loopback port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        dead_url = f"ws://127.0.0.1:{probe.getsockname()[1]}/"
+    config = load_config(
+        write_config(
+            tmp_path / "asyncai.toml",
+            hub_url=dead_url,
+            model_url="http://127.0.0.1:9/v1",
+            servers=False,
+        ),
+        environ={},
+    )
+    daemon = Daemon(config, env={})
+    with capture_logs() as logs:
+        running = asyncio.create_task(daemon.run())
+        await until(lambda: any(e["event"] == "daemon.hub_unreachable" for e in logs), "retrying")
+        daemon.request_stop()
+        async with asyncio.timeout(WAIT):
+            assert await running == 0
+    assert any(e["event"] == "daemon.stopped_while_starting" for e in logs)
