@@ -99,6 +99,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="Python that has llama-cpp-python installed (default: this one)",
     )
     serve.add_argument("--threads", type=int, default=2, help="CPU threads (default 2)")
+    serve.add_argument("--log", metavar="PATH", help="append the server's output (timings) here")
     serve.set_defaults(func=_cmd_serve)
 
 
@@ -204,7 +205,7 @@ async def _serve(args: argparse.Namespace) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     server = LocalModelServer(
-        model_path(), python=args.python, port=args.port, n_threads=args.threads
+        model_path(), python=args.python, port=args.port, n_threads=args.threads, log_path=args.log
     )
     print("starting llama-cpp-python's server (loading takes a few seconds)…", file=sys.stderr)
     async with server:
