@@ -1,0 +1,296 @@
+"""A harness that makes small models succeed with ``run_code`` (pure functions, no I/O).
+
+Measured with Qwen2.5-Coder-1.5B-Instruct on llama-cpp-python 0.3.36
+(notes/local-model.md, issue 9), each piece fixes one observed failure:
+
+| failure                                                  | fix here                       |
+|----------------------------------------------------------|--------------------------------|
+| with ``tool_choice="auto"`` it never calls run_code       | :func:`forced_choice`          |
+| the API only in the tool description: it ignores it      | :func:`system_prompt` (catalog |
+| and uses the kubernetes client library                   | and a worked example in the    |
+|                                                          | system message, a short tool   |
+|                                                          | description)                   |
+| raw newlines, an unescaped ``"`` in the arguments JSON    | :func:`recover_arguments`      |
+| ``await f()['items']`` (await binds looser), a trailing   | :func:`repair_code`            |
+| assignment (result None), stub redefinitions of the API  |                                |
+| ``print(x)`` last: the result is ``{"output": "x"}``     | :func:`prints_as_result`       |
+| after the result it restates the code instead of         | :func:`answer_instruction`     |
+| answering                                                |                                |
+
+The backend (``daemon/backend.py``) applies them when ``[model] harness`` is
+on; everything here is text in, text out.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+from collections.abc import Iterable
+
+__all__ = [
+    "HARNESS_SYSTEM_PROMPT",
+    "SHORT_RUN_CODE_DESCRIPTION",
+    "WORKED_EXAMPLE",
+    "answer_instruction",
+    "catalog_names",
+    "forced_choice",
+    "is_code_only",
+    "prints_as_result",
+    "recover_arguments",
+    "repair_code",
+    "system_prompt",
+]
+
+HARNESS_SYSTEM_PROMPT = """\
+You are asyncai, an assistant that answers questions in a chat channel by running \
+Python with the run_code tool. The Python runs in a sandbox where the functions listed \
+below call the real tools; they are already defined: never define them yourself, never \
+import them, and never use other libraries (such as kubernetes or requests) to get data."""
+
+WORKED_EXAMPLE = """\
+How to answer: write ONE run_code snippet that calls the functions above with `await` \
+and keyword arguments, filters the data in Python, and ends with an expression that \
+holds the answer (not print(), not an assignment). Put each statement on its own line. \
+Use single quotes for strings inside the code. Functions return dicts: read their keys.
+
+Worked example (only an illustration: list_orders is not one of your functions).
+Question: which open orders are over 100, with their totals?
+run_code code:
+orders = await list_orders(status='open')
+big = [o for o in orders['items'] if o['total'] > 100]
+[{'id': o['id'], 'total': o['total']} for o in big]
+Result: [{"id":"A7","total":120},{"id":"C2","total":310}]
+Answer: Two open orders are over 100: A7 (120) and C2 (310)."""
+
+SHORT_RUN_CODE_DESCRIPTION = (
+    "Run Python in the sandbox described in the system message; the functions listed "
+    "there are available. The value of the last expression is the result."
+)
+
+_DEF_NAME = re.compile(r"^async def ([A-Za-z_][A-Za-z0-9_]*)\(", re.MULTILINE)
+
+
+def catalog_names(description: str) -> set[str]:
+    """The sandbox functions a ``run_code`` description lists (its ``async def`` stubs)."""
+    return set(_DEF_NAME.findall(description))
+
+
+def system_prompt(base: str, run_code_description: str, example: str = WORKED_EXAMPLE) -> str:
+    """The system message: ``base``, the run_code rules and catalog, then the worked example.
+
+    llama-cpp-python shows tool descriptions to the model only as JSON inside
+    its template (or not at all with ``chatml-function-calling``); the system
+    message always arrives as plain text. It depends only on its inputs, so
+    the server's prompt-prefix cache stays valid from run to run.
+    """
+    return f"{base.rstrip()}\n\n# run_code\n\n{run_code_description.strip()}\n\n{example.strip()}"
+
+
+def forced_choice(tool_name: str) -> dict:
+    """``tool_choice`` naming one function (a grammar-constrained call on llama.cpp)."""
+    return {"type": "function", "function": {"name": tool_name}}
+
+
+def answer_instruction(question: str) -> str:
+    """The final-round user line: answer the question from the result, in words."""
+    return (
+        "Answer my question now, using the run_code result above. My question was:\n"
+        f"{question.strip()}\n"
+        "Reply in one to three plain sentences that state the names and numbers from the "
+        "result. Do not write code and do not describe the code. If the result is empty, "
+        "say that nothing matched."
+    )
+
+
+# ---- arguments ----------------------------------------------------------------------------
+
+_JSON_ESCAPE = re.compile(r'\\(["\\/bfnrt]|u[0-9a-fA-F]{4})')
+_ESCAPES = {"b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t", '"': '"', "\\": "\\", "/": "/"}
+# {"code": "<anything, quotes included>" [, "restart": true|false]} — greedy: the last quote
+_CODE_OBJECT = re.compile(
+    r'^\s*\{\s*"code"\s*:\s*"(?P<code>.*)"\s*'
+    r'(?:,\s*"restart"\s*:\s*(?P<restart>true|false)\s*)?\}\s*$',
+    re.DOTALL,
+)
+_CODE_PREFIX = re.compile(r'^\s*\{\s*"code"\s*:\s*"(?P<code>.*)$', re.DOTALL)
+_FENCE = re.compile(r"^\s*```[A-Za-z0-9_-]*\n(?P<code>.*?)\n?```\s*$", re.DOTALL)
+
+
+def _unescape(text: str) -> str:
+    """Decode JSON string escapes, leaving anything else (bare quotes) as it is."""
+
+    def one(m: re.Match[str]) -> str:
+        esc = m.group(1)
+        return chr(int(esc[1:], 16)) if esc[0] == "u" else _ESCAPES[esc]
+
+    return _JSON_ESCAPE.sub(one, text)
+
+
+def recover_arguments(raw: str, field: str = "code") -> tuple[dict | None, str | None]:
+    """Arguments for a ``{field: str}`` tool from text that is not valid JSON.
+
+    Returns ``(arguments, how)``: ``how`` names the repair, or ``(None, None)``
+    when nothing sensible can be recovered. Tried in order: control
+    characters inside strings (raw newlines), the object with a string that
+    holds unescaped quotes (everything up to the last quote before ``}``), a
+    Python dict literal, an object cut off before its end, and bare code
+    (not JSON at all, possibly in a markdown fence).
+    """
+    try:
+        value = json.loads(raw, strict=False)
+    except ValueError:
+        pass
+    else:
+        if isinstance(value, dict) and isinstance(value.get(field), str):
+            return value, "raw control characters in a JSON string"
+        return None, None
+    if field == "code":
+        m = _CODE_OBJECT.match(raw)
+        if m:
+            args: dict = {"code": _unescape(m.group("code"))}
+            if m.group("restart"):
+                args["restart"] = m.group("restart") == "true"
+            return args, "unescaped quotes in the code string"
+    try:
+        value = ast.literal_eval(raw.strip())
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        pass
+    else:
+        if isinstance(value, dict) and isinstance(value.get(field), str):
+            return value, "a Python dict instead of JSON"
+    if field == "code":
+        m = _CODE_PREFIX.match(raw)
+        if m:
+            code = re.sub(r'"\s*\}?\s*$', "", m.group("code"))
+            return {"code": _unescape(code)}, "an arguments object cut off before its end"
+        stripped = raw.strip()
+        if stripped and not stripped.startswith(("{", "[")):
+            fenced = _FENCE.match(stripped)
+            return {"code": fenced.group("code") if fenced else stripped}, "bare code, not JSON"
+    return None, None
+
+
+# ---- code ---------------------------------------------------------------------------------
+
+
+class _AwaitPrecedence(ast.NodeTransformer):
+    """``await f(x)['k']`` → ``(await f(x))['k']``; the same through ``.attr`` and calls.
+
+    ``await`` binds looser than subscripts and attribute calls, so the model's
+    ``await list_objects(...)['items']`` subscripts the coroutine. The rewrite
+    moves the ``await`` onto the innermost call of a plain name, which is what
+    the model meant.
+    """
+
+    def __init__(self) -> None:
+        self.changed = False
+
+    def visit_Await(self, node: ast.Await) -> ast.AST:
+        self.generic_visit(node)
+        inner = node.value
+        parent: ast.AST | None = None
+        cur: ast.AST = inner
+        while True:
+            if isinstance(cur, ast.Subscript | ast.Attribute):
+                parent, cur = cur, cur.value
+            elif isinstance(cur, ast.Call) and isinstance(cur.func, ast.Attribute):
+                parent, cur = cur.func, cur.func.value
+            else:
+                break
+        if parent is None or not (isinstance(cur, ast.Call) and isinstance(cur.func, ast.Name)):
+            return node
+        parent.value = ast.Await(value=cur)  # type: ignore[attr-defined]  # Subscript/Attribute
+        self.changed = True
+        return inner
+
+
+def _is_stub(node: ast.AST) -> bool:
+    """A function whose body is only a docstring, ``pass`` or ``...``."""
+    if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+        return False
+    for stmt in node.body:
+        if isinstance(stmt, ast.Pass):
+            continue
+        if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant):
+            continue  # a docstring or ``...``
+        return False
+    return True
+
+
+def _imports_only(node: ast.AST, names: set[str]) -> bool:
+    """``from x import a, b`` where every name is a sandbox function (they need no import)."""
+    return isinstance(node, ast.ImportFrom) and all(a.name in names for a in node.names)
+
+
+def repair_code(code: str, functions: Iterable[str] = ()) -> tuple[str, list[str]]:
+    """Fix what small models predictably get wrong; returns ``(code, repairs)``.
+
+    Code that does not parse, or needs no repair, comes back unchanged (so
+    the sandbox reports the real error). ``functions`` are the catalog's
+    names: stub redefinitions and imports of them are dropped.
+    """
+    names = set(functions)
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        literal = code.replace("\\n", "\n")
+        if "\n" in code or literal == code:
+            return code, []
+        try:  # a double-escaped snippet: "a = 1\\nb = 2" arrived as one line
+            tree = ast.parse(literal)
+        except (SyntaxError, ValueError, MemoryError, RecursionError):
+            return code, []
+        fixed, repairs = repair_code(literal, names)
+        return fixed, ["literal \\n sequences made newlines", *repairs]
+    repairs: list[str] = []
+    body = [
+        stmt
+        for stmt in tree.body
+        if not ((_is_stub(stmt) and stmt.name in names) or _imports_only(stmt, names))  # type: ignore[attr-defined]
+    ]
+    if len(body) != len(tree.body):
+        repairs.append("dropped redefinitions or imports of the sandbox functions")
+        tree.body = body
+    fixer = _AwaitPrecedence()
+    tree = fixer.visit(tree)
+    if fixer.changed:
+        repairs.append("await applied to the call, not to its subscript")
+    if tree.body:
+        last = tree.body[-1]
+        target = None
+        if isinstance(last, ast.Assign) and len(last.targets) == 1:
+            target = last.targets[0]
+        elif isinstance(last, ast.AnnAssign | ast.AugAssign):
+            target = last.target
+        if isinstance(target, ast.Name):
+            tree.body.append(ast.Expr(value=ast.Name(id=target.id, ctx=ast.Load())))
+            repairs.append(f"the assigned name {target.id} made the result")
+    if not repairs:
+        return code, []
+    return ast.unparse(ast.fix_missing_locations(tree)), repairs
+
+
+# ---- results and replies ------------------------------------------------------------------
+
+
+def prints_as_result(text: str) -> str:
+    """``{"output": "<printed>"}`` (the last expression was None) → the printed text.
+
+    A small model ends on ``print(...)`` more often than on an expression;
+    the printed text is then its answer, and a JSON wrapper only adds noise.
+    """
+    if not text.startswith('{"output"'):
+        return text
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return text
+    if isinstance(value, dict) and set(value) == {"output"} and isinstance(value["output"], str):
+        return value["output"].rstrip("\n") or text
+    return text
+
+
+def is_code_only(reply: str) -> bool:
+    """Whether a reply is nothing but a fenced code block (no answer in words)."""
+    return bool(_FENCE.match(reply.strip()))

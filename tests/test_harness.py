@@ -1,0 +1,187 @@
+"""The small-model harness's pure pieces: argument recovery, code repairs, result and
+prompt text. The inputs are the shapes Qwen2.5-Coder-1.5B really produced
+(notes/local-model.md and issue 9's probes)."""
+
+from __future__ import annotations
+
+import ast
+import json
+
+import pytest
+
+from daemon.harness import (
+    WORKED_EXAMPLE,
+    answer_instruction,
+    catalog_names,
+    forced_choice,
+    is_code_only,
+    prints_as_result,
+    recover_arguments,
+    repair_code,
+    system_prompt,
+)
+
+# ---- arguments ----
+
+
+def test_raw_newlines_in_the_code_string_are_recovered() -> None:
+    """A JSON string with literal newlines (invalid JSON) still yields the code."""
+    raw = "{ \"code\": \"pods = await list_objects(resource='pods')\nlen(pods['items'])\" }"
+    with pytest.raises(ValueError, match="control character"):
+        json.loads(raw)
+    args, how = recover_arguments(raw)
+    assert args == {"code": "pods = await list_objects(resource='pods')\nlen(pods['items'])"}
+    assert how is not None
+    assert "control" in how
+
+
+def test_unescaped_quotes_inside_the_code_are_kept() -> None:
+    """An unescaped quote does not end the code: everything up to the last quote is code,
+    and the JSON escapes that were right are decoded."""
+    raw = '{"code": "x = await http_get(url="http://a/b")\\nx["status"]", "restart": true}'
+    args, how = recover_arguments(raw)
+    assert args == {"code": 'x = await http_get(url="http://a/b")\nx["status"]', "restart": True}
+    assert how == "unescaped quotes in the code string"
+
+
+def test_python_dict_literal_is_accepted() -> None:
+    """Single-quoted, Python-style arguments are read as a dict literal."""
+    args, how = recover_arguments("{'code': 'sum(range(10))'}")
+    assert args == {"code": "sum(range(10))"}
+    assert how == "a Python dict instead of JSON"
+
+
+def test_arguments_cut_off_keep_what_came() -> None:
+    """Arguments that end early (max_tokens) keep the code that arrived."""
+    args, how = recover_arguments('{"code": "a = 1\\nb = a + ')
+    assert args == {"code": "a = 1\nb = a + "}
+    assert how == "an arguments object cut off before its end"
+
+
+def test_bare_code_and_fenced_code_are_taken_as_code() -> None:
+    """Arguments that are not JSON at all are the code itself (a fence is removed)."""
+    assert recover_arguments("sum(range(10))") == (
+        {"code": "sum(range(10))"},
+        "bare code, not JSON",
+    )
+    args, _ = recover_arguments("```python\nx = 1\nx + 1\n```")
+    assert args == {"code": "x = 1\nx + 1"}
+
+
+def test_unrecoverable_arguments_give_none() -> None:
+    """JSON of the wrong shape, and other fields, are not guessed at."""
+    assert recover_arguments('{"cmd": "ls"}') == (None, None)
+    assert recover_arguments("[1, 2]") == (None, None)
+    assert recover_arguments('{"url": "x', field="url") == (None, None)
+
+
+# ---- code ----
+
+
+def test_await_binds_to_the_call_not_the_subscript() -> None:
+    """await f()['items'] and await f().get(...) are rewritten to await the call;
+    gather and plain awaits are left alone."""
+    code = (
+        "pods = await list_objects(resource='pods')['items']\n"
+        "n = await get_object(name='a').get('status', {})\n"
+        "both = await asyncio.gather(f(), g())\n"
+        "x = await h()\n"
+        "len(pods)"
+    )
+    fixed, repairs = repair_code(code)
+    assert repairs == ["await applied to the call, not to its subscript"]
+    assert fixed.splitlines() == [
+        "pods = (await list_objects(resource='pods'))['items']",
+        "n = (await get_object(name='a')).get('status', {})",
+        "both = await asyncio.gather(f(), g())",
+        "x = await h()",
+        "len(pods)",
+    ]
+
+
+def test_trailing_assignment_becomes_the_result() -> None:
+    """A snippet that ends in an assignment gets the assigned name as its last expression."""
+    fixed, repairs = repair_code("total = 0\nfor p in pods:\n    total += p['restarts']")
+    assert fixed.endswith("total += p['restarts']")  # a loop last: nothing to add
+    assert repairs == []
+    fixed, repairs = repair_code("names = [p['name'] for p in pods]")
+    assert fixed.splitlines()[-1] == "names"
+    assert repairs == ["the assigned name names made the result"]
+
+
+def test_stub_redefinitions_and_imports_of_sandbox_functions_are_dropped() -> None:
+    """The model re-declaring the API as stubs (which would shadow the real functions)
+    or importing it from a made-up module: those lines go, the rest stays."""
+    code = (
+        "from tools import list_objects\n"
+        "import json\n"
+        "async def list_objects(resource: str, namespace: str | None = None) -> dict:\n"
+        '    """List objects."""\n'
+        "async def mine(x):\n"
+        "    return x\n"
+        "pods = await list_objects(resource='pods')\n"
+        "len(pods['items'])"
+    )
+    fixed, repairs = repair_code(code, {"list_objects", "get_object"})
+    assert repairs == ["dropped redefinitions or imports of the sandbox functions"]
+    tree = ast.parse(fixed)
+    kinds = [type(s).__name__ for s in tree.body]
+    assert kinds == ["Import", "AsyncFunctionDef", "Assign", "Expr"]
+    assert "from tools" not in fixed
+
+
+def test_code_that_needs_nothing_or_does_not_parse_is_unchanged() -> None:
+    """Good code keeps its exact text (comments included); broken code is left for the
+    sandbox to report."""
+    good = "# count\npods = await list_objects(resource='pods')\nlen(pods['items'])  # n"
+    assert repair_code(good) == (good, [])
+    broken = "pods = await list_objects(resource='pods') sorted(pods)"
+    assert repair_code(broken) == (broken, [])
+
+
+def test_double_escaped_newlines_are_made_real() -> None:
+    """A one-line snippet with literal backslash-n sequences that only parses once they
+    are newlines is repaired (and then repaired further)."""
+    fixed, repairs = repair_code("x = 1\\ny = x + 1")
+    assert fixed == "x = 1\ny = x + 1\ny"
+    assert repairs[0] == "literal \\n sequences made newlines"
+    assert repair_code("print('a\\nb')") == ("print('a\\nb')", [])  # parses: untouched
+
+
+# ---- results, prompts ----
+
+
+def test_printed_output_is_the_result_when_nothing_else_is() -> None:
+    """{"output": ...} alone becomes the printed text; with a result, or not JSON, unchanged."""
+    assert prints_as_result('{"output":"3\\n"}') == "3"
+    assert prints_as_result('{"output":"a","result":1}') == '{"output":"a","result":1}'
+    assert prints_as_result("[1,2]") == "[1,2]"
+    assert prints_as_result('{"output": broken') == '{"output": broken'
+
+
+def test_system_prompt_holds_the_catalog_and_the_example() -> None:
+    """The system message carries the base text, the run_code description (catalog
+    stubs) and the worked example, and is the same for the same inputs."""
+    desc = "Run Python.\n\nAvailable functions:\nasync def list_objects(resource: str) -> dict:\n"
+    text = system_prompt("You are asyncai.", desc)
+    assert text.startswith("You are asyncai.")
+    assert "async def list_objects(resource: str) -> dict:" in text
+    assert text.endswith(WORKED_EXAMPLE.strip())
+    assert text == system_prompt("You are asyncai.", desc)
+    assert catalog_names(desc) == {"list_objects"}
+
+
+def test_forced_choice_and_answer_instruction() -> None:
+    """The forced tool_choice names the function; the final instruction repeats the
+    question and forbids code."""
+    assert forced_choice("run_code") == {"type": "function", "function": {"name": "run_code"}}
+    text = answer_instruction("  Which pods crash?\n")
+    assert "Which pods crash?" in text
+    assert "Do not write code" in text
+
+
+def test_code_only_reply_is_recognised() -> None:
+    """A reply that is just a fenced block is not an answer; text around a block is."""
+    assert is_code_only("```python\nx = 1\n```")
+    assert not is_code_only("The answer is 3.\n```python\nx = 1\n```")
+    assert not is_code_only("3 pods")
