@@ -29,6 +29,7 @@ from daemon.code_mode.convert import (
 )
 from daemon.code_mode.description import RUN_CODE_SCHEMA, run_code_definition
 from daemon.code_mode.engine import PrintSink
+from daemon.code_mode.helpers import HELPERS_SOURCE
 from daemon.code_mode.hooks import scope_preamble
 from daemon.code_mode.limits import CodeModeLimits
 from daemon.code_mode.pool import checkout_limits, pool_options
@@ -262,9 +263,10 @@ def test_pool_is_sized_above_the_scopes_with_finite_waits():
 
 
 def test_preamble_imports_asyncio_json_re_then_the_operators_code():
-    """Every new scope gets the three imports, then limits.preamble."""
-    assert scope_preamble(CodeModeLimits()) == "import asyncio\nimport json\nimport re\n"
-    assert scope_preamble(CodeModeLimits(preamble="X = 1")).endswith("import re\nX = 1")
+    """Every new scope gets the imports and helpers, then limits.preamble."""
+    assert scope_preamble(CodeModeLimits()) == HELPERS_SOURCE
+    assert HELPERS_SOURCE.startswith("import asyncio\nimport json\nimport re\n")
+    assert scope_preamble(CodeModeLimits(preamble="X = 1")) == f"{HELPERS_SOURCE}\nX = 1"
 
 
 def test_run_code_definition_has_the_schema_rules_contract_and_catalog():

@@ -1,9 +1,15 @@
 """The one tool the model sees: ``run_code``, its schema and its description.
 
-The description has three parts (spec 0004): the sandbox rules, the return
-contract, and the catalog of functions. It depends only on the limits and the
-inner tools, never on REPL state, so the model's cached prompt prefix stays
-stable (A11).
+The description (spec 0004 run_code, Return contract; A1, A8, A10, A11) has:
+how to work (plan, then one complete snippet; inspect shapes only after a
+failure; variables persist, earlier tool results are not in the history),
+the sandbox rules, the return contract, the built-in helpers, and the
+catalog of typed ``async def`` stubs, last.
+
+It is a pure function of the catalog and the limits, with no dates, counters
+or per-thread state in it, so it is byte-identical from run to run and the
+model's cached prompt prefix stays stable; what changes per thread (the
+variables note) goes into the user message instead.
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ import copy
 
 from daemon.code_mode.catalog import Catalog
 from daemon.code_mode.contract import NO_OUTPUT
+from daemon.code_mode.helpers import RESERVED_NAMES
 from daemon.code_mode.limits import CodeModeLimits
 from daemon.tools import ToolDefinition
 
@@ -37,32 +44,43 @@ def _size(n: int) -> str:
 
 
 def run_code_description(catalog: Catalog, limits: CodeModeLimits | None = None) -> str:
-    """The ``run_code`` description: sandbox rules, return contract, catalog."""
+    """The ``run_code`` description for ``catalog``; the same inputs give the same bytes."""
     limits = limits if limits is not None else CodeModeLimits()
-    rules = f"""\
-Run Python in a sandbox and get the result. The functions listed below are async \
-Python functions that call tools: pass keyword arguments and `await` them; run several \
-at once with `await asyncio.gather(f(...), g(...))`. Their results stay in the sandbox, \
-so filter and aggregate there and return only what answers the question.
+    reserved = ", ".join(RESERVED_NAMES)
+    text = f"""\
+Run Python in a sandbox (Monty, a subset of Python 3) and get the result. The functions \
+listed at the end are async Python functions that call tools: pass keyword arguments and \
+`await` them. Their results stay in the sandbox, so filter and aggregate there and return \
+only what answers the question.
 
-Plan first, then write one complete snippet that fetches, filters and returns the answer. \
-Inspect the shape of a result (its keys, one item) only when a function's return type is \
-unknown (-> Any) or after a failure.
+How to work:
+- Plan first, then write ONE complete snippet that fetches, filters and returns the \
+answer. Run independent calls at once: `a, b = await asyncio.gather(f(x=1), g(y=2))`.
+- Trust the signatures and the `Returns:` shapes below. Inspect a shape only after a \
+failure, with a small sample (`list(r)`, `str(r)[:300]`), never the whole value. A \
+function annotated `-> Any` declares no result shape: inspect a small sample of its \
+result before relying on one.
+- Variables, functions and imports persist across run_code calls for the whole \
+conversation. Earlier tool results are NOT in your message history (only what run_code \
+returned is), but they are still in any variable you assigned them to: reuse those \
+instead of fetching again. A note at the end of the user's message lists the variables \
+still in scope. `restart: true` clears them all first.
 
 Sandbox rules:
-- Variables, functions and imports persist across run_code calls in this conversation; \
-`restart: true` clears them. Earlier tool results are not in your history: keep what you \
-need in variables.
-- `asyncio`, `json` and `re` are already imported. Other standard modules such as math, \
-datetime, collections, itertools, functools, time, random, base64, hashlib and csv can be \
-imported; third-party packages cannot.
+- `asyncio`, `json` and `re` are already imported. Also importable: math, datetime, \
+collections, itertools, functools, dataclasses, typing, time, random, copy, base64, \
+hashlib, decimal, csv, bisect. No other modules (no statistics, enum, operator, heapq, \
+io, uuid, string, textwrap, contextlib) and no third-party packages.
 - No files, environment variables, network or subprocesses (PermissionError): the only \
 way out is the functions below.
-- This is Monty, a subset of Python: no class inheritance (so no custom exception \
-classes), no `yield`, no `del`, no `async with`/`async for`, no `asyncio.create_task`, \
-no `gather(return_exceptions=...)`, no `json.dumps(default=...)`.
+- Not supported: class inheritance (so no custom exception classes), \
+@property/@staticmethod/@classmethod, `yield`, `del`, `async with`, `async for`, \
+`except*`, `asyncio.create_task` (use asyncio.gather), `gather(return_exceptions=...)`, \
+`json.dumps(default=...)` (use to_json), collections.OrderedDict (dicts keep order), \
+globals(), super(). Exceptions take at most one string argument: \
+raise ValueError(f"bad {{x}}").
 - A function whose tool fails raises RuntimeError with the tool's message (catch it with \
-try/except).
+try/except). Wrong arguments raise TypeError before the tool is called.
 - Limits per call: {limits.max_feed_duration:g} s of execution (waiting for tools does not \
 count), {limits.max_nested_calls} function calls, {_size(limits.max_print_bytes)} of \
 print output, {limits.tool_timeout:g} s per function call, {limits.max_wall:g} s in all. \
@@ -74,14 +92,32 @@ Return contract:
 - With printed output: {{"output": "<printed>", "result": <value>}}, or \
 {{"output": "<printed>"}} when the last expression is None.
 - Nothing printed and None (or an assignment) last: `{NO_OUTPUT}`.
-- An exception comes back as its traceback. Calling a function without `await` is an \
-error (the call does not run).
+- An exception comes back as its traceback, with a `Hint:` line for known sandbox gaps; \
+fix the snippet and run it again. Calling a function without `await` is an error (the \
+call does not run).
 - Results over {limits.max_result_chars:,} characters are refused with a preview: assign \
 to a variable and return a filtered subset.
 
-Available functions:
+Helpers, defined in every scope (do not rebind these names: {reserved}):
+- items(x): the list inside x: x itself for a list, x["items"], the only list value of a \
+dict, [x] for a dict without lists, [] for None.
+- names(x): metadata.name (else name, else id) of each item of items(x).
+- dig(obj, *path, default=None): nested lookup by dotted or split segments, None-safe: \
+dig(pod, "status.phase"), dig(x, "items", 0, "metadata.name"), \
+dig(pod, "metadata.labels", "app.kubernetes.io/name"). Returns default when a step is \
+missing or None; a last argument that is not a str or int is the default: \
+dig(x, "spec.ports", []).
+- count_by(xs, *path): {{value: count}} of dig(x, *path) over items(xs), most common \
+first: count_by(pods, "status.phase").
+- to_json(x, indent=None): json.dumps that turns sets into lists and other unknown values \
+into str().
+
+Available functions (keyword arguments only, required ones first; an optional one left \
+out or passed as None is not sent):
+
 """
-    return rules + catalog.render()
+    stubs = catalog.render()
+    return text + (stubs if stubs else "(none: no tools are connected)")
 
 
 def run_code_definition(catalog: Catalog, limits: CodeModeLimits | None = None) -> ToolDefinition:

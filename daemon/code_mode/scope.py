@@ -16,6 +16,7 @@ import structlog
 from pydantic_monty import AsyncMonty, AsyncMontySession
 
 from daemon.code_mode.limits import CodeModeLimits
+from daemon.code_mode.note import ScopeVariables
 from daemon.code_mode.pool import CLOSE_TIMEOUT, checkout_limits
 from daemon.tools import BaseToolExecutor, ToolCallOutput, ToolDefinition, ToolExecutor
 
@@ -42,7 +43,7 @@ class ScopeState:
         self.lock = asyncio.Lock()
         self.session: AsyncMontySession | None = None
         self.reset_reason: str | None = None
-        self.note: str | None = None
+        self.note: ScopeVariables | None = None
 
     @property
     def running(self) -> bool:
