@@ -66,11 +66,20 @@ def _main(args: argparse.Namespace) -> int:
 
 
 async def ask(config: Config, prompt: str) -> RunResult:
-    """Run ``prompt`` once with ``config``; everything it started is closed before returning."""
-    from daemon.backend import OpenAiCompatibleBackend, build_tool_executor
+    """Run ``prompt`` once with ``config``; everything it started is closed before returning.
 
-    executor = build_tool_executor(config)
+    Unlike the daemon, which answers with the servers that did start, ``ask``
+    fails when a server it was given cannot start: the user asked for it.
+    """
+    from daemon.backend import OpenAiCompatibleBackend, build_mcp_executor, build_tool_executor
+
+    inner = build_mcp_executor(config)
+    executor = build_tool_executor(config, inner=inner)
     try:
+        await inner.start()
+        failed = getattr(inner, "failed_servers", {})
+        if failed:
+            return RunResult(reply="", status="failed", error="; ".join(failed.values()))
         backend = OpenAiCompatibleBackend(config, executor)
         try:
             run_id = str(uuid.uuid4())

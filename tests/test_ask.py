@@ -178,6 +178,29 @@ async def test_ask_direct_mode_calls_a_real_stdio_server(here: Path, capsys):
     assert json.loads(tool_message["content"])["timezone"] == "UTC"
 
 
+async def test_ask_fails_when_a_given_server_cannot_start(here: Path, capsys):
+    """The user asked for the server: a command that is not there is one line and exit 1."""
+    async with FakeOpenAI(["never asked"]) as fake:
+        code, out, err = await run(
+            capsys,
+            "hi",
+            "--model",
+            "m",
+            "--base-url",
+            fake.base_url,
+            "--tool-mode",
+            "direct",
+            "--mcp-stdio",
+            "no-such-mcp-server --flag",
+        )
+    assert (code, out) == (1, "")
+    # the rest of the line is the MCP client's reason (here: command not found)
+    assert err.splitlines()[-1].startswith(
+        "asyncai ask: MCP server 'no-such-mcp-server' could not start: "
+    )
+    assert fake.requests == []
+
+
 # ---- code mode end to end: the spec's Backend and CLI test ----
 
 # the verbose events of spec 0004 (Logging, A9); other lifecycle events may come and go
