@@ -422,6 +422,15 @@ def test_mcp_wrapped_result_is_unwrapped() -> None:
     stub = stub_of(tool("get_logs", output=wrapped, description="Logs."))
     assert stub.splitlines()[0] == "async def get_logs() -> str:"
     assert "    Returns: str" in stub.splitlines()
+    # A wrapped list arrives as one text block per element, not as a list: no promise.
+    wrapped_list = {
+        "type": "object",
+        "properties": {"result": {"type": "array", "items": {"type": "string"}}},
+        "required": ["result"],
+        "title": "tagsOutput",
+    }
+    stub = stub_of(tool("tags", output=wrapped_list, description="Tags."))
+    assert stub == 'async def tags() -> Any:\n    """Tags."""'
     # A real object that happens to have one "result" property is left alone.
     plain = {"type": "object", "properties": {"result": {"type": "string"}}, "title": "Outcome"}
     assert signature_of(tool("get_logs", output=plain)) == "async def get_logs() -> dict[str, Any]:"

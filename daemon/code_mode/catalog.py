@@ -40,7 +40,9 @@ deep and :data:`SKETCH_MAX_PROPERTIES` properties per object, then ``...``.
 mcp's ``MCPServer`` wraps a primitive or generic result as
 ``{"result": T}`` (schema title ``<tool>Output``) while its text content is
 the bare value, which is what the sandbox receives, so such a schema is
-unwrapped to ``T``. Without an output schema a stub returns ``Any``.
+unwrapped to ``T`` (except a list, which arrives as one text block per
+element: that stub says ``Any``). Without an output schema a stub returns
+``Any``.
 """
 
 from __future__ import annotations
@@ -482,6 +484,10 @@ def _entry(py_name: str, d: ToolDefinition) -> CatalogEntry:
         resolver = _Resolver(root)
         returns = _annotation(shape, resolver, ())
         sketch = _sketch(shape, resolver, (), 0)
+        if shape is not root and returns.startswith("list["):
+            # mcp sends a wrapped list as one text block per element: the
+            # sandbox gets newline-joined JSON texts, not a list. Promise nothing.
+            returns, sketch = "Any", None
     return CatalogEntry(
         py_name=py_name,
         definition=d,
