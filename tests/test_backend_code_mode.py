@@ -115,6 +115,23 @@ async def test_run_code_filters_in_the_sandbox_and_only_the_answer_reaches_the_m
     assert (ctx.run_id, ctx.thread_id, ctx.record_uuid) == ("R1", "T1", result.records[1].uuid)
 
 
+async def test_the_variables_note_reaches_the_next_run_and_the_tools_stay_identical(code_mode):
+    """The engine's note goes on the next run's user message; run_code's description stays."""
+    ex, inner, _ = code_mode
+    script = [ToolCalls(("run_code", {"code": FILTER})), "8 failing.", "pod-0 first."]
+    fake, _ = await run_script(
+        ex, script, request("which fail?"), request("which failed first?", run="R2")
+    )
+    first, _, second = fake.requests
+    assert json.dumps(first["tools"]) == json.dumps(second["tools"])
+    assert first["messages"][0] == second["messages"][0]  # system prompt
+    note = second["messages"][-1]["content"]
+    assert note.startswith("which failed first?\n\n")
+    appended = note.split("\n\n", 1)[1]
+    assert appended.startswith("[run_code variables still in scope: pods: list[200]")
+    assert len(inner.calls) == 1  # nothing fetched again
+
+
 async def test_mutating_nested_calls_warn_without_verbose(code_mode):
     """A6: each mutating nested call is a warning line with mutating=true; read-only ones quiet."""
     ex, _, _ = code_mode
