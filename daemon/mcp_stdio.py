@@ -48,6 +48,8 @@ KILL_GRACE = 2.0
 REAP_TIMEOUT = 2.0
 #: For the writer to flush requests already accepted before stdin closes.
 FLUSH_TIMEOUT = 0.5
+#: After the server exits, how long its remaining stdout may take to arrive.
+EXIT_STDOUT_GRACE = 1.0
 #: Lines of stderr kept for error messages (the whole stderr goes to the log).
 STDERR_TAIL_LINES = 40
 #: A stderr line longer than this is logged in pieces rather than buffered
@@ -123,6 +125,7 @@ class StdioProcess:
         self._process: anyio.abc.Process | None = None
         self._task_group: anyio.abc.TaskGroup | None = None
         self._stderr_done = anyio.Event()
+        self._stdout_done = anyio.Event()
         self._writer_done = anyio.Event()
         self._closing = False
         #: Whether stdout ended before the shutdown began: the server exited
@@ -180,6 +183,7 @@ class StdioProcess:
         self._task_group.start_soon(self._read_stdout)
         self._task_group.start_soon(self._write_stdin)
         self._task_group.start_soon(self._read_stderr)
+        self._task_group.start_soon(self._watch_exit)
         return read_stream, write_stream
 
     async def __aexit__(
@@ -230,9 +234,29 @@ class StdioProcess:
         except (anyio.ClosedResourceError, anyio.BrokenResourceError):
             pass  # the session went away first; shutdown is under way
         finally:
-            if not self._closing:
-                self.ended_by_itself = True
-                self._on_exit()
+            self._stdout_done.set()
+            self._ended()
+
+    async def _watch_exit(self) -> None:
+        """Notice the server's exit even when a child it left holds stdout open."""
+        assert self._process is not None
+        await self._process.wait()
+        # Its last output is already in the pipe: let the reader deliver it.
+        with anyio.move_on_after(EXIT_STDOUT_GRACE):
+            await self._stdout_done.wait()
+        if not self._stdout_done.is_set():
+            # A leftover child keeps stdout open: end the session's read side
+            # so in-flight requests fail now rather than at their timeout.
+            assert self._streams is not None
+            await self._streams[0].aclose()
+        self._ended()
+
+    def _ended(self) -> None:
+        """The server is gone by its own doing (called once or more)."""
+        if self._closing or self.ended_by_itself:
+            return
+        self.ended_by_itself = True
+        self._on_exit()
 
     async def _write_stdin(self) -> None:
         """Send the session's messages to the server, one JSON line each."""
@@ -293,9 +317,12 @@ class StdioProcess:
         if process.stdin is not None:
             with suppress(OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
                 await process.stdin.aclose()
-        if not await _wait_exit(process, EXIT_GRACE):
-            await terminate_posix_process_tree(process, KILL_GRACE)  # type: ignore[arg-type]
-            await _wait_exit(process, REAP_TIMEOUT)
+        await _wait_exit(process, EXIT_GRACE)
+        # Always, even when the server exited by itself: children it left
+        # behind in its process group are stopped too (a no-op when the group
+        # is gone). SIGTERM, then SIGKILL after KILL_GRACE.
+        await terminate_posix_process_tree(process, KILL_GRACE)  # type: ignore[arg-type]
+        await _wait_exit(process, REAP_TIMEOUT)
         with anyio.move_on_after(REAP_TIMEOUT):
             await self._stderr_done.wait()
         with anyio.move_on_after(REAP_TIMEOUT):

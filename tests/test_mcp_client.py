@@ -337,6 +337,37 @@ async def test_failed_restarts_back_off_and_recover(tmp_path: Path) -> None:
     assert attempts == [1, 2, 3, 1]
 
 
+def alive(pid: int) -> bool:
+    """Whether a process exists and is not a zombie."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+async def test_exit_is_noticed_even_when_a_child_holds_stdout() -> None:
+    """A server that exits leaving a child with its stdout still fails the
+    in-flight call promptly; the child is stopped with the server's group."""
+    ex = McpToolExecutor(
+        {"raw": {"command": sys.executable, "args": [RAW_SERVER]}},
+        call_timeout=30.0,
+        backoff=no_backoff,
+    )
+    try:
+        with capture_logs() as logs:
+            async with asyncio.timeout(15):  # well before call_timeout
+                with pytest.raises(ToolTransportError, match="went away"):
+                    await ex.call_tool("orphan_crash", {})
+                await logged(logs, lambda e: e.get("line", "").startswith("orphan pid "))
+        [line] = [e["line"] for e in logs if e.get("line", "").startswith("orphan pid ")]
+        orphan = int(line.split()[-1])
+        assert (await ex.call_tool("ping", {})).content == "pong"
+    finally:
+        await ex.aclose()
+    assert not alive(orphan)
+
+
 async def test_missing_command_is_reported_by_name() -> None:
     """A command that does not exist fails start-up with a message naming it."""
     ex = McpToolExecutor({"ghost": {"command": "asyncai-no-such-server"}})

@@ -2,7 +2,8 @@
 
 It starts in milliseconds (no ``mcp`` import), so the tests for timeouts,
 start-up and reaping do not pay for a real server. Tools: ``hang`` (never
-answered), ``ping`` (answers ``pong``) and ``crash`` (exits mid-call).
+answered), ``ping`` (answers ``pong``), ``crash`` (exits mid-call) and
+``orphan_crash`` (exits mid-call, leaving a child that holds its stdout).
 
 ``--no-handshake``: never answer ``initialize`` (a server that hangs at start).
 ``--refuse-if PATH``: exit at once, with a message on stderr, while PATH exists
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 
 
@@ -54,12 +56,22 @@ def main() -> None:
                 },
                 {"name": "ping", "description": "Answers pong.", "inputSchema": {"type": "object"}},
                 {"name": "crash", "description": "Exits.", "inputSchema": {"type": "object"}},
+                {
+                    "name": "orphan_crash",
+                    "description": "Exits, leaving a child that holds stdout.",
+                    "inputSchema": {"type": "object"},
+                },
             ]
             reply(request_id, {"tools": tools})
         elif method == "tools/call" and message["params"]["name"] == "ping":
             reply(request_id, {"content": [{"type": "text", "text": "pong"}]})
         elif method == "tools/call" and message["params"]["name"] == "crash":
             sys.exit(5)
+        elif method == "tools/call" and message["params"]["name"] == "orphan_crash":
+            # A child inherits stdout and stderr and outlives this process.
+            child = subprocess.Popen([sys.executable, "-c", "import signal; signal.pause()"])
+            print(f"orphan pid {child.pid}", file=sys.stderr, flush=True)
+            sys.exit(6)
 
 
 if __name__ == "__main__":
