@@ -180,8 +180,7 @@ class KcpTools:
 
     async def list_kcps(self) -> CallToolResult:
         """
-        List the kcp servers found in the kcp directory: {"kcps": [{"id": str,
-        "kubeconfig": str, "server": str | None, "running": bool}], "errors": [str]}.
+        List the kcp servers found in the kcp directory, and discovery errors.
         `running` means the server's host and port accept a TCP connection. Pass
         an id as kcp= to the other tools when more than one kcp exists.
         """
@@ -208,9 +207,8 @@ class KcpTools:
         self, workspace: Workspace = "root", kcp: Kcp = None
     ) -> CallToolResult:
         """
-        List the child workspaces of a workspace: {"workspaces": [{"name": str,
-        "path": str, "type": str | None, "phase": str | None, "url": str | None}]}.
-        `path` is what the other tools take as workspace=.
+        List the child workspaces of a workspace. Each one's `path` is what
+        the other tools take as workspace=.
         """
         with _tool_errors():
             data = await self.get_json(kcp, workspace, ["get", "workspaces.tenancy.kcp.io"])
@@ -234,9 +232,7 @@ class KcpTools:
 
     async def get_api_resources(self, workspace: Workspace, kcp: Kcp = None) -> CallToolResult:
         """
-        List the resource types a workspace serves (`kubectl api-resources -o
-        wide`): {"resources": [{"name": str, "short_names": [str], "api_version":
-        str, "namespaced": bool, "kind": str, "verbs": [str], "categories": [str]}]}.
+        List the resource types a workspace serves (`kubectl api-resources -o wide`).
         """
         with _tool_errors():
             kubeconfig, server = await self.target(kcp, workspace)

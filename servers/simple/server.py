@@ -16,8 +16,8 @@ __all__ = ["HttpResponse", "build_server", "main"]
 DEFAULT_TIMEOUT = 30.0
 
 HTTP_GET_DESCRIPTION = """\
-Fetch a URL with HTTP GET and return the whole response: {"status": int, \
-"content_type": str | None, "body": str}. Redirects are followed. Any status \
+Fetch a URL with HTTP GET and return the whole response (status, \
+content_type, body). Redirects are followed. Any status \
 (404, 500, ...) is a result, not an error; a URL that cannot be fetched \
 (DNS, connection, TLS, timeout, a refused address) is an error. Link-local \
 and cloud metadata addresses are never fetched.
