@@ -279,6 +279,7 @@ class Daemon:
         self._channel = channel
         self._executor = executor
         self._noted: RestartNoteExecutor | None = None
+        self._mcp: Any = None  # the McpToolExecutor, when built here (to report its servers)
         self._store: Store | None = None
         self._backend: Any = None
         self.runtime: Runtime | None = None
@@ -333,12 +334,19 @@ class Daemon:
 
     async def start(self) -> None:
         """Open the store, start the tools, connect, schedule leftovers, subscribe; READY=1."""
-        from daemon.backend import OpenAiCompatibleBackend, build_tool_executor
+        from daemon.backend import (
+            OpenAiCompatibleBackend,
+            build_mcp_executor,
+            build_tool_executor,
+        )
 
         config = self.config
         self._store = await Store(config.sessions.db).open()
         if self._executor is None:
-            self._executor = build_tool_executor(config, observer=audit_observer(self._store))
+            self._mcp = build_mcp_executor(config)
+            self._executor = build_tool_executor(
+                config, observer=audit_observer(self._store), inner=self._mcp
+            )
         self._noted = RestartNoteExecutor(self._executor)
         # Start the servers and the pool now: a broken setup fails before READY=1.
         await self._executor.start()
@@ -371,6 +379,8 @@ class Daemon:
             channels=config.channels.channels,
             recovered_prompts=recovered,
             db=str(config.sessions.db),
+            # A server that cannot start is logged with its stderr; the others keep working.
+            failed_servers=sorted(getattr(self._mcp, "failed_servers", {}) or {}),
         )
         self._tasks.append(asyncio.create_task(self._heartbeat(), name="asyncai-heartbeat"))
 
