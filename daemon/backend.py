@@ -49,8 +49,10 @@ from typing import TYPE_CHECKING, Any
 import openai
 import structlog
 
+from daemon import harness as small
 from daemon.config import Config, ModelConfig
 from daemon.errors import AsyncaiError, BackendError, ToolTransportError
+from daemon.local_model_fetch import DEFAULT_MODEL
 from daemon.logging import log_content, register_secret
 from daemon.runs import RunRequest, RunResult, ToolUseContext, current_tool_use
 from daemon.tools import ToolCallOutput, ToolDefinition, ToolExecutor
@@ -180,6 +182,9 @@ class OpenAiCompatibleBackend:
             self._model_name = Config(model=config).require_model()
             run_seconds = 900.0
         self.max_run_seconds = max_run_seconds if max_run_seconds is not None else run_seconds
+        # the small-model harness: on by default for the embedded local model only
+        harness = self.params.harness
+        self.harness = harness if harness is not None else self._model_name == DEFAULT_MODEL.alias
         self.executor = executor
         register_secret(self.params.api_key)
         self._owns_client = client is None
@@ -253,20 +258,44 @@ class OpenAiCompatibleBackend:
         system = self.params.system_prompt or (
             CODE_MODE_SYSTEM_PROMPT if code_mode else DIRECT_SYSTEM_PROMPT
         )
+        # The harness drives code mode for small models; in direct mode only its
+        # final-round instruction applies (several tools: nothing single to force).
+        harness = self.harness and code_mode
+        functions: set[str] = set()
+        if harness:
+            description = definitions[0].description
+            system = small.system_prompt(
+                self.params.system_prompt or small.HARNESS_SYSTEM_PROMPT,
+                description,
+                self.params.worked_example or small.WORKED_EXAMPLE,
+            )
+            # shown once, in the system message: a second copy in the tool costs prompt time
+            tools[0]["function"]["description"] = small.SHORT_RUN_CODE_DESCRIPTION
+            functions = small.catalog_names(description)
         messages: list[dict[str, Any]] = [{"role": "system", "content": system}]
         messages += [{"role": t.role, "content": t.text} for t in request.history]
         messages.append({"role": "user", "content": user_text})
         state.records.append(_user_record([{"type": "text", "text": prompt_text}]))
 
         max_rounds = self.params.max_rounds
+        force = harness  # the next round must call run_code
+        answer = False  # the next round answers from the result (harness)
+        last_result: str | None = None
         for round_no in range(1, max_rounds + 1):
-            final = round_no == max_rounds
+            final = round_no == max_rounds or answer
             body: dict[str, Any] = {"model": self._model_name, "messages": messages}
             if final and round_no > 1:
-                body["messages"] = [*messages, {"role": "user", "content": FINAL_ROUND_PROMPT}]
-                state.metrics.final_round_forced = True
+                if self.harness:
+                    source = "the run_code result above" if code_mode else "the tool results above"
+                    instruction = small.answer_instruction(prompt_text, source)
+                else:
+                    instruction = FINAL_ROUND_PROMPT
+                body["messages"] = [*messages, {"role": "user", "content": instruction}]
+                state.metrics.final_round_forced = not answer
             if tools and not final:
                 body["tools"] = tools
+                if force:
+                    body["tool_choice"] = small.forced_choice(tools[0]["function"]["name"])
             if self.params.temperature is not None:
                 body["temperature"] = self.params.temperature
             if self.params.max_tokens is not None:
@@ -276,10 +305,21 @@ class OpenAiCompatibleBackend:
             choice = response.choices[0]
             content = choice.message.content or ""
             calls = [] if final else _parse_calls(choice.message.tool_calls or [], state)
+            if harness:
+                for call in calls:
+                    _mend_call(call, functions, state)
             assistant = self._assistant_record(response, content, calls, choice.finish_reason)
             state.records.append(assistant)
             if not calls:
                 state.reply = content.strip() or _EMPTY_REPLY
+                if (
+                    harness
+                    and last_result is not None
+                    and (not content.strip() or small.is_code_only(content))
+                ):
+                    # the model restated code or said nothing: the result is the answer
+                    state.reply = f"The result of run_code: {last_result}"
+                    state.metrics.extra["reply_from_result"] = True
                 return
             messages.append(
                 {
@@ -295,14 +335,25 @@ class OpenAiCompatibleBackend:
                     ],
                 }
             )
+            good = True
             for call in calls:
                 output = await self._tool_call(caller, names, call, assistant.uuid, state)
                 text = output.content if output.content != "" else "(empty result)"
+                if harness and not output.is_error:
+                    text = small.prints_as_result(text)
                 messages.append({"role": "tool", "tool_call_id": call.id, "content": text})
                 self._count(state, output, text, code_mode)
                 result = {"type": "tool_result", "tool_use_id": call.id, "content": text}
                 result["is_error"] = output.is_error
                 state.records.append(_user_record([result], tool_use_result=output.audit))
+                if output.is_error or text == small.NO_OUTPUT:
+                    good = False
+                else:
+                    last_result = text
+            if harness:
+                # a failed (or empty-handed) snippet gets another forced try; a good
+                # result gets an answer round, before the model can wander off
+                force, answer = not good, good
 
     def _assistant_record(
         self, response: Any, content: str, calls: list[_Call], finish: str | None
@@ -575,6 +626,38 @@ def _parse_calls(tool_calls: Sequence[Any], state: _Run) -> list[_Call]:
         arguments, error = _parse_arguments(raw)
         out.append(_Call(call_id, name, raw, arguments, error))
     return out
+
+
+def _mend_call(call: _Call, functions: set[str], state: _Run) -> None:
+    """The harness's repairs of one run_code call, in place: arguments that are not
+    valid JSON, then the code (await precedence, a trailing assignment, stubs)."""
+    if call.name != "run_code":
+        return
+    fixes: list[str] = []
+    if call.error is not None:
+        recovered, how = small.recover_arguments(call.raw)
+        if recovered is None:
+            return  # the model is told its arguments did not parse
+        call.arguments, call.error = recovered, None
+        fixes.append(f"arguments: {how}")
+    code = call.arguments.get("code")
+    if isinstance(code, str):
+        mended, repairs = small.repair_code(code, functions)
+        if repairs:
+            call.arguments = {**call.arguments, "code": mended}
+            fixes += repairs
+    if fixes:
+        # replayed (and recorded) as what ran, in valid JSON
+        call.raw = json.dumps(call.arguments)
+        m = state.metrics.extra
+        m["harness_repairs"] = m.get("harness_repairs", 0) + len(fixes)
+        log.info(
+            "harness.repaired",
+            run_id=state.request.run_id,
+            thread_id=state.request.thread_id,
+            tool_use_id=call.id,
+            repairs=fixes,
+        )
 
 
 def _user_record(content: list[dict[str, Any]], tool_use_result: Any = None) -> Record:

@@ -92,6 +92,12 @@ class ModelConfig:
     retries: int = field(default=3, metadata=_NON_NEGATIVE)  # after the first attempt
     backoff_initial: float = field(default=1.0, metadata=_NON_NEGATIVE)
     backoff_max: float = field(default=30.0, metadata=_NON_NEGATIVE)
+    # The small-model harness (daemon/harness.py): force run_code first, catalog and a
+    # worked example in the system message, broken arguments and code repaired, an
+    # answer round after the first good result. None: on for the embedded local model
+    # (model "qwen-coder-1.5b"), off for every other model.
+    harness: bool | None = None
+    worked_example: str | None = None  # the harness's example; None: the built-in one
 
 
 @dataclass

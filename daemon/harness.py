@@ -30,6 +30,7 @@ from collections.abc import Iterable
 
 __all__ = [
     "HARNESS_SYSTEM_PROMPT",
+    "NO_OUTPUT",
     "SHORT_RUN_CODE_DESCRIPTION",
     "WORKED_EXAMPLE",
     "answer_instruction",
@@ -68,6 +69,10 @@ SHORT_RUN_CODE_DESCRIPTION = (
     "there are available. The value of the last expression is the result."
 )
 
+# run_code's text for "nothing printed, None last" (daemon/code_mode/contract.py; a test
+# keeps the two equal): a result that answers nothing, so the harness asks again.
+NO_OUTPUT = "(no output; the last expression was None)"
+
 _DEF_NAME = re.compile(r"^async def ([A-Za-z_][A-Za-z0-9_]*)\(", re.MULTILINE)
 
 
@@ -92,10 +97,10 @@ def forced_choice(tool_name: str) -> dict:
     return {"type": "function", "function": {"name": tool_name}}
 
 
-def answer_instruction(question: str) -> str:
+def answer_instruction(question: str, source: str = "the run_code result above") -> str:
     """The final-round user line: answer the question from the result, in words."""
     return (
-        "Answer my question now, using the run_code result above. My question was:\n"
+        f"Answer my question now, using {source}. My question was:\n"
         f"{question.strip()}\n"
         "Reply in one to three plain sentences that state the names and numbers from the "
         "result. Do not write code and do not describe the code. If the result is empty, "
@@ -279,6 +284,7 @@ def prints_as_result(text: str) -> str:
 
     A small model ends on ``print(...)`` more often than on an expression;
     the printed text is then its answer, and a JSON wrapper only adds noise.
+    Blank printed output is :data:`NO_OUTPUT`: nothing was shown.
     """
     if not text.startswith('{"output"'):
         return text
@@ -287,7 +293,7 @@ def prints_as_result(text: str) -> str:
     except ValueError:
         return text
     if isinstance(value, dict) and set(value) == {"output"} and isinstance(value["output"], str):
-        return value["output"].rstrip("\n") or text
+        return value["output"].rstrip("\n") if value["output"].strip() else NO_OUTPUT
     return text
 
 

@@ -9,7 +9,9 @@ import json
 
 import pytest
 
+from daemon.code_mode import contract
 from daemon.harness import (
+    NO_OUTPUT,
     WORKED_EXAMPLE,
     answer_instruction,
     catalog_names,
@@ -154,6 +156,7 @@ def test_double_escaped_newlines_are_made_real() -> None:
 def test_printed_output_is_the_result_when_nothing_else_is() -> None:
     """{"output": ...} alone becomes the printed text; with a result, or not JSON, unchanged."""
     assert prints_as_result('{"output":"3\\n"}') == "3"
+    assert prints_as_result('{"output":"\\n"}') == NO_OUTPUT
     assert prints_as_result('{"output":"a","result":1}') == '{"output":"a","result":1}'
     assert prints_as_result("[1,2]") == "[1,2]"
     assert prints_as_result('{"output": broken') == '{"output": broken'
@@ -185,3 +188,8 @@ def test_code_only_reply_is_recognised() -> None:
     assert is_code_only("```python\nx = 1\n```")
     assert not is_code_only("The answer is 3.\n```python\nx = 1\n```")
     assert not is_code_only("3 pods")
+
+
+def test_no_output_text_matches_the_return_contract() -> None:
+    """The harness recognises code mode's exact 'nothing to show' result."""
+    assert NO_OUTPUT == contract.NO_OUTPUT
