@@ -305,6 +305,11 @@ class OpenAiCompatibleBackend:
             choice = response.choices[0]
             content = choice.message.content or ""
             calls = [] if final else _parse_calls(choice.message.tool_calls or [], state)
+            if self.harness and not calls and not final and tools:
+                # a call written as text (Qwen's <tool_call> or a JSON block) is a call
+                calls = _text_calls(content, names, state)
+                if calls:
+                    content = ""
             if harness:
                 for call in calls:
                     _mend_call(call, functions, state)
@@ -626,6 +631,19 @@ def _parse_calls(tool_calls: Sequence[Any], state: _Run) -> list[_Call]:
         arguments, error = _parse_arguments(raw)
         out.append(_Call(call_id, name, raw, arguments, error))
     return out
+
+
+def _text_calls(content: str, names: dict[str, str], state: _Run) -> list[_Call]:
+    """Tool calls the model wrote in its text, as :class:`_Call` with made-up ids."""
+    calls = []
+    for name, arguments in small.text_tool_calls(content, names):
+        call_id = f"call_{uuid.uuid4().hex[:24]}"
+        state.call_ids.add(call_id)
+        calls.append(_Call(call_id, name, json.dumps(arguments), arguments, None))
+    if calls:
+        m = state.metrics.extra
+        m["text_tool_calls"] = m.get("text_tool_calls", 0) + len(calls)
+    return calls
 
 
 def _mend_call(call: _Call, functions: set[str], state: _Run) -> None:

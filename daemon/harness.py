@@ -41,6 +41,7 @@ __all__ = [
     "recover_arguments",
     "repair_code",
     "system_prompt",
+    "text_tool_calls",
 ]
 
 HARNESS_SYSTEM_PROMPT = """\
@@ -174,6 +175,39 @@ def recover_arguments(raw: str, field: str = "code") -> tuple[dict | None, str |
             fenced = _FENCE.match(stripped)
             return {"code": fenced.group("code") if fenced else stripped}, "bare code, not JSON"
     return None, None
+
+
+_TEXT_CALL = re.compile(
+    r"<tool_call>\s*(?P<tag>.*?)\s*(?:</tool_call>|$)|```(?:json)?\s*\n(?P<fence>.*?)\n?```",
+    re.DOTALL,
+)
+
+
+def text_tool_calls(content: str, tool_names: Iterable[str]) -> list[tuple[str, dict]]:
+    """Tool calls a model wrote as text: ``{"name": ..., "arguments": {...}}`` objects in
+    ``<tool_call>`` tags (Qwen's own format, which llama-cpp-python's generic handler does
+    not parse), in fenced blocks, or as the whole reply. Only offered tools count.
+    """
+    names = set(tool_names)
+    found: list[tuple[str, dict]] = []
+    chunks = [m.group("tag") or m.group("fence") or "" for m in _TEXT_CALL.finditer(content)]
+    for chunk in chunks or [content]:
+        try:
+            value = json.loads(chunk.strip(), strict=False)
+        except ValueError:
+            continue
+        for item in value if isinstance(value, list) else [value]:
+            if not isinstance(item, dict) or item.get("name") not in names:
+                continue
+            arguments = item.get("arguments", item.get("parameters", {}))
+            if isinstance(arguments, str):
+                try:
+                    arguments = json.loads(arguments, strict=False)
+                except ValueError:
+                    continue
+            if isinstance(arguments, dict):
+                found.append((item["name"], arguments))
+    return found
 
 
 # ---- code ---------------------------------------------------------------------------------

@@ -232,3 +232,24 @@ async def test_direct_mode_keeps_its_tools_and_gets_only_the_final_instruction()
     assert QUESTION in final
     assert final != FINAL_ROUND_PROMPT
     assert result.reply == "Three pods fail."
+
+
+async def test_direct_mode_runs_tool_calls_the_model_wrote_as_text():
+    """llama-cpp-python leaves Qwen's text tool calls in the content; the harness runs
+    them as calls (with made-up ids) and replays the turn as a real tool call."""
+    inner = inner_tools()
+    text = '```json\n{"name": "list_pods", "arguments": {"namespace": "prod"}}\n```'
+    script = [text, "Three pods fail."]
+    fake, (result,) = await run_script(inner, script, request(), tool_mode="direct", harness=True)
+    assert inner.calls == [("list_pods", {"namespace": "prod"})]
+    replay = next(m for m in fake.requests[1]["messages"] if m["role"] == "assistant")
+    assert replay["content"] == ""
+    assert replay["tool_calls"][0]["function"]["name"] == "list_pods"
+    assert json.loads(tool_message(fake.requests[1])["content"])[0]["metadata"]["name"] == "pod-0"
+    assert result.reply == "Three pods fail."
+    assert result.metrics.extra["text_tool_calls"] == 1
+    # without the harness the same text is the reply
+    _, (plain,) = await run_script(
+        inner_tools(), [text], request(), tool_mode="direct", harness=False
+    )
+    assert plain.reply == text

@@ -21,6 +21,7 @@ from daemon.harness import (
     recover_arguments,
     repair_code,
     system_prompt,
+    text_tool_calls,
 )
 
 # ---- arguments ----
@@ -193,3 +194,17 @@ def test_code_only_reply_is_recognised() -> None:
 def test_no_output_text_matches_the_return_contract() -> None:
     """The harness recognises code mode's exact 'nothing to show' result."""
     assert NO_OUTPUT == contract.NO_OUTPUT
+
+
+def test_tool_calls_written_as_text_are_found() -> None:
+    """Qwen's <tool_call> tags, a ```json block and a bare object all count, for offered
+    tools only; string arguments are decoded; prose around them is ignored."""
+    tags = '<tool_call>\n{"name": "get_logs", "arguments": {"pod": "api-2"}}\n</tool_call>'
+    assert text_tool_calls(tags, ["get_logs"]) == [("get_logs", {"pod": "api-2"})]
+    fenced = 'I will call:\n```json\n{"name": "http_get", "arguments": "{\\"url\\": \\"u\\"}"}\n```'
+    assert text_tool_calls(fenced, ["http_get"]) == [("http_get", {"url": "u"})]
+    bare = '{"name": "list_kcps", "arguments": {}}'
+    assert text_tool_calls(bare, ["list_kcps"]) == [("list_kcps", {})]
+    assert text_tool_calls(bare, ["http_get"]) == []  # not offered
+    assert text_tool_calls("The answer is 3.", ["http_get"]) == []
+    assert text_tool_calls("```python\nx = 1\n```", ["http_get"]) == []
