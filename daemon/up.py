@@ -46,7 +46,7 @@ from daemon.config import (
 from daemon.errors import ConfigError
 from daemon.serve import Daemon
 
-__all__ = ["CHANNEL", "ModelEndpoint", "UpError", "register", "up"]
+__all__ = ["CHANNEL", "ModelEndpoint", "probe_endpoint", "register", "up"]
 
 log = structlog.get_logger("asyncai.up")
 
@@ -72,10 +72,6 @@ llama.cpp, about 9 minutes on 2 cores, and the model is a 1.1 GB download):
     .venv/bin/asyncai model fetch
     make up
 """
-
-
-class UpError(Exception):
-    """``asyncai up`` cannot start; the message says what to do."""
 
 
 @dataclass(frozen=True)
@@ -167,7 +163,7 @@ async def up(
                 endpoint = await _unless_stopped(
                     _model_endpoint(config, environ, stack, state_dir), stop
                 )
-            except UpError as exc:
+            except ConfigError as exc:  # the operator must act: no usable model endpoint
                 print(exc, file=sys.stderr)
                 return 1
             if endpoint is None:
@@ -254,7 +250,7 @@ async def _model_endpoint(
 ) -> ModelEndpoint:
     if _endpoint_configured(config, environ):
         return await probe_endpoint(config.model)
-    return await _start_local_model(config, stack, state_dir)
+    return await _start_local_model(stack, state_dir)
 
 
 async def probe_endpoint(model: ModelConfig, seconds: float = PROBE_TIMEOUT) -> ModelEndpoint:
@@ -272,14 +268,14 @@ async def probe_endpoint(model: ModelConfig, seconds: float = PROBE_TIMEOUT) -> 
         page = await client.models.list()
         listed = [m.id for m in page.data]
     except openai.AuthenticationError as exc:
-        raise UpError(
+        raise ConfigError(
             f"asyncai up: the model endpoint {model.base_url} refused the key ({exc.status_code}): "
             "set OPENAI_API_KEY to a key it accepts"
         ) from exc
     except openai.APIStatusError:
         pass  # it answers; some servers have no GET /models
     except (openai.APIConnectionError, openai.APITimeoutError) as exc:
-        raise UpError(
+        raise ConfigError(
             f"asyncai up: the model endpoint {model.base_url} is not reachable ({exc}): "
             "start that server, or set OPENAI_BASE_URL to one that runs "
             "(unset, asyncai up starts the local model)"
@@ -288,23 +284,25 @@ async def probe_endpoint(model: ModelConfig, seconds: float = PROBE_TIMEOUT) -> 
         await client.close()
     name = model.model or (listed[0] if listed else None)
     if not name:
-        raise UpError(
+        raise ConfigError(
             f"asyncai up: {model.base_url} answers but lists no model: set ASYNCAI_MODEL "
             "(or model in [model] of asyncai.toml)"
         )
     return ModelEndpoint(base_url=model.base_url, model=name)
 
 
-async def _start_local_model(
-    config: Config, stack: contextlib.AsyncExitStack, state_dir: Path
-) -> ModelEndpoint:
-    from daemon.local_model_errors import LocalModelError
+async def _start_local_model(stack: contextlib.AsyncExitStack, state_dir: Path) -> ModelEndpoint:
+    from daemon.local_model_errors import (
+        LocalModelError,
+        ModelNotFetchedError,
+        ServerNotInstalledError,
+    )
     from daemon.local_model_server import LocalModelServer
 
     try:
         server = LocalModelServer.default(log_path=state_dir / "local-model.log")
     except LocalModelError as exc:
-        raise UpError(f"{NO_MODEL_HELP}\n({exc})") from exc
+        raise ConfigError(f"{NO_MODEL_HELP}\n({exc})") from exc
     print(
         "asyncai up: no OPENAI_BASE_URL, starting the local model "
         f"({server.model_file.name}; its log: {state_dir / 'local-model.log'}) ...",
@@ -313,12 +311,18 @@ async def _start_local_model(
     )
     try:
         await server.start()
+    except (ModelNotFetchedError, ServerNotInstalledError) as exc:
+        await server.aclose()
+        raise ConfigError(f"{NO_MODEL_HELP}\n({exc})") from exc
     except LocalModelError as exc:
         await server.aclose()
-        raise UpError(f"{NO_MODEL_HELP}\n({exc})") from exc
+        raise ConfigError(
+            f"asyncai up: the local model did not start: {exc} "
+            f"(its log: {state_dir / 'local-model.log'})"
+        ) from exc
     stack.push_async_callback(server.aclose)
-    name = config.model.model or server.model
-    return ModelEndpoint(base_url=server.base_url, model=name, local=True)
+    # The one model it serves; its name also turns the small-model harness on.
+    return ModelEndpoint(base_url=server.base_url, model=server.model, local=True)
 
 
 def _instructions(hub_url: str, endpoint: ModelEndpoint, config: Config) -> str:
