@@ -266,7 +266,7 @@ class OpenAiCompatibleBackend:
             description = definitions[0].description
             system = small.system_prompt(
                 self.params.system_prompt or small.HARNESS_SYSTEM_PROMPT,
-                description,
+                small.compact_description(description),
                 self.params.worked_example or small.WORKED_EXAMPLE,
             )
             # shown once, in the system message: a second copy in the tool costs prompt time
@@ -280,6 +280,7 @@ class OpenAiCompatibleBackend:
         max_rounds = self.params.max_rounds
         force = harness  # the next round must call run_code
         answer = False  # the next round answers from the result (harness)
+        failures = 0  # failed run_code snippets (harness)
         last_result: str | None = None
         for round_no in range(1, max_rounds + 1):
             final = round_no == max_rounds or answer
@@ -298,6 +299,9 @@ class OpenAiCompatibleBackend:
                     body["tool_choice"] = small.forced_choice(tools[0]["function"]["name"])
             if self.params.temperature is not None:
                 body["temperature"] = self.params.temperature
+            if force and failures and not final:
+                configured = self.params.temperature or 0.0
+                body["temperature"] = max(configured, small.RETRY_TEMPERATURE)
             if self.params.max_tokens is not None:
                 body["max_tokens"] = self.params.max_tokens
 
@@ -346,6 +350,9 @@ class OpenAiCompatibleBackend:
                 text = output.content if output.content != "" else "(empty result)"
                 if harness and not output.is_error:
                     text = small.prints_as_result(text)
+                elif harness and isinstance(call.arguments.get("code"), str):
+                    hint = small.retry_hint(call.arguments["code"], text)
+                    text = f"{text}\n{hint}" if hint else text
                 messages.append({"role": "tool", "tool_call_id": call.id, "content": text})
                 self._count(state, output, text, code_mode)
                 result = {"type": "tool_result", "tool_use_id": call.id, "content": text}
@@ -356,9 +363,13 @@ class OpenAiCompatibleBackend:
                 else:
                     last_result = text
             if harness:
-                # a failed (or empty-handed) snippet gets another forced try; a good
-                # result gets an answer round, before the model can wander off
-                force, answer = not good, good
+                # a failed (or empty-handed) snippet gets another forced try, up to a
+                # bound; a good result gets an answer round before the model wanders off
+                failures += not good
+                give_up = failures >= small.MAX_FAILED_SNIPPETS
+                if give_up:
+                    state.metrics.extra["harness_gave_up"] = True
+                force, answer = not good and not give_up, good or give_up
 
     def _assistant_record(
         self, response: Any, content: str, calls: list[_Call], finish: str | None

@@ -29,17 +29,22 @@ import re
 from collections.abc import Iterable
 
 __all__ = [
+    "HARNESS_RULES",
     "HARNESS_SYSTEM_PROMPT",
+    "MAX_FAILED_SNIPPETS",
     "NO_OUTPUT",
+    "RETRY_TEMPERATURE",
     "SHORT_RUN_CODE_DESCRIPTION",
     "WORKED_EXAMPLE",
     "answer_instruction",
     "catalog_names",
+    "compact_description",
     "forced_choice",
     "is_code_only",
     "prints_as_result",
     "recover_arguments",
     "repair_code",
+    "retry_hint",
     "system_prompt",
     "text_tool_calls",
 ]
@@ -65,6 +70,23 @@ big = [o for o in orders['items'] if o['total'] > 100]
 Result: [{"id":"A7","total":120},{"id":"C2","total":310}]
 Answer: Two open orders are over 100: A7 (120) and C2 (310)."""
 
+HARNESS_RULES = """\
+Rules for run_code:
+- The code is Python 3 (never JavaScript), run at the top level of a REPL: use `await` \
+directly; no `def main()`, no `return`.
+- The functions listed below are async: call them with `await` and keyword arguments. \
+They return dicts; lists of objects are under "items".
+- End the code with an expression: its value is the result you get back.
+- `asyncio`, `json` and `re` are imported; other standard modules can be imported. No \
+third-party packages, files, network or subprocesses: only the functions below reach out.
+- A function whose tool fails raises RuntimeError; a failed snippet comes back as its \
+traceback: fix it and run it again."""
+
+# A failed snippet is tried again with a little randomness: at temperature 0 a small
+# model resends the very same snippet. After this many failures it answers instead.
+RETRY_TEMPERATURE = 0.7
+MAX_FAILED_SNIPPETS = 3
+
 SHORT_RUN_CODE_DESCRIPTION = (
     "Run Python in the sandbox described in the system message; the functions listed "
     "there are available. The value of the last expression is the result."
@@ -80,6 +102,24 @@ _DEF_NAME = re.compile(r"^async def ([A-Za-z_][A-Za-z0-9_]*)\(", re.MULTILINE)
 def catalog_names(description: str) -> set[str]:
     """The sandbox functions a ``run_code`` description lists (its ``async def`` stubs)."""
     return set(_DEF_NAME.findall(description))
+
+
+_SECTION = re.compile(r"^(Helpers, |Available functions)", re.MULTILINE)
+
+
+def compact_description(description: str) -> str:
+    """The run_code description cut down for a small model: :data:`HARNESS_RULES`, then
+    its helpers and its catalog of functions (what is specific to this deployment).
+
+    The full description (sandbox rules, return contract, limits) is about 2 500
+    tokens before the catalog: a minute of prompt processing on 2 cores, and
+    more than a 1.5B model keeps track of. A description without those
+    sections is kept whole.
+    """
+    m = _SECTION.search(description)
+    if m is None:
+        return description
+    return f"{HARNESS_RULES}\n\n{description[m.start() :].strip()}"
 
 
 def system_prompt(base: str, run_code_description: str, example: str = WORKED_EXAMPLE) -> str:
@@ -105,7 +145,7 @@ def answer_instruction(question: str, source: str = "the run_code result above")
         f"{question.strip()}\n"
         "Reply in one to three plain sentences that state the names and numbers from the "
         "result. Do not write code and do not describe the code. If the result is empty, "
-        "say that nothing matched."
+        "say that nothing matched; if it is an error, say that you could not find out, and why."
     )
 
 
@@ -295,6 +335,10 @@ def repair_code(code: str, functions: Iterable[str] = ()) -> tuple[str, list[str
     tree = fixer.visit(tree)
     if fixer.changed:
         repairs.append("await applied to the call, not to its subscript")
+    if tree.body and isinstance(tree.body[-1], ast.Return) and tree.body[-1].value is not None:
+        # `return x` at the top level (a function body habit): x is the result
+        tree.body[-1] = ast.Expr(value=tree.body[-1].value)
+        repairs.append("a top-level return made the last expression")
     if tree.body:
         last = tree.body[-1]
         target = None
@@ -308,6 +352,26 @@ def repair_code(code: str, functions: Iterable[str] = ()) -> tuple[str, list[str
     if not repairs:
         return code, []
     return ast.unparse(ast.fix_missing_locations(tree)), repairs
+
+
+_JAVASCRIPT = re.compile(
+    r"(^|[\s;(])(let|const|var) \w+ =|=>|===|!==|\bconsole\.log\(|\bMath\.\w+\("
+)
+
+
+def retry_hint(code: str, error: str) -> str | None:
+    """A line to add to an error result that names a mistake the traceback does not.
+
+    Seen with a 1.5B model: the same JavaScript snippet sent again and again,
+    since its SyntaxError never says "this is not Python".
+    """
+    if "SyntaxError" in error and _JAVASCRIPT.search(code):
+        return (
+            "Hint: this code is JavaScript, but run_code runs Python 3. Rewrite it in "
+            "Python: `x = await f(a='b')`, list comprehensions instead of .map/.filter, "
+            "max(xs, key=...) instead of Math.max, and end with an expression, not return."
+        )
+    return None
 
 
 # ---- results and replies ------------------------------------------------------------------

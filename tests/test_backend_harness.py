@@ -18,7 +18,7 @@ import pytest
 from daemon.backend import FINAL_ROUND_PROMPT, OpenAiCompatibleBackend
 from daemon.code_mode import CodeModeLimits, CodeModeToolExecutor
 from daemon.config import ModelConfig
-from daemon.harness import SHORT_RUN_CODE_DESCRIPTION, WORKED_EXAMPLE
+from daemon.harness import HARNESS_RULES, SHORT_RUN_CODE_DESCRIPTION, WORKED_EXAMPLE
 from daemon.runs import Prompt, RunRequest
 from tests.fakes.executor import FakeToolExecutor
 from tests.fakes.fake_openai import FakeOpenAI, ToolCalls
@@ -96,6 +96,8 @@ async def test_local_model_gets_forced_run_code_and_the_catalog_in_the_system_me
     system = first["messages"][0]["content"]
     assert "async def list_pods(*, namespace: str)" in system
     assert WORKED_EXAMPLE in system
+    assert HARNESS_RULES in system
+    assert "Return contract:" not in system  # the long sandbox rules stay out
     assert [t["function"]["description"] for t in first["tools"]] == [SHORT_RUN_CODE_DESCRIPTION]
     assert fake.requests[2]["messages"][0]["content"] == system
 
@@ -191,6 +193,8 @@ async def test_a_failed_snippet_gets_another_forced_try(code_mode):
     ]
     fake, (result,) = await run_script(ex, script, request())
     assert [r.get("tool_choice") for r in fake.requests] == [FORCED, FORCED, FORCED, None]
+    # retries bring a little randomness: at temperature 0 the same snippet comes back
+    assert [r.get("temperature") for r in fake.requests] == [None, 0.7, 0.7, None]
     assert tool_message(fake.requests[1])["content"].startswith("Traceback")
     assert "tools" not in fake.requests[3]
     assert result.reply == "pod-0, pod-4 and pod-8."
@@ -253,3 +257,19 @@ async def test_direct_mode_runs_tool_calls_the_model_wrote_as_text():
         inner_tools(), [text], request(), tool_mode="direct", harness=False
     )
     assert plain.reply == text
+
+
+async def test_after_three_failed_snippets_the_model_answers(code_mode):
+    """Three failures in a row end the tries: the next round asks for an answer (which may
+    say what went wrong), well before the round limit; a JavaScript snippet's SyntaxError
+    carries a hint to write Python."""
+    ex, _ = code_mode
+    js = ToolCalls(("run_code", {"code": "let n = 1; let m = n + 1;"}))
+    script = [js, js, js, "I could not find out: my code was not valid Python."]
+    fake, (result,) = await run_script(ex, script, request())
+    assert len(fake.requests) == 4
+    assert "JavaScript" in tool_message(fake.requests[1])["content"]
+    assert "tools" not in fake.requests[3]
+    assert QUESTION in fake.requests[3]["messages"][-1]["content"]
+    assert result.reply.startswith("I could not find out")
+    assert result.metrics.extra["harness_gave_up"] is True

@@ -11,15 +11,18 @@ import pytest
 
 from daemon.code_mode import contract
 from daemon.harness import (
+    HARNESS_RULES,
     NO_OUTPUT,
     WORKED_EXAMPLE,
     answer_instruction,
     catalog_names,
+    compact_description,
     forced_choice,
     is_code_only,
     prints_as_result,
     recover_arguments,
     repair_code,
+    retry_hint,
     system_prompt,
     text_tool_calls,
 )
@@ -208,3 +211,39 @@ def test_tool_calls_written_as_text_are_found() -> None:
     assert text_tool_calls(bare, ["http_get"]) == []  # not offered
     assert text_tool_calls("The answer is 3.", ["http_get"]) == []
     assert text_tool_calls("```python\nx = 1\n```", ["http_get"]) == []
+
+
+def test_top_level_return_becomes_the_result() -> None:
+    """`return x` as the last top-level statement (a function-body habit) returns x."""
+    fixed, repairs = repair_code("x = 2\nreturn x * 3")
+    assert fixed == "x = 2\nx * 3"
+    assert repairs == ["a top-level return made the last expression"]
+
+
+def test_compact_description_keeps_helpers_and_catalog_only() -> None:
+    """The long sandbox rules give way to the harness's short ones; the helpers and the
+    catalog stay word for word; a description without those sections stays whole."""
+    desc = (
+        "Run Python.\n\nSandbox rules:\n- many\n\nReturn contract:\n- more\n\n"
+        "Helpers, defined in every scope:\n- items(x)\n\n"
+        "Available functions:\n\nasync def f() -> dict:\n    ..."
+    )
+    compact = compact_description(desc)
+    assert compact.startswith(HARNESS_RULES)
+    assert "Return contract" not in compact
+    assert compact.endswith(
+        "Helpers, defined in every scope:\n- items(x)\n\n"
+        "Available functions:\n\nasync def f() -> dict:\n    ..."
+    )
+    assert compact_description("Run it.") == "Run it."
+
+
+def test_javascript_gets_a_hint_on_its_syntax_error() -> None:
+    """A SyntaxError on JavaScript-looking code gets a hint to write Python; Python code
+    and other errors get none."""
+    js = "let pods = await list_objects(resource='pods'); let n = pods.map(p => p.name);"
+    hint = retry_hint(js, "SyntaxError: Simple statements must be separated by newlines")
+    assert hint is not None
+    assert "JavaScript" in hint
+    assert retry_hint(js, "NameError: name 'let' is not defined") is None
+    assert retry_hint("x = [p for p in pods]\nx", "SyntaxError: invalid syntax") is None
