@@ -23,6 +23,7 @@ process; a power loss may take the last few back.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import sqlite3
 import time
@@ -63,6 +64,23 @@ async def _m1_messages(db: aiosqlite.Connection) -> None:
 
 MIGRATIONS: Sequence[Callable[[aiosqlite.Connection], Awaitable[None]]] = (_m1_messages,)
 """Applied in order from a blank file; ``user_version`` is how many ran."""
+
+
+async def _connect(pending: aiosqlite.Connection) -> aiosqlite.Connection:
+    """Await an aiosqlite connect; when it fails, wait for its worker thread to end.
+
+    aiosqlite 0.22 stops the thread of a failed connect without waiting: the
+    thread then reports to the event loop, and when ``atirc hub`` exits at
+    once that loop is closed and the thread prints a traceback.
+    """
+    try:
+        return await pending
+    except BaseException:
+        thread = getattr(pending, "_thread", None)
+        if thread is not None and thread.is_alive():
+            with contextlib.suppress(Exception):
+                await asyncio.to_thread(thread.join, 5.0)
+        raise
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,14 +150,14 @@ class MessageStore:
             # The sqlite3 module opens "BEGIN IMMEDIATE" itself before the first
             # write of a transaction: one hop to the connection's thread fewer
             # per batch than an explicit BEGIN.
-            self._writer = await aiosqlite.connect(self.path, isolation_level="IMMEDIATE")
+            self._writer = await _connect(aiosqlite.connect(self.path, isolation_level="IMMEDIATE"))
             await self._writer.execute("PRAGMA journal_mode=WAL")
             await self._writer.execute("PRAGMA synchronous=NORMAL")
             await self._writer.execute("PRAGMA busy_timeout=5000")
             await self._migrate(self._writer)
             rows = await self._writer.execute_fetchall("SELECT max(id) FROM messages")
             self._ids = IdGenerator(after=next(iter(rows))[0])
-            self._reader = await aiosqlite.connect(self.path, isolation_level=None)
+            self._reader = await _connect(aiosqlite.connect(self.path, isolation_level=None))
             await self._reader.execute("PRAGMA busy_timeout=5000")
             await self._reader.execute("PRAGMA query_only=ON")
         except (sqlite3.Error, OSError) as exc:

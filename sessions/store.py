@@ -64,6 +64,9 @@ DEFAULT_DB_PATH = Path(".asyncai/asyncai.db")
 DEFAULT_BUSY_TIMEOUT = 5.0
 """Seconds a connection waits for another process's write lock before failing."""
 
+# How long a failed connect's worker thread may take to stop (it has nothing to close).
+_JOIN_TIMEOUT = 5.0
+
 PROMPT_STATUSES: tuple[PromptStatus, ...] = ("queued", "running", "done", "failed")
 RUN_STATUSES = ("running", "done", "failed", "interrupted")
 
@@ -95,6 +98,23 @@ def _driver_errors(action: str) -> Iterator[None]:
         yield
     except sqlite3.Error as exc:
         raise StoreError(f"{action}: {exc}") from exc
+
+
+async def _connect_joined(pending: aiosqlite.Connection) -> aiosqlite.Connection:
+    """Await an aiosqlite connect; when it fails, wait for its worker thread to end.
+
+    aiosqlite 0.22 stops the thread of a failed connect without waiting: the
+    thread then reports to the event loop, and when a command exits at once
+    that loop is closed and the thread prints a traceback.
+    """
+    try:
+        return await pending
+    except BaseException:
+        thread = getattr(pending, "_thread", None)
+        if thread is not None and thread.is_alive():
+            with suppress(Exception):
+                await asyncio.to_thread(thread.join, _JOIN_TIMEOUT)
+        raise
 
 
 class Store:
@@ -156,7 +176,9 @@ class Store:
 
     async def _connect(self) -> aiosqlite.Connection:
         with _driver_errors(f"opening {self.path}"):
-            db = await aiosqlite.connect(self.path, isolation_level=None, timeout=self.busy_timeout)
+            db = await _connect_joined(
+                aiosqlite.connect(self.path, isolation_level=None, timeout=self.busy_timeout)
+            )
             try:
                 await db.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
                 await db.execute("PRAGMA foreign_keys = ON")

@@ -250,3 +250,16 @@ async def test_hub_refuses_a_bad_tokens_file(tmp_path):
     )  # fmt: skip
     assert code == 1
     assert f"{tokens}:1: expected 'TOKEN NICK'" in err
+
+
+async def test_hub_with_an_unusable_db_is_one_line_not_a_thread_traceback(tmp_path):
+    """A --db that cannot be opened (a directory) exits 1 with one message, and no
+    traceback from aiosqlite's worker thread reporting to a closed event loop."""
+    (tmp_path / "dir.db").mkdir()
+    code, _, err = await _atirc(
+        "hub", "--listen", "127.0.0.1:0", "--db", str(tmp_path / "dir.db"),
+        env=_env("ws://unused/"),
+    )  # fmt: skip
+    assert code == 1
+    assert "cannot open the hub's store" in err
+    assert "Traceback" not in err

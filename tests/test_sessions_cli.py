@@ -285,3 +285,20 @@ def test_the_real_console_script(db, tmp_path):
     assert missing.returncode == 1
     assert "no database at .asyncai/asyncai.db" in missing.stderr
     assert "Traceback" not in missing.stderr
+
+
+def test_an_unopenable_database_exits_without_a_thread_traceback(tmp_path):
+    """`--db` naming a directory: one line of error, and no traceback from aiosqlite's
+    worker thread (it used to report to an event loop that was already closed)."""
+    (tmp_path / "dir.db").mkdir()
+    done = subprocess.run(
+        [str(ASYNCAI), "threads", "--db", str(tmp_path / "dir.db")],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        cwd=tmp_path,
+        check=False,
+    )
+    assert done.returncode == 1
+    assert done.stderr.startswith("asyncai: opening ")
+    assert "Traceback" not in done.stderr
