@@ -365,6 +365,8 @@ class WebSocketChannel:
                     raise HubUnreachableError(
                         f"gave up on the hub at {self.url} after {attempt} attempts: {exc}"
                     ) from exc
+                if self._state == "closed":  # close() promises pending calls an end
+                    raise ChannelClosedError("the channel was closed") from exc
 
     async def _open_once(self) -> tuple[ClientConnection, Welcome]:
         headers = [("Authorization", f"Bearer {self._token}")] if self._token else []

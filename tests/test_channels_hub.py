@@ -582,6 +582,25 @@ async def test_unreachable_hub_is_a_clear_error(clients):
             await client.connect(retry=False)
 
 
+async def test_close_ends_a_connect_that_is_waiting_for_the_hub(clients):
+    """close() while connect() retries an unreachable hub: connect raises ChannelClosedError
+    (close's promise for pending calls) instead of retrying on until the backoff gives up."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]  # bound, not listening: connections are refused
+        backoff = GatedBackoff()
+        client = clients.make(f"ws://127.0.0.1:{port}/", backoff=backoff)
+        connecting = asyncio.create_task(client.connect())
+        async with asyncio.timeout(WAIT):
+            await backoff.waiting.wait()  # one attempt failed; it waits to retry
+        await client.close()
+        backoff.gate.set()
+        with pytest.raises(ChannelClosedError):
+            async with asyncio.timeout(WAIT):
+                await connecting
+        assert backoff.calls == 1
+
+
 # -- systemd --------------------------------------------------------------------------------
 
 
