@@ -323,6 +323,14 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_ERROR
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # `atirc sub ... | head`: the reader is gone, which is not an error.
+        # Point stdout at /dev/null so the interpreter's own flush at exit
+        # does not report the broken pipe again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return 0
     finally:
         with contextlib.suppress(BrokenPipeError):
             sys.stdout.flush()

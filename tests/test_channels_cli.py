@@ -188,6 +188,36 @@ async def test_sub_prints_messages_and_stops_on_sigterm(hub_and_sub, clients):
             await proc.wait()
 
 
+async def test_sub_whose_reader_went_away_exits_quietly(hub_and_sub, clients):
+    """`atirc sub ... | head -1`: once the pipe's reader is gone, the next message ends
+    sub with exit 0 and nothing on stderr (it used to print a BrokenPipeError traceback)."""
+    hub, _ = hub_and_sub
+    pub = await clients.connect(hub.url, nick="pub")
+    await pub.publish("#ops", "first")
+    read_end, write_end = os.pipe()
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            str(ATIRC), "sub", "#ops", "--since", ZERO_ID,
+            env=_env(hub.url), stdout=write_end, stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+    finally:
+        os.close(write_end)
+    try:
+        with os.fdopen(read_end, "rb") as reader:
+            line = await asyncio.wait_for(asyncio.to_thread(reader.readline), WAIT)
+        assert b"first" in line  # like head -1: one line, then the reader is gone
+        await pub.publish("#ops", "second")
+        assert proc.stderr is not None
+        async with asyncio.timeout(WAIT):
+            err = await proc.stderr.read()
+            assert await proc.wait() == 0
+        assert err.decode() == ""
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+
+
 async def test_hub_process_notifies_systemd_and_exits_cleanly_on_sigterm(tmp_path, clients):
     """atirc hub: READY=1 once listening, tokens from a file, SIGTERM → 1001 to clients, exit 0."""
     tokens = tmp_path / "tokens"
