@@ -647,6 +647,14 @@ class WebSocketChannel:
             raise ProtocolError(ErrorCode.BAD_CHANNEL, f"invalid channel name {channel!r}")
         if not text:
             raise ProtocolError(ErrorCode.BAD_FRAME, "cannot publish an empty text")
+        try:
+            # A lone surrogate (json.loads lets "\ud800" through) cannot go out as
+            # UTF-8: websockets would drop the connection on every resend.
+            text.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise ProtocolError(
+                ErrorCode.BAD_FRAME, f"cannot publish a text that is not valid Unicode: {exc}"
+            ) from exc
         for key, value in (("thread", thread), ("reply_to", reply_to)):
             if value is not None and not is_id(value):
                 raise ProtocolError(ErrorCode.BAD_FRAME, f"{key} is not a message id: {value!r}")

@@ -404,6 +404,22 @@ async def test_client_side_errors_surface_as_protocol_errors(hubs, clients):
     assert info.value.code == "bad_frame"
 
 
+async def test_text_with_a_lone_surrogate_is_refused_before_sending(hub, clients):
+    """A text that is not valid Unicode (a lone surrogate, which json.loads lets through
+    from a model's reply) raises bad_frame at once; it used to make websockets drop the
+    connection on every resend until the ack timeout. The connection stays usable."""
+    alice = await clients.connect(hub.url)
+    bob = await clients.connect(hub.url, nick="bob")
+    await bob.subscribe("#ops")
+    with capture_logs() as logs, pytest.raises(ProtocolError) as info:
+        async with asyncio.timeout(WAIT):
+            await alice.publish("#ops", "broken \ud800 text")
+    assert info.value.code == "bad_frame"
+    assert not [e for e in logs if e["event"] == "channels.disconnected"]
+    ack = await alice.publish("#ops", "fine")
+    assert [m.id for m in await take(bob, 1)] == [ack.id]
+
+
 async def test_oversize_frame_closes_only_that_connection(hubs):
     """A frame over max_frame closes the sender with 1009; other connections carry on."""
     hub = await hubs.start(max_frame=4096)
