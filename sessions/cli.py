@@ -138,7 +138,8 @@ def _run(args: argparse.Namespace, body: Callable[[Store], Awaitable[Iterable[st
         return 1
     try:
         for line in lines:
-            sys.stdout.write(line + "\n")
+            # A lone surrogate (from a model's JSON) is shown as its escape, \ud800.
+            sys.stdout.write(line.encode("utf-8", "backslashreplace").decode("utf-8") + "\n")
         sys.stdout.flush()
     except BrokenPipeError:
         # `asyncai audit | head` closed the pipe: not an error of ours

@@ -43,7 +43,13 @@ def envelope(record: StoredRecord) -> dict[str, Any]:
 def jsonl_lines(records: Iterable[StoredRecord]) -> Iterator[str]:
     """The JSONL export, one line per record (no trailing newline on each)."""
     for record in records:
-        yield json.dumps(envelope(record), ensure_ascii=False, separators=(",", ":"))
+        line = json.dumps(envelope(record), ensure_ascii=False, separators=(",", ":"))
+        try:
+            line.encode("utf-8")
+        except UnicodeEncodeError:
+            # A lone surrogate cannot be written as UTF-8; JSON escapes keep it exactly.
+            line = json.dumps(envelope(record), ensure_ascii=True, separators=(",", ":"))
+        yield line
 
 
 def _indent(text: str, prefix: str = "    ") -> list[str]:

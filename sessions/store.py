@@ -81,7 +81,14 @@ def _package_version() -> str:
 
 
 def _dumps(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        # A lone surrogate (json.loads lets "\ud800" through from a model or a
+        # tool) cannot be stored as UTF-8; JSON escapes keep it exactly.
+        return json.dumps(value, ensure_ascii=True, separators=(",", ":"))
+    return text
 
 
 def _canonical(value: str, what: str) -> str:

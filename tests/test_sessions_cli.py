@@ -3,6 +3,7 @@ run in-process through `daemon.cli.main` and once as a real subprocess."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
@@ -302,3 +303,26 @@ def test_an_unopenable_database_exits_without_a_thread_traceback(tmp_path):
     assert done.returncode == 1
     assert done.stderr.startswith("asyncai: opening ")
     assert "Traceback" not in done.stderr
+
+
+async def test_a_transcript_with_a_lone_surrogate_prints(tmp_path):
+    """A record carrying a lone surrogate (from a model's JSON) prints as valid JSONL that
+    loads back to the same text, and as text with the surrogate escaped; it used to end
+    in a UnicodeEncodeError traceback on stdout."""
+    path = tmp_path / "asyncai.db"
+    async with Store(path) as store:
+        await store.start_run("R1", "#ops", "T1")
+        records = run_records("broken \ud800 question", answer="fine")
+        await store.finish_run("R1", "done", records, RunMetrics(), [], "done")
+    outputs = []
+    for extra in (["--jsonl"], []):
+        proc = await asyncio.create_subprocess_exec(
+            str(ASYNCAI), "transcript", "T1", "--db", str(path), *extra,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        out, err = await asyncio.wait_for(proc.communicate(), 30)
+        assert (proc.returncode, err) == (0, b"")
+        outputs.append(out.decode("utf-8"))  # strict: valid UTF-8
+    first = json.loads(outputs[0].splitlines()[0])
+    assert first["message"] == records[0].message
+    assert "broken \\ud800 question" in outputs[1]

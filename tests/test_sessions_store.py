@@ -379,6 +379,21 @@ async def test_values_that_are_not_json_fail_before_writing(store: Store):
     await store.finish_run("R1", "done", [user_record("hi")], RunMetrics(), [], "done")
 
 
+async def test_a_lone_surrogate_in_a_record_or_audit_row_is_stored_exactly(store: Store):
+    """json.loads lets "\\ud800" through, so a model's text or a tool's output can carry a
+    lone surrogate. SQLite cannot take it as UTF-8: finish_run used to raise
+    UnicodeEncodeError (not even a StoreError) and the run's records were lost. Such
+    values are stored as JSON escapes and read back unchanged."""
+    await store.start_run("R1", "#ops", "T1")
+    await store.add_tool_call(tool_call_row("R1", "T1", arguments={"q": "half \ud83d"}))
+    record = user_record("broken \ud800 text")
+    await store.finish_run("R1", "done", [record], RunMetrics(), [], "done")
+    [stored] = await store.transcript("T1")
+    assert stored.message == record.message
+    [call] = await store.audit()
+    assert call.arguments == {"q": "half \ud83d"}
+
+
 async def test_a_cancelled_finish_lands_whole_or_not_at_all(store: Store):
     """Cancelling a finish in flight leaves either all of it or none of it, and a usable writer."""
     await store.start_run("R1", "#ops", "T1")
