@@ -195,6 +195,33 @@ async def test_nested_results_arrive_parsed_or_as_text(make_executor):
     ]
 
 
+async def test_a_lone_surrogate_in_a_tool_result_arrives_as_a_replacement_character(
+    make_executor,
+):
+    """A tool's JSON may escape a lone surrogate ("\\udcff": json.dumps of a
+    surrogateescape'd file name); json.loads lets it through, but the sandbox takes
+    UTF-8 only: run_code used to raise UnicodeEncodeError instead of answering. Such a
+    character arrives as U+FFFD, in JSON, keys and plain text alike."""
+    tools = FakeToolExecutor()
+
+    @tools.tool(read_only=True)
+    async def listing() -> ToolCallOutput:
+        """JSON text with escaped lone surrogates."""
+        return ToolCallOutput('{"files": ["a\\udcffb"], "k\\ud800": 1}', False)
+
+    @tools.tool(read_only=True)
+    async def raw_text() -> ToolCallOutput:
+        """Plain text with a lone surrogate (an in-process executor can return one)."""
+        return ToolCallOutput("x\ud800y", False)
+
+    out = await run(
+        make_executor(tools),
+        "a, b = await asyncio.gather(listing(), raw_text())\n[a, b]",
+    )
+    assert not out.is_error, out.content
+    assert json.loads(out.content) == [{"files": ["a\ufffdb"], "k\ufffd": 1}, "x\ufffdy"]
+
+
 async def test_transport_error_raises_tool_error(make_executor):
     """A ToolTransportError reaches the sandbox as RuntimeError('tool error: ...')."""
     tools = FakeToolExecutor()

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from typing import Any
 
 from daemon.logging import log_content as logging_content
@@ -59,29 +60,49 @@ def dumps_compact(value: Any) -> str:
     return json.dumps(to_json_value(value), ensure_ascii=False, separators=(",", ":"))
 
 
+# A lone surrogate, raw or as a JSON escape (a backslash before it only costs a walk).
+_MAYBE_SURROGATE = re.compile(r"[\ud800-\udfff]|\\u[dD][89a-fA-F]")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _without_surrogates(value: Any) -> Any:
+    """``value`` with each lone surrogate replaced by U+FFFD (the sandbox takes UTF-8 only)."""
+    if isinstance(value, str):
+        return _SURROGATE.sub("\ufffd", value)
+    if isinstance(value, list):
+        return [_without_surrogates(v) for v in value]
+    if isinstance(value, dict):
+        return {_without_surrogates(k): _without_surrogates(v) for k, v in value.items()}
+    return value
+
+
 def nested_value(output: ToolCallOutput) -> Any:
     """The Python value a successful nested call returns into the sandbox.
 
     JSON text arrives parsed; without text, ``structured`` content arrives
     as it is; any other text arrives as ``str``. (``is_error`` outputs never
-    get here: they raise ``RuntimeError`` in the sandbox.)
+    get here: they raise ``RuntimeError`` in the sandbox.) A lone surrogate,
+    which ``json.loads`` lets through, arrives as U+FFFD.
     """
     text = output.content
     if not text and output.structured is not None:
-        return to_json_value(output.structured)
+        value = to_json_value(output.structured)
+        return _without_surrogates(value)
     try:
-        return json.loads(text)
-    except ValueError:  # json.JSONDecodeError and recursion-free decode errors
-        return text
-    except RecursionError:
-        return text
+        value = json.loads(text)
+    except (ValueError, RecursionError):  # not JSON (or nested past the recursion limit)
+        value = text
+    if _MAYBE_SURROGATE.search(text) is None:
+        return value  # the common case: no walk over a large result
+    return _without_surrogates(value)
 
 
 def result_bytes(output: ToolCallOutput) -> int:
     """How many bytes a nested result brought into the sandbox (audit ``bytes``)."""
+    # surrogatepass: counting must not fail on a lone surrogate
     if not output.content and output.structured is not None:
-        return len(dumps_compact(output.structured).encode())
-    return len(output.content.encode())
+        return len(dumps_compact(output.structured).encode("utf-8", "surrogatepass"))
+    return len(output.content.encode("utf-8", "surrogatepass"))
 
 
 def log_content(output: ToolCallOutput) -> Any:
