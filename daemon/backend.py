@@ -255,55 +255,42 @@ class OpenAiCompatibleBackend:
 
         prompt_text = "\n\n".join(p.text for p in request.prompts)
         user_text = f"{prompt_text}\n\n{note}" if note else prompt_text
-        system = self.params.system_prompt or (
-            CODE_MODE_SYSTEM_PROMPT if code_mode else DIRECT_SYSTEM_PROMPT
-        )
-        # The harness drives code mode for small models; in direct mode only its
-        # final-round instruction applies (several tools: nothing single to force).
-        harness = self.harness and code_mode
-        functions: set[str] = set()
-        if harness:
+        if self.harness and code_mode:
+            # small models: the code-block protocol (daemon/harness.py)
             description = definitions[0].description
             system = small.system_prompt(
                 self.params.system_prompt or small.HARNESS_SYSTEM_PROMPT,
                 small.compact_description(description),
                 self.params.worked_example or small.WORKED_EXAMPLE,
             )
-            # shown once, in the system message: a second copy in the tool costs prompt time
-            tools[0]["function"]["description"] = small.SHORT_RUN_CODE_DESCRIPTION
-            functions = small.catalog_names(description)
+        else:
+            system = self.params.system_prompt or (
+                CODE_MODE_SYSTEM_PROMPT if code_mode else DIRECT_SYSTEM_PROMPT
+            )
         messages: list[dict[str, Any]] = [{"role": "system", "content": system}]
         messages += [{"role": t.role, "content": t.text} for t in request.history]
         messages.append({"role": "user", "content": user_text})
         state.records.append(_user_record([{"type": "text", "text": prompt_text}]))
+        if self.harness and code_mode:
+            functions = small.catalog_names(definitions[0].description)
+            await self._code_blocks(state, caller, names, messages, prompt_text, functions)
+            return
 
         max_rounds = self.params.max_rounds
-        force = harness  # the next round must call run_code
-        answer = False  # the next round answers from the result (harness)
-        failures = 0  # failed run_code snippets (harness)
-        last_result: str | None = None
         for round_no in range(1, max_rounds + 1):
-            final = round_no == max_rounds or answer
+            final = round_no == max_rounds
             body: dict[str, Any] = {"model": self._model_name, "messages": messages}
             if final and round_no > 1:
-                if self.harness:
-                    source = "the run_code result above" if code_mode else "the tool results above"
-                    instruction = small.answer_instruction(prompt_text, source)
-                else:
-                    instruction = FINAL_ROUND_PROMPT
+                instruction = (
+                    small.answer_instruction(prompt_text, "the tool results above")
+                    if self.harness
+                    else FINAL_ROUND_PROMPT
+                )
                 body["messages"] = [*messages, {"role": "user", "content": instruction}]
-                state.metrics.final_round_forced = not answer
+                state.metrics.final_round_forced = True
             if tools and not final:
                 body["tools"] = tools
-                if force:
-                    body["tool_choice"] = small.forced_choice(tools[0]["function"]["name"])
-            if self.params.temperature is not None:
-                body["temperature"] = self.params.temperature
-            if force and failures and not final:
-                configured = self.params.temperature or 0.0
-                body["temperature"] = max(configured, small.RETRY_TEMPERATURE)
-            if self.params.max_tokens is not None:
-                body["max_tokens"] = self.params.max_tokens
+            self._sampling(body)
 
             response = await self._request(body, state)
             choice = response.choices[0]
@@ -314,21 +301,10 @@ class OpenAiCompatibleBackend:
                 calls = _text_calls(content, names, state)
                 if calls:
                     content = ""
-            if harness:
-                for call in calls:
-                    _mend_call(call, functions, state)
             assistant = self._assistant_record(response, content, calls, choice.finish_reason)
             state.records.append(assistant)
             if not calls:
                 state.reply = content.strip() or _EMPTY_REPLY
-                if (
-                    harness
-                    and last_result is not None
-                    and (not content.strip() or small.is_code_only(content))
-                ):
-                    # the model restated code or said nothing: the result is the answer
-                    state.reply = f"The result of run_code: {last_result}"
-                    state.metrics.extra["reply_from_result"] = True
                 return
             messages.append(
                 {
@@ -344,32 +320,124 @@ class OpenAiCompatibleBackend:
                     ],
                 }
             )
-            good = True
             for call in calls:
                 output = await self._tool_call(caller, names, call, assistant.uuid, state)
                 text = output.content if output.content != "" else "(empty result)"
-                if harness and not output.is_error:
-                    text = small.prints_as_result(text)
-                elif harness and isinstance(call.arguments.get("code"), str):
-                    hint = small.retry_hint(call.arguments["code"], text)
-                    text = f"{text}\n{hint}" if hint else text
                 messages.append({"role": "tool", "tool_call_id": call.id, "content": text})
                 self._count(state, output, text, code_mode)
                 result = {"type": "tool_result", "tool_use_id": call.id, "content": text}
                 result["is_error"] = output.is_error
                 state.records.append(_user_record([result], tool_use_result=output.audit))
-                if output.is_error or text == small.NO_OUTPUT:
-                    good = False
-                else:
-                    last_result = text
-            if harness:
-                # a failed (or empty-handed) snippet gets another forced try, up to a
-                # bound; a good result gets an answer round before the model wanders off
-                failures += not good
-                give_up = failures >= small.MAX_FAILED_SNIPPETS
-                if give_up:
-                    state.metrics.extra["harness_gave_up"] = True
-                force, answer = not good and not give_up, good or give_up
+
+    def _sampling(self, body: dict[str, Any]) -> None:
+        if self.params.temperature is not None:
+            body["temperature"] = self.params.temperature
+        if self.params.max_tokens is not None:
+            body["max_tokens"] = self.params.max_tokens
+
+    async def _code_blocks(
+        self,
+        state: _Run,
+        caller: ToolExecutor,
+        names: dict[str, str],
+        messages: list[dict[str, Any]],
+        question: str,
+        functions: set[str],
+    ) -> None:
+        """The harness's code-block protocol for small models (code mode).
+
+        The model replies with a fenced ``python`` block (no ``tools`` in the
+        request: forced JSON tool calls drove a 1.5B model to one-line
+        JavaScript); the harness mends and runs it as a ``run_code`` call and
+        answers with a user message that carries the result. A failure asks
+        for a corrected block (at :data:`~daemon.harness.RETRY_TEMPERATURE`,
+        at most :data:`~daemon.harness.MAX_FAILED_SNIPPETS` times); a good
+        result, or the last failure, asks for the answer to the repeated
+        question. A reply without code is the answer. The records hold the
+        calls as ``tool_use``/``tool_result`` blocks, as in the plain loop;
+        the result messages are harness text and stay out of them.
+        """
+        failures = 0
+        answering = False
+        last_result: str | None = None
+        max_rounds = self.params.max_rounds
+        for round_no in range(1, max_rounds + 1):
+            final = answering or round_no == max_rounds
+            body: dict[str, Any] = {"model": self._model_name, "messages": messages}
+            if final and not answering and round_no > 1:
+                instruction = small.answer_instruction(question, "the results above")
+                body["messages"] = [*messages, {"role": "user", "content": instruction}]
+                state.metrics.final_round_forced = True
+            self._sampling(body)
+            if not final:
+                body["stop"] = [small.CODE_STOP]
+                if failures:  # at temperature 0 the failed snippet would come back as it was
+                    warmer = max(self.params.temperature or 0.0, small.RETRY_TEMPERATURE)
+                    body["temperature"] = warmer
+
+            response = await self._request(body, state)
+            choice = response.choices[0]
+            content = choice.message.content or ""
+            call = None if final else self._code_call(choice.message, content, state)
+            if call is None:
+                state.records.append(
+                    self._assistant_record(response, content, [], choice.finish_reason)
+                )
+                state.reply = content.strip() or _EMPTY_REPLY
+                if last_result is not None and (not content.strip() or small.is_code_only(content)):
+                    # the model restated code or said nothing: the result is the answer
+                    state.reply = f"The result of run_code: {last_result}"
+                    state.metrics.extra["reply_from_result"] = True
+                return
+            _mend_call(call, functions, state)
+            assistant = self._assistant_record(response, "", [call], choice.finish_reason)
+            state.records.append(assistant)
+            code = call.arguments.get("code") if call.error is None else None
+            messages.append({"role": "assistant", "content": small.code_message(code or call.raw)})
+            output = await self._tool_call(caller, names, call, assistant.uuid, state)
+            text = output.content if output.content != "" else "(empty result)"
+            if not output.is_error:
+                text = small.prints_as_result(text)
+            elif isinstance(code, str):
+                hint = small.retry_hint(code, text)
+                text = f"{text}\n{hint}" if hint else text
+            self._count(state, output, text, True)
+            result = {"type": "tool_result", "tool_use_id": call.id, "content": text}
+            result["is_error"] = output.is_error
+            state.records.append(_user_record([result], tool_use_result=output.audit))
+            failed = output.is_error or text == small.NO_OUTPUT
+            if failed:
+                failures += 1
+            else:
+                last_result = text
+            retry = failed and failures < small.MAX_FAILED_SNIPPETS and round_no + 1 < max_rounds
+            if failed and not retry:
+                state.metrics.extra["harness_gave_up"] = True
+            messages.append(
+                {
+                    "role": "user",
+                    "content": small.result_message(text, question, failed=failed, retry=retry),
+                }
+            )
+            answering = not retry
+
+    def _code_call(self, message: Any, content: str, state: _Run) -> _Call | None:
+        """The run_code call in a reply: a real tool call, one written as text, or the
+        first fenced Python block; None when the reply holds no code (an answer)."""
+        calls = _parse_calls(message.tool_calls or [], state)
+        calls = [c for c in calls if c.name == "run_code"] or _text_calls(
+            content, {"run_code": "run_code"}, state
+        )
+        if calls:
+            return calls[0]
+        code = small.extract_code(content)
+        if code is None:
+            return None
+        call_id = f"call_{uuid.uuid4().hex[:24]}"
+        state.call_ids.add(call_id)
+        m = state.metrics.extra
+        m["code_blocks"] = m.get("code_blocks", 0) + 1
+        return _Call(call_id, "run_code", json.dumps({"code": code}), {"code": code}, None)
 
     def _assistant_record(
         self, response: Any, content: str, calls: list[_Call], finish: str | None

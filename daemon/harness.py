@@ -1,21 +1,30 @@
 """A harness that makes small models succeed with ``run_code`` (pure functions, no I/O).
 
 Measured with Qwen2.5-Coder-1.5B-Instruct on llama-cpp-python 0.3.36
-(notes/local-model.md, issue 9), each piece fixes one observed failure:
+(notes/local-model.md, issue 9 and its benchmark, ``bench/small_model.py``),
+each piece fixes one observed failure:
 
-| failure                                                  | fix here                       |
-|----------------------------------------------------------|--------------------------------|
-| with ``tool_choice="auto"`` it never calls run_code       | :func:`forced_choice`          |
-| the API only in the tool description: it ignores it      | :func:`system_prompt` (catalog |
-| and uses the kubernetes client library                   | and a worked example in the    |
-|                                                          | system message, a short tool   |
-|                                                          | description)                   |
-| raw newlines, an unescaped ``"`` in the arguments JSON    | :func:`recover_arguments`      |
-| ``await f()['items']`` (await binds looser), a trailing   | :func:`repair_code`            |
-| assignment (result None), stub redefinitions of the API  |                                |
-| ``print(x)`` last: the result is ``{"output": "x"}``     | :func:`prints_as_result`       |
-| after the result it restates the code instead of         | :func:`answer_instruction`     |
-| answering                                                |                                |
+| failure                                                   | fix here                       |
+|-----------------------------------------------------------|--------------------------------|
+| ``tool_choice="auto"``: it never calls run_code; it writes | the code-block protocol: the   |
+| pseudo calls as text. Forced (a JSON grammar): with a real | model replies with a fenced    |
+| catalog, 6 of 6 snippets were one-line JavaScript          | ``python`` block, the harness  |
+|                                                           | runs it as run_code            |
+|                                                           | (:func:`extract_code`)         |
+| the API only in the tool description: it ignores it and   | :func:`system_prompt`: short   |
+| uses the kubernetes client library; the full sandbox text | rules, the catalog and a       |
+| (2 500 tokens) costs a minute of prompt processing        | worked example in the system   |
+|                                                           | message                        |
+| raw newlines, an unescaped ``"`` in arguments JSON (when a | :func:`recover_arguments`,     |
+| server does return tool calls); calls written as text     | :func:`text_tool_calls`        |
+| ``await f()['items']`` (await binds looser), a trailing    | :func:`repair_code`            |
+| assignment or ``return`` (result None), stub redefinitions |                                |
+| ``print(x)`` last: the result is ``{"output": "x"}``      | :func:`prints_as_result`       |
+| at temperature 0 it resends the failing snippet verbatim  | :data:`RETRY_TEMPERATURE`,     |
+|                                                           | :data:`MAX_FAILED_SNIPPETS`    |
+| after the result it restates the code, or invents facts   | :func:`result_message` (the    |
+|                                                           | result, then the question      |
+|                                                           | again, in the last message)    |
 
 The backend (``daemon/backend.py``) applies them when ``[model] harness`` is
 on; everything here is text in, text out.
@@ -29,68 +38,68 @@ import re
 from collections.abc import Iterable
 
 __all__ = [
+    "CODE_STOP",
     "HARNESS_RULES",
     "HARNESS_SYSTEM_PROMPT",
     "MAX_FAILED_SNIPPETS",
     "NO_OUTPUT",
     "RETRY_TEMPERATURE",
-    "SHORT_RUN_CODE_DESCRIPTION",
     "WORKED_EXAMPLE",
     "answer_instruction",
     "catalog_names",
+    "code_message",
     "compact_description",
-    "forced_choice",
+    "extract_code",
     "is_code_only",
     "prints_as_result",
     "recover_arguments",
     "repair_code",
+    "result_message",
     "retry_hint",
     "system_prompt",
     "text_tool_calls",
 ]
 
 HARNESS_SYSTEM_PROMPT = """\
-You are asyncai, an assistant that answers questions in a chat channel by running \
-Python with the run_code tool. The Python runs in a sandbox where the functions listed \
-below call the real tools; they are already defined: never define them yourself, never \
-import them, and never use other libraries (such as kubernetes or requests) to get data."""
-
-WORKED_EXAMPLE = """\
-How to answer: write ONE run_code snippet that calls the functions above with `await` \
-and keyword arguments, filters the data in Python, and ends with an expression that \
-holds the answer (not print(), not an assignment). Put each statement on its own line. \
-Use single quotes for strings inside the code. Functions return dicts: read their keys.
-
-Worked example (only an illustration: list_orders is not one of your functions).
-Question: which open orders are over 100, with their totals?
-run_code code:
-orders = await list_orders(status='open')
-big = [o for o in orders['items'] if o['total'] > 100]
-[{'id': o['id'], 'total': o['total']} for o in big]
-Result: [{"id":"A7","total":120},{"id":"C2","total":310}]
-Answer: Two open orders are over 100: A7 (120) and C2 (310)."""
+You are asyncai, an assistant that answers questions in a chat channel. You find \
+answers by writing Python that runs in a sandbox (the run_code tool), where the \
+functions listed below call the real tools. Reply to a question with one ```python \
+block; its result comes back to you, and then you answer in words. The functions are \
+already defined: never define them yourself, never import them, and never use other \
+libraries (such as kubernetes or requests) to get data."""
 
 HARNESS_RULES = """\
-Rules for run_code:
-- The code is Python 3 (never JavaScript), run at the top level of a REPL: use `await` \
-directly; no `def main()`, no `return`.
+Rules for the code:
+- Python 3, run at the top level of a REPL: use `await` directly.
 - The functions listed below are async: call them with `await` and keyword arguments. \
-They return dicts; lists of objects are under "items".
+They return dicts; lists of objects are under "items" (items(x) returns that list).
 - End the code with an expression: its value is the result you get back.
 - `asyncio`, `json` and `re` are imported; other standard modules can be imported. No \
 third-party packages, files, network or subprocesses: only the functions below reach out.
 - A function whose tool fails raises RuntimeError; a failed snippet comes back as its \
-traceback: fix it and run it again."""
+traceback: then fix it."""
+
+WORKED_EXAMPLE = """\
+How to answer: reply with one ```python block that calls the functions above with \
+`await` and keyword arguments, filters the data in Python, and ends with an expression \
+that holds the answer. Put each statement on its own line.
+
+Worked example (only an illustration: list_orders is not one of your functions).
+Question: which open orders are over 100, with their totals?
+```python
+orders = await list_orders(status='open')
+big = [o for o in items(orders) if o['total'] > 100]
+[{'id': o['id'], 'total': o['total']} for o in big]
+```"""
+
+# Generation stops after the code block's closing fence: what a small model writes
+# after it (explanations, invented results) only costs time.
+CODE_STOP = "\n```\n"
 
 # A failed snippet is tried again with a little randomness: at temperature 0 a small
 # model resends the very same snippet. After this many failures it answers instead.
 RETRY_TEMPERATURE = 0.7
 MAX_FAILED_SNIPPETS = 3
-
-SHORT_RUN_CODE_DESCRIPTION = (
-    "Run Python in the sandbox described in the system message; the functions listed "
-    "there are available. The value of the last expression is the result."
-)
 
 # run_code's text for "nothing printed, None last" (daemon/code_mode/contract.py; a test
 # keeps the two equal): a result that answers nothing, so the harness asks again.
@@ -133,13 +142,8 @@ def system_prompt(base: str, run_code_description: str, example: str = WORKED_EX
     return f"{base.rstrip()}\n\n# run_code\n\n{run_code_description.strip()}\n\n{example.strip()}"
 
 
-def forced_choice(tool_name: str) -> dict:
-    """``tool_choice`` naming one function (a grammar-constrained call on llama.cpp)."""
-    return {"type": "function", "function": {"name": tool_name}}
-
-
-def answer_instruction(question: str, source: str = "the run_code result above") -> str:
-    """The final-round user line: answer the question from the result, in words."""
+def answer_instruction(question: str, source: str = "the result above") -> str:
+    """The user line that asks for the answer: from the result, in words, no code."""
     return (
         f"Answer my question now, using {source}. My question was:\n"
         f"{question.strip()}\n"
@@ -147,6 +151,45 @@ def answer_instruction(question: str, source: str = "the run_code result above")
         "result. Do not write code and do not describe the code. If the result is empty, "
         "say that nothing matched; if it is an error, say that you could not find out, and why."
     )
+
+
+_RESULT_SHOWN = 6_000  # characters of a result repeated in the answer request
+
+
+def result_message(result: str, question: str, *, failed: bool, retry: bool) -> str:
+    """The user message that carries a run_code result back in the code-block protocol.
+
+    A failure that may be retried asks for a corrected block; otherwise the
+    result comes with the request to answer the (repeated) question, so the
+    last thing the model reads is the data and what to do with it.
+    """
+    shown = result if len(result) <= _RESULT_SHOWN else result[:_RESULT_SHOWN] + " …"
+    if failed and retry:
+        return (
+            f"The code failed:\n{shown}\n\nReply with one corrected ```python block "
+            f"that answers my question: {question.strip()}"
+        )
+    head = "The code failed" if failed else "The code returned"
+    return f"{head}:\n{shown}\n\n{answer_instruction(question)}"
+
+
+def code_message(code: str) -> str:
+    """How an assistant turn that ran code is replayed: the fenced block it wrote."""
+    return f"```python\n{code}\n```"
+
+
+_FENCED = re.compile(r"```[ \t]*(?P<lang>[\w+-]*)[ \t]*\n(?P<code>.*?)(?:\n[ \t]*```|$)", re.DOTALL)
+_PYTHON = {"", "python", "python3", "py"}
+
+
+def extract_code(content: str) -> str | None:
+    """The code of the first Python (or unlabelled) fenced block, closed or cut off by
+    :data:`CODE_STOP`; blocks in other languages (a JSON pseudo call) are skipped."""
+    for m in _FENCED.finditer(content):
+        code = m.group("code").strip("\n")
+        if m.group("lang").lower() in _PYTHON and code.strip():
+            return code
+    return None
 
 
 # ---- arguments ----------------------------------------------------------------------------

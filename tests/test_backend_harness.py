@@ -1,10 +1,11 @@
 """The backend's small-model harness, against the scripted model and real code mode.
 
 Each test replays what Qwen2.5-Coder-1.5B really did on llama-cpp-python
-(notes/local-model.md, issue 9) and checks the harness's answer to it: the
-forced first call, the catalog and example in the system message, broken
-arguments and code mended, printed output as the result, another forced try
-after a failure, and an answer round after the first good result.
+(notes/local-model.md, issue 9, bench/small_model.py) and checks the harness's
+answer to it: the code-block protocol (a fenced python block runs as
+run_code), the catalog and example in the system message, broken arguments
+and code mended, printed output as the result, a warmer retry after a
+failure, and an answer request that carries the result and the question.
 """
 
 from __future__ import annotations
@@ -18,13 +19,12 @@ import pytest
 from daemon.backend import FINAL_ROUND_PROMPT, OpenAiCompatibleBackend
 from daemon.code_mode import CodeModeLimits, CodeModeToolExecutor
 from daemon.config import ModelConfig
-from daemon.harness import HARNESS_RULES, SHORT_RUN_CODE_DESCRIPTION, WORKED_EXAMPLE
+from daemon.harness import CODE_STOP, HARNESS_RULES, WORKED_EXAMPLE
 from daemon.runs import Prompt, RunRequest
 from tests.fakes.executor import FakeToolExecutor
-from tests.fakes.fake_openai import FakeOpenAI, ToolCalls
+from tests.fakes.fake_openai import FakeOpenAI, Reply, ToolCalls
 
 LOCAL = "qwen-coder-1.5b"  # the embedded model's name: the harness is on by default
-FORCED = {"type": "function", "function": {"name": "run_code"}}
 PODS = [
     {"metadata": {"name": f"pod-{i}"}, "status": {"phase": "Failed" if i % 4 == 0 else "Running"}}
     for i in range(12)
@@ -79,70 +79,80 @@ async def run_script(
 
 
 def tool_message(body: dict) -> dict:
-    """The last tool message of a request."""
+    """The last tool message of a request (direct mode)."""
     return next(m for m in reversed(body["messages"]) if m["role"] == "tool")
 
 
-async def test_local_model_gets_forced_run_code_and_the_catalog_in_the_system_message(code_mode):
-    """For the embedded model: the first request forces run_code, the system message holds
-    the catalog stub and the worked example, the tool carries a short description, and the
-    system message is byte-identical from run to run (the server's prefix cache)."""
-    ex, _ = code_mode
-    code = f"pods = await list_pods(namespace='prod')\n{_failed_expr()}"
-    script = [ToolCalls(("run_code", {"code": code})), "pod-0, pod-4 and pod-8 are failing."] * 2
-    fake, _ = await run_script(ex, script, request(), request(run="R2", thread="T2"))
-    first = fake.requests[0]
-    assert first["tool_choice"] == FORCED
+def block(code: str) -> Reply:
+    """The model's reply: one fenced python block (cut at the stop sequence, as llama.cpp
+    does: the closing fence never arrives)."""
+    return Reply(f"I will list them.\n```python\n{code}")
+
+
+FILTER = "pods = await list_pods(namespace='prod')\n" + (
+    "[p['metadata']['name'] for p in pods if p['status']['phase'] == 'Failed']"
+)
+
+
+async def test_code_block_protocol_for_the_local_model(code_mode):
+    """For the embedded model: no tools in the request but a stop after the code block,
+    the catalog stub, short rules and the worked example in a system message that stays
+    byte-identical from run to run; the fenced block runs as run_code, and the result
+    comes back in a user message with the question, which the answer then answers."""
+    ex, inner = code_mode
+    script = [block(FILTER), "pod-0, pod-4 and pod-8 are failing."] * 2
+    fake, (result, _) = await run_script(ex, script, request(), request(run="R2", thread="T2"))
+    first, second, third, _ = fake.requests
+    assert "tools" not in first
+    assert "tool_choice" not in first
+    assert first["stop"] == [CODE_STOP]
     system = first["messages"][0]["content"]
     assert "async def list_pods(*, namespace: str)" in system
     assert WORKED_EXAMPLE in system
     assert HARNESS_RULES in system
-    assert "Return contract:" not in system  # the long sandbox rules stay out
-    assert [t["function"]["description"] for t in first["tools"]] == [SHORT_RUN_CODE_DESCRIPTION]
-    assert fake.requests[2]["messages"][0]["content"] == system
+    assert "Return contract:" not in system  # the long sandbox text stays out
+    assert third["messages"][0]["content"] == system
+    # the code ran; the answer request carries the result and the question, and no stop
+    assert inner.calls == [("list_pods", {"namespace": "prod"})] * 2  # once per run
+    assert second["messages"][-2] == {"role": "assistant", "content": f"```python\n{FILTER}\n```"}
+    last = second["messages"][-1]
+    assert last["role"] == "user"
+    assert last["content"].startswith('The code returned:\n["pod-0","pod-4","pod-8"]')
+    assert QUESTION in last["content"]
+    assert "Do not write code" in last["content"]
+    assert "stop" not in second
+    assert result.reply == "pod-0, pod-4 and pod-8 are failing."
+    m = result.metrics
+    assert (m.rounds, m.run_code_calls, m.final_round_forced) == (2, 1, False)
+    assert m.extra["code_blocks"] == 1
+    # records: the prompt, the call as tool_use, its tool_result, the answer
+    assert [r.type for r in result.records] == ["user", "assistant", "user", "assistant"]
+    tool_use = result.records[1].message["content"][0]
+    assert (tool_use["type"], tool_use["name"], tool_use["input"]) == (
+        "tool_use",
+        "run_code",
+        {"code": FILTER},
+    )
 
 
 async def test_other_models_are_left_alone_unless_asked(code_mode):
-    """Another model name gets no forcing and the usual prompt; harness=false turns it off for
-    the local model, harness=true turns it on for any model."""
+    """Another model name gets the plain loop (run_code offered as a tool); harness=false
+    turns the harness off for the local model, harness=true on for any model."""
     ex, _ = code_mode
     fake, _ = await run_script(ex, ["hi"], request(), model="gpt-4o")
-    assert "tool_choice" not in fake.requests[0]
+    assert [t["function"]["name"] for t in fake.requests[0]["tools"]] == ["run_code"]
     assert "async def list_pods" not in fake.requests[0]["messages"][0]["content"]
     fake, _ = await run_script(ex, ["hi"], request(), harness=False)
-    assert "tool_choice" not in fake.requests[0]
-    fake, _ = await run_script(ex, ["hi"], request(), model="gpt-4o", harness=True)
-    assert fake.requests[0]["tool_choice"] == FORCED
+    assert "tools" in fake.requests[0]
+    fake, (result,) = await run_script(ex, ["Hello!"], request(), model="gpt-4o", harness=True)
+    assert "tools" not in fake.requests[0]
+    assert fake.requests[0]["stop"] == [CODE_STOP]
+    assert result.reply == "Hello!"  # a reply without code is the answer
 
 
-def _failed_expr() -> str:
-    return "[p['metadata']['name'] for p in pods if p['status']['phase'] == 'Failed']"
-
-
-async def test_a_good_result_gets_an_answer_round_with_the_question(code_mode):
-    """After a good result the next request withdraws the tools and asks for an answer to
-    the question, in words; that answer is the reply, and not a forced final round."""
-    ex, _ = code_mode
-    code = f"pods = await list_pods(namespace='prod')\n{_failed_expr()}"
-    script = [ToolCalls(("run_code", {"code": code})), "pod-0, pod-4 and pod-8 are failing."]
-    fake, (result,) = await run_script(ex, script, request())
-    assert json.loads(tool_message(fake.requests[1])["content"]) == FAILED
-    second = fake.requests[1]
-    assert "tools" not in second
-    assert "tool_choice" not in second
-    instruction = second["messages"][-1]
-    assert instruction["role"] == "user"
-    assert QUESTION in instruction["content"]
-    assert "Do not write code" in instruction["content"]
-    assert result.reply == "pod-0, pod-4 and pod-8 are failing."
-    assert (result.metrics.rounds, result.metrics.final_round_forced) == (2, False)
-    # the instruction is harness text: the records hold the prompt, call, result, answer
-    assert [r.type for r in result.records] == ["user", "assistant", "user", "assistant"]
-
-
-async def test_broken_arguments_json_is_recovered_and_replayed_valid(code_mode):
-    """Raw newlines and unescaped quotes in the arguments (as llama.cpp's grammar lets
-    through) still run; the record and the replayed call carry valid JSON of what ran."""
+async def test_real_tool_calls_still_run_and_broken_json_is_recovered(code_mode):
+    """An endpoint that does return tool calls: raw newlines and unescaped quotes in the
+    arguments still run; the record holds the recovered arguments."""
     ex, inner = code_mode
     raw = (
         '{"code": "pods = await list_pods(namespace="prod")\n'
@@ -150,78 +160,107 @@ async def test_broken_arguments_json_is_recovered_and_replayed_valid(code_mode):
     )
     script = [ToolCalls(("run_code", raw)), "Three pods are failing."]
     fake, (result,) = await run_script(ex, script, request())
-    assert json.loads(tool_message(fake.requests[1])["content"]) == FAILED
+    assert fake.requests[1]["messages"][-1]["content"].startswith(
+        'The code returned:\n["pod-0","pod-4","pod-8"]'
+    )
     assert inner.calls == [("list_pods", {"namespace": "prod"})]
-    replayed = fake.requests[1]["messages"][-3]["tool_calls"][0]["function"]["arguments"]
-    code = json.loads(replayed)["code"]
+    code = result.records[1].message["content"][0]["input"]["code"]
     assert code.startswith('pods = await list_pods(namespace="prod")\n')
-    assert result.records[1].message["content"][0]["input"] == {"code": code}
     assert result.metrics.extra["harness_repairs"] == 1
+
+
+async def test_a_run_code_call_written_as_text_runs(code_mode):
+    """Qwen's own <tool_call> text, which llama-cpp-python leaves in the content, runs."""
+    ex, inner = code_mode
+    text = "<tool_call>\n" + json.dumps({"name": "run_code", "arguments": {"code": FILTER}})
+    _, (result,) = await run_script(ex, [Reply(text + "\n</tool_call>"), "Three."], request())
+    assert inner.calls == [("list_pods", {"namespace": "prod"})]
+    assert result.reply == "Three."
 
 
 async def test_code_repairs_await_precedence_and_a_trailing_assignment(code_mode):
     """`await f()[...]` awaits the call, and a snippet ending in an assignment returns the
-    assigned value, so one forced call is enough."""
+    assigned value, so one snippet is enough; the record shows the code that ran."""
     ex, _ = code_mode
-    code = f"pods = await list_pods(namespace='prod')[0:12]\nfailed = {_failed_expr()}"
-    script = [ToolCalls(("run_code", {"code": code})), "Three."]
-    fake, (result,) = await run_script(ex, script, request())
-    assert json.loads(tool_message(fake.requests[1])["content"]) == FAILED
+    code = (
+        "pods = await list_pods(namespace='prod')[0:12]\n"
+        "failed = [p['metadata']['name'] for p in pods if p['status']['phase'] == 'Failed']"
+    )
+    fake, (result,) = await run_script(ex, [block(code), "Three."], request())
+    assert fake.requests[1]["messages"][-1]["content"].startswith(
+        'The code returned:\n["pod-0","pod-4","pod-8"]'
+    )
     assert result.metrics.extra["harness_repairs"] == 2
-    assert result.metrics.run_code_calls == 1
+    ran = result.records[1].message["content"][0]["input"]["code"]
+    assert ran.startswith("pods = (await list_pods(namespace='prod'))[0:12]")
+    assert ran.endswith("\nfailed")
 
 
 async def test_printed_output_is_the_result(code_mode):
     """A snippet that ends on print() hands the model the printed text, not a JSON wrapper."""
     ex, _ = code_mode
     code = "pods = await list_pods(namespace='prod')\nprint(len(pods))"
-    fake, _ = await run_script(ex, [ToolCalls(("run_code", {"code": code})), "12 pods."], request())
-    assert tool_message(fake.requests[1])["content"] == "12"
+    fake, _ = await run_script(ex, [block(code), "12 pods."], request())
+    assert fake.requests[1]["messages"][-1]["content"].startswith("The code returned:\n12\n\n")
 
 
-async def test_a_failed_snippet_gets_another_forced_try(code_mode):
-    """An error result (or no output) is followed by another forced run_code round; the
-    first good result then gets the answer round."""
+async def test_a_failed_snippet_is_retried_warmer(code_mode):
+    """An error (or nothing shown) asks for a corrected block, at a higher temperature; the
+    first good result then gets the answer request."""
     ex, _ = code_mode
     script = [
-        ToolCalls(("run_code", {"code": "pods = await list_pods()"})),  # TypeError: namespace
-        ToolCalls(("run_code", {"code": "print()"})),  # prints nothing, returns None
-        ToolCalls(
-            ("run_code", {"code": f"pods = await list_pods(namespace='p')\n{_failed_expr()}"})
-        ),
+        block("pods = await list_pods()"),  # TypeError: namespace is required
+        block("print()"),  # shows nothing
+        block(FILTER),
         "pod-0, pod-4 and pod-8.",
     ]
     fake, (result,) = await run_script(ex, script, request())
-    assert [r.get("tool_choice") for r in fake.requests] == [FORCED, FORCED, FORCED, None]
-    # retries bring a little randomness: at temperature 0 the same snippet comes back
     assert [r.get("temperature") for r in fake.requests] == [None, 0.7, 0.7, None]
-    assert tool_message(fake.requests[1])["content"].startswith("Traceback")
-    assert "tools" not in fake.requests[3]
+    assert [r.get("stop") for r in fake.requests] == [[CODE_STOP]] * 3 + [None]
+    retry = fake.requests[1]["messages"][-1]["content"]
+    assert retry.startswith("The code failed:\nTraceback")
+    assert "corrected ```python block" in retry
+    assert QUESTION in retry
+    assert fake.requests[3]["messages"][-1]["content"].startswith("The code returned:")
     assert result.reply == "pod-0, pod-4 and pod-8."
     assert result.metrics.run_code_calls == 3
 
 
 async def test_a_reply_that_restates_code_is_replaced_by_the_result(code_mode):
-    """If the answer round brings only a code block, the run_code result is the reply."""
+    """If the answer is only a code block, the run_code result is the reply."""
     ex, _ = code_mode
-    code = f"pods = await list_pods(namespace='prod')\n{_failed_expr()}"
-    script = [ToolCalls(("run_code", {"code": code})), "```python\n" + code + "\n```"]
+    script = [block(FILTER), f"```python\n{FILTER}\n```"]
     _, (result,) = await run_script(ex, script, request())
     assert result.reply == 'The result of run_code: ["pod-0","pod-4","pod-8"]'
     assert result.metrics.extra["reply_from_result"] is True
 
 
-async def test_the_round_limit_still_ends_with_the_harness_instruction(code_mode):
-    """With every try failing, the last round withdraws the tools with the question asked
-    again, and counts as a forced final round."""
+async def test_after_three_failed_snippets_the_model_answers(code_mode):
+    """Three failures end the tries: the third result asks for an answer (which may say
+    what went wrong); a JavaScript snippet's SyntaxError carries a hint to write Python."""
     ex, _ = code_mode
-    bad = ToolCalls(("run_code", {"code": "1/0"}))
-    fake, (result,) = await run_script(
-        ex, [bad, bad, "I could not find out."], request(), max_rounds=3
-    )
-    assert [r.get("tool_choice") for r in fake.requests] == [FORCED, FORCED, None]
-    assert QUESTION in fake.requests[2]["messages"][-1]["content"]
-    assert result.metrics.final_round_forced is True
+    js = block("let n = 1; let m = n + 1;")
+    script = [js, js, js, "I could not find out: my code was not valid Python."]
+    fake, (result,) = await run_script(ex, script, request())
+    assert len(fake.requests) == 4
+    assert "JavaScript" in fake.requests[1]["messages"][-1]["content"]
+    answer_request = fake.requests[3]
+    assert "stop" not in answer_request
+    assert answer_request["messages"][-1]["content"].startswith("The code failed:")
+    assert "Answer my question now" in answer_request["messages"][-1]["content"]
+    assert result.reply.startswith("I could not find out")
+    assert result.metrics.extra["harness_gave_up"] is True
+
+
+async def test_the_round_limit_bounds_the_tries(code_mode):
+    """With max_rounds=3 the second failure already asks for the answer (the last round
+    must be one)."""
+    ex, _ = code_mode
+    bad = block("1/0")
+    fake, (result,) = await run_script(ex, [bad, bad, "No idea."], request(), max_rounds=3)
+    assert len(fake.requests) == 3
+    assert "Answer my question now" in fake.requests[2]["messages"][-1]["content"]
+    assert result.reply == "No idea."
 
 
 async def test_direct_mode_keeps_its_tools_and_gets_only_the_final_instruction():
@@ -257,19 +296,3 @@ async def test_direct_mode_runs_tool_calls_the_model_wrote_as_text():
         inner_tools(), [text], request(), tool_mode="direct", harness=False
     )
     assert plain.reply == text
-
-
-async def test_after_three_failed_snippets_the_model_answers(code_mode):
-    """Three failures in a row end the tries: the next round asks for an answer (which may
-    say what went wrong), well before the round limit; a JavaScript snippet's SyntaxError
-    carries a hint to write Python."""
-    ex, _ = code_mode
-    js = ToolCalls(("run_code", {"code": "let n = 1; let m = n + 1;"}))
-    script = [js, js, js, "I could not find out: my code was not valid Python."]
-    fake, (result,) = await run_script(ex, script, request())
-    assert len(fake.requests) == 4
-    assert "JavaScript" in tool_message(fake.requests[1])["content"]
-    assert "tools" not in fake.requests[3]
-    assert QUESTION in fake.requests[3]["messages"][-1]["content"]
-    assert result.reply.startswith("I could not find out")
-    assert result.metrics.extra["harness_gave_up"] is True

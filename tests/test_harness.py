@@ -16,12 +16,14 @@ from daemon.harness import (
     WORKED_EXAMPLE,
     answer_instruction,
     catalog_names,
+    code_message,
     compact_description,
-    forced_choice,
+    extract_code,
     is_code_only,
     prints_as_result,
     recover_arguments,
     repair_code,
+    result_message,
     retry_hint,
     system_prompt,
     text_tool_calls,
@@ -178,13 +180,42 @@ def test_system_prompt_holds_the_catalog_and_the_example() -> None:
     assert catalog_names(desc) == {"list_objects"}
 
 
-def test_forced_choice_and_answer_instruction() -> None:
-    """The forced tool_choice names the function; the final instruction repeats the
-    question and forbids code."""
-    assert forced_choice("run_code") == {"type": "function", "function": {"name": "run_code"}}
+def test_answer_instruction_repeats_the_question() -> None:
+    """The answer request repeats the question and forbids code."""
     text = answer_instruction("  Which pods crash?\n")
     assert "Which pods crash?" in text
     assert "Do not write code" in text
+
+
+def test_code_is_taken_from_the_first_python_block() -> None:
+    """A python (or unlabelled) block counts, closed or cut off at the stop sequence;
+    other languages and prose do not."""
+    assert extract_code("Here:\n```python\nx = 1\nx\n```\nmore") == "x = 1\nx"
+    assert extract_code("```python\nx = 1\nx") == "x = 1\nx"  # cut at the stop
+    assert extract_code("```\nsum([1])\n```") == "sum([1])"
+    json_then_python = '```json\n{"a": 1}\n```\nthen\n```py\ny\n```'
+    assert extract_code(json_then_python) == "y"
+    assert extract_code("The answer is 3.") is None
+    assert extract_code("```python\n\n```") is None
+    assert code_message("x") == "```python\nx\n```"
+
+
+def test_result_messages_ask_for_a_fix_or_for_the_answer() -> None:
+    """A retriable failure asks for a corrected block; a result (or the last failure)
+    asks for the answer to the repeated question; a long result is shortened."""
+    retry = result_message("Traceback: boom", "how many?", failed=True, retry=True)
+    assert retry.startswith("The code failed:\nTraceback: boom\n\n")
+    assert "corrected ```python block" in retry
+    assert retry.endswith("how many?")
+    done = result_message("3", "how many?", failed=False, retry=False)
+    assert done.startswith("The code returned:\n3\n\nAnswer my question now")
+    assert "how many?" in done
+    last = result_message("Traceback: boom", "how many?", failed=True, retry=False)
+    assert last.startswith("The code failed:")
+    assert "Answer my question now" in last
+    long = result_message("x" * 10_000, "q", failed=False, retry=False)
+    assert "x" * 6_000 + " …" in long
+    assert "x" * 6_001 not in long
 
 
 def test_code_only_reply_is_recognised() -> None:
