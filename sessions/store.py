@@ -164,7 +164,10 @@ class Store:
         if not self.create and not self.path.exists():
             raise StoreError(f"no database at {self.path}")
         if self.create:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise StoreError(f"cannot create the directory of {self.path}: {exc}") from exc
         try:
             self._writer = await self._connect()
             with _driver_errors(f"opening {self.path}"):

@@ -171,6 +171,17 @@ async def test_a_file_that_is_not_sqlite(tmp_path: Path):
     assert isinstance(caught.value.__cause__, sqlite3.DatabaseError)
 
 
+async def test_a_directory_that_cannot_be_made_is_a_store_error(tmp_path: Path):
+    """--db under a regular file: a StoreError naming the path, not a bare OSError
+    (NotADirectoryError) leaking out of sessions/ to the daemon's start."""
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    path = blocker / "state" / "asyncai.db"
+    with pytest.raises(StoreError, match="state") as caught:
+        await Store(path).open()
+    assert isinstance(caught.value.__cause__, OSError)
+
+
 async def test_create_false_does_not_create(tmp_path: Path):
     """Readers (the CLI) never create an empty database by mistake."""
     path = tmp_path / "missing.db"
