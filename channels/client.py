@@ -236,7 +236,7 @@ class WebSocketChannel:
     ) -> None:
         try:
             parse_uri(url)
-        except InvalidURI as exc:
+        except (InvalidURI, ValueError) as exc:  # ValueError: urllib on a bad port or bracket
             raise ChannelConfigError(f"invalid hub URL {url!r}: {exc}") from exc
         if token is None and nick is None:
             raise ChannelConfigError("a nick is needed to connect without a token")

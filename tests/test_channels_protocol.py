@@ -14,6 +14,7 @@ import uuid
 import pytest
 
 import channels
+from channels.client import WebSocketChannel
 from channels.errors import ChannelConfigError, ProtocolError
 from channels.ids import ZERO_ID, IdGenerator, id_for_time, id_time_ms, id_timestamp, is_id
 from channels.notify import notify, watchdog_interval
@@ -331,6 +332,16 @@ def test_tokens_file_errors_name_the_line(text, needle):
         parse_tokens(text, source="tokens.txt")
     assert "tokens.txt:" in str(info.value)
     assert "a" * 16 not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "url", ["http://127.0.0.1:6680/", "ws://127.0.0.1:99999/", "ws://[::1/", "ws://host:port/"]
+)
+def test_a_bad_hub_url_is_a_config_error(url):
+    """Every malformed hub URL (ATIRC_URL, the daemon's config) is a ChannelConfigError
+    naming it; a bad port or bracket used to escape as urllib's ValueError."""
+    with pytest.raises(ChannelConfigError, match="invalid hub URL"):
+        WebSocketChannel(url, nick="alice")
 
 
 # -- systemd notify --------------------------------------------------------------------------
