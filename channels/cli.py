@@ -101,19 +101,22 @@ def _raise_fd_limit() -> None:
 async def _hub(args: argparse.Namespace) -> int:
     host, port = parse_listen(args.listen)
     tokens = load_tokens(args.tokens) if args.tokens else None
-    hub = Hub(
-        args.db,
-        host=host,
-        port=port,
-        tokens=tokens,
-        max_frame=args.max_frame,
-        retention_count=args.retention_count,
-        retention_age=args.retention_days * 86400.0,
-        rate=args.rate,
-        burst=args.burst,
-        queue_size=args.queue_size,
-        systemd_notify=True,
-    )
+    try:
+        hub = Hub(
+            args.db,
+            host=host,
+            port=port,
+            tokens=tokens,
+            max_frame=args.max_frame,
+            retention_count=args.retention_count,
+            retention_age=args.retention_days * 86400.0,
+            rate=args.rate,
+            burst=args.burst,
+            queue_size=args.queue_size,
+            systemd_notify=True,
+        )
+    except ValueError as exc:  # a limit out of range
+        raise ChannelConfigError(f"invalid hub setting: {exc}") from exc
     try:
         await hub.start()
     except OSError as exc:

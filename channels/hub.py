@@ -347,6 +347,9 @@ class Hub:
             raise ValueError("max_frame must be at least 2048 bytes")
         if queue_size < 2 or replay_page < 1:
             raise ValueError("queue_size must be at least 2 and replay_page at least 1")
+        if rate <= 0 or burst < 1:
+            # Checked here, not first by every connection's TokenBucket.
+            raise ValueError("rate must be positive and burst at least 1")
         self.host = host
         self.port = port
         self.tokens = dict(tokens or {})

@@ -293,3 +293,26 @@ async def test_hub_with_an_unusable_db_is_one_line_not_a_thread_traceback(tmp_pa
     assert code == 1
     assert "cannot open the hub's store" in err
     assert "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "needle"),
+    [
+        ("--max-frame", "10", "max_frame"),
+        ("--queue-size", "0", "queue_size"),
+        ("--retention-count", "-1", "retention_count"),
+        ("--rate", "0", "rate"),
+    ],
+)
+async def test_hub_with_a_bad_limit_is_one_line(tmp_path, flag, value, needle):
+    """A limit out of range stops atirc hub with exit 1 and one line naming it; it used
+    to be a ValueError traceback, and --rate 0 even started a hub that failed every
+    connection."""
+    code, _, err = await _atirc(
+        "hub", "--listen", "127.0.0.1:0", "--db", str(tmp_path / "h.db"), flag, value,
+        env=_env("ws://unused/"),
+    )  # fmt: skip
+    assert code == 1
+    assert err.startswith("atirc: ")
+    assert needle in err
+    assert "Traceback" not in err
