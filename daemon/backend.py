@@ -102,6 +102,7 @@ _INVALID_ARGUMENTS = (
     '{{"code": "..."}}, escaping newlines (\\n) and quotes (\\") inside strings.'
 )
 _EMPTY_REPLY = "(the model returned an empty reply)"
+_PEEK_TIMEOUT = 30.0  # the harness's look at a snippet's variables (no tools are called)
 _RETRY_STATUSES = {408, 409, 429}
 _NAME_OK = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # OpenAI's rule for function names
 
@@ -359,6 +360,7 @@ class OpenAiCompatibleBackend:
         """
         failures = 0
         answering = False
+        rechecked = False  # an empty result was shown with the data once
         last_result: str | None = None
         max_rounds = self.params.max_rounds
         for round_no in range(1, max_rounds + 1):
@@ -410,16 +412,40 @@ class OpenAiCompatibleBackend:
                 failures += 1
             else:
                 last_result = text
-            retry = failed and failures < small.MAX_FAILED_SNIPPETS and round_no + 1 < max_rounds
+            more = round_no + 1 < max_rounds  # the last round must be the answer
+            retry = failed and failures < small.MAX_FAILED_SNIPPETS and more
             if failed and not retry:
                 state.metrics.extra["harness_gave_up"] = True
-            messages.append(
-                {
-                    "role": "user",
-                    "content": small.result_message(text, question, failed=failed, retry=retry),
-                }
+            # an empty result is often a filter on a guessed key: one look at the data
+            recheck = small.is_empty_result(text) and not rechecked and more
+            shapes = None
+            if (retry or recheck) and isinstance(code, str):
+                shapes = await self._peek(caller, code, state)
+            recheck = recheck and shapes is not None
+            rechecked = rechecked or recheck
+            reply = small.result_message(
+                text, question, failed=failed, retry=retry or recheck, shapes=shapes, empty=recheck
             )
-            answering = not retry
+            messages.append({"role": "user", "content": reply})
+            answering = not (retry or recheck)
+
+    async def _peek(self, caller: ToolExecutor, code: str, state: _Run) -> str | None:
+        """What the variables a failed (or empty-handed) snippet assigned hold now, as
+        short sketches from the same REPL scope; None when there is nothing to show."""
+        names = small.assigned_names(code)
+        if not names:
+            return None
+        try:
+            async with asyncio.timeout(_PEEK_TIMEOUT):
+                output = await caller.call_tool("run_code", {"code": small.peek_code(names)})
+        except (TimeoutError, ToolTransportError):
+            return None
+        text = "" if output.is_error else small.prints_as_result(output.content)
+        if not text.strip() or text == small.NO_OUTPUT:
+            return None
+        m = state.metrics.extra
+        m["peeks"] = m.get("peeks", 0) + 1
+        return text
 
     def _code_call(self, message: Any, content: str, state: _Run) -> _Call | None:
         """The run_code call in a reply: a real tool call, one written as text, or the

@@ -46,11 +46,14 @@ __all__ = [
     "RETRY_TEMPERATURE",
     "WORKED_EXAMPLE",
     "answer_instruction",
+    "assigned_names",
     "catalog_names",
     "code_message",
     "compact_description",
     "extract_code",
     "is_code_only",
+    "is_empty_result",
+    "peek_code",
     "prints_as_result",
     "recover_arguments",
     "repair_code",
@@ -156,21 +159,108 @@ def answer_instruction(question: str, source: str = "the result above") -> str:
 _RESULT_SHOWN = 6_000  # characters of a result repeated in the answer request
 
 
-def result_message(result: str, question: str, *, failed: bool, retry: bool) -> str:
+def result_message(
+    result: str,
+    question: str,
+    *,
+    failed: bool,
+    retry: bool,
+    shapes: str | None = None,
+    empty: bool = False,
+) -> str:
     """The user message that carries a run_code result back in the code-block protocol.
 
-    A failure that may be retried asks for a corrected block; otherwise the
-    result comes with the request to answer the (repeated) question, so the
-    last thing the model reads is the data and what to do with it.
+    A failure that may be retried asks for a corrected block; an empty result
+    that may be retried lets the model choose between answering and a new
+    block; otherwise the result comes with the request to answer the
+    (repeated) question, so the last thing the model reads is the data and
+    what to do with it. ``shapes`` (from :func:`peek_code`) shows what the
+    snippet's variables really hold: a small model guesses keys, and the
+    traceback alone does not tell it the right ones.
     """
     shown = result if len(result) <= _RESULT_SHOWN else result[:_RESULT_SHOWN] + " …"
+    seen = (
+        f"\n\nWhat your variables hold now (the first item of each list):\n{shapes}"
+        if shapes
+        else ""
+    )
+    q = question.strip()
     if failed and retry:
         return (
-            f"The code failed:\n{shown}\n\nReply with one corrected ```python block "
-            f"that answers my question: {question.strip()}"
+            f"The code failed:\n{shown}{seen}\n\nReply with one corrected ```python block "
+            f"that answers my question: {q}"
+        )
+    if empty and retry:
+        return (
+            f"The code returned {shown}{seen}\n\nIf nothing matches, answer my question in "
+            f"words. Otherwise reply with one corrected ```python block. My question: {q}"
         )
     head = "The code failed" if failed else "The code returned"
     return f"{head}:\n{shown}\n\n{answer_instruction(question)}"
+
+
+def is_empty_result(text: str) -> bool:
+    """Whether run_code returned an empty value (often a filter that matched by mistake)."""
+    return text.startswith("(empty result")
+
+
+def assigned_names(code: str, limit: int = 4) -> list[str]:
+    """The first top-level names a snippet assigns (the data it fetched, usually)."""
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        return []
+    found: list[str] = []
+    for stmt in tree.body:
+        targets: list[ast.expr] = []
+        if isinstance(stmt, ast.Assign):
+            targets = list(stmt.targets)
+        elif isinstance(stmt, ast.AnnAssign | ast.AugAssign):
+            targets = [stmt.target]
+        for target in targets:
+            for node in ast.walk(target):
+                if not isinstance(node, ast.Name) or node.id.startswith("_"):
+                    continue
+                if node.id not in found:
+                    found.append(node.id)
+    return found[:limit]
+
+
+# Monty Python (no globals(), no yield): a one-line sketch of a value with the first
+# item of each list, strings cut short, so the model sees real keys and values.
+_PEEK_SHAPE = """\
+def _peek_shape(x, depth=0):
+    if isinstance(x, dict):
+        if depth >= 7:
+            return '{...}'
+        keys = list(x)
+        parts = [repr(k) + ': ' + _peek_shape(x[k], depth + 1) for k in keys[:15]]
+        if len(keys) > 15:
+            parts.append('...')
+        return '{' + ', '.join(parts) + '}'
+    if isinstance(x, (list, tuple)):
+        if len(x) == 0:
+            return '[]'
+        rest = '' if len(x) == 1 else ', ... ' + str(len(x)) + ' items in all'
+        return '[' + _peek_shape(x[0], depth + 1) + rest + ']'
+    if isinstance(x, str):
+        if len(x) <= 80:
+            return repr(x)
+        return repr(x[:80]) + '... (' + str(len(x)) + ' characters)'
+    return repr(x)
+"""
+_PEEK_ONE = """\
+try:
+    _peek_text = _peek_shape({name})
+    print('{name} = ' + (_peek_text if len(_peek_text) <= 700 else _peek_text[:700] + ' ...'))
+except Exception:
+    pass
+"""
+
+
+def peek_code(names: Iterable[str]) -> str:
+    """A snippet that prints the shape of each named variable (skipping unset ones)."""
+    return _PEEK_SHAPE + "".join(_PEEK_ONE.format(name=n) for n in names)
 
 
 def code_message(code: str) -> str:

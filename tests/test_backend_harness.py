@@ -296,3 +296,36 @@ async def test_direct_mode_runs_tool_calls_the_model_wrote_as_text():
         inner_tools(), [text], request(), tool_mode="direct", harness=False
     )
     assert plain.reply == text
+
+
+async def test_a_failure_shows_what_the_variables_really_hold(code_mode):
+    """A snippet that guessed a key: the retry request shows the fetched data's real shape
+    (first item, keys and values) from the same REPL, so the model can fix the key."""
+    ex, _ = code_mode
+    guess = "pods = await list_pods(namespace='prod')\n[p['state'] for p in pods]"
+    script = [block(guess), block(FILTER), "pod-0, pod-4 and pod-8."]
+    fake, (result,) = await run_script(ex, script, request())
+    retry = fake.requests[1]["messages"][-1]["content"]
+    assert "KeyError" in retry
+    assert "What your variables hold now" in retry
+    assert "pods = [{'metadata': {'name': 'pod-0'}, 'status': {'phase': 'Failed'}}" in retry
+    assert "12 items in all" in retry
+    assert result.metrics.extra["peeks"] == 1
+    assert result.metrics.run_code_calls == 2  # the look is the harness's, not the model's
+
+
+async def test_an_empty_result_is_shown_with_the_data_once(code_mode):
+    """An empty result gets one look at the data and the choice: answer in words or send a
+    corrected block. An answer in words then ends the run."""
+    ex, _ = code_mode
+    empty = (
+        "pods = await list_pods(namespace='prod')\n[p for p in pods if p.get('phase') == 'Failed']"
+    )
+    script = [block(empty), "No pod has failed."]
+    fake, (result,) = await run_script(ex, script, request())
+    recheck = fake.requests[1]["messages"][-1]["content"]
+    assert recheck.startswith("The code returned (empty result")
+    assert "If nothing matches, answer my question in words" in recheck
+    assert "pods = [{'metadata'" in recheck
+    assert fake.requests[1]["stop"] == [CODE_STOP]  # it may still send code
+    assert result.reply == "No pod has failed."

@@ -15,11 +15,13 @@ from daemon.harness import (
     NO_OUTPUT,
     WORKED_EXAMPLE,
     answer_instruction,
+    assigned_names,
     catalog_names,
     code_message,
     compact_description,
     extract_code,
     is_code_only,
+    peek_code,
     prints_as_result,
     recover_arguments,
     repair_code,
@@ -278,3 +280,14 @@ def test_javascript_gets_a_hint_on_its_syntax_error() -> None:
     assert "JavaScript" in hint
     assert retry_hint(js, "NameError: name 'let' is not defined") is None
     assert retry_hint("x = [p for p in pods]\nx", "SyntaxError: invalid syntax") is None
+
+
+def test_assigned_names_are_the_top_level_targets() -> None:
+    """Names a snippet assigns at the top level, in order, without private ones, at most
+    four; code that does not parse has none."""
+    code = "a = 1\nb, c = 2, 3\nx += 1\n_y = 2\nfor i in r:\n    z = 1\ne: int = 5"
+    assert assigned_names(code) == ["a", "b", "c", "x"]
+    assert assigned_names("x = (") == []
+    peek = peek_code(["pods"])
+    assert "_peek_shape(pods)" in peek
+    assert "except Exception" in peek  # an unset name is skipped, not an error
