@@ -358,6 +358,7 @@ class OpenAiCompatibleBackend:
         calls as ``tool_use``/``tool_result`` blocks, as in the plain loop;
         the result messages are harness text and stay out of them.
         """
+        base = len(messages)  # up to the question; each retry replaces what follows
         failures = 0
         answering = False
         rechecked = False  # an empty result was shown with the data once
@@ -395,7 +396,7 @@ class OpenAiCompatibleBackend:
             assistant = self._assistant_record(response, "", [call], choice.finish_reason)
             state.records.append(assistant)
             code = call.arguments.get("code") if call.error is None else None
-            messages.append({"role": "assistant", "content": small.code_message(code or call.raw)})
+            ran = {"role": "assistant", "content": small.code_message(code or call.raw)}
             output = await self._tool_call(caller, names, call, assistant.uuid, state)
             text = output.content if output.content != "" else "(empty result)"
             if not output.is_error:
@@ -426,8 +427,13 @@ class OpenAiCompatibleBackend:
             reply = small.result_message(
                 text, question, failed=failed, retry=retry or recheck, shapes=shapes, empty=recheck
             )
-            messages.append({"role": "user", "content": reply})
             answering = not (retry or recheck)
+            # A retry follows the question alone, with the feedback: shown its failed
+            # code, a small model sends it again verbatim. The answer sees the code.
+            del messages[base:]
+            if answering:
+                messages.append(ran)
+            messages.append({"role": "user", "content": reply})
 
     async def _peek(self, caller: ToolExecutor, code: str, state: _Run) -> str | None:
         """What the variables a failed (or empty-handed) snippet assigned hold now, as

@@ -41,6 +41,7 @@ __all__ = [
     "CODE_STOP",
     "HARNESS_RULES",
     "HARNESS_SYSTEM_PROMPT",
+    "HELPER_NAMES",
     "MAX_FAILED_SNIPPETS",
     "NO_OUTPUT",
     "RETRY_TEMPERATURE",
@@ -88,12 +89,14 @@ How to answer: reply with one ```python block that calls the functions above wit
 that holds the answer. Put each statement on its own line.
 
 Worked example (only an illustration: list_orders is not one of your functions).
-Question: which open orders are over 100, with their totals?
+Question: in store north, which open orders are over 100, with their totals?
 ```python
-orders = await list_orders(status='open')
+orders = await list_orders(store='north', status='open')
 big = [o for o in items(orders) if o['total'] > 100]
 [{'id': o['id'], 'total': o['total']} for o in big]
-```"""
+```
+The question names the store, and asks about orders: so the code lists the orders, \
+passing the store as an argument."""
 
 # Generation stops after the code block's closing fence: what a small model writes
 # after it (explanations, invented results) only costs time.
@@ -170,7 +173,10 @@ def result_message(
 ) -> str:
     """The user message that carries a run_code result back in the code-block protocol.
 
-    A failure that may be retried asks for a corrected block; an empty result
+    It follows the question directly: the failed attempt is not replayed as an
+    assistant turn, since a small model copies its own last code verbatim (it
+    sent the same failing snippet three times, even at temperature 0.7). A
+    failure that may be retried asks for a new block; an empty result
     that may be retried lets the model choose between answering and a new
     block; otherwise the result comes with the request to answer the
     (repeated) question, so the last thing the model reads is the data and
@@ -187,13 +193,14 @@ def result_message(
     q = question.strip()
     if failed and retry:
         return (
-            f"The code failed:\n{shown}{seen}\n\nReply with one corrected ```python block "
-            f"that answers my question: {q}"
+            f"Your last attempt failed:\n{shown}{seen}\n\nWrite a new ```python block that "
+            f"answers my question, using the keys shown above: {q}"
         )
     if empty and retry:
         return (
-            f"The code returned {shown}{seen}\n\nIf nothing matches, answer my question in "
-            f"words. Otherwise reply with one corrected ```python block. My question: {q}"
+            f"Your last attempt returned {shown}{seen}\n\nIf nothing matches, answer my "
+            "question in words. Otherwise write a new ```python block, using the keys shown "
+            f"above. My question: {q}"
         )
     head = "The code failed" if failed else "The code returned"
     return f"{head}:\n{shown}\n\n{answer_instruction(question)}"
@@ -210,6 +217,10 @@ def assigned_names(code: str, limit: int = 4) -> list[str]:
         tree = ast.parse(code)
     except (SyntaxError, ValueError, MemoryError, RecursionError):
         return []
+    return _assigned(tree)[:limit]
+
+
+def _assigned(tree: ast.Module) -> list[str]:
     found: list[str] = []
     for stmt in tree.body:
         targets: list[ast.expr] = []
@@ -223,7 +234,7 @@ def assigned_names(code: str, limit: int = 4) -> list[str]:
                     continue
                 if node.id not in found:
                     found.append(node.id)
-    return found[:limit]
+    return found
 
 
 # Monty Python (no globals(), no yield): a one-line sketch of a value with the first
@@ -435,6 +446,32 @@ def _imports_only(node: ast.AST, names: set[str]) -> bool:
     return isinstance(node, ast.ImportFrom) and all(a.name in names for a in node.names)
 
 
+# The helpers code mode defines in every scope (daemon/code_mode/helpers.py; a test
+# keeps the two equal). Rebinding one is refused before the snippet runs.
+HELPER_NAMES = ("items", "names", "dig", "count_by", "to_json")
+
+
+class _RenameHelpers(ast.NodeTransformer):
+    """``items = items(r)`` → ``items_ = items(r)``: a variable named like a helper is
+    renamed everywhere except where it is called (the call means the helper)."""
+
+    def __init__(self, names: set[str]):
+        self.names = names
+
+    def visit_Call(self, node: ast.Call) -> ast.AST:
+        func = node.func
+        if isinstance(func, ast.Name) and func.id in self.names:
+            node.args = [self.visit(a) for a in node.args]
+            node.keywords = [self.visit(k) for k in node.keywords]
+            return node
+        return self.generic_visit(node)
+
+    def visit_Name(self, node: ast.Name) -> ast.AST:
+        if node.id in self.names:
+            return ast.copy_location(ast.Name(id=node.id + "_", ctx=node.ctx), node)
+        return node
+
+
 def repair_code(code: str, functions: Iterable[str] = ()) -> tuple[str, list[str]]:
     """Fix what small models predictably get wrong; returns ``(code, repairs)``.
 
@@ -464,6 +501,10 @@ def repair_code(code: str, functions: Iterable[str] = ()) -> tuple[str, list[str
     if len(body) != len(tree.body):
         repairs.append("dropped redefinitions or imports of the sandbox functions")
         tree.body = body
+    rebound = {n for n in _assigned(tree) if n in HELPER_NAMES}
+    if rebound:
+        tree = _RenameHelpers(rebound).visit(tree)
+        repairs.append("renamed variables that shadowed helpers: " + ", ".join(sorted(rebound)))
     fixer = _AwaitPrecedence()
     tree = fixer.visit(tree)
     if fixer.changed:

@@ -218,8 +218,10 @@ async def test_a_failed_snippet_is_retried_warmer(code_mode):
     assert [r.get("temperature") for r in fake.requests] == [None, 0.7, 0.7, None]
     assert [r.get("stop") for r in fake.requests] == [[CODE_STOP]] * 3 + [None]
     retry = fake.requests[1]["messages"][-1]["content"]
-    assert retry.startswith("The code failed:\nTraceback")
-    assert "corrected ```python block" in retry
+    assert retry.startswith("Your last attempt failed:\nTraceback")
+    assert "Write a new ```python block" in retry
+    # the failed code is not replayed: a small model would send it again verbatim
+    assert [m["role"] for m in fake.requests[1]["messages"]] == ["system", "user", "user"]
     assert QUESTION in retry
     assert fake.requests[3]["messages"][-1]["content"].startswith("The code returned:")
     assert result.reply == "pod-0, pod-4 and pod-8."
@@ -324,7 +326,7 @@ async def test_an_empty_result_is_shown_with_the_data_once(code_mode):
     script = [block(empty), "No pod has failed."]
     fake, (result,) = await run_script(ex, script, request())
     recheck = fake.requests[1]["messages"][-1]["content"]
-    assert recheck.startswith("The code returned (empty result")
+    assert recheck.startswith("Your last attempt returned (empty result")
     assert "If nothing matches, answer my question in words" in recheck
     assert "pods = [{'metadata'" in recheck
     assert fake.requests[1]["stop"] == [CODE_STOP]  # it may still send code

@@ -10,8 +10,10 @@ import json
 import pytest
 
 from daemon.code_mode import contract
+from daemon.code_mode.helpers import RESERVED_NAMES
 from daemon.harness import (
     HARNESS_RULES,
+    HELPER_NAMES,
     NO_OUTPUT,
     WORKED_EXAMPLE,
     answer_instruction,
@@ -114,9 +116,9 @@ def test_trailing_assignment_becomes_the_result() -> None:
     fixed, repairs = repair_code("total = 0\nfor p in pods:\n    total += p['restarts']")
     assert fixed.endswith("total += p['restarts']")  # a loop last: nothing to add
     assert repairs == []
-    fixed, repairs = repair_code("names = [p['name'] for p in pods]")
-    assert fixed.splitlines()[-1] == "names"
-    assert repairs == ["the assigned name names made the result"]
+    fixed, repairs = repair_code("found = [p['name'] for p in pods]")
+    assert fixed.splitlines()[-1] == "found"
+    assert repairs == ["the assigned name found made the result"]
 
 
 def test_stub_redefinitions_and_imports_of_sandbox_functions_are_dropped() -> None:
@@ -206,8 +208,8 @@ def test_result_messages_ask_for_a_fix_or_for_the_answer() -> None:
     """A retriable failure asks for a corrected block; a result (or the last failure)
     asks for the answer to the repeated question; a long result is shortened."""
     retry = result_message("Traceback: boom", "how many?", failed=True, retry=True)
-    assert retry.startswith("The code failed:\nTraceback: boom\n\n")
-    assert "corrected ```python block" in retry
+    assert retry.startswith("Your last attempt failed:\nTraceback: boom\n\n")
+    assert "Write a new ```python block" in retry
     assert retry.endswith("how many?")
     done = result_message("3", "how many?", failed=False, retry=False)
     assert done.startswith("The code returned:\n3\n\nAnswer my question now")
@@ -291,3 +293,17 @@ def test_assigned_names_are_the_top_level_targets() -> None:
     peek = peek_code(["pods"])
     assert "_peek_shape(pods)" in peek
     assert "except Exception" in peek  # an unset name is skipped, not an error
+
+
+def test_variables_named_like_helpers_are_renamed() -> None:
+    """`items = items(r)` would be refused (it rebinds a helper): the variable becomes
+    items_ everywhere it is read or written, while calls of items() stay the helper's;
+    the harness's list matches code mode's."""
+    code = "r = await f()\nitems = items(r)\nbest = min(items, key=lambda x: x['n'])\nbest"
+    fixed, repairs = repair_code(code)
+    assert fixed.splitlines()[1:3] == [
+        "items_ = items(r)",
+        "best = min(items_, key=lambda x: x['n'])",
+    ]
+    assert repairs == ["renamed variables that shadowed helpers: items"]
+    assert HELPER_NAMES == RESERVED_NAMES
