@@ -402,7 +402,7 @@ class OpenAiCompatibleBackend:
             if not output.is_error:
                 text = small.prints_as_result(text)
             elif isinstance(code, str):
-                hint = small.retry_hint(code, text)
+                hint = small.retry_hint(code, text, functions)
                 text = f"{text}\n{hint}" if hint else text
             self._count(state, output, text, True)
             result = {"type": "tool_result", "tool_use_id": call.id, "content": text}

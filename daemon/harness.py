@@ -33,6 +33,7 @@ on; everything here is text in, text out.
 from __future__ import annotations
 
 import ast
+import difflib
 import json
 import re
 from collections.abc import Iterable
@@ -153,7 +154,7 @@ def answer_instruction(question: str, source: str = "the result above") -> str:
     return (
         f"Answer my question now, using {source}. My question was:\n"
         f"{question.strip()}\n"
-        "Reply in one to three plain sentences that state the names and numbers from the "
+        "Reply in one to three plain sentences that state every name and number from the "
         "result. Do not write code and do not describe the code. If the result is empty, "
         "say that nothing matched; if it is an error, say that you could not find out, and why."
     )
@@ -186,7 +187,8 @@ def result_message(
     """
     shown = result if len(result) <= _RESULT_SHOWN else result[:_RESULT_SHOWN] + " …"
     seen = (
-        f"\n\nWhat your variables hold now (the first item of each list):\n{shapes}"
+        f"\n\nWhat your variables hold now (paths and values; the first item of each "
+        f"list):\n{shapes}"
         if shapes
         else ""
     )
@@ -237,41 +239,42 @@ def _assigned(tree: ast.Module) -> list[str]:
     return found
 
 
-# Monty Python (no globals(), no yield): a one-line sketch of a value with the first
-# item of each list, strings cut short, so the model sees real keys and values.
-_PEEK_SHAPE = """\
-def _peek_shape(x, depth=0):
+# Monty Python (no globals(), no yield). The value is shown as access paths with their
+# values for the first item of each list: `pods['items'][0]['status']['phase'] ==
+# 'Running'`. A small model copies a path it sees exactly; a sketch shaped like a
+# literal it pasted into its code as an assignment (a SyntaxError at "...").
+_PEEK_PATHS = """\
+def _peek_paths(x, path, out, depth=0):
+    if len(out) >= 30 or depth > 8:
+        return
     if isinstance(x, dict):
-        if depth >= 7:
-            return '{...}'
-        keys = list(x)
-        parts = [repr(k) + ': ' + _peek_shape(x[k], depth + 1) for k in keys[:15]]
-        if len(keys) > 15:
-            parts.append('...')
-        return '{' + ', '.join(parts) + '}'
-    if isinstance(x, (list, tuple)):
         if len(x) == 0:
-            return '[]'
-        rest = '' if len(x) == 1 else ', ... ' + str(len(x)) + ' items in all'
-        return '[' + _peek_shape(x[0], depth + 1) + rest + ']'
-    if isinstance(x, str):
-        if len(x) <= 80:
-            return repr(x)
-        return repr(x[:80]) + '... (' + str(len(x)) + ' characters)'
-    return repr(x)
+            out.append(path + ' == {}')
+        for k in list(x)[:20]:
+            _peek_paths(x[k], path + '[' + repr(k) + ']', out, depth + 1)
+    elif isinstance(x, (list, tuple)):
+        out.append('len(' + path + ') == ' + str(len(x)))
+        if len(x) > 0:
+            _peek_paths(x[0], path + '[0]', out, depth + 1)
+    elif isinstance(x, str) and len(x) > 80:
+        out.append(path + '[:80] == ' + repr(x[:80]))
+    else:
+        out.append(path + ' == ' + repr(x))
 """
 _PEEK_ONE = """\
 try:
-    _peek_text = _peek_shape({name})
-    print('{name} = ' + (_peek_text if len(_peek_text) <= 700 else _peek_text[:700] + ' ...'))
+    _peek_out = []
+    _peek_paths({name}, '{name}', _peek_out)
+    print('\\n'.join(_peek_out))
 except Exception:
     pass
 """
 
 
 def peek_code(names: Iterable[str]) -> str:
-    """A snippet that prints the shape of each named variable (skipping unset ones)."""
-    return _PEEK_SHAPE + "".join(_PEEK_ONE.format(name=n) for n in names)
+    """A snippet that prints each named variable's access paths and values (the first
+    item of each list), skipping names the failed snippet never set."""
+    return _PEEK_PATHS + "".join(_PEEK_ONE.format(name=n) for n in names)
 
 
 def code_message(code: str) -> str:
@@ -533,12 +536,26 @@ _JAVASCRIPT = re.compile(
 )
 
 
-def retry_hint(code: str, error: str) -> str | None:
+_UNDEFINED = re.compile(r"NameError: name '(\w+)' is not defined")
+
+
+def retry_hint(code: str, error: str, functions: Iterable[str] = ()) -> str | None:
     """A line to add to an error result that names a mistake the traceback does not.
 
     Seen with a 1.5B model: the same JavaScript snippet sent again and again,
-    since its SyntaxError never says "this is not Python".
+    since its SyntaxError never says "this is not Python"; and invented
+    functions (get_objects, list_nodes) called again after their NameError.
     """
+    known = sorted(set(functions))
+    m = _UNDEFINED.search(error)
+    if m and known and m.group(1) not in known:
+        close = difflib.get_close_matches(m.group(1), known, n=2, cutoff=0.5)
+        nearest = f" (perhaps {' or '.join(close)})" if close else ""
+        return (
+            f"Hint: there is no function {m.group(1)}{nearest}. The functions are: "
+            + ", ".join(known)
+            + "."
+        )
     if "SyntaxError" in error and _JAVASCRIPT.search(code):
         return (
             "Hint: this code is JavaScript, but run_code runs Python 3. Rewrite it in "

@@ -310,8 +310,8 @@ async def test_a_failure_shows_what_the_variables_really_hold(code_mode):
     retry = fake.requests[1]["messages"][-1]["content"]
     assert "KeyError" in retry
     assert "What your variables hold now" in retry
-    assert "pods = [{'metadata': {'name': 'pod-0'}, 'status': {'phase': 'Failed'}}" in retry
-    assert "12 items in all" in retry
+    assert "len(pods) == 12\npods[0]['metadata']['name'] == 'pod-0'\n" in retry
+    assert "pods[0]['status']['phase'] == 'Failed'" in retry
     assert result.metrics.extra["peeks"] == 1
     assert result.metrics.run_code_calls == 2  # the look is the harness's, not the model's
 
@@ -328,6 +328,16 @@ async def test_an_empty_result_is_shown_with_the_data_once(code_mode):
     recheck = fake.requests[1]["messages"][-1]["content"]
     assert recheck.startswith("Your last attempt returned (empty result")
     assert "If nothing matches, answer my question in words" in recheck
-    assert "pods = [{'metadata'" in recheck
+    assert "pods[0]['status']['phase'] == 'Failed'" in recheck
     assert fake.requests[1]["stop"] == [CODE_STOP]  # it may still send code
     assert result.reply == "No pod has failed."
+
+
+async def test_an_invented_function_gets_the_list_of_real_ones(code_mode):
+    """A NameError for a function the catalog does not have names the closest real one
+    and all of them."""
+    ex, _ = code_mode
+    script = [block("pods = await get_pods(namespace='prod')\npods"), block(FILTER), "Three."]
+    fake, _ = await run_script(ex, script, request())
+    retry = fake.requests[1]["messages"][-1]["content"]
+    assert "Hint: there is no function get_pods (perhaps list_pods). The functions are:" in retry

@@ -282,6 +282,14 @@ def test_javascript_gets_a_hint_on_its_syntax_error() -> None:
     assert "JavaScript" in hint
     assert retry_hint(js, "NameError: name 'let' is not defined") is None
     assert retry_hint("x = [p for p in pods]\nx", "SyntaxError: invalid syntax") is None
+    named = retry_hint(
+        "", "NameError: name 'get_objects' is not defined", ["list_objects", "get_object"]
+    )
+    assert named == (
+        "Hint: there is no function get_objects (perhaps get_object or list_objects). "
+        "The functions are: get_object, list_objects."
+    )
+    assert retry_hint("", "NameError: name 'x' is not defined") is None  # no catalog known
 
 
 def test_assigned_names_are_the_top_level_targets() -> None:
@@ -291,7 +299,7 @@ def test_assigned_names_are_the_top_level_targets() -> None:
     assert assigned_names(code) == ["a", "b", "c", "x"]
     assert assigned_names("x = (") == []
     peek = peek_code(["pods"])
-    assert "_peek_shape(pods)" in peek
+    assert "_peek_paths(pods, 'pods', _peek_out)" in peek
     assert "except Exception" in peek  # an unset name is skipped, not an error
 
 
