@@ -13,7 +13,22 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e '.[dev]'
 	touch $(STAMP)
 
+# Without OPENAI_BASE_URL, `asyncai up` serves the bundled local model: install
+# its runtime (llama-cpp-python builds from source, about 9 minutes on 2 cores
+# the first time; pip caches the wheel) and fetch the model (1.1 GB, checked).
+LOCAL_STAMP := $(VENV)/.installed-local
+
+$(LOCAL_STAMP): $(STAMP)
+	@echo "make: installing asyncai[local]: llama-cpp-python builds from source, about 9 minutes on 2 cores the first time"
+	CMAKE_BUILD_PARALLEL_LEVEL=2 CMAKE_ARGS="-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_CURL=OFF" \
+		$(PY) -m pip install -e '.[dev,local]'
+	touch $(LOCAL_STAMP)
+
 up: $(STAMP)
+ifeq ($(strip $(OPENAI_BASE_URL)),)
+	$(MAKE) $(LOCAL_STAMP)
+	$(VENV)/bin/asyncai model fetch
+endif
 	$(VENV)/bin/asyncai up
 
 test: $(STAMP)
@@ -24,5 +39,6 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
+# The fast benchmarks; bench/small_model.py needs a model endpoint (see README).
 bench: $(STAMP)
-	for b in bench/*.py; do $(PY) $$b || exit 1; done
+	for b in bench/code_mode.py bench/channels.py bench/sessions.py; do $(PY) $$b || exit 1; done
