@@ -273,7 +273,7 @@ class OpenAiCompatibleBackend:
         messages.append({"role": "user", "content": user_text})
         state.records.append(_user_record([{"type": "text", "text": prompt_text}]))
         if self.harness and code_mode:
-            functions = small.catalog_names(definitions[0].description)
+            functions = small.catalog_signatures(definitions[0].description)
             await self._code_blocks(state, caller, names, messages, prompt_text, functions)
             return
 
@@ -343,7 +343,7 @@ class OpenAiCompatibleBackend:
         names: dict[str, str],
         messages: list[dict[str, Any]],
         question: str,
-        functions: set[str],
+        functions: dict[str, small.Signature],
     ) -> None:
         """The harness's code-block protocol for small models (code mode).
 
@@ -757,7 +757,7 @@ def _text_calls(content: str, names: dict[str, str], state: _Run) -> list[_Call]
     return calls
 
 
-def _mend_call(call: _Call, functions: set[str], state: _Run) -> None:
+def _mend_call(call: _Call, functions: dict[str, small.Signature], state: _Run) -> None:
     """The harness's repairs of one run_code call, in place: arguments that are not
     valid JSON, then the code (await precedence, a trailing assignment, stubs)."""
     if call.name != "run_code":

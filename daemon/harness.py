@@ -33,6 +33,7 @@ on; everything here is text in, text out.
 from __future__ import annotations
 
 import ast
+import builtins
 import difflib
 import json
 import re
@@ -50,6 +51,7 @@ __all__ = [
     "answer_instruction",
     "assigned_names",
     "catalog_names",
+    "catalog_signatures",
     "code_message",
     "compact_description",
     "extract_code",
@@ -57,6 +59,7 @@ __all__ = [
     "is_empty_result",
     "peek_code",
     "prints_as_result",
+    "readable",
     "recover_arguments",
     "repair_code",
     "result_message",
@@ -138,6 +141,29 @@ def compact_description(description: str) -> str:
     return f"{HARNESS_RULES}\n\n{description[m.start() :].strip()}"
 
 
+Signature = tuple[frozenset[str], frozenset[str]]  # (keyword parameters, required ones)
+_STUB = re.compile(r"^async def (\w+)\((.*)\)\s*(?:->.*)?:\s*$", re.MULTILINE)
+
+
+def catalog_signatures(description: str) -> dict[str, Signature]:
+    """The parameters of each ``async def`` stub a run_code description lists."""
+    found: dict[str, Signature] = {}
+    for m in _STUB.finditer(description):
+        try:
+            tree = ast.parse(f"async def {m.group(1)}({m.group(2)}): ...")
+        except SyntaxError:
+            continue
+        fn = tree.body[0]
+        assert isinstance(fn, ast.AsyncFunctionDef)  # what was parsed
+        a = fn.args
+        params = {x.arg for x in [*a.posonlyargs, *a.args, *a.kwonlyargs]}
+        positional = [*a.posonlyargs, *a.args]
+        required = {x.arg for x in positional[: len(positional) - len(a.defaults)]}
+        required |= {x.arg for x, d in zip(a.kwonlyargs, a.kw_defaults, strict=True) if d is None}
+        found[m.group(1)] = (frozenset(params), frozenset(required))
+    return found
+
+
 def system_prompt(base: str, run_code_description: str, example: str = WORKED_EXAMPLE) -> str:
     """The system message: ``base``, the run_code rules and catalog, then the worked example.
 
@@ -204,8 +230,33 @@ def result_message(
             "question in words. Otherwise write a new ```python block, using the keys shown "
             f"above. My question: {q}"
         )
-    head = "The code failed" if failed else "The code returned"
-    return f"{head}:\n{shown}\n\n{answer_instruction(question)}"
+    if failed:
+        return f"The code failed:\n{shown}\n\n{answer_instruction(question)}"
+    return f"The code returned:\n{readable(shown)}\n\n{answer_instruction(question)}"
+
+
+def readable(result: str, limit: int = 40) -> str:
+    """A JSON list or dict result as one line per item (``- name: a, phase: Failed``):
+    in compact JSON a 1.5B model dropped two of five items from its answer."""
+    try:
+        value = json.loads(result)
+    except ValueError:
+        return result
+
+    def one(v: object) -> str:
+        if isinstance(v, dict):
+            return ", ".join(
+                f"{k}: {one(x) if isinstance(x, dict | list) else x}" for k, x in v.items()
+            )
+        return json.dumps(v, ensure_ascii=False) if isinstance(v, list) else str(v)
+
+    if isinstance(value, list) and 0 < len(value) <= limit:
+        return f"{len(value)} items:\n" + "\n".join(f"- {one(v)}" for v in value)
+    if isinstance(value, dict) and 0 < len(value) <= limit:
+        return "\n".join(
+            f"{k}: {one(v) if isinstance(v, dict | list) else v}" for k, v in value.items()
+        )
+    return result
 
 
 def is_empty_result(text: str) -> bool:
@@ -475,14 +526,86 @@ class _RenameHelpers(ast.NodeTransformer):
         return node
 
 
-def repair_code(code: str, functions: Iterable[str] = ()) -> tuple[str, list[str]]:
+class _KnownFunctions(ast.NodeTransformer):
+    """A call of a function the catalog does not have, with keyword arguments that fit
+    exactly one close catalog name, calls that one: ``get_objects(workspace=...,
+    resource=...)`` → ``list_objects(...)`` (the model called its invention three
+    times in a row, hint or not)."""
+
+    def __init__(self, signatures: dict[str, Signature], local: set[str]):
+        self.signatures = signatures
+        self.local = local
+        self.renamed: list[str] = []
+
+    def visit_Call(self, node: ast.Call) -> ast.AST:
+        self.generic_visit(node)
+        func = node.func
+        if not isinstance(func, ast.Name) or node.args:
+            return node
+        name = func.id
+        if name in self.signatures or name in self.local or hasattr(builtins, name):
+            return node
+        given = {k.arg for k in node.keywords}
+        if None in given:  # **kwargs: cannot tell
+            return node
+        fits = [
+            f
+            for f, (params, required) in self.signatures.items()
+            if required <= given and given <= params
+        ]
+        close = difflib.get_close_matches(name, fits, n=1, cutoff=0.7)
+        if close:
+            node.func = ast.copy_location(ast.Name(id=close[0], ctx=ast.Load()), func)
+            self.renamed.append(f"{name} → {close[0]}")
+        return node
+
+
+class _BoundGet(ast.NodeTransformer):
+    """``key=d.get`` → ``key=lambda k: d[k]``: Monty has no bound ``dict.get`` to pass
+    around (AttributeError), a common ``max(d, key=d.get)``."""
+
+    def __init__(self) -> None:
+        self.changed = False
+
+    def visit_keyword(self, node: ast.keyword) -> ast.AST:
+        self.generic_visit(node)
+        v = node.value
+        if (
+            node.arg == "key"
+            and isinstance(v, ast.Attribute)
+            and v.attr == "get"
+            and isinstance(v.value, ast.Name)
+        ):
+            arg = ast.arguments(
+                posonlyargs=[],
+                args=[ast.arg(arg="_k")],
+                kwonlyargs=[],
+                kw_defaults=[],
+                defaults=[],
+            )
+            body = ast.Subscript(
+                value=ast.Name(id=v.value.id, ctx=ast.Load()),
+                slice=ast.Name(id="_k", ctx=ast.Load()),
+                ctx=ast.Load(),
+            )
+            node.value = ast.Lambda(args=arg, body=body)
+            self.changed = True
+        return node
+
+
+def repair_code(
+    code: str, functions: Iterable[str] | dict[str, Signature] = ()
+) -> tuple[str, list[str]]:
     """Fix what small models predictably get wrong; returns ``(code, repairs)``.
 
     Code that does not parse, or needs no repair, comes back unchanged (so
     the sandbox reports the real error). ``functions`` are the catalog's
-    names: stub redefinitions and imports of them are dropped.
+    names (stub redefinitions and imports of them are dropped), or its
+    :func:`catalog_signatures` (then an invented function whose arguments fit
+    a close catalog one is renamed too).
     """
     names = set(functions)
+    signatures = functions if isinstance(functions, dict) else {}
     try:
         tree = ast.parse(code)
     except (SyntaxError, ValueError, MemoryError, RecursionError):
@@ -493,7 +616,7 @@ def repair_code(code: str, functions: Iterable[str] = ()) -> tuple[str, list[str
             tree = ast.parse(literal)
         except (SyntaxError, ValueError, MemoryError, RecursionError):
             return code, []
-        fixed, repairs = repair_code(literal, names)
+        fixed, repairs = repair_code(literal, functions)
         return fixed, ["literal \\n sequences made newlines", *repairs]
     repairs: list[str] = []
     body = [
@@ -512,6 +635,19 @@ def repair_code(code: str, functions: Iterable[str] = ()) -> tuple[str, list[str
     tree = fixer.visit(tree)
     if fixer.changed:
         repairs.append("await applied to the call, not to its subscript")
+    if signatures:
+        local = set(_assigned(tree)) | set(HELPER_NAMES)
+        local |= {
+            n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)
+        }
+        known = _KnownFunctions(signatures, local)
+        tree = known.visit(tree)
+        if known.renamed:
+            repairs.append("called the catalog function meant: " + ", ".join(known.renamed))
+    getter = _BoundGet()
+    tree = getter.visit(tree)
+    if getter.changed:
+        repairs.append("key=d.get made a lambda")
     if tree.body and isinstance(tree.body[-1], ast.Return) and tree.body[-1].value is not None:
         # `return x` at the top level (a function body habit): x is the result
         tree.body[-1] = ast.Expr(value=tree.body[-1].value)

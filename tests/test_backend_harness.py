@@ -117,7 +117,7 @@ async def test_code_block_protocol_for_the_local_model(code_mode):
     assert second["messages"][-2] == {"role": "assistant", "content": f"```python\n{FILTER}\n```"}
     last = second["messages"][-1]
     assert last["role"] == "user"
-    assert last["content"].startswith('The code returned:\n["pod-0","pod-4","pod-8"]')
+    assert last["content"].startswith("The code returned:\n3 items:\n- pod-0\n- pod-4\n- pod-8")
     assert QUESTION in last["content"]
     assert "Do not write code" in last["content"]
     assert "stop" not in second
@@ -161,7 +161,7 @@ async def test_real_tool_calls_still_run_and_broken_json_is_recovered(code_mode)
     script = [ToolCalls(("run_code", raw)), "Three pods are failing."]
     fake, (result,) = await run_script(ex, script, request())
     assert fake.requests[1]["messages"][-1]["content"].startswith(
-        'The code returned:\n["pod-0","pod-4","pod-8"]'
+        "The code returned:\n3 items:\n- pod-0\n- pod-4\n- pod-8"
     )
     assert inner.calls == [("list_pods", {"namespace": "prod"})]
     code = result.records[1].message["content"][0]["input"]["code"]
@@ -188,7 +188,7 @@ async def test_code_repairs_await_precedence_and_a_trailing_assignment(code_mode
     )
     fake, (result,) = await run_script(ex, [block(code), "Three."], request())
     assert fake.requests[1]["messages"][-1]["content"].startswith(
-        'The code returned:\n["pod-0","pod-4","pod-8"]'
+        "The code returned:\n3 items:\n- pod-0\n- pod-4\n- pod-8"
     )
     assert result.metrics.extra["harness_repairs"] == 2
     ran = result.records[1].message["content"][0]["input"]["code"]
@@ -337,7 +337,8 @@ async def test_an_invented_function_gets_the_list_of_real_ones(code_mode):
     """A NameError for a function the catalog does not have names the closest real one
     and all of them."""
     ex, _ = code_mode
-    script = [block("pods = await get_pods(namespace='prod')\npods"), block(FILTER), "Three."]
+    script = [block("pod = await get_pod(name='pod-0')\npod"), block(FILTER), "Three."]
     fake, _ = await run_script(ex, script, request())
     retry = fake.requests[1]["messages"][-1]["content"]
-    assert "Hint: there is no function get_pods (perhaps list_pods). The functions are:" in retry
+    assert "Hint: there is no function get_pod" in retry
+    assert "The functions are: list_pods." in retry

@@ -19,12 +19,14 @@ from daemon.harness import (
     answer_instruction,
     assigned_names,
     catalog_names,
+    catalog_signatures,
     code_message,
     compact_description,
     extract_code,
     is_code_only,
     peek_code,
     prints_as_result,
+    readable,
     recover_arguments,
     repair_code,
     result_message,
@@ -315,3 +317,56 @@ def test_variables_named_like_helpers_are_renamed() -> None:
     ]
     assert repairs == ["renamed variables that shadowed helpers: items"]
     assert HELPER_NAMES == RESERVED_NAMES
+
+
+CATALOG = (
+    "Available functions:\n\n"
+    "async def list_objects(*, workspace: str, resource: str, namespace: str | None = None)"
+    " -> dict[str, Any]:\n"
+    '    """List objects."""\n'
+    + '''
+
+async def get_object(*, workspace: str, resource: str, name: str) -> dict[str, Any]:
+    """Get one object."""
+'''
+)
+
+
+def test_catalog_signatures_read_the_stubs() -> None:
+    """Each stub's keyword parameters and the required ones."""
+    sigs = catalog_signatures(CATALOG)
+    assert sigs["list_objects"] == (
+        frozenset({"workspace", "resource", "namespace"}),
+        frozenset({"workspace", "resource"}),
+    )
+    assert sigs["get_object"][1] == frozenset({"workspace", "resource", "name"})
+
+
+def test_an_invented_function_becomes_the_catalog_one_its_arguments_fit() -> None:
+    """get_objects(workspace=, resource=) fits list_objects (get_object needs a name);
+    a name close to nothing, or arguments that fit nothing, stay for the NameError."""
+    sigs = catalog_signatures(CATALOG)
+    fixed, repairs = repair_code("p = await get_objects(workspace='w', resource='pods')\np", sigs)
+    assert fixed.startswith("p = await list_objects(workspace='w', resource='pods')")
+    assert repairs == ["called the catalog function meant: get_objects → list_objects"]
+    assert repair_code("n = await list_nodes(workspace='w')\nn", sigs) == (
+        "n = await list_nodes(workspace='w')\nn",
+        [],
+    )
+    assert repair_code("x = sorted([2, 1])\nx", sigs)[1] == []  # builtins are left alone
+
+
+def test_key_d_get_becomes_a_lambda() -> None:
+    """max(d, key=d.get) (Monty has no bound dict.get) becomes key=lambda _k: d[_k]."""
+    fixed, repairs = repair_code("d = {'a': 2}\nmax(d, key=d.get)")
+    assert fixed == "d = {'a': 2}\nmax(d, key=lambda _k: d[_k])"
+    assert repairs == ["key=d.get made a lambda"]
+
+
+def test_results_are_made_readable_for_the_answer() -> None:
+    """A list of dicts becomes one line per item, a dict one line per key; text stays."""
+    rows = '[{"name":"api-2","phase":"Failed"},{"name":"etl-1","phase":"Pending"}]'
+    assert readable(rows) == "2 items:\n- name: api-2, phase: Failed\n- name: etl-1, phase: Pending"
+    assert readable('{"version":"2.7.1","healthy":false}') == "version: 2.7.1\nhealthy: False"
+    assert readable("debug") == "debug"
+    assert readable("[]") == "[]"
