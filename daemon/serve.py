@@ -286,9 +286,6 @@ class Daemon:
         self._stop = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._intake: asyncio.Task[None] | None = None
-        self._scopes: OrderedDict[str, None] = OrderedDict()  # threads with a live REPL scope
-        self._max_scopes = config.code_mode.effective_max_scopes()
-        self._code_mode = config.model.tool_mode == "code"
         self._closed = False
 
     @property
@@ -469,18 +466,14 @@ class Daemon:
         counts = self.runtime.counts() if self.runtime is not None else None
         active = counts.active_runs if counts else 0
         queued = counts.queued_prompts if counts else 0
-        return f"active runs: {active}, queued prompts: {queued}, live scopes: {len(self._scopes)}"
+        # Only the code-mode executor has REPL scopes; a direct-mode one has none.
+        scopes = getattr(self._executor, "live_scopes", 0)
+        return f"active runs: {active}, queued prompts: {queued}, live scopes: {scopes}"
 
     async def _run(self, request: RunRequest) -> RunResult:
-        """One run through the backend, remembering which threads hold a REPL scope."""
+        """One run through the backend."""
         assert self._noted is not None
         self._noted.before_run(request.thread_id, had_earlier_runs=bool(request.history))
-        if self._code_mode:
-            # Mirrors the executor's LRU (the backend asks it for this thread's scope).
-            self._scopes[request.thread_id] = None
-            self._scopes.move_to_end(request.thread_id)
-            while len(self._scopes) > self._max_scopes:
-                self._scopes.popitem(last=False)
         return await self._backend.run(request)
 
 

@@ -149,6 +149,11 @@ class CodeModeToolExecutor(BaseToolExecutor):
         self._touch(thread_id)
         return ThreadScope(self, thread_id)
 
+    @property
+    def live_scopes(self) -> int:
+        """How many thread scopes the LRU holds now (systemd's STATUS= line)."""
+        return len(self._scopes)
+
     def context_note(self, thread_id: str) -> str | None:
         """The note for the thread's next run (the variables note, from the hook)."""
         return hooks.context_note(self._scopes.get(thread_id), evicted=thread_id in self._evicted)
