@@ -1,0 +1,255 @@
+"""The store's two SQLite connections and its transactions; where driver errors become ours.
+
+``StoreConnections`` holds two aiosqlite connections per database file and
+process: one writer, whose writes an ``asyncio.Lock`` serializes so each
+logical change is exactly one transaction (``BEGIN IMMEDIATE`` …
+``COMMIT``, rolled back on any error or cancellation), and one reader
+(``query_only``), which in WAL mode reads beside the writer without waiting
+for it. Other processes (``asyncai audit`` while the daemon runs) open their
+own; ``busy_timeout`` makes them queue briefly for the write lock instead of
+failing.
+
+Durability: WAL with ``synchronous=NORMAL``. A killed process loses nothing
+that was committed; a power cut may lose the last commits, but only as a
+whole and in order, so the channel cursor and the prompts it covers go back
+together and the hub replays what was lost.
+
+Every sqlite3/aiosqlite error leaves through ``driver_errors`` as
+``StoreError`` (or a subclass) with the driver's exception as its
+``__cause__``; a bad timestamp given by a caller leaves through
+``canonical_timestamp`` the same way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sqlite3
+from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager, suppress
+from importlib import metadata
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Self
+
+import aiosqlite
+
+from .errors import StoreClosedError, StoreError
+from .ids import normalize_timestamp
+from .schema import MIGRATIONS, Migration, migrate
+
+__all__ = [
+    "DEFAULT_BUSY_TIMEOUT",
+    "DEFAULT_DB_PATH",
+    "StoreConnections",
+    "canonical_timestamp",
+    "driver_errors",
+]
+
+DEFAULT_DB_PATH = Path(".asyncai/asyncai.db")
+"""Where the daemon keeps its database unless configured otherwise (``[sessions] db``)."""
+
+DEFAULT_BUSY_TIMEOUT = 5.0
+"""Seconds a connection waits for another process's write lock before failing."""
+
+# How long a failed connect's worker thread may take to stop (it has nothing to close).
+_JOIN_TIMEOUT = 5.0
+
+
+def _package_version() -> str:
+    try:
+        return metadata.version("asyncai")
+    except metadata.PackageNotFoundError:
+        return "0+unknown"
+
+
+@contextmanager
+def driver_errors(action: str) -> Iterator[None]:
+    """Turn the driver's exceptions into ours, naming what was being done."""
+    try:
+        yield
+    except sqlite3.Error as exc:
+        raise StoreError(f"{action}: {exc}") from exc
+
+
+def canonical_timestamp(value: str, what: str) -> str:
+    """``value`` as the store's canonical ISO timestamp; ``StoreError`` naming ``what`` if bad."""
+    try:
+        return normalize_timestamp(value)
+    except ValueError as exc:
+        raise StoreError(f"{what}: {exc}") from exc
+
+
+async def _connect_joined(pending: aiosqlite.Connection) -> aiosqlite.Connection:
+    """Await an aiosqlite connect; when it fails, wait for its worker thread to end.
+
+    aiosqlite 0.22 stops the thread of a failed connect without waiting: the
+    thread then reports to the event loop, and when a command exits at once
+    that loop is closed and the thread prints a traceback.
+    """
+    try:
+        return await pending
+    except BaseException:
+        thread = getattr(pending, "_thread", None)
+        if thread is not None and thread.is_alive():
+            with suppress(Exception):
+                await asyncio.to_thread(thread.join, _JOIN_TIMEOUT)
+        raise
+
+
+class StoreConnections:
+    """The writer and reader connections of one database file, and how to use them.
+
+    The lifecycle (``open``, ``aclose``, ``async with``) is public; the
+    plumbing (``_transaction``, ``_statement``, ``_read``) is for the write
+    and read sides built on it (``writer.StoreWriter``,
+    ``queries.StoreQueries``).
+
+    ``cwd`` and ``version`` go into every record's Claude Code envelope
+    (default: the process's working directory and asyncai's version).
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        create: bool = True,
+        busy_timeout: float = DEFAULT_BUSY_TIMEOUT,
+        cwd: str | None = None,
+        version: str | None = None,
+        migrations: Sequence[Migration] = MIGRATIONS,
+    ) -> None:
+        self.path = Path(path)
+        self.create = create
+        self.busy_timeout = busy_timeout
+        self.cwd = cwd if cwd is not None else os.getcwd()
+        self.version = version if version is not None else _package_version()
+        self._migrations = migrations
+        self._writer: aiosqlite.Connection | None = None
+        self._reader: aiosqlite.Connection | None = None
+        self._lock = asyncio.Lock()
+
+    # ---- lifecycle -------------------------------------------------------
+
+    async def open(self) -> Self:
+        """Connect both connections, set the pragmas and migrate. Idempotent."""
+        if self._writer is not None:
+            return self
+        if not self.create and not self.path.exists():
+            raise StoreError(f"no database at {self.path}")
+        if self.create:
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise StoreError(f"cannot create the directory of {self.path}: {exc}") from exc
+        try:
+            self._writer = await self._connect()
+            with driver_errors(f"opening {self.path}"):
+                mode = await self._scalar(self._writer, "PRAGMA journal_mode = WAL")
+                if str(mode).lower() != "wal":
+                    raise StoreError(f"{self.path}: cannot use WAL (journal_mode is {mode})")
+                await self._writer.execute("PRAGMA synchronous = NORMAL")
+            await migrate(self._writer, self._migrations)
+            self._reader = await self._connect()
+            with driver_errors(f"opening {self.path}"):
+                await self._reader.execute("PRAGMA query_only = ON")
+        except BaseException:
+            await self._close_connections()
+            raise
+        return self
+
+    async def _connect(self) -> aiosqlite.Connection:
+        with driver_errors(f"opening {self.path}"):
+            db = await _connect_joined(
+                aiosqlite.connect(self.path, isolation_level=None, timeout=self.busy_timeout)
+            )
+            try:
+                await db.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
+                await db.execute("PRAGMA foreign_keys = ON")
+                # a file that is not SQLite fails here, not at the first query
+                await db.execute_fetchall("SELECT count(*) FROM sqlite_master")
+            except BaseException:
+                await db.close()
+                raise
+            return db
+
+    async def aclose(self) -> None:
+        """Wait for the write in progress, then close both connections. Idempotent."""
+        async with self._lock:
+            await self._close_connections()
+
+    async def _close_connections(self) -> None:
+        writer, reader = self._writer, self._reader
+        self._writer = self._reader = None
+        for db in (reader, writer):
+            if db is not None:
+                with driver_errors(f"closing {self.path}"):
+                    await db.close()
+
+    async def __aenter__(self) -> Self:
+        return await self.open()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    # ---- plumbing --------------------------------------------------------
+
+    @staticmethod
+    async def _scalar(db: aiosqlite.Connection, sql: str, params: Sequence[Any] = ()) -> Any:
+        rows = list(await db.execute_fetchall(sql, params))
+        return rows[0][0] if rows else None
+
+    @asynccontextmanager
+    async def _transaction(self, action: str) -> AsyncIterator[aiosqlite.Connection]:
+        """One write transaction on the writer, serialized with every other write.
+
+        Rolled back on any exception, cancellation included. aiosqlite runs
+        each connection's calls in order on one thread, so a rollback queued
+        after a cancelled statement still runs after it and before the next
+        writer's ``BEGIN``.
+        """
+        async with self._lock:
+            db = self._writer
+            if db is None:
+                raise StoreClosedError(f"the store {self.path} is not open")
+            try:
+                with driver_errors(action):
+                    await db.execute("BEGIN IMMEDIATE")
+                    yield db
+                    await db.commit()
+            except BaseException:
+                with suppress(sqlite3.Error):
+                    await asyncio.shield(db.rollback())
+                raise
+
+    @asynccontextmanager
+    async def _statement(self, action: str) -> AsyncIterator[aiosqlite.Connection]:
+        """The writer for ONE statement, serialized with every other write.
+
+        In autocommit mode a single statement is its own transaction, so a
+        change that is one statement skips the BEGIN/COMMIT round trips
+        (a third of the cost of a one-row write).
+        """
+        async with self._lock:
+            db = self._writer
+            if db is None:
+                raise StoreClosedError(f"the store {self.path} is not open")
+            with driver_errors(action):
+                yield db
+
+    async def _read(self, action: str, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
+        """All rows of one query on the reader, which never waits for the writer."""
+        db = self._reader
+        if db is None:
+            raise StoreClosedError(f"the store {self.path} is not open")
+        with driver_errors(action):
+            return list(await db.execute_fetchall(sql, params))
+
+    async def _scalar_read(self, action: str, sql: str, params: Sequence[Any]) -> Any:
+        rows = await self._read(action, sql, params)
+        return rows[0][0] if rows else None

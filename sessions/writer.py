@@ -1,0 +1,323 @@
+"""The write side of the store: prompts, runs, tool calls and cursors.
+
+``StoreWriter`` adds every change to ``StoreConnections``: recording and
+claiming prompts, starting and finishing runs, committing the nested-call
+audit row by row, recovering after a restart and advancing channel
+cursors. Each public method is exactly one transaction (or one
+autocommitted statement) on the writer connection.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import aiosqlite
+
+from .connection import StoreConnections, canonical_timestamp
+from .errors import StoreError
+from .ids import now_iso, session_id, thread_key
+from .model import PromptStatus, Record, RunMetrics, ToolCallRow
+
+__all__ = ["PROMPT_STATUSES", "RUN_STATUSES", "StoreWriter"]
+
+PROMPT_STATUSES: tuple[PromptStatus, ...] = ("queued", "running", "done", "failed")
+RUN_STATUSES = ("running", "done", "failed", "interrupted")
+
+
+def _dumps(value: Any) -> str:
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        # A lone surrogate (json.loads lets "\ud800" through from a model or a
+        # tool) cannot be stored as UTF-8; JSON escapes keep it exactly.
+        return json.dumps(value, ensure_ascii=True, separators=(",", ":"))
+    return text
+
+
+class StoreWriter(StoreConnections):
+    """Every write the store makes, each one transaction on the serialized writer."""
+
+    async def _ensure_thread(self, db: aiosqlite.Connection, channel: str, thread_id: str) -> str:
+        key = thread_key(channel, thread_id)
+        now = now_iso()
+        await db.execute(
+            "INSERT INTO threads (id, channel, thread_id, session_id, created, last_active)"
+            " VALUES (?, ?, ?, ?, ?, ?)"
+            " ON CONFLICT (id) DO UPDATE SET last_active = excluded.last_active",
+            (key, channel, thread_id, session_id(channel, thread_id), now, now),
+        )
+        return key
+
+    # ---- prompts ---------------------------------------------------------
+
+    async def record_prompt(
+        self,
+        channel: str,
+        thread_id: str,
+        message_id: str,
+        sender: str,
+        text: str,
+        ts: str,
+        *,
+        advance_cursor: bool = False,
+    ) -> bool:
+        """Store an inbound prompt as ``queued``; False when this message id is already stored.
+
+        Idempotent by the channel's message id, so a replayed message is
+        never queued twice. With ``advance_cursor`` the channel's cursor
+        moves to ``message_id`` in the same transaction (never backwards).
+        """
+        ts = canonical_timestamp(ts, f"prompt {message_id} ts")
+        async with self._transaction(f"recording prompt {message_id}") as db:
+            if await self._scalar(db, "SELECT 1 FROM prompts WHERE id = ?", (message_id,)):
+                new = False
+            else:
+                key = await self._ensure_thread(db, channel, thread_id)
+                now = now_iso()
+                await db.execute(
+                    "INSERT INTO prompts (id, thread, sender, text, ts, received, status, updated)"
+                    " VALUES (?, ?, ?, ?, ?, ?, 'queued', ?)",
+                    (message_id, key, sender, text, ts, now, now),
+                )
+                new = True
+            if advance_cursor:
+                await self._advance_cursor(db, channel, message_id)
+            return new
+
+    async def claim_prompts(self, ids: Iterable[str], run_id: str) -> int:
+        """Mark prompts ``running`` under ``run_id`` (which must be started); return how many.
+
+        Prompts already ``done`` are left alone: a prompt is answered once.
+        """
+        async with self._transaction(f"claiming prompts for run {run_id}") as db:
+            return await self._claim(db, list(ids), run_id)
+
+    @staticmethod
+    async def _claim(db: aiosqlite.Connection, ids: list[str], run_id: str) -> int:
+        now = now_iso()
+        cursor = await db.executemany(
+            "UPDATE prompts SET status = 'running', run_id = ?, updated = ?"
+            " WHERE id = ? AND status != 'done'",
+            [(run_id, now, prompt_id) for prompt_id in ids],
+        )
+        return cursor.rowcount
+
+    async def mark_prompts(self, ids: Iterable[str], status: PromptStatus) -> int:
+        """Set the status of these prompts; return how many exist."""
+        if status not in PROMPT_STATUSES:
+            raise StoreError(f"unknown prompt status {status!r}")
+        async with self._transaction(f"marking prompts {status}") as db:
+            return await self._mark(db, list(ids), status)
+
+    @staticmethod
+    async def _mark(db: aiosqlite.Connection, ids: list[str], status: str) -> int:
+        now = now_iso()
+        cursor = await db.executemany(
+            "UPDATE prompts SET status = ?, updated = ? WHERE id = ?",
+            [(status, now, prompt_id) for prompt_id in ids],
+        )
+        return cursor.rowcount
+
+    async def requeue_prompts(self, ids: Iterable[str]) -> int:
+        """Put unfinished prompts back to ``queued`` with no run (a run was cancelled)."""
+        now = now_iso()
+        async with self._transaction("requeueing prompts") as db:
+            cursor = await db.executemany(
+                "UPDATE prompts SET status = 'queued', run_id = NULL, updated = ?"
+                " WHERE id = ? AND status != 'done'",
+                [(now, prompt_id) for prompt_id in ids],
+            )
+            return cursor.rowcount
+
+    async def recover(self, error: str = "the daemon stopped before the run ended") -> list[str]:
+        """After a restart: close runs left ``running`` as ``interrupted`` and requeue
+        their unfinished prompts. Returns the interrupted run ids.
+
+        Call once at start-up, before any run starts, then read
+        ``pending_prompts()``.
+        """
+        now = now_iso()
+        async with self._transaction("recovering interrupted runs") as db:
+            runs = [
+                row[0]
+                for row in await db.execute_fetchall(
+                    "SELECT id FROM runs WHERE status = 'running' ORDER BY started"
+                )
+            ]
+            await db.execute(
+                "UPDATE runs SET status = 'interrupted', finished = ?, error = ?"
+                " WHERE status = 'running'",
+                (now, error),
+            )
+            await db.execute(
+                "UPDATE prompts SET status = 'queued', run_id = NULL, updated = ?"
+                " WHERE status = 'running'",
+                (now,),
+            )
+            return runs
+
+    # ---- runs ------------------------------------------------------------
+
+    async def start_run(
+        self, run_id: str, channel: str, thread_id: str, prompt_ids: Iterable[str] = ()
+    ) -> None:
+        """Write the run row (status ``running``) and claim ``prompt_ids`` for it, at once."""
+        ids = list(prompt_ids)
+        async with self._transaction(f"starting run {run_id}") as db:
+            key = await self._ensure_thread(db, channel, thread_id)
+            await db.execute(
+                "INSERT INTO runs (id, thread, started, status) VALUES (?, ?, ?, 'running')",
+                (run_id, key, now_iso()),
+            )
+            if ids:
+                await self._claim(db, ids, run_id)
+
+    async def add_tool_call(self, row: ToolCallRow) -> int:
+        """Commit one nested call's audit row now (it survives a crash mid-run); return its id.
+
+        The thread is taken from the run row, which must exist.
+        """
+        started = canonical_timestamp(row.started, f"tool call {row.tool} started")
+        arguments = _dumps(row.arguments)
+        async with self._statement(f"adding tool call {row.tool} of run {row.run_id}") as db:
+            cursor = await db.execute(
+                "INSERT INTO tool_calls (run_id, thread, record_uuid, tool, arguments, is_error,"
+                " bytes, mutating, started, duration_ms)"
+                " SELECT id, thread, ?, ?, ?, ?, ?, ?, ?, ? FROM runs WHERE id = ?",
+                (
+                    row.record_uuid,
+                    row.tool,
+                    arguments,
+                    int(row.is_error),
+                    int(row.bytes),
+                    int(row.mutating),
+                    started,
+                    float(row.duration_ms),
+                    row.run_id,
+                ),
+            )
+        if cursor.rowcount != 1:
+            raise StoreError(f"tool call {row.tool}: no run {row.run_id!r} (start it first)")
+        return int(cursor.lastrowid or 0)
+
+    async def finish_run(
+        self,
+        run_id: str,
+        status: str,
+        records: Sequence[Record],
+        metrics: RunMetrics,
+        prompt_ids: Iterable[str],
+        prompt_status: PromptStatus,
+        error: str | None = None,
+    ) -> None:
+        """Store a run's records, metrics, status and its prompts' status in ONE transaction.
+
+        Records are chained in the order given: the first one's
+        ``parentUuid`` is the thread's last record, each next one's the
+        record before it. On any failure nothing of this call lands; the
+        tool-call rows committed during the run stay.
+        """
+        if status not in RUN_STATUSES or status == "running":
+            raise StoreError(f"a run cannot finish as {status!r}")
+        if prompt_status not in PROMPT_STATUSES:
+            raise StoreError(f"unknown prompt status {prompt_status!r}")
+        # Serialize before taking the lock: a value that is not JSON fails here, cheaply.
+        prepared = [
+            (
+                record.uuid,
+                record.type,
+                canonical_timestamp(record.timestamp, f"record {record.uuid} timestamp"),
+                _dumps(record.message),
+                None if record.tool_use_result is None else _dumps(record.tool_use_result),
+            )
+            for record in records
+        ]
+        extra = _dumps(metrics.extra) if metrics.extra else None
+        ids = list(prompt_ids)
+        now = now_iso()
+        async with self._transaction(f"finishing run {run_id}") as db:
+            found = list(
+                await db.execute_fetchall(
+                    "SELECT r.thread, th.session_id FROM runs r"
+                    " JOIN threads th ON th.id = r.thread WHERE r.id = ?",
+                    (run_id,),
+                )
+            )
+            if not found:
+                raise StoreError(f"finishing run {run_id}: no such run (start it first)")
+            key, session = found[0]
+            parent = await self._scalar(
+                db,
+                "SELECT uuid FROM records WHERE thread = ? ORDER BY seq DESC LIMIT 1",
+                (key,),
+            )
+            rows = []
+            for uuid, kind, timestamp, message, tool_use_result in prepared:
+                rows.append(
+                    (
+                        uuid,
+                        parent,
+                        key,
+                        session,
+                        run_id,
+                        kind,
+                        timestamp,
+                        message,
+                        tool_use_result,
+                        self.cwd,
+                        self.version,
+                    )
+                )
+                parent = uuid
+            await db.executemany(
+                "INSERT INTO records (uuid, parent_uuid, thread, session_id, run_id, type,"
+                " timestamp, message, tool_use_result, cwd, version)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                rows,
+            )
+            await db.execute(
+                "UPDATE runs SET finished = ?, status = ?, rounds = ?, run_code_calls = ?,"
+                " nested_calls = ?, bytes_in = ?, bytes_out = ?, final_round_forced = ?,"
+                " prompt_tokens = ?, completion_tokens = ?, extra = ?, error = ? WHERE id = ?",
+                (
+                    now,
+                    status,
+                    metrics.rounds,
+                    metrics.run_code_calls,
+                    metrics.nested_calls,
+                    metrics.bytes_in,
+                    metrics.bytes_out,
+                    int(metrics.final_round_forced),
+                    metrics.prompt_tokens,
+                    metrics.completion_tokens,
+                    extra,
+                    error,
+                    run_id,
+                ),
+            )
+            await self._mark(db, ids, prompt_status)
+            await db.execute("UPDATE threads SET last_active = ? WHERE id = ?", (now, key))
+
+    # ---- cursors ---------------------------------------------------------
+
+    async def set_cursor(self, channel: str, message_id: str) -> bool:
+        """Advance the channel's cursor to ``message_id``; False when that would move it back.
+
+        Message ids are sortable (ULID-style), so "back" is text order.
+        """
+        async with self._statement(f"setting the cursor of {channel}") as db:
+            return await self._advance_cursor(db, channel, message_id)
+
+    @staticmethod
+    async def _advance_cursor(db: aiosqlite.Connection, channel: str, message_id: str) -> bool:
+        cursor = await db.execute(
+            "INSERT INTO cursors (channel, message_id, updated) VALUES (?, ?, ?)"
+            " ON CONFLICT (channel) DO UPDATE"
+            " SET message_id = excluded.message_id, updated = excluded.updated"
+            " WHERE excluded.message_id > cursors.message_id",
+            (channel, message_id, now_iso()),
+        )
+        return cursor.rowcount == 1
