@@ -188,9 +188,12 @@ async def migrate(
                     "CREATE TABLE IF NOT EXISTS schema_migrations ("
                     " version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied TEXT NOT NULL)"
                 )
-                recorded = dict(
-                    await db.execute_fetchall("SELECT version, name FROM schema_migrations")
-                )
+                recorded: dict[int, str] = {
+                    version: name
+                    for version, name in await db.execute_fetchall(
+                        "SELECT version, name FROM schema_migrations"
+                    )
+                }
                 for migration in migrations[:current]:
                     if recorded.get(migration.version) != migration.name:
                         raise MigrationError(
