@@ -7,6 +7,7 @@ import os
 import signal
 import sqlite3
 import sys
+from contextlib import closing
 from pathlib import Path
 
 from sessions import Store
@@ -60,7 +61,7 @@ async def test_sigkill_while_writing_leaves_a_sound_database(tmp_path: Path):
 
     async with Store(path) as store:
         assert await store.integrity_check() == "ok"
-    with sqlite3.connect(path) as db:
+    with closing(sqlite3.connect(path)) as db:
         assert db.execute("PRAGMA foreign_key_check").fetchall() == []
         done = db.execute("SELECT count(*) FROM runs WHERE status = 'done'").fetchone()[0]
         assert done >= 20

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import uuid
+from contextlib import closing
 from pathlib import Path
 
 import aiosqlite
@@ -38,7 +39,7 @@ async def store(tmp_path: Path):
 
 def raw(path: Path, sql: str, params: tuple = ()) -> list[tuple]:
     """Read with a separate, plain sqlite3 connection: sees only what was committed."""
-    with sqlite3.connect(path) as db:
+    with closing(sqlite3.connect(path)) as db:
         return db.execute(sql, params).fetchall()
 
 
@@ -107,7 +108,7 @@ async def test_newer_database_is_refused(tmp_path: Path):
     path = tmp_path / "a.db"
     async with Store(path):
         pass
-    with sqlite3.connect(path) as db:
+    with closing(sqlite3.connect(path)) as db, db:  # closed, and committed first
         db.execute("PRAGMA user_version = 99")
     with pytest.raises(MigrationError, match="newer"):
         await Store(path).open()
