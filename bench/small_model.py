@@ -52,8 +52,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from daemon.code_mode import CodeModeLimits, CodeModeToolExecutor
 from daemon.config import ModelConfig
 from daemon.logging import configure_logging
-from daemon.mcp_client import McpToolExecutor
-from daemon.runs import Prompt, RunRequest
+from daemon.mcp.executor import McpToolExecutor
+from daemon.runtime.runs import Prompt, RunRequest
 
 ROOT = Path(__file__).resolve().parents[1]
 FAKES = ROOT / "tests" / "fakes"
@@ -522,7 +522,7 @@ async def run_mode(
     report: Callable[[str], None],
 ) -> dict[str, Outcome]:
     """Every question of ``suite`` once, each in a fresh thread, in ``mode``."""
-    from daemon.backend import OpenAiCompatibleBackend
+    from daemon.model.backend import OpenAiCompatibleBackend
 
     inner = McpToolExecutor(env.servers, call_timeout=60.0)
     executor = inner if mode == "direct" else CodeModeToolExecutor(inner, CodeModeLimits())

@@ -295,7 +295,7 @@ async def test_ask_runs_http_get_through_run_code(tmp_path: Path):
 
 async def test_ask_returns_the_run_code_transcript(here: Path):
     """The records of that run: a run_code tool_use, its tool_result with the audit, the reply."""
-    from daemon.ask import ask
+    from daemon.cli.ask import ask
     from daemon.config import load_config
 
     async with StaticHttp(RELEASES) as http:

@@ -19,16 +19,16 @@ from typing import Any
 
 import pytest
 
-from daemon.backend import (
+from daemon.config import Config, ModelConfig, RuntimeConfig
+from daemon.errors import ConfigError
+from daemon.logging import REDACTED, configure_logging, reset_logging
+from daemon.model.backend import (
     CODE_MODE_SYSTEM_PROMPT,
     DIRECT_SYSTEM_PROMPT,
     FINAL_ROUND_PROMPT,
     OpenAiCompatibleBackend,
 )
-from daemon.config import Config, ModelConfig, RuntimeConfig
-from daemon.errors import ConfigError
-from daemon.logging import REDACTED, configure_logging, reset_logging
-from daemon.runs import HistoryTurn, Prompt, RunRequest, ToolUseContext, current_tool_use
+from daemon.runtime.runs import HistoryTurn, Prompt, RunRequest, ToolUseContext, current_tool_use
 from daemon.tools import BaseToolExecutor, ToolCallOutput, ToolDefinition, ToolTransportError
 from tests.fakes.executor import FakeToolExecutor
 from tests.fakes.fake_openai import Error, FakeOpenAI, Hold, Reply, ToolCalls

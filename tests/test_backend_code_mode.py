@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 
-from daemon.backend import OpenAiCompatibleBackend
 from daemon.code_mode import CodeModeLimits, CodeModeToolExecutor
 from daemon.config import ModelConfig
 from daemon.logging import configure_logging, reset_logging
-from daemon.runs import Prompt, RunRequest, current_tool_use
+from daemon.model.backend import OpenAiCompatibleBackend
+from daemon.runtime.runs import Prompt, RunRequest, current_tool_use
 from tests.fakes.executor import FakeToolExecutor
 from tests.fakes.fake_openai import FakeOpenAI, ToolCalls
 

@@ -16,11 +16,11 @@ from typing import Any
 
 import pytest
 
-from daemon.backend import FINAL_ROUND_PROMPT, OpenAiCompatibleBackend
 from daemon.code_mode import CodeModeLimits, CodeModeToolExecutor
 from daemon.config import ModelConfig
-from daemon.harness import CODE_STOP, HARNESS_RULES, WORKED_EXAMPLE
-from daemon.runs import Prompt, RunRequest
+from daemon.model.backend import FINAL_ROUND_PROMPT, OpenAiCompatibleBackend
+from daemon.model.harness import CODE_STOP, HARNESS_RULES, WORKED_EXAMPLE
+from daemon.runtime.runs import Prompt, RunRequest
 from tests.fakes.executor import FakeToolExecutor
 from tests.fakes.fake_openai import FakeOpenAI, Reply, ToolCalls
 

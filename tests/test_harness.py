@@ -11,7 +11,7 @@ import pytest
 
 from daemon.code_mode import contract
 from daemon.code_mode.helpers import RESERVED_NAMES
-from daemon.harness import (
+from daemon.model.harness import (
     HARNESS_RULES,
     HELPER_NAMES,
     NO_OUTPUT,

@@ -24,8 +24,8 @@ from mcp import types as mcp_types
 from structlog.testing import capture_logs
 
 from daemon.errors import ConfigError, ToolTransportError
-from daemon.mcp_client import McpToolExecutor, ServerSpec, call_output
-from daemon.mcp_stdio import BASE_ENV_VARS, minimal_environment
+from daemon.mcp.executor import McpToolExecutor, ServerSpec, call_output
+from daemon.mcp.stdio import BASE_ENV_VARS, minimal_environment
 
 FAKES = Path(__file__).parent / "fakes"
 TEST_SERVER = str(FAKES / "mcp_test_server.py")

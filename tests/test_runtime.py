@@ -15,8 +15,8 @@ import pytest
 from structlog.testing import capture_logs
 
 from daemon.errors import BackendError
-from daemon.runs import HistoryTurn, RunRequest, RunResult
-from daemon.runtime import (
+from daemon.runtime.runs import HistoryTurn, RunRequest, RunResult
+from daemon.runtime.scheduler import (
     InboundMessage,
     PromptStatus,
     RecordOutcome,

@@ -12,9 +12,9 @@ import uuid
 
 import pytest
 
-from daemon.runs import RunRequest, RunResult
-from daemon.runtime import Runtime, RuntimeOptions
-from daemon.runtime_store import SessionsRuntimeStore
+from daemon.runtime.runs import RunRequest, RunResult
+from daemon.runtime.scheduler import Runtime, RuntimeOptions
+from daemon.runtime.store import SessionsRuntimeStore
 from sessions.ids import now_iso
 from sessions.model import Record
 from sessions.store import Store

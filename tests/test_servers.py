@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from daemon.mcp_client import McpToolExecutor
+from daemon.mcp.executor import McpToolExecutor
 
 FAKES = Path(__file__).parent / "fakes"
 FIXTURES = FAKES / "kcp_fixtures"

@@ -1,14 +1,14 @@
 """The runtime's store protocol over the sessions ``Store``.
 
-``daemon.runtime`` speaks in inbound messages and run results;
+``daemon.runtime.scheduler`` speaks in inbound messages and run results;
 ``sessions.store.Store`` (which may not import daemon/) speaks in rows. This
 adapter is the whole translation, so neither side bends to the other.
 """
 
 from __future__ import annotations
 
-from daemon.runs import HistoryTurn, RunResult
-from daemon.runtime import InboundMessage, PromptStatus, RecordOutcome
+from daemon.runtime.runs import HistoryTurn, RunResult
+from daemon.runtime.scheduler import InboundMessage, PromptStatus, RecordOutcome
 from sessions.errors import ThreadLookupError
 from sessions.ids import now_iso
 from sessions.store import Store

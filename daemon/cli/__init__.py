@@ -9,17 +9,16 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import sys
 from collections.abc import Sequence
 
 __all__ = ["main"]
 
 # module paths whose ``register(subparsers)`` adds subcommands, in --help order
 COMMANDS: list[str] = [
-    "daemon.up",
-    "daemon.ask",
-    "daemon.serve",
-    "daemon.local_model",
+    "daemon.cli.up",
+    "daemon.cli.ask",
+    "daemon.cli.serve",
+    "daemon.cli.model",
     "sessions.cli",
 ]
 
@@ -47,5 +46,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     return int(func(args) or 0)
 
 
-if __name__ == "__main__":
-    sys.exit(main())

@@ -2,7 +2,7 @@
 
 Builds the configured executor (MCP servers from the config and
 ``--mcp-stdio``, wrapped in code mode unless ``tool_mode = "direct"``), runs
-one :class:`~daemon.runs.RunRequest` and prints the reply. Logs go to stderr
+one :class:`~daemon.runtime.runs.RunRequest` and prints the reply. Logs go to stderr
 as NDJSON (``--verbose`` adds the model and tool call events).
 
 Exit status: 0 with a reply; 1 when the run failed (endpoint unreachable,
@@ -22,7 +22,7 @@ import uuid
 from daemon.config import Config, add_config_arguments, load_config, overrides_from_args
 from daemon.errors import AsyncaiError, ConfigError
 from daemon.logging import configure_logging
-from daemon.runs import Prompt, RunRequest, RunResult
+from daemon.runtime.runs import Prompt, RunRequest, RunResult
 
 __all__ = ["ask", "register"]
 
@@ -71,7 +71,11 @@ async def ask(config: Config, prompt: str) -> RunResult:
     Unlike the daemon, which answers with the servers that did start, ``ask``
     fails when a server it was given cannot start: the user asked for it.
     """
-    from daemon.backend import OpenAiCompatibleBackend, build_mcp_executor, build_tool_executor
+    from daemon.model.backend import (
+        OpenAiCompatibleBackend,
+        build_mcp_executor,
+        build_tool_executor,
+    )
 
     inner = build_mcp_executor(config)
     executor = build_tool_executor(config, inner=inner)

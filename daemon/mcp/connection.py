@@ -27,8 +27,8 @@ from mcp import ClientSession, MCPError
 from mcp import types as mcp_types
 
 from daemon.errors import ToolTransportError
+from daemon.mcp.stdio import StdioProcess, minimal_environment
 from daemon.mcp_spec import ServerSpec
-from daemon.mcp_stdio import StdioProcess, minimal_environment
 
 __all__ = ["Backoff", "ServerConnection", "default_backoff"]
 

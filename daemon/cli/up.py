@@ -35,6 +35,7 @@ from typing import Any, TextIO, TypeVar
 import structlog
 
 from channels.hub import Hub
+from daemon.cli.serve import Daemon
 from daemon.config import (
     Config,
     McpServerConfig,
@@ -44,7 +45,6 @@ from daemon.config import (
     overrides_from_args,
 )
 from daemon.errors import ConfigError
-from daemon.serve import Daemon
 
 __all__ = ["CHANNEL", "ModelEndpoint", "probe_endpoint", "register", "up"]
 
@@ -292,12 +292,12 @@ async def probe_endpoint(model: ModelConfig, seconds: float = PROBE_TIMEOUT) -> 
 
 
 async def _start_local_model(stack: contextlib.AsyncExitStack, state_dir: Path) -> ModelEndpoint:
-    from daemon.local_model_errors import (
+    from daemon.local_model.errors import (
         LocalModelError,
         ModelNotFetchedError,
         ServerNotInstalledError,
     )
-    from daemon.local_model_server import LocalModelServer
+    from daemon.local_model.server import LocalModelServer
 
     try:
         server = LocalModelServer.default(log_path=state_dir / "local-model.log")

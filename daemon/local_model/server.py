@@ -32,12 +32,12 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Self
 
-from daemon.local_model_errors import (
+from daemon.local_model.errors import (
     LocalModelServerError,
     ModelNotFetchedError,
     ServerNotInstalledError,
 )
-from daemon.local_model_fetch import DEFAULT_MODEL, model_is_fetched, model_path
+from daemon.local_model.fetch import DEFAULT_MODEL, model_is_fetched, model_path
 
 __all__ = ["INSTALL_HINT", "LocalModelServer"]
 

@@ -49,12 +49,12 @@ from typing import TYPE_CHECKING, Any
 import openai
 import structlog
 
-from daemon import harness as small
 from daemon.config import Config, ModelConfig
 from daemon.errors import AsyncaiError, BackendError, ToolTransportError
-from daemon.local_model_fetch import DEFAULT_MODEL
+from daemon.local_model.fetch import DEFAULT_MODEL
 from daemon.logging import log_content, register_secret
-from daemon.runs import RunRequest, RunResult, ToolUseContext, current_tool_use
+from daemon.model import harness as small
+from daemon.runtime.runs import RunRequest, RunResult, ToolUseContext, current_tool_use
 from daemon.tools import ToolCallOutput, ToolDefinition, ToolExecutor
 from sessions.model import Record, RunMetrics
 
@@ -351,8 +351,8 @@ class OpenAiCompatibleBackend:
         request: forced JSON tool calls drove a 1.5B model to one-line
         JavaScript); the harness mends and runs it as a ``run_code`` call and
         answers with a user message that carries the result. A failure asks
-        for a corrected block (at :data:`~daemon.harness.RETRY_TEMPERATURE`,
-        at most :data:`~daemon.harness.MAX_FAILED_SNIPPETS` times); a good
+        for a corrected block (at :data:`~daemon.model.harness.RETRY_TEMPERATURE`,
+        at most :data:`~daemon.model.harness.MAX_FAILED_SNIPPETS` times); a good
         result, or the last failure, asks for the answer to the repeated
         question. A reply without code is the answer. The records hold the
         calls as ``tool_use``/``tool_result`` blocks, as in the plain loop;
@@ -679,7 +679,7 @@ def build_tool_executor(
 
 def build_mcp_executor(config: Config) -> ToolExecutor:
     """An ``McpToolExecutor`` over ``config.mcp_servers`` (not started)."""
-    from daemon.mcp_client import McpToolExecutor
+    from daemon.mcp.executor import McpToolExecutor
 
     return McpToolExecutor({name: server.entry() for name, server in config.mcp_servers.items()})
 

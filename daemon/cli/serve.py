@@ -45,10 +45,10 @@ from channels.errors import ChannelError
 from channels.notify import notify, watchdog_interval
 from daemon.config import Config, add_config_arguments, load_config, overrides_from_args
 from daemon.errors import AsyncaiError, ConfigError
-from daemon.runs import RunRequest, RunResult, current_tool_use
-from daemon.runtime import InboundMessage, Runtime, RuntimeOptions
-from daemon.runtime_note import RestartNoteExecutor
-from daemon.runtime_store import SessionsRuntimeStore
+from daemon.runtime.note import RestartNoteExecutor
+from daemon.runtime.runs import RunRequest, RunResult, current_tool_use
+from daemon.runtime.scheduler import InboundMessage, Runtime, RuntimeOptions
+from daemon.runtime.store import SessionsRuntimeStore
 from daemon.tools import ToolExecutor
 from sessions.errors import StoreError
 from sessions.model import ToolCallRow
@@ -331,7 +331,7 @@ class Daemon:
 
     async def start(self) -> None:
         """Open the store, start the tools, connect, schedule leftovers, subscribe; READY=1."""
-        from daemon.backend import (
+        from daemon.model.backend import (
             OpenAiCompatibleBackend,
             build_mcp_executor,
             build_tool_executor,

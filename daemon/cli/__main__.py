@@ -1,0 +1,7 @@
+"""``python -m daemon.cli``: the `asyncai` command without its console script."""
+
+import sys
+
+from daemon.cli import main
+
+sys.exit(main())
