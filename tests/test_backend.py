@@ -30,6 +30,7 @@ from daemon.model.backend import (
 )
 from daemon.runtime.runs import HistoryTurn, Prompt, RunRequest, ToolUseContext, current_tool_use
 from daemon.tools import BaseToolExecutor, ToolCallOutput, ToolDefinition, ToolTransportError
+from tests.fakes.backoff import RecordingBackoff
 from tests.fakes.executor import FakeToolExecutor
 from tests.fakes.fake_openai import Error, FakeOpenAI, Hold, Reply, ToolCalls
 
@@ -113,15 +114,12 @@ async def scripted(
 
     The backoff records ``(attempt, retry_after)`` instead of sleeping.
     """
-    waits: list[tuple[int, float | None]] = []
-
-    async def no_sleep(attempt: int, retry_after: float | None) -> None:
-        waits.append((attempt, retry_after))
-
+    backoff = RecordingBackoff()
+    waits = backoff.asked
     async with FakeOpenAI(script, api_key=api_key) as fake:
         params = ModelConfig(base_url=fake.base_url, api_key=KEY, model="fake-model", **model)
         backend = OpenAiCompatibleBackend(
-            params, executor, backoff=no_sleep, max_run_seconds=max_run_seconds
+            params, executor, backoff=backoff, max_run_seconds=max_run_seconds
         )
         try:
             yield fake, backend, waits
@@ -391,12 +389,8 @@ async def test_an_unreachable_endpoint_fails_the_run_clearly():
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     params = ModelConfig(base_url=f"http://127.0.0.1:{port}/v1", model="m", retries=1)
-    waits: list = []
-
-    async def no_sleep(attempt: int, retry_after: float | None) -> None:
-        waits.append(attempt)
-
-    backend = OpenAiCompatibleBackend(params, CodeLikeExecutor(), backoff=no_sleep)
+    backoff = RecordingBackoff()
+    backend = OpenAiCompatibleBackend(params, CodeLikeExecutor(), backoff=backoff)
     try:
         result = await backend.run(request("q"))
     finally:
@@ -406,7 +400,7 @@ async def test_an_unreachable_endpoint_fails_the_run_clearly():
         f"the model endpoint http://127.0.0.1:{port}/v1 cannot be reached ("
     )
     assert "after 2 attempts" in result.error
-    assert waits == [1]
+    assert backoff.asked == [(1, None)]
 
 
 async def test_a_refused_key_is_not_retried_and_says_what_to_set():

@@ -23,9 +23,11 @@ import pytest
 from mcp import types as mcp_types
 from structlog.testing import capture_logs
 
+from daemon.backoff import Backoff
 from daemon.errors import ConfigError, ToolTransportError
 from daemon.mcp.executor import McpToolExecutor, ServerSpec, call_output
 from daemon.mcp.stdio import BASE_ENV_VARS, minimal_environment
+from tests.fakes.backoff import RecordingBackoff
 
 FAKES = Path(__file__).parent / "fakes"
 TEST_SERVER = str(FAKES / "mcp_test_server.py")
@@ -33,9 +35,7 @@ RAW_SERVER = str(FAKES / "mcp_raw_server.py")
 BIG_BODY = "".join(f"line {i:07d}\n" for i in range(200_000))  # 2.6 MB
 
 
-def no_backoff(attempt: int) -> float:
-    """Restart at once: tests never really sleep."""
-    return 0.0
+no_backoff = Backoff(0.0, 0.0)  # restart at once: tests never really sleep
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):
@@ -305,11 +305,7 @@ async def test_failed_restarts_back_off_and_recover(tmp_path: Path) -> None:
     retry asks the backoff for a higher attempt; once it starts again the
     call succeeds, and a good call resets the attempts."""
     marker = tmp_path / "broken"
-    attempts: list[int] = []
-
-    def backoff(attempt: int) -> float:
-        attempts.append(attempt)
-        return 0.0
+    backoff = RecordingBackoff()
 
     ex = McpToolExecutor(
         {"raw": {"command": sys.executable, "args": [RAW_SERVER, "--refuse-if", str(marker)]}},
@@ -334,7 +330,7 @@ async def test_failed_restarts_back_off_and_recover(tmp_path: Path) -> None:
         assert (await ex.call_tool("ping", {})).content == "pong"
     finally:
         await ex.aclose()
-    assert attempts == [1, 2, 3, 1]
+    assert [attempt for attempt, _ in backoff.asked] == [1, 2, 3, 1]
 
 
 def alive(pid: int) -> bool:

@@ -18,7 +18,6 @@ calls never take once a session is up.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import anyio
@@ -26,27 +25,23 @@ import structlog
 from mcp import ClientSession, MCPError
 from mcp import types as mcp_types
 
+from daemon.backoff import Backoff
 from daemon.errors import ToolTransportError
 from daemon.mcp.stdio import StdioProcess, minimal_environment
 from daemon.mcp_spec import ServerSpec
 
-__all__ = ["Backoff", "ServerConnection", "default_backoff"]
+__all__ = ["DEFAULT_BACKOFF", "ServerConnection"]
 
 log = structlog.get_logger("asyncai.mcp")
 
-#: ``backoff(attempt) -> seconds`` to wait before restart number ``attempt``
-#: (1 for the first restart after a crash; it grows while restarts keep
-#: failing and resets after a successful call). Tests pass ``lambda n: 0``.
-Backoff = Callable[[int], float]
+#: Restart number ``attempt`` (1 for the first restart after a crash; it grows
+#: while restarts keep failing and resets after a successful call) waits
+#: ``backoff.delay(attempt)``: 0.5 s, 1 s, 2 s, ... capped at 30 s.
+DEFAULT_BACKOFF = Backoff(initial=0.5, maximum=30.0)
 
 #: How long a stop may take before the owner task is cancelled outright: the
 #: transport's own shutdown is bounded by about 7 s (flush, grace, kill, reap).
 CLOSE_TIMEOUT = 15.0
-
-
-def default_backoff(attempt: int) -> float:
-    """0.5 s, 1 s, 2 s, ... capped at 30 s."""
-    return min(30.0, 0.5 * 2 ** max(0, attempt - 1))
 
 
 @dataclass(eq=False)
@@ -73,7 +68,7 @@ class ServerConnection:
         spec: ServerSpec,
         *,
         connect_timeout: float,
-        backoff: Backoff = default_backoff,
+        backoff: Backoff = DEFAULT_BACKOFF,
     ) -> None:
         self.name = name
         self.spec = spec
@@ -127,7 +122,7 @@ class ServerConnection:
             if self._closed:
                 raise ToolTransportError(f"MCP server {self.name!r} is closed", server=self.name)
             self._attempt += 1
-            delay = max(0.0, float(self._backoff(self._attempt)))
+            delay = self._backoff.delay(self._attempt)
             if self._down_since is not None:
                 wait = self._down_since + delay - asyncio.get_running_loop().time()
                 if wait > 0:

@@ -37,8 +37,9 @@ from mcp import MCPError
 from mcp import types as mcp_types
 from pydantic import ValidationError
 
+from daemon.backoff import Backoff
 from daemon.errors import ToolTransportError
-from daemon.mcp.connection import Backoff, ServerConnection, default_backoff
+from daemon.mcp.connection import DEFAULT_BACKOFF, ServerConnection
 from daemon.mcp_spec import ServerSpec
 from daemon.tools import BaseToolExecutor, ToolCallOutput, ToolDefinition
 
@@ -68,7 +69,7 @@ class McpToolExecutor(BaseToolExecutor):
         *,
         call_timeout: float = DEFAULT_CALL_TIMEOUT,
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
-        backoff: Backoff = default_backoff,
+        backoff: Backoff = DEFAULT_BACKOFF,
     ) -> None:
         self._call_timeout = call_timeout
         self._conns = {

@@ -37,11 +37,9 @@ from __future__ import annotations
 
 import asyncio
 import json
-import random
 import re
 import time
 import uuid
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -49,6 +47,7 @@ from typing import TYPE_CHECKING, Any
 import openai
 import structlog
 
+from daemon.backoff import Backoff
 from daemon.config import Config, ModelConfig
 from daemon.errors import AsyncaiError, BackendError, ToolTransportError
 from daemon.local_model.fetch import DEFAULT_MODEL
@@ -65,11 +64,9 @@ __all__ = [
     "CODE_MODE_SYSTEM_PROMPT",
     "DIRECT_SYSTEM_PROMPT",
     "FINAL_ROUND_PROMPT",
-    "Backoff",
     "OpenAiCompatibleBackend",
     "build_mcp_executor",
     "build_tool_executor",
-    "exponential_backoff",
 ]
 
 log = structlog.get_logger("asyncai.backend")
@@ -105,22 +102,6 @@ _EMPTY_REPLY = "(the model returned an empty reply)"
 _PEEK_TIMEOUT = 30.0  # the harness's look at a snippet's variables (no tools are called)
 _RETRY_STATUSES = {408, 409, 429}
 _NAME_OK = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # OpenAI's rule for function names
-
-Backoff = Callable[[int, float | None], Awaitable[None]]
-"""Awaited before retry ``attempt`` (1, 2, …) with the server's Retry-After, if any."""
-
-
-def exponential_backoff(initial: float, maximum: float) -> Backoff:
-    """Sleep ``initial · 2^(attempt-1)`` (jittered, at most ``maximum``), or Retry-After."""
-
-    async def backoff(attempt: int, retry_after: float | None) -> None:
-        delay = min(maximum, initial * 2 ** (attempt - 1)) * random.uniform(0.75, 1.0)
-        if retry_after is not None:
-            delay = min(maximum, max(delay, retry_after))
-        await asyncio.sleep(delay)
-
-    return backoff
-
 
 @dataclass
 class _Call:
@@ -196,8 +177,8 @@ class OpenAiCompatibleBackend:
             max_retries=0,  # retries are ours: backoff, logging, a clear final error
             timeout=self.params.request_timeout,
         )
-        self._backoff = backoff or exponential_backoff(
-            self.params.backoff_initial, self.params.backoff_max
+        self._backoff = backoff or Backoff(
+            self.params.backoff_initial, self.params.backoff_max, jitter=0.25
         )
 
     async def aclose(self) -> None:
@@ -622,7 +603,7 @@ class OpenAiCompatibleBackend:
                 of=attempts,
                 problem=problem,
             )
-            await self._backoff(attempt, retry_after)
+            await asyncio.sleep(self._backoff.delay(attempt, retry_after))
         raise AssertionError("unreachable")  # the loop returns or raises
 
     def _status_message(self, exc: openai.APIStatusError) -> str:
