@@ -18,8 +18,9 @@ from structlog.testing import capture_logs
 
 from channels.client import Message, WebSocketChannel
 from channels.hub import Hub
-from daemon.cli.serve import ChunkJoiner, Daemon
+from daemon.app import Daemon
 from daemon.config import load_config
+from daemon.runtime.intake import ChunkJoiner
 from tests.fakes.fake_openai import Error, FakeOpenAI, Hold, Reply, ToolCalls
 
 TEST_SERVER = Path(__file__).parent / "fakes" / "mcp_test_server.py"

@@ -71,11 +71,8 @@ async def ask(config: Config, prompt: str) -> RunResult:
     Unlike the daemon, which answers with the servers that did start, ``ask``
     fails when a server it was given cannot start: the user asked for it.
     """
-    from daemon.model.backend import (
-        OpenAiCompatibleBackend,
-        build_mcp_executor,
-        build_tool_executor,
-    )
+    from daemon.app import build_mcp_executor, build_tool_executor
+    from daemon.model import OpenAiCompatibleBackend
 
     inner = build_mcp_executor(config)
     executor = build_tool_executor(config, inner=inner)

@@ -30,12 +30,11 @@ import sys
 from collections.abc import Coroutine
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO, TypeVar
+from typing import TYPE_CHECKING, Any, TextIO, TypeVar
 
 import structlog
 
 from channels.hub import Hub
-from daemon.cli.serve import Daemon
 from daemon.config import (
     Config,
     McpServerConfig,
@@ -45,6 +44,9 @@ from daemon.config import (
     overrides_from_args,
 )
 from daemon.errors import ConfigError
+
+if TYPE_CHECKING:
+    from daemon.app import Daemon
 
 __all__ = ["CHANNEL", "ModelEndpoint", "probe_endpoint", "register", "up"]
 
@@ -181,6 +183,8 @@ async def up(
                 return 1
             stack.push_async_callback(hub.aclose)
             _configure(config, hub.url, endpoint, state_dir)
+            from daemon.app import Daemon  # the whole daemon: loaded only when it runs
+
             daemon = Daemon(config)
             forward = asyncio.create_task(_forward_stop(stop, daemon))
             try:

@@ -65,8 +65,6 @@ __all__ = [
     "DIRECT_SYSTEM_PROMPT",
     "FINAL_ROUND_PROMPT",
     "OpenAiCompatibleBackend",
-    "build_mcp_executor",
-    "build_tool_executor",
 ]
 
 log = structlog.get_logger("asyncai.backend")
@@ -637,32 +635,6 @@ class OpenAiCompatibleBackend:
             completion_tokens=m.completion_tokens,
             duration_ms=round(seconds * 1000, 1),
         )
-
-
-def build_tool_executor(
-    config: Config, *, observer: Any = None, inner: ToolExecutor | None = None
-) -> ToolExecutor:
-    """The executor ``config`` asks for: MCP servers, wrapped in code mode unless ``direct``.
-
-    ``inner`` replaces the ``McpToolExecutor`` built from ``config.mcp_servers``
-    (``asyncai ask`` keeps a handle on it to check the servers started).
-    ``observer`` is passed to the code-mode executor (called as each nested
-    call ends, for the durable audit). Nothing starts until first use.
-    """
-    from daemon.code_mode import CodeModeToolExecutor
-
-    if inner is None:
-        inner = build_mcp_executor(config)
-    if config.model.tool_mode == "direct":
-        return inner
-    return CodeModeToolExecutor(inner, config.code_mode.limits(), observer=observer)
-
-
-def build_mcp_executor(config: Config) -> ToolExecutor:
-    """An ``McpToolExecutor`` over ``config.mcp_servers`` (not started)."""
-    from daemon.mcp.executor import McpToolExecutor
-
-    return McpToolExecutor({name: server.entry() for name, server in config.mcp_servers.items()})
 
 
 # ---- pure helpers ----

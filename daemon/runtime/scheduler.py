@@ -3,7 +3,7 @@
 The runtime is the scheduler between the channel and the backend. It does no
 I/O of its own: the store, the channel (only ``publish`` and the own nick) and
 the run function are injected as the small protocols below, so
-``daemon.cli.serve`` wires the real ones and tests use in-memory fakes.
+``daemon.app`` wires the real ones and tests use in-memory fakes.
 
 Rules (DESIGN.md, "Runtime: threads and runs"):
 

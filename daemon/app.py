@@ -1,0 +1,372 @@
+"""The wiring: a running daemon built from a :class:`~daemon.config.Config`.
+
+:class:`Daemon` assembles the real pieces around :class:`daemon.runtime.Runtime`:
+
+- the sessions ``Store`` (opened first: every prompt is recorded before
+  anything else happens to it);
+- the executor the config asks for (:func:`build_tool_executor`: MCP servers
+  over stdio, wrapped in code mode), with an audit observer that commits one
+  ``tool_calls`` row as each nested call ends, so a crash mid-run keeps the
+  record of what was done;
+- the OpenAI-compatible backend (it appends the executor's variables note to
+  the newest user message, so after an eviction or a restart the model is
+  told that the REPL is empty);
+- the websocket channel: subscribed with ``since`` = the stored cursor of each
+  channel, after the prompts recorded but not done were scheduled again.
+
+systemd (``Type=notify``, no extra dependency): ``READY=1`` once subscribed,
+``WATCHDOG=1`` every half of ``WATCHDOG_USEC`` while the intake is alive,
+``STATUS=`` with active runs, queued prompts and live REPL scopes, and
+``STOPPING=1`` at shutdown.
+
+Shutdown (SIGTERM, SIGINT, or :meth:`Daemon.request_stop`), in a fixed order:
+stop reading the channel, give active runs ``runtime.shutdown_grace`` seconds,
+cancel the rest and record them interrupted (their prompts are answered after
+the next start), close the executor (the Monty pool and the MCP servers), the
+backend's HTTP client, the channel and the store. :meth:`Daemon.run` returns
+0; 1 when the daemon could not start or the hub went away for good.
+
+The only module that knows every part: it may import all of daemon/ but
+``daemon.cli``, and ``channels`` and ``sessions``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sys
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import structlog
+
+from channels.client import Channel, WebSocketChannel
+from channels.errors import ChannelError
+from channels.notify import notify, watchdog_interval
+from daemon.code_mode import CodeModeToolExecutor
+from daemon.code_mode.nested import Observer
+from daemon.config import Config
+from daemon.errors import AsyncaiError
+from daemon.mcp import McpToolExecutor
+from daemon.model import OpenAiCompatibleBackend
+from daemon.runtime.intake import ChannelPublisher, ChunkJoiner, inbound
+from daemon.runtime.note import RestartNoteExecutor
+from daemon.runtime.runs import RunRequest, RunResult, current_tool_use
+from daemon.runtime.scheduler import Runtime, RuntimeOptions
+from daemon.runtime.store import SessionsRuntimeStore
+from daemon.tools import ToolExecutor
+from sessions.errors import StoreError
+from sessions.model import ToolCallRow
+from sessions.store import Store
+
+__all__ = [
+    "Daemon",
+    "audit_observer",
+    "build_mcp_executor",
+    "build_tool_executor",
+    "running",
+    "runtime_options",
+]
+
+log = structlog.get_logger("asyncai.daemon")
+
+# The backend enforces max_run_seconds itself and reports it well; the
+# runtime's own deadline is a safety net just behind it.
+RUN_DEADLINE_MARGIN = 30.0
+# STATUS= is refreshed this often even without a watchdog.
+STATUS_INTERVAL = 5.0
+# Monty's worker pool needs the loop a moment after closing (notes/monty.md §10).
+POOL_SETTLE = 0.05
+
+
+def build_tool_executor(
+    config: Config, *, observer: Observer | None = None, inner: ToolExecutor | None = None
+) -> ToolExecutor:
+    """The executor ``config`` asks for: MCP servers, wrapped in code mode unless ``direct``.
+
+    ``inner`` replaces the ``McpToolExecutor`` built from ``config.mcp_servers``
+    (``asyncai ask`` keeps a handle on it to check the servers started).
+    ``observer`` is passed to the code-mode executor (called as each nested
+    call ends, for the durable audit). Nothing starts until first use.
+    """
+    if inner is None:
+        inner = build_mcp_executor(config)
+    if config.model.tool_mode == "direct":
+        return inner
+    return CodeModeToolExecutor(inner, config.code_mode.limits(), observer=observer)
+
+
+def build_mcp_executor(config: Config) -> ToolExecutor:
+    """An ``McpToolExecutor`` over ``config.mcp_servers`` (not started)."""
+    return McpToolExecutor({name: server.entry() for name, server in config.mcp_servers.items()})
+
+
+def audit_observer(store: Store):
+    """The code-mode observer: one ``tool_calls`` row committed as each nested call ends.
+
+    The run and the transcript record come from ``current_tool_use``, which the
+    backend sets around each tool call (the nested calls inherit it).
+    """
+
+    async def observe(thread_id: str | None, entry: dict[str, Any]) -> None:
+        context = current_tool_use.get()
+        if context is None:
+            log.warning("daemon.audit_without_run", thread=thread_id, tool=entry.get("tool"))
+            return
+        await store.add_tool_call(
+            ToolCallRow(
+                run_id=context.run_id,
+                thread_id=context.thread_id,
+                tool=entry["tool"],
+                arguments=entry["arguments"],
+                is_error=bool(entry["is_error"]),
+                bytes=int(entry["bytes"]),
+                mutating=bool(entry["mutating"]),
+                started=entry["started"],
+                duration_ms=float(entry["duration_ms"]),
+                record_uuid=context.record_uuid,
+            )
+        )
+
+    return observe
+
+
+def runtime_options(config: Config) -> RuntimeOptions:
+    """The runtime's limits and policies from ``[runtime]`` and ``[channels]``."""
+    allowed = config.channels.allowed_senders
+    return RuntimeOptions(
+        max_concurrent_runs=config.runtime.max_concurrent_runs,
+        max_queued_prompts=config.runtime.max_queued_prompts,
+        max_run_seconds=config.runtime.max_run_seconds + RUN_DEADLINE_MARGIN,
+        shutdown_grace=config.runtime.shutdown_grace,
+        publish_timeout=config.runtime.publish_timeout,
+        shared_channels=frozenset(config.channels.shared),
+        allowed_senders=frozenset(allowed) if allowed else None,
+    )
+
+
+# ---- the daemon -------------------------------------------------------------------------
+
+
+class Daemon:
+    """One daemon: :meth:`start`, then :meth:`wait` until stopped, then :meth:`aclose`.
+
+    ``channel`` and ``executor`` replace the ones the config describes (tests
+    and ``asyncai up`` pass a client for their in-process hub). ``env`` is
+    where ``NOTIFY_SOCKET`` and ``WATCHDOG_USEC`` are read (default
+    ``os.environ``).
+    """
+
+    def __init__(
+        self,
+        config: Config,
+        *,
+        channel: Channel | None = None,
+        executor: ToolExecutor | None = None,
+        env: Mapping[str, str] | None = None,
+    ):
+        self.config = config
+        self._env = env
+        self._channel = channel
+        self._executor = executor
+        self._noted: RestartNoteExecutor | None = None
+        self._mcp: Any = None  # the McpToolExecutor, when built here (to report its servers)
+        self._store: Store | None = None
+        self._backend: Any = None
+        self.runtime: Runtime | None = None
+        self._stop = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._intake: asyncio.Task[None] | None = None
+        self._closed = False
+
+    @property
+    def store(self) -> Store:
+        """The open sessions store (after :meth:`start`)."""
+        if self._store is None:
+            raise RuntimeError("the daemon is not started")
+        return self._store
+
+    def request_stop(self) -> None:
+        """Begin an orderly shutdown (what SIGTERM and SIGINT do)."""
+        self._stop.set()
+
+    async def run(self, ready: Callable[[], None] | None = None) -> int:
+        """Start, call ``ready``, serve until stopped, shut down; the exit status."""
+        # Starting may wait long for the hub (reconnect backoff): a stop request ends it.
+        starting = asyncio.create_task(self.start(), name="asyncai-start")
+        stop = asyncio.create_task(self._stop.wait(), name="asyncai-stop")
+        try:
+            await asyncio.wait([starting, stop], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop.cancel()
+            if not starting.done():
+                starting.cancel()
+            await asyncio.gather(stop, return_exceptions=True)
+        try:
+            await starting
+        except asyncio.CancelledError:
+            log.warning("daemon.stopped_while_starting")
+            await self.aclose()
+            return 0
+        except (AsyncaiError, ChannelError, StoreError, OSError) as exc:
+            log.error("daemon.start_failed", error=f"{type(exc).__name__}: {exc}")
+            print(f"asyncai: the daemon did not start: {exc}", file=sys.stderr)
+            await self.aclose()
+            return 1
+        try:
+            if ready is not None:
+                ready()
+            return await self.wait()
+        finally:
+            await self.aclose()
+
+    async def start(self) -> None:
+        """Open the store, start the tools, connect, schedule leftovers, subscribe; READY=1."""
+        config = self.config
+        self._store = await Store(config.sessions.db).open()
+        if self._executor is None:
+            self._mcp = build_mcp_executor(config)
+            self._executor = build_tool_executor(
+                config, observer=audit_observer(self._store), inner=self._mcp
+            )
+        self._noted = RestartNoteExecutor(self._executor)
+        # Start the servers and the pool now: a broken setup fails before READY=1.
+        await self._executor.start()
+        self._backend = OpenAiCompatibleBackend(config, self._noted)
+        if self._channel is None:
+            self._channel = WebSocketChannel(
+                config.channels.url, token=config.channels.token, nick=config.channels.nick
+            )
+        await self._connect()
+        self.runtime = Runtime(
+            store=SessionsRuntimeStore(
+                self._store,
+                history_turns=config.runtime.history_turns,
+                history_chars=config.runtime.history_chars,
+            ),
+            publisher=ChannelPublisher(self._channel, config.channels.nick),
+            run=self._run,
+            options=runtime_options(config),
+        )
+        recovered = await self.runtime.recover()
+        for name in config.channels.channels:
+            since = await self._store.get_cursor(name)
+            await self._channel.subscribe(name, since=since)
+        self._intake = asyncio.create_task(self._read_channel(), name="asyncai-intake")
+        self._tasks.append(self._intake)
+        notify(f"READY=1\nSTATUS={self.status_line()}", env=self._env)
+        log.warning(  # one line at start even without --verbose
+            "daemon.ready",
+            nick=self._channel.nick,
+            channels=config.channels.channels,
+            recovered_prompts=recovered,
+            db=str(config.sessions.db),
+            # A server that cannot start is logged with its stderr; the others keep working.
+            failed_servers=sorted(getattr(self._mcp, "failed_servers", {}) or {}),
+        )
+        self._tasks.append(asyncio.create_task(self._heartbeat(), name="asyncai-heartbeat"))
+
+    async def _connect(self) -> None:
+        """Connect now when the channel can (a websocket one), so the nick is known."""
+        assert self._channel is not None
+        if isinstance(self._channel, WebSocketChannel):
+            try:
+                await self._channel.connect(retry=False)
+                return
+            except ChannelError as exc:
+                log.warning(
+                    "daemon.hub_unreachable",
+                    url=self.config.channels.url,
+                    error=str(exc),
+                    action="retrying with backoff",
+                )
+            await self._channel.connect(retry=True)
+
+    async def wait(self) -> int:
+        """Until a stop is requested (0) or the intake ended because the hub is gone (1)."""
+        assert self._intake is not None
+        stop = asyncio.create_task(self._stop.wait(), name="asyncai-stop")
+        try:
+            await asyncio.wait([stop, self._intake], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop.cancel()
+            await asyncio.gather(stop, return_exceptions=True)
+        if self._stop.is_set():
+            return 0
+        error = self._intake.exception() if not self._intake.cancelled() else None
+        log.error("daemon.intake_ended", error=f"{type(error).__name__}: {error}")
+        return 1
+
+    async def aclose(self) -> None:
+        """The orderly shutdown (idempotent); see the module docstring for the order."""
+        if self._closed:
+            return
+        self._closed = True
+        notify("STOPPING=1", env=self._env)
+        if self._intake is not None:
+            self._intake.cancel()
+            await asyncio.gather(self._intake, return_exceptions=True)
+        if self.runtime is not None:
+            await self.runtime.shutdown()
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._executor is not None:
+            await self._executor.aclose()
+            await asyncio.sleep(POOL_SETTLE)
+        if self._backend is not None:
+            await self._backend.aclose()
+        if self._channel is not None:
+            await self._channel.close()
+        if self._store is not None:
+            await self._store.aclose()
+        log.warning("daemon.stopped")
+
+    # ---- loops ----
+
+    async def _read_channel(self) -> None:
+        """Feed every channel message to the runtime, in order."""
+        assert self._channel is not None
+        assert self.runtime is not None
+        joiner = ChunkJoiner()
+        async for message in self._channel:
+            whole = joiner.feed(message)
+            if whole is not None:
+                await self.runtime.submit(inbound(whole))
+
+    async def _heartbeat(self) -> None:
+        """WATCHDOG=1 while the intake is alive; STATUS= with the live counts."""
+        interval = watchdog_interval(env=self._env)
+        period = min(interval, STATUS_INTERVAL) if interval else STATUS_INTERVAL
+        while True:
+            await asyncio.sleep(period)
+            healthy = self._intake is not None and not self._intake.done()
+            state = f"STATUS={self.status_line()}"
+            if interval and healthy:
+                state = "WATCHDOG=1\n" + state
+            notify(state, env=self._env)
+
+    def status_line(self) -> str:
+        """``active runs: 2, queued prompts: 3, live scopes: 5`` (systemd's STATUS=)."""
+        counts = self.runtime.counts() if self.runtime is not None else None
+        active = counts.active_runs if counts else 0
+        queued = counts.queued_prompts if counts else 0
+        # Only the code-mode executor has REPL scopes; a direct-mode one has none.
+        scopes = getattr(self._executor, "live_scopes", 0)
+        return f"active runs: {active}, queued prompts: {queued}, live scopes: {scopes}"
+
+    async def _run(self, request: RunRequest) -> RunResult:
+        """One run through the backend."""
+        assert self._noted is not None
+        self._noted.before_run(request.thread_id, had_earlier_runs=bool(request.history))
+        return await self._backend.run(request)
+
+
+@contextlib.asynccontextmanager
+async def running(daemon: Daemon):
+    """``async with running(Daemon(config)) as d:`` started, and shut down on exit."""
+    try:
+        await daemon.start()
+        yield daemon
+    finally:
+        await daemon.aclose()
