@@ -44,7 +44,6 @@ from channels.client import Channel, WebSocketChannel
 from channels.errors import ChannelError
 from channels.notify import notify, watchdog_interval
 from daemon.code_mode import CodeModeToolExecutor
-from daemon.code_mode.nested import Observer
 from daemon.config import Config
 from daemon.errors import AsyncaiError
 from daemon.mcp import McpToolExecutor
@@ -54,7 +53,7 @@ from daemon.runtime.note import RestartNoteExecutor
 from daemon.runtime.runs import RunRequest, RunResult, current_tool_use
 from daemon.runtime.scheduler import Runtime, RuntimeOptions
 from daemon.runtime.store import SessionsRuntimeStore
-from daemon.tools import ToolExecutor
+from daemon.tools import AuditEntry, AuditObserver, ToolExecutor
 from sessions.errors import StoreError
 from sessions.model import ToolCallRow
 from sessions.store import Store
@@ -80,7 +79,7 @@ POOL_SETTLE = 0.05
 
 
 def build_tool_executor(
-    config: Config, *, observer: Observer | None = None, inner: ToolExecutor | None = None
+    config: Config, *, observer: AuditObserver | None = None, inner: ToolExecutor | None = None
 ) -> ToolExecutor:
     """The executor ``config`` asks for: MCP servers, wrapped in code mode unless ``direct``.
 
@@ -101,29 +100,32 @@ def build_mcp_executor(config: Config) -> ToolExecutor:
     return McpToolExecutor({name: server.entry() for name, server in config.mcp_servers.items()})
 
 
-def audit_observer(store: Store):
+def audit_observer(store: Store) -> AuditObserver:
     """The code-mode observer: one ``tool_calls`` row committed as each nested call ends.
 
-    The run and the transcript record come from ``current_tool_use``, which the
-    backend sets around each tool call (the nested calls inherit it).
+    The run and the transcript record come from ``current_tool_use``
+    (:mod:`daemon.runtime.runs`), which the backend sets around each
+    ``call_tool``; the nested calls run in tasks started inside it and inherit
+    it. Code mode itself knows only the thread: the run identity stays out of
+    the ``ToolExecutor`` interface.
     """
 
-    async def observe(thread_id: str | None, entry: dict[str, Any]) -> None:
+    async def observe(thread_id: str | None, entry: AuditEntry) -> None:
         context = current_tool_use.get()
         if context is None:
-            log.warning("daemon.audit_without_run", thread=thread_id, tool=entry.get("tool"))
+            log.warning("daemon.audit_without_run", thread=thread_id, tool=entry.tool)
             return
         await store.add_tool_call(
             ToolCallRow(
                 run_id=context.run_id,
                 thread_id=context.thread_id,
-                tool=entry["tool"],
-                arguments=entry["arguments"],
-                is_error=bool(entry["is_error"]),
-                bytes=int(entry["bytes"]),
-                mutating=bool(entry["mutating"]),
-                started=entry["started"],
-                duration_ms=float(entry["duration_ms"]),
+                tool=entry.tool,
+                arguments=entry.arguments,
+                is_error=entry.is_error,
+                bytes=entry.bytes,
+                mutating=entry.mutating,
+                started=entry.started,
+                duration_ms=entry.duration_ms,
                 record_uuid=context.record_uuid,
             )
         )

@@ -7,12 +7,15 @@ The backend is handed a :class:`ToolExecutor` and never knows which one:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable
+from dataclasses import asdict, dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from daemon.errors import ToolTransportError
 
 __all__ = [
+    "AuditEntry",
+    "AuditObserver",
     "BaseToolExecutor",
     "ToolCallOutput",
     "ToolDefinition",
@@ -50,6 +53,28 @@ class ToolCallOutput:
     is_error: bool
     structured: Any | None = None  # MCP structuredContent, when the server sent one
     audit: dict | None = None  # run_code: {"nested_calls": [...]}
+
+
+@dataclass(frozen=True)
+class AuditEntry:
+    """One nested call as the audit keeps it (spec A7): made by code mode as the
+    call ends, handed to the :data:`AuditObserver`, stored as a ``tool_calls`` row."""
+
+    tool: str
+    arguments: dict[str, Any]
+    is_error: bool
+    bytes: int  # what the result brought into the sandbox
+    mutating: bool  # ToolDefinition.mutating of the tool
+    started: str  # ISO 8601, UTC
+    duration_ms: float
+
+    def as_json(self) -> dict[str, Any]:
+        """The entry as the transcript's ``toolUseResult.nested_calls`` carries it."""
+        return asdict(self)
+
+
+AuditObserver = Callable[[str | None, AuditEntry], Awaitable[None] | None]
+"""``observer(thread_id, entry)``, sync or async, called as each nested call ends."""
 
 
 @runtime_checkable

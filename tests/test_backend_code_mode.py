@@ -19,6 +19,7 @@ from daemon.config import ModelConfig
 from daemon.logging import configure_logging, reset_logging
 from daemon.model.backend import OpenAiCompatibleBackend
 from daemon.runtime.runs import Prompt, RunRequest, current_tool_use
+from daemon.tools import AuditEntry
 from tests.fakes.executor import FakeToolExecutor
 from tests.fakes.fake_openai import FakeOpenAI, ToolCalls
 
@@ -52,9 +53,9 @@ async def code_mode(
 ) -> AsyncIterator[tuple[CodeModeToolExecutor, FakeToolExecutor, list]]:
     """CodeModeToolExecutor over the fake tools on the shared pool; observed audit entries."""
     inner = inner_tools()
-    seen: list[tuple[str | None, dict, Any]] = []
+    seen: list[tuple[str | None, AuditEntry, Any]] = []
 
-    def observer(thread_id: str | None, entry: dict) -> None:
+    def observer(thread_id: str | None, entry: AuditEntry) -> None:
         seen.append((thread_id, entry, current_tool_use.get()))
 
     limits = CodeModeLimits(max_feed_duration=5.0, max_wall=30.0, tool_timeout=10.0)
@@ -111,7 +112,7 @@ async def test_run_code_filters_in_the_sandbox_and_only_the_answer_reaches_the_m
     assert [(c["tool"], c["mutating"]) for c in audit["nested_calls"]] == [("list_pods", False)]
     # the observer could attribute the nested call to the run and the assistant record
     ((thread, entry, ctx),) = seen
-    assert (thread, entry["tool"]) == ("T1", "list_pods")
+    assert (thread, entry.tool) == ("T1", "list_pods")
     assert (ctx.run_id, ctx.thread_id, ctx.record_uuid) == ("R1", "T1", result.records[1].uuid)
 
 

@@ -21,7 +21,7 @@ from structlog.testing import capture_logs
 from daemon.code_mode import CodeModeLimits, CodeModeToolExecutor
 from daemon.code_mode.description import RUN_CODE_SCHEMA
 from daemon.code_mode.errors import SandboxUnavailable
-from daemon.tools import ToolCallOutput, ToolTransportError
+from daemon.tools import AuditEntry, ToolCallOutput, ToolTransportError
 from tests.fakes.executor import FakeToolExecutor
 
 ROOT = str(Path(__file__).resolve().parents[1])
@@ -470,7 +470,7 @@ async def test_max_wall_drops_in_flight_calls_and_resets(make_executor):
             raise
         return 0
 
-    observed: list[dict] = []
+    observed: list[AuditEntry] = []
     scope = make_executor(
         tools, max_wall=1.0, observer=lambda _thread, entry: observed.append(entry)
     ).thread_scope("t")
@@ -481,7 +481,7 @@ async def test_max_wall_drops_in_flight_calls_and_resets(make_executor):
     assert "REPL state was reset" in out.content
     assert cancelled.is_set()
     assert [e["is_error"] for e in out.audit["nested_calls"]] == [True]
-    assert observed == out.audit["nested_calls"]
+    assert [e.as_json() for e in observed] == out.audit["nested_calls"]
     assert "NameError" in (await run(scope, "kept")).content
 
 
@@ -585,11 +585,11 @@ async def test_observer_sees_every_nested_call_sync_async_or_failing(make_execut
         'await get_events(kcp="k")\nawait delete_object(name="n")\n"ok"',
     )
     assert out.content == "ok"
-    assert [(t, e["tool"], e["mutating"]) for t, e in seen] == [
+    assert [(t, e.tool, e.mutating) for t, e in seen] == [
         ("th", "get_events", False),
         ("th", "delete_object", True),
     ]
-    assert [e for _, e in seen] == out.audit["nested_calls"]
+    assert [e.as_json() for _, e in seen] == out.audit["nested_calls"]
 
     def failing_observer(thread_id, entry):
         raise OSError("disk full")

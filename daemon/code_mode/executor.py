@@ -36,10 +36,17 @@ from daemon.code_mode.description import RUN_CODE, run_code_definition
 from daemon.code_mode.engine import SnippetOutcome, SnippetRun
 from daemon.code_mode.errors import SandboxUnavailable
 from daemon.code_mode.limits import CodeModeLimits
-from daemon.code_mode.nested import NestedCalls, Observer
+from daemon.code_mode.nested import NestedCalls
 from daemon.code_mode.pool import close_pool, create_pool
 from daemon.code_mode.scope import ScopeState, ThreadScope
-from daemon.tools import BaseToolExecutor, ToolCallOutput, ToolDefinition, ToolExecutor
+from daemon.tools import (
+    AuditEntry,
+    AuditObserver,
+    BaseToolExecutor,
+    ToolCallOutput,
+    ToolDefinition,
+    ToolExecutor,
+)
 
 __all__ = ["CodeModeToolExecutor"]
 
@@ -57,8 +64,7 @@ class CodeModeToolExecutor(BaseToolExecutor):
     executor then never closes it; size it with
     :func:`daemon.code_mode.pool.pool_options`). ``observer``: called as
     ``observer(thread_id, entry)`` (sync or async) as each nested call ends,
-    with the audit entry ``{tool, arguments, is_error, bytes, mutating,
-    started, duration_ms}``; ``thread_id`` is None for unscoped calls. An
+    with its :class:`daemon.tools.AuditEntry`; ``thread_id`` is None for unscoped calls. An
     observer failure is logged and never breaks the snippet.
     """
 
@@ -68,7 +74,7 @@ class CodeModeToolExecutor(BaseToolExecutor):
         limits: CodeModeLimits | None = None,
         *,
         pool: AsyncMonty | None = None,
-        observer: Observer | None = None,
+        observer: AuditObserver | None = None,
     ):
         self._inner = inner
         self._limits = limits if limits is not None else CodeModeLimits()
@@ -330,5 +336,6 @@ class CodeModeToolExecutor(BaseToolExecutor):
             log.exception("code_mode.after_snippet_failed", thread=state.key)
 
 
-def _audit(entries: list[dict[str, Any]]) -> dict[str, Any]:
-    return {"nested_calls": entries}
+def _audit(entries: list[AuditEntry]) -> dict[str, Any]:
+    """The ``audit`` of a run_code result: the transcript's ``toolUseResult`` JSON."""
+    return {"nested_calls": [entry.as_json() for entry in entries]}

@@ -12,9 +12,8 @@ per spec 0004's nested-result table:
 | no answer in ``tool_timeout``| ``RuntimeError("tool X timed out after 120s")`` |
 
 Every call that reaches the inner executor, finished or dropped, becomes one
-audit entry ``{tool, arguments, is_error, bytes, mutating, started,
-duration_ms}`` (spec A7); the optional observer sees each entry as its call
-ends. Calls are logged as ``mcp.tool_call`` / ``mcp.tool_result`` with
+:class:`daemon.tools.AuditEntry` (spec A7); the optional observer sees each
+entry as its call ends. Calls are logged as ``mcp.tool_call`` / ``mcp.tool_result`` with
 ``via="code_mode"``: at ``info``, or at ``warning`` with ``mutating=True``
 when the tool may change something (A6: always on).
 """
@@ -24,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import inspect
 import time
-from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -33,14 +31,17 @@ import structlog
 from daemon.code_mode.catalog import CatalogEntry
 from daemon.code_mode.convert import log_content, nested_value, result_bytes
 from daemon.code_mode.limits import CodeModeLimits
-from daemon.tools import ToolCallOutput, ToolExecutor, ToolTransportError
+from daemon.tools import (
+    AuditEntry,
+    AuditObserver,
+    ToolCallOutput,
+    ToolExecutor,
+    ToolTransportError,
+)
 
-__all__ = ["NestedCalls", "Observer"]
+__all__ = ["NestedCalls"]
 
 log = structlog.get_logger("asyncai.code_mode")
-
-Observer = Callable[[str | None, dict], Awaitable[None] | None]
-"""``observer(thread_id, entry)``, sync or async, called as each nested call ends."""
 
 # An observer commits an audit row; it gets this long before the snippet moves on.
 OBSERVER_TIMEOUT = 10.0
@@ -63,13 +64,13 @@ class NestedCalls:
         limits: CodeModeLimits,
         *,
         thread_id: str | None,
-        observer: Observer | None = None,
+        observer: AuditObserver | None = None,
     ):
         self._inner = inner
         self._limits = limits
         self._thread_id = thread_id
         self._observer = observer
-        self.entries: list[dict] = []
+        self.entries: list[AuditEntry] = []
 
     async def run(self, entry: CatalogEntry, arguments: dict) -> dict:
         """Call the tool; return the settled answer for the sandbox (never raises but cancel)."""
@@ -128,15 +129,15 @@ class NestedCalls:
         nbytes: int,
         content: Any,
     ) -> None:
-        entry = {
-            "tool": tool,
-            "arguments": arguments,
-            "is_error": is_error,
-            "bytes": nbytes,
-            "mutating": mutating,
-            "started": started,
-            "duration_ms": round((time.monotonic() - t0) * 1000, 3),
-        }
+        entry = AuditEntry(
+            tool=tool,
+            arguments=arguments,
+            is_error=is_error,
+            bytes=nbytes,
+            mutating=mutating,
+            started=started,
+            duration_ms=round((time.monotonic() - t0) * 1000, 3),
+        )
         self.entries.append(entry)
         self._log(
             "mcp.tool_result",
@@ -151,7 +152,7 @@ class NestedCalls:
             return
         try:
             async with asyncio.timeout(OBSERVER_TIMEOUT):
-                maybe = self._observer(self._thread_id, dict(entry))
+                maybe = self._observer(self._thread_id, entry)
                 if inspect.isawaitable(maybe):
                     await maybe
         except Exception:
