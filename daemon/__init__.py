@@ -1,1 +1,11 @@
-"""asyncai: the agent daemon (runtime, backend, code mode, MCP client, config, CLI)."""
+"""asyncai: the agent daemon, one subpackage per concept.
+
+``cli`` (the commands: parsing and wiring only), ``app`` (a daemon built from a
+config), ``runtime`` (threads and runs), ``model`` (the OpenAI-compatible
+loop and the small-model harness), ``code_mode`` (run_code on Monty), ``mcp``
+(MCP servers over stdio), ``local_model`` (the embedded model); shared by all:
+``config``, ``tools`` (the interfaces), ``errors``, ``backoff``, ``logging``.
+daemon/ may import ``channels`` and ``sessions``; neither imports daemon/.
+"""
+
+__all__: list[str] = []

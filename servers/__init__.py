@@ -1,1 +1,3 @@
 """Bundled stdio MCP servers. Each is a stand-alone program importing nothing of the rest."""
+
+__all__: list[str] = []

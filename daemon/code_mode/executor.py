@@ -38,7 +38,7 @@ from daemon.code_mode.errors import SandboxUnavailable
 from daemon.code_mode.limits import CodeModeLimits
 from daemon.code_mode.nested import NestedCalls
 from daemon.code_mode.pool import close_pool, create_pool
-from daemon.code_mode.scope import ScopeState, ThreadScope
+from daemon.code_mode.scope import ScopeState
 from daemon.tools import (
     AuditEntry,
     AuditObserver,
@@ -48,7 +48,7 @@ from daemon.tools import (
     ToolExecutor,
 )
 
-__all__ = ["CodeModeToolExecutor"]
+__all__ = ["CodeModeToolExecutor", "ThreadScope"]
 
 log = structlog.get_logger("asyncai.code_mode")
 
@@ -95,6 +95,14 @@ class CodeModeToolExecutor(BaseToolExecutor):
     def limits(self) -> CodeModeLimits:
         """The limits this executor enforces."""
         return self._limits
+
+    @property
+    def catalog(self) -> Catalog | None:
+        """The inner tools behind ``run_code``: None until :meth:`definitions` or :meth:`start`.
+
+        The small-model harness reads it (:class:`~daemon.code_mode.catalog.CatalogSource`).
+        """
+        return self._catalog
 
     # -- the ToolExecutor interface ----------------------------------------
 
@@ -212,11 +220,13 @@ class CodeModeToolExecutor(BaseToolExecutor):
         while self._to_close:
             await self._to_close.pop().discard("evicted")
 
-    def _worker_pid(self, thread_id: str) -> int | None:
+    def worker_pid(self, thread_id: str) -> int | None:
+        """The pid of the worker holding ``thread_id``'s REPL, if checked out (diagnostics)."""
         state = self._scopes.get(thread_id)
         return state.worker_pid if state is not None else None
 
-    async def _call_in_scope(self, thread_id: str, name: str, arguments: dict) -> ToolCallOutput:
+    async def call_in_scope(self, thread_id: str, name: str, arguments: dict) -> ToolCallOutput:
+        """Run ``name`` in ``thread_id``'s REPL (what :class:`ThreadScope` calls)."""
         await self.start()
         # no await between touching the scope and taking its lock: an idle
         # scope is evictable, a locked one is not
@@ -334,6 +344,49 @@ class CodeModeToolExecutor(BaseToolExecutor):
         except Exception:
             # a probe failing only costs the note
             log.exception("code_mode.after_snippet_failed", thread=state.key)
+
+
+class ThreadScope(BaseToolExecutor):
+    """The code-mode executor bound to one conversation thread's REPL.
+
+    Offers the same single ``run_code`` tool; its variables persist across
+    calls and runs of the thread until eviction, ``restart`` or a reset. It
+    holds only the thread id and looks its state up on every call, so a handle
+    outlives an eviction and simply finds an empty REPL next time. The parent
+    executor owns everything: ``aclose()`` here does nothing.
+    """
+
+    def __init__(self, parent: CodeModeToolExecutor, thread_id: str):
+        self._parent = parent
+        self.thread_id = thread_id
+
+    def definitions(self) -> list[ToolDefinition]:
+        """Exactly ``[run_code]``, as the parent offers it."""
+        return self._parent.definitions()
+
+    async def start(self) -> None:
+        """Start the parent (inner executor and pool)."""
+        await self._parent.start()
+
+    async def call_tool(self, name: str, arguments: dict) -> ToolCallOutput:
+        """Run ``run_code`` in this thread's REPL."""
+        return await self._parent.call_in_scope(self.thread_id, name, arguments)
+
+    def thread_scope(self, thread_id: str) -> ToolExecutor | None:
+        """Another thread's scope, from the parent."""
+        return self._parent.thread_scope(thread_id)
+
+    def context_note(self, thread_id: str) -> str | None:
+        """The parent's note for ``thread_id``."""
+        return self._parent.context_note(thread_id)
+
+    @property
+    def worker_pid(self) -> int | None:
+        """The pid of the worker holding this thread's REPL, if checked out (diagnostics)."""
+        return self._parent.worker_pid(self.thread_id)
+
+    async def aclose(self) -> None:
+        """Nothing: the parent executor owns the checkout and closes it."""
 
 
 def _audit(entries: list[AuditEntry]) -> dict[str, Any]:

@@ -1,16 +1,14 @@
 """REPL scopes: one Monty checkout per conversation thread, checked out on first use.
 
 ``ScopeState`` is the REPL itself (the checkout, its lock, why it is empty);
-the executor keeps them in an LRU keyed by thread id. ``ThreadScope`` is the
-handle ``thread_scope()`` returns: it holds only the thread id and looks its
-state up on every call, so a handle outlives an eviction and simply finds an
-empty REPL next time.
+the executor (:mod:`daemon.code_mode.executor`) keeps them in an LRU keyed by
+thread id and hands out ``ThreadScope`` handles.
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import structlog
 from pydantic_monty import AsyncMonty, AsyncMontySession
@@ -18,12 +16,8 @@ from pydantic_monty import AsyncMonty, AsyncMontySession
 from daemon.code_mode.limits import CodeModeLimits
 from daemon.code_mode.note import ScopeVariables
 from daemon.code_mode.pool import CLOSE_TIMEOUT, checkout_limits
-from daemon.tools import BaseToolExecutor, ToolCallOutput, ToolDefinition, ToolExecutor
 
-if TYPE_CHECKING:
-    from daemon.code_mode.executor import CodeModeToolExecutor
-
-__all__ = ["ScopeState", "ThreadScope"]
+__all__ = ["ScopeState"]
 
 log = structlog.get_logger("asyncai.code_mode")
 
@@ -89,44 +83,3 @@ class ScopeState:
         if self.session is None:
             raise RuntimeError("the scope has no checkout")
         return await self.session.feed_run(code, print_callback=lambda _stream, _text: None)
-
-
-class ThreadScope(BaseToolExecutor):
-    """The code-mode executor bound to one conversation thread's REPL.
-
-    Offers the same single ``run_code`` tool; its variables persist across
-    calls and runs of the thread until eviction, ``restart`` or a reset. The
-    parent executor owns everything: ``aclose()`` here does nothing.
-    """
-
-    def __init__(self, parent: CodeModeToolExecutor, thread_id: str):
-        self._parent = parent
-        self.thread_id = thread_id
-
-    def definitions(self) -> list[ToolDefinition]:
-        """Exactly ``[run_code]``, as the parent offers it."""
-        return self._parent.definitions()
-
-    async def start(self) -> None:
-        """Start the parent (inner executor and pool)."""
-        await self._parent.start()
-
-    async def call_tool(self, name: str, arguments: dict) -> ToolCallOutput:
-        """Run ``run_code`` in this thread's REPL."""
-        return await self._parent._call_in_scope(self.thread_id, name, arguments)
-
-    def thread_scope(self, thread_id: str) -> ToolExecutor | None:
-        """Another thread's scope, from the parent."""
-        return self._parent.thread_scope(thread_id)
-
-    def context_note(self, thread_id: str) -> str | None:
-        """The parent's note for ``thread_id``."""
-        return self._parent.context_note(thread_id)
-
-    @property
-    def worker_pid(self) -> int | None:
-        """The pid of the worker holding this thread's REPL, if checked out (diagnostics)."""
-        return self._parent._worker_pid(self.thread_id)
-
-    async def aclose(self) -> None:
-        """Nothing: the parent executor owns the checkout and closes it."""

@@ -11,7 +11,7 @@ from collections import OrderedDict
 import structlog
 
 from channels.client import Channel, Message
-from daemon.runtime.scheduler import InboundMessage
+from daemon.runtime.ports import InboundMessage
 
 __all__ = ["MAX_PENDING_CHUNKS", "ChannelPublisher", "ChunkJoiner", "inbound"]
 

@@ -7,8 +7,8 @@ adapter is the whole translation, so neither side bends to the other.
 
 from __future__ import annotations
 
+from daemon.runtime.ports import InboundMessage, PromptStatus, RecordOutcome
 from daemon.runtime.runs import HistoryTurn, RunResult
-from daemon.runtime.scheduler import InboundMessage, PromptStatus, RecordOutcome
 from sessions.errors import ThreadLookupError
 from sessions.ids import now_iso
 from sessions.store import Store

@@ -1,0 +1,168 @@
+"""What the scheduler is handed and what it takes: messages, options, and its two ports.
+
+The scheduler (:mod:`daemon.runtime.scheduler`) does no I/O of its own; the
+store and the channel come in as the :class:`RuntimeStore` and
+:class:`RuntimePublisher` protocols, the model as a :data:`RunFunction`.
+:mod:`daemon.runtime.store` implements the store over ``sessions.Store``;
+:mod:`daemon.runtime.intake` the publisher over a channel client. Also the two
+pure rules about channel text the scheduler applies: :func:`mentions` and
+:func:`reply_client_id`.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+from daemon.runtime.runs import HistoryTurn, RunRequest, RunResult
+from sessions.model import PromptStatus
+
+__all__ = [
+    "InboundMessage",
+    "PromptStatus",
+    "RecordOutcome",
+    "RunFunction",
+    "RuntimeCounts",
+    "RuntimeOptions",
+    "RuntimePublisher",
+    "RuntimeStore",
+    "mentions",
+    "reply_client_id",
+]
+
+RecordOutcome = Literal["new", "pending", "finished"]
+"""What recording a prompt found: first time seen; seen but not done yet; already done or failed."""
+
+
+@dataclass(frozen=True)
+class InboundMessage:
+    """One message from a channel, as the runtime needs it."""
+
+    channel: str
+    id: str
+    thread: str
+    sender: str
+    text: str
+    reply_to: str | None = None
+    ts: str | None = None  # the hub's timestamp (ISO 8601, UTC); None: when it was received
+
+
+@dataclass(frozen=True)
+class RuntimeOptions:
+    """The runtime's limits and policies (the ``[runtime]`` config section)."""
+
+    max_concurrent_runs: int = 4
+    max_queued_prompts: int = 256
+    max_run_seconds: float = 900.0
+    shutdown_grace: float = 20.0
+    publish_timeout: float = 60.0  # the hub's ack of a reply
+    shared_channels: frozenset[str] = frozenset()
+    allowed_senders: frozenset[str] | None = None  # None: everyone may prompt
+
+    def __post_init__(self) -> None:
+        if self.max_concurrent_runs < 1:
+            raise ValueError("max_concurrent_runs must be at least 1")
+        if self.max_queued_prompts < 1:
+            raise ValueError("max_queued_prompts must be at least 1")
+        if self.max_run_seconds <= 0 or self.publish_timeout <= 0 or self.shutdown_grace < 0:
+            raise ValueError(
+                "max_run_seconds and publish_timeout must be positive, shutdown_grace not negative"
+            )
+
+
+@dataclass(frozen=True)
+class RuntimeCounts:
+    """Live counts for systemd's ``STATUS=`` and the logs."""
+
+    active_runs: int
+    queued_prompts: int
+    waiting_threads: int
+
+
+class RuntimeStore(Protocol):
+    """What the runtime needs from the sessions store."""
+
+    async def record_prompt(self, message: InboundMessage) -> RecordOutcome:
+        """Store an inbound prompt (idempotent by its id) and advance the channel cursor to it."""
+        ...
+
+    async def advance_cursor(self, channel: str, message_id: str) -> None:
+        """Remember that every message up to ``message_id`` was handled."""
+        ...
+
+    async def knows_thread(self, channel: str, thread_id: str) -> bool:
+        """Whether the daemon has recorded prompts in this thread (takes part in it)."""
+        ...
+
+    async def pending_prompts(self) -> list[InboundMessage]:
+        """Prompts recorded but not done, oldest first; runs left running become interrupted."""
+        ...
+
+    async def start_run(
+        self, run_id: str, channel: str, thread_id: str, prompt_ids: list[str]
+    ) -> None:
+        """Write the run row and mark its prompts running."""
+        ...
+
+    async def history(self, channel: str, thread_id: str) -> list[HistoryTurn]:
+        """The thread's earlier user and assistant text, within the history bounds."""
+        ...
+
+    async def finish_run(
+        self,
+        run_id: str,
+        result: RunResult,
+        prompt_ids: list[str],
+        prompt_status: PromptStatus,
+    ) -> None:
+        """In one transaction: records, metrics, the run's status and its prompts' status."""
+        ...
+
+    async def set_prompt_status(self, prompt_ids: list[str], status: PromptStatus) -> None:
+        """Set the status of prompts that no run finished (dropped by ``!stop``)."""
+        ...
+
+
+class RuntimePublisher(Protocol):
+    """What the runtime needs from the channel client."""
+
+    @property
+    def nick(self) -> str:
+        """The daemon's own nick (from the hub's ``welcome``)."""
+        ...
+
+    async def publish(
+        self, channel: str, text: str, *, thread: str, reply_to: str, client_id: str
+    ) -> str:
+        """Publish and wait for the hub's ack; returns the new message's id."""
+        ...
+
+
+RunFunction = Callable[[RunRequest], Awaitable[RunResult]]
+"""One run: ``OpenAiCompatibleBackend.run`` in the daemon."""
+
+
+def mentions(text: str, nick: str) -> bool:
+    """Whether ``text`` mentions ``nick`` as a word (``@nick``, ``nick:``, ``hi nick``).
+
+    Case-insensitive; ``nicky`` or ``x-nick`` do not count, so a nick that is
+    part of a longer name does not wake the daemon in a shared channel.
+    """
+    if not nick:
+        return False
+    pattern = rf"(?<![\w.@-])@?{re.escape(nick)}(?![\w-])"
+    return re.search(pattern, text, flags=re.IGNORECASE) is not None
+
+
+def reply_client_id(channel: str, last_prompt_id: str) -> str:
+    """The reply's publish ``client_id``, derived from the prompt it answers.
+
+    If the daemon dies after the hub acked a reply but before the prompts were
+    marked done, the prompt runs again after the restart and its reply is
+    published with the same ``client_id``: the hub acks the first message
+    again instead of storing a second answer.
+    """
+    return str(uuid.uuid5(uuid.NAMESPACE_URL, f"asyncai-reply:{channel}/{last_prompt_id}"))
