@@ -35,7 +35,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 import structlog
@@ -365,7 +365,7 @@ class Daemon:
 
 
 @contextlib.asynccontextmanager
-async def running(daemon: Daemon):
+async def running(daemon: Daemon) -> AsyncIterator[Daemon]:
     """``async with running(Daemon(config)) as d:`` started, and shut down on exit."""
     try:
         await daemon.start()

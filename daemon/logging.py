@@ -169,7 +169,11 @@ def configure_logging(
         register_secret(s)
     level = logging.INFO if verbose else logging.WARNING
     timestamper = structlog.processors.TimeStamper(fmt="iso", utc=True)
-    tail = [redact, _order, structlog.processors.JSONRenderer(ensure_ascii=False)]
+    tail: list[structlog.typing.Processor] = [
+        redact,
+        _order,
+        structlog.processors.JSONRenderer(ensure_ascii=False),
+    ]
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,

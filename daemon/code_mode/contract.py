@@ -44,7 +44,7 @@ _AWAITABLE_REPR = re.compile(
     r"<(coroutine external_future\(\d+\)|gather\(\d+\)|coroutine object \S+)>"
 )
 
-_EMPTY_NAMES = {
+_EMPTY_NAMES: dict[type, str] = {
     list: "an empty list",
     tuple: "an empty tuple",
     dict: "an empty dict",

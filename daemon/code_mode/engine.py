@@ -41,6 +41,9 @@ from pydantic_monty import (
     AsyncFunctionSnapshot,
     AsyncFutureSnapshot,
     AsyncMontySession,
+    ExcType,
+    ExternalExceptionData,
+    ExternalSettledResult,
     MontyComplete,
     MontyCrashedError,
     MontyError,
@@ -131,10 +134,9 @@ def _sandbox_function(name: str) -> Any:
     return catalog_function
 
 
-def _exception(exc_type: str, message: str) -> dict:
-    if exc_type not in _EXC_TYPES:
-        exc_type = "TypeError"
-    return {"exc_type": exc_type, "message": message}
+def _exception(exc_type: str, message: str) -> ExternalExceptionData:
+    known = typing.cast(ExcType, exc_type) if exc_type in _EXC_TYPES else "TypeError"
+    return {"exc_type": known, "message": message}
 
 
 class _Reset(Exception):
@@ -151,7 +153,8 @@ class SnippetRun:
         self.suspensions = 0
         self.nested_calls = 0
         self._pending: dict[int, _PendingCall] = {}  # called, not yet awaited
-        self._tasks: dict[int, asyncio.Task[dict]] = {}  # awaited, not yet delivered
+        # awaited, not yet delivered
+        self._tasks: dict[int, asyncio.Task[ExternalSettledResult]] = {}
 
     async def drive(self, session: AsyncMontySession, code: str) -> SnippetOutcome:
         """Run ``code`` to completion or failure. Cancellation leaves the session unusable."""
@@ -247,7 +250,7 @@ class SnippetRun:
 
     async def _on_future(self, snap: AsyncFutureSnapshot) -> Any:
         ids = list(snap.pending_call_ids)
-        results: dict[int, dict] = {}
+        results: dict[int, ExternalSettledResult] = {}
         for cid in ids:
             if cid in self._tasks:
                 continue

@@ -27,6 +27,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import structlog
+from pydantic_monty import ExternalExceptionData, ExternalSettledResult
 
 from daemon.code_mode.catalog import CatalogEntry
 from daemon.code_mode.convert import log_content, nested_value, result_bytes
@@ -51,7 +52,7 @@ def _utc_now() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def _runtime_error(message: str) -> dict:
+def _runtime_error(message: str) -> ExternalExceptionData:
     return {"exc_type": "RuntimeError", "message": message}
 
 
@@ -72,7 +73,7 @@ class NestedCalls:
         self._observer = observer
         self.entries: list[AuditEntry] = []
 
-    async def run(self, entry: CatalogEntry, arguments: dict) -> dict:
+    async def run(self, entry: CatalogEntry, arguments: dict) -> ExternalSettledResult:
         """Call the tool; return the settled answer for the sandbox (never raises but cancel)."""
         tool = entry.tool_name
         mutating = entry.definition.mutating

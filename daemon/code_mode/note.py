@@ -136,7 +136,8 @@ def parse_probe(value: Any) -> list[tuple[str, str]]:
             and all(isinstance(x, str) for x in item)
             and _trackable(item[0])
         ):
-            out.append((item[0], _TYPE_NAMES.get(item[1], item[1])))
+            name, kind = str(item[0]), str(item[1])  # both checked to be str above
+            out.append((name, _TYPE_NAMES.get(kind, kind)))
     return out
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from pydantic_monty import AsyncMonty
+from pydantic_monty import AsyncMonty, ResourceLimits
 
 from daemon.code_mode.limits import CodeModeLimits
 
@@ -45,7 +45,7 @@ def create_pool(limits: CodeModeLimits) -> AsyncMonty:
     return AsyncMonty(**pool_options(limits))
 
 
-def checkout_limits(limits: CodeModeLimits) -> dict[str, Any]:
+def checkout_limits(limits: CodeModeLimits) -> ResourceLimits:
     """The ``limits=`` of every checkout."""
     return {
         "max_feed_duration_secs": float(limits.max_feed_duration),

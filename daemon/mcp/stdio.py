@@ -321,7 +321,7 @@ class StdioProcess:
         # Always, even when the server exited by itself: children it left
         # behind in its process group are stopped too (a no-op when the group
         # is gone). SIGTERM, then SIGKILL after KILL_GRACE.
-        await terminate_posix_process_tree(process, KILL_GRACE)  # type: ignore[arg-type]
+        await terminate_posix_process_tree(process, KILL_GRACE)
         await _wait_exit(process, REAP_TIMEOUT)
         with anyio.move_on_after(REAP_TIMEOUT):
             await self._stderr_done.wait()
