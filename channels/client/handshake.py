@@ -1,0 +1,75 @@
+"""One connection attempt: open the websocket, authenticate, wait for ``welcome``.
+
+This is the one place where websockets' connection errors become the
+channels' own: a refused token is :class:`~channels.errors.UnauthorizedError`
+(not retried), anything else that keeps us from the hub is
+:class:`~channels.errors.HubUnreachableError` (the caller's backoff decides).
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
+
+from channels.client.protocol import ClientProtocol
+from channels.errors import HubUnreachableError, UnauthorizedError
+from channels.protocol import Welcome
+
+__all__ = ["open_connection"]
+
+
+def _abort(ws: ClientConnection | None) -> None:
+    """Drop a connection that never became a session (no close handshake to wait for)."""
+    if ws is not None:
+        ws.transport.abort()
+
+
+async def open_connection(
+    protocol: ClientProtocol,
+    *,
+    token: str | None,
+    connect_timeout: float,
+    close_timeout: float,
+    max_size: int,
+    ping_interval: float | None,
+) -> tuple[ClientConnection, Welcome]:
+    """Connect to ``protocol.url`` and authenticate, within ``connect_timeout``.
+
+    Returns the open connection and the hub's ``welcome``; the connection is
+    aborted on any failure, cancellation included.
+    """
+    url = protocol.url
+    headers = [("Authorization", f"Bearer {token}")] if token else []
+    ws: ClientConnection | None = None
+    try:
+        async with asyncio.timeout(connect_timeout):
+            ws = await connect(
+                url,
+                additional_headers=headers,
+                compression=None,
+                max_size=max_size,
+                open_timeout=None,  # the enclosing timeout bounds the whole attempt
+                close_timeout=close_timeout,
+                ping_interval=ping_interval,
+                ping_timeout=ping_interval,
+            )
+            greeting = protocol.greeting()
+            if greeting is not None:
+                await ws.send(greeting)
+            welcome = protocol.expect_welcome(await ws.recv())
+    except InvalidStatus as exc:
+        status = exc.response.status_code
+        body = exc.response.body.decode("utf-8", "replace").strip() if exc.response.body else ""
+        if status in (401, 403):
+            raise UnauthorizedError(f"the hub at {url} refused us ({status}): {body}") from exc
+        raise HubUnreachableError(f"the hub at {url} answered HTTP {status}: {body}") from exc
+    except (OSError, TimeoutError, InvalidHandshake, ConnectionClosed) as exc:
+        _abort(ws)
+        reason = str(exc) or type(exc).__name__
+        raise HubUnreachableError(f"cannot reach the hub at {url}: {reason}") from exc
+    except BaseException:
+        _abort(ws)  # refused, a bad first frame, or cancelled (closed) while connecting
+        raise
+    return ws, welcome

@@ -1,0 +1,466 @@
+"""The client's connection layer: :class:`WebSocketChannel`, the websocket I/O.
+
+The protocol's state (subscriptions, dedup, the inbox) lives in the sans-I/O
+:class:`~channels.client.protocol.ClientProtocol`; this module connects,
+reads, writes and reconnects, and :class:`~channels.client.pending.Pending`
+keeps the futures callers wait on.
+
+:class:`WebSocketChannel` keeps one connection to a hub and hides its breaks:
+
+- ``publish`` waits for the hub's ack. If the connection breaks first, it
+  sends the same frame again (same ``client_id``) on the next connection, and
+  the hub acks the first copy instead of storing a second. A text longer
+  than one frame allows goes out as several messages in one thread, each
+  acked (all but the last carry ``more``).
+- After a break it reconnects (an injectable
+  :data:`~channels.client.backoff.Backoff` decides how long to wait, so tests
+  never really sleep), and the protocol subscribes again from the last id
+  delivered per channel: nothing is lost or delivered twice.
+- The reader never blocks on the bounded inbox, so acks keep flowing while
+  the consumer is busy; the protocol's docstring says what happens when the
+  inbox is full.
+
+Errors: :class:`~channels.errors.ChannelClosedError` after you closed it,
+:class:`~channels.errors.ChannelBrokenError` when the hub is gone for good
+(the backoff gave up), :class:`~channels.errors.UnauthorizedError` when the
+hub refuses the token, :class:`~channels.errors.ChannelTimeoutError` when an
+ack does not come, :class:`~channels.errors.ProtocolError` when the hub
+refuses a frame.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, replace
+
+import structlog
+from websockets.asyncio.client import ClientConnection
+from websockets.exceptions import ConnectionClosed, InvalidURI
+from websockets.uri import parse_uri
+
+from channels.client.backoff import Backoff, exponential_backoff
+from channels.client.handshake import open_connection
+from channels.client.interface import PublishAck
+from channels.client.pending import Pending, SessionLost
+from channels.client.protocol import (
+    ClientProtocol,
+    Event,
+    MessageReceived,
+    check_publish,
+    check_subscribe,
+)
+from channels.errors import (
+    ChannelBrokenError,
+    ChannelClosedError,
+    ChannelConfigError,
+    ChannelError,
+    ChannelTimeoutError,
+    HubUnreachableError,
+    ProtocolError,
+)
+from channels.protocol import (
+    Ack,
+    ErrorCode,
+    Message,
+    Publish,
+    Subscribed,
+    Welcome,
+    encode,
+    is_nick,
+)
+
+__all__ = ["DEFAULT_URL", "WebSocketChannel"]
+
+log = structlog.get_logger("channels.client")
+
+DEFAULT_URL = "ws://127.0.0.1:6680/"
+
+
+@dataclass
+class _Session:
+    """One websocket connection, from welcome to close."""
+
+    ws: ClientConnection
+    ended: bool = False
+
+
+class WebSocketChannel:
+    """A :class:`~channels.client.interface.Channel` over one websocket connection to a hub.
+
+    Without ``token`` the client says ``hello`` with ``nick`` (a hub without
+    tokens, on loopback). ``ack_timeout`` bounds every wait for the hub (ack,
+    ``subscribed``), reconnects included; ``connect_timeout`` one connection
+    attempt; ``max_in_flight`` how many publishes may await their ack at
+    once. Use it as an async context manager, or call :meth:`connect` and
+    :meth:`close`; other methods connect lazily.
+    """
+
+    def __init__(
+        self,
+        url: str = DEFAULT_URL,
+        *,
+        token: str | None = None,
+        nick: str | None = None,
+        backoff: Backoff | None = None,
+        ack_timeout: float = 30.0,
+        connect_timeout: float = 10.0,
+        close_timeout: float = 2.0,
+        inbox_size: int = 10_000,
+        max_in_flight: int = 16,
+        max_size: int = 4 * 1024 * 1024,
+        ping_interval: float | None = 20.0,
+    ) -> None:
+        try:
+            parse_uri(url)
+        except (InvalidURI, ValueError) as exc:  # ValueError: urllib on a bad port or bracket
+            raise ChannelConfigError(f"invalid hub URL {url!r}: {exc}") from exc
+        if token is None and nick is None:
+            raise ChannelConfigError("a nick is needed to connect without a token")
+        if nick is not None and not is_nick(nick):
+            raise ChannelConfigError(
+                f"invalid nick {nick!r}: 1-64 of letters, digits, '-', '_', '.'"
+            )
+        if inbox_size < 2:
+            raise ValueError("inbox_size must be at least 2")
+        self.url = url
+        self._token = token
+        self._protocol = ClientProtocol(
+            url, hello_nick=None if token is not None else nick, inbox_size=inbox_size
+        )
+        self._backoff = backoff or exponential_backoff()
+        self._ack_timeout = ack_timeout
+        self._connect_timeout = connect_timeout
+        self._close_timeout = close_timeout
+        self._max_size = max_size
+        self._ping_interval = ping_interval
+        self._state = "new"  # new → open → closed | broken
+        self._broken_cause: BaseException | None = None
+        self._session: _Session | None = None
+        self._supervisor: asyncio.Task[None] | None = None
+        self._connect_lock = asyncio.Lock()
+        self._changed = asyncio.Event()
+        self._inbox_ready = asyncio.Event()
+        self._pending = Pending()
+        # Publishes awaiting their ack at once: far below the hub's default burst,
+        # so concurrent publishers never look like a flood.
+        self._in_flight = asyncio.Semaphore(max_in_flight)
+        self._pace = asyncio.Lock()
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    @property
+    def nick(self) -> str | None:
+        """The nick the hub knows us by (from ``welcome``); None until connected."""
+        return self._protocol.nick
+
+    async def __aenter__(self) -> WebSocketChannel:
+        await self.connect()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    async def connect(self, *, retry: bool = True) -> None:
+        """Connect and authenticate (idempotent).
+
+        With ``retry`` the backoff decides how long to keep trying; without,
+        one attempt, so a command line tool can say at once that the hub is
+        unreachable. Later reconnects always use the backoff.
+        """
+        async with self._connect_lock:
+            if self._state == "open":
+                return
+            self._check_usable()
+            ws, welcome = await self._establish(retry=retry)
+            if self._state != "new":  # closed while connecting
+                await ws.close()
+                self._check_usable()
+            self._begin(ws, welcome)
+            self._supervisor = asyncio.create_task(self._supervise(), name="atirc-client")
+
+    async def close(self) -> None:
+        """Close the connection; pending and later calls raise ChannelClosedError."""
+        if self._state == "closed":
+            return
+        self._state = "closed"
+        self._pending.fail_all(lambda: ChannelClosedError("the channel was closed"))
+        self._wake()
+        session = self._session
+        if session is not None:
+            await session.ws.close()
+        if self._supervisor is not None:
+            self._supervisor.cancel()
+            await asyncio.wait([self._supervisor])
+
+    def _check_usable(self) -> None:
+        if self._state == "closed":
+            raise ChannelClosedError("the channel was closed")
+        if self._state == "broken":
+            raise self._broken_error()
+
+    def _broken_error(self) -> ChannelBrokenError:
+        cause = self._broken_cause
+        if isinstance(cause, ChannelBrokenError):
+            err = ChannelBrokenError(str(cause))
+        else:
+            err = ChannelBrokenError(f"the connection to {self.url} is gone: {cause}")
+        err.__cause__ = cause
+        return err
+
+    def _wake(self) -> None:
+        """Tell everyone waiting for a state change (a session began or ended, closed, broken)."""
+        self._changed.set()
+        self._changed = asyncio.Event()
+        self._inbox_ready.set()
+
+    # -- connecting -----------------------------------------------------------------------
+
+    async def _establish(self, *, retry: bool) -> tuple[ClientConnection, Welcome]:
+        attempt = 0
+        while True:
+            try:
+                return await self._open_once()
+            except HubUnreachableError as exc:
+                if not retry:
+                    raise
+                attempt += 1
+                if not await self._backoff(attempt):
+                    raise HubUnreachableError(
+                        f"gave up on the hub at {self.url} after {attempt} attempts: {exc}"
+                    ) from exc
+                if self._state == "closed":  # close() promises pending calls an end
+                    raise ChannelClosedError("the channel was closed") from exc
+
+    async def _open_once(self) -> tuple[ClientConnection, Welcome]:
+        return await open_connection(
+            self._protocol,
+            token=self._token,
+            connect_timeout=self._connect_timeout,
+            close_timeout=self._close_timeout,
+            max_size=self._max_size,
+            ping_interval=self._ping_interval,
+        )
+
+    def _begin(self, ws: ClientConnection, welcome: Welcome) -> None:
+        self._protocol.connection_made(welcome)
+        self._session = _Session(ws)
+        self._state = "open"
+        self._wake()
+
+    def _end(self, session: _Session) -> None:
+        session.ended = True
+        if self._session is session:
+            self._session = None
+            self._protocol.connection_lost()
+        self._pending.session_lost()
+        self._wake()
+
+    def _set_broken(self, cause: BaseException) -> None:
+        self._state = "broken"
+        self._broken_cause = cause
+        log.error("channels.broken", url=self.url, error=str(cause))
+        self._pending.fail_all(self._broken_error)
+        self._wake()
+
+    async def _supervise(self) -> None:
+        """Own the connection: read it, and when it breaks, reconnect and resubscribe."""
+        while True:
+            session = self._session
+            assert session is not None  # _begin set it
+            try:
+                await self._run(session)
+            finally:
+                self._end(session)
+            if self._state != "open":
+                return
+            log.warning(
+                "channels.disconnected",
+                url=self.url,
+                code=session.ws.close_code,
+                reason=session.ws.close_reason,
+            )
+            try:
+                ws, welcome = await self._establish(retry=True)
+            except ChannelError as exc:
+                if self._state == "open":
+                    self._set_broken(exc)
+                return
+            if self._state != "open":
+                await ws.close()
+                return
+            self._begin(ws, welcome)
+            log.info(
+                "channels.reconnected", url=self.url, subscriptions=len(self._protocol.channels())
+            )
+
+    async def _run(self, session: _Session) -> None:
+        try:
+            for channel in self._protocol.channels():
+                text = self._protocol.resubscribe(channel)
+                if text is not None:
+                    await session.ws.send(text)
+            async for raw in session.ws:
+                for event in self._protocol.receive_frame(raw):
+                    self._on_event(event)
+        except ConnectionClosed:
+            pass  # the supervisor reconnects
+
+    def _on_event(self, event: Event) -> None:
+        if isinstance(event, MessageReceived):
+            self._inbox_ready.set()
+        else:
+            self._pending.settle(event)
+
+    # -- the Channel interface ------------------------------------------------------------
+
+    async def _ensure_open(self) -> None:
+        if self._state == "new":
+            await self.connect()
+        self._check_usable()
+
+    async def _wait_session(self) -> _Session:
+        while True:
+            await self._ensure_open()
+            session = self._session
+            if session is not None and not session.ended:
+                return session
+            await self._changed.wait()
+
+    async def subscribe(self, channel: str, since: str | None = None) -> Subscribed:
+        """Subscribe; replay what was stored after ``since`` (``ZERO_ID``: all retained).
+
+        Returns the hub's ``subscribed`` (``head`` and ``oldest``). Subscribing
+        again to a channel restarts it from the new ``since``.
+        """
+        check_subscribe(channel, since)
+        await self._ensure_open()
+        waiter = self._pending.subscribe(channel)
+        text = self._protocol.subscribe(channel, since)
+        session = self._session
+        if text is not None and session is not None and not session.ended:
+            # On a closed connection the next session subscribes again.
+            with contextlib.suppress(ConnectionClosed):
+                await session.ws.send(text)
+        try:
+            async with asyncio.timeout(self._ack_timeout):
+                return await waiter
+        except TimeoutError as exc:
+            raise ChannelTimeoutError(
+                f"the hub did not confirm the subscription to {channel} "
+                f"within {self._ack_timeout:g}s"
+            ) from exc
+
+    async def unsubscribe(self, channel: str) -> None:
+        """Stop receiving ``channel`` (messages already in the inbox stay)."""
+        self._check_usable()
+        self._pending.unsubscribe(channel)
+        text = self._protocol.unsubscribe(channel)
+        session = self._session
+        if text is not None and session is not None and not session.ended:
+            # Gone anyway; the next session does not subscribe to it again.
+            with contextlib.suppress(ConnectionClosed):
+                await session.ws.send(text)
+
+    async def publish(
+        self,
+        channel: str,
+        text: str,
+        *,
+        thread: str | None = None,
+        reply_to: str | None = None,
+        client_id: str | None = None,
+    ) -> PublishAck:
+        """Publish ``text`` and wait for the hub's ack (see the module docstring).
+
+        A split text's chunks get the ``client_id``s ``ID``, ``ID.1``, ``ID.2``…,
+        so publishing the same text again with the same ``client_id`` (after a
+        restart) is deduplicated chunk by chunk.
+        """
+        check_publish(channel, text, thread, reply_to)
+        await self._ensure_open()
+        frames = self._protocol.publish_frames(
+            channel, text, thread=thread, reply_to=reply_to, client_id=client_id
+        )
+        acks: list[Ack] = []
+        for frame in frames:
+            if acks:  # later chunks join the first one's thread
+                frame = replace(frame, thread=acks[0].thread)
+            acks.append(await self._publish_one(frame))
+        return PublishAck(id=acks[0].id, thread=acks[0].thread, ids=tuple(a.id for a in acks))
+
+    async def _publish_one(self, frame: Publish) -> Ack:
+        attempt = 0
+        try:
+            async with asyncio.timeout(self._ack_timeout), self._in_flight:
+                while True:
+                    async with self._pace:
+                        pass  # someone is backing off from rate_limited: wait for them
+                    session = await self._wait_session()
+                    fut = self._pending.publish(frame.client_id)
+                    try:
+                        # If the connection is gone, its end fails fut with SessionLost.
+                        with contextlib.suppress(ConnectionClosed):
+                            await session.ws.send(encode(frame))
+                        return await fut
+                    except SessionLost:
+                        continue
+                    except ProtocolError as exc:
+                        if exc.code != ErrorCode.RATE_LIMITED:
+                            raise
+                        attempt += 1
+                        # Hold everyone's sends while backing off: resending in
+                        # parallel would turn a rate limit into a flood.
+                        async with self._pace:
+                            if not await self._backoff(attempt):
+                                raise
+                    finally:
+                        self._pending.forget(frame.client_id, fut)
+        except TimeoutError as exc:
+            raise ChannelTimeoutError(
+                f"no ack from the hub for a publish to {frame.channel} "
+                f"within {self._ack_timeout:g}s"
+            ) from exc
+
+    async def receive(self) -> Message:
+        """The next message; raises ChannelClosedError / ChannelBrokenError when there is none."""
+        while True:
+            if self._protocol.pending:
+                if self._protocol.wants_resync():
+                    # Before taking a message, so a cancellation here loses nothing.
+                    await self._resync()
+                message = self._protocol.next_message()
+                if message is not None:  # None: a concurrent receive took it meanwhile
+                    return message
+                continue
+            if self._state == "new":
+                await self.connect()
+            self._check_usable()
+            self._inbox_ready.clear()
+            await self._inbox_ready.wait()
+
+    async def _resync(self) -> None:
+        """Subscribe again (``since`` = last delivered) to channels whose messages were dropped."""
+        session = self._session
+        if session is None or session.ended:
+            return  # the next session subscribes to everything again anyway
+        for channel in self._protocol.overflowed():
+            text = self._protocol.resync(channel)
+            if text is None:
+                continue
+            try:
+                await session.ws.send(text)
+            except ConnectionClosed:
+                return
+
+    def __aiter__(self) -> AsyncIterator[Message]:
+        """Iterate over messages; the iteration ends when the channel is closed."""
+        return self
+
+    async def __anext__(self) -> Message:
+        """The next message (see :meth:`receive`); StopAsyncIteration once closed."""
+        try:
+            return await self.receive()
+        except ChannelClosedError:
+            raise StopAsyncIteration from None
