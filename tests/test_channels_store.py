@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
+from contextlib import closing
 
 import pytest
 
@@ -26,7 +27,7 @@ async def store(tmp_path):
 
 async def test_a_blank_file_is_migrated_to_wal(store):
     """Opening creates the directory and the schema, in WAL mode, and records the version."""
-    with sqlite3.connect(store.path) as db:
+    with closing(sqlite3.connect(store.path)) as db:
         assert db.execute("PRAGMA user_version").fetchone() == (1,)
         assert db.execute("PRAGMA journal_mode").fetchone() == ("wal",)
         tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
@@ -91,8 +92,9 @@ async def test_ids_continue_after_reopening(tmp_path):
 async def test_a_newer_schema_is_refused(tmp_path):
     """A file from a newer hub is not touched; the error says to upgrade."""
     path = tmp_path / "hub.db"
-    with sqlite3.connect(path) as db:
+    with closing(sqlite3.connect(path)) as db:
         db.execute("PRAGMA user_version = 99")
+        db.commit()
     store = MessageStore(path, retention_count=10, retention_age=3600)
     with pytest.raises(HubStoreError, match="version 99"):
         await store.open()
