@@ -1,0 +1,52 @@
+"""The configuration: a TOML file, overridden by environment variables and flags.
+
+Precedence, lowest first: the defaults, the TOML file (``--config``, default
+``./asyncai.toml``), the environment (``OPENAI_BASE_URL``, ``OPENAI_API_KEY``,
+``ASYNCAI_MODEL``, ``ATIRC_URL``, ``ATIRC_TOKEN``, ``ATIRC_NICK``), then
+command-line flags. Every key is checked by name and type when the file is
+loaded, so a typo fails at start with a message that names it (``unknown key
+'code_mode.max_wal' in asyncai.toml``) instead of being silently ignored.
+
+MCP servers use the keys of the common ``mcpServers`` JSON (``command``,
+``args``, ``env``), so an existing entry can be pasted as a
+``[mcp_servers.NAME]`` table; ``mcp_json = "PATH"`` reads such a JSON file, and
+``--mcp-stdio "CMD ARGS"`` adds a server from the command line.
+
+Holds the sections' dataclasses (:mod:`daemon.config.schema`) and the kinds
+of value their keys take (:mod:`daemon.config.values`), the loader and its
+precedence (:mod:`daemon.config.load`), the wording of its errors
+(:mod:`daemon.config.messages`), the sources of MCP servers
+(:mod:`daemon.config.servers`) and the shared flags (:mod:`daemon.config.flags`).
+
+May import: ``daemon.errors``, ``daemon.mcp_spec`` (the one check of an
+``mcpServers`` entry), pydantic, and ``daemon.code_mode`` only inside
+``CodeModeConfig``'s methods (it builds ``CodeModeLimits``).
+"""
+
+from daemon.config.flags import add_config_arguments, overrides_from_args
+from daemon.config.load import ENVIRONMENT, load_config
+from daemon.config.schema import (
+    DEFAULT_CONFIG_PATH,
+    ChannelsConfig,
+    CodeModeConfig,
+    Config,
+    McpServerConfig,
+    ModelConfig,
+    RuntimeConfig,
+    SessionsConfig,
+)
+
+__all__ = [
+    "DEFAULT_CONFIG_PATH",
+    "ENVIRONMENT",
+    "ChannelsConfig",
+    "CodeModeConfig",
+    "Config",
+    "McpServerConfig",
+    "ModelConfig",
+    "RuntimeConfig",
+    "SessionsConfig",
+    "add_config_arguments",
+    "load_config",
+    "overrides_from_args",
+]

@@ -1,0 +1,232 @@
+"""The configuration's dataclasses: one per TOML section, and ``Config`` over them.
+
+Plain stdlib dataclasses, as the rest of the daemon uses them; their field
+annotations (:mod:`daemon.config.values`) also tell pydantic how to check a
+value, and ``__pydantic_config__`` forbids unknown keys, so the loader
+validates the merged file, environment and flags with one ``TypeAdapter``.
+Building one in code checks nothing, as before.
+
+Secrets (the API key, the channel token, MCP server environment values) never
+appear in a ``repr``: their fields are ``repr=False``, ``McpServerConfig``
+prints only the names of its environment, and ``Config.secrets()`` lists the
+values for the log redactor.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, Literal
+
+from pydantic import ConfigDict, Field, Strict
+
+from daemon.config.values import (
+    Count,
+    Flag,
+    NonNegativeInt,
+    NonNegativeSeconds,
+    PathValue,
+    Seconds,
+    Size,
+    Text,
+)
+from daemon.errors import ConfigError
+
+if TYPE_CHECKING:  # the code-mode package builds a Monty pool lazily; importing is cheap
+    from daemon.code_mode import CodeModeLimits
+
+__all__ = [
+    "DEFAULT_CONFIG_PATH",
+    "SECRET_NAME",
+    "ChannelsConfig",
+    "CodeModeConfig",
+    "Config",
+    "McpServerConfig",
+    "ModelConfig",
+    "RuntimeConfig",
+    "SessionsConfig",
+]
+
+DEFAULT_CONFIG_PATH = Path("asyncai.toml")
+
+# names whose values are never echoed in messages and are handed to the log redactor
+SECRET_NAME = re.compile(r"key|token|secret|passw|auth|credential", re.IGNORECASE)
+
+_SECTION = ConfigDict(extra="forbid")  # a key that is no field is an error that names it
+
+
+@dataclass
+class ModelConfig:
+    """``[model]``: the OpenAI-compatible endpoint and the run loop around it."""
+
+    __pydantic_config__ = _SECTION
+
+    base_url: Text = "https://api.openai.com/v1"
+    api_key: Text | None = field(default=None, repr=False)
+    model: Text | None = None  # required before a run: --model, ASYNCAI_MODEL or the file
+    tool_mode: Literal["code", "direct"] = "code"
+    system_prompt: Text | None = None  # None: the built-in prompt of the tool mode
+    temperature: Annotated[float, Strict(), Field(ge=0, le=2)] | None = None
+    max_tokens: Count | None = None
+    request_timeout: Seconds = 300.0  # local models are slow
+    tool_call_timeout: Seconds = 600.0  # one model tool call
+    max_rounds: Count = 8
+    retries: NonNegativeInt = 3  # after the first attempt
+    backoff_initial: NonNegativeSeconds = 1.0
+    backoff_max: NonNegativeSeconds = 30.0
+    # The small-model harness (daemon.model.harness): force run_code first, catalog and a
+    # worked example in the system message, broken arguments and code repaired, an
+    # answer round after the first good result. None: on for the embedded local model
+    # (model "qwen-coder-1.5b"), off for every other model.
+    harness: Flag | None = None
+    worked_example: Text | None = None  # the harness's example; None: the built-in one
+
+
+@dataclass
+class CodeModeConfig:
+    """``[code_mode]``: the fields of ``CodeModeLimits``; None keeps its default."""
+
+    __pydantic_config__ = _SECTION
+
+    max_feed_duration: Seconds | None = None
+    max_suspensions: Count | None = None
+    max_nested_calls: Count | None = None
+    max_print_bytes: Annotated[Size, Field(ge=1)] | None = None
+    max_memory: Annotated[Size, Field(gt=0)] | None = None
+    tool_timeout: Seconds | None = None
+    max_wall: Seconds | None = None
+    max_result_chars: Count | None = None
+    max_scopes: Count | None = None
+    preamble: PathValue | None = None  # operator Python run in every new scope (spec A8)
+    preamble_text: str | None = field(default=None, init=False, repr=False)
+
+    def limits(self) -> CodeModeLimits:
+        """``CodeModeLimits`` with these values over its defaults (imports code mode)."""
+        from daemon.code_mode import CodeModeLimits
+
+        values = {
+            f.name: getattr(self, f.name)
+            for f in fields(self)
+            if f.init and f.name != "preamble" and getattr(self, f.name) is not None
+        }
+        if self.preamble_text is not None:
+            values["preamble"] = self.preamble_text
+        return CodeModeLimits(**values)
+
+    def effective_max_scopes(self) -> int:
+        """``max_scopes`` as configured, else ``CodeModeLimits``' default."""
+        if self.max_scopes is not None:
+            return self.max_scopes
+        try:
+            from daemon.code_mode import CodeModeLimits
+        except ImportError:  # code mode not built yet: DESIGN.md's LRU of 8
+            return 8
+        return int(getattr(CodeModeLimits(), "max_scopes", 8))
+
+
+@dataclass
+class McpServerConfig:
+    """``[mcp_servers.NAME]``: one stdio MCP server, ``mcpServers`` keys (and ``cwd``).
+
+    Checked by ``daemon.mcp_spec.parse_server_entry``, wherever it was written.
+    """
+
+    command: str
+    args: list[str] = field(default_factory=list)
+    # servers get a minimal environment: what one needs goes here (values may be secrets)
+    env: dict[str, str] = field(default_factory=dict, repr=False)
+    cwd: Path | None = None  # working directory of the server process
+
+    def entry(self) -> dict[str, Any]:
+        """The ``mcpServers`` entry, as ``McpToolExecutor`` takes it."""
+        out: dict[str, Any] = {
+            "command": self.command,
+            "args": list(self.args),
+            "env": dict(self.env),
+        }
+        if self.cwd is not None:
+            out["cwd"] = str(self.cwd)
+        return out
+
+    def __repr__(self) -> str:
+        """The command line and the names (never the values) of the environment."""
+        return (
+            f"McpServerConfig(command={self.command!r}, args={self.args!r}, "
+            f"env_keys={sorted(self.env)!r}, cwd={self.cwd!r})"
+        )
+
+
+@dataclass
+class ChannelsConfig:
+    """``[channels]``: the atirc-style hub and what to answer there."""
+
+    __pydantic_config__ = _SECTION
+
+    url: Text = "ws://127.0.0.1:6680/"
+    token: Text | None = field(default=None, repr=False)
+    nick: Text = "asyncai"
+    channels: list[Text] = field(default_factory=list)  # channels to subscribe to
+    shared: list[Text] = field(default_factory=list)  # answer only mentions and own threads
+    allowed_senders: list[Text] = field(default_factory=list)  # empty: everyone
+
+
+@dataclass
+class RuntimeConfig:
+    """``[runtime]``: threads, runs and shutdown."""
+
+    __pydantic_config__ = _SECTION
+
+    max_concurrent_runs: Count = 4  # ≤ code_mode.max_scopes
+    max_queued_prompts: Count = 256  # all threads together
+    history_turns: NonNegativeInt = 20
+    history_chars: NonNegativeInt = 24_000
+    max_run_seconds: Seconds = 900.0
+    shutdown_grace: NonNegativeSeconds = 20.0
+    publish_timeout: Seconds = 60.0  # the hub's ack of a reply
+
+
+@dataclass
+class SessionsConfig:
+    """``[sessions]``: the SQLite file of transcripts, runs and audit."""
+
+    __pydantic_config__ = _SECTION
+
+    db: PathValue = Path(".asyncai/asyncai.db")
+
+
+@dataclass
+class Config:
+    """The whole configuration. ``Config()`` is the built-in defaults.
+
+    The loader validates the sections and ``mcp_json`` through this class;
+    ``mcp_servers`` and ``path`` it fills itself.
+    """
+
+    __pydantic_config__ = _SECTION
+
+    model: ModelConfig = field(default_factory=ModelConfig)
+    code_mode: CodeModeConfig = field(default_factory=CodeModeConfig)
+    mcp_servers: dict[str, McpServerConfig] = field(default_factory=dict)
+    mcp_json: PathValue | None = None
+    channels: ChannelsConfig = field(default_factory=ChannelsConfig)
+    runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
+    sessions: SessionsConfig = field(default_factory=SessionsConfig)
+    path: Path | None = None  # the file read, if any
+
+    def secrets(self) -> list[str]:
+        """Values the log redactor must never print (API key, tokens, secret-looking env)."""
+        out = [v for v in (self.model.api_key, self.channels.token) if v]
+        for server in self.mcp_servers.values():
+            out.extend(v for k, v in server.env.items() if SECRET_NAME.search(k) and v)
+        return out
+
+    def require_model(self) -> str:
+        """The model name, or a ConfigError saying where to set it."""
+        if not self.model.model:
+            where = self.path or DEFAULT_CONFIG_PATH
+            raise ConfigError(
+                f"no model configured: set 'model' in [model] of {where}, "
+                "pass --model, or set ASYNCAI_MODEL"
+            )
+        return self.model.model
