@@ -19,7 +19,7 @@ COMMANDS: list[str] = [
     "daemon.cli.ask",
     "daemon.cli.serve",
     "daemon.cli.model",
-    "sessions.cli",
+    "daemon.cli.sessions",
 ]
 
 

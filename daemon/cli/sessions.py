@@ -1,31 +1,25 @@
 """``asyncai threads``, ``asyncai audit`` and ``asyncai transcript``: read the store.
 
-Registered into the ``asyncai`` command line by ``daemon.cli`` through
-``register(subparsers)``. Each handler returns the exit status: 0 on
-success, 1 when the database is missing or unreadable or a thread is not
-found (one line on stderr, never a traceback), 2 for bad arguments
-(argparse's own message).
+Argument parsing and printing only; the lines come from :mod:`sessions.report`.
+Each command returns the exit status: 0 on success, 1 when the database is
+missing or unreadable or a thread is not found (one line on stderr, never a
+traceback), 2 for bad arguments (argparse's own message).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import sys
-from collections.abc import Awaitable, Callable, Iterable, Sequence
-from dataclasses import asdict
+from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 
-from .errors import StoreError
-from .export import jsonl_lines, text_lines
-from .ids import parse_since
-from .model import AuditEntry, ThreadSummary
-from .store import DEFAULT_DB_PATH, Store
+from sessions.errors import StoreError
+from sessions.ids import parse_since
+from sessions.report import audit_report, threads_report, transcript_report
+from sessions.store import DEFAULT_DB_PATH, Store
 
 __all__ = ["register"]
-
-ARGUMENTS_WIDTH = 60  # the audit table shows this much of each call's arguments
 
 
 def _positive_int(text: str) -> int:
@@ -147,106 +141,31 @@ def _run(args: argparse.Namespace, body: Callable[[Store], Awaitable[Iterable[st
     return 0
 
 
-def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
-    """Left-aligned columns; the last one is not padded."""
-    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header) - 1)]
-    lines = []
-    for row in [header, *rows]:
-        cells = [cell.ljust(width) for cell, width in zip(row, widths, strict=False)]
-        lines.append("  ".join([*cells, row[-1]]).rstrip())
-    return lines
-
-
-def _when(timestamp: str) -> str:
-    return timestamp.replace("T", " ").rstrip("Z")
-
-
 def threads_command(args: argparse.Namespace) -> int:
     """``asyncai threads``."""
-
-    async def body(store: Store) -> list[str]:
-        found = await store.threads(args.limit)
-        if args.json:
-            return [json.dumps(asdict(t), ensure_ascii=False) for t in found]
-        if not found:
-            return ["no threads yet"]
-        return _threads_table(found)
-
-    return _run(args, body)
-
-
-def _threads_table(found: Sequence[ThreadSummary]) -> list[str]:
-    header = ["LAST ACTIVE", "CHANNEL", "THREAD", "PROMPTS", "RUNS", "RECORDS", "CALLS", "MUTATING"]
-    rows = [
-        [
-            _when(t.last_active),
-            t.channel,
-            t.thread_id,
-            str(t.prompts),
-            str(t.runs),
-            str(t.records),
-            str(t.tool_calls),
-            str(t.mutating_calls),
-        ]
-        for t in found
-    ]
-    return _table(header, rows)
+    return _run(args, lambda store: threads_report(store, limit=args.limit, as_json=args.json))
 
 
 def audit_command(args: argparse.Namespace) -> int:
     """``asyncai audit``."""
-
-    async def body(store: Store) -> list[str]:
-        entries = await store.audit(
+    return _run(
+        args,
+        lambda store: audit_report(
+            store,
             thread=args.thread,
             channel=args.channel,
             tool=args.tool,
-            mutating=True if args.mutating else None,
+            mutating=args.mutating,
             since=args.since,
             limit=args.limit,
-        )
-        if args.json:
-            return [json.dumps(asdict(e), ensure_ascii=False) for e in entries]
-        if not entries:
-            return ["no tool calls match"]
-        return _audit_table(entries)
-
-    return _run(args, body)
-
-
-def _audit_table(entries: Sequence[AuditEntry]) -> list[str]:
-    header = ["STARTED", "THREAD", "TOOL", "FLAGS", "BYTES", "MS", "ARGUMENTS"]
-    rows = []
-    for e in entries:
-        flags = ",".join([*(["MUT"] if e.mutating else []), *(["ERR"] if e.is_error else [])])
-        arguments = json.dumps(e.arguments, ensure_ascii=False)
-        if len(arguments) > ARGUMENTS_WIDTH:
-            arguments = arguments[: ARGUMENTS_WIDTH - 1] + "…"
-        rows.append(
-            [
-                _when(e.started),
-                f"{e.channel}/{e.thread_id}",
-                e.tool,
-                flags or "-",
-                str(e.bytes),
-                f"{e.duration_ms:.0f}",
-                arguments,
-            ]
-        )
-    return _table(header, rows)
+            as_json=args.json,
+        ),
+    )
 
 
 def transcript_command(args: argparse.Namespace) -> int:
     """``asyncai transcript``."""
-
-    async def body(store: Store) -> list[str]:
-        records = await store.transcript(args.thread, args.channel)
-        if args.jsonl:
-            return list(jsonl_lines(records))
-        if not records:
-            return [f"thread {args.thread} has no transcript records yet"]
-        first = records[0]
-        head = f"thread {first.channel} {first.thread_id} · session {first.session_id}"
-        return [head, "", *text_lines(records)]
-
-    return _run(args, body)
+    return _run(
+        args,
+        lambda store: transcript_report(store, args.thread, channel=args.channel, jsonl=args.jsonl),
+    )

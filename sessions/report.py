@@ -1,0 +1,126 @@
+"""What ``asyncai threads``, ``asyncai audit`` and ``asyncai transcript`` print, as lines.
+
+Each report reads the open :class:`~sessions.store.Store` and returns the lines
+to print: a table, JSON objects one per line, or the transcript as text or
+Claude Code JSONL. The command line around them (arguments, opening the
+database, printing, exit statuses) is ``daemon.cli.sessions``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import asdict
+
+from .export import jsonl_lines, text_lines
+from .model import AuditEntry, ThreadSummary
+from .store import Store
+
+__all__ = ["ARGUMENTS_WIDTH", "audit_report", "threads_report", "transcript_report"]
+
+ARGUMENTS_WIDTH = 60  # the audit table shows this much of each call's arguments
+
+
+async def threads_report(store: Store, *, limit: int, as_json: bool) -> list[str]:
+    """The most recently active threads with their counts."""
+    found = await store.threads(limit)
+    if as_json:
+        return [json.dumps(asdict(t), ensure_ascii=False) for t in found]
+    if not found:
+        return ["no threads yet"]
+    return _threads_table(found)
+
+
+async def audit_report(
+    store: Store,
+    *,
+    thread: str | None,
+    channel: str | None,
+    tool: str | None,
+    mutating: bool,
+    since: str | None,
+    limit: int,
+    as_json: bool,
+) -> list[str]:
+    """The nested tool calls that match, newest first."""
+    entries = await store.audit(
+        thread=thread,
+        channel=channel,
+        tool=tool,
+        mutating=True if mutating else None,
+        since=since,
+        limit=limit,
+    )
+    if as_json:
+        return [json.dumps(asdict(e), ensure_ascii=False) for e in entries]
+    if not entries:
+        return ["no tool calls match"]
+    return _audit_table(entries)
+
+
+async def transcript_report(
+    store: Store, thread: str, *, channel: str | None, jsonl: bool
+) -> list[str]:
+    """A thread's transcript as text, or as Claude Code JSONL records."""
+    records = await store.transcript(thread, channel)
+    if jsonl:
+        return list(jsonl_lines(records))
+    if not records:
+        return [f"thread {thread} has no transcript records yet"]
+    first = records[0]
+    head = f"thread {first.channel} {first.thread_id} · session {first.session_id}"
+    return [head, "", *text_lines(records)]
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    """Left-aligned columns; the last one is not padded."""
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header) - 1)]
+    lines = []
+    for row in [header, *rows]:
+        cells = [cell.ljust(width) for cell, width in zip(row, widths, strict=False)]
+        lines.append("  ".join([*cells, row[-1]]).rstrip())
+    return lines
+
+
+def _when(timestamp: str) -> str:
+    return timestamp.replace("T", " ").rstrip("Z")
+
+
+def _threads_table(found: Sequence[ThreadSummary]) -> list[str]:
+    header = ["LAST ACTIVE", "CHANNEL", "THREAD", "PROMPTS", "RUNS", "RECORDS", "CALLS", "MUTATING"]
+    rows = [
+        [
+            _when(t.last_active),
+            t.channel,
+            t.thread_id,
+            str(t.prompts),
+            str(t.runs),
+            str(t.records),
+            str(t.tool_calls),
+            str(t.mutating_calls),
+        ]
+        for t in found
+    ]
+    return _table(header, rows)
+
+
+def _audit_table(entries: Sequence[AuditEntry]) -> list[str]:
+    header = ["STARTED", "THREAD", "TOOL", "FLAGS", "BYTES", "MS", "ARGUMENTS"]
+    rows = []
+    for e in entries:
+        flags = ",".join([*(["MUT"] if e.mutating else []), *(["ERR"] if e.is_error else [])])
+        arguments = json.dumps(e.arguments, ensure_ascii=False)
+        if len(arguments) > ARGUMENTS_WIDTH:
+            arguments = arguments[: ARGUMENTS_WIDTH - 1] + "…"
+        rows.append(
+            [
+                _when(e.started),
+                f"{e.channel}/{e.thread_id}",
+                e.tool,
+                flags or "-",
+                str(e.bytes),
+                f"{e.duration_ms:.0f}",
+                arguments,
+            ]
+        )
+    return _table(header, rows)
