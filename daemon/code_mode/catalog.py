@@ -52,7 +52,7 @@ import keyword
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from daemon.tools import ToolDefinition
 
@@ -62,6 +62,7 @@ __all__ = [
     "CallRejected",
     "Catalog",
     "CatalogEntry",
+    "CatalogSource",
     "Param",
     "python_name",
     "render_stub",
@@ -245,7 +246,7 @@ def _annotation(schema: Any, resolver: _Resolver, seen: tuple[str, ...]) -> str:
         lits = [_literal(v) for v in enum]
         if None in lits:
             return "Any"  # an enum of objects: no useful literal
-        values = [lit for lit in lits if lit != "None"]
+        values = [lit for lit in lits if lit is not None and lit != "None"]
         parts = [f"Literal[{', '.join(values)}]"] if values else []
         return _union([*parts, *(["None"] if "None" in lits else [])])
     for key in ("anyOf", "oneOf"):
@@ -559,3 +560,18 @@ class Catalog:
         for e in self.entries.values():
             out += [_signature(e), "    ...", ""]
         return "\n".join(out)
+
+
+@runtime_checkable
+class CatalogSource(Protocol):
+    """An executor that can show the :class:`Catalog` behind its ``run_code`` tool.
+
+    Code mode is one (and the restart-note wrapper around it); the small-model
+    harness builds its prompt and its repairs from the catalog, never from the
+    rendered description.
+    """
+
+    @property
+    def catalog(self) -> Catalog | None:
+        """The catalog, or None while the tools are not listed yet (or not code mode)."""
+        ...

@@ -22,7 +22,14 @@ from daemon.code_mode.helpers import RESERVED_NAMES
 from daemon.code_mode.limits import CodeModeLimits
 from daemon.tools import ToolDefinition
 
-__all__ = ["RUN_CODE", "RUN_CODE_SCHEMA", "run_code_definition", "run_code_description"]
+__all__ = [
+    "RUN_CODE",
+    "RUN_CODE_SCHEMA",
+    "catalog_section",
+    "helpers_section",
+    "run_code_definition",
+    "run_code_description",
+]
 
 RUN_CODE = "run_code"
 
@@ -46,7 +53,6 @@ def _size(n: int) -> str:
 def run_code_description(catalog: Catalog, limits: CodeModeLimits | None = None) -> str:
     """The ``run_code`` description for ``catalog``; the same inputs give the same bytes."""
     limits = limits if limits is not None else CodeModeLimits()
-    reserved = ", ".join(RESERVED_NAMES)
     text = f"""\
 Run Python in a sandbox (Monty, a subset of Python 3) and get the result. The functions \
 listed at the end are async Python functions that call tools: pass keyword arguments and \
@@ -98,6 +104,17 @@ call does not run).
 - Results over {limits.max_result_chars:,} characters are refused with a preview: assign \
 to a variable and return a filtered subset.
 
+"""
+    return f"{text}{helpers_section()}\n{catalog_section(catalog)}"
+
+
+def helpers_section() -> str:
+    """The description's list of the built-in helpers, ending in a newline.
+
+    The small-model harness shows it word for word (``daemon.model.harness``).
+    """
+    reserved = ", ".join(RESERVED_NAMES)
+    return f"""\
 Helpers, defined in every scope (do not rebind these names: {reserved}):
 - items(x): the list inside x: x itself for a list, x["items"], the only list value of a \
 dict, [x] for a dict without lists, [] for None.
@@ -111,13 +128,20 @@ dig(x, "spec.ports", []).
 first: count_by(pods, "status.phase").
 - to_json(x, indent=None): json.dumps that turns sets into lists and other unknown values \
 into str().
+"""
 
+
+def catalog_section(catalog: Catalog) -> str:
+    """The description's last part: the heading, then the catalog's stubs (or "none").
+
+    The small-model harness shows it word for word (``daemon.model.harness``).
+    """
+    stubs = catalog.render()
+    heading = """\
 Available functions (keyword arguments only, required ones first; an optional one left \
 out or passed as None is not sent):
-
 """
-    stubs = catalog.render()
-    return text + (stubs if stubs else "(none: no tools are connected)")
+    return f"{heading}\n{stubs if stubs else '(none: no tools are connected)'}"
 
 
 def run_code_definition(catalog: Catalog, limits: CodeModeLimits | None = None) -> ToolDefinition:

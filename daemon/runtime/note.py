@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
+from daemon.code_mode.catalog import Catalog, CatalogSource
 from daemon.code_mode.note import reset_note
 from daemon.tools import ToolCallOutput, ToolDefinition, ToolExecutor
 
@@ -49,6 +50,11 @@ class RestartNoteExecutor:
             self._empty.discard(thread_id)
             return note or reset_note("reset")
         return note
+
+    @property
+    def catalog(self) -> Catalog | None:
+        """The inner executor's catalog when it is code mode, else None."""
+        return self.inner.catalog if isinstance(self.inner, CatalogSource) else None
 
     def definitions(self) -> list[ToolDefinition]:
         """The inner executor's tools."""
