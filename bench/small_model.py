@@ -522,7 +522,7 @@ async def run_mode(
     report: Callable[[str], None],
 ) -> dict[str, Outcome]:
     """Every question of ``suite`` once, each in a fresh thread, in ``mode``."""
-    from daemon.model.backend import OpenAiCompatibleBackend
+    from daemon.model import OpenAiCompatibleBackend
 
     inner = McpToolExecutor(env.servers, call_timeout=60.0)
     executor = inner if mode == "direct" else CodeModeToolExecutor(inner, CodeModeLimits())

@@ -22,11 +22,11 @@ import pytest
 from daemon.config import Config, ModelConfig, RuntimeConfig
 from daemon.errors import ConfigError
 from daemon.logging import REDACTED, configure_logging, reset_logging
-from daemon.model.backend import (
+from daemon.model import OpenAiCompatibleBackend
+from daemon.model.prompts import (
     CODE_MODE_SYSTEM_PROMPT,
     DIRECT_SYSTEM_PROMPT,
     FINAL_ROUND_PROMPT,
-    OpenAiCompatibleBackend,
 )
 from daemon.runtime.runs import HistoryTurn, Prompt, RunRequest, ToolUseContext, current_tool_use
 from daemon.tools import BaseToolExecutor, ToolCallOutput, ToolDefinition, ToolTransportError

@@ -17,7 +17,7 @@ import pytest
 from daemon.code_mode import CodeModeLimits, CodeModeToolExecutor
 from daemon.config import ModelConfig
 from daemon.logging import configure_logging, reset_logging
-from daemon.model.backend import OpenAiCompatibleBackend
+from daemon.model import OpenAiCompatibleBackend
 from daemon.runtime.runs import Prompt, RunRequest, current_tool_use
 from daemon.tools import AuditEntry
 from tests.fakes.executor import FakeToolExecutor

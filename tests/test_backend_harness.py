@@ -18,8 +18,9 @@ import pytest
 
 from daemon.code_mode import CodeModeLimits, CodeModeToolExecutor
 from daemon.config import ModelConfig
-from daemon.model.backend import FINAL_ROUND_PROMPT, OpenAiCompatibleBackend
+from daemon.model import OpenAiCompatibleBackend
 from daemon.model.harness import CODE_STOP, HARNESS_RULES, WORKED_EXAMPLE
+from daemon.model.prompts import FINAL_ROUND_PROMPT
 from daemon.runtime.runs import Prompt, RunRequest
 from tests.fakes.executor import FakeToolExecutor
 from tests.fakes.fake_openai import FakeOpenAI, Reply, ToolCalls

@@ -10,6 +10,8 @@ import json
 import pytest
 
 from daemon.code_mode import contract
+from daemon.code_mode.catalog import Catalog
+from daemon.code_mode.description import run_code_description
 from daemon.code_mode.helpers import RESERVED_NAMES
 from daemon.model.harness import (
     HARNESS_RULES,
@@ -18,7 +20,6 @@ from daemon.model.harness import (
     WORKED_EXAMPLE,
     answer_instruction,
     assigned_names,
-    catalog_names,
     catalog_signatures,
     code_message,
     compact_description,
@@ -34,6 +35,7 @@ from daemon.model.harness import (
     system_prompt,
     text_tool_calls,
 )
+from daemon.tools import ToolDefinition
 
 # ---- arguments ----
 
@@ -183,7 +185,6 @@ def test_system_prompt_holds_the_catalog_and_the_example() -> None:
     assert "async def list_objects(resource: str) -> dict:" in text
     assert text.endswith(WORKED_EXAMPLE.strip())
     assert text == system_prompt("You are asyncai.", desc)
-    assert catalog_names(desc) == {"list_objects"}
 
 
 def test_answer_instruction_repeats_the_question() -> None:
@@ -259,20 +260,17 @@ def test_top_level_return_becomes_the_result() -> None:
 
 def test_compact_description_keeps_helpers_and_catalog_only() -> None:
     """The long sandbox rules give way to the harness's short ones; the helpers and the
-    catalog stay word for word; a description without those sections stays whole."""
-    desc = (
-        "Run Python.\n\nSandbox rules:\n- many\n\nReturn contract:\n- more\n\n"
-        "Helpers, defined in every scope:\n- items(x)\n\n"
-        "Available functions:\n\nasync def f() -> dict:\n    ..."
-    )
-    compact = compact_description(desc)
-    assert compact.startswith(HARNESS_RULES)
-    assert "Return contract" not in compact
-    assert compact.endswith(
-        "Helpers, defined in every scope:\n- items(x)\n\n"
-        "Available functions:\n\nasync def f() -> dict:\n    ..."
-    )
-    assert compact_description("Run it.") == "Run it."
+    catalog stay word for word as run_code's description has them, built from the
+    catalog itself."""
+    for catalog in (CATALOG, Catalog([])):
+        desc = run_code_description(catalog)
+        compact = compact_description(catalog)
+        assert compact.startswith(HARNESS_RULES + "\n\nHelpers, defined in every scope")
+        assert "Return contract" not in compact
+        helpers = compact.removeprefix(HARNESS_RULES + "\n\n")
+        assert desc.endswith("\n\n" + helpers)
+    assert "async def list_objects(*, workspace: str" in compact_description(CATALOG)
+    assert compact_description(Catalog([])).endswith("(none: no tools are connected)")
 
 
 def test_javascript_gets_a_hint_on_its_syntax_error() -> None:
@@ -319,21 +317,23 @@ def test_variables_named_like_helpers_are_renamed() -> None:
     assert HELPER_NAMES == RESERVED_NAMES
 
 
-CATALOG = (
-    "Available functions:\n\n"
-    "async def list_objects(*, workspace: str, resource: str, namespace: str | None = None)"
-    " -> dict[str, Any]:\n"
-    '    """List objects."""\n'
-    + '''
+def _tool(name: str, description: str, required: list[str], optional: list[str]) -> ToolDefinition:
+    props = {p: {"type": "string"} for p in [*required, *optional]}
+    return ToolDefinition(
+        name, description, {"type": "object", "properties": props, "required": required}
+    )
 
-async def get_object(*, workspace: str, resource: str, name: str) -> dict[str, Any]:
-    """Get one object."""
-'''
+
+CATALOG = Catalog(
+    [
+        _tool("list_objects", "List objects.", ["workspace", "resource"], ["namespace"]),
+        _tool("get_object", "Get one object.", ["workspace", "resource", "name"], []),
+    ]
 )
 
 
 def test_catalog_signatures_read_the_stubs() -> None:
-    """Each stub's keyword parameters and the required ones."""
+    """Each catalog function's keyword parameters and the required ones."""
     sigs = catalog_signatures(CATALOG)
     assert sigs["list_objects"] == (
         frozenset({"workspace", "resource", "namespace"}),

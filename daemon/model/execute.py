@@ -1,0 +1,89 @@
+"""Running one tool call the model made: its log events, its own timeout, and the
+error results the model can act on (arguments that did not parse, a tool that does
+not exist, a tool that timed out or whose transport failed).
+
+Log events (logger ``asyncai.backend``, info): ``model.tool_call`` (tool,
+arguments) and ``model.tool_result`` (tool, is_error, bytes, content
+JSON-decoded when possible).
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import structlog
+
+from daemon.errors import ToolTransportError
+from daemon.logging import log_content
+from daemon.model.calls import ToolCall
+from daemon.model.prompts import INVALID_ARGUMENTS
+from daemon.model.records import RunState
+from daemon.runtime.runs import ToolUseContext, current_tool_use
+from daemon.tools import ToolCallOutput, ToolExecutor
+
+__all__ = ["run_call"]
+
+log = structlog.get_logger("asyncai.backend")
+
+
+async def run_call(
+    caller: ToolExecutor,
+    names: dict[str, str],
+    call: ToolCall,
+    record_uuid: str,
+    state: RunState,
+    limit: float,
+) -> ToolCallOutput:
+    """Run ``call`` on ``caller`` (``names`` maps the model's tool names to the real
+    ones) within ``limit`` seconds; every failure is a result, never an exception."""
+    request = state.request
+    ids = {"run_id": request.run_id, "thread_id": request.thread_id, "tool_use_id": call.id}
+    shown = call.arguments if call.error is None else log_content(call.raw)
+    log.info("model.tool_call", tool=call.name, arguments=shown, **ids)
+    if call.error is not None:
+        text = INVALID_ARGUMENTS.format(tool=call.name, error=call.error)
+        output = ToolCallOutput(text, is_error=True)
+    elif call.name not in names:
+        offered = ", ".join(sorted(names)) or "none"
+        text = f"Error: there is no tool named {call.name!r}; the tools are: {offered}."
+        output = ToolCallOutput(text, is_error=True)
+    else:
+        output = await _execute(
+            caller, names[call.name], call.arguments, call.id, record_uuid, state, limit
+        )
+    log.info(
+        "model.tool_result",
+        tool=call.name,
+        is_error=output.is_error,
+        bytes=len(output.content.encode()),
+        content=log_content(output.content),
+        **ids,
+    )
+    return output
+
+
+async def _execute(
+    caller: ToolExecutor,
+    name: str,
+    arguments: dict,
+    tool_use_id: str,
+    record_uuid: str,
+    state: RunState,
+    limit: float,
+) -> ToolCallOutput:
+    """One tool call under its own timeout, with ``current_tool_use`` set for the audit."""
+    request = state.request
+    token = current_tool_use.set(
+        ToolUseContext(request.run_id, request.thread_id, tool_use_id, record_uuid)
+    )
+    try:
+        async with asyncio.timeout(limit):
+            return await caller.call_tool(name, arguments)
+    except TimeoutError:
+        return ToolCallOutput(
+            f"Error: {name} did not finish within {limit:g} s and was cancelled.", is_error=True
+        )
+    except ToolTransportError as exc:
+        return ToolCallOutput(f"Error: tool error: {exc}", is_error=True)
+    finally:
+        current_tool_use.reset(token)

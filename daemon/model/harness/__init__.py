@@ -1,0 +1,102 @@
+"""A harness that makes small models succeed with ``run_code`` (pure functions, no I/O).
+
+Measured with Qwen2.5-Coder-1.5B-Instruct on llama-cpp-python 0.3.36
+(notes/local-model.md, issue 9 and its benchmark, ``bench/small_model.py``),
+each piece fixes one observed failure:
+
+| failure                                                   | fix here                       |
+|-----------------------------------------------------------|--------------------------------|
+| ``tool_choice="auto"``: it never calls run_code; it writes | the code-block protocol: the   |
+| pseudo calls as text. Forced (a JSON grammar): with a real | model replies with a fenced    |
+| catalog, 6 of 6 snippets were one-line JavaScript          | ``python`` block, the harness  |
+|                                                           | runs it as run_code            |
+|                                                           | (:func:`extract_code`)         |
+| the API only in the tool description: it ignores it and   | :func:`system_prompt`: short   |
+| uses the kubernetes client library; the full sandbox text | rules, the catalog and a       |
+| (2 500 tokens) costs a minute of prompt processing        | worked example in the system   |
+|                                                           | message                        |
+| raw newlines, an unescaped ``"`` in arguments JSON (when a | :func:`recover_arguments`,     |
+| server does return tool calls); calls written as text     | :func:`text_tool_calls`        |
+| ``await f()['items']`` (await binds looser), a trailing    | :func:`repair_code`            |
+| assignment or ``return`` (result None), stub redefinitions |                                |
+| ``print(x)`` last: the result is ``{"output": "x"}``      | :func:`prints_as_result`       |
+| at temperature 0 it resends the failing snippet verbatim  | :data:`RETRY_TEMPERATURE`,     |
+|                                                           | :data:`MAX_FAILED_SNIPPETS`    |
+| after the result it restates the code, or invents facts   | :func:`result_message` (the    |
+|                                                           | result, then the question      |
+|                                                           | again, in the last message)    |
+
+The backend (``daemon.model.loop``, the code-block loop in
+``daemon.model.small``) applies them when ``[model] harness`` is on;
+everything here is text in, text out, one module per job: ``prompts`` (the
+system message, built from the :class:`~daemon.code_mode.catalog.Catalog`),
+``parsing`` (code blocks, broken arguments, calls written as text),
+``repair`` (AST repairs of the code), ``feedback`` (what a result tells the
+model) and ``peek`` (the look at a failed snippet's variables).
+"""
+
+from daemon.model.harness.feedback import (
+    NO_OUTPUT,
+    answer_instruction,
+    is_empty_result,
+    prints_as_result,
+    readable,
+    result_message,
+    retry_hint,
+)
+from daemon.model.harness.parsing import (
+    code_message,
+    extract_code,
+    is_code_only,
+    recover_arguments,
+    text_tool_calls,
+)
+from daemon.model.harness.peek import (
+    assigned_names,
+    peek_code,
+)
+from daemon.model.harness.prompts import (
+    CODE_STOP,
+    HARNESS_RULES,
+    HARNESS_SYSTEM_PROMPT,
+    MAX_FAILED_SNIPPETS,
+    RETRY_TEMPERATURE,
+    WORKED_EXAMPLE,
+    Signature,
+    catalog_signatures,
+    compact_description,
+    system_prompt,
+)
+from daemon.model.harness.repair import (
+    HELPER_NAMES,
+    repair_code,
+)
+
+__all__ = [
+    "CODE_STOP",
+    "HARNESS_RULES",
+    "HARNESS_SYSTEM_PROMPT",
+    "HELPER_NAMES",
+    "MAX_FAILED_SNIPPETS",
+    "NO_OUTPUT",
+    "RETRY_TEMPERATURE",
+    "WORKED_EXAMPLE",
+    "Signature",
+    "answer_instruction",
+    "assigned_names",
+    "catalog_signatures",
+    "code_message",
+    "compact_description",
+    "extract_code",
+    "is_code_only",
+    "is_empty_result",
+    "peek_code",
+    "prints_as_result",
+    "readable",
+    "recover_arguments",
+    "repair_code",
+    "result_message",
+    "retry_hint",
+    "system_prompt",
+    "text_tool_calls",
+]

@@ -1,0 +1,106 @@
+"""The harness's prompt text: the system message, the rules and the worked example.
+
+The system message carries the rules, the helpers and the catalog (built from
+the :class:`~daemon.code_mode.catalog.Catalog` itself, never parsed back out of
+the rendered ``run_code`` description), then the worked example; it depends
+only on its inputs, so a server's prompt-prefix cache stays valid.
+"""
+
+from __future__ import annotations
+
+from daemon.code_mode.catalog import Catalog
+from daemon.code_mode.description import catalog_section, helpers_section
+
+__all__ = [
+    "CODE_STOP",
+    "HARNESS_RULES",
+    "HARNESS_SYSTEM_PROMPT",
+    "MAX_FAILED_SNIPPETS",
+    "RETRY_TEMPERATURE",
+    "WORKED_EXAMPLE",
+    "Signature",
+    "catalog_signatures",
+    "compact_description",
+    "system_prompt",
+]
+
+HARNESS_SYSTEM_PROMPT = """\
+You are asyncai, an assistant that answers questions in a chat channel. You find \
+answers by writing Python that runs in a sandbox (the run_code tool), where the \
+functions listed below call the real tools. Reply to a question with one ```python \
+block; its result comes back to you, and then you answer in words. The functions are \
+already defined: never define them yourself, never import them, and never use other \
+libraries (such as kubernetes or requests) to get data."""
+
+HARNESS_RULES = """\
+Rules for the code:
+- Python 3, run at the top level of a REPL: use `await` directly.
+- The functions listed below are async: call them with `await` and keyword arguments. \
+They return dicts; lists of objects are under "items" (items(x) returns that list).
+- End the code with an expression: its value is the result you get back.
+- `asyncio`, `json` and `re` are imported; other standard modules can be imported. No \
+third-party packages, files, network or subprocesses: only the functions below reach out.
+- A function whose tool fails raises RuntimeError; a failed snippet comes back as its \
+traceback: then fix it."""
+
+WORKED_EXAMPLE = """\
+How to answer: reply with one ```python block that calls the functions above with \
+`await` and keyword arguments, filters the data in Python, and ends with an expression \
+that holds the answer. Put each statement on its own line.
+
+Worked example (only an illustration: list_orders is not one of your functions).
+Question: in store north, which open orders are over 100, with their totals?
+```python
+orders = await list_orders(store='north', status='open')
+big = [o for o in items(orders) if o['total'] > 100]
+[{'id': o['id'], 'total': o['total']} for o in big]
+```
+The question names the store, and asks about orders: so the code lists the orders, \
+passing the store as an argument."""
+
+# Generation stops after the code block's closing fence: what a small model writes
+# after it (explanations, invented results) only costs time.
+CODE_STOP = "\n```\n"
+
+# A failed snippet is tried again with a little randomness: at temperature 0 a small
+# model resends the very same snippet. After this many failures it answers instead.
+RETRY_TEMPERATURE = 0.7
+MAX_FAILED_SNIPPETS = 3
+
+
+def compact_description(catalog: Catalog) -> str:
+    """The run_code description cut down for a small model: :data:`HARNESS_RULES`, then
+    the helpers and the catalog of functions (what is specific to this deployment),
+    word for word as the full description has them.
+
+    The full description (sandbox rules, return contract, limits) is about 2 500
+    tokens before the catalog: a minute of prompt processing on 2 cores, and
+    more than a 1.5B model keeps track of.
+    """
+    sections = f"{helpers_section()}\n{catalog_section(catalog)}"
+    return f"{HARNESS_RULES}\n\n{sections.strip()}"
+
+
+Signature = tuple[frozenset[str], frozenset[str]]  # (keyword parameters, required ones)
+
+
+def catalog_signatures(catalog: Catalog) -> dict[str, Signature]:
+    """The keyword parameters of each catalog function, and the required ones."""
+    return {
+        name: (
+            frozenset(p.py_name for p in entry.params),
+            frozenset(p.py_name for p in entry.params if p.required),
+        )
+        for name, entry in catalog.entries.items()
+    }
+
+
+def system_prompt(base: str, run_code_description: str, example: str = WORKED_EXAMPLE) -> str:
+    """The system message: ``base``, the run_code rules and catalog, then the worked example.
+
+    llama-cpp-python shows tool descriptions to the model only as JSON inside
+    its template (or not at all with ``chatml-function-calling``); the system
+    message always arrives as plain text. It depends only on its inputs, so
+    the server's prompt-prefix cache stays valid from run to run.
+    """
+    return f"{base.rstrip()}\n\n# run_code\n\n{run_code_description.strip()}\n\n{example.strip()}"

@@ -1,0 +1,229 @@
+"""AST repairs of a small model's snippet: what it predictably gets wrong, fixed
+before the snippet runs (:func:`repair_code`; pure, no I/O).
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import difflib
+from collections.abc import Iterable
+
+from daemon.model.harness.peek import top_level_targets
+from daemon.model.harness.prompts import Signature
+
+__all__ = ["HELPER_NAMES", "repair_code"]
+
+
+class _AwaitPrecedence(ast.NodeTransformer):
+    """``await f(x)['k']`` → ``(await f(x))['k']``; the same through ``.attr`` and calls.
+
+    ``await`` binds looser than subscripts and attribute calls, so the model's
+    ``await list_objects(...)['items']`` subscripts the coroutine. The rewrite
+    moves the ``await`` onto the innermost call of a plain name, which is what
+    the model meant.
+    """
+
+    def __init__(self) -> None:
+        self.changed = False
+
+    def visit_Await(self, node: ast.Await) -> ast.AST:
+        self.generic_visit(node)
+        inner = node.value
+        parent: ast.AST | None = None
+        cur: ast.AST = inner
+        while True:
+            if isinstance(cur, ast.Subscript | ast.Attribute):
+                parent, cur = cur, cur.value
+            elif isinstance(cur, ast.Call) and isinstance(cur.func, ast.Attribute):
+                parent, cur = cur.func, cur.func.value
+            else:
+                break
+        if parent is None or not (isinstance(cur, ast.Call) and isinstance(cur.func, ast.Name)):
+            return node
+        parent.value = ast.Await(value=cur)  # type: ignore[attr-defined]  # Subscript/Attribute
+        self.changed = True
+        return inner
+
+
+def _is_stub_of(node: ast.AST, names: set[str]) -> bool:
+    """A function of one of ``names`` whose body is only a docstring, ``pass`` or ``...``."""
+    if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) or node.name not in names:
+        return False
+    for stmt in node.body:
+        if isinstance(stmt, ast.Pass):
+            continue
+        if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant):
+            continue  # a docstring or ``...``
+        return False
+    return True
+
+
+def _imports_only(node: ast.AST, names: set[str]) -> bool:
+    """``from x import a, b`` where every name is a sandbox function (they need no import)."""
+    return isinstance(node, ast.ImportFrom) and all(a.name in names for a in node.names)
+
+
+# The helpers code mode defines in every scope (daemon/code_mode/helpers.py; a test
+# keeps the two equal). Rebinding one is refused before the snippet runs.
+HELPER_NAMES = ("items", "names", "dig", "count_by", "to_json")
+
+
+class _RenameHelpers(ast.NodeTransformer):
+    """``items = items(r)`` → ``items_ = items(r)``: a variable named like a helper is
+    renamed everywhere except where it is called (the call means the helper)."""
+
+    def __init__(self, names: set[str]):
+        self.names = names
+
+    def visit_Call(self, node: ast.Call) -> ast.AST:
+        func = node.func
+        if isinstance(func, ast.Name) and func.id in self.names:
+            node.args = [self.visit(a) for a in node.args]
+            node.keywords = [self.visit(k) for k in node.keywords]
+            return node
+        return self.generic_visit(node)
+
+    def visit_Name(self, node: ast.Name) -> ast.AST:
+        if node.id in self.names:
+            return ast.copy_location(ast.Name(id=node.id + "_", ctx=node.ctx), node)
+        return node
+
+
+class _KnownFunctions(ast.NodeTransformer):
+    """A call of a function the catalog does not have, with keyword arguments that fit
+    exactly one close catalog name, calls that one: ``get_objects(workspace=...,
+    resource=...)`` → ``list_objects(...)`` (the model called its invention three
+    times in a row, hint or not)."""
+
+    def __init__(self, signatures: dict[str, Signature], local: set[str]):
+        self.signatures = signatures
+        self.local = local
+        self.renamed: list[str] = []
+
+    def visit_Call(self, node: ast.Call) -> ast.AST:
+        self.generic_visit(node)
+        func = node.func
+        if not isinstance(func, ast.Name) or node.args:
+            return node
+        name = func.id
+        if name in self.signatures or name in self.local or hasattr(builtins, name):
+            return node
+        given = {k.arg for k in node.keywords}
+        if None in given:  # **kwargs: cannot tell
+            return node
+        fits = [
+            f
+            for f, (params, required) in self.signatures.items()
+            if required <= given and given <= params
+        ]
+        close = difflib.get_close_matches(name, fits, n=1, cutoff=0.7)
+        if close:
+            node.func = ast.copy_location(ast.Name(id=close[0], ctx=ast.Load()), func)
+            self.renamed.append(f"{name} → {close[0]}")
+        return node
+
+
+class _BoundGet(ast.NodeTransformer):
+    """``key=d.get`` → ``key=lambda k: d[k]``: Monty has no bound ``dict.get`` to pass
+    around (AttributeError), a common ``max(d, key=d.get)``."""
+
+    def __init__(self) -> None:
+        self.changed = False
+
+    def visit_keyword(self, node: ast.keyword) -> ast.AST:
+        self.generic_visit(node)
+        v = node.value
+        if (
+            node.arg == "key"
+            and isinstance(v, ast.Attribute)
+            and v.attr == "get"
+            and isinstance(v.value, ast.Name)
+        ):
+            arg = ast.arguments(
+                posonlyargs=[],
+                args=[ast.arg(arg="_k")],
+                kwonlyargs=[],
+                kw_defaults=[],
+                defaults=[],
+            )
+            body = ast.Subscript(
+                value=ast.Name(id=v.value.id, ctx=ast.Load()),
+                slice=ast.Name(id="_k", ctx=ast.Load()),
+                ctx=ast.Load(),
+            )
+            node.value = ast.Lambda(args=arg, body=body)
+            self.changed = True
+        return node
+
+
+def repair_code(
+    code: str, functions: Iterable[str] | dict[str, Signature] = ()
+) -> tuple[str, list[str]]:
+    """Fix what small models predictably get wrong; returns ``(code, repairs)``.
+
+    Code that does not parse, or needs no repair, comes back unchanged (so
+    the sandbox reports the real error). ``functions`` are the catalog's
+    names (stub redefinitions and imports of them are dropped), or its
+    :func:`catalog_signatures` (then an invented function whose arguments fit
+    a close catalog one is renamed too).
+    """
+    names = set(functions)
+    signatures = functions if isinstance(functions, dict) else {}
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        literal = code.replace("\\n", "\n")
+        if "\n" in code or literal == code:
+            return code, []
+        try:  # a double-escaped snippet: "a = 1\\nb = 2" arrived as one line
+            tree = ast.parse(literal)
+        except (SyntaxError, ValueError, MemoryError, RecursionError):
+            return code, []
+        fixed, more = repair_code(literal, functions)
+        return fixed, ["literal \\n sequences made newlines", *more]
+    repairs: list[str] = []
+    body = [
+        stmt for stmt in tree.body if not (_is_stub_of(stmt, names) or _imports_only(stmt, names))
+    ]
+    if len(body) != len(tree.body):
+        repairs.append("dropped redefinitions or imports of the sandbox functions")
+        tree.body = body
+    rebound = {n for n in top_level_targets(tree) if n in HELPER_NAMES}
+    if rebound:
+        tree = _RenameHelpers(rebound).visit(tree)
+        repairs.append("renamed variables that shadowed helpers: " + ", ".join(sorted(rebound)))
+    fixer = _AwaitPrecedence()
+    tree = fixer.visit(tree)
+    if fixer.changed:
+        repairs.append("await applied to the call, not to its subscript")
+    if signatures:
+        local = set(top_level_targets(tree)) | set(HELPER_NAMES)
+        local |= {
+            n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)
+        }
+        known = _KnownFunctions(signatures, local)
+        tree = known.visit(tree)
+        if known.renamed:
+            repairs.append("called the catalog function meant: " + ", ".join(known.renamed))
+    getter = _BoundGet()
+    tree = getter.visit(tree)
+    if getter.changed:
+        repairs.append("key=d.get made a lambda")
+    if tree.body and isinstance(tree.body[-1], ast.Return) and tree.body[-1].value is not None:
+        # `return x` at the top level (a function body habit): x is the result
+        tree.body[-1] = ast.Expr(value=tree.body[-1].value)
+        repairs.append("a top-level return made the last expression")
+    if tree.body:
+        last = tree.body[-1]
+        target = None
+        if isinstance(last, ast.Assign) and len(last.targets) == 1:
+            target = last.targets[0]
+        elif isinstance(last, ast.AnnAssign | ast.AugAssign):
+            target = last.target
+        if isinstance(target, ast.Name):
+            tree.body.append(ast.Expr(value=ast.Name(id=target.id, ctx=ast.Load())))
+            repairs.append(f"the assigned name {target.id} made the result")
+    if not repairs:
+        return code, []
+    return ast.unparse(ast.fix_missing_locations(tree)), repairs

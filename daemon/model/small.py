@@ -1,0 +1,183 @@
+"""The code-block loop for small models (code mode with ``[model] harness`` on).
+
+The model replies with a fenced ``python`` block instead of a tool call (a
+1.5B model never calls run_code by itself; forced, it wrote JavaScript); the
+loop mends and runs it as a ``run_code`` call and answers with a user
+message: a failure (or a result that shows nothing) asks for a corrected
+block, at most :data:`~daemon.model.harness.MAX_FAILED_SNIPPETS` times and
+warmer; a good result asks for the answer to the repeated question. The
+text it sends is the harness's (``daemon.model.harness``); the transcript
+records are shaped as in the plain loop (``daemon.model.loop``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from daemon.errors import ToolTransportError
+from daemon.model.calls import ToolCall, made_up_call, mend_call, parse_calls, text_calls
+from daemon.model.endpoint import ChatEndpoint
+from daemon.model.execute import run_call
+from daemon.model.harness import (
+    CODE_STOP,
+    MAX_FAILED_SNIPPETS,
+    NO_OUTPUT,
+    RETRY_TEMPERATURE,
+    Signature,
+    answer_instruction,
+    assigned_names,
+    code_message,
+    extract_code,
+    is_code_only,
+    is_empty_result,
+    peek_code,
+    prints_as_result,
+    result_message,
+    retry_hint,
+)
+from daemon.model.prompts import EMPTY_REPLY
+from daemon.model.records import RunState, assistant_record, count_result, user_record
+from daemon.tools import ToolExecutor
+
+__all__ = ["code_blocks"]
+
+_PEEK_TIMEOUT = 30.0  # the harness's look at a snippet's variables (no tools are called)
+
+
+async def code_blocks(
+    endpoint: ChatEndpoint,
+    state: RunState,
+    caller: ToolExecutor,
+    names: dict[str, str],
+    messages: list[dict[str, Any]],
+    question: str,
+    functions: dict[str, Signature],
+) -> None:
+    """The harness's code-block protocol for small models (code mode).
+
+    The model replies with a fenced ``python`` block (no ``tools`` in the
+    request: forced JSON tool calls drove a 1.5B model to one-line
+    JavaScript); the harness mends and runs it as a ``run_code`` call and
+    answers with a user message that carries the result. A failure asks
+    for a corrected block (at :data:`~daemon.model.harness.RETRY_TEMPERATURE`,
+    at most :data:`~daemon.model.harness.MAX_FAILED_SNIPPETS` times); a good
+    result, or the last failure, asks for the answer to the repeated
+    question. A reply without code is the answer. The records hold the
+    calls as ``tool_use``/``tool_result`` blocks, as in the plain loop;
+    the result messages are harness text and stay out of them.
+    """
+    base = len(messages)  # up to the question; each retry replaces what follows
+    failures = 0
+    answering = False
+    rechecked = False  # an empty result was shown with the data once
+    last_result: str | None = None
+    max_rounds = endpoint.params.max_rounds
+    for round_no in range(1, max_rounds + 1):
+        final = answering or round_no == max_rounds
+        body: dict[str, Any] = {"model": endpoint.model_name, "messages": messages}
+        if final and not answering and round_no > 1:
+            instruction = answer_instruction(question, "the results above")
+            body["messages"] = [*messages, {"role": "user", "content": instruction}]
+            state.metrics.final_round_forced = True
+        endpoint.sampling(body)
+        if not final:
+            body["stop"] = [CODE_STOP]
+            if failures:  # at temperature 0 the failed snippet would come back as it was
+                warmer = max(endpoint.params.temperature or 0.0, RETRY_TEMPERATURE)
+                body["temperature"] = warmer
+
+        response = await endpoint.complete(body, state.metrics, state.request.run_id)
+        choice = response.choices[0]
+        content = choice.message.content or ""
+        call = None if final else _code_call(choice.message, content, state)
+        if call is None:
+            state.records.append(
+                assistant_record(response, content, [], choice.finish_reason, endpoint.model_name)
+            )
+            state.reply = content.strip() or EMPTY_REPLY
+            if last_result is not None and (not content.strip() or is_code_only(content)):
+                # the model restated code or said nothing: the result is the answer
+                state.reply = f"The result of run_code: {last_result}"
+                state.metrics.extra["reply_from_result"] = True
+            return
+        mend_call(call, functions, state)
+        assistant = assistant_record(
+            response, "", [call.tool_use()], choice.finish_reason, endpoint.model_name
+        )
+        state.records.append(assistant)
+        code = call.arguments.get("code") if call.error is None else None
+        ran = {"role": "assistant", "content": code_message(code or call.raw)}
+        output = await run_call(
+            caller, names, call, assistant.uuid, state, endpoint.params.tool_call_timeout
+        )
+        text = output.content if output.content != "" else "(empty result)"
+        if not output.is_error:
+            text = prints_as_result(text)
+        elif isinstance(code, str):
+            hint = retry_hint(code, text, functions)
+            text = f"{text}\n{hint}" if hint else text
+        count_result(state.metrics, output, text, True)
+        result: dict[str, Any] = {"type": "tool_result", "tool_use_id": call.id, "content": text}
+        result["is_error"] = output.is_error
+        state.records.append(user_record([result], tool_use_result=output.audit))
+        failed = output.is_error or text == NO_OUTPUT
+        if failed:
+            failures += 1
+        else:
+            last_result = text
+        more = round_no + 1 < max_rounds  # the last round must be the answer
+        retry = failed and failures < MAX_FAILED_SNIPPETS and more
+        if failed and not retry:
+            state.metrics.extra["harness_gave_up"] = True
+        # an empty result is often a filter on a guessed key: one look at the data
+        recheck = is_empty_result(text) and not rechecked and more
+        shapes = None
+        if (retry or recheck) and isinstance(code, str):
+            shapes = await _peek(caller, code, state)
+        recheck = recheck and shapes is not None
+        rechecked = rechecked or recheck
+        reply = result_message(
+            text, question, failed=failed, retry=retry or recheck, shapes=shapes, empty=recheck
+        )
+        answering = not (retry or recheck)
+        # A retry follows the question alone, with the feedback: shown its failed
+        # code, a small model sends it again verbatim. The answer sees the code.
+        del messages[base:]
+        if answering:
+            messages.append(ran)
+        messages.append({"role": "user", "content": reply})
+
+
+async def _peek(caller: ToolExecutor, code: str, state: RunState) -> str | None:
+    """What the variables a failed (or empty-handed) snippet assigned hold now, as
+    short sketches from the same REPL scope; None when there is nothing to show."""
+    names = assigned_names(code)
+    if not names:
+        return None
+    try:
+        async with asyncio.timeout(_PEEK_TIMEOUT):
+            output = await caller.call_tool("run_code", {"code": peek_code(names)})
+    except (TimeoutError, ToolTransportError):
+        return None
+    text = "" if output.is_error else prints_as_result(output.content)
+    if not text.strip() or text == NO_OUTPUT:
+        return None
+    state.bump("peeks")
+    return text
+
+
+def _code_call(message: Any, content: str, state: RunState) -> ToolCall | None:
+    """The run_code call in a reply: a real tool call, one written as text, or the
+    first fenced Python block; None when the reply holds no code (an answer)."""
+    calls = parse_calls(message.tool_calls or [], state)
+    calls = [c for c in calls if c.name == "run_code"] or text_calls(
+        content, {"run_code": "run_code"}, state
+    )
+    if calls:
+        return calls[0]
+    code = extract_code(content)
+    if code is None:
+        return None
+    state.bump("code_blocks")
+    return made_up_call("run_code", {"code": code}, state)
