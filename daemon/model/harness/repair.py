@@ -41,7 +41,9 @@ class _AwaitPrecedence(ast.NodeTransformer):
                 break
         if parent is None or not (isinstance(cur, ast.Call) and isinstance(cur.func, ast.Name)):
             return node
-        parent.value = ast.Await(value=cur)  # type: ignore[attr-defined]  # Subscript/Attribute
+        # parent is a Subscript or an Attribute (the loop above), both have .value;
+        # mypy only knows it as an ast.AST
+        parent.value = ast.Await(value=cur)  # type: ignore[attr-defined]
         self.changed = True
         return inner
 
