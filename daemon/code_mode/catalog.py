@@ -11,38 +11,14 @@ executor's definitions and uses it three ways.
   "Python stubs" and A1); ``catalog.type_stubs()`` → the same signatures
   without docstrings, for Monty's type checker.
 
-Stub rules (spec table, plus what real MCP servers emit):
-
-=====================================  =====================================
-JSON schema                            Python
-=====================================  =====================================
-``string`` / ``integer`` / ``number``  ``str`` / ``int`` / ``float``
-``boolean`` / ``null``                 ``bool`` / ``None``
-``array`` of T                         ``list[T]``
-``object``                             ``dict[str, Any]``
-absent type, ``true``, ``{}``          ``Any``
-``enum`` / ``const``                   ``Literal[...]``
-type list, ``anyOf``, ``oneOf``        ``A | B``
-``$ref`` to ``$defs``/``definitions``  the referenced schema
-optional property                      ``T | None = None``
-required property that allows null     ``T | None`` (still required)
-=====================================  =====================================
-
 Parameters are keyword-only, required first, each group in the schema's
 property order. Tool and parameter names that are not Python identifiers are
 sanitized (``[^A-Za-z0-9_]`` → ``_``, a leading digit gets ``_``, a keyword
 gets a trailing ``_``, collisions get a numeric suffix ``_2``, ``_3``…);
 ``validate`` maps them back to the MCP names.
 
-A tool with an output schema gets that return annotation and a ``Returns:``
-shape sketch in its docstring, at most :data:`SKETCH_MAX_DEPTH` containers
-deep and :data:`SKETCH_MAX_PROPERTIES` properties per object, then ``...``.
-mcp's ``MCPServer`` wraps a primitive or generic result as
-``{"result": T}`` (schema title ``<tool>Output``) while its text content is
-the bare value, which is what the sandbox receives, so such a schema is
-unwrapped to ``T`` (except a list, which arrives as one text block per
-element: that stub says ``Any``). Without an output schema a stub returns
-``Any``.
+Return annotations and ``Returns:`` sketches come from
+:mod:`daemon.code_mode.schema` (JSON schema → Python, with its table).
 """
 
 from __future__ import annotations
@@ -54,6 +30,18 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
+from daemon.code_mode.schema import (
+    SKETCH_MAX_DEPTH,
+    SKETCH_MAX_PROPERTIES,
+    Resolver,
+    python_literal,
+    return_sketch,
+    schema_annotation,
+    schema_type,
+    shape_sketch,
+    split_union,
+    unwrap_result,
+)
 from daemon.tools import ToolDefinition
 
 __all__ = [
@@ -69,19 +57,6 @@ __all__ = [
     "return_sketch",
     "schema_type",
 ]
-
-SKETCH_MAX_DEPTH = 4
-SKETCH_MAX_PROPERTIES = 12
-# Enum values shown in a sketch before ``| ...``; Literal[...] in a stub shows all.
-_SKETCH_MAX_ENUM = 12
-
-_PRIMITIVES = {
-    "string": "str",
-    "integer": "int",
-    "number": "float",
-    "boolean": "bool",
-    "null": "None",
-}
 
 
 class CallRejected(Exception):
@@ -155,245 +130,7 @@ def _unique(base: str, taken: set[str]) -> str:
     return name
 
 
-# Schema → annotation --------------------------------------------------------------------
-
-
-class _Resolver:
-    """Follows ``$ref`` pointers inside one root schema."""
-
-    def __init__(self, root: Any):
-        self.root = root
-
-    def resolve(self, ref: str) -> Any:
-        """The schema a local ``#/...`` pointer names, or None."""
-        if not isinstance(ref, str) or not ref.startswith("#"):
-            return None
-        node: Any = self.root
-        for part in ref[1:].split("/"):
-            if not part:
-                continue
-            part = part.replace("~1", "/").replace("~0", "~")
-            if isinstance(node, Mapping) and part in node:
-                node = node[part]
-            else:
-                return None
-        return node
-
-
-def _literal(value: Any) -> str | None:
-    """A JSON scalar as a Python literal, or None for lists and objects."""
-    if value is None:
-        return "None"
-    if isinstance(value, bool):
-        return "True" if value else "False"
-    if isinstance(value, (int, float)):
-        return repr(value)
-    if isinstance(value, str):
-        return json.dumps(value)
-    return None
-
-
-def _union(parts: Iterable[str]) -> str:
-    """``A | B``, deduplicated, ``None`` last, ``Any`` absorbing everything."""
-    seen: list[str] = []
-    for part in parts:
-        for p in _split_union(part):
-            if p not in seen:
-                seen.append(p)
-    if not seen or "Any" in seen:
-        return "Any"
-    if "None" in seen:
-        seen = [p for p in seen if p != "None"] + ["None"]
-    return " | ".join(seen)
-
-
-def _split_union(annotation: str) -> list[str]:
-    """The top-level members of ``A | B[C | D]``."""
-    parts, depth, start = [], 0, 0
-    for i, ch in enumerate(annotation):
-        if ch in "[(":
-            depth += 1
-        elif ch in "])":
-            depth -= 1
-        elif ch == "|" and depth == 0:
-            parts.append(annotation[start:i].strip())
-            start = i + 1
-    parts.append(annotation[start:].strip())
-    return [p for p in parts if p]
-
-
-def schema_type(schema: Any, root: Any = None) -> str:
-    """The Python annotation for a JSON schema (see the module docstring's table)."""
-    return _annotation(schema, _Resolver(schema if root is None else root), ())
-
-
-def _annotation(schema: Any, resolver: _Resolver, seen: tuple[str, ...]) -> str:
-    if not isinstance(schema, Mapping):
-        return "Any"  # true, false, or junk
-    ref = schema.get("$ref")
-    if isinstance(ref, str):
-        target = resolver.resolve(ref)
-        if target is None or ref in seen:
-            return "Any"  # unresolvable, or recursive
-        return _annotation(target, resolver, (*seen, ref))
-    if "const" in schema:
-        lit = _literal(schema["const"])
-        if lit is None:
-            return "Any"  # a list or object constant
-        return "None" if lit == "None" else f"Literal[{lit}]"
-    enum = schema.get("enum")
-    if isinstance(enum, list) and enum:
-        lits = [_literal(v) for v in enum]
-        if None in lits:
-            return "Any"  # an enum of objects: no useful literal
-        values = [lit for lit in lits if lit is not None and lit != "None"]
-        parts = [f"Literal[{', '.join(values)}]"] if values else []
-        return _union([*parts, *(["None"] if "None" in lits else [])])
-    for key in ("anyOf", "oneOf"):
-        members = schema.get(key)
-        if isinstance(members, list) and members:
-            return _union(_annotation(m, resolver, seen) for m in members)
-    all_of = schema.get("allOf")
-    if isinstance(all_of, list) and all_of:
-        if len(all_of) == 1:
-            return _annotation(all_of[0], resolver, seen)
-        kinds = {_annotation(m, resolver, seen) for m in all_of}
-        return kinds.pop() if len(kinds) == 1 else "Any"
-    types = schema.get("type")
-    if isinstance(types, str):
-        types = [types]
-    if not isinstance(types, list) or not types:
-        if "properties" in schema:
-            return "dict[str, Any]"
-        if "items" in schema:
-            types = ["array"]
-        else:
-            return "Any"
-    parts = []
-    for t in types:
-        if t in _PRIMITIVES:
-            parts.append(_PRIMITIVES[t])
-        elif t == "array":
-            items = schema.get("items")
-            inner = _annotation(items, resolver, seen) if isinstance(items, Mapping) else "Any"
-            parts.append(f"list[{inner}]")
-        elif t == "object":
-            parts.append("dict[str, Any]")
-        else:
-            parts.append("Any")
-    return _union(parts)
-
-
-# Shape sketch ---------------------------------------------------------------------------
-
-
-def return_sketch(schema: Any, root: Any = None) -> str:
-    """A compact JSON-like shape of ``schema``: ``{"kcps": [{"id": str, ...}], "errors": [str]}``.
-
-    At most :data:`SKETCH_MAX_DEPTH` containers deep (deeper ones become
-    ``{...}`` / ``[...]``) and :data:`SKETCH_MAX_PROPERTIES` properties per
-    object (the rest become ``...``).
-    """
-    return _sketch(schema, _Resolver(schema if root is None else root), (), 0)
-
-
-def _sketch(schema: Any, resolver: _Resolver, seen: tuple[str, ...], depth: int) -> str:
-    if not isinstance(schema, Mapping):
-        return "Any"
-    ref = schema.get("$ref")
-    if isinstance(ref, str):
-        target = resolver.resolve(ref)
-        if target is None:
-            return "Any"
-        if ref in seen:
-            return "{...}"  # a recursive type: show one level
-        return _sketch(target, resolver, (*seen, ref), depth)
-    if "const" in schema:
-        return _literal(schema["const"]) or "Any"
-    enum = schema.get("enum")
-    if isinstance(enum, list) and enum:
-        lits = [_literal(v) or "Any" for v in enum]
-        shown = " | ".join(lits[:_SKETCH_MAX_ENUM])
-        return shown + (" | ..." if len(lits) > _SKETCH_MAX_ENUM else "")
-    for key in ("anyOf", "oneOf"):
-        members = schema.get(key)
-        if isinstance(members, list) and members:
-            return _sketch_union(_sketch(m, resolver, seen, depth) for m in members)
-    all_of = schema.get("allOf")
-    if isinstance(all_of, list) and len(all_of) == 1:
-        return _sketch(all_of[0], resolver, seen, depth)
-    types = schema.get("type")
-    if isinstance(types, str):
-        types = [types]
-    if not isinstance(types, list) or not types:
-        if "properties" in schema:
-            types = ["object"]
-        elif "items" in schema:
-            types = ["array"]
-        else:
-            return "Any"
-    parts = []
-    for t in types:
-        if t in _PRIMITIVES:
-            parts.append(_PRIMITIVES[t])
-        elif t == "array":
-            if depth >= SKETCH_MAX_DEPTH:
-                parts.append("[...]")
-                continue
-            items = schema.get("items")
-            parts.append(
-                f"[{_sketch(items, resolver, seen, depth + 1)}]"
-                if isinstance(items, Mapping)
-                else "list"
-            )
-        elif t == "object":
-            parts.append(_sketch_object(schema, resolver, seen, depth))
-        else:
-            parts.append("Any")
-    return _sketch_union(parts)
-
-
-def _sketch_object(schema: Mapping, resolver: _Resolver, seen: tuple[str, ...], depth: int) -> str:
-    props = schema.get("properties")
-    extra = schema.get("additionalProperties")
-    if depth >= SKETCH_MAX_DEPTH:
-        return "{...}"
-    if not isinstance(props, Mapping) or not props:
-        if isinstance(extra, Mapping) and extra:
-            return f"{{str: {_sketch(extra, resolver, seen, depth + 1)}}}"
-        return "dict"
-    fields = [f"{json.dumps(k)}: {_sketch(v, resolver, seen, depth + 1)}" for k, v in props.items()]
-    more = len(fields) > SKETCH_MAX_PROPERTIES or bool(extra)
-    fields = fields[:SKETCH_MAX_PROPERTIES]
-    return "{" + ", ".join([*fields, *(["..."] if more else [])]) + "}"
-
-
-def _sketch_union(parts: Iterable[str]) -> str:
-    seen: list[str] = []
-    for p in parts:
-        if p not in seen:
-            seen.append(p)
-    if "None" in seen:
-        seen = [p for p in seen if p != "None"] + ["None"]
-    return " | ".join(seen) if seen else "Any"
-
-
-def _unwrap_result(schema: Mapping, tool: str) -> Any:
-    """The ``T`` of mcp's ``{"result": T}`` wrapping, or the schema itself.
-
-    ``$ref``s inside ``T`` still resolve against the root schema.
-    """
-    props = schema.get("properties")
-    if (
-        isinstance(props, Mapping)
-        and list(props) == ["result"]
-        and schema.get("title") == f"{tool}Output"
-    ):
-        return props["result"]
-    return schema
-
-
-# Stub text ------------------------------------------------------------------------------
+# Stubs ------------------------------------------------------------------------------------
 
 
 def _docstring_lines(entry: CatalogEntry) -> list[str]:
@@ -402,7 +139,7 @@ def _docstring_lines(entry: CatalogEntry) -> list[str]:
     for p in entry.params:
         text = " ".join((p.description or "").split())
         if p.default is not None:
-            shown = _literal(p.default) or json.dumps(p.default)
+            shown = python_literal(p.default) or json.dumps(p.default)
             text = f"{text} (default {shown})" if text else f"default {shown}"
         if text:
             args.append(f"    {p.py_name}: {text}")
@@ -444,7 +181,7 @@ def render_stub(entry: CatalogEntry) -> str:
 # The catalog ----------------------------------------------------------------------------
 
 
-def _params(schema: Any, resolver: _Resolver) -> tuple[tuple[Param, ...], bool]:
+def _params(schema: Any, resolver: Resolver) -> tuple[tuple[Param, ...], bool]:
     if not isinstance(schema, Mapping):
         return (), False
     props = schema.get("properties")
@@ -455,8 +192,8 @@ def _params(schema: Any, resolver: _Resolver) -> tuple[tuple[Param, ...], bool]:
     built = []
     for name in names:
         prop = props.get(name, {})
-        annotation = _annotation(prop, resolver, ())
-        nullable = "None" in _split_union(annotation)
+        annotation = schema_annotation(prop, resolver, ())
+        nullable = "None" in split_union(annotation)
         description = prop.get("description") if isinstance(prop, Mapping) else None
         default = prop.get("default") if isinstance(prop, Mapping) else None
         built.append(
@@ -477,14 +214,14 @@ def _params(schema: Any, resolver: _Resolver) -> tuple[tuple[Param, ...], bool]:
 
 def _entry(py_name: str, d: ToolDefinition) -> CatalogEntry:
     input_schema = d.input_schema or {}
-    params, extra = _params(input_schema, _Resolver(input_schema))
+    params, extra = _params(input_schema, Resolver(input_schema))
     returns, sketch = "Any", None
     if isinstance(d.output_schema, Mapping):
         root = d.output_schema
-        shape = _unwrap_result(root, d.name)
-        resolver = _Resolver(root)
-        returns = _annotation(shape, resolver, ())
-        sketch = _sketch(shape, resolver, (), 0)
+        shape = unwrap_result(root, d.name)
+        resolver = Resolver(root)
+        returns = schema_annotation(shape, resolver, ())
+        sketch = shape_sketch(shape, resolver, (), 0)
         if shape is not root and returns.startswith("list["):
             # mcp sends a wrapped list as one text block per element: the
             # sandbox gets newline-joined JSON texts, not a list. Promise nothing.
