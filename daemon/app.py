@@ -46,7 +46,7 @@ from channels.notify import notify, watchdog_interval
 from daemon.code_mode import CodeModeToolExecutor
 from daemon.config import Config
 from daemon.errors import AsyncaiError
-from daemon.mcp import McpToolExecutor
+from daemon.mcp.executor import McpToolExecutor
 from daemon.model import OpenAiCompatibleBackend
 from daemon.runtime.intake import ChannelPublisher, ChunkJoiner, inbound
 from daemon.runtime.note import RestartNoteExecutor

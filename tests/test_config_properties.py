@@ -24,7 +24,7 @@ from daemon.config import (
 from daemon.config.load import config_from_document
 from daemon.config.values import parse_size
 from daemon.errors import ConfigError
-from daemon.mcp_spec import ServerSpec, parse_server_entry
+from daemon.mcp.spec import ServerSpec, parse_server_entry
 
 T = TypeVar("T")
 

@@ -10,7 +10,7 @@ import pytest
 
 from daemon.config import McpServerConfig, load_config
 from daemon.errors import ConfigError
-from daemon.mcp_spec import ServerSpec, parse_server_entry
+from daemon.mcp.spec import ServerSpec, parse_server_entry
 
 BAD_ENTRIES: list[tuple[dict[str, Any], str]] = [
     ({"command": "x", "argv": []}, "unknown key 'K.argv' in W (did you mean 'K.args'?)"),

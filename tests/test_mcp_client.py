@@ -384,18 +384,19 @@ def test_definitions_before_start_is_a_clear_error() -> None:
 @pytest.mark.parametrize(
     ("entry", "message"),
     [
-        ({"command": "x", "url": "http://h"}, "unknown key 'url'"),
-        ({"command": "x", "type": "sse"}, "type 'sse' is not supported"),
-        ({"args": []}, "'command' must be a non-empty string"),
-        ({"command": "x", "args": "a b"}, "'args' must be a list of strings"),
-        ({"command": "x", "env": {"A": 1}}, "'env' must map strings to strings"),
+        ({"command": "x", "url": "http://h"}, r"unknown key 'mcpServers\.srv\.url'"),
+        ({"command": "x", "type": "sse"}, r"'mcpServers\.srv' .* has type 'sse': only stdio"),
+        ({"args": []}, r"missing key 'mcpServers\.srv\.command'"),
+        ({"command": "x", "args": "a b"}, r"'mcpServers\.srv\.args' .* must be a list of strings"),
+        ({"command": "x", "env": {"A": 1}}, r"'mcpServers\.srv\.env' .* table of strings"),
     ],
 )
 def test_bad_server_entries_are_config_errors(entry: dict[str, Any], message: str) -> None:
-    """An invalid mcpServers entry is a ConfigError naming the server and key."""
+    """An invalid mcpServers entry is a ConfigError naming the server and key
+    (the one check of an entry, shared with the config file's [mcp_servers])."""
     with pytest.raises(ConfigError, match=message) as error:
         ServerSpec.from_entry("srv", entry)
-    assert "'srv'" in str(error.value)
+    assert "mcpServers.srv" in str(error.value)
 
 
 def test_entry_with_stdio_type_is_accepted() -> None:

@@ -18,7 +18,7 @@ precedence (:mod:`daemon.config.load`), the wording of its errors
 (:mod:`daemon.config.messages`), the sources of MCP servers
 (:mod:`daemon.config.servers`) and the shared flags (:mod:`daemon.config.flags`).
 
-May import: ``daemon.errors``, ``daemon.mcp_spec`` (the one check of an
+May import: ``daemon.errors``, ``daemon.mcp.spec`` (the one check of an
 ``mcpServers`` entry), pydantic, and ``daemon.code_mode`` only inside
 ``CodeModeConfig``'s methods (it builds ``CodeModeLimits``).
 """

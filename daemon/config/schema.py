@@ -129,7 +129,7 @@ class CodeModeConfig:
 class McpServerConfig:
     """``[mcp_servers.NAME]``: one stdio MCP server, ``mcpServers`` keys (and ``cwd``).
 
-    Checked by ``daemon.mcp_spec.parse_server_entry``, wherever it was written.
+    Checked by ``daemon.mcp.spec.parse_server_entry``, wherever it was written.
     """
 
     command: str

@@ -1,6 +1,6 @@
 """Where the MCP servers of a config come from: tables, an ``mcp_json`` file, ``--mcp-stdio``.
 
-Every entry is checked by :func:`daemon.mcp_spec.parse_server_entry`, the one
+Every entry is checked by :func:`daemon.mcp.spec.parse_server_entry`, the one
 check of an ``mcpServers`` entry, so the messages are the same wherever it was
 written. This module adds what is the config's own: a relative ``cwd`` is
 relative to the file that wrote it, ``"disabled": true`` entries of a JSON
@@ -18,7 +18,7 @@ from typing import Any
 from daemon.config.schema import McpServerConfig
 from daemon.config.values import expand_home
 from daemon.errors import ConfigError
-from daemon.mcp_spec import parse_server_entry
+from daemon.mcp.spec import parse_server_entry
 
 __all__ = ["read_mcp_json", "server_config", "stdio_server", "unique_name"]
 

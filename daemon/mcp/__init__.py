@@ -1,13 +1,14 @@
 """MCP: the tools of stdio MCP servers behind the ``ToolExecutor`` interface.
 
-Holds the executor (:mod:`daemon.mcp.executor`, name → server routing), one
-server's connection and restarts (:mod:`daemon.mcp.connection`), the stdio
-transport (:mod:`daemon.mcp.stdio`) and the server spec.
+Holds the server spec and its one check (:mod:`daemon.mcp.spec`, what the
+config reads), the executor (:mod:`daemon.mcp.executor`: name → server
+routing), one server's connection and restarts (:mod:`daemon.mcp.connection`)
+and the stdio transport (:mod:`daemon.mcp.stdio`). This ``__init__`` imports
+none of them, so that the config can read a spec without loading the mcp SDK:
+import ``McpToolExecutor`` from :mod:`daemon.mcp.executor`.
 
-May import: ``daemon.errors``, ``daemon.tools``, ``daemon.backoff``, the mcp SDK;
-nothing else of daemon/.
+May import: ``daemon.errors``, ``daemon.tools``, ``daemon.backoff``, pydantic
+and the mcp SDK; nothing else of daemon/.
 """
 
-from daemon.mcp.executor import McpToolExecutor
-
-__all__ = ["McpToolExecutor"]
+__all__: list[str] = []

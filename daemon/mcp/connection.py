@@ -27,8 +27,8 @@ from mcp import types as mcp_types
 
 from daemon.backoff import Backoff
 from daemon.errors import ToolTransportError
+from daemon.mcp.spec import ServerSpec
 from daemon.mcp.stdio import StdioProcess, minimal_environment
-from daemon.mcp_spec import ServerSpec
 
 __all__ = ["DEFAULT_BACKOFF", "ServerConnection"]
 

@@ -40,7 +40,7 @@ from pydantic import ValidationError
 from daemon.backoff import Backoff
 from daemon.errors import ToolTransportError
 from daemon.mcp.connection import DEFAULT_BACKOFF, ServerConnection
-from daemon.mcp_spec import ServerSpec
+from daemon.mcp.spec import ServerSpec
 from daemon.tools import BaseToolExecutor, ToolCallOutput, ToolDefinition
 
 __all__ = ["McpToolExecutor", "ServerSpec", "call_output", "tool_definition"]
