@@ -44,5 +44,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 0
     return int(func(args) or 0)
-
-

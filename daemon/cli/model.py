@@ -1,8 +1,8 @@
 """``asyncai model``: the embedded default model's command (:mod:`daemon.local_model`)::
 
-    asyncai model fetch [--verify]   download, assemble and verify the GGUF
-    asyncai model path               print where the GGUF lives (exit 1 if absent)
-    asyncai model serve [--port P]   serve it on 127.0.0.1 until Ctrl-C
+asyncai model fetch [--verify]   download, assemble and verify the GGUF
+asyncai model path               print where the GGUF lives (exit 1 if absent)
+asyncai model serve [--port P]   serve it on 127.0.0.1 until Ctrl-C
 """
 
 from __future__ import annotations

@@ -95,5 +95,3 @@ class ChannelPublisher:
             channel, text, thread=thread, reply_to=reply_to, client_id=client_id
         )
         return ack.id
-
-

@@ -86,6 +86,7 @@ STOP_COMMAND = "!stop"
 # and on the run row.
 _MAX_ERROR_REPLY = 300
 
+
 @dataclass
 class _Thread:
     """Scheduling state of one thread; dropped as soon as it is idle."""
