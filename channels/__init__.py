@@ -1,4 +1,13 @@
-"""atirc-style pub/sub channels: protocol, client, embedded hub, the `atirc` CLI."""
+"""atirc-style pub/sub channels: protocol, client, embedded hub, the `atirc` CLI.
+
+Holds the pure protocol (``protocol``, ``ids``, ``split``, ``tokens``,
+``ratelimit``), the client (``client/``: a sans-I/O protocol and its websocket
+transport), the hub (``hub/``: one module per job, over ``store``), systemd's
+notify protocol (``notify``) and the ``atirc`` command (``cli``).
+
+May import: websockets, aiosqlite, structlog and the standard library;
+nothing of ``daemon``, ``sessions`` or ``servers``: it stands alone.
+"""
 
 from channels.client import (
     DEFAULT_URL,

@@ -1,4 +1,14 @@
-"""SQLite transcripts, runs and the tool-call audit, and the commands that read them."""
+"""SQLite transcripts, runs and the tool-call audit, and the reports that read them.
+
+Holds the schema and its migrations (``schema``), the row types (``model``),
+the store (``store``: ``connection`` plumbing, the ``writer`` and the
+``queries``), ids (``ids``), the thread history (``history``), the Claude Code
+JSONL export (``export``) and what ``asyncai threads/audit/transcript`` print
+(``report``).
+
+May import: aiosqlite and the standard library; nothing of ``daemon``,
+``channels`` or ``servers``.
+"""
 
 from .errors import MigrationError, StoreClosedError, StoreError, ThreadLookupError
 from .export import envelope, jsonl_lines, text_lines

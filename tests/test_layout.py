@@ -119,6 +119,42 @@ def test_the_standalone_packages_import_nothing_of_the_others(
     assert not wrong
 
 
+# What each part of daemon/ may import besides itself: what its package
+# docstring says. ``daemon.X`` is a subpackage or a top-level module.
+SHARED = {"daemon.errors", "daemon.tools", "daemon.backoff", "daemon.logging"}
+MAY_IMPORT = {
+    "daemon.errors": set(),
+    "daemon.tools": {"daemon.errors"},
+    "daemon.backoff": set(),
+    "daemon.logging": set(),
+    "daemon.local_model": {"daemon.errors"},
+    "daemon.code_mode": SHARED,
+    "daemon.mcp": SHARED,
+    "daemon.config": SHARED | {"daemon.code_mode", "daemon.mcp"},
+    "daemon.runtime": SHARED | {"daemon.code_mode", "channels", "sessions"},
+    "daemon.model": SHARED
+    | {"daemon.code_mode", "daemon.config", "daemon.local_model", "daemon.runtime", "sessions"},
+}
+
+
+def _part(module: str) -> str:
+    parts = module.split(".")
+    return ".".join(parts[:2]) if parts[0] == "daemon" else parts[0]
+
+
+@pytest.mark.parametrize("part", sorted(MAY_IMPORT))
+def test_each_part_of_daemon_imports_only_what_its_docstring_allows(part: str) -> None:
+    """The layering: code mode and MCP know only the interfaces, the model no CLI, ..."""
+    used = {
+        _part(target)
+        for name, targets in GRAPH.items()
+        if _part(name) == part
+        for target in targets
+        if _part(target) != part
+    }
+    assert used <= MAY_IMPORT[part], sorted(used - MAY_IMPORT[part])
+
+
 def test_no_module_over_500_lines_without_a_reason_at_its_top() -> None:
     """A long module says in its first lines why it must be one piece."""
     long = {

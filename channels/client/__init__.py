@@ -1,4 +1,12 @@
-"""The client side: the ``Channel`` interface, its sans-I/O protocol and its websocket transport."""
+"""The client side: the ``Channel`` interface, its sans-I/O protocol and its websocket transport.
+
+``protocol`` is the state machine without I/O (frames in, events and frames
+to send out); ``websocket`` drives it over a connection (``handshake``), with
+its waiting futures (``pending``) and reconnect ``backoff``.
+
+May import: ``channels.protocol``, ``channels.errors``, ``channels.ids``,
+``channels.split`` and websockets; never ``channels.hub``.
+"""
 
 from channels.client.backoff import Backoff, exponential_backoff
 from channels.client.interface import Channel, PublishAck

@@ -1,46 +1,14 @@
-"""The `asyncai` command line.
+"""The ``asyncai`` commands: argument parsing and wiring only, one module per command.
 
-Each subcommand lives in the module that owns its behaviour and registers
-itself through a ``register(subparsers)`` function listed in ``COMMANDS``;
-this module only assembles them and runs the chosen one.
+``main`` (the entry point, assembling the rest), ``up``, ``serve``, ``ask``,
+``model`` and ``sessions`` (``threads``, ``audit``, ``transcript``). Each
+imports the heavy parts (the daemon, the model, the pool) inside the command
+that runs them, so ``asyncai --help`` and the store readers start quickly.
+
+May import: anything of daemon/ (``daemon.app`` for the daemon),
+``channels`` and ``sessions``; nothing imports ``daemon.cli``.
 """
 
-from __future__ import annotations
-
-import argparse
-import importlib
-from collections.abc import Sequence
+from daemon.cli.main import main
 
 __all__ = ["main"]
-
-# module paths whose ``register(subparsers)`` adds subcommands, in --help order
-COMMANDS: list[str] = [
-    "daemon.cli.up",
-    "daemon.cli.ask",
-    "daemon.cli.serve",
-    "daemon.cli.model",
-    "daemon.cli.sessions",
-]
-
-
-def build_parser() -> argparse.ArgumentParser:
-    """The full parser, with every registered subcommand."""
-    parser = argparse.ArgumentParser(
-        prog="asyncai",
-        description="A code-mode agent daemon: prompts on channels, answers from sandboxed Python.",
-    )
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for path in COMMANDS:
-        importlib.import_module(path).register(sub)
-    return parser
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the `asyncai` console script."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    func = getattr(args, "func", None)
-    if func is None:
-        parser.print_help()
-        return 0
-    return int(func(args) or 0)

@@ -2,6 +2,6 @@
 
 import sys
 
-from daemon.cli import main
+from daemon.cli.main import main
 
 sys.exit(main())

@@ -1,4 +1,16 @@
-"""Code mode: one ``run_code`` tool whose Python runs in Monty workers and calls inner tools."""
+"""Code mode: one ``run_code`` tool whose Python runs in Monty workers and calls inner tools.
+
+Holds the executor and its REPL scopes (``executor``, ``scope``, ``pool``),
+the snippet engine over a Monty session (``engine``) and its nested calls
+(``nested``), the catalog of inner tools as typed stubs (``catalog``,
+``schema``, ``description``), the value conversion and return contract
+(``convert``, ``contract``), the helpers and hooks around each snippet
+(``helpers``, ``hooks``, ``hints``, ``note``), and the limits.
+
+May import: ``daemon.errors``, ``daemon.tools``, ``daemon.logging`` and
+pydantic-monty; nothing else of daemon/ (it knows tools only through the
+``ToolExecutor`` interface).
+"""
 
 from daemon.code_mode.executor import CodeModeToolExecutor
 from daemon.code_mode.limits import CodeModeLimits

@@ -11,7 +11,7 @@ May import: ``daemon.errors``, ``daemon.tools``, ``daemon.config``,
 ``daemon.backoff``, ``daemon.logging``, ``daemon.local_model.fetch`` (the
 embedded model's name), ``daemon.runtime.runs`` (the request and result),
 ``daemon.code_mode`` (the catalog the harness reads) and ``sessions.model``
-(record rows); never ``daemon.cli``, ``daemon.app`` or ``daemon.mcp``.
+(record rows); never ``daemon.cli``, ``daemon.app`` or the MCP executor.
 """
 
 from daemon.model.loop import OpenAiCompatibleBackend
