@@ -552,7 +552,7 @@ async def run_mode(
                 reply=result.reply,
                 status=result.status,
                 extra={
-                    **m.extra,
+                    **m.extra(),
                     "prompt_tokens": m.prompt_tokens,
                     "completion_tokens": m.completion_tokens,
                     "code": _tool_inputs(result.records),

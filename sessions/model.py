@@ -5,7 +5,8 @@ sessions/ may not import daemon/, so the backend produces these.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
 
 __all__ = [
@@ -62,7 +63,11 @@ class ToolCallRow:
 
 @dataclass
 class RunMetrics:
-    """Turn metrics (spec A9) plus token usage, stored on the run row."""
+    """Turn metrics (spec A9) plus token usage, stored on the run row.
+
+    The counters after ``completion_tokens`` have no column of their own: the
+    run row's ``extra`` JSON holds those that are set (:meth:`extra`).
+    """
 
     rounds: int = 0
     run_code_calls: int = 0
@@ -72,7 +77,45 @@ class RunMetrics:
     final_round_forced: bool = False
     prompt_tokens: int = 0
     completion_tokens: int = 0
-    extra: dict[str, Any] = field(default_factory=dict)
+    retries: int = 0  # model requests retried after a 429, 5xx or timeout
+    tool_errors: int = 0  # tool calls whose result was an error
+    text_tool_calls: int = 0  # tool calls the model wrote as text (harness)
+    harness_repairs: int = 0  # fixes the harness made to a snippet before running it
+    code_blocks: int = 0  # code blocks the harness ran (small-model protocol)
+    peeks: int = 0  # looks the harness took at a snippet's variables
+    reply_from_result: bool = False  # the reply is the last result: the model gave none
+    harness_gave_up: bool = False  # the harness stopped after failed snippets
+
+    def extra(self) -> dict[str, int | bool]:
+        """The counters of the ``extra`` column that are set, by name."""
+        return {
+            name: value
+            for name in EXTRA_METRICS
+            if (value := getattr(self, name)) != _EXTRA_DEFAULTS[name]
+        }
+
+    def load_extra(self, stored: Mapping[str, Any]) -> None:
+        """Set the counters of a stored ``extra`` object; names or types this
+        version does not know are left out."""
+        for name, value in stored.items():
+            if name in _EXTRA_DEFAULTS and type(value) is type(_EXTRA_DEFAULTS[name]):
+                setattr(self, name, value)
+
+
+#: The counters stored in the run row's ``extra`` JSON, in this order.
+EXTRA_METRICS = (
+    "retries",
+    "tool_errors",
+    "text_tool_calls",
+    "harness_repairs",
+    "code_blocks",
+    "peeks",
+    "reply_from_result",
+    "harness_gave_up",
+)
+_EXTRA_DEFAULTS: dict[str, int | bool] = {
+    name: getattr(RunMetrics(), name) for name in EXTRA_METRICS
+}
 
 
 # ---- what the store hands back (added by the sessions engineer) ----

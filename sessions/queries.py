@@ -100,8 +100,8 @@ class StoreQueries(StoreConnections):
             final_round_forced=bool(final_round_forced),
             prompt_tokens=prompt_tokens,
             completion_tokens=completion_tokens,
-            extra=json.loads(extra) if extra else {},
         )
+        metrics.load_extra(json.loads(extra) if extra else {})
         return status, metrics, error
 
     # ---- history and cursors --------------------------------------------

@@ -235,7 +235,8 @@ class StoreWriter(StoreConnections):
             )
             for record in records
         ]
-        extra = _dumps(metrics.extra) if metrics.extra else None
+        counters = metrics.extra()
+        extra = _dumps(counters) if counters else None
         ids = list(prompt_ids)
         now = now_iso()
         async with self._transaction(f"finishing run {run_id}") as db:

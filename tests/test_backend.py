@@ -328,7 +328,7 @@ async def test_arguments_that_are_not_an_object_and_unknown_tools_are_errors():
     assert "expected a JSON object, got list" in not_object["content"]
     assert unknown["content"] == "Error: there is no tool named 'bash'; the tools are: run_code."
     assert ex.calls == []
-    assert result.metrics.extra["tool_errors"] == 2
+    assert result.metrics.tool_errors == 2
 
 
 async def test_missing_and_repeated_tool_call_ids_are_made_unique():
@@ -357,7 +357,7 @@ async def test_a_500_is_retried_with_backoff_then_succeeds():
     assert waits == [(1, None)]
     assert len(fake.requests) == 2
     assert result.metrics.rounds == 1
-    assert result.metrics.extra["retries"] == 1
+    assert result.metrics.retries == 1
 
 
 async def test_a_429_passes_retry_after_to_the_backoff():

@@ -125,7 +125,7 @@ async def test_code_block_protocol_for_the_local_model(code_mode):
     assert result.reply == "pod-0, pod-4 and pod-8 are failing."
     m = result.metrics
     assert (m.rounds, m.run_code_calls, m.final_round_forced) == (2, 1, False)
-    assert m.extra["code_blocks"] == 1
+    assert m.code_blocks == 1
     # records: the prompt, the call as tool_use, its tool_result, the answer
     assert [r.type for r in result.records] == ["user", "assistant", "user", "assistant"]
     tool_use = result.records[1].message["content"][0]
@@ -167,7 +167,7 @@ async def test_real_tool_calls_still_run_and_broken_json_is_recovered(code_mode)
     assert inner.calls == [("list_pods", {"namespace": "prod"})]
     code = result.records[1].message["content"][0]["input"]["code"]
     assert code.startswith('pods = await list_pods(namespace="prod")\n')
-    assert result.metrics.extra["harness_repairs"] == 1
+    assert result.metrics.harness_repairs == 1
 
 
 async def test_a_run_code_call_written_as_text_runs(code_mode):
@@ -191,7 +191,7 @@ async def test_code_repairs_await_precedence_and_a_trailing_assignment(code_mode
     assert fake.requests[1]["messages"][-1]["content"].startswith(
         "The code returned:\n3 items:\n- pod-0\n- pod-4\n- pod-8"
     )
-    assert result.metrics.extra["harness_repairs"] == 2
+    assert result.metrics.harness_repairs == 2
     ran = result.records[1].message["content"][0]["input"]["code"]
     assert ran.startswith("pods = (await list_pods(namespace='prod'))[0:12]")
     assert ran.endswith("\nfailed")
@@ -235,7 +235,7 @@ async def test_a_reply_that_restates_code_is_replaced_by_the_result(code_mode):
     script = [block(FILTER), f"```python\n{FILTER}\n```"]
     _, (result,) = await run_script(ex, script, request())
     assert result.reply == 'The result of run_code: ["pod-0","pod-4","pod-8"]'
-    assert result.metrics.extra["reply_from_result"] is True
+    assert result.metrics.reply_from_result is True
 
 
 async def test_after_three_failed_snippets_the_model_answers(code_mode):
@@ -252,7 +252,7 @@ async def test_after_three_failed_snippets_the_model_answers(code_mode):
     assert answer_request["messages"][-1]["content"].startswith("The code failed:")
     assert "Answer my question now" in answer_request["messages"][-1]["content"]
     assert result.reply.startswith("I could not find out")
-    assert result.metrics.extra["harness_gave_up"] is True
+    assert result.metrics.harness_gave_up is True
 
 
 async def test_the_round_limit_bounds_the_tries(code_mode):
@@ -293,7 +293,7 @@ async def test_direct_mode_runs_tool_calls_the_model_wrote_as_text():
     assert replay["tool_calls"][0]["function"]["name"] == "list_pods"
     assert json.loads(tool_message(fake.requests[1])["content"])[0]["metadata"]["name"] == "pod-0"
     assert result.reply == "Three pods fail."
-    assert result.metrics.extra["text_tool_calls"] == 1
+    assert result.metrics.text_tool_calls == 1
     # without the harness the same text is the reply
     _, (plain,) = await run_script(
         inner_tools(), [text], request(), tool_mode="direct", harness=False
@@ -313,7 +313,7 @@ async def test_a_failure_shows_what_the_variables_really_hold(code_mode):
     assert "What your variables hold now" in retry
     assert "len(pods) == 12\npods[0]['metadata']['name'] == 'pod-0'\n" in retry
     assert "pods[0]['status']['phase'] == 'Failed'" in retry
-    assert result.metrics.extra["peeks"] == 1
+    assert result.metrics.peeks == 1
     assert result.metrics.run_code_calls == 2  # the look is the harness's, not the model's
 
 

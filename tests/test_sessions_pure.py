@@ -14,6 +14,7 @@ from sessions.ids import (
     split_thread_key,
     thread_key,
 )
+from sessions.model import RunMetrics
 
 
 def text(t: str) -> dict:
@@ -132,3 +133,14 @@ def test_history_builder_says_when_older_records_cannot_matter():
     assert not by_chars.full
     by_chars.add("assistant", text("d"))
     assert by_chars.full
+
+
+def test_run_metrics_extra_holds_the_set_counters_and_loads_only_known_ones() -> None:
+    """The extra column gets the counters that differ from their defaults; reading it
+    back sets the ones this version knows, with the right type, and skips the rest."""
+    metrics = RunMetrics(rounds=2, tool_errors=3, reply_from_result=True)
+    assert metrics.extra() == {"tool_errors": 3, "reply_from_result": True}
+    assert RunMetrics().extra() == {}
+    loaded = RunMetrics(rounds=2)
+    loaded.load_extra({**metrics.extra(), "from_the_future": 1, "peeks": "many"})
+    assert loaded == metrics

@@ -4,6 +4,7 @@ history, cursors, atomicity and concurrent writers."""
 from __future__ import annotations
 
 import asyncio
+import json
 import sqlite3
 import uuid
 from contextlib import closing
@@ -331,9 +332,13 @@ async def test_finish_run_stores_metrics_status_and_prompt_status(store: Store):
     """Metrics (spec A9 plus tokens), status, error and prompt statuses all land."""
     await store.record_prompt("#ops", "T1", "M1", "a", "x", "2026-11-29T18:00:00Z")
     await store.start_run("R1", "#ops", "T1", ["M1"])
-    metrics = RunMetrics(3, 2, 5, 22_506, 871, True, 1200, 300, {"model": "m"})
+    metrics = RunMetrics(3, 2, 5, 22_506, 871, True, 1200, 300, retries=2, peeks=1)
+    metrics.harness_gave_up = True
     await store.finish_run("R1", "failed", [], metrics, ["M1"], "failed", error="model down")
     assert await store.run_metrics("R1") == ("failed", metrics, "model down")
+    # only the counters that are set, by name, in the extra column
+    ((extra,),) = raw(store.path, "SELECT extra FROM runs WHERE id = 'R1'")
+    assert json.loads(extra) == {"retries": 2, "peeks": 1, "harness_gave_up": True}
     assert await store.run_metrics("nope") is None
     assert [(p.status, p.run_id) for p in await store.get_prompts(["M1"])] == [("failed", "R1")]
     with pytest.raises(StoreError, match="running"):

@@ -138,7 +138,7 @@ def text_calls(content: str, names: dict[str, str], state: RunState) -> list[Too
         made_up_call(name, arguments, state) for name, arguments in text_tool_calls(content, names)
     ]
     if calls:
-        state.bump("text_tool_calls", len(calls))
+        state.metrics.text_tool_calls += len(calls)
     return calls
 
 
@@ -163,7 +163,7 @@ def mend_call(call: ToolCall, functions: dict[str, Signature], state: RunState) 
     if fixes:
         # replayed (and recorded) as what ran, in valid JSON
         call.raw = json.dumps(call.arguments)
-        state.bump("harness_repairs", len(fixes))
+        state.metrics.harness_repairs += len(fixes)
         log.info(
             "harness.repaired",
             run_id=state.request.run_id,

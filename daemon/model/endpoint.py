@@ -91,7 +91,7 @@ class ChatEndpoint:
                 raise BackendError(
                     f"the model endpoint {self.params.base_url} {problem}{tries}"
                 ) from cause
-            metrics.extra["retries"] = metrics.extra.get("retries", 0) + 1
+            metrics.retries += 1
             log.warning(
                 "model.request_retry",
                 run_id=run_id,

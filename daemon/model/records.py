@@ -45,11 +45,6 @@ class RunState:
     reply: str = ""
     call_ids: set[str] = field(default_factory=set)
 
-    def bump(self, key: str, by: int = 1) -> None:
-        """Add ``by`` to the counter ``key`` of the metrics' ``extra``."""
-        extra = self.metrics.extra
-        extra[key] = extra.get(key, 0) + by
-
 
 def user_record(content: list[dict[str, Any]], tool_use_result: Any = None) -> Record:
     """A user record: the prompt text, or one ``tool_result`` with the call's audit."""
@@ -111,7 +106,7 @@ def count_result(metrics: RunMetrics, output: ToolCallOutput, sent: str, code_mo
     elif not code_mode:  # direct mode: the tool result is the MCP result
         metrics.bytes_in += len(output.content.encode())
     if output.is_error:
-        metrics.extra["tool_errors"] = metrics.extra.get("tool_errors", 0) + 1
+        metrics.tool_errors += 1
 
 
 def log_summary(state: RunState, status: str, seconds: float) -> None:

@@ -99,7 +99,7 @@ async def code_blocks(
             if last_result is not None and (not content.strip() or is_code_only(content)):
                 # the model restated code or said nothing: the result is the answer
                 state.reply = f"The result of run_code: {last_result}"
-                state.metrics.extra["reply_from_result"] = True
+                state.metrics.reply_from_result = True
             return
         mend_call(call, functions, state)
         assistant = assistant_record(
@@ -129,7 +129,7 @@ async def code_blocks(
         more = round_no + 1 < max_rounds  # the last round must be the answer
         retry = failed and failures < MAX_FAILED_SNIPPETS and more
         if failed and not retry:
-            state.metrics.extra["harness_gave_up"] = True
+            state.metrics.harness_gave_up = True
         # an empty result is often a filter on a guessed key: one look at the data
         recheck = is_empty_result(text) and not rechecked and more
         shapes = None
@@ -163,7 +163,7 @@ async def _peek(caller: ToolExecutor, code: str, state: RunState) -> str | None:
     text = "" if output.is_error else prints_as_result(output.content)
     if not text.strip() or text == NO_OUTPUT:
         return None
-    state.bump("peeks")
+    state.metrics.peeks += 1
     return text
 
 
@@ -179,5 +179,5 @@ def _code_call(message: Any, content: str, state: RunState) -> ToolCall | None:
     code = extract_code(content)
     if code is None:
         return None
-    state.bump("code_blocks")
+    state.metrics.code_blocks += 1
     return made_up_call("run_code", {"code": code}, state)
