@@ -1,21 +1,26 @@
-"""The runtime's scheduling rules, with in-memory fakes for the store, channel and model.
+"""The runtime's scheduling rules, over the real store in a temporary file.
 
-These tests are about scheduling only (which prompt starts which run, when),
-so the boundaries are fakes: the end-to-end tests with a real hub, store and
-daemon are in tests/test_daemon*.py.
+These tests are about scheduling (which prompt starts which run, when), so
+the channel and the model are the fakes of tests/fakes/runtime_helpers.py;
+the store is the real ``SessionsRuntimeStore`` over a SQLite file, and the
+assertions read what it holds. What lands beyond statuses (records,
+history, restarts) is tests/test_runtime_store.py; the end-to-end tests
+with a real hub and daemon are tests/test_daemon*.py.
 """
 
 from __future__ import annotations
 
 import asyncio
-import itertools
-from dataclasses import dataclass, field
+import contextlib
+import sqlite3
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 from structlog.testing import capture_logs
 
 from daemon.errors import BackendError
-from daemon.runtime.runs import HistoryTurn, RunRequest, RunResult
 from daemon.runtime.scheduler import (
     InboundMessage,
     PromptStatus,
@@ -25,185 +30,75 @@ from daemon.runtime.scheduler import (
     mentions,
     reply_client_id,
 )
+from daemon.runtime.store import SessionsRuntimeStore
+from sessions.store import Store
+from tests.fakes.runtime_helpers import NICK, FakePublisher, ScriptedModel, msg
 
-NICK = "asyncai"
-
-
-@dataclass
-class FakeStore:
-    """The store protocol in memory, remembering every call."""
-
-    prompts: dict[str, tuple[InboundMessage, PromptStatus]] = field(default_factory=dict)
-    runs: dict[str, dict] = field(default_factory=dict)
-    cursors: dict[str, str] = field(default_factory=dict)
-
-    async def record_prompt(self, message: InboundMessage) -> RecordOutcome:
-        """Idempotent by id; advances the cursor."""
-        self.cursors[message.channel] = message.id
-        if message.id in self.prompts:
-            status = self.prompts[message.id][1]
-            return "finished" if status in ("done", "failed") else "pending"
-        self.prompts[message.id] = (message, "queued")
-        return "new"
-
-    async def advance_cursor(self, channel: str, message_id: str) -> None:
-        """Remember the last handled id."""
-        self.cursors[channel] = message_id
-
-    async def knows_thread(self, channel: str, thread_id: str) -> bool:
-        """Whether any prompt of this thread was recorded."""
-        return any(m.channel == channel and m.thread == thread_id for m, _ in self.prompts.values())
-
-    async def pending_prompts(self) -> list[InboundMessage]:
-        """Recorded but not done, in id order."""
-        return sorted(
-            (m for m, s in self.prompts.values() if s in ("queued", "running")),
-            key=lambda m: m.id,
-        )
-
-    async def start_run(
-        self, run_id: str, channel: str, thread_id: str, prompt_ids: list[str]
-    ) -> None:
-        """Run row plus prompts running."""
-        self.runs[run_id] = {"thread": thread_id, "prompts": prompt_ids, "status": "running"}
-        for pid in prompt_ids:
-            self.prompts[pid] = (self.prompts[pid][0], "running")
-
-    async def history(self, channel: str, thread_id: str) -> list[HistoryTurn]:
-        """No history in these tests."""
-        return []
-
-    async def finish_run(
-        self, run_id: str, result: RunResult, prompt_ids: list[str], prompt_status: PromptStatus
-    ) -> None:
-        """Status of the run and its prompts together."""
-        self.runs[run_id].update(status=result.status, error=result.error)
-        for pid in prompt_ids:
-            self.prompts[pid] = (self.prompts[pid][0], prompt_status)
-
-    async def set_prompt_status(self, prompt_ids: list[str], status: PromptStatus) -> None:
-        """Status of prompts no run finished."""
-        for pid in prompt_ids:
-            self.prompts[pid] = (self.prompts[pid][0], status)
-
-    def status(self, pid: str) -> PromptStatus:
-        """One prompt's status."""
-        return self.prompts[pid][1]
-
-
-@dataclass
-class Published:
-    """One reply the fake channel acked."""
-
-    channel: str
-    text: str
-    thread: str
-    reply_to: str
-    client_id: str
-
-
-class FakePublisher:
-    """The channel's publish side: acks everything unless told to fail."""
-
-    def __init__(self) -> None:
-        self.sent: list[Published] = []
-        self.fail = False
-        self.arrived = asyncio.Event()
-        self._ids = itertools.count(1)
-
-    @property
-    def nick(self) -> str:
-        """The daemon's nick."""
-        return NICK
-
-    async def publish(
-        self, channel: str, text: str, *, thread: str, reply_to: str, client_id: str
-    ) -> str:
-        """Ack with a new id, or raise when told to fail."""
-        if self.fail:
-            raise ConnectionError("hub unreachable")
-        self.sent.append(Published(channel, text, thread, reply_to, client_id))
-        self.arrived.set()
-        return f"r{next(self._ids)}"
-
-    async def wait_for(self, count: int) -> None:
-        """Until ``count`` replies were published (bounded)."""
-        async with asyncio.timeout(5):
-            while len(self.sent) < count:
-                self.arrived.clear()
-                await self.arrived.wait()
-
-
-class ScriptedModel:
-    """The run function: each run waits until the test releases it (no sleeps)."""
-
-    def __init__(self, *, hold: bool = True) -> None:
-        self.hold = hold
-        self.requests: list[RunRequest] = []
-        self.active = 0
-        self.peak = 0
-        self.started = asyncio.Event()
-        self.cancelled: list[str] = []
-        self._gates: dict[str, asyncio.Event] = {}
-        self.fail_with: BaseException | None = None
-
-    async def __call__(self, request: RunRequest) -> RunResult:
-        """Record the request, wait for release, answer with the prompt texts."""
-        self.requests.append(request)
-        self.active += 1
-        self.peak = max(self.peak, self.active)
-        gate = self._gates.setdefault(request.run_id, asyncio.Event())
-        self.started.set()
-        try:
-            if self.hold:
-                await gate.wait()
-            if self.fail_with is not None:
-                raise self.fail_with
-            return RunResult(reply="re: " + " | ".join(p.text for p in request.prompts))
-        except asyncio.CancelledError:
-            self.cancelled.append(request.run_id)
-            raise
-        finally:
-            self.active -= 1
-
-    async def wait_started(self, count: int) -> None:
-        """Until ``count`` runs have started (bounded)."""
-        async with asyncio.timeout(5):
-            while len(self.requests) < count:
-                self.started.clear()
-                await self.started.wait()
-
-    def release(self, index: int) -> None:
-        """Let the ``index``-th run answer."""
-        run_id = self.requests[index].run_id
-        self._gates.setdefault(run_id, asyncio.Event()).set()
-
-    def release_all(self) -> None:
-        """Let every run answer, now and later."""
-        self.hold = False
-        for gate in self._gates.values():
-            gate.set()
-
-
-_ids = itertools.count(1)
-
-
-def msg(text: str, *, thread: str | None = None, sender: str = "alice", channel: str = "#ops"):
-    """A channel message with a fresh sortable id (a root when no thread is given)."""
-    mid = f"m{next(_ids):06d}"
-    return InboundMessage(channel=channel, id=mid, thread=thread or mid, sender=sender, text=text)
+Parts = tuple[SessionsRuntimeStore, FakePublisher, ScriptedModel]
 
 
 @pytest.fixture
-def parts():
-    """A fresh store, channel and model."""
-    return FakeStore(), FakePublisher(), ScriptedModel()
+async def store(tmp_path: Path) -> AsyncIterator[SessionsRuntimeStore]:
+    """The runtime's real store over a fresh SQLite file, closed after the test."""
+    sessions = await Store(tmp_path / "asyncai.db").open()
+    try:
+        yield SessionsRuntimeStore(sessions)
+    finally:
+        await sessions.aclose()
 
 
-def runtime_of(parts, **options) -> Runtime:
-    """A runtime over the fakes."""
+@pytest.fixture
+def parts(store: SessionsRuntimeStore) -> Parts:
+    """The real store, a fresh fake channel and a fresh scripted model."""
+    return store, FakePublisher(), ScriptedModel()
+
+
+def runtime_of(parts: Parts, **options: Any) -> Runtime:
+    """A runtime over the store and the fakes."""
     store, pub, model = parts
     return Runtime(store=store, publisher=pub, run=model, options=RuntimeOptions(**options))
+
+
+async def status(store: SessionsRuntimeStore, prompt_id: str) -> PromptStatus:
+    """One recorded prompt's status, as stored."""
+    [prompt] = await store.store.get_prompts([prompt_id])
+    return prompt.status
+
+
+async def run_row(store: SessionsRuntimeStore, run_id: str) -> tuple[str, str | None]:
+    """One run's ``(status, error)``, as stored."""
+    found = await store.store.run_metrics(run_id)
+    assert found is not None, f"no run {run_id} in the store"
+    run_status, _, error = found
+    return run_status, error
+
+
+def recorded_prompts(store: SessionsRuntimeStore) -> list[tuple[str, str]]:
+    """Every recorded prompt as ``(sender, text)``, in id order.
+
+    Read from the file on a read-only connection: the ``Store`` serves
+    pending prompts and prompts by id, but has no query for "all of them".
+    """
+    uri = store.store.path.resolve().as_uri() + "?mode=ro"
+    with contextlib.closing(sqlite3.connect(uri, uri=True)) as db:
+        return db.execute("SELECT sender, text FROM prompts ORDER BY id").fetchall()
+
+
+class RecordingStore(SessionsRuntimeStore):
+    """The real store, noting each prompt the runtime asks it to record.
+
+    The note is taken when the call starts, before any I/O, so "never asked"
+    is certain without waiting for the database.
+    """
+
+    def __init__(self, store: Store) -> None:
+        super().__init__(store)
+        self.asked: list[str] = []
+
+    async def record_prompt(self, message: InboundMessage) -> RecordOutcome:
+        """Note the id, then record for real."""
+        self.asked.append(message.id)
+        return await super().record_prompt(message)
 
 
 async def test_prompt_gets_reply_in_its_thread_and_is_marked_done(parts):
@@ -213,7 +108,7 @@ async def test_prompt_gets_reply_in_its_thread_and_is_marked_done(parts):
     m = msg("hello")
     assert await rt.submit(m)
     await model.wait_started(1)
-    assert store.status(m.id) == "running"
+    assert await status(store, m.id) == "running"
     assert pub.sent == []
     model.release(0)
     await pub.wait_for(1)
@@ -221,8 +116,8 @@ async def test_prompt_gets_reply_in_its_thread_and_is_marked_done(parts):
     assert pub.sent[0].text == "re: hello"
     assert (pub.sent[0].thread, pub.sent[0].reply_to) == (m.thread, m.id)
     assert pub.sent[0].client_id == reply_client_id("#ops", m.id)
-    assert store.status(m.id) == "done"
-    assert store.cursors["#ops"] == m.id
+    assert await status(store, m.id) == "done"
+    assert await store.store.get_cursor("#ops") == m.id
     req = model.requests[0]
     assert (req.channel, req.thread_id, [p.id for p in req.prompts]) == ("#ops", m.thread, [m.id])
 
@@ -250,7 +145,7 @@ async def test_prompts_during_a_run_coalesce_into_one_follow_up(parts):
     assert model.peak == 1
     assert pub.sent[1].text == "re: two | three | four"
     assert pub.sent[1].reply_to == later[-1].id
-    assert all(store.status(m.id) == "done" for m in [first, *later])
+    assert [await status(store, m.id) for m in [first, *later]] == ["done"] * 4
 
 
 async def test_concurrency_is_bounded_and_every_thread_is_answered(parts):
@@ -276,23 +171,28 @@ async def test_concurrency_is_bounded_and_every_thread_is_answered(parts):
 async def test_a_burst_blocks_intake_at_the_queue_bound(parts):
     """With max_queued_prompts prompts waiting, submit blocks until a run takes them."""
     store, pub, model = parts
-    rt = runtime_of(parts, max_concurrent_runs=1, max_queued_prompts=2)
+    recording = RecordingStore(store.store)
+    rt = runtime_of((recording, pub, model), max_concurrent_runs=1, max_queued_prompts=2)
     await rt.submit(msg("running"))
     await model.wait_started(1)
     await rt.submit(msg("waits 1"))
-    await rt.submit(msg("waits 2"))
+    last_taken = msg("waits 2")
+    await rt.submit(last_taken)
     third = msg("blocked")
     blocked = asyncio.create_task(rt.submit(third))
     for _ in range(20):  # let the loop run: the submit must still be parked
         await asyncio.sleep(0)
     assert not blocked.done()
-    assert third.id not in store.prompts  # not even recorded: the cursor did not move past it
+    assert third.id not in recording.asked  # not even recorded: the cursor did not move past it
+    assert await store.store.get_prompts([third.id]) == []
+    assert await store.store.get_cursor("#ops") == last_taken.id
     model.release(0)
     async with asyncio.timeout(5):
         assert await blocked
     model.release_all()
     await pub.wait_for(4)
     await rt.shutdown(grace=1)
+    assert await status(store, third.id) == "done"
 
 
 async def test_stop_cancels_the_active_run_and_drops_the_queue(parts):
@@ -309,11 +209,10 @@ async def test_stop_cancels_the_active_run_and_drops_the_queue(parts):
     assert model.cancelled == [model.requests[0].run_id]
     assert pub.sent[0].text == "Stopped by bob."
     assert pub.sent[0].reply_to == m.id
-    run = store.runs[model.requests[0].run_id]
-    assert (run["status"], run["error"]) == ("interrupted", "stopped by bob")
-    assert store.status(m.id) == "failed"
-    assert store.status(queued.id) == "failed"
-    assert "!stop" not in [p.text for p, _ in store.prompts.values()]
+    assert await run_row(store, model.requests[0].run_id) == ("interrupted", "stopped by bob")
+    assert await status(store, m.id) == "failed"
+    assert await status(store, queued.id) == "failed"
+    assert "!stop" not in [text for _, text in recorded_prompts(store)]
     # The thread takes new prompts afterwards.
     after = msg("fresh start", thread=m.thread)
     assert await rt.submit(after)
@@ -333,8 +232,8 @@ async def test_stop_without_a_run_is_ignored(parts):
     await rt.shutdown(grace=1)
     assert pub.sent == []
     assert model.requests == []
-    assert store.prompts == {}
-    assert store.cursors["#ops"] == stop.id
+    assert recorded_prompts(store) == []
+    assert await store.store.get_cursor("#ops") == stop.id
 
 
 async def test_own_messages_are_never_answered(parts):
@@ -345,8 +244,8 @@ async def test_own_messages_are_never_answered(parts):
     assert not await rt.submit(own)
     await rt.shutdown(grace=1)
     assert model.requests == []
-    assert store.prompts == {}
-    assert store.cursors["#ops"] == own.id
+    assert recorded_prompts(store) == []
+    assert await store.store.get_cursor("#ops") == own.id
 
 
 async def test_shared_channel_answers_mentions_and_its_threads_only(parts):
@@ -400,7 +299,7 @@ async def test_allow_list_ignores_other_senders_with_a_log_line(parts):
     await rt.shutdown(grace=1)
     ignored = [e for e in logs if e["event"] == "runtime.sender_ignored"]
     assert [e["sender"] for e in ignored] == ["mallory"]
-    assert [p.sender for p, _ in store.prompts.values()] == ["alice"]
+    assert [sender for sender, _ in recorded_prompts(store)] == ["alice"]
 
 
 async def test_run_deadline_fails_the_run_with_a_short_reply(parts):
@@ -414,8 +313,8 @@ async def test_run_deadline_fails_the_run_with_a_short_reply(parts):
     await pub.wait_for(1)
     await rt.shutdown(grace=1)
     assert pub.sent[0].text == "Sorry, this run failed: run deadline of 0.05 s exceeded"
-    assert store.runs[model.requests[0].run_id]["status"] == "failed"
-    assert store.status(m.id) == "failed"
+    assert (await run_row(store, model.requests[0].run_id))[0] == "failed"
+    assert await status(store, m.id) == "failed"
 
 
 async def test_failed_run_replies_briefly_and_the_runtime_goes_on(parts):
@@ -429,13 +328,14 @@ async def test_failed_run_replies_briefly_and_the_runtime_goes_on(parts):
     await pub.wait_for(1)
     assert pub.sent[0].text.startswith("Sorry, this run failed: BackendError: model endpoint")
     assert len(pub.sent[0].text) <= 300
-    assert store.runs[model.requests[0].run_id]["status"] == "failed"
-    assert store.status(bad.id) == "failed"
     model.fail_with = None
     await rt.submit(msg("second"))
     await pub.wait_for(2)
     await rt.shutdown(grace=1)
     assert pub.sent[1].text == "re: second"
+    # Read after shutdown: the store is written just after the hub's ack.
+    assert (await run_row(store, model.requests[0].run_id))[0] == "failed"
+    assert await status(store, bad.id) == "failed"
 
 
 async def test_shutdown_waits_the_grace_then_interrupts_and_requeues(parts):
@@ -448,12 +348,14 @@ async def test_shutdown_waits_the_grace_then_interrupts_and_requeues(parts):
     await model.wait_started(1)
     await rt.shutdown(grace=0)
     assert model.cancelled == [model.requests[0].run_id]
-    run = store.runs[model.requests[0].run_id]
-    assert (run["status"], run["error"]) == ("interrupted", "daemon shutting down")
-    assert store.status(m.id) == "queued"
+    assert await run_row(store, model.requests[0].run_id) == (
+        "interrupted",
+        "daemon shutting down",
+    )
+    assert await status(store, m.id) == "queued"
     late = msg("too late")
     assert not await rt.submit(late)
-    assert late.id not in store.prompts
+    assert await store.store.get_prompts([late.id]) == []
     assert pub.sent == []
 
 
@@ -469,7 +371,7 @@ async def test_shutdown_lets_runs_within_the_grace_finish(parts):
     model.release(0)
     async with asyncio.timeout(5):
         await stopping
-    assert store.status(m.id) == "done"
+    assert await status(store, m.id) == "done"
     assert pub.sent[0].text == "re: almost done"
 
 
@@ -494,7 +396,7 @@ async def test_recover_runs_pending_prompts_once_coalesced_per_thread(parts):
     await rt.shutdown(grace=1)
     assert len(model.requests) == 1
     assert [p.text for p in model.requests[0].prompts] == ["asked before the crash", "and this"]
-    assert store.status(root.id) == store.status(more.id) == "done"
+    assert [await status(store, p.id) for p in (root, more)] == ["done", "done"]
 
 
 async def test_unacked_reply_leaves_prompts_pending(parts):
@@ -507,8 +409,8 @@ async def test_unacked_reply_leaves_prompts_pending(parts):
     await rt.submit(m)
     await model.wait_started(1)
     await rt.shutdown(grace=1)
-    assert store.status(m.id) == "queued"
-    assert store.runs[model.requests[0].run_id]["status"] == "done"
+    assert await status(store, m.id) == "queued"
+    assert (await run_row(store, model.requests[0].run_id))[0] == "done"
 
 
 def test_options_are_checked():
