@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING
+import os
+import sys
+from collections.abc import AsyncIterator, Generator
+from typing import TYPE_CHECKING, NoReturn
 
 import pytest
 
 if TYPE_CHECKING:
     from pydantic_monty import AsyncMonty
 
+_monty_pool_started = pytest.StashKey[bool]()
+"""Set on the config when :func:`monty_pool` started its workers in this run."""
+
 
 @pytest.fixture(scope="session")
-async def monty_pool() -> AsyncIterator[AsyncMonty]:
+async def monty_pool(request: pytest.FixtureRequest) -> AsyncIterator[AsyncMonty]:
     """One Monty worker pool for the whole test session, sized for the default limits.
 
     Pass it as ``CodeModeToolExecutor(..., pool=monty_pool)``: the executor
@@ -22,6 +27,8 @@ async def monty_pool() -> AsyncIterator[AsyncMonty]:
     from daemon.code_mode.limits import CodeModeLimits
     from daemon.code_mode.pool import close_pool, create_pool
 
+    # First: a pool that fails halfway may already have started tokio threads.
+    request.config.stash[_monty_pool_started] = True
     pool = create_pool(CodeModeLimits())
     await pool.__aenter__()
     try:
@@ -30,30 +37,42 @@ async def monty_pool() -> AsyncIterator[AsyncMonty]:
         await close_pool(pool)
 
 
-_exit_status: int | None = None
-
-
-def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    """Remember the exit status for :func:`pytest_unconfigure`."""
-    global _exit_status
-    _exit_status = int(exitstatus)
-
-
-@pytest.hookimpl(trylast=True)
-def pytest_unconfigure(config: pytest.Config) -> None:
-    """Exit without interpreter finalization once pytest has said everything.
+@pytest.hookimpl(wrapper=True)
+def pytest_cmdline_main(
+    config: pytest.Config,
+) -> Generator[None, int | pytest.ExitCode, int | pytest.ExitCode]:
+    """Exit without interpreter finalization once pytest has said everything, if Monty ran.
 
     pydantic-monty 1.4's tokio threads can abort (notes/monty.md §10) or hang
     in futex waits while CPython finalizes, after every test has passed and the
     summary is printed; a hung process would turn a green run into a CI
     timeout. Every fixture has closed its pools and processes by now, so
     skipping finalization loses nothing.
-    """
-    if _exit_status is None:
-        return
-    import os
-    import sys
 
+    Why this hook: pytest runs the whole session inside ``pytest_cmdline_main``,
+    including ``pytest_unconfigure`` and the config's cleanups, where its
+    unraisable-exception and thread-exception checks report what leaked at
+    the end of the run. Wrapping it is the one place after all of them that
+    still sees the exit status (or the error those checks raised). An exit
+    from ``pytest_unconfigure`` would skip the cleanups and so hide a thread
+    that raised after the last test. Only initial conftests get this hook;
+    when it is missed, the run just finalizes normally.
+    """
+    try:
+        status = yield
+    except Exception as exc:
+        if not config.stash.get(_monty_pool_started, False):
+            raise
+        # What the interpreter does with an uncaught exception: print it, exit 1.
+        sys.excepthook(type(exc), exc, exc.__traceback__)
+        _exit_now(1)
+    if config.stash.get(_monty_pool_started, False):
+        _exit_now(int(status))
+    return status
+
+
+def _exit_now(status: int) -> NoReturn:
+    """Flush what pytest wrote, then leave without finalizing the interpreter."""
     sys.stdout.flush()
     sys.stderr.flush()
-    os._exit(_exit_status)
+    os._exit(status)
