@@ -2,7 +2,7 @@
 
 The channel and the model are fakes here (the scheduling fakes of
 tests/test_runtime.py); the store is the real one, so these tests check the
-translation in daemon/runtime_store.py and the durability rules end to end
+translation in daemon/runtime/store.py and the durability rules end to end
 inside one process.
 """
 
@@ -18,7 +18,7 @@ from daemon.runtime.store import SessionsRuntimeStore
 from sessions.ids import now_iso
 from sessions.model import Record
 from sessions.store import Store
-from tests.test_runtime import FakePublisher, ScriptedModel, msg
+from tests.fakes.runtime_helpers import FakePublisher, ScriptedModel, msg
 
 
 class RecordingModel:
