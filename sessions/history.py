@@ -81,12 +81,12 @@ class HistoryBuilder:
         used = 0
         for role, text in self._newest_first[: self.turns]:
             if used + len(text) <= self.chars:
-                kept.append(HistoryText(role, text))  # type: ignore[arg-type]
+                kept.append(HistoryText(role, text))  # type: ignore[arg-type]  # a record type: the schema CHECKs user|assistant
                 used += len(text)
                 continue
             if not kept and self.chars > len(ELLIPSIS):
                 tail = text[-(self.chars - len(ELLIPSIS)) :]
-                kept.append(HistoryText(role, ELLIPSIS + tail))  # type: ignore[arg-type]
+                kept.append(HistoryText(role, ELLIPSIS + tail))  # type: ignore[arg-type]  # as above
             break
         kept.reverse()
         return kept
