@@ -140,7 +140,57 @@ async def _initial_schema(db: aiosqlite.Connection) -> None:
         await db.execute(statement)
 
 
-MIGRATIONS: tuple[Migration, ...] = (Migration(1, "initial_schema", _initial_schema),)
+_APPROVALS = [
+    # A nested call's audit row is written when the call starts ('started') and
+    # completed when it ends, so a crash leaves the evidence of what began.
+    """ALTER TABLE tool_calls ADD COLUMN outcome TEXT NOT NULL DEFAULT 'ok'
+        CHECK (outcome IN ('started', 'ok', 'error', 'cancelled', 'unknown'))""",
+    "UPDATE tool_calls SET outcome = 'error' WHERE is_error = 1",
+    # how a call that needed approval was decided, by whom, after how long a wait
+    """ALTER TABLE tool_calls ADD COLUMN decision TEXT
+        CHECK (decision IS NULL OR decision IN ('approved', 'denied', 'expired'))""",
+    "ALTER TABLE tool_calls ADD COLUMN decided_by TEXT",
+    "ALTER TABLE tool_calls ADD COLUMN wait_ms REAL",
+    "CREATE INDEX tool_calls_unfinished ON tool_calls (run_id) WHERE outcome = 'started'",
+    # A paused run: the pending call(s), the Monty snapshot (NULL in direct
+    # mode), the model conversation so far; one row per request, kept after
+    # its decision as the record of it.
+    """CREATE TABLE approvals (
+        id           TEXT PRIMARY KEY,
+        run_id       TEXT NOT NULL REFERENCES runs (id),
+        thread       TEXT NOT NULL REFERENCES threads (id),
+        requested    TEXT NOT NULL,
+        expires      TEXT NOT NULL,
+        requested_by TEXT NOT NULL,
+        calls        TEXT NOT NULL CHECK (json_valid(calls)),
+        snapshot     BLOB,
+        conversation TEXT NOT NULL CHECK (json_valid(conversation)),
+        status       TEXT NOT NULL DEFAULT 'pending'
+                     CHECK (status IN ('pending', 'approved', 'denied', 'expired', 'stopped')),
+        scope        TEXT CHECK (scope IS NULL OR scope IN ('call', 'run')),
+        decided_by   TEXT,
+        decided      TEXT,
+        reason       TEXT,
+        resumed      TEXT
+    )""",
+    "CREATE INDEX approvals_pending ON approvals (expires) WHERE status = 'pending'",
+    "CREATE INDEX approvals_thread ON approvals (thread, requested)",
+    # decided while the daemon was down, or before it could resume: resumed at start
+    "CREATE INDEX approvals_unresumed ON approvals (decided)"
+    " WHERE resumed IS NULL AND decided IS NOT NULL",
+]
+
+
+async def _approvals(db: aiosqlite.Connection) -> None:
+    """Call outcomes and decisions in the audit; the approvals table."""
+    for statement in _APPROVALS:
+        await db.execute(statement)
+
+
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(1, "initial_schema", _initial_schema),
+    Migration(2, "approvals", _approvals),
+)
 SCHEMA_VERSION = MIGRATIONS[-1].version
 
 

@@ -22,6 +22,7 @@ from sessions import (
     StoreClosedError,
     StoreError,
     ThreadLookupError,
+    ToolCallRow,
     session_id,
 )
 from sessions.schema import MIGRATIONS, Migration, migrate
@@ -153,7 +154,7 @@ async def test_migration_history_of_another_program_is_refused(tmp_path: Path):
     path = tmp_path / "a.db"
     async with Store(path):
         pass
-    renamed = [Migration(1, "something_else", MIGRATIONS[0].apply)]
+    renamed = [Migration(1, "something_else", MIGRATIONS[0].apply), *MIGRATIONS[1:]]
     with pytest.raises(MigrationError, match="something_else"):
         await Store(path, migrations=renamed).open()
 
@@ -656,3 +657,24 @@ async def test_readers_do_not_wait_for_a_long_write(store: Store):
     finally:
         other.close()
     assert await store.get_cursor("#ops") == "01Z"
+
+
+async def test_migration_2_keeps_old_audit_rows_with_their_outcome(tmp_path: Path):
+    """A version-1 database with audit rows gains the outcome columns: an error row
+    becomes 'error', the rest 'ok'; and the approvals table exists."""
+    path = tmp_path / "a.db"
+    async with Store(path, migrations=MIGRATIONS[:1]) as old:
+        await old.record_prompt("#ops", "T1", "M1", "a", "x", "2026-11-29T18:00:00Z")
+        await old.start_run("R1", "#ops", "T1", ["M1"])
+        for is_error in (False, True):
+            await old.add_tool_call(
+                ToolCallRow("R1", "T1", "t", {}, is_error, 1, True, "2026-11-29T18:00:01Z", 1.0)
+            )
+    async with Store(path):
+        pass
+    assert raw(path, "SELECT is_error, outcome FROM tool_calls ORDER BY id") == [
+        (0, "ok"),
+        (1, "error"),
+    ]
+    assert raw(path, "SELECT count(*) FROM approvals") == [(0,)]
+    assert raw(path, "PRAGMA user_version") == [(2,)]
