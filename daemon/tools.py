@@ -3,24 +3,36 @@
 The backend is handed a :class:`ToolExecutor` and never knows which one:
 ``McpToolExecutor`` (MCP servers over stdio) or ``CodeModeToolExecutor``
 (one ``run_code`` tool whose Python calls an inner executor).
+
+Approvals (issue 13) cross the same boundary as values: an
+:data:`ApprovalGate` says of each mutating call whether it may run
+(:class:`Verdict`); a call that must wait for a person ends the tool call with
+a :class:`Pause` (the pending calls, and the Monty snapshot in code mode),
+and the run is resumed later with one :class:`Decision` per pending call.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from dataclasses import asdict, dataclass
-from typing import Any, Protocol, runtime_checkable
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from daemon.errors import ToolTransportError
 
 __all__ = [
+    "ApprovalGate",
     "AuditEntry",
     "AuditObserver",
     "BaseToolExecutor",
+    "CallOutcome",
+    "Decision",
+    "Pause",
+    "PendingCall",
     "ToolCallOutput",
     "ToolDefinition",
     "ToolExecutor",
     "ToolTransportError",
+    "Verdict",
 ]
 
 
@@ -34,6 +46,7 @@ class ToolDefinition:
     output_schema: dict | None = None
     read_only: bool | None = None  # MCP readOnlyHint
     destructive: bool | None = None  # MCP destructiveHint
+    server: str | None = None  # the MCP server that serves it (approval globs are server.tool)
 
     @property
     def mutating(self) -> bool:
@@ -44,6 +57,60 @@ class ToolDefinition:
         """
         return self.destructive is True or self.read_only is not True
 
+    @property
+    def qualified_name(self) -> str:
+        """``server.tool``, what approval globs match (just the name without a server)."""
+        return f"{self.server}.{self.name}" if self.server else self.name
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What the approval policy says of one call: run it, refuse it, or ask a person."""
+
+    action: Literal["allow", "deny", "ask"]
+    reason: str = ""  # why: "destructive", "not read-only", "[approvals] deny matches kcp.*"
+
+
+ApprovalGate = Callable[[ToolDefinition, dict[str, Any]], Verdict]
+"""Asked before each call of a mutating tool is made (never for a read-only one)."""
+
+
+@dataclass(frozen=True)
+class PendingCall:
+    """One call that waits for a person's decision."""
+
+    call_id: int  # the sandbox's call id (code mode), or the call's index (direct mode)
+    tool: str  # the MCP name
+    server: str | None
+    arguments: dict[str, Any]
+    why: str  # "destructive" or "not read-only"
+    py_name: str = ""  # the sandbox function name (code mode)
+
+
+@dataclass(frozen=True)
+class Pause:
+    """A tool call stopped before calls that need approval; everything to resume it.
+
+    ``snapshot`` is the Monty snapshot of the paused snippet (code mode; None in
+    direct mode); ``state`` is the engine's JSON bookkeeping besides it (calls
+    made but not yet awaited).
+    """
+
+    calls: tuple[PendingCall, ...]
+    snapshot: bytes | None = None
+    state: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """A person's (or the expiry's) answer to one pending call."""
+
+    approved: bool
+    by: str  # a nick, or "expiry"
+    reason: str = ""
+    waited_ms: float = 0.0
+    kind: Literal["approved", "denied", "expired"] = "approved"
+
 
 @dataclass
 class ToolCallOutput:
@@ -53,12 +120,18 @@ class ToolCallOutput:
     is_error: bool
     structured: Any | None = None  # MCP structuredContent, when the server sent one
     audit: dict | None = None  # run_code: {"nested_calls": [...]}
+    pause: Pause | None = None  # set when the call waits for approval (content says so)
+
+
+CallOutcome = Literal["started", "ok", "error", "cancelled", "unknown"]
+"""How a nested call ended; ``started`` while it runs, ``unknown`` when the worker died."""
 
 
 @dataclass(frozen=True)
 class AuditEntry:
-    """One nested call as the audit keeps it (spec A7): made by code mode as the
-    call ends, handed to the :data:`AuditObserver`, stored as a ``tool_calls`` row."""
+    """One nested call as the audit keeps it (spec A7): made by code mode when the
+    call starts (``outcome="started"``) and again as it ends, handed to the
+    :data:`AuditObserver`, stored as one ``tool_calls`` row (``key`` pairs the two)."""
 
     tool: str
     arguments: dict[str, Any]
@@ -67,6 +140,11 @@ class AuditEntry:
     mutating: bool  # ToolDefinition.mutating of the tool
     started: str  # ISO 8601, UTC
     duration_ms: float
+    outcome: CallOutcome = "ok"
+    key: str = ""  # the same for a call's started and ended entries
+    decision: Literal["approved", "denied", "expired"] | None = None
+    decided_by: str | None = None
+    wait_ms: float | None = None
 
     def as_json(self) -> dict[str, Any]:
         """The entry as the transcript's ``toolUseResult.nested_calls`` carries it."""

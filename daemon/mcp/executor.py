@@ -141,7 +141,7 @@ class McpToolExecutor(BaseToolExecutor):
                     log.warning("mcp.duplicate_tool", tool=tool.name, kept=kept, ignored=name)
                     continue
                 self._routes[tool.name] = name
-                self._definitions.append(tool_definition(tool))
+                self._definitions.append(tool_definition(tool, server=name))
 
     def definitions(self) -> list[ToolDefinition]:
         """Every routed tool, in configuration order. Valid once started."""
@@ -200,8 +200,8 @@ class McpToolExecutor(BaseToolExecutor):
         await asyncio.gather(*(conn.aclose() for conn in self._conns.values()))
 
 
-def tool_definition(tool: mcp_types.Tool) -> ToolDefinition:
-    """An MCP tool as a :class:`ToolDefinition`, with schemas and annotations."""
+def tool_definition(tool: mcp_types.Tool, server: str | None = None) -> ToolDefinition:
+    """An MCP tool of ``server`` as a :class:`ToolDefinition`, with schemas and annotations."""
     annotations = tool.annotations
     return ToolDefinition(
         name=tool.name,
@@ -210,6 +210,7 @@ def tool_definition(tool: mcp_types.Tool) -> ToolDefinition:
         output_schema=None if tool.output_schema is None else dict(tool.output_schema),
         read_only=None if annotations is None else annotations.read_only_hint,
         destructive=None if annotations is None else annotations.destructive_hint,
+        server=server,
     )
 
 
