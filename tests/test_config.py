@@ -10,6 +10,7 @@ import pytest
 
 from daemon.code_mode import CodeModeLimits
 from daemon.config import (
+    ApprovalsConfig,
     Config,
     McpServerConfig,
     ModelConfig,
@@ -80,6 +81,13 @@ publish_timeout = 60.0
 
 [sessions]
 db = ".asyncai/asyncai.db"               # relative to this file's directory
+
+[approvals]
+mode = "ask"                             # mutating calls: "ask" a person, "allow" or "deny"
+allow = []                               # "server.tool" globs that never ask: ["kcp.scale_*"]
+deny = []                                # globs that are always refused
+approvers = []                           # nicks that may decide; empty: the prompt's sender
+expire_after = 86400                     # seconds a request waits before it counts as denied
 """
 
 
@@ -117,6 +125,7 @@ def test_the_readme_example_loads(tmp_path: Path):
     assert config.mcp_servers["kcp"].env == {"KUBECONFIG": "/etc/asyncai/kubeconfig"}
     assert config.channels.shared == ["#dev"]
     assert config.sessions.db == tmp_path / ".asyncai/asyncai.db"
+    assert config.approvals == ApprovalsConfig()  # the example's values are the defaults
     limits = config.code_mode.limits()
     assert limits == CodeModeLimits(
         preamble="KCP = 'root'\n"

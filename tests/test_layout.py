@@ -132,6 +132,7 @@ MAY_IMPORT = {
     "daemon.mcp": SHARED,
     "daemon.config": SHARED | {"daemon.code_mode", "daemon.mcp"},
     "daemon.runtime": SHARED | {"daemon.code_mode", "channels", "sessions"},
+    "daemon.approvals": SHARED | {"daemon.config"},
     "daemon.model": SHARED
     | {"daemon.code_mode", "daemon.config", "daemon.local_model", "daemon.runtime", "sessions"},
 }

@@ -27,6 +27,7 @@ from daemon.config.flags import add_config_arguments, overrides_from_args
 from daemon.config.load import ENVIRONMENT, load_config
 from daemon.config.schema import (
     DEFAULT_CONFIG_PATH,
+    ApprovalsConfig,
     ChannelsConfig,
     CodeModeConfig,
     Config,
@@ -39,6 +40,7 @@ from daemon.config.schema import (
 __all__ = [
     "DEFAULT_CONFIG_PATH",
     "ENVIRONMENT",
+    "ApprovalsConfig",
     "ChannelsConfig",
     "CodeModeConfig",
     "Config",

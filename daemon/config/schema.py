@@ -39,6 +39,7 @@ if TYPE_CHECKING:  # the code-mode package builds a Monty pool lazily; importing
 __all__ = [
     "DEFAULT_CONFIG_PATH",
     "SECRET_NAME",
+    "ApprovalsConfig",
     "ChannelsConfig",
     "CodeModeConfig",
     "Config",
@@ -187,6 +188,24 @@ class RuntimeConfig:
 
 
 @dataclass
+class ApprovalsConfig:
+    """``[approvals]``: which mutating tool calls wait for a person, and who decides.
+
+    ``allow`` and ``deny`` are ``server.tool`` globs (``kcp.scale_object``,
+    ``git.*``); deny wins over allow, both over ``mode``. Read-only calls
+    never ask.
+    """
+
+    __pydantic_config__ = _SECTION
+
+    mode: Literal["ask", "allow", "deny"] = "ask"  # for mutating calls
+    allow: list[Text] = field(default_factory=list)  # globs that never ask
+    deny: list[Text] = field(default_factory=list)  # globs that are always refused
+    approvers: list[Text] = field(default_factory=list)  # empty: the prompt's sender
+    expire_after: Seconds = 86_400.0  # a request waiting longer counts as denied
+
+
+@dataclass
 class SessionsConfig:
     """``[sessions]``: the SQLite file of transcripts, runs and audit."""
 
@@ -212,6 +231,7 @@ class Config:
     channels: ChannelsConfig = field(default_factory=ChannelsConfig)
     runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
     sessions: SessionsConfig = field(default_factory=SessionsConfig)
+    approvals: ApprovalsConfig = field(default_factory=ApprovalsConfig)
     path: Path | None = None  # the file read, if any
 
     def secrets(self) -> list[str]:

@@ -1,0 +1,58 @@
+"""The decisions a person types in a thread: ``!approve ID [run]`` and ``!deny ID [reason]``.
+
+Parsed from a whole message; anything else is not a decision (None), so a
+message that merely mentions ``!approve`` mid-sentence stays a prompt. The
+id is matched case-insensitively (ids are lower case).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+__all__ = ["Approve", "Deny", "Malformed", "parse_decision"]
+
+_APPROVE = re.compile(r"!approve(?:\s+(?P<id>\S+)(?:\s+(?P<rest>.*))?)?", re.DOTALL)
+_DENY = re.compile(r"!deny(?:\s+(?P<id>\S+)(?:\s+(?P<reason>.*))?)?", re.DOTALL)
+
+
+@dataclass(frozen=True)
+class Approve:
+    """``!approve ID`` (this request) or ``!approve ID run`` (also the run's later calls)."""
+
+    request_id: str
+    whole_run: bool = False
+
+
+@dataclass(frozen=True)
+class Deny:
+    """``!deny ID [reason]``."""
+
+    request_id: str
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class Malformed:
+    """A message that starts like a decision but is not one: what is wrong."""
+
+    problem: str
+
+
+def parse_decision(text: str) -> Approve | Deny | Malformed | None:
+    """The decision ``text`` is, :class:`Malformed` when it is a broken one, else None."""
+    stripped = text.strip()
+    m = _APPROVE.fullmatch(stripped)
+    if m is not None:
+        if not m.group("id"):
+            return Malformed("!approve needs the request's id: !approve ID")
+        rest = (m.group("rest") or "").strip()
+        if rest and rest.lower() != "run":
+            return Malformed(f"!approve takes an id and optionally 'run', not {rest!r}")
+        return Approve(m.group("id").lower(), whole_run=bool(rest))
+    m = _DENY.fullmatch(stripped)
+    if m is not None:
+        if not m.group("id"):
+            return Malformed("!deny needs the request's id: !deny ID [reason]")
+        return Deny(m.group("id").lower(), " ".join((m.group("reason") or "").split()))
+    return None

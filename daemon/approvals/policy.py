@@ -1,0 +1,91 @@
+"""The ``[approvals]`` policy: of each call, allow, deny or ask; of each nick, may it decide.
+
+Order of the rules: a read-only call always runs; a ``deny`` glob refuses; an
+``allow`` glob runs; a tool the run was granted (``!approve ID run``) runs;
+otherwise ``mode`` says (``ask`` by default). Globs are :mod:`fnmatch`
+patterns over ``server.tool`` (just ``tool`` for a tool without a server),
+matched case-sensitively: tool names are.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable
+from dataclasses import dataclass
+from fnmatch import fnmatchcase
+from typing import Any, Literal
+
+from daemon.config import ApprovalsConfig
+from daemon.tools import ToolDefinition, Verdict
+
+__all__ = ["ApprovalPolicy", "why_mutating"]
+
+
+def why_mutating(definition: ToolDefinition) -> str:
+    """``destructive`` or ``not read-only``: why a call of this tool needs approval."""
+    return "destructive" if definition.destructive is True else "not read-only"
+
+
+def _matches(name: str, globs: Iterable[str]) -> str | None:
+    return next((glob for glob in globs if fnmatchcase(name, glob)), None)
+
+
+@dataclass(frozen=True)
+class ApprovalPolicy:
+    """The rules of ``[approvals]``, applied to one call at a time."""
+
+    mode: Literal["ask", "allow", "deny"] = "ask"
+    allow: tuple[str, ...] = ()
+    deny: tuple[str, ...] = ()
+    approvers: tuple[str, ...] = ()
+    expire_after: float = 86_400.0
+
+    @classmethod
+    def from_config(cls, config: ApprovalsConfig) -> ApprovalPolicy:
+        """The policy of a ``[approvals]`` section."""
+        return cls(
+            mode=config.mode,
+            allow=tuple(config.allow),
+            deny=tuple(config.deny),
+            approvers=tuple(config.approvers),
+            expire_after=config.expire_after,
+        )
+
+    def verdict(
+        self,
+        definition: ToolDefinition,
+        arguments: dict[str, Any] | None = None,
+        *,
+        granted: Collection[str] = (),
+    ) -> Verdict:
+        """Whether this call may run now; ``granted`` are the run's approved ``server.tool``s."""
+        if not definition.mutating:
+            return Verdict("allow", "read-only")
+        name = definition.qualified_name
+        glob = _matches(name, self.deny)
+        if glob is not None:
+            return Verdict("deny", f"{name} is refused by [approvals] deny = {glob!r}")
+        glob = _matches(name, self.allow)
+        if glob is not None:
+            return Verdict("allow", f"[approvals] allow = {glob!r}")
+        if name in granted:
+            return Verdict("allow", "approved for this run")
+        why = why_mutating(definition)
+        if self.mode == "allow":
+            return Verdict("allow", why)
+        if self.mode == "deny":
+            return Verdict(
+                "deny",
+                f"{name} is {why} and [approvals] mode = 'deny' refuses such calls",
+            )
+        return Verdict("ask", why)
+
+    def may_decide(self, nick: str, requester: str) -> bool:
+        """Whether ``nick`` may approve or deny a request of a run ``requester`` started."""
+        if self.approvers:
+            return nick in self.approvers
+        return nick == requester
+
+    def who_decides(self, requester: str) -> str:
+        """The nicks that may decide, for a refusal's message."""
+        names = self.approvers or (requester,)
+        return ", ".join(names)

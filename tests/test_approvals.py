@@ -1,0 +1,151 @@
+"""The approvals policy, the decision commands and the request text (pure, no I/O)."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from daemon.approvals import (
+    ApprovalPolicy,
+    Approve,
+    Deny,
+    Malformed,
+    new_request_id,
+    parse_decision,
+    request_text,
+    shorten_call,
+)
+from daemon.config import ApprovalsConfig
+from daemon.tools import PendingCall, ToolDefinition
+
+
+def tool(name: str, *, server: str | None = "kcp", **hints: bool | None) -> ToolDefinition:
+    """A tool definition with MCP hints."""
+    return ToolDefinition(name, "", {"type": "object"}, server=server, **hints)
+
+
+READ = tool("get_object", read_only=True)
+SCALE = tool("scale_object", read_only=False)
+DELETE = tool("delete_object", destructive=True)
+PLAIN = tool("commit", server="git")  # no annotations: counts as mutating
+
+
+def test_read_only_calls_always_run_whatever_the_mode() -> None:
+    """A read-only, non-destructive tool never asks, even under mode = "deny"."""
+    for mode in ("ask", "allow", "deny"):
+        assert ApprovalPolicy(mode=mode).verdict(READ).action == "allow"
+
+
+def test_mutating_calls_ask_by_default_and_say_why() -> None:
+    """The default mode asks; the reason is destructive or not read-only."""
+    policy = ApprovalPolicy()
+    assert policy.verdict(DELETE).action == "ask"
+    assert policy.verdict(DELETE).reason == "destructive"
+    assert policy.verdict(SCALE).reason == "not read-only"
+    assert policy.verdict(PLAIN).reason == "not read-only"
+
+
+def test_deny_globs_win_over_allow_globs_and_both_over_the_mode() -> None:
+    """deny > allow > granted > mode; globs match server.tool."""
+    policy = ApprovalPolicy(mode="allow", allow=["kcp.*"], deny=["kcp.delete_*"])
+    denied = policy.verdict(DELETE)
+    assert denied.action == "deny"
+    assert "kcp.delete_object" in denied.reason
+    assert "'kcp.delete_*'" in denied.reason
+    assert policy.verdict(SCALE).action == "allow"
+    assert ApprovalPolicy(mode="deny", allow=["kcp.scale_object"]).verdict(SCALE).action == "allow"
+    strict = ApprovalPolicy(mode="deny")
+    refused = strict.verdict(PLAIN)
+    assert refused.action == "deny"
+    assert "mode = 'deny'" in refused.reason
+
+
+def test_a_granted_tool_runs_without_asking_again() -> None:
+    """!approve ID run grants the run's later calls to the same server.tool."""
+    policy = ApprovalPolicy()
+    assert policy.verdict(SCALE, granted={"kcp.scale_object"}).action == "allow"
+    assert policy.verdict(DELETE, granted={"kcp.scale_object"}).action == "ask"
+    assert ApprovalPolicy(deny=["kcp.*"]).verdict(SCALE, granted={"kcp.scale_object"}).action == (
+        "deny"
+    )
+
+
+def test_who_may_decide() -> None:
+    """Without approvers only the prompt's sender decides; with them, only they do."""
+    assert ApprovalPolicy().may_decide("alice", requester="alice")
+    assert not ApprovalPolicy().may_decide("bob", requester="alice")
+    ops = ApprovalPolicy(approvers=["carol"])
+    assert ops.may_decide("carol", requester="alice")
+    assert not ops.may_decide("alice", requester="alice")
+    assert ops.who_decides("alice") == "carol"
+
+
+def test_the_policy_comes_from_the_config_section() -> None:
+    """[approvals] maps field by field."""
+    config = ApprovalsConfig(mode="deny", allow=["a.*"], deny=["b.*"], approvers=["c"])
+    policy = ApprovalPolicy.from_config(config)
+    assert (policy.mode, policy.allow, policy.deny, policy.approvers) == (
+        "deny",
+        ("a.*",),
+        ("b.*",),
+        ("c",),
+    )
+    assert policy.expire_after == 86_400
+
+
+def test_decisions_are_parsed_from_whole_messages() -> None:
+    """!approve ID, !approve ID run, !deny ID reason; other text is no decision."""
+    assert parse_decision("!approve k3x9ab") == Approve("k3x9ab")
+    assert parse_decision("  !approve K3X9AB run ") == Approve("k3x9ab", whole_run=True)
+    assert parse_decision("!deny k3x9ab") == Deny("k3x9ab")
+    assert parse_decision("!deny k3x9ab  not on a  friday\n") == Deny("k3x9ab", "not on a friday")
+    assert parse_decision("please !approve k3x9ab") is None
+    assert parse_decision("!approved") is None
+    assert parse_decision("which pods are failing?") is None
+
+
+def test_broken_decisions_say_what_is_wrong() -> None:
+    """A decision without an id, or with extra words after !approve ID, is Malformed."""
+    assert isinstance(parse_decision("!approve"), Malformed)
+    assert isinstance(parse_decision("!deny"), Malformed)
+    wrong = parse_decision("!approve k3x9ab everything")
+    assert isinstance(wrong, Malformed)
+    assert "'everything'" in wrong.problem
+
+
+@given(st.text())
+def test_any_text_is_a_decision_a_malformed_one_or_none(text: str) -> None:
+    """The parser never raises."""
+    assert isinstance(parse_decision(text), Approve | Deny | Malformed | type(None))
+
+
+def test_request_text_names_each_call_and_ends_with_the_two_commands() -> None:
+    """server.tool(JSON arguments): why, who decides, then the two lines literally."""
+    calls = [
+        PendingCall(0, "delete_object", "kcp", {"name": "web-1"}, "destructive"),
+        PendingCall(1, "scale_object", "kcp", {"name": "web", "replicas": 0}, "not read-only"),
+    ]
+    text = request_text("k3x9ab", calls, deciders="alice")
+    lines = text.splitlines()
+    assert lines[0] == "This run wants to make 2 calls that need approval:"
+    assert lines[1] == '- kcp.delete_object({"name": "web-1"}): destructive'
+    assert lines[2] == '- kcp.scale_object({"name": "web", "replicas": 0}): not read-only'
+    assert lines[3] == "Who may decide: alice."
+    assert lines[-2:] == ["!approve k3x9ab", "!deny k3x9ab [reason]"]
+
+
+def test_long_arguments_are_shortened_to_one_line() -> None:
+    """A long string value is cut with an ellipsis; the call stays on one line."""
+    line = shorten_call("apply_object", "kcp", {"manifest": "x" * 500 + "\n", "n": 1})
+    assert "\n" not in line
+    assert len(line) <= 300
+    assert "…" in line
+    assert line.startswith('kcp.apply_object({"manifest": "xxx')
+
+
+def test_request_ids_are_short_and_typeable() -> None:
+    """Six characters of lower-case letters and digits without look-alikes."""
+    ids = {new_request_id() for _ in range(200)}
+    assert len(ids) == 200
+    assert all(len(i) == 6 and i.isalnum() and i == i.lower() for i in ids)
+    assert not any(c in i for i in ids for c in "01lo")
