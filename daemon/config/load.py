@@ -40,7 +40,8 @@ ENVIRONMENT: dict[str, str] = {
     "ATIRC_NICK": "channels.nick",
 }
 
-_SECTIONS = ["model", "code_mode", "channels", "runtime", "sessions", "approvals"]  # Config's tables
+# Config's tables
+_SECTIONS = ["model", "code_mode", "channels", "runtime", "sessions", "approvals"]
 _TOP_KEYS = [*_SECTIONS, "mcp_servers", "mcp_json"]
 _PATH_KEYS = ["mcp_json", "code_mode.preamble", "sessions.db"]
 _CONFIG = TypeAdapter(Config)
