@@ -1,12 +1,14 @@
 """``Store``: the SQLite store of threads, prompts, runs, transcript records, the audit and cursors.
 
-The class is assembled from three concepts, each in its own module:
+The class is assembled from four concepts, each in its own module:
 
 - ``connection``: the writer and reader connections, their lifecycle,
   transactions, durability, and mapping the driver's errors to ``StoreError``;
 - ``writer``: every change (prompts, runs, tool calls, recovery, cursors);
 - ``queries``: every read (pending prompts, history, threads, the audit,
-  transcripts).
+  transcripts);
+- ``approvals``: approval requests, a paused run stored whole, and their
+  decisions.
 
 Callers import from here (or from ``sessions``); the names above are the
 whole public API of the store.
@@ -14,6 +16,7 @@ whole public API of the store.
 
 from __future__ import annotations
 
+from .approvals import StoreApprovals
 from .connection import DEFAULT_BUSY_TIMEOUT, DEFAULT_DB_PATH
 from .queries import StoreQueries, audit_query
 from .writer import PROMPT_STATUSES, RUN_STATUSES, StoreWriter
@@ -28,7 +31,7 @@ __all__ = [
 ]
 
 
-class Store(StoreWriter, StoreQueries):
+class Store(StoreWriter, StoreQueries, StoreApprovals):
     """Transcripts, runs, prompts, the tool-call audit and channel cursors in one SQLite file.
 
     Use as ``async with Store(path) as store:`` or ``await store.open()`` …

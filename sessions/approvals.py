@@ -1,0 +1,206 @@
+"""Approval requests in the ``approvals`` table: a paused run, stored whole, and its decision.
+
+A request is written in ONE statement with everything needed to resume the
+run after any restart, SIGKILL included: the pending calls, the Monty
+snapshot of the paused snippet (NULL in direct mode), the model conversation
+so far. A decision is taken once (``status`` moves from ``pending`` only
+once, atomically); ``resumed`` is set when the resumed run has consumed it,
+so a decision taken while the daemon was down, or that the daemon did not
+finish acting on, is found again at the next start.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from .connection import StoreConnections, canonical_timestamp
+from .errors import StoreError
+from .ids import now_iso, thread_key
+
+__all__ = ["ApprovalStatus", "NewApproval", "StoreApprovals", "StoredApproval"]
+
+ApprovalStatus = Literal["pending", "approved", "denied", "expired", "stopped"]
+
+_COLUMNS = (
+    "a.id, a.run_id, t.channel, t.thread_id, a.requested, a.expires, a.requested_by, a.calls,"
+    " a.snapshot, a.conversation, a.status, a.scope, a.decided_by, a.decided, a.reason, a.resumed"
+)
+_FROM = " FROM approvals a JOIN threads t ON t.id = a.thread"
+
+
+@dataclass(frozen=True)
+class NewApproval:
+    """A request as the runtime stores it when a run pauses."""
+
+    id: str
+    run_id: str
+    channel: str
+    thread_id: str
+    requested_by: str  # the sender of the prompt that started the run
+    expires: str  # ISO 8601, UTC
+    calls: list[dict[str, Any]]  # the pending calls: tool, server, arguments, why, call_id
+    conversation: dict[str, Any]  # the model loop's state to resume from
+    snapshot: bytes | None = None  # the paused snippet (code mode)
+    requested: str = field(default_factory=now_iso)
+
+
+@dataclass(frozen=True)
+class StoredApproval:
+    """One request and where it stands."""
+
+    id: str
+    run_id: str
+    channel: str
+    thread_id: str
+    requested: str
+    expires: str
+    requested_by: str
+    calls: list[dict[str, Any]]
+    snapshot: bytes | None
+    conversation: dict[str, Any]
+    status: ApprovalStatus
+    scope: Literal["call", "run"] | None
+    decided_by: str | None
+    decided: str | None
+    reason: str | None
+    resumed: str | None
+
+
+def _stored(row: Sequence[Any]) -> StoredApproval:
+    (
+        id_,
+        run_id,
+        channel,
+        thread_id,
+        requested,
+        expires,
+        requested_by,
+        calls,
+        snapshot,
+        conversation,
+        status,
+        scope,
+        decided_by,
+        decided,
+        reason,
+        resumed,
+    ) = row
+    return StoredApproval(
+        id=id_,
+        run_id=run_id,
+        channel=channel,
+        thread_id=thread_id,
+        requested=requested,
+        expires=expires,
+        requested_by=requested_by,
+        calls=json.loads(calls),
+        snapshot=None if snapshot is None else bytes(snapshot),
+        conversation=json.loads(conversation),
+        status=status,
+        scope=scope,
+        decided_by=decided_by,
+        decided=decided,
+        reason=reason,
+        resumed=resumed,
+    )
+
+
+def _dumps(value: Any) -> str:
+    # ASCII escapes keep a lone surrogate from a model's JSON storable as UTF-8
+    return json.dumps(value, ensure_ascii=True, separators=(",", ":"))
+
+
+class StoreApprovals(StoreConnections):
+    """The approvals table: write a request, take its decision once, list them."""
+
+    async def add_approval(self, new: NewApproval) -> None:
+        """Store a paused run's request (one statement: all of it, or nothing)."""
+        expires = canonical_timestamp(new.expires, f"approval {new.id} expiry")
+        requested = canonical_timestamp(new.requested, f"approval {new.id} time")
+        async with self._statement(f"storing approval request {new.id}") as db:
+            cursor = await db.execute(
+                "INSERT INTO approvals (id, run_id, thread, requested, expires, requested_by,"
+                " calls, snapshot, conversation)"
+                " SELECT ?, id, thread, ?, ?, ?, ?, ?, ? FROM runs WHERE id = ? AND thread = ?",
+                (
+                    new.id,
+                    requested,
+                    expires,
+                    new.requested_by,
+                    _dumps(new.calls),
+                    new.snapshot,
+                    _dumps(new.conversation),
+                    new.run_id,
+                    thread_key(new.channel, new.thread_id),
+                ),
+            )
+        if cursor.rowcount != 1:
+            raise StoreError(
+                f"approval request {new.id}: no run {new.run_id!r} in thread "
+                f"{new.channel} {new.thread_id}"
+            )
+
+    async def get_approval(self, request_id: str) -> StoredApproval | None:
+        """The request with this id, or None."""
+        rows = await self._read(
+            f"reading approval {request_id}",
+            f"SELECT {_COLUMNS}{_FROM} WHERE a.id = ?",
+            (request_id,),
+        )
+        return _stored(rows[0]) if rows else None
+
+    async def decide_approval(
+        self,
+        request_id: str,
+        status: Literal["approved", "denied", "expired", "stopped"],
+        *,
+        by: str,
+        reason: str | None = None,
+        scope: Literal["call", "run"] | None = None,
+    ) -> bool:
+        """Record the decision if the request is still pending; whether this call decided it."""
+        async with self._statement(f"deciding approval {request_id}") as db:
+            cursor = await db.execute(
+                "UPDATE approvals SET status = ?, decided_by = ?, decided = ?, reason = ?,"
+                " scope = ? WHERE id = ? AND status = 'pending'",
+                (status, by, now_iso(), reason, scope, request_id),
+            )
+        return cursor.rowcount == 1
+
+    async def mark_resumed(self, request_id: str) -> None:
+        """The resumed run has taken the decision: it is not acted on again after a restart."""
+        async with self._statement(f"marking approval {request_id} resumed") as db:
+            await db.execute(
+                "UPDATE approvals SET resumed = ? WHERE id = ? AND resumed IS NULL",
+                (now_iso(), request_id),
+            )
+
+    async def pending_approvals(self) -> list[StoredApproval]:
+        """Requests still waiting for a decision, soonest expiry first."""
+        rows = await self._read(
+            "reading pending approvals",
+            f"SELECT {_COLUMNS}{_FROM} WHERE a.status = 'pending' ORDER BY a.expires, a.id",
+        )
+        return [_stored(r) for r in rows]
+
+    async def unresumed_decisions(self) -> list[StoredApproval]:
+        """Decided requests whose run was not resumed yet, oldest decision first."""
+        rows = await self._read(
+            "reading decided approvals",
+            f"SELECT {_COLUMNS}{_FROM} WHERE a.resumed IS NULL AND a.decided IS NOT NULL"
+            " ORDER BY a.decided, a.id",
+        )
+        return [_stored(r) for r in rows]
+
+    async def approvals(self, *, pending: bool = False, limit: int = 100) -> list[StoredApproval]:
+        """Requests, newest first; only the pending ones with ``pending``."""
+        where = " WHERE a.status = 'pending'" if pending else ""
+        rows = await self._read(
+            "listing approvals",
+            f"SELECT {_COLUMNS}{_FROM}{where} ORDER BY a.requested DESC, a.id LIMIT ?",
+            (max(1, limit),),
+        )
+        return [_stored(r) for r in rows]

@@ -1,0 +1,96 @@
+"""The approvals table: a paused run stored whole, its decision taken once, kept over restarts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sessions import Store, StoreError
+from sessions.approvals import NewApproval
+
+CALLS = [{"call_id": 1, "tool": "delete_object", "server": "kcp", "arguments": {"name": "web"}}]
+CONVERSATION = {"messages": [{"role": "user", "content": "delete web"}], "rounds": 1}
+
+
+@pytest.fixture
+async def store(tmp_path: Path):
+    """A store with one running run R1 in thread #ops/T1."""
+    async with Store(tmp_path / "a.db") as store:
+        await store.record_prompt("#ops", "T1", "M1", "alice", "delete web", "2026-11-30T08:00:00Z")
+        await store.start_run("R1", "#ops", "T1", ["M1"])
+        yield store
+
+
+def request(id_: str = "k3x9ab", **changes: object) -> NewApproval:
+    """A request of run R1 with a 3-byte snapshot."""
+    fields: dict = {
+        "id": id_,
+        "run_id": "R1",
+        "channel": "#ops",
+        "thread_id": "T1",
+        "requested_by": "alice",
+        "expires": "2026-12-01T08:00:00Z",
+        "calls": CALLS,
+        "conversation": CONVERSATION,
+        "snapshot": b"\x00\x01\xff",
+        "requested": "2026-11-30T08:00:01Z",
+    }
+    return NewApproval(**{**fields, **changes})
+
+
+async def test_a_request_is_stored_whole_and_read_back(store: Store) -> None:
+    """Calls, snapshot bytes, conversation and who asked come back as they went in."""
+    await store.add_approval(request())
+    got = await store.get_approval("k3x9ab")
+    assert got is not None
+    assert (got.channel, got.thread_id, got.run_id, got.requested_by) == (
+        "#ops",
+        "T1",
+        "R1",
+        "alice",
+    )
+    assert (got.calls, got.conversation, got.snapshot) == (CALLS, CONVERSATION, b"\x00\x01\xff")
+    assert (got.status, got.decided_by, got.resumed) == ("pending", None, None)
+    assert got.expires == "2026-12-01T08:00:00.000Z"
+    assert await store.get_approval("nope") is None
+
+
+async def test_a_request_of_an_unknown_run_is_refused(store: Store) -> None:
+    """No half-written row: the run must exist in that thread."""
+    with pytest.raises(StoreError, match="no run 'R9'"):
+        await store.add_approval(request(run_id="R9"))
+    with pytest.raises(StoreError, match="no run 'R1' in thread #ops T2"):
+        await store.add_approval(request(thread_id="T2"))
+    assert await store.approvals() == []
+
+
+async def test_a_decision_is_taken_once(store: Store) -> None:
+    """The first decision wins; a second one changes nothing and says so."""
+    await store.add_approval(request())
+    assert await store.decide_approval("k3x9ab", "approved", by="alice", scope="run")
+    assert not await store.decide_approval("k3x9ab", "denied", by="bob", reason="no")
+    assert not await store.decide_approval("unknown", "denied", by="bob")
+    got = await store.get_approval("k3x9ab")
+    assert got is not None
+    assert (got.status, got.decided_by, got.scope, got.reason) == ("approved", "alice", "run", None)
+    assert got.decided is not None
+
+
+async def test_pending_and_unresumed_requests_are_found_after_a_restart(tmp_path: Path) -> None:
+    """A request pending, and one decided but not acted on, survive closing the store."""
+    path = tmp_path / "a.db"
+    async with Store(path) as store:
+        await store.record_prompt("#ops", "T1", "M1", "alice", "x", "2026-11-30T08:00:00Z")
+        await store.start_run("R1", "#ops", "T1", ["M1"])
+        await store.add_approval(request("aaaaaa", expires="2026-12-02T00:00:00Z"))
+        await store.add_approval(request("bbbbbb", expires="2026-12-01T00:00:00Z"))
+        await store.add_approval(request("cccccc"))
+        await store.decide_approval("cccccc", "denied", by="alice", reason="not now")
+    async with Store(path) as again:
+        assert [a.id for a in await again.pending_approvals()] == ["bbbbbb", "aaaaaa"]
+        assert [a.id for a in await again.unresumed_decisions()] == ["cccccc"]
+        await again.mark_resumed("cccccc")
+        assert await again.unresumed_decisions() == []
+        assert {a.id for a in await again.approvals(pending=True)} == {"aaaaaa", "bbbbbb"}
+        assert len(await again.approvals()) == 3
