@@ -13,7 +13,7 @@ and the run is resumed later with one :class:`Decision` per pending call.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -181,6 +181,17 @@ class ToolExecutor(Protocol):
 
     async def aclose(self) -> None:
         """Release servers, pools and processes."""
+        ...
+
+
+@runtime_checkable
+class Resumable(Protocol):
+    """An executor that can go on with a tool call it ended in a :class:`Pause`."""
+
+    async def resume(
+        self, thread_id: str | None, pause: Pause, decisions: Mapping[int, Decision]
+    ) -> ToolCallOutput:
+        """Make (approved) or refuse (denied) the pending calls and finish the call."""
         ...
 
 

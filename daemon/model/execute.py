@@ -19,9 +19,17 @@ from daemon.model.calls import ToolCall
 from daemon.model.prompts import INVALID_ARGUMENTS
 from daemon.model.records import RunState
 from daemon.runtime.runs import ToolUseContext, current_tool_use
-from daemon.tools import ToolCallOutput, ToolExecutor
+from daemon.tools import (
+    ApprovalGate,
+    Decision,
+    Pause,
+    PendingCall,
+    ToolCallOutput,
+    ToolDefinition,
+    ToolExecutor,
+)
 
-__all__ = ["run_call"]
+__all__ = ["decided_call", "run_call"]
 
 log = structlog.get_logger("asyncai.backend")
 
@@ -33,9 +41,17 @@ async def run_call(
     record_uuid: str,
     state: RunState,
     limit: float,
+    *,
+    gate: ApprovalGate | None = None,
+    definitions: dict[str, ToolDefinition] | None = None,
 ) -> ToolCallOutput:
     """Run ``call`` on ``caller`` (``names`` maps the model's tool names to the real
-    ones) within ``limit`` seconds; every failure is a result, never an exception."""
+    ones) within ``limit`` seconds; every failure is a result, never an exception.
+
+    With a ``gate`` (direct mode: the model calls MCP tools itself), a call of a
+    mutating tool is first put to it: refused, it is an error result; to be
+    asked, it is not made and the result carries a :class:`~daemon.tools.Pause`.
+    """
     request = state.request
     ids = {"run_id": request.run_id, "thread_id": request.thread_id, "tool_use_id": call.id}
     shown = call.arguments if call.error is None else log_content(call.raw)
@@ -48,8 +64,17 @@ async def run_call(
         text = f"Error: there is no tool named {call.name!r}; the tools are: {offered}."
         output = ToolCallOutput(text, is_error=True)
     else:
+        definition = (definitions or {}).get(names[call.name])
         output = await _execute(
-            caller, names[call.name], call.arguments, call.id, record_uuid, state, limit
+            caller,
+            names[call.name],
+            call.arguments,
+            call.id,
+            record_uuid,
+            state,
+            limit,
+            gate if definition is not None and definition.mutating else None,
+            definition,
         )
     log.info(
         "model.tool_result",
@@ -70,13 +95,29 @@ async def _execute(
     record_uuid: str,
     state: RunState,
     limit: float,
+    gate: ApprovalGate | None = None,
+    definition: ToolDefinition | None = None,
 ) -> ToolCallOutput:
-    """One tool call under its own timeout, with ``current_tool_use`` set for the audit."""
+    """One tool call under its own timeout, with ``current_tool_use`` set for the audit
+    (and for the gate, which learns the run from it)."""
     request = state.request
     token = current_tool_use.set(
         ToolUseContext(request.run_id, request.thread_id, tool_use_id, record_uuid)
     )
     try:
+        if gate is not None and definition is not None:
+            verdict = gate(definition, arguments)
+            if verdict.action == "deny":
+                return ToolCallOutput(f"PermissionError: {verdict.reason}", is_error=True)
+            if verdict.action == "ask":
+                pending = PendingCall(
+                    0, definition.name, definition.server, arguments, verdict.reason
+                )
+                return ToolCallOutput(
+                    f"{definition.qualified_name} waits for a person's approval",
+                    is_error=False,
+                    pause=Pause(calls=(pending,)),
+                )
         async with asyncio.timeout(limit):
             return await caller.call_tool(name, arguments)
     except TimeoutError:
@@ -87,3 +128,22 @@ async def _execute(
         return ToolCallOutput(f"Error: tool error: {exc}", is_error=True)
     finally:
         current_tool_use.reset(token)
+
+
+async def decided_call(
+    caller: ToolExecutor,
+    pending: PendingCall,
+    decision: Decision,
+    tool_use_id: str,
+    record_uuid: str,
+    state: RunState,
+    limit: float,
+) -> ToolCallOutput:
+    """A direct-mode call a person decided: made when approved (no second question),
+    else the ``PermissionError`` the model reads."""
+    if not decision.approved:
+        reason = f": {decision.reason}" if decision.reason else ""
+        return ToolCallOutput(f"PermissionError: denied by {decision.by}{reason}", is_error=True)
+    return await _execute(
+        caller, pending.tool, pending.arguments, tool_use_id, record_uuid, state, limit
+    )

@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import openai
@@ -34,15 +36,17 @@ import structlog
 from daemon.backoff import Backoff
 from daemon.code_mode.catalog import CatalogSource
 from daemon.config import Config, ModelConfig
-from daemon.errors import AsyncaiError
+from daemon.errors import AsyncaiError, BackendError
 from daemon.local_model.fetch import DEFAULT_MODEL
 from daemon.logging import register_secret
-from daemon.model.calls import parse_calls, text_calls, tool_params
+from daemon.model.calls import ToolCall, parse_calls, text_calls, tool_params
+from daemon.model.conversation import ConversationError, LoopState, Paused
 from daemon.model.endpoint import ChatEndpoint
-from daemon.model.execute import run_call
+from daemon.model.execute import decided_call, run_call
 from daemon.model.harness import (
     HARNESS_SYSTEM_PROMPT,
     WORKED_EXAMPLE,
+    Signature,
     answer_instruction,
     catalog_signatures,
     compact_description,
@@ -61,9 +65,23 @@ from daemon.model.records import (
     log_summary,
     user_record,
 )
-from daemon.model.small import code_blocks
-from daemon.runtime.runs import RunRequest, RunResult
-from daemon.tools import ToolExecutor
+from daemon.model.small import after_block, code_blocks
+from daemon.runtime.runs import (
+    PausedRun,
+    RunRequest,
+    RunResult,
+    ToolUseContext,
+    current_tool_use,
+)
+from daemon.tools import (
+    ApprovalGate,
+    Decision,
+    Pause,
+    Resumable,
+    ToolCallOutput,
+    ToolDefinition,
+    ToolExecutor,
+)
 
 __all__ = ["OpenAiCompatibleBackend"]
 
@@ -78,7 +96,8 @@ class OpenAiCompatibleBackend:
     :class:`~daemon.config.ModelConfig`, then with ``max_run_seconds``.
     ``client`` replaces the ``openai.AsyncOpenAI`` the backend would build
     (and then the caller closes it); ``backoff`` replaces the exponential
-    sleep between retries (tests pass one that does not sleep).
+    sleep between retries (tests pass one that does not sleep); ``gate`` is the
+    approval policy for direct mode's calls.
     """
 
     def __init__(
@@ -89,6 +108,7 @@ class OpenAiCompatibleBackend:
         client: openai.AsyncOpenAI | None = None,
         max_run_seconds: float | None = None,
         backoff: Backoff | None = None,
+        gate: ApprovalGate | None = None,
     ):
         if isinstance(config, Config):
             self._model_name = config.require_model()
@@ -103,6 +123,9 @@ class OpenAiCompatibleBackend:
         harness = self.params.harness
         self.harness = harness if harness is not None else self._model_name == DEFAULT_MODEL.alias
         self.executor = executor
+        # direct mode: the policy for the model's own calls of mutating tools (code
+        # mode asks it inside the sandbox, through the code-mode executor)
+        self.gate = gate
         register_secret(self.params.api_key)
         self._owns_client = client is None
         self.client = client or openai.AsyncOpenAI(
@@ -123,18 +146,75 @@ class OpenAiCompatibleBackend:
             await self.client.close()
 
     async def run(self, request: RunRequest) -> RunResult:
-        """Answer the request's prompts. Failures come back as ``status="failed"``.
+        """Answer the request's prompts. Failures come back as ``status="failed"``; a
+        call that waits for approval ends the run as ``status="paused"``.
 
         Cancellation (``!stop``, shutdown) propagates as ``CancelledError``
         after the turn summary is logged.
         """
-        state = RunState(request)
+        run = RunState(request)
+
+        async def body(ctx: _Context) -> None:
+            ls = self._begin(ctx, run)
+            holder.append(ls)
+            await self._continue(ctx, run, ls)
+
+        holder: list[LoopState] = []
+        return await self._guarded(run, holder, body)
+
+    async def resume(
+        self,
+        request: RunRequest,
+        conversation: dict[str, Any],
+        pause: Pause,
+        decisions: Mapping[int, Decision],
+    ) -> RunResult:
+        """Go on with a paused run: the decided call(s) are made or refused, then the
+        loop continues from where it stopped (and may pause again)."""
+        try:
+            ls, run = LoopState.from_json(conversation, request)
+        except ConversationError as exc:
+            run = RunState(request)
+            return self._failed(run, f"the paused run cannot be resumed: {exc}")
+
+        async def body(ctx: _Context) -> None:
+            call = ls.calls[ls.next_call]
+            output = await self._decided(ctx, run, ls, call, pause, decisions)
+            if output.pause is not None:
+                raise Paused(output.pause)
+            if ls.mode == "small":
+                await after_block(self._endpoint, run, ctx.caller, ls, call, output, ctx.functions)
+            else:
+                self._record_result(ctx, run, ls, call, output)
+                ls.next_call += 1
+            await self._continue(ctx, run, ls)
+
+        return await self._guarded(run, [ls], body)
+
+    async def _guarded(
+        self,
+        run: RunState,
+        holder: list[LoopState],
+        body: Callable[[_Context], Awaitable[None]],
+    ) -> RunResult:
+        """Run ``body`` under the run's deadline; map its end to a :class:`RunResult`."""
+        request = run.request
         started = time.monotonic()
         status, error = "done", None
         deadline = asyncio.timeout(self.max_run_seconds)
         try:
             async with deadline:
-                await self._loop(state)
+                ctx = await self._context(request)
+                await body(ctx)
+        except Paused as paused:
+            log_summary(run, "paused", time.monotonic() - started)
+            conversation = holder[-1].to_json(run)
+            return RunResult(
+                reply="",
+                metrics=run.metrics,
+                status="paused",
+                paused=PausedRun(paused.pause, conversation),
+            )
         except TimeoutError:
             if not deadline.expired():
                 raise
@@ -143,85 +223,113 @@ class OpenAiCompatibleBackend:
         except AsyncaiError as exc:  # BackendError, or the executor failed to start
             status, error = "failed", str(exc)
         except asyncio.CancelledError:
-            log_summary(state, "interrupted", time.monotonic() - started)
+            log_summary(run, "interrupted", time.monotonic() - started)
             raise
-        log_summary(state, status, time.monotonic() - started)
+        log_summary(run, status, time.monotonic() - started)
         if error is not None:
-            log.error(
-                "model.run_failed", run_id=request.run_id, thread_id=request.thread_id, error=error
-            )
-            return RunResult(
-                reply=f"Sorry, this run failed: {error}",
-                records=state.records,
-                metrics=state.metrics,
-                status="failed",
-                error=error,
-            )
-        return RunResult(reply=state.reply, records=state.records, metrics=state.metrics)
+            return self._failed(run, error)
+        return RunResult(reply=run.reply, records=run.records, metrics=run.metrics)
 
-    async def _loop(self, state: RunState) -> None:
-        request = state.request
+    def _failed(self, run: RunState, error: str) -> RunResult:
+        request = run.request
+        log.error(
+            "model.run_failed", run_id=request.run_id, thread_id=request.thread_id, error=error
+        )
+        return RunResult(
+            reply=f"Sorry, this run failed: {error}",
+            records=run.records,
+            metrics=run.metrics,
+            status="failed",
+            error=error,
+        )
+
+    async def _context(self, request: RunRequest) -> _Context:
+        """What every leg of a run needs of the executor (the same after a restart)."""
         await self.executor.start()
         scope = self.executor.thread_scope(request.thread_id)
-        caller = scope if scope is not None else self.executor
-        note = self.executor.context_note(request.thread_id)
         definitions = self.executor.definitions()
         tools, names = tool_params(definitions)
         code_mode = [d.name for d in definitions] == ["run_code"]
+        catalog = self.executor.catalog if isinstance(self.executor, CatalogSource) else None
+        small = self.harness and code_mode
+        functions = catalog_signatures(catalog) if small and catalog is not None else {}
+        return _Context(
+            caller=scope if scope is not None else self.executor,
+            thread=request.thread_id if scope is not None else None,
+            tools=tools,
+            names=names,
+            definitions={d.name: d for d in definitions},
+            code_mode=code_mode,
+            small=small,
+            functions=functions,
+            description=(
+                compact_description(catalog)
+                if catalog is not None
+                else (definitions[0].description if definitions else "")
+            ),
+        )
 
+    def _begin(self, ctx: _Context, run: RunState) -> LoopState:
+        """The first messages of a run: system, history, the prompts (and the note)."""
+        request = run.request
+        note = self.executor.context_note(request.thread_id)
         prompt_text = "\n\n".join(p.text for p in request.prompts)
         user_text = f"{prompt_text}\n\n{note}" if note else prompt_text
-        small_model = self.harness and code_mode
-        catalog = self.executor.catalog if isinstance(self.executor, CatalogSource) else None
-        if small_model:
+        if ctx.small:
             # small models: the code-block protocol (daemon.model.small); a run_code
             # that is not code mode's has no catalog: its description is shown whole
-            description = (
-                compact_description(catalog) if catalog is not None else definitions[0].description
-            )
             system = system_prompt(
                 self.params.system_prompt or HARNESS_SYSTEM_PROMPT,
-                description,
+                ctx.description,
                 self.params.worked_example or WORKED_EXAMPLE,
             )
         else:
             system = self.params.system_prompt or (
-                CODE_MODE_SYSTEM_PROMPT if code_mode else DIRECT_SYSTEM_PROMPT
+                CODE_MODE_SYSTEM_PROMPT if ctx.code_mode else DIRECT_SYSTEM_PROMPT
             )
         messages: list[dict[str, Any]] = [{"role": "system", "content": system}]
         messages += [{"role": t.role, "content": t.text} for t in request.history]
         messages.append({"role": "user", "content": user_text})
-        state.records.append(user_record([{"type": "text", "text": prompt_text}]))
-        if small_model:
-            functions = catalog_signatures(catalog) if catalog is not None else {}
-            await code_blocks(
-                self._endpoint, state, caller, names, messages, prompt_text, functions
-            )
-            return
+        run.records.append(user_record([{"type": "text", "text": prompt_text}]))
+        return LoopState(
+            mode="small" if ctx.small else "plain",
+            messages=messages,
+            question=prompt_text,
+            code_mode=ctx.code_mode,
+            base=len(messages),
+        )
 
+    async def _continue(self, ctx: _Context, run: RunState, ls: LoopState) -> None:
+        if ls.mode == "small":
+            await code_blocks(self._endpoint, run, ctx.caller, ctx.names, ls, ctx.functions)
+            return
+        await self._calls(ctx, run, ls)  # what is left of a resumed message's calls
         max_rounds = self.params.max_rounds
-        for round_no in range(1, max_rounds + 1):
+        messages = ls.messages
+        while ls.round_no < max_rounds:
+            ls.round_no += 1
+            round_no = ls.round_no
             final = round_no == max_rounds
             body: dict[str, Any] = {"model": self._model_name, "messages": messages}
             if final and round_no > 1:
                 instruction = (
-                    answer_instruction(prompt_text, "the tool results above")
+                    answer_instruction(ls.question, "the tool results above")
                     if self.harness
                     else FINAL_ROUND_PROMPT
                 )
                 body["messages"] = [*messages, {"role": "user", "content": instruction}]
-                state.metrics.final_round_forced = True
-            if tools and not final:
-                body["tools"] = tools
+                run.metrics.final_round_forced = True
+            if ctx.tools and not final:
+                body["tools"] = ctx.tools
             self._endpoint.sampling(body)
 
-            response = await self._endpoint.complete(body, state.metrics, request.run_id)
+            response = await self._endpoint.complete(body, run.metrics, run.request.run_id)
             choice = response.choices[0]
             content = choice.message.content or ""
-            calls = [] if final else parse_calls(choice.message.tool_calls or [], state)
-            if self.harness and not calls and not final and tools:
+            calls = [] if final else parse_calls(choice.message.tool_calls or [], run)
+            if self.harness and not calls and not final and ctx.tools:
                 # a call written as text (Qwen's <tool_call> or a JSON block) is a call
-                calls = text_calls(content, names, state)
+                calls = text_calls(content, ctx.names, run)
                 if calls:
                     content = ""
             assistant = assistant_record(
@@ -231,9 +339,9 @@ class OpenAiCompatibleBackend:
                 choice.finish_reason,
                 self._model_name,
             )
-            state.records.append(assistant)
+            run.records.append(assistant)
             if not calls:
-                state.reply = content.strip() or EMPTY_REPLY
+                run.reply = content.strip() or EMPTY_REPLY
                 return
             messages.append(
                 {
@@ -249,14 +357,90 @@ class OpenAiCompatibleBackend:
                     ],
                 }
             )
-            for call in calls:
-                output = await run_call(
-                    caller, names, call, assistant.uuid, state, self.params.tool_call_timeout
+            ls.calls, ls.next_call, ls.assistant_uuid = calls, 0, assistant.uuid
+            await self._calls(ctx, run, ls)
+
+    async def _calls(self, ctx: _Context, run: RunState, ls: LoopState) -> None:
+        """Make the current message's calls from ``ls.next_call`` on, in order."""
+        while ls.next_call < len(ls.calls):
+            call = ls.calls[ls.next_call]
+            output = await run_call(
+                ctx.caller,
+                ctx.names,
+                call,
+                ls.assistant_uuid,
+                run,
+                self.params.tool_call_timeout,
+                gate=None if ctx.code_mode else self.gate,
+                definitions=ctx.definitions,
+            )
+            if output.pause is not None:
+                raise Paused(output.pause)
+            self._record_result(ctx, run, ls, call, output)
+            ls.next_call += 1
+
+    def _record_result(
+        self, ctx: _Context, run: RunState, ls: LoopState, call: ToolCall, output: ToolCallOutput
+    ) -> None:
+        text = output.content if output.content != "" else "(empty result)"
+        ls.messages.append({"role": "tool", "tool_call_id": call.id, "content": text})
+        count_result(run.metrics, output, text, ctx.code_mode)
+        result: dict[str, Any] = {"type": "tool_result", "tool_use_id": call.id}
+        result["content"] = text
+        result["is_error"] = output.is_error
+        run.records.append(user_record([result], tool_use_result=output.audit))
+
+    async def _decided(
+        self,
+        ctx: _Context,
+        run: RunState,
+        ls: LoopState,
+        call: ToolCall,
+        pause: Pause,
+        decisions: Mapping[int, Decision],
+    ) -> ToolCallOutput:
+        """The paused call's output, now that its pending calls are decided."""
+        if pause.snapshot is not None:  # code mode: the snippet goes on in its REPL
+            if not isinstance(self.executor, Resumable):
+                raise BackendError("the executor cannot resume a paused snippet")
+            request = run.request
+            token = current_tool_use.set(
+                ToolUseContext(request.run_id, request.thread_id, call.id, ls.assistant_uuid)
+            )
+            try:
+                async with asyncio.timeout(self.params.tool_call_timeout):
+                    return await self.executor.resume(ctx.thread, pause, decisions)
+            except TimeoutError:
+                return ToolCallOutput(
+                    f"Error: run_code did not finish within {self.params.tool_call_timeout:g} s "
+                    "after the approval and was cancelled.",
+                    is_error=True,
                 )
-                text = output.content if output.content != "" else "(empty result)"
-                messages.append({"role": "tool", "tool_call_id": call.id, "content": text})
-                count_result(state.metrics, output, text, code_mode)
-                result: dict[str, Any] = {"type": "tool_result", "tool_use_id": call.id}
-                result["content"] = text
-                result["is_error"] = output.is_error
-                state.records.append(user_record([result], tool_use_result=output.audit))
+            finally:
+                current_tool_use.reset(token)
+        (pending,) = pause.calls  # direct mode: one call at a time
+        decision = decisions.get(pending.call_id) or Decision(False, "nobody", "no decision")
+        return await decided_call(
+            ctx.caller,
+            pending,
+            decision,
+            call.id,
+            ls.assistant_uuid,
+            run,
+            self.params.tool_call_timeout,
+        )
+
+
+@dataclass(frozen=True)
+class _Context:
+    """The executor's side of a run: who to call, under which names."""
+
+    caller: ToolExecutor
+    thread: str | None  # the REPL scope's thread; None when the executor has no scopes
+    tools: list[dict[str, Any]]
+    names: dict[str, str]
+    definitions: dict[str, ToolDefinition]
+    code_mode: bool
+    small: bool
+    functions: dict[str, Signature]
+    description: str

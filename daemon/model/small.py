@@ -17,6 +17,7 @@ from typing import Any
 
 from daemon.errors import ToolTransportError
 from daemon.model.calls import ToolCall, made_up_call, mend_call, parse_calls, text_calls
+from daemon.model.conversation import LoopState, Paused
 from daemon.model.endpoint import ChatEndpoint
 from daemon.model.execute import run_call
 from daemon.model.harness import (
@@ -38,9 +39,9 @@ from daemon.model.harness import (
 )
 from daemon.model.prompts import EMPTY_REPLY
 from daemon.model.records import RunState, assistant_record, count_result, user_record
-from daemon.tools import ToolExecutor
+from daemon.tools import ToolCallOutput, ToolExecutor
 
-__all__ = ["code_blocks"]
+__all__ = ["after_block", "code_blocks"]
 
 _PEEK_TIMEOUT = 30.0  # the harness's look at a snippet's variables (no tools are called)
 
@@ -50,8 +51,7 @@ async def code_blocks(
     state: RunState,
     caller: ToolExecutor,
     names: dict[str, str],
-    messages: list[dict[str, Any]],
-    question: str,
+    ls: LoopState,
     functions: dict[str, Signature],
 ) -> None:
     """The harness's code-block protocol for small models (code mode).
@@ -65,25 +65,25 @@ async def code_blocks(
     result, or the last failure, asks for the answer to the repeated
     question. A reply without code is the answer. The records hold the
     calls as ``tool_use``/``tool_result`` blocks, as in the plain loop;
-    the result messages are harness text and stay out of them.
+    the result messages are harness text and stay out of them. The loop's
+    position lives in ``ls``, so a run paused at a block goes on from there
+    (:func:`after_block`, then this again).
     """
-    base = len(messages)  # up to the question; each retry replaces what follows
-    failures = 0
-    answering = False
-    rechecked = False  # an empty result was shown with the data once
-    last_result: str | None = None
+    messages = ls.messages
     max_rounds = endpoint.params.max_rounds
-    for round_no in range(1, max_rounds + 1):
-        final = answering or round_no == max_rounds
+    while ls.round_no < max_rounds:
+        ls.round_no += 1
+        round_no = ls.round_no
+        final = ls.answering or round_no == max_rounds
         body: dict[str, Any] = {"model": endpoint.model_name, "messages": messages}
-        if final and not answering and round_no > 1:
-            instruction = answer_instruction(question, "the results above")
+        if final and not ls.answering and round_no > 1:
+            instruction = answer_instruction(ls.question, "the results above")
             body["messages"] = [*messages, {"role": "user", "content": instruction}]
             state.metrics.final_round_forced = True
         endpoint.sampling(body)
         if not final:
             body["stop"] = [CODE_STOP]
-            if failures:  # at temperature 0 the failed snippet would come back as it was
+            if ls.failures:  # at temperature 0 the failed snippet would come back as it was
                 warmer = max(endpoint.params.temperature or 0.0, RETRY_TEMPERATURE)
                 body["temperature"] = warmer
 
@@ -96,9 +96,9 @@ async def code_blocks(
                 assistant_record(response, content, [], choice.finish_reason, endpoint.model_name)
             )
             state.reply = content.strip() or EMPTY_REPLY
-            if last_result is not None and (not content.strip() or is_code_only(content)):
+            if ls.last_result is not None and (not content.strip() or is_code_only(content)):
                 # the model restated code or said nothing: the result is the answer
-                state.reply = f"The result of run_code: {last_result}"
+                state.reply = f"The result of run_code: {ls.last_result}"
                 state.metrics.reply_from_result = True
             return
         mend_call(call, functions, state)
@@ -106,47 +106,67 @@ async def code_blocks(
             response, "", [call.tool_use()], choice.finish_reason, endpoint.model_name
         )
         state.records.append(assistant)
-        code = call.arguments.get("code") if call.error is None else None
-        ran = {"role": "assistant", "content": code_message(code or call.raw)}
+        ls.calls, ls.next_call, ls.assistant_uuid = [call], 0, assistant.uuid
         output = await run_call(
             caller, names, call, assistant.uuid, state, endpoint.params.tool_call_timeout
         )
-        text = output.content if output.content != "" else "(empty result)"
-        if not output.is_error:
-            text = prints_as_result(text)
-        elif isinstance(code, str):
-            hint = retry_hint(code, text, functions)
-            text = f"{text}\n{hint}" if hint else text
-        count_result(state.metrics, output, text, True)
-        result: dict[str, Any] = {"type": "tool_result", "tool_use_id": call.id, "content": text}
-        result["is_error"] = output.is_error
-        state.records.append(user_record([result], tool_use_result=output.audit))
-        failed = output.is_error or text == NO_OUTPUT
-        if failed:
-            failures += 1
-        else:
-            last_result = text
-        more = round_no + 1 < max_rounds  # the last round must be the answer
-        retry = failed and failures < MAX_FAILED_SNIPPETS and more
-        if failed and not retry:
-            state.metrics.harness_gave_up = True
-        # an empty result is often a filter on a guessed key: one look at the data
-        recheck = is_empty_result(text) and not rechecked and more
-        shapes = None
-        if (retry or recheck) and isinstance(code, str):
-            shapes = await _peek(caller, code, state)
-        recheck = recheck and shapes is not None
-        rechecked = rechecked or recheck
-        reply = result_message(
-            text, question, failed=failed, retry=retry or recheck, shapes=shapes, empty=recheck
-        )
-        answering = not (retry or recheck)
-        # A retry follows the question alone, with the feedback: shown its failed
-        # code, a small model sends it again verbatim. The answer sees the code.
-        del messages[base:]
-        if answering:
-            messages.append(ran)
-        messages.append({"role": "user", "content": reply})
+        if output.pause is not None:
+            raise Paused(output.pause)
+        await after_block(endpoint, state, caller, ls, call, output, functions)
+
+
+async def after_block(
+    endpoint: ChatEndpoint,
+    state: RunState,
+    caller: ToolExecutor,
+    ls: LoopState,
+    call: ToolCall,
+    output: ToolCallOutput,
+    functions: dict[str, Signature],
+) -> None:
+    """Record a block's result and choose the next message: a retry, a look at the
+    data, or the request for the answer."""
+    messages = ls.messages
+    max_rounds = endpoint.params.max_rounds
+    code = call.arguments.get("code") if call.error is None else None
+    ran = {"role": "assistant", "content": code_message(code or call.raw)}
+    text = output.content if output.content != "" else "(empty result)"
+    if not output.is_error:
+        text = prints_as_result(text)
+    elif isinstance(code, str):
+        hint = retry_hint(code, text, functions)
+        text = f"{text}\n{hint}" if hint else text
+    count_result(state.metrics, output, text, True)
+    result: dict[str, Any] = {"type": "tool_result", "tool_use_id": call.id, "content": text}
+    result["is_error"] = output.is_error
+    state.records.append(user_record([result], tool_use_result=output.audit))
+    ls.next_call = 1
+    failed = output.is_error or text == NO_OUTPUT
+    if failed:
+        ls.failures += 1
+    else:
+        ls.last_result = text
+    more = ls.round_no + 1 < max_rounds  # the last round must be the answer
+    retry = failed and ls.failures < MAX_FAILED_SNIPPETS and more
+    if failed and not retry:
+        state.metrics.harness_gave_up = True
+    # an empty result is often a filter on a guessed key: one look at the data
+    recheck = is_empty_result(text) and not ls.rechecked and more
+    shapes = None
+    if (retry or recheck) and isinstance(code, str):
+        shapes = await _peek(caller, code, state)
+    recheck = recheck and shapes is not None
+    ls.rechecked = ls.rechecked or recheck
+    reply = result_message(
+        text, ls.question, failed=failed, retry=retry or recheck, shapes=shapes, empty=recheck
+    )
+    ls.answering = not (retry or recheck)
+    # A retry follows the question alone, with the feedback: shown its failed
+    # code, a small model sends it again verbatim. The answer sees the code.
+    del messages[ls.base :]
+    if ls.answering:
+        messages.append(ran)
+    messages.append({"role": "user", "content": reply})
 
 
 async def _peek(caller: ToolExecutor, code: str, state: RunState) -> str | None:

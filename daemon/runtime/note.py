@@ -12,10 +12,19 @@ started (its history is not empty), unless the executor has a note itself.
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Mapping
 
 from daemon.code_mode.catalog import Catalog, CatalogSource
 from daemon.code_mode.note import reset_note
-from daemon.tools import ToolCallOutput, ToolDefinition, ToolExecutor
+from daemon.tools import (
+    Decision,
+    Pause,
+    Resumable,
+    ToolCallOutput,
+    ToolDefinition,
+    ToolExecutor,
+    ToolTransportError,
+)
 
 __all__ = ["RestartNoteExecutor"]
 
@@ -71,6 +80,14 @@ class RestartNoteExecutor:
     def thread_scope(self, thread_id: str) -> ToolExecutor | None:
         """The inner executor's scope of the thread."""
         return self.inner.thread_scope(thread_id)
+
+    async def resume(
+        self, thread_id: str | None, pause: Pause, decisions: Mapping[int, Decision]
+    ) -> ToolCallOutput:
+        """Resume a paused call on the inner executor (code mode's)."""
+        if not isinstance(self.inner, Resumable):
+            raise ToolTransportError("this executor cannot resume a paused call")
+        return await self.inner.resume(thread_id, pause, decisions)
 
     async def aclose(self) -> None:
         """Close the inner executor."""

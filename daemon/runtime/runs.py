@@ -11,12 +11,14 @@ from __future__ import annotations
 
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
+from daemon.tools import Pause
 from sessions.model import Record, RunMetrics
 
 __all__ = [
     "HistoryTurn",
+    "PausedRun",
     "Prompt",
     "RunRequest",
     "RunResult",
@@ -54,18 +56,36 @@ class RunRequest:
     prompts: list[Prompt]
 
 
-RunStatus = Literal["done", "failed", "interrupted"]
+RunStatus = Literal["done", "failed", "interrupted", "paused"]
+
+
+@dataclass(frozen=True)
+class PausedRun:
+    """A run stopped before calls that need a person's approval (status ``paused``).
+
+    ``pause`` holds the calls and, in code mode, the snippet's Monty snapshot;
+    ``conversation`` is the model loop's state (JSON), enough to go on in
+    another process after a restart.
+    """
+
+    pause: Pause
+    conversation: dict[str, Any]
 
 
 @dataclass
 class RunResult:
-    """The reply and everything to store about the run."""
+    """The reply and everything to store about the run.
+
+    A ``paused`` run has no reply yet: ``paused`` says what it waits for, and
+    its records and metrics so far travel in ``paused.conversation``.
+    """
 
     reply: str
     records: list[Record] = field(default_factory=list)
     metrics: RunMetrics = field(default_factory=RunMetrics)
     status: RunStatus = "done"
     error: str | None = None
+    paused: PausedRun | None = None
 
 
 @dataclass(frozen=True)

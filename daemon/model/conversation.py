@@ -1,0 +1,93 @@
+"""Where a model loop stands, as a value: what a paused run stores and resumes from.
+
+Both loops (the plain one, ``daemon.model.loop``, and the code-block loop
+for small models, ``daemon.model.small``) keep their position in a
+:class:`LoopState` instead of local variables, so that a run stopped at a
+tool call waiting for approval can be written to SQLite as JSON
+(:meth:`LoopState.to_json`) and go on from the same place in another
+process (:meth:`LoopState.from_json`): the messages sent so far, the round,
+the calls of the assistant message being worked through, the transcript
+records and the metrics, and the small loop's counters.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+from daemon.model.calls import ToolCall
+from daemon.model.records import RunState
+from daemon.runtime.runs import RunRequest
+from daemon.tools import Pause
+from sessions.model import Record, RunMetrics
+
+__all__ = ["CONVERSATION_VERSION", "ConversationError", "LoopState", "Paused"]
+
+CONVERSATION_VERSION = 1
+
+
+class ConversationError(ValueError):
+    """A stored conversation this version cannot continue (another format, or damaged)."""
+
+
+class Paused(Exception):
+    """Raised inside a loop when a tool call ends in a :class:`~daemon.tools.Pause`."""
+
+    def __init__(self, pause: Pause):
+        super().__init__("the run waits for approval")
+        self.pause = pause
+
+
+@dataclass
+class LoopState:
+    """The position of one run's model loop."""
+
+    mode: str  # "plain" or "small"
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    round_no: int = 0
+    calls: list[ToolCall] = field(default_factory=list)  # the current assistant message's
+    next_call: int = 0  # the index of the call being made (the paused one, when paused)
+    assistant_uuid: str = ""  # the record that carries the calls' tool_use blocks
+    question: str = ""  # the prompts' text
+    code_mode: bool = True
+    # the small loop's counters
+    base: int = 0
+    failures: int = 0
+    answering: bool = False
+    rechecked: bool = False
+    last_result: str | None = None
+
+    def to_json(self, run: RunState) -> dict[str, Any]:
+        """This position and the run's records, metrics and call ids, as JSON."""
+        data = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "calls"}
+        data["calls"] = [asdict(c) for c in self.calls]
+        return {
+            "version": CONVERSATION_VERSION,
+            "loop": data,
+            "records": [asdict(r) for r in run.records],
+            "metrics": asdict(run.metrics),
+            "call_ids": sorted(run.call_ids),
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any], request: RunRequest) -> tuple[LoopState, RunState]:
+        """The position and the run state stored by :meth:`to_json`."""
+        version = data.get("version") if isinstance(data, dict) else None
+        if version != CONVERSATION_VERSION:
+            raise ConversationError(
+                f"a stored conversation of format {version!r} "
+                f"(this asyncai reads {CONVERSATION_VERSION})"
+            )
+        try:
+            loop = dict(data["loop"])
+            calls = [ToolCall(**c) for c in loop.pop("calls")]
+            state = cls(calls=calls, **loop)
+            run = RunState(
+                request,
+                records=[Record(**r) for r in data["records"]],
+                metrics=RunMetrics(**data["metrics"]),
+                call_ids=set(data["call_ids"]),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ConversationError(f"a damaged stored conversation: {exc}") from exc
+        return state, run
