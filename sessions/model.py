@@ -11,10 +11,14 @@ from typing import Any, Literal, NamedTuple
 
 __all__ = [
     "AuditEntry",
+    "CallOutcome",
+    "Decision",
     "HistoryText",
+    "InterruptedRun",
     "PromptStatus",
     "Record",
     "RunMetrics",
+    "StartedCall",
     "StoredPrompt",
     "StoredRecord",
     "ThreadSummary",
@@ -22,6 +26,10 @@ __all__ = [
 ]
 
 PromptStatus = Literal["queued", "running", "done", "failed"]
+CallOutcome = Literal["started", "ok", "error", "cancelled", "unknown"]
+"""How a nested call ended: ``started`` while it runs (or when a crash cut it off,
+until the next start marks it ``unknown``)."""
+Decision = Literal["approved", "denied", "expired"]
 
 
 @dataclass(frozen=True)
@@ -47,7 +55,8 @@ class Record:
 
 @dataclass(frozen=True)
 class ToolCallRow:
-    """The audit of one nested tool call, committed as the call ends."""
+    """The audit of one nested tool call: added as the call starts (``outcome``
+    ``started``), completed as it ends (:meth:`~sessions.store.Store.complete_tool_call`)."""
 
     run_id: str
     thread_id: str
@@ -59,6 +68,10 @@ class ToolCallRow:
     started: str  # ISO 8601, UTC
     duration_ms: float
     record_uuid: str | None = None  # the assistant record that carried the run_code tool_use
+    outcome: CallOutcome = "ok"
+    decision: Decision | None = None  # an approval's answer, when the call needed one
+    decided_by: str | None = None
+    wait_ms: float | None = None  # how long the call waited for that answer
 
 
 @dataclass
@@ -174,6 +187,32 @@ class AuditEntry:
     mutating: bool
     started: str
     duration_ms: float
+    outcome: CallOutcome = "ok"
+    decision: Decision | None = None
+    decided_by: str | None = None
+    wait_ms: float | None = None
+
+
+@dataclass(frozen=True)
+class StartedCall:
+    """One nested call an interrupted run started, in the order it started."""
+
+    tool: str
+    arguments: dict
+    mutating: bool
+    outcome: CallOutcome
+
+
+@dataclass(frozen=True)
+class InterruptedRun:
+    """A run cut off (a crash, or a shutdown whose grace ran out) after it had started
+    a mutating call: its pending prompts must not run again (recovery's rule)."""
+
+    run_id: str
+    channel: str
+    thread_id: str
+    prompt_ids: tuple[str, ...]  # its prompts still pending, oldest first
+    calls: tuple[StartedCall, ...]
 
 
 @dataclass(frozen=True)

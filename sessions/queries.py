@@ -18,11 +18,30 @@ from .connection import StoreConnections, canonical_timestamp
 from .errors import StoreError, ThreadLookupError
 from .history import HistoryBuilder
 from .ids import thread_key
-from .model import AuditEntry, HistoryText, RunMetrics, StoredPrompt, StoredRecord, ThreadSummary
+from .model import (
+    AuditEntry,
+    HistoryText,
+    InterruptedRun,
+    RunMetrics,
+    StartedCall,
+    StoredPrompt,
+    StoredRecord,
+    ThreadSummary,
+)
 
-__all__ = ["StoreQueries", "audit_query"]
+__all__ = ["PAUSED_RUN", "StoreQueries", "audit_query"]
 
 _HISTORY_PAGE = 64  # records read per query while building a history
+
+PAUSED_RUN = (
+    "EXISTS (SELECT 1 FROM approvals a WHERE a.run_id = r.id"
+    " AND (a.status = 'pending'"
+    " OR (a.status IN ('approved', 'denied', 'expired') AND a.resumed IS NULL)))"
+)
+"""SQL: run ``r`` waits for an approval, or for its resume after a decision.
+
+Recovery leaves such a run and its prompts alone (the approval resumes it).
+"""
 
 
 class StoreQueries(StoreConnections):
@@ -40,10 +59,14 @@ class StoreQueries(StoreConnections):
     ) -> list[StoredPrompt]:
         """Prompts recorded but not done or failed (queued or running), oldest first.
 
-        With no arguments, across all threads (restart recovery); with
-        ``channel`` and ``thread_id``, one thread's.
+        Prompts of a run paused for approval (``PAUSED_RUN``) are left out:
+        the approval resumes that run. With no arguments, across all threads
+        (restart recovery); with ``channel`` and ``thread_id``, one thread's.
         """
-        sql = f"SELECT {self._PROMPT_COLUMNS} WHERE p.status IN ('queued', 'running')"
+        sql = (
+            f"SELECT {self._PROMPT_COLUMNS} WHERE p.status IN ('queued', 'running')"
+            f" AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.id = p.run_id AND {PAUSED_RUN})"
+        )
         params: list[Any] = []
         if channel is not None or thread_id is not None:
             if channel is None or thread_id is None:
@@ -66,6 +89,47 @@ class StoreQueries(StoreConnections):
             wanted,
         )
         return [StoredPrompt(*row) for row in rows]
+
+    async def started_calls(self, run_id: str) -> list[StartedCall]:
+        """The nested calls a run started, in the order they started, with their outcomes."""
+        rows = await self._read(
+            f"reading the calls of run {run_id}",
+            "SELECT tool, arguments, mutating, outcome FROM tool_calls"
+            " WHERE run_id = ? ORDER BY id",
+            (run_id,),
+        )
+        return [StartedCall(row[0], json.loads(row[1]), bool(row[2]), row[3]) for row in rows]
+
+    async def interrupted_runs(self) -> list[InterruptedRun]:
+        """Runs whose prompts are still pending although they started a mutating call.
+
+        Such a prompt must not run again (the call could repeat a side
+        effect): after a crash, a shutdown whose grace ran out, or a reply
+        that was never acked. Runs paused for approval are left out. Oldest
+        prompt first; read after :meth:`~sessions.store.Store.recover`.
+        """
+        rows = await self._read(
+            "reading interrupted runs",
+            "SELECT p.run_id, th.channel, th.thread_id, p.id FROM prompts p"
+            " JOIN threads th ON th.id = p.thread"
+            " WHERE p.status IN ('queued', 'running') AND p.run_id IS NOT NULL"
+            " AND EXISTS (SELECT 1 FROM tool_calls t WHERE t.run_id = p.run_id AND t.mutating = 1)"
+            f" AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.id = p.run_id AND {PAUSED_RUN})"
+            " ORDER BY p.ts, p.id",
+        )
+        grouped: dict[str, tuple[str, str, list[str]]] = {}
+        for run_id, channel, thread_id, prompt_id in rows:
+            grouped.setdefault(run_id, (channel, thread_id, []))[2].append(prompt_id)
+        return [
+            InterruptedRun(
+                run_id=run_id,
+                channel=channel,
+                thread_id=thread_id,
+                prompt_ids=tuple(ids),
+                calls=tuple(await self.started_calls(run_id)),
+            )
+            for run_id, (channel, thread_id, ids) in grouped.items()
+        ]
 
     async def run_metrics(self, run_id: str) -> tuple[str, RunMetrics, str | None] | None:
         """A run's ``(status, metrics, error)``, or None when there is no such run."""
@@ -242,6 +306,10 @@ class StoreQueries(StoreConnections):
                 mutating=bool(row[9]),
                 started=row[10],
                 duration_ms=row[11],
+                outcome=row[12],
+                decision=row[13],
+                decided_by=row[14],
+                wait_ms=row[15],
             )
             for row in rows
         ]
@@ -331,7 +399,8 @@ def audit_query(
         params.append(canonical_timestamp(since, "since"))
     sql = (
         "SELECT t.id, t.run_id, th.channel, th.thread_id, t.record_uuid, t.tool, t.arguments,"
-        " t.is_error, t.bytes, t.mutating, t.started, t.duration_ms"
+        " t.is_error, t.bytes, t.mutating, t.started, t.duration_ms,"
+        " t.outcome, t.decision, t.decided_by, t.wait_ms"
         # CROSS JOIN keeps tool_calls the outer loop, so "newest first" walks
         # an index and stops at the limit even when filtering on the channel.
         " FROM tool_calls t CROSS JOIN threads th ON th.id = t.thread"

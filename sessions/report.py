@@ -105,7 +105,7 @@ def _threads_table(found: Sequence[ThreadSummary]) -> list[str]:
 
 
 def _audit_table(entries: Sequence[AuditEntry]) -> list[str]:
-    header = ["STARTED", "THREAD", "TOOL", "FLAGS", "BYTES", "MS", "ARGUMENTS"]
+    header = ["STARTED", "THREAD", "TOOL", "OUTCOME", "FLAGS", "BYTES", "MS", "ARGUMENTS"]
     rows = []
     for e in entries:
         flags = ",".join([*(["MUT"] if e.mutating else []), *(["ERR"] if e.is_error else [])])
@@ -117,6 +117,7 @@ def _audit_table(entries: Sequence[AuditEntry]) -> list[str]:
                 _when(e.started),
                 f"{e.channel}/{e.thread_id}",
                 e.tool,
+                e.outcome,
                 flags or "-",
                 str(e.bytes),
                 f"{e.duration_ms:.0f}",

@@ -19,6 +19,7 @@ from .connection import StoreConnections, canonical_timestamp
 from .errors import StoreError
 from .ids import now_iso, session_id, thread_key
 from .model import PromptStatus, Record, RunMetrics, ToolCallRow
+from .queries import PAUSED_RUN
 
 __all__ = ["PROMPT_STATUSES", "RUN_STATUSES", "StoreWriter"]
 
@@ -133,29 +134,41 @@ class StoreWriter(StoreConnections):
             return cursor.rowcount
 
     async def recover(self, error: str = "the daemon stopped before the run ended") -> list[str]:
-        """After a restart: close runs left ``running`` as ``interrupted`` and requeue
-        their unfinished prompts. Returns the interrupted run ids.
+        """After a restart: close runs left ``running`` as ``interrupted``, queue their
+        unfinished prompts again, and mark calls left ``started`` as ``unknown``.
+        Returns the interrupted run ids.
 
-        Call once at start-up, before any run starts, then read
-        ``pending_prompts()``.
+        Prompts keep their ``run_id``, so :meth:`interrupted_runs` can tell
+        which ones a cut-off run had started mutating calls for. A run paused
+        for approval (``PAUSED_RUN``) is left exactly as it is: the approval
+        resumes it. Call once at start-up, before any run starts, then read
+        ``interrupted_runs()`` and ``pending_prompts()``.
         """
         now = now_iso()
         async with self._transaction("recovering interrupted runs") as db:
             runs = [
                 row[0]
                 for row in await db.execute_fetchall(
-                    "SELECT id FROM runs WHERE status = 'running' ORDER BY started"
+                    f"SELECT r.id FROM runs r WHERE r.status = 'running' AND NOT {PAUSED_RUN}"
+                    " ORDER BY r.started"
                 )
             ]
+            marks = ",".join("?" * len(runs))
             await db.execute(
-                "UPDATE runs SET status = 'interrupted', finished = ?, error = ?"
-                " WHERE status = 'running'",
-                (now, error),
+                f"UPDATE runs SET status = 'interrupted', finished = ?, error = ?"
+                f" WHERE id IN ({marks})",
+                (now, error, *runs),
             )
             await db.execute(
-                "UPDATE prompts SET status = 'queued', run_id = NULL, updated = ?"
-                " WHERE status = 'running'",
+                "UPDATE prompts SET status = 'queued', updated = ? WHERE status = 'running'"
+                " AND (run_id IS NULL OR run_id NOT IN"
+                f" (SELECT r.id FROM runs r WHERE {PAUSED_RUN}))",
                 (now,),
+            )
+            # Nothing runs yet, so a call still 'started' was cut off: its end was never seen.
+            await db.execute(
+                "UPDATE tool_calls SET outcome = 'unknown' WHERE outcome = 'started'"
+                f" AND run_id IN (SELECT r.id FROM runs r WHERE NOT {PAUSED_RUN})"
             )
             return runs
 
@@ -178,15 +191,18 @@ class StoreWriter(StoreConnections):
     async def add_tool_call(self, row: ToolCallRow) -> int:
         """Commit one nested call's audit row now (it survives a crash mid-run); return its id.
 
-        The thread is taken from the run row, which must exist.
+        The daemon adds the row as the call starts (``outcome="started"``)
+        and completes it with :meth:`complete_tool_call` as it ends, so a
+        crash leaves the evidence of every call that began. The thread is
+        taken from the run row, which must exist.
         """
         started = canonical_timestamp(row.started, f"tool call {row.tool} started")
         arguments = _dumps(row.arguments)
         async with self._statement(f"adding tool call {row.tool} of run {row.run_id}") as db:
             cursor = await db.execute(
                 "INSERT INTO tool_calls (run_id, thread, record_uuid, tool, arguments, is_error,"
-                " bytes, mutating, started, duration_ms)"
-                " SELECT id, thread, ?, ?, ?, ?, ?, ?, ?, ? FROM runs WHERE id = ?",
+                " bytes, mutating, started, duration_ms, outcome, decision, decided_by, wait_ms)"
+                " SELECT id, thread, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ? FROM runs WHERE id = ?",
                 (
                     row.record_uuid,
                     row.tool,
@@ -196,12 +212,40 @@ class StoreWriter(StoreConnections):
                     int(row.mutating),
                     started,
                     float(row.duration_ms),
+                    row.outcome,
+                    row.decision,
+                    row.decided_by,
+                    row.wait_ms,
                     row.run_id,
                 ),
             )
         if cursor.rowcount != 1:
             raise StoreError(f"tool call {row.tool}: no run {row.run_id!r} (start it first)")
         return int(cursor.lastrowid or 0)
+
+    async def complete_tool_call(self, call_id: int, row: ToolCallRow) -> None:
+        """Complete the row :meth:`add_tool_call` returned ``call_id`` for, as its call ended.
+
+        Sets how it ended (``outcome``, ``is_error``, ``bytes``, ``duration_ms``
+        and the decision fields); what was called and when stay as added.
+        """
+        async with self._statement(f"completing tool call {row.tool} of run {row.run_id}") as db:
+            cursor = await db.execute(
+                "UPDATE tool_calls SET outcome = ?, is_error = ?, bytes = ?, duration_ms = ?,"
+                " decision = ?, decided_by = ?, wait_ms = ? WHERE id = ?",
+                (
+                    row.outcome,
+                    int(row.is_error),
+                    int(row.bytes),
+                    float(row.duration_ms),
+                    row.decision,
+                    row.decided_by,
+                    row.wait_ms,
+                    call_id,
+                ),
+            )
+        if cursor.rowcount != 1:
+            raise StoreError(f"completing tool call {row.tool}: no row {call_id}")
 
     async def finish_run(
         self,

@@ -142,7 +142,8 @@ def test_audit_json_lines_carry_every_field(capsys, db):
     assert (entry["channel"], entry["thread_id"], entry["run_id"]) == ("#dev", "T2", "R4")
     assert entry["arguments"] == {"name": "apply_object-arg", "namespace": "default"}
     assert entry["started"] == "2026-11-30T09:00:00.000Z"
-    assert set(entry) >= {"is_error", "bytes", "duration_ms", "record_uuid"}
+    assert set(entry) >= {"is_error", "bytes", "duration_ms", "record_uuid", "outcome"}
+    assert (entry["outcome"], entry["decision"], entry["decided_by"]) == ("ok", None, None)
 
 
 def test_audit_table_is_aligned(capsys, db):
@@ -150,7 +151,16 @@ def test_audit_table_is_aligned(capsys, db):
     status, out, _ = run_cli(capsys, "audit", "--db", str(db))
     assert status == 0
     lines = out.splitlines()
-    assert lines[0].split() == ["STARTED", "THREAD", "TOOL", "FLAGS", "BYTES", "MS", "ARGUMENTS"]
+    assert lines[0].split() == [
+        "STARTED",
+        "THREAD",
+        "TOOL",
+        "OUTCOME",
+        "FLAGS",
+        "BYTES",
+        "MS",
+        "ARGUMENTS",
+    ]
     assert len(lines) == 1 + len(CALLS)
     tool_column = lines[0].index("TOOL")
     assert all(line[tool_column:].split()[0] in {c[3] for c in CALLS} for line in lines[1:])

@@ -8,6 +8,7 @@ import json
 import sqlite3
 import uuid
 from contextlib import closing
+from dataclasses import replace
 from pathlib import Path
 
 import aiosqlite
@@ -22,9 +23,9 @@ from sessions import (
     StoreClosedError,
     StoreError,
     ThreadLookupError,
-    ToolCallRow,
     session_id,
 )
+from sessions.model import StartedCall
 from sessions.schema import MIGRATIONS, Migration, migrate
 from sessions.store import audit_query
 from sessions.testing import run_records, tool_call_row, user_record
@@ -666,10 +667,14 @@ async def test_migration_2_keeps_old_audit_rows_with_their_outcome(tmp_path: Pat
     async with Store(path, migrations=MIGRATIONS[:1]) as old:
         await old.record_prompt("#ops", "T1", "M1", "a", "x", "2026-11-29T18:00:00Z")
         await old.start_run("R1", "#ops", "T1", ["M1"])
-        for is_error in (False, True):
-            await old.add_tool_call(
-                ToolCallRow("R1", "T1", "t", {}, is_error, 1, True, "2026-11-29T18:00:01Z", 1.0)
-            )
+    # rows as version 1 wrote them (today's add_tool_call writes the new columns too)
+    with closing(sqlite3.connect(path)) as db, db:
+        db.executemany(
+            "INSERT INTO tool_calls (run_id, thread, tool, arguments, is_error, bytes,"
+            " mutating, started, duration_ms) SELECT 'R1', thread, 't', '{}', ?, 1, 1,"
+            " '2026-11-29T18:00:01.000Z', 1.0 FROM runs WHERE id = 'R1'",
+            [(0,), (1,)],
+        )
     async with Store(path):
         pass
     assert raw(path, "SELECT is_error, outcome FROM tool_calls ORDER BY id") == [
@@ -678,3 +683,96 @@ async def test_migration_2_keeps_old_audit_rows_with_their_outcome(tmp_path: Pat
     ]
     assert raw(path, "SELECT count(*) FROM approvals") == [(0,)]
     assert raw(path, "PRAGMA user_version") == [(2,)]
+
+
+# ---- started calls and recovery (issue 13) ---------------------------------------
+
+
+async def test_a_call_row_is_added_as_started_and_completed_as_it_ends(store: Store):
+    """add_tool_call commits the started row at once; complete_tool_call sets how it
+    ended on that same row; the audit shows the outcome."""
+    await store.record_prompt("#ops", "T1", "M1", "a", "x", "2026-11-29T18:00:00Z")
+    await store.start_run("R1", "#ops", "T1", ["M1"])
+    row = tool_call_row("R1", "T1", tool="delete_object", mutating=True, size=0, duration_ms=0)
+    call_id = await store.add_tool_call(replace(row, outcome="started"))
+    assert raw(store.path, "SELECT outcome, is_error FROM tool_calls") == [("started", 0)]
+    await store.complete_tool_call(
+        call_id, replace(row, outcome="cancelled", is_error=True, bytes=0, duration_ms=5.0)
+    )
+    [entry] = await store.audit()
+    assert (entry.id, entry.outcome, entry.is_error, entry.duration_ms) == (
+        call_id,
+        "cancelled",
+        True,
+        5.0,
+    )
+    with pytest.raises(StoreError, match="no row"):
+        await store.complete_tool_call(call_id + 1, row)
+
+
+async def test_recover_marks_calls_cut_off_unknown_and_keeps_the_prompts_run(store: Store):
+    """After a crash a call still 'started' becomes 'unknown'; the requeued prompt
+    still names the run it was in, so recovery can tell what that run began."""
+    await store.record_prompt("#ops", "T1", "M1", "a", "x", "2026-11-29T18:00:00Z")
+    await store.start_run("R1", "#ops", "T1", ["M1"])
+    row = tool_call_row("R1", "T1", tool="scale", arguments={"replicas": 3}, mutating=True)
+    await store.add_tool_call(replace(row, outcome="started"))
+    assert await store.recover() == ["R1"]
+    assert [(p.status, p.run_id) for p in await store.get_prompts(["M1"])] == [("queued", "R1")]
+    assert await store.started_calls("R1") == [
+        StartedCall("scale", {"replicas": 3}, True, "unknown")
+    ]
+
+
+async def test_interrupted_runs_are_those_with_a_pending_prompt_and_a_mutating_call(store: Store):
+    """A pending prompt whose run started a mutating call is listed with the run's calls
+    in start order; a run with only read-only calls, or whose prompt is done, is not."""
+    for n, thread in ((1, "T1"), (2, "T2"), (3, "T3")):
+        await store.record_prompt("#ops", thread, f"M{n}", "a", "x", f"2026-11-29T18:00:0{n}Z")
+        await store.start_run(f"R{n}", "#ops", thread, [f"M{n}"])
+    await store.add_tool_call(tool_call_row("R1", "T1", tool="get", arguments={"n": "a"}))
+    await store.add_tool_call(
+        replace(tool_call_row("R1", "T1", tool="rm", mutating=True), outcome="started")
+    )
+    await store.add_tool_call(tool_call_row("R2", "T2", tool="get"))  # read-only only
+    await store.add_tool_call(tool_call_row("R3", "T3", tool="rm", mutating=True))
+    await store.mark_prompts(["M3"], "done")
+    await store.recover()
+    [run] = await store.interrupted_runs()
+    assert (run.run_id, run.channel, run.thread_id, run.prompt_ids) == ("R1", "#ops", "T1", ("M1",))
+    assert [(c.tool, c.mutating, c.outcome) for c in run.calls] == [
+        ("get", False, "ok"),
+        ("rm", True, "unknown"),
+    ]
+    assert [p.id for p in await store.pending_prompts()] == ["M1", "M2"]
+
+
+async def test_a_run_paused_for_approval_is_left_alone_by_recovery(store: Store):
+    """A run waiting for an approval (or decided, not yet resumed) stays 'running' with
+    its prompts and 'started' calls; it is neither pending nor interrupted."""
+    await store.record_prompt("#ops", "T1", "M1", "a", "x", "2026-11-29T18:00:00Z")
+    await store.start_run("R1", "#ops", "T1", ["M1"])
+    await store.add_tool_call(
+        replace(tool_call_row("R1", "T1", tool="rm", mutating=True), outcome="started")
+    )
+    with closing(sqlite3.connect(store.path)) as db, db:
+        db.execute(
+            "INSERT INTO approvals (id, run_id, thread, requested, expires, requested_by,"
+            " calls, conversation) SELECT 'A1', 'R1', thread, '2026-11-29T18:00:01.000Z',"
+            " '2026-11-29T19:00:01.000Z', 'a', '[]', '[]' FROM runs WHERE id = 'R1'"
+        )
+    for decided in (False, True):
+        if decided:
+            with closing(sqlite3.connect(store.path)) as db, db:
+                db.execute(
+                    "UPDATE approvals SET status = 'approved', decided_by = 'bob',"
+                    " decided = '2026-11-29T18:00:02.000Z'"
+                )
+        assert await store.recover() == []
+        assert (await store.run_metrics("R1") or ("?",))[0] == "running"
+        assert [(p.status, p.run_id) for p in await store.get_prompts(["M1"])] == [
+            ("running", "R1")
+        ]
+        assert await store.pending_prompts() == []
+        assert await store.interrupted_runs() == []
+        assert [c.outcome for c in await store.started_calls("R1")] == ["started"]
