@@ -60,13 +60,19 @@ class ScopeState:
         self.session = session
         return session, True
 
-    async def discard(self, reason: str) -> None:
-        """Close the checkout (the worker goes back to the pool, or is replaced)."""
+    async def discard(self, reason: str | None) -> None:
+        """Close the checkout (the worker goes back to the pool, or is replaced).
+
+        ``reason`` None: the REPL lives on in a paused snippet's snapshot
+        (issue 13), so ``reset_reason`` and ``note`` stay as they are.
+        """
         session, self.session = self.session, None
-        self.note = None
+        if reason is not None:
+            self.note = None
         if session is None:
             return
-        self.reset_reason = reason
+        if reason is not None:
+            self.reset_reason = reason
         try:
             async with asyncio.timeout(CLOSE_TIMEOUT):
                 await session.__aexit__(None, None, None)
