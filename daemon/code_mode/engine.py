@@ -14,12 +14,24 @@ DESIGN.md's adaptation to pydantic-monty 1.4:
 | any other OS call                         | ``PermissionError: os access disabled ...``   |
 | future snapshot                           | start every newly awaited call at once; wait  |
 |                                           | for ≥1 to finish; resume with all finished    |
+| awaited mutating call, gate says ``deny`` | ``PermissionError(<the verdict's reason>)``   |
+| awaited mutating call, gate says ``ask``  | held, not started                             |
+| future snapshot, every awaited call held  | dump the session; end with a ``Pause``        |
 | past ``max_suspensions`` suspensions      | stop; the checkout is discarded               |
 
 A nested call starts only when its id appears among a future snapshot's
 ``pending_call_ids``, i.e. when the sandbox awaits it: gathered calls run
 concurrently, and a call that is never awaited never runs (the return
 contract then asks for ``await``).
+
+Approvals (issue 13): with an :data:`~daemon.tools.ApprovalGate`, a call
+of a mutating tool is judged as the sandbox awaits it. A run whose
+awaited calls are all finished or held pauses: ``await session.dump()``
+holds the whole REPL, :func:`~daemon.code_mode.approval.pause_state` the
+engine's bookkeeping, and the caller gives the worker back.
+:meth:`SnippetRun.resume` loads the dump into a fresh checkout, makes the
+approved calls, raises ``PermissionError`` at the denied ones, and drives on
+exactly as :meth:`SnippetRun.drive` does; it may pause again.
 
 The outcome says whether the checkout must be discarded ("reset"): after a
 time-limit ``TimeoutError``, a heap ``MemoryError``, a crashed worker, or a
@@ -32,6 +44,7 @@ from __future__ import annotations
 
 import asyncio
 import typing
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,10 +64,22 @@ from pydantic_monty import (
     MontySyntaxError,
 )
 
-from daemon.code_mode.catalog import CallRejected, Catalog, CatalogEntry
+from daemon.code_mode.approval import (
+    MadeCall,
+    PauseStateError,
+    denial_message,
+    denied_entry,
+    pause_state,
+    pending_calls,
+    policy_denial,
+    restore_state,
+    stamp,
+)
+from daemon.code_mode.catalog import CallRejected, Catalog
 from daemon.code_mode.convert import to_json_value
 from daemon.code_mode.limits import CodeModeLimits
 from daemon.code_mode.nested import NestedCalls
+from daemon.tools import ApprovalGate, AuditEntry, Decision, Pause, Verdict
 
 __all__ = ["OS_DENIED", "PrintSink", "SnippetOutcome", "SnippetRun"]
 
@@ -66,6 +91,7 @@ _EXC_TYPES = frozenset(typing.get_args(pydantic_monty.ExcType))
 # Tool calls are bounded by tool_timeout each; this only guards the engine's
 # own wait against a task that never settles.
 _WAIT_SLACK = 30.0
+_ALLOW = Verdict("allow")
 
 
 @dataclass
@@ -78,6 +104,8 @@ class SnippetOutcome:
     reset: bool = False  # the checkout was discarded after this snippet
     fresh: bool = False  # the snippet ran in a newly checked-out (empty) REPL
     unawaited: list[str] = field(default_factory=list)
+    pause: Pause | None = None  # the snippet waits for approval; give the checkout back
+    denied: list[AuditEntry] = field(default_factory=list)  # refused calls, never made
 
     @property
     def ok(self) -> bool:
@@ -93,11 +121,12 @@ class PrintSink:
     resets the scope where this one does not.
     """
 
-    def __init__(self, max_bytes: int):
+    def __init__(self, max_bytes: int, earlier: str = ""):
+        # ``earlier``: what the snippet printed before it paused (counts against the cap)
         self.max_bytes = max_bytes
-        self.used = 0
+        self.used = len(earlier.encode())
         self.overflowed = False
-        self._parts: list[str] = []
+        self._parts: list[str] = [earlier] if earlier else []
 
     def __call__(self, stream: str, text: str) -> None:
         """Monty's ``print_callback``: ``stream`` is ``'stdout'`` or ``'stderr'``."""
@@ -115,13 +144,6 @@ class PrintSink:
     def text(self) -> str:
         """Everything printed so far, stdout and stderr interleaved."""
         return "".join(self._parts)
-
-
-@dataclass
-class _PendingCall:
-    entry: CatalogEntry
-    py_name: str
-    arguments: dict
 
 
 def _sandbox_function(name: str) -> Any:
@@ -144,24 +166,122 @@ class _Reset(Exception):
 
 
 class SnippetRun:
-    """Drives one snippet (or the scope preamble) through a checked-out session."""
+    """Drives one snippet (or the scope preamble) through a checked-out session.
 
-    def __init__(self, catalog: Catalog, limits: CodeModeLimits, nested: NestedCalls):
+    ``gate`` judges each awaited call of a mutating tool (None: every call
+    runs). One instance drives one run: :meth:`drive` a new snippet, or
+    :meth:`resume` a paused one.
+    """
+
+    def __init__(
+        self,
+        catalog: Catalog,
+        limits: CodeModeLimits,
+        nested: NestedCalls,
+        *,
+        gate: ApprovalGate | None = None,
+    ):
         self._catalog = catalog
         self._limits = limits
         self._nested = nested
+        self._gate = gate
         self.suspensions = 0
         self.nested_calls = 0
-        self._pending: dict[int, _PendingCall] = {}  # called, not yet awaited
+        self._code = ""
+        self._pending: dict[int, MadeCall] = {}  # called, not yet awaited
         # awaited, not yet delivered
         self._tasks: dict[int, asyncio.Task[ExternalSettledResult]] = {}
+        self._held: dict[int, MadeCall] = {}  # awaited, waiting for a person
+        self._answers: dict[int, ExternalSettledResult] = {}  # settled before delivery
+        self._denied: list[AuditEntry] = []
+
+    @property
+    def code(self) -> str:
+        """The snippet's text (known once :meth:`drive` or :meth:`resume` started)."""
+        return self._code
 
     async def drive(self, session: AsyncMontySession, code: str) -> SnippetOutcome:
-        """Run ``code`` to completion or failure. Cancellation leaves the session unusable."""
+        """Run ``code`` to its end, an error or a pause; cancelling leaves the session unusable."""
+        self._code = code
         sink = PrintSink(self._limits.max_print_bytes)
-        outcome = SnippetOutcome()
+        return await self._drive(
+            session, sink, lambda: session.feed_start(code, print_callback=sink)
+        )
+
+    async def resume(
+        self,
+        session: AsyncMontySession,
+        pause: Pause,
+        decisions: Mapping[int, Decision],
+        nested_for: Callable[[Decision], NestedCalls],
+    ) -> SnippetOutcome:
+        """Continue a paused snippet in ``session``, a fresh checkout, with the decisions.
+
+        Approved calls run through ``nested_for(decision)`` (whose audit
+        entries are stamped with the decision and join this run's); denied
+        and expired ones raise ``PermissionError(``:func:`denial_message```)``
+        where the snippet awaits them. A held call without a decision stays
+        held, so the snippet pauses again before it. The limits apply as to
+        a new snippet, except the suspension and nested-call budgets, which
+        the paused part already used.
+        """
         try:
-            snap = await session.feed_start(code, print_callback=sink)
+            if pause.snapshot is None:
+                raise PauseStateError("the pause carries no snapshot")
+            restored = restore_state(pause.state, self._catalog)
+        except PauseStateError as exc:
+            return SnippetOutcome(
+                error=f"RuntimeError: the paused snippet cannot be resumed: {exc}", reset=True
+            )
+        blob = pause.snapshot
+        self._code, self._pending = restored.code, restored.pending
+        self.suspensions, self.nested_calls = restored.suspensions, restored.nested_calls
+        for cid, name in restored.gone.items():
+            self._answers[cid] = _exception(
+                "RuntimeError", f"{name}() is no longer offered, so the call was not made"
+            )
+        approved: dict[int, tuple[MadeCall, Decision]] = {}
+        for cid, call in restored.held.items():
+            decision = decisions.get(cid)
+            if decision is None:
+                self._held[cid] = call
+            elif decision.approved:
+                approved[cid] = (call, decision)
+            else:
+                self._answers[cid] = _exception("PermissionError", denial_message(decision))
+                self._denied.append(
+                    denied_entry(call, decision.kind, decision.by, decision.waited_ms)
+                )
+        sink = PrintSink(self._limits.max_print_bytes, restored.prints)
+        loaded = False
+
+        async def start() -> Any:
+            nonlocal loaded
+            snap = await session.load_snapshot(blob, print_callback=sink)
+            loaded = True
+            # only now: a snapshot that cannot load must not leave a call made
+            for cid, (call, decision) in approved.items():
+                self._tasks[cid] = asyncio.create_task(
+                    self._run_approved(call, nested_for(decision), decision),
+                    name=f"code_mode:{call.py_name}",
+                )
+            return snap
+
+        outcome = await self._drive(session, sink, start)
+        if not loaded:
+            outcome.reset = True  # the fresh checkout holds no scope (not even the helpers)
+        return outcome
+
+    async def _drive(
+        self,
+        session: AsyncMontySession,
+        sink: PrintSink,
+        start: Callable[[], Awaitable[Any]],
+    ) -> SnippetOutcome:
+        """The loop of :meth:`drive` and :meth:`resume`; ``start`` gives the first snapshot."""
+        outcome = SnippetOutcome(denied=self._denied)
+        try:
+            snap = await start()
             while not isinstance(snap, MontyComplete):
                 self.suspensions += 1
                 if self.suspensions > self._limits.max_suspensions:
@@ -173,11 +293,16 @@ class SnippetRun:
                 if isinstance(snap, AsyncFunctionSnapshot):
                     snap = await self._on_function(snap)
                 elif isinstance(snap, AsyncFutureSnapshot):
-                    snap = await self._on_future(snap)
+                    following = await self._on_future(snap)
+                    if following is None:
+                        outcome.pause = await self._pause(session, sink)
+                        break
+                    snap = following
                 else:
                     snap = await self._on_name_lookup(snap)
-            outcome.value = snap.output
-            outcome.unawaited = [c.py_name for c in self._pending.values()]
+            else:
+                outcome.value = snap.output
+                outcome.unawaited = [c.py_name for c in self._pending.values()]
         except _Reset as exc:
             outcome.error, outcome.reset = str(exc), True
         except MontySyntaxError as exc:
@@ -245,14 +370,18 @@ class SnippetRun:
                 )
             )
         self.nested_calls += 1
-        self._pending[snap.call_id] = _PendingCall(entry, name, to_json_value(arguments))
+        self._pending[snap.call_id] = MadeCall(entry, name, to_json_value(arguments))
         return await snap.resume({"future": ...})
 
     async def _on_future(self, snap: AsyncFutureSnapshot) -> Any:
+        """Start newly awaited calls, deliver what settled; None when every awaited call is held."""
         ids = list(snap.pending_call_ids)
         results: dict[int, ExternalSettledResult] = {}
         for cid in ids:
-            if cid in self._tasks:
+            if cid in self._answers:
+                results[cid] = self._answers.pop(cid)
+                continue
+            if cid in self._tasks or cid in self._held:
                 continue
             call = self._pending.pop(cid, None)
             if call is None:
@@ -261,12 +390,22 @@ class SnippetRun:
                     "RuntimeError", "this call was made in an earlier snippet; call it again"
                 )
                 continue
-            # the sandbox awaits it now: start it, alongside every other awaited call
-            self._tasks[cid] = asyncio.create_task(
-                self._nested.run(call.entry, call.arguments), name=f"code_mode:{call.py_name}"
-            )
+            verdict = self._verdict(call)
+            if verdict.action == "allow":
+                # the sandbox awaits it now: start it, alongside every other awaited call
+                self._tasks[cid] = asyncio.create_task(
+                    self._nested.run(call.entry, call.arguments), name=f"code_mode:{call.py_name}"
+                )
+            elif verdict.action == "deny":
+                results[cid] = _exception("PermissionError", policy_denial(verdict.reason))
+                self._denied.append(denied_entry(call, "denied", "policy", None))
+            else:
+                call.why = verdict.reason
+                self._held[cid] = call
         if not results:
             waiting = [self._tasks[cid] for cid in ids if cid in self._tasks]
+            if not waiting:
+                return None  # everything awaited waits for a person: pause
             done, _ = await asyncio.wait(
                 waiting,
                 timeout=self._limits.tool_timeout + _WAIT_SLACK,
@@ -280,6 +419,38 @@ class SnippetRun:
                 del self._tasks[cid]
                 results[cid] = task.result()
         return await snap.resume(results)
+
+    def _verdict(self, call: MadeCall) -> Verdict:
+        if self._gate is None or not call.entry.definition.mutating:
+            return _ALLOW
+        try:
+            return self._gate(call.entry.definition, call.arguments)
+        except Exception:
+            # fail closed: a broken policy must not let a mutating call through
+            log.exception("code_mode.gate_failed", tool=call.entry.tool_name)
+            return Verdict("deny", "the approval check failed, so the call was not made")
+
+    async def _pause(self, session: AsyncMontySession, sink: PrintSink) -> Pause:
+        """Dump the suspended session with the bookkeeping to resume it."""
+        state = pause_state(
+            code=self._code,
+            prints=sink.text,
+            pending=self._pending,
+            held=self._held,
+            suspensions=self.suspensions,
+            nested_calls=self.nested_calls,
+        )
+        # the session's dump is awaitable (the snapshot's own dump() blocks the loop)
+        blob = await session.dump()
+        return Pause(calls=pending_calls(self._held), snapshot=blob, state=state)
+
+    async def _run_approved(
+        self, call: MadeCall, calls: NestedCalls, decision: Decision
+    ) -> ExternalSettledResult:
+        try:
+            return await calls.run(call.entry, call.arguments)
+        finally:
+            self._nested.entries.extend(stamp(e, decision) for e in calls.entries)
 
     async def _on_name_lookup(self, snap: Any) -> Any:
         name = snap.variable_name
