@@ -14,35 +14,46 @@ One ``run_code`` call, in order: ``restart`` (discard the checkout), the
 pre-run check (``hooks.check_snippet``), closing evicted checkouts, a
 checkout if the scope has none (then ``hooks.scope_preamble``), the snippet
 (:mod:`daemon.code_mode.engine`), a reset if the snippet broke the checkout,
-``hooks.after_snippet``, and the return contract
-(:mod:`daemon.code_mode.contract`, with ``hooks.error_hints``). Everything
+``hooks.after_snippet``, and the result (:mod:`daemon.code_mode.report`:
+the return contract with ``hooks.error_hints``, and the audit). Everything
 after the pre-run check is bounded by ``max_wall``. The seams for the
 helpers and the variables note are documented in :mod:`daemon.code_mode.hooks`.
+
+Approvals (issue 13): with a ``gate``, a snippet may stop before calls that
+need a person. The run then ends with a :class:`~daemon.tools.Pause` in
+``ToolCallOutput.pause``, its checkout goes back to the pool (the snapshot
+holds the REPL), and no hook runs. :meth:`CodeModeToolExecutor.resume`
+loads the snapshot into the scope's next checkout and drives the snippet on
+under the same steps, from the checkout on, with ``max_wall`` counted anew.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections import OrderedDict
-from typing import Any
+from collections.abc import Awaitable, Callable, Mapping
 
 import structlog
-from pydantic_monty import AsyncMonty, MontyError
+from pydantic_monty import AsyncMonty, AsyncMontySession, MontyError
 
 from daemon.code_mode import hooks
+from daemon.code_mode.approval import render_paused, stamping_observer
 from daemon.code_mode.catalog import Catalog
-from daemon.code_mode.contract import RunCodeText, render_error, render_result
+from daemon.code_mode.contract import render_error
 from daemon.code_mode.description import RUN_CODE, run_code_definition
 from daemon.code_mode.engine import SnippetOutcome, SnippetRun
 from daemon.code_mode.errors import SandboxUnavailable
 from daemon.code_mode.limits import CodeModeLimits
 from daemon.code_mode.nested import NestedCalls
 from daemon.code_mode.pool import close_pool, create_pool
+from daemon.code_mode.report import audit_json, render_outcome
 from daemon.code_mode.scope import ScopeState
 from daemon.tools import (
-    AuditEntry,
+    ApprovalGate,
     AuditObserver,
     BaseToolExecutor,
+    Decision,
+    Pause,
     ToolCallOutput,
     ToolDefinition,
     ToolExecutor,
@@ -65,7 +76,10 @@ class CodeModeToolExecutor(BaseToolExecutor):
     :func:`daemon.code_mode.pool.pool_options`). ``observer``: called as
     ``observer(thread_id, entry)`` (sync or async) as each nested call ends,
     with its :class:`daemon.tools.AuditEntry`; ``thread_id`` is None for unscoped calls. An
-    observer failure is logged and never breaks the snippet.
+    observer failure is logged and never breaks the snippet. ``gate``: the
+    approval policy for calls of mutating tools (issue 13; None: every call
+    runs); a call it sends to a person pauses the run (the result carries a
+    :class:`~daemon.tools.Pause`), and :meth:`resume` continues it.
     """
 
     def __init__(
@@ -75,8 +89,10 @@ class CodeModeToolExecutor(BaseToolExecutor):
         *,
         pool: AsyncMonty | None = None,
         observer: AuditObserver | None = None,
+        gate: ApprovalGate | None = None,
     ):
         self._inner = inner
+        self._gate = gate
         self._limits = limits if limits is not None else CodeModeLimits()
         self._pool = pool
         self._owns_pool = pool is None
@@ -238,7 +254,7 @@ class CodeModeToolExecutor(BaseToolExecutor):
         """Run one call in ``state``; the executor is started and nothing awaits before the lock."""
         if name != RUN_CODE:
             return ToolCallOutput(
-                f"unknown tool {name!r}: the only tool is {RUN_CODE}", True, audit=_audit([])
+                f"unknown tool {name!r}: the only tool is {RUN_CODE}", True, audit=audit_json([])
             )
         code = arguments.get("code") if isinstance(arguments, dict) else None
         restart = arguments.get("restart", False) if isinstance(arguments, dict) else False
@@ -246,20 +262,60 @@ class CodeModeToolExecutor(BaseToolExecutor):
             return ToolCallOutput(
                 f"{RUN_CODE} needs a string argument `code` (the Python to run)",
                 True,
-                audit=_audit([]),
+                audit=audit_json([]),
             )
         async with state.lock:
-            nested = NestedCalls(
-                self._inner, self._limits, thread_id=state.key, observer=self._observer
-            )
-            rendered = await self._run_locked(state, code, restart is True, nested)
+            nested = self._nested_calls(state, self._observer)
+            output = await self._run_locked(state, code, restart is True, nested)
         # a scope that was running may have kept the LRU over its size
         self._evict_overflow()
-        return ToolCallOutput(rendered.text, rendered.is_error, audit=_audit(nested.entries))
+        return output
+
+    async def resume(
+        self, thread_id: str | None, pause: Pause, decisions: Mapping[int, Decision]
+    ) -> ToolCallOutput:
+        """Continue the snippet that ``pause`` stopped, in ``thread_id``'s scope (None: private).
+
+        ``decisions`` maps each held call's ``call_id`` to its decision; see
+        :meth:`SnippetRun.resume <daemon.code_mode.engine.SnippetRun.resume>`
+        for what approved, denied and undecided calls do, and
+        :func:`~daemon.code_mode.approval.denial_message` for the text a
+        denied call raises. The snapshot replaces whatever checkout the
+        scope holds (the REPL is the paused one, helpers included); the
+        snapshot bytes suffice, so this works after a restart, in a new
+        executor over the same tools. ``max_wall`` counts from this call.
+        The result is like :meth:`call_tool`'s, and may carry a new pause.
+        """
+        await self.start()
+        state = self._private if thread_id is None else self._touch(thread_id)
+        async with state.lock:
+            nested = self._nested_calls(state, self._observer)
+            if state.session is not None:
+                state.note = None  # a run made while paused: its names are not the paused REPL's
+            await state.discard(None)
+            assert self._catalog is not None
+            run = SnippetRun(self._catalog, self._limits, nested, gate=self._gate)
+
+            def nested_for(decision: Decision) -> NestedCalls:
+                return self._nested_calls(state, stamping_observer(self._observer, decision))
+
+            async def resume_run() -> SnippetOutcome:
+                checked_out = await self._checkout(state)
+                if isinstance(checked_out, SnippetOutcome):
+                    return checked_out
+                return await run.resume(checked_out[0], pause, decisions, nested_for)
+
+            outcome = await self._bounded(state, resume_run)
+            output = await self._conclude(state, run.code, outcome, nested)
+        self._evict_overflow()
+        return output
+
+    def _nested_calls(self, state: ScopeState, observer: AuditObserver | None) -> NestedCalls:
+        return NestedCalls(self._inner, self._limits, thread_id=state.key, observer=observer)
 
     async def _run_locked(
         self, state: ScopeState, code: str, restart: bool, nested: NestedCalls
-    ) -> RunCodeText:
+    ) -> ToolCallOutput:
         limits = self._limits
         if restart:
             await state.discard("restart")
@@ -270,11 +326,22 @@ class CodeModeToolExecutor(BaseToolExecutor):
             log.exception("code_mode.check_failed", thread=state.key)
             rejection = None
         if rejection is not None:
-            return render_error(rejection, max_result_chars=limits.max_result_chars)
+            rendered = render_error(rejection, max_result_chars=limits.max_result_chars)
+            return ToolCallOutput(
+                rendered.text, rendered.is_error, audit=audit_json(nested.entries)
+            )
+        outcome = await self._bounded(state, lambda: self._execute(state, code, nested))
+        return await self._conclude(state, code, outcome, nested)
+
+    async def _bounded(
+        self, state: ScopeState, run: Callable[[], Awaitable[SnippetOutcome]]
+    ) -> SnippetOutcome:
+        """``run()`` within ``max_wall``; then let go of a checkout it broke or paused."""
+        limits = self._limits
         outcome: SnippetOutcome | None = None
         try:
             async with asyncio.timeout(limits.max_wall) as wall:
-                outcome = await self._execute(state, code, nested)
+                outcome = await run()
         except TimeoutError:
             if not wall.expired():
                 raise
@@ -289,41 +356,43 @@ class CodeModeToolExecutor(BaseToolExecutor):
             if outcome is None or outcome.reset:
                 # a reset, or cancellation mid-feed: the checkout cannot be fed again
                 await state.discard("reset")
-        assert outcome is not None
-        await self._after_snippet(state, code, outcome)
-        if outcome.ok:
-            return render_result(
-                outcome.value,
-                outcome.prints,
-                unawaited=outcome.unawaited,
-                max_result_chars=limits.max_result_chars,
-            )
-        error = outcome.error or ""
-        try:
-            hints = hooks.error_hints(error)
-        except Exception:
-            log.exception("code_mode.hints_failed", thread=state.key)
-            hints = []
-        return render_error(
-            error,
-            prints=outcome.prints,
-            hints=hints,
-            unawaited=outcome.unawaited,
-            reset=outcome.reset,
-            max_result_chars=limits.max_result_chars,
-        )
+            elif outcome.pause is not None:
+                # the snapshot holds the REPL; the worker goes back to the pool
+                await state.discard(None)
+        return outcome
 
-    async def _execute(self, state: ScopeState, code: str, nested: NestedCalls) -> SnippetOutcome:
+    async def _conclude(
+        self, state: ScopeState, code: str, outcome: SnippetOutcome, nested: NestedCalls
+    ) -> ToolCallOutput:
+        """The tool result of a run that ended or paused (after the hook, when it ended)."""
+        audit = audit_json(nested.entries, outcome.denied)
+        if outcome.pause is not None:
+            text = render_paused(outcome.pause.calls)
+            return ToolCallOutput(text, False, audit=audit, pause=outcome.pause)
+        await self._after_snippet(state, code, outcome)
+        rendered = render_outcome(
+            outcome, max_result_chars=self._limits.max_result_chars, thread=state.key
+        )
+        return ToolCallOutput(rendered.text, rendered.is_error, audit=audit)
+
+    async def _checkout(self, state: ScopeState) -> tuple[AsyncMontySession, bool] | SnippetOutcome:
+        """The scope's session and whether it is new, or the error outcome when none is free."""
         assert self._pool is not None
-        assert self._catalog is not None
         await self._close_evicted()
         try:
-            session, fresh = await state.checkout(self._pool, self._limits)
+            return await state.checkout(self._pool, self._limits)
         except (TimeoutError, MontyError, RuntimeError, OSError) as exc:
             log.warning("code_mode.checkout_failed", thread=state.key, error=repr(exc))
             return SnippetOutcome(
                 error=f"the sandbox has no free worker right now ({exc!r}); try again shortly"
             )
+
+    async def _execute(self, state: ScopeState, code: str, nested: NestedCalls) -> SnippetOutcome:
+        assert self._catalog is not None
+        checked_out = await self._checkout(state)
+        if isinstance(checked_out, SnippetOutcome):
+            return checked_out
+        session, fresh = checked_out
         if fresh:
             preamble = SnippetRun(self._catalog, self._limits, nested)
             setup = await preamble.drive(session, hooks.scope_preamble(self._limits))
@@ -333,7 +402,8 @@ class CodeModeToolExecutor(BaseToolExecutor):
                     error=f"the scope preamble failed, so the snippet did not run:\n{setup.error}",
                     reset=True,
                 )
-        outcome = await SnippetRun(self._catalog, self._limits, nested).drive(session, code)
+        run = SnippetRun(self._catalog, self._limits, nested, gate=self._gate)
+        outcome = await run.drive(session, code)
         outcome.fresh = fresh
         return outcome
 
@@ -387,8 +457,3 @@ class ThreadScope(BaseToolExecutor):
 
     async def aclose(self) -> None:
         """Nothing: the parent executor owns the checkout and closes it."""
-
-
-def _audit(entries: list[AuditEntry]) -> dict[str, Any]:
-    """The ``audit`` of a run_code result: the transcript's ``toolUseResult`` JSON."""
-    return {"nested_calls": [entry.as_json() for entry in entries]}
