@@ -111,7 +111,8 @@ async def test_run_code_filters_in_the_sandbox_and_only_the_answer_reaches_the_m
     audit = result.records[2].tool_use_result
     assert [(c["tool"], c["mutating"]) for c in audit["nested_calls"]] == [("list_pods", False)]
     # the observer could attribute the nested call to the run and the assistant record
-    ((thread, entry, ctx),) = seen
+    (_, started, _), (thread, entry, ctx) = seen  # as the call starts, and as it ends
+    assert (started.outcome, entry.outcome, started.key) == ("started", "ok", entry.key)
     assert (thread, entry.tool) == ("T1", "list_pods")
     assert (ctx.run_id, ctx.thread_id, ctx.record_uuid) == ("R1", "T1", result.records[1].uuid)
 

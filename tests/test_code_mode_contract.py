@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+from typing import Any
 
 import pytest
 
@@ -15,10 +16,13 @@ from daemon.code_mode.catalog import Catalog
 from daemon.code_mode.contract import (
     NO_OUTPUT,
     RESET_NOTE,
+    STARTED_HEAD,
     RunCodeText,
     is_unawaited_awaitable,
     render_error,
     render_result,
+    started_calls_report,
+    with_started_calls,
 )
 from daemon.code_mode.convert import (
     dumps_compact,
@@ -32,8 +36,9 @@ from daemon.code_mode.engine import PrintSink
 from daemon.code_mode.helpers import HELPERS_SOURCE
 from daemon.code_mode.hooks import scope_preamble
 from daemon.code_mode.limits import CodeModeLimits
+from daemon.code_mode.nested import StartedCall
 from daemon.code_mode.pool import checkout_limits, pool_options
-from daemon.tools import ToolCallOutput, ToolDefinition
+from daemon.tools import CallOutcome, ToolCallOutput, ToolDefinition
 
 
 def test_package_exports_only_the_executor_and_limits():
@@ -285,3 +290,84 @@ def test_run_code_definition_has_the_schema_rules_contract_and_catalog():
     assert "7 function calls" in text
     assert text.endswith(catalog.render())
     assert "list_pods" in text
+
+
+# ---- the calls a failed snippet started (issue 13) ---------------------------------
+
+
+def _call(
+    tool: str, outcome: CallOutcome = "ok", *, mutating: bool = False, **arguments: Any
+) -> StartedCall:
+    """A started call as NestedCalls keeps it."""
+    return StartedCall(f"k-{tool}", tool, arguments, mutating, outcome)
+
+
+def test_an_error_ends_with_the_calls_it_started_in_order():
+    """A failed snippet's result ends with its calls, Python-call shaped, the mutating
+    ones marked, each with how it ended; a call never seen to end is 'unknown'."""
+    rendered = with_started_calls(
+        render_error("ValueError: boom"),
+        [
+            _call("delete_object", mutating=True, name="x"),
+            _call("get_logs", "cancelled", pod="web-1", tail=50),
+            _call("scale", "started", mutating=True, replicas=3),
+        ],
+    )
+    assert rendered.is_error
+    assert rendered.text == (
+        "ValueError: boom\n"
+        f"{STARTED_HEAD}\n"
+        "- delete_object(name='x') [mutating]: ok\n"
+        "- get_logs(pod='web-1', tail=50): cancelled\n"
+        "- scale(replicas=3) [mutating]: unknown\n"
+        "A mutating call that was cancelled or whose outcome is unknown may have taken "
+        "effect: check its result before calling it again."
+    )
+
+
+def test_no_report_without_calls_or_without_an_error():
+    """A result that is not an error, or an error with no calls started, is unchanged."""
+    ok = render_result([1, 2])
+    assert with_started_calls(ok, [_call("get")]) is ok
+    error = render_error("ValueError: boom")
+    assert with_started_calls(error, []) is error
+
+
+def test_long_arguments_are_shortened_on_one_line():
+    """Each argument's repr is cut at 40 characters and the line at 200: one line per call."""
+    report = started_calls_report([_call("apply", mutating=True, manifest="x\n" * 500)])
+    line = report.splitlines()[1]
+    assert line.startswith("- apply(manifest='x\\nx\\n")
+    assert "…" in line
+    assert len(line) < 80
+
+
+def test_the_report_survives_a_result_at_the_size_limit():
+    """When the error text and the report pass max_result_chars, the error text is cut
+    (its start and end kept) and the report stays whole."""
+    error = "Traceback: start\n" + "y" * 5_000 + "\nRuntimeError: the end"
+    calls = [_call("delete_object", mutating=True, name=f"n{i}") for i in range(5)]
+    failed = render_error(error, prints="p" * 3_000, max_result_chars=2_000)
+    assert len(failed.text) > 2_000  # the prints' tail alone is 2 000 characters
+    rendered = with_started_calls(failed, calls, 2_000)
+    assert len(rendered.text) <= 2_000
+    assert rendered.text.startswith("Traceback: start")
+    assert rendered.text.endswith(started_calls_report(calls, 1_000))
+    assert "characters of the error cut" in rendered.text
+
+
+def test_many_calls_fold_read_only_ones_first_and_keep_the_mutating_ones():
+    """Past its bound, the report counts read-only calls instead of listing them, so the
+    mutating calls stay listed; past that too it is cut with a note."""
+    calls = [_call("get", pod=f"p{i}") for i in range(60)]
+    calls.insert(30, _call("delete_object", mutating=True, name="keep-me"))
+    report = started_calls_report(calls, 200)
+    assert report.splitlines() == [
+        STARTED_HEAD,
+        "- (30 read-only calls)",
+        "- delete_object(name='keep-me') [mutating]: ok",
+        "- (30 read-only calls)",
+    ]
+    cut = started_calls_report(calls * 10, 300)
+    assert len(cut) <= 300
+    assert cut.endswith("calls cut)")

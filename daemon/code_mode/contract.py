@@ -11,6 +11,17 @@
 | an un-awaited coroutine or ``gather``      | error: add ``await``                           |
 | a call that was never awaited              | error: add ``await`` (the call never ran)      |
 | more than ``max_result_chars``             | error: the size, a 2 000-char preview, advice  |
+
+Any error result of a snippet that started nested calls ends with the calls it
+started, in order, and how each ended (:func:`with_started_calls`), so the
+model does not repeat a side effect::
+
+    Calls this snippet started, in order:
+    - delete_object(name='old', namespace='default') [mutating]: ok
+    - get_logs(pod='web-1'): cancelled
+
+The list is bounded and kept whole: when the result would pass
+``max_result_chars``, the error text before it is cut, never the list.
 """
 
 from __future__ import annotations
@@ -21,15 +32,19 @@ from dataclasses import dataclass
 from typing import Any
 
 from daemon.code_mode.convert import dumps_compact
+from daemon.code_mode.nested import StartedCall
 
 __all__ = [
     "NO_OUTPUT",
     "PREVIEW_CHARS",
     "RESET_NOTE",
+    "STARTED_HEAD",
     "RunCodeText",
     "is_unawaited_awaitable",
     "render_error",
     "render_result",
+    "started_calls_report",
+    "with_started_calls",
 ]
 
 NO_OUTPUT = "(no output; the last expression was None)"
@@ -37,6 +52,14 @@ RESET_NOTE = (
     "REPL state was reset: variables, functions and imports from earlier snippets are gone."
 )
 PREVIEW_CHARS = 2_000
+STARTED_HEAD = "Calls this snippet started, in order:"
+_MAY_HAVE_ACTED = (
+    "A mutating call that was cancelled or whose outcome is unknown may have taken "
+    "effect: check its result before calling it again."
+)
+_UNCERTAIN = frozenset({"cancelled", "unknown", "started"})
+_VALUE_CHARS = 40  # one argument's repr in the report
+_CALL_CHARS = 200  # one call's line
 
 # How Monty 1.4 renders awaitables that cross to the host: un-awaited tool
 # calls, gathers and coroutines of sandbox-defined async functions.
@@ -154,3 +177,72 @@ def render_result(
     if isinstance(value, str):
         return _guard(value, max_result_chars)
     return _guard(dumps_compact(value), max_result_chars)
+
+
+def _short(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _call_line(call: StartedCall) -> str:
+    """``- tool(name='x', n=3) [mutating]: ok``: Python-call shaped, values shortened."""
+    args = ", ".join(f"{k}={_short(repr(v), _VALUE_CHARS)}" for k, v in call.arguments.items())
+    head = _short(f"{call.tool}({args})", _CALL_CHARS).replace("\n", " ")
+    # a call whose end was never observed is still "started": that is "unknown"
+    outcome = "unknown" if call.outcome == "started" else call.outcome
+    return f"- {head}{' [mutating]' if call.mutating else ''}: {outcome}"
+
+
+def started_calls_report(started: Sequence[StartedCall], max_chars: int = 10_000) -> str:
+    """The calls a snippet started, in order, with how each ended; at most ``max_chars``.
+
+    Past the bound, read-only calls are folded into counts first; mutating
+    calls are the ones the model must not repeat, so they go last.
+    """
+    if not started:
+        return ""
+    uncertain = any(c.mutating and c.outcome in _UNCERTAIN for c in started)
+    tail = [_MAY_HAVE_ACTED] if uncertain else []
+    lines = [STARTED_HEAD, *(_call_line(c) for c in started), *tail]
+    text = "\n".join(lines)
+    if len(text) <= max_chars:
+        return text
+    folded = [STARTED_HEAD]
+    skipped = 0
+    for call in started:
+        if call.mutating:
+            if skipped:
+                folded.append(f"- ({skipped} read-only call{'s' if skipped > 1 else ''})")
+                skipped = 0
+            folded.append(_call_line(call))
+        else:
+            skipped += 1
+    if skipped:
+        folded.append(f"- ({skipped} read-only call{'s' if skipped > 1 else ''})")
+    folded += tail
+    text = "\n".join(folded)
+    if len(text) <= max_chars:
+        return text
+    cut = f"\n… (the rest of the {len(started)} calls cut)"
+    return text[: max(0, max_chars - len(cut))] + cut
+
+
+def with_started_calls(
+    rendered: RunCodeText, started: Sequence[StartedCall], max_result_chars: int = 20_000
+) -> RunCodeText:
+    """An error result with the report of the calls it started appended; else unchanged.
+
+    The report is bounded to half of ``max_result_chars``; the error text
+    before it is cut (its start and its end kept) so the whole stays within
+    ``max_result_chars``.
+    """
+    if not rendered.is_error or not started:
+        return rendered
+    report = started_calls_report(started, max_result_chars // 2)
+    text = rendered.text
+    room = max_result_chars - len(report) - 1
+    if len(text) > room:
+        marker = f"\n… [{len(text):,} characters of the error cut] …\n"
+        keep = max(0, room - len(marker))
+        head = keep - keep // 2
+        text = text[:head] + marker + (text[-(keep // 2) :] if keep // 2 else "")
+    return RunCodeText(f"{text}\n{report}", True)

@@ -12,10 +12,28 @@ per spec 0004's nested-result table:
 | no answer in ``tool_timeout``| ``RuntimeError("tool X timed out after 120s")`` |
 
 Every call that reaches the inner executor, finished or dropped, becomes one
-:class:`daemon.tools.AuditEntry` (spec A7); the optional observer sees each
-entry as its call ends. Calls are logged as ``mcp.tool_call`` / ``mcp.tool_result`` with
-``via="code_mode"``: at ``info``, or at ``warning`` with ``mutating=True``
-when the tool may change something (A6: always on).
+:class:`daemon.tools.AuditEntry` (spec A7). The optional observer sees each
+call twice, with the same ``key``: an entry with outcome ``started`` before
+the inner call is made (so a crash leaves the evidence that it began), and
+the final entry as it ends. Calls are logged as ``mcp.tool_call`` /
+``mcp.tool_result`` with ``via="code_mode"``: at ``info``, or at ``warning``
+with ``mutating=True`` when the tool may change something (A6: always on).
+
+How a call ended, as :attr:`NestedCalls.started` and the audit keep it:
+
+| the call                                              | outcome     |
+|-------------------------------------------------------|-------------|
+| answered, not ``is_error``                            | ``ok``      |
+| answered ``is_error``, timed out, transport error     | ``error``   |
+| cancelled by the host (the snippet ended, a limit, a  | ``cancelled`` |
+| dead worker's reset, ``!stop``)                       |             |
+| its end never observed (still ``started`` when the    | ``unknown`` |
+| report is read; after a daemon crash, set at start)   |             |
+
+The host cancels every call still in flight when a snippet ends, whatever
+ended it (a worker crash included), and sees that cancellation: such a call
+is ``cancelled``. Whether the server had already acted on it cannot be known
+from here; the error report says so for mutating calls.
 """
 
 from __future__ import annotations
@@ -23,6 +41,8 @@ from __future__ import annotations
 import asyncio
 import inspect
 import time
+import uuid
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -35,12 +55,13 @@ from daemon.code_mode.limits import CodeModeLimits
 from daemon.tools import (
     AuditEntry,
     AuditObserver,
+    CallOutcome,
     ToolCallOutput,
     ToolExecutor,
     ToolTransportError,
 )
 
-__all__ = ["NestedCalls"]
+__all__ = ["NestedCalls", "StartedCall"]
 
 log = structlog.get_logger("asyncai.code_mode")
 
@@ -56,8 +77,24 @@ def _runtime_error(message: str) -> ExternalExceptionData:
     return {"exc_type": "RuntimeError", "message": message}
 
 
+@dataclass
+class StartedCall:
+    """One nested call a snippet started, and where it stands (``started`` until it ends)."""
+
+    key: str  # the AuditEntry key of its started and ended entries
+    tool: str
+    arguments: dict[str, Any]
+    mutating: bool
+    outcome: CallOutcome = "started"
+
+
 class NestedCalls:
-    """Runs the nested calls of one ``run_code`` call and keeps their audit entries."""
+    """Runs the nested calls of one ``run_code`` call and keeps their audit entries.
+
+    ``entries``: the final entry of each call, in the order calls ended (the
+    transcript's audit). ``started``: every call in the order it started,
+    with its outcome so far (the error result's report).
+    """
 
     def __init__(
         self,
@@ -66,48 +103,67 @@ class NestedCalls:
         *,
         thread_id: str | None,
         observer: AuditObserver | None = None,
+        started: list[StartedCall] | None = None,
     ):
         self._inner = inner
         self._limits = limits
         self._thread_id = thread_id
         self._observer = observer
         self.entries: list[AuditEntry] = []
+        # shared when several NestedCalls serve one snippet (approved calls after a
+        # resume), so the report lists every call in the order it started
+        self.started: list[StartedCall] = started if started is not None else []
 
     async def run(self, entry: CatalogEntry, arguments: dict) -> ExternalSettledResult:
         """Call the tool; return the settled answer for the sandbox (never raises but cancel)."""
-        tool = entry.tool_name
-        mutating = entry.definition.mutating
+        call = StartedCall(uuid.uuid4().hex, entry.tool_name, arguments, entry.definition.mutating)
+        self.started.append(call)
+        tool, mutating = call.tool, call.mutating
         started, t0 = _utc_now(), time.monotonic()
         self._log("mcp.tool_call", mutating, via="code_mode", tool=tool, arguments=arguments)
         output: ToolCallOutput | None = None
         try:
+            # the started row lands before the call is made: a crash leaves the evidence
+            await self._notify(
+                AuditEntry(
+                    tool=tool,
+                    arguments=arguments,
+                    is_error=False,
+                    bytes=0,
+                    mutating=mutating,
+                    started=started,
+                    duration_ms=0.0,
+                    outcome="started",
+                    key=call.key,
+                )
+            )
             async with asyncio.timeout(self._limits.tool_timeout) as deadline:
                 output = await self._inner.call_tool(tool, arguments)
         except asyncio.CancelledError:
-            # dropped: max_wall, the snippet ended first, or the run was stopped
-            await self._finish(tool, arguments, mutating, started, t0, True, 0, "call dropped")
+            # dropped: max_wall, the snippet ended first, a reset, or the run was stopped
+            await self._finish(call, started, t0, "cancelled", 0, "call dropped")
             raise
         except TimeoutError:
             if not deadline.expired():
                 message = f"tool error: {tool} raised TimeoutError"
             else:
                 message = f"tool {tool} timed out after {self._limits.tool_timeout:g}s"
-            await self._finish(tool, arguments, mutating, started, t0, True, 0, message)
+            await self._finish(call, started, t0, "error", 0, message)
             return _runtime_error(message)
         except ToolTransportError as exc:
             message = f"tool error: {exc}"
-            await self._finish(tool, arguments, mutating, started, t0, True, 0, message)
+            await self._finish(call, started, t0, "error", 0, message)
             return _runtime_error(message)
         except Exception as exc:
             # a broken inner executor must not take the snippet down with it
             log.exception("code_mode.inner_failed", tool=tool)
             message = f"tool error: {type(exc).__name__}: {exc}"
-            await self._finish(tool, arguments, mutating, started, t0, True, 0, message)
+            await self._finish(call, started, t0, "error", 0, message)
             return _runtime_error(message)
 
         nbytes = result_bytes(output)
         await self._finish(
-            tool, arguments, mutating, started, t0, output.is_error, nbytes, log_content(output)
+            call, started, t0, "error" if output.is_error else "ok", nbytes, log_content(output)
         )
         if output.is_error:
             return _runtime_error(output.content or f"tool {tool} failed")
@@ -121,34 +177,41 @@ class NestedCalls:
 
     async def _finish(
         self,
-        tool: str,
-        arguments: dict,
-        mutating: bool,
+        call: StartedCall,
         started: str,
         t0: float,
-        is_error: bool,
+        outcome: CallOutcome,
         nbytes: int,
         content: Any,
     ) -> None:
+        call.outcome = outcome
+        is_error = outcome != "ok"
         entry = AuditEntry(
-            tool=tool,
-            arguments=arguments,
+            tool=call.tool,
+            arguments=call.arguments,
             is_error=is_error,
             bytes=nbytes,
-            mutating=mutating,
+            mutating=call.mutating,
             started=started,
             duration_ms=round((time.monotonic() - t0) * 1000, 3),
+            outcome=outcome,
+            key=call.key,
         )
         self.entries.append(entry)
         self._log(
             "mcp.tool_result",
-            mutating,
+            call.mutating,
             via="code_mode",
-            tool=tool,
+            tool=call.tool,
             is_error=is_error,
+            outcome=outcome,
             bytes=nbytes,
             content=content,
         )
+        await self._notify(entry)
+
+    async def _notify(self, entry: AuditEntry) -> None:
+        """Hand ``entry`` to the observer, bounded; its failure is logged, never raised."""
         if self._observer is None:
             return
         try:
@@ -158,4 +221,4 @@ class NestedCalls:
                     await maybe
         except Exception:
             # the audit sink failing must not break the snippet; the log keeps the entry
-            log.exception("code_mode.observer_failed", tool=tool, entry=entry)
+            log.exception("code_mode.observer_failed", tool=entry.tool, entry=entry)
