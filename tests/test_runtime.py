@@ -21,6 +21,8 @@ import pytest
 from structlog.testing import capture_logs
 
 from daemon.errors import BackendError
+from daemon.runtime.complete import complete
+from daemon.runtime.interrupted import INTERRUPTED_HEAD, INTERRUPTED_TAIL, interrupted_notice
 from daemon.runtime.scheduler import (
     InboundMessage,
     PromptStatus,
@@ -31,6 +33,7 @@ from daemon.runtime.scheduler import (
     reply_client_id,
 )
 from daemon.runtime.store import SessionsRuntimeStore
+from sessions.model import StartedCall
 from sessions.store import Store
 from tests.fakes.runtime_helpers import NICK, FakePublisher, ScriptedModel, msg
 
@@ -419,3 +422,59 @@ def test_options_are_checked():
         RuntimeOptions(max_concurrent_runs=0)
     with pytest.raises(ValueError, match="max_queued_prompts"):
         RuntimeOptions(max_queued_prompts=0)
+
+
+# ---- the interrupted notice and the shield (issue 13) ----------------------------
+
+
+def test_the_interrupted_notice_lists_each_call_and_asks_again():
+    """The notice says the run was interrupted, lists the calls in order with outcomes
+    people read (a call cut off: 'did not finish (outcome unknown)'), asks to ask again."""
+    text = interrupted_notice(
+        [
+            StartedCall("get_object", {"name": "web"}, False, "cancelled"),
+            StartedCall("delete_object", {"name": "old", "namespace": "default"}, True, "ok"),
+            StartedCall("apply", {"manifest": "x" * 100}, True, "cancelled"),
+            StartedCall("scale", {"replicas": 3}, True, "unknown"),
+            StartedCall("rm", {}, True, "error"),
+        ]
+    )
+    assert text.splitlines() == [
+        INTERRUPTED_HEAD,
+        "- get_object(name='web'): cancelled",
+        "- delete_object(name='old', namespace='default') [mutating]: ok",
+        "- apply(manifest='" + "x" * 38 + "…) [mutating]: cancelled before it finished "
+        "(it may have taken effect)",
+        "- scale(replicas=3) [mutating]: did not finish (outcome unknown)",
+        "- rm() [mutating]: failed",
+        INTERRUPTED_TAIL,
+    ]
+
+
+def test_the_interrupted_notice_counts_calls_past_thirty():
+    """Past 30 calls the notice counts the rest, and how many of them were mutating."""
+    calls = [StartedCall("get", {"i": i}, i % 2 == 0, "ok") for i in range(40)]
+    lines = interrupted_notice(calls).splitlines()
+    assert len(lines) == 1 + 30 + 1 + 1
+    assert lines[-2] == "- … and 10 more (5 of them mutating)"
+
+
+async def test_complete_finishes_its_work_then_passes_the_cancellation_on():
+    """complete(): a caller cancelled mid-work waits for the work to end, then is cancelled."""
+    release, finished = asyncio.Event(), []
+
+    async def work() -> str:
+        await release.wait()
+        finished.append("done")
+        return "done"
+
+    caller = asyncio.create_task(complete(work()))
+    await asyncio.sleep(0)
+    caller.cancel()
+    await asyncio.sleep(0)
+    caller.cancel()  # twice: still waits
+    release.set()
+    with pytest.raises(asyncio.CancelledError):
+        await caller
+    assert finished == ["done"]
+    assert await complete(work()) == "done"

@@ -8,15 +8,21 @@ inside one process.
 
 from __future__ import annotations
 
+import asyncio
 import uuid
+from dataclasses import replace
 
 import pytest
 
-from daemon.runtime.runs import RunRequest, RunResult
+from daemon.app import audit_observer
+from daemon.runtime.interrupted import INTERRUPTED_TAIL, interrupted_notice
+from daemon.runtime.ports import reply_client_id
+from daemon.runtime.runs import RunRequest, RunResult, ToolUseContext, current_tool_use
 from daemon.runtime.scheduler import Runtime, RuntimeOptions
 from daemon.runtime.store import SessionsRuntimeStore
+from daemon.tools import AuditEntry
 from sessions.ids import now_iso
-from sessions.model import Record
+from sessions.model import CallOutcome, Record, StartedCall, ToolCallRow
 from sessions.store import Store
 from tests.fakes.runtime_helpers import FakePublisher, ScriptedModel, msg
 
@@ -158,3 +164,233 @@ async def test_shared_channel_follows_threads_known_to_the_store(store):
     await rt.shutdown(grace=1)
     assert await store.get_prompts([chatter.id]) == []
     assert await store.get_cursor("#ops") > chatter.id
+
+
+# ---- no silent re-runs (issue 13) ------------------------------------------------
+
+
+def _call(
+    run_id: str, thread: str, tool: str, *, mutating: bool, outcome: CallOutcome
+) -> ToolCallRow:
+    """An audit row as the observer writes it."""
+    return ToolCallRow(
+        run_id=run_id,
+        thread_id=thread,
+        tool=tool,
+        arguments={"name": "web"},
+        is_error=False,
+        bytes=0,
+        mutating=mutating,
+        started=now_iso(),
+        duration_ms=0.0,
+        outcome=outcome,
+    )
+
+
+async def _crashed_run(path, m, *calls: tuple[str, bool, CallOutcome]) -> None:
+    """A run that started ``calls`` (tool, mutating, outcome) and then the process died."""
+    async with Store(path) as before:
+        await SessionsRuntimeStore(before).record_prompt(m)
+        await before.start_run("run-cut", "#ops", m.thread, [m.id])
+        for tool, mutating, outcome in calls:
+            await before.add_tool_call(
+                _call("run-cut", m.thread, tool, mutating=mutating, outcome=outcome)
+            )
+        # ... and the process dies here: no finish_run.
+
+
+async def test_a_crash_after_a_mutating_call_is_not_run_again_and_the_thread_is_told(tmp_path):
+    """A run cut off by a crash after it started a mutating call is not run again: its
+    thread gets the interrupted notice listing the calls, and its prompt is failed."""
+    path, m = tmp_path / "asyncai.db", msg("scale web to 3")
+    await _crashed_run(path, m, ("get_object", False, "ok"), ("scale", True, "started"))
+    pub, model = FakePublisher(), RecordingModel()
+    async with Store(path) as after:
+        rt = Runtime(store=SessionsRuntimeStore(after), publisher=pub, run=model)
+        assert await rt.recover() == 0
+        await rt.shutdown(grace=1)
+        assert model.requests == []
+        [notice] = pub.sent
+        assert (notice.thread, notice.reply_to) == (m.thread, m.id)
+        assert notice.client_id == reply_client_id("#ops", m.id)
+        assert notice.text == interrupted_notice(
+            [
+                StartedCall("get_object", {"name": "web"}, False, "ok"),
+                StartedCall("scale", {"name": "web"}, True, "unknown"),
+            ]
+        )
+        assert notice.text.splitlines()[1:3] == [
+            "- get_object(name='web'): ok",
+            "- scale(name='web') [mutating]: did not finish (outcome unknown)",
+        ]
+        assert [p.status for p in await after.get_prompts([m.id])] == ["failed"]
+        assert (await after.run_metrics("run-cut") or ("?",))[0] == "interrupted"
+        assert await after.pending_prompts() == []
+
+
+async def test_a_crash_after_only_read_only_calls_is_run_again(tmp_path):
+    """A run cut off after read-only calls only is run again, as before: no notice."""
+    path, m = tmp_path / "asyncai.db", msg("how many pods?")
+    await _crashed_run(path, m, ("list_pods", False, "ok"), ("get_logs", False, "started"))
+    pub, model = FakePublisher(), RecordingModel()
+    async with Store(path) as after:
+        rt = Runtime(store=SessionsRuntimeStore(after), publisher=pub, run=model)
+        assert await rt.recover() == 1
+        await pub.wait_for(1)
+        await rt.shutdown(grace=1)
+        assert [r.prompts[0].id for r in model.requests] == [m.id]
+        assert [p.text for p in pub.sent] == ["answer to: how many pods?"]
+        assert [p.status for p in await after.get_prompts([m.id])] == ["done"]
+
+
+async def test_a_shutdown_after_a_mutating_call_is_not_run_again(tmp_path):
+    """A run whose shutdown grace ran out after it started a mutating call: its prompt
+    is queued at shutdown, and the next start posts the notice instead of running it."""
+    path, m = tmp_path / "asyncai.db", msg("delete the old config map")
+
+    async def mutating_then_hang(request: RunRequest) -> RunResult:
+        await first.add_tool_call(
+            _call(request.run_id, request.thread_id, "delete_object", mutating=True, outcome="ok")
+        )
+        called.set()
+        await asyncio.Event().wait()
+        raise AssertionError("never answers")
+
+    called = asyncio.Event()
+    async with Store(path) as first:
+        rt = Runtime(
+            store=SessionsRuntimeStore(first), publisher=FakePublisher(), run=mutating_then_hang
+        )
+        await rt.submit(m)
+        async with asyncio.timeout(5):
+            await called.wait()
+        await rt.shutdown(grace=0)
+        assert [p.status for p in await first.get_prompts([m.id])] == ["queued"]
+
+    pub, model = FakePublisher(), RecordingModel()
+    async with Store(path) as second:
+        rt = Runtime(store=SessionsRuntimeStore(second), publisher=pub, run=model)
+        assert await rt.recover() == 0
+        await rt.shutdown(grace=1)
+        assert model.requests == []
+        [notice] = pub.sent
+        assert "- delete_object(name='web') [mutating]: ok" in notice.text
+        assert notice.text.endswith(INTERRUPTED_TAIL)
+        assert [p.status for p in await second.get_prompts([m.id])] == ["failed"]
+
+
+async def test_an_unpublished_notice_keeps_the_prompt_pending_and_not_run(tmp_path):
+    """When the notice cannot be published the prompt is neither run nor failed: the
+    next start posts the notice."""
+    path, m = tmp_path / "asyncai.db", msg("restart the api")
+    await _crashed_run(path, m, ("restart", True, "started"))
+    down, model = FakePublisher(), RecordingModel()
+    down.fail = True
+    async with Store(path) as second:
+        rt = Runtime(store=SessionsRuntimeStore(second), publisher=down, run=model)
+        assert await rt.recover() == 0
+        await rt.shutdown(grace=1)
+        assert [p.status for p in await second.get_prompts([m.id])] == ["queued"]
+    pub = FakePublisher()
+    async with Store(path) as third:
+        rt = Runtime(store=SessionsRuntimeStore(third), publisher=pub, run=model)
+        assert await rt.recover() == 0
+        await rt.shutdown(grace=1)
+        assert model.requests == []
+        assert len(pub.sent) == 1
+        assert [p.status for p in await third.get_prompts([m.id])] == ["failed"]
+
+
+class HeldPublisher(FakePublisher):
+    """Publishes only once released, so a test can cancel the run mid-publish."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.entered = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def publish(
+        self, channel: str, text: str, *, thread: str, reply_to: str, client_id: str
+    ) -> str:
+        """Wait for the release, then ack."""
+        self.entered.set()
+        await self.release.wait()
+        return await super().publish(
+            channel, text, thread=thread, reply_to=reply_to, client_id=client_id
+        )
+
+
+async def test_shutdown_while_publishing_still_delivers_and_records_the_run(store):
+    """Only the model run may be cancelled: a shutdown that lands while the reply is being
+    published lets it go out and records the run done."""
+    pub, model = HeldPublisher(), RecordingModel()
+    rt = Runtime(store=SessionsRuntimeStore(store), publisher=pub, run=model)
+    m = msg("status?")
+    await rt.submit(m)
+    async with asyncio.timeout(5):
+        await pub.entered.wait()
+    closing = asyncio.create_task(rt.shutdown(grace=0))
+    await asyncio.sleep(0)  # let the shutdown cancel the run task
+    pub.release.set()
+    await closing
+    assert [p.text for p in pub.sent] == ["answer to: status?"]
+    assert [p.status for p in await store.get_prompts([m.id])] == ["done"]
+    assert (await store.run_metrics(model.requests[0].run_id) or ("?",))[0] == "done"
+
+
+async def test_a_stop_while_publishing_lets_the_answer_through(store):
+    """A !stop that arrives after the model answered, while the reply is published, does
+    not cut the reply or the record: the run is done and no stop note follows."""
+    pub, model = HeldPublisher(), RecordingModel()
+    rt = Runtime(store=SessionsRuntimeStore(store), publisher=pub, run=model)
+    m = msg("status?")
+    await rt.submit(m)
+    async with asyncio.timeout(5):
+        await pub.entered.wait()
+    await rt.submit(msg("!stop", thread=m.thread, sender="bob"))
+    pub.release.set()
+    await pub.wait_for(1)
+    await rt.shutdown(grace=1)
+    assert [p.text for p in pub.sent] == ["answer to: status?"]
+    assert [p.status for p in await store.get_prompts([m.id])] == ["done"]
+
+
+async def test_the_observer_adds_the_row_as_a_call_starts_and_completes_it(store):
+    """audit_observer writes a 'started' row before the call and completes that same row
+    as it ends; an end with no start seen becomes a whole row of its own."""
+    m = msg("x")
+    await SessionsRuntimeStore(store).record_prompt(m)
+    await store.start_run("R1", "#ops", m.thread, [m.id])
+    observe = audit_observer(store)
+    token = current_tool_use.set(ToolUseContext("R1", m.thread, "tu1", "rec-1"))
+    try:
+        entry = AuditEntry("rm", {"p": "/x"}, False, 0, True, now_iso(), 0.0, "started", "k1")
+        await observe(m.thread, entry)
+        assert [(e.outcome, e.record_uuid) for e in await store.audit()] == [("started", "rec-1")]
+        await observe(m.thread, replace(entry, outcome="ok", bytes=9, duration_ms=3.0))
+        assert [(e.outcome, e.bytes) for e in await store.audit()] == [("ok", 9)]
+        await observe(m.thread, replace(entry, outcome="error", is_error=True, key="k2"))
+    finally:
+        current_tool_use.reset(token)
+    assert sorted(e.outcome for e in await store.audit()) == ["error", "ok"]
+
+
+async def test_the_observer_completes_a_start_cancelled_while_it_was_written(store):
+    """A cancellation that lands while the started row is written does not lose it: the
+    end completes that row instead of adding a second one."""
+    m = msg("x")
+    await SessionsRuntimeStore(store).record_prompt(m)
+    await store.start_run("R1", "#ops", m.thread, [m.id])
+    observe = audit_observer(store)
+    token = current_tool_use.set(ToolUseContext("R1", m.thread, "tu1", "rec-1"))
+    try:
+        entry = AuditEntry("rm", {}, False, 0, True, now_iso(), 0.0, "started", "k1")
+        writing = asyncio.create_task(observe(m.thread, entry))
+        await asyncio.sleep(0)
+        writing.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await writing
+        await observe(m.thread, replace(entry, outcome="cancelled", is_error=True))
+    finally:
+        current_tool_use.reset(token)
+    assert [e.outcome for e in await store.audit()] == ["cancelled"]

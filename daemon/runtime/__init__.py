@@ -4,8 +4,10 @@ Holds the scheduler (:mod:`daemon.runtime.scheduler`: one run per thread,
 coalescing, concurrency, ``!stop``, shutdown), the run request and result
 (:mod:`daemon.runtime.runs`), the scheduler's store protocol over the
 sessions store (:mod:`daemon.runtime.store`), the channel adapters
-(:mod:`daemon.runtime.intake`) and the restart note
-(:mod:`daemon.runtime.note`).
+(:mod:`daemon.runtime.intake`), the restart note
+(:mod:`daemon.runtime.note`), the notice of a run not run again after an
+interruption (:mod:`daemon.runtime.interrupted`) and the shield around the
+reply and the run's record (:mod:`daemon.runtime.complete`).
 
 May import: ``daemon.errors``, ``daemon.tools``, ``daemon.code_mode.note`` (the
 note's words), ``channels`` and ``sessions``; never ``daemon.model``,

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Literal, Protocol
 
 from daemon.runtime.runs import HistoryTurn, RunRequest, RunResult
-from sessions.model import PromptStatus
+from sessions.model import InterruptedRun, PromptStatus
 
 __all__ = [
     "InboundMessage",
@@ -98,7 +98,15 @@ class RuntimeStore(Protocol):
         ...
 
     async def pending_prompts(self) -> list[InboundMessage]:
-        """Prompts recorded but not done, oldest first; runs left running become interrupted."""
+        """Prompts recorded but not done, oldest first; runs left running become interrupted.
+
+        Prompts of a run paused for approval are not among them.
+        """
+        ...
+
+    async def interrupted_runs(self) -> list[InterruptedRun]:
+        """Runs cut off after starting a mutating call whose prompts are still pending
+        (read after :meth:`pending_prompts`): those prompts must not run again."""
         ...
 
     async def start_run(

@@ -47,6 +47,8 @@ from dataclasses import dataclass, field
 
 import structlog
 
+from daemon.runtime.complete import complete
+from daemon.runtime.interrupted import report_interrupted
 from daemon.runtime.ports import (
     InboundMessage,
     PromptStatus,
@@ -189,10 +191,25 @@ class Runtime:
         return await self._store.knows_thread(message.channel, message.thread)
 
     async def recover(self) -> int:
-        """Schedule prompts recorded but not done (after a crash or restart); returns how many."""
+        """Schedule prompts recorded but not done (after a crash or restart); returns how many.
+
+        A prompt whose cut-off run had started a mutating call is not run
+        again: its thread gets the interrupted notice instead
+        (:func:`daemon.runtime.interrupted.interrupted_notice`) and the prompt
+        is marked failed once the hub acked the notice. If the notice cannot
+        be published the prompt stays pending, not run, so the next start
+        posts it again (its ``client_id`` keeps a repeat from doubling).
+        """
+        pending = await self._store.pending_prompts()
+        held: set[str] = set()
+        for run in await self._store.interrupted_runs():
+            held.update(run.prompt_ids)
+            await report_interrupted(
+                run, self._store, self._publisher, self._options.publish_timeout
+            )
         count = 0
-        for message in await self._store.pending_prompts():
-            if message.id in self._known_ids:
+        for message in pending:
+            if message.id in self._known_ids or message.id in held:
                 continue
             self._enqueue(message, pump=False)  # whole threads first, so they coalesce
             count += 1
@@ -334,7 +351,9 @@ class Runtime:
             async with deadline:
                 result = await self._run(request)
         except asyncio.CancelledError:
-            # Cancelled by !stop or by shutdown; record it, then let the cancel go on.
+            # Cancelled by !stop or by shutdown: only the model run may be cut off.
+            # Recording it (and the stop note) runs to its end even if another
+            # cancellation arrives; then the cancel goes on.
             stopped_by = thread.stopped_by
             interrupted = RunResult(
                 reply="",
@@ -342,16 +361,19 @@ class Runtime:
                 error=f"stopped by {stopped_by}" if stopped_by else "daemon shutting down",
             )
             if stopped_by is not None:
-                await self._store.finish_run(run_id, interrupted, ids, "failed")
-                await self._publish_quietly(thread, prompts[-1], f"Stopped by {stopped_by}.")
+                await complete(self._store.finish_run(run_id, interrupted, ids, "failed"))
+                await complete(
+                    self._publish_quietly(thread, prompts[-1], f"Stopped by {stopped_by}.")
+                )
                 bound.info("runtime.run_stopped", stopped_by=stopped_by)
                 # The !stop consumed this cancellation; the task ends normally.
                 current = asyncio.current_task()
                 if current is not None:
                     current.uncancel()
                 return
-            # Shutdown: back to queued so the next start answers them.
-            await self._store.finish_run(run_id, interrupted, ids, "queued")
+            # Shutdown: back to queued so the next start answers them (unless the
+            # run started a mutating call: recovery then posts the interrupted notice).
+            await complete(self._store.finish_run(run_id, interrupted, ids, "queued"))
             bound.info("runtime.run_interrupted")
             raise
         except TimeoutError as exc:
@@ -366,6 +388,28 @@ class Runtime:
             bound.exception("runtime.run_error")
             result = RunResult(reply="", status="failed", error=f"{type(exc).__name__}: {exc}")
 
+        try:
+            # The model answered: the reply goes out and the run is recorded, whatever
+            # is cancelled meanwhile (both are bounded: publish_timeout, the store's).
+            await complete(self._deliver(thread, prompts, run_id, ids, result, bound))
+        except asyncio.CancelledError:
+            if thread.stopped_by is None:
+                raise  # shutdown: the run is recorded; let the cancel go on
+            bound.info("runtime.stop_after_answer", stopped_by=thread.stopped_by)
+            current = asyncio.current_task()
+            if current is not None:
+                current.uncancel()
+
+    async def _deliver(
+        self,
+        thread: _Thread,
+        prompts: list[InboundMessage],
+        run_id: str,
+        ids: list[str],
+        result: RunResult,
+        bound: structlog.typing.FilteringBoundLogger,
+    ) -> None:
+        """Publish the run's reply, then record the run and its prompts' status."""
         if result.status != "done":
             bound.warning("runtime.run_failed", error=result.error, status=result.status)
             reply = result.reply.strip() or _error_reply(result.error)
@@ -381,8 +425,9 @@ class Runtime:
                     client_id=reply_client_id(thread.channel, prompts[-1].id),
                 )
         except Exception as exc:
-            # Not acked: keep the prompts pending so the next start answers them;
-            # the reply's client_id keeps a late-stored copy from doubling.
+            # Not acked: keep the prompts pending so the next start answers them
+            # (or, when the run started a mutating call, posts the interrupted
+            # notice); the reply's client_id keeps a late-stored copy from doubling.
             bound.error("runtime.publish_failed", error=f"{type(exc).__name__}: {exc}")
             await self._store.finish_run(run_id, result, ids, "queued")
             return

@@ -11,6 +11,7 @@ from daemon.runtime.ports import InboundMessage, PromptStatus, RecordOutcome
 from daemon.runtime.runs import HistoryTurn, RunResult
 from sessions.errors import ThreadLookupError
 from sessions.ids import now_iso
+from sessions.model import InterruptedRun
 from sessions.store import Store
 
 __all__ = ["SessionsRuntimeStore"]
@@ -71,6 +72,10 @@ class SessionsRuntimeStore:
             )
             for p in await self.store.pending_prompts()
         ]
+
+    async def interrupted_runs(self) -> list[InterruptedRun]:
+        """Runs cut off after a mutating call, whose pending prompts must not run again."""
+        return await self.store.interrupted_runs()
 
     async def start_run(
         self, run_id: str, channel: str, thread_id: str, prompt_ids: list[str]
