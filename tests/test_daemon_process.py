@@ -22,8 +22,9 @@ import pytest
 
 from channels.client import WebSocketChannel
 from channels.hub import Hub
+from daemon.runtime.interrupted import INTERRUPTED_HEAD, INTERRUPTED_TAIL
 from sessions.store import Store
-from tests.fakes.fake_openai import FakeOpenAI, Hold, Reply
+from tests.fakes.fake_openai import FakeOpenAI, Hold, Reply, ToolCalls
 from tests.test_daemon import WAIT, Person, write_config
 
 pytestmark = pytest.mark.slow
@@ -231,3 +232,48 @@ def _runs(db: Path, thread: str) -> list[tuple[str, str, str | None]]:
             " WHERE t.thread_id = ? ORDER BY r.started",
             (thread,),
         ).fetchall()
+
+
+async def test_sigkill_during_a_mutating_call_is_not_repeated_after_restart(world):
+    """Killed with SIGKILL while a mutating tool call is in flight, started again: the
+    prompt is not run again (the tool ran exactly once), and the thread gets the
+    interrupted notice naming the call, whose outcome is unknown."""
+    hub, fake, alice, daemon, tmp = world
+    config = write_config(
+        tmp / "asyncai.toml", hub_url=hub.url, model_url=fake.base_url, servers=True
+    )
+    # approvals would hold the call for a person; this test is about the call itself
+    config.write_text(config.read_text() + '\n[approvals]\nmode = "allow"\n')
+    effects = tmp / "effects.txt"
+    code = f"await append_and_block(path={str(effects)!r})"
+    fake.add(ToolCalls(("run_code", {"code": code})), Reply("never sent"))
+    first = daemon()
+    await first.start()
+    mid, thread = await alice.say("delete the old config map")
+    async with asyncio.timeout(WAIT):
+        # another process writes the file: there is no event to wait on, so poll it
+        while not effects.exists():  # noqa: ASYNC110
+            await asyncio.sleep(0.02)
+    # the side effect happened; the call now blocks in the server
+    first.kill_all()
+    assert await first.wait() == -signal.SIGKILL
+
+    second = daemon()
+    await second.start()
+    [notice] = await alice.reply_in(thread)
+    second.proc.send_signal(signal.SIGTERM)
+    assert await second.wait() == 0
+
+    assert effects.read_text() == "called\n"  # exactly once
+    assert len(fake.requests) == 1  # the prompt never reached the model again
+    assert notice.reply_to == mid
+    head, call, tail = notice.text.splitlines()
+    assert (head, tail) == (INTERRUPTED_HEAD, INTERRUPTED_TAIL)
+    assert call.startswith("- append_and_block(path='/")  # the long path is shortened
+    assert call.endswith(") [mutating]: did not finish (outcome unknown)")
+    async with Store(tmp / "asyncai.db", create=False) as store:
+        [prompt] = await store.get_prompts([mid])
+        assert prompt.status == "failed"
+        [call] = await store.audit(thread=thread)
+        assert (call.tool, call.mutating, call.outcome) == ("append_and_block", True, "unknown")
+    assert [status for _, status, _ in _runs(tmp / "asyncai.db", thread)] == ["interrupted"]

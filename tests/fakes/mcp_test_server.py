@@ -3,7 +3,9 @@
 Tools: ``echo``, ``whoami``, ``barrier`` (returns only once ``parties`` calls
 with the same key are waiting, so gathered calls must really overlap),
 ``crash`` (exits the process mid-call), ``big`` (a large result), ``env``
-(the environment the server was given), ``rm`` (annotated destructive), and
+(the environment the server was given), ``rm`` (annotated destructive),
+``append_and_block`` (mutating: appends a line to a file, then never answers,
+so a test can kill the daemon mid-call), and
 ``--also NAME`` adds a tool called NAME, to make a duplicate of another
 server's tool.
 
@@ -24,6 +26,14 @@ from mcp.types import ToolAnnotations
 
 #: A barrier that never fills ends the call with an error instead of hanging.
 BARRIER_TIMEOUT = 20.0
+#: How long append_and_block blocks: far longer than any test waits for it.
+BLOCK_SECONDS = 60.0
+
+
+def _append(path: str, line: str) -> None:
+    """One line at the end of a file (a small local write: blocking is fine here)."""
+    with open(path, "a") as f:
+        f.write(line + "\n")
 
 
 def build(label: str, also: list[str]) -> MCPServer:
@@ -77,6 +87,14 @@ def build(label: str, also: list[str]) -> MCPServer:
     def rm(path: str) -> str:
         """Pretend to delete a path."""
         return f"removed {path}"
+
+    @server.tool(structured_output=False)
+    async def append_and_block(path: str, line: str = "called") -> str:
+        """Append `line` to the file at `path`, then block (the side effect is done)."""
+        _append(path, line)
+        print(f"append_and_block: appended to {path}", file=sys.stderr, flush=True)
+        await asyncio.sleep(BLOCK_SECONDS)
+        return "appended"
 
     @server.tool(structured_output=False)
     def fail(message: str) -> str:
