@@ -809,10 +809,6 @@ async def test_each_call_ends_ok_or_error_in_the_audit(make_executor):
     ]
 
 
-@pytest.mark.xfail(
-    reason="the executor does not yet pass nested.started to contract.with_started_calls",
-    strict=True,
-)
 async def test_a_failed_snippet_reports_the_calls_it_started(make_executor, fake):
     """A snippet that fails after a mutating call ends its error with the calls it
     started, so the model does not call delete_object a second time."""

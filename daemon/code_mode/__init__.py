@@ -5,7 +5,9 @@ the snippet engine over a Monty session (``engine``) and its nested calls
 (``nested``), the catalog of inner tools as typed stubs (``catalog``,
 ``schema``, ``description``), the value conversion and return contract
 (``convert``, ``contract``), the helpers and hooks around each snippet
-(``helpers``, ``hooks``, ``hints``, ``note``), and the limits.
+(``helpers``, ``hooks``, ``hints``, ``note``), a snippet paused for approval
+and its resumption (``approval``), the result's text and audit (``report``),
+and the limits.
 
 May import: ``daemon.errors``, ``daemon.tools``, ``daemon.logging`` and
 pydantic-monty; nothing else of daemon/ (it knows tools only through the

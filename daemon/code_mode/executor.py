@@ -39,12 +39,12 @@ from pydantic_monty import AsyncMonty, AsyncMontySession, MontyError
 from daemon.code_mode import hooks
 from daemon.code_mode.approval import render_paused, stamping_observer
 from daemon.code_mode.catalog import Catalog
-from daemon.code_mode.contract import render_error
+from daemon.code_mode.contract import render_error, with_started_calls
 from daemon.code_mode.description import RUN_CODE, run_code_definition
 from daemon.code_mode.engine import SnippetOutcome, SnippetRun
 from daemon.code_mode.errors import SandboxUnavailable
 from daemon.code_mode.limits import CodeModeLimits
-from daemon.code_mode.nested import NestedCalls
+from daemon.code_mode.nested import NestedCalls, StartedCall
 from daemon.code_mode.pool import close_pool, create_pool
 from daemon.code_mode.report import audit_json, render_outcome
 from daemon.code_mode.scope import ScopeState
@@ -297,7 +297,10 @@ class CodeModeToolExecutor(BaseToolExecutor):
             run = SnippetRun(self._catalog, self._limits, nested, gate=self._gate)
 
             def nested_for(decision: Decision) -> NestedCalls:
-                return self._nested_calls(state, stamping_observer(self._observer, decision))
+                # approved calls join the snippet's list of started calls
+                return self._nested_calls(
+                    state, stamping_observer(self._observer, decision), started=nested.started
+                )
 
             async def resume_run() -> SnippetOutcome:
                 checked_out = await self._checkout(state)
@@ -310,8 +313,16 @@ class CodeModeToolExecutor(BaseToolExecutor):
         self._evict_overflow()
         return output
 
-    def _nested_calls(self, state: ScopeState, observer: AuditObserver | None) -> NestedCalls:
-        return NestedCalls(self._inner, self._limits, thread_id=state.key, observer=observer)
+    def _nested_calls(
+        self,
+        state: ScopeState,
+        observer: AuditObserver | None,
+        *,
+        started: list[StartedCall] | None = None,
+    ) -> NestedCalls:
+        return NestedCalls(
+            self._inner, self._limits, thread_id=state.key, observer=observer, started=started
+        )
 
     async def _run_locked(
         self, state: ScopeState, code: str, restart: bool, nested: NestedCalls
@@ -373,6 +384,8 @@ class CodeModeToolExecutor(BaseToolExecutor):
         rendered = render_outcome(
             outcome, max_result_chars=self._limits.max_result_chars, thread=state.key
         )
+        # a failed snippet ends with the calls it started, so none is repeated blindly
+        rendered = with_started_calls(rendered, nested.started, self._limits.max_result_chars)
         return ToolCallOutput(rendered.text, rendered.is_error, audit=audit)
 
     async def _checkout(self, state: ScopeState) -> tuple[AsyncMontySession, bool] | SnippetOutcome:
