@@ -43,17 +43,27 @@ import structlog
 from channels.client import Channel, WebSocketChannel
 from channels.errors import ChannelError
 from channels.notify import notify, watchdog_interval
+from daemon.approvals import ApprovalPolicy
 from daemon.code_mode import CodeModeToolExecutor
 from daemon.config import Config
 from daemon.errors import AsyncaiError
 from daemon.mcp.executor import McpToolExecutor
 from daemon.model import OpenAiCompatibleBackend
+from daemon.runtime.approvals import ApprovalDesk
 from daemon.runtime.intake import ChannelPublisher, ChunkJoiner, inbound
 from daemon.runtime.note import RestartNoteExecutor
-from daemon.runtime.runs import RunRequest, RunResult, current_tool_use
+from daemon.runtime.runs import PausedRun, RunRequest, RunResult, current_tool_use
 from daemon.runtime.scheduler import Runtime, RuntimeOptions
 from daemon.runtime.store import SessionsRuntimeStore
-from daemon.tools import AuditEntry, AuditObserver, ToolExecutor
+from daemon.tools import (
+    ApprovalGate,
+    AuditEntry,
+    AuditObserver,
+    Decision,
+    ToolDefinition,
+    ToolExecutor,
+    Verdict,
+)
 from sessions.errors import StoreError
 from sessions.model import ToolCallRow
 from sessions.store import Store
@@ -79,20 +89,25 @@ POOL_SETTLE = 0.05
 
 
 def build_tool_executor(
-    config: Config, *, observer: AuditObserver | None = None, inner: ToolExecutor | None = None
+    config: Config,
+    *,
+    observer: AuditObserver | None = None,
+    inner: ToolExecutor | None = None,
+    gate: ApprovalGate | None = None,
 ) -> ToolExecutor:
     """The executor ``config`` asks for: MCP servers, wrapped in code mode unless ``direct``.
 
     ``inner`` replaces the ``McpToolExecutor`` built from ``config.mcp_servers``
     (``asyncai ask`` keeps a handle on it to check the servers started).
     ``observer`` is passed to the code-mode executor (called as each nested
-    call ends, for the durable audit). Nothing starts until first use.
+    call starts and ends, for the durable audit); ``gate`` is the approval
+    policy it asks before a mutating call. Nothing starts until first use.
     """
     if inner is None:
         inner = build_mcp_executor(config)
     if config.model.tool_mode == "direct":
         return inner
-    return CodeModeToolExecutor(inner, config.code_mode.limits(), observer=observer)
+    return CodeModeToolExecutor(inner, config.code_mode.limits(), observer=observer, gate=gate)
 
 
 def build_mcp_executor(config: Config) -> ToolExecutor:
@@ -207,6 +222,8 @@ class Daemon:
         self._tasks: list[asyncio.Task[None]] = []
         self._intake: asyncio.Task[None] | None = None
         self._closed = False
+        self._policy = ApprovalPolicy.from_config(config.approvals)
+        self._desk: ApprovalDesk | None = None
 
     @property
     def store(self) -> Store:
@@ -256,28 +273,38 @@ class Daemon:
         if self._executor is None:
             self._mcp = build_mcp_executor(config)
             self._executor = build_tool_executor(
-                config, observer=audit_observer(self._store), inner=self._mcp
+                config, observer=audit_observer(self._store), inner=self._mcp, gate=self.gate
             )
         self._noted = RestartNoteExecutor(self._executor)
         # Start the servers and the pool now: a broken setup fails before READY=1.
         await self._executor.start()
-        self._backend = OpenAiCompatibleBackend(config, self._noted)
+        self._backend = OpenAiCompatibleBackend(config, self._noted, gate=self.gate)
         if self._channel is None:
             self._channel = WebSocketChannel(
                 config.channels.url, token=config.channels.token, nick=config.channels.nick
             )
         await self._connect()
+        publisher = ChannelPublisher(self._channel, config.channels.nick)
+        self._desk = ApprovalDesk(
+            store=self._store,
+            publisher=publisher,
+            policy=self._policy,
+            resume=self._resume,
+            publish_timeout=config.runtime.publish_timeout,
+        )
         self.runtime = Runtime(
             store=SessionsRuntimeStore(
                 self._store,
                 history_turns=config.runtime.history_turns,
                 history_chars=config.runtime.history_chars,
             ),
-            publisher=ChannelPublisher(self._channel, config.channels.nick),
+            publisher=publisher,
             run=self._run,
             options=runtime_options(config),
+            approvals=self._desk,
         )
         recovered = await self.runtime.recover()
+        await self._desk.start()  # pending requests re-armed, decided ones resumed
         for name in config.channels.channels:
             since = await self._store.get_cursor(name)
             await self._channel.subscribe(name, since=since)
@@ -337,6 +364,8 @@ class Daemon:
             await asyncio.gather(self._intake, return_exceptions=True)
         if self.runtime is not None:
             await self.runtime.shutdown()
+        if self._desk is not None:
+            await self._desk.close()
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -389,6 +418,21 @@ class Daemon:
         assert self._noted is not None
         self._noted.before_run(request.thread_id, had_earlier_runs=bool(request.history))
         return await self._backend.run(request)
+
+    async def _resume(
+        self, request: RunRequest, paused: PausedRun, decisions: Mapping[int, Decision]
+    ) -> RunResult:
+        """A paused run going on through the backend, once decided."""
+        return await self._backend.resume(request, paused.conversation, paused.pause, decisions)
+
+    def gate(self, definition: ToolDefinition, arguments: dict[str, Any]) -> Verdict:
+        """``[approvals]`` applied to one call (with the run's grants once running).
+
+        Tests that hand the daemon their own executor build it with this gate.
+        """
+        if self._desk is not None:
+            return self._desk.gate(definition, arguments)
+        return self._policy.verdict(definition, arguments)
 
 
 @contextlib.asynccontextmanager

@@ -19,6 +19,7 @@ from typing import Any, Literal
 from .connection import StoreConnections, canonical_timestamp
 from .errors import StoreError
 from .ids import now_iso, thread_key
+from .model import StoredPrompt
 
 __all__ = ["ApprovalStatus", "NewApproval", "StoreApprovals", "StoredApproval"]
 
@@ -194,6 +195,26 @@ class StoreApprovals(StoreConnections):
             " ORDER BY a.decided, a.id",
         )
         return [_stored(r) for r in rows]
+
+    async def run_approvals(self, run_id: str) -> list[StoredApproval]:
+        """Every request of one run, oldest first (its ``!approve ID run`` grants)."""
+        rows = await self._read(
+            f"reading the approvals of run {run_id}",
+            f"SELECT {_COLUMNS}{_FROM} WHERE a.run_id = ? ORDER BY a.requested, a.id",
+            (run_id,),
+        )
+        return [_stored(r) for r in rows]
+
+    async def run_prompts(self, run_id: str) -> list[StoredPrompt]:
+        """The prompts a run answers (a paused run's, to resume it), oldest first."""
+        rows = await self._read(
+            f"reading the prompts of run {run_id}",
+            "SELECT p.id, t.channel, t.thread_id, p.sender, p.text, p.ts, p.status, p.run_id"
+            " FROM prompts p JOIN threads t ON t.id = p.thread WHERE p.run_id = ?"
+            " ORDER BY p.ts, p.id",
+            (run_id,),
+        )
+        return [StoredPrompt(*row) for row in rows]
 
     async def approvals(self, *, pending: bool = False, limit: int = 100) -> list[StoredApproval]:
         """Requests, newest first; only the pending ones with ``pending``."""

@@ -242,15 +242,20 @@ async def test_ninth_thread_evicts_the_least_recently_used_scope(env):
 
 
 async def test_mutating_call_is_audited_in_the_transcript_and_logged(env):
-    """A run with a mutating nested call: transcript records in order, the audit row
-    linked to the assistant record that carried run_code, and a warning log line."""
+    """A run with a mutating nested call: it waits for approval, then runs; transcript
+    records in order, the audit row linked to the assistant record that carried
+    run_code and naming who approved, and a warning log line."""
     daemon, fake, alice = env
     fake.add(
         ToolCalls(("run_code", {"code": "await rm(path='/srv/old')"})),
         Reply("Removed /srv/old."),
     )
     with capture_logs() as logs:
-        mid, reply = await alice.ask("remove /srv/old")
+        mid, request = await alice.ask("remove /srv/old")
+        assert request.text.splitlines()[1] == '- test.rm({"path": "/srv/old"}): destructive'
+        request_id = request.text.splitlines()[-2].split()[1]
+        assert await daemon.store.audit(thread=mid) == []  # not made while it waits
+        _, reply = await alice.ask(f"!approve {request_id}", thread=mid)
     assert reply.text == "Removed /srv/old."
     await settled(daemon, mid)
     [row] = await daemon.store.audit(thread=mid)
@@ -260,13 +265,14 @@ async def test_mutating_call_is_audited_in_the_transcript_and_logged(env):
         True,
         False,
     )
+    assert (row.decision, row.decided_by) == ("approved", "alice")
     records = await daemon.store.transcript(mid, "#ops")
     assert [r.type for r in records] == ["user", "assistant", "user", "assistant"]
     assert records[1].uuid == row.record_uuid
     tool_use = next(b for b in records[1].message["content"] if b["type"] == "tool_use")
     tool_result = records[2].message["content"][0]
     assert tool_result["tool_use_id"] == tool_use["id"]
-    assert records[2].tool_use_result["nested_calls"][0]["tool"] == "rm"
+    assert records[2].tool_use_result["nested_calls"][-1]["tool"] == "rm"
     warnings = [e for e in logs if e["log_level"] == "warning" and e.get("mutating") is True]
     assert warnings
     assert {e.get("tool") for e in warnings} == {"rm"}

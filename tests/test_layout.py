@@ -131,7 +131,8 @@ MAY_IMPORT = {
     "daemon.code_mode": SHARED,
     "daemon.mcp": SHARED,
     "daemon.config": SHARED | {"daemon.code_mode", "daemon.mcp"},
-    "daemon.runtime": SHARED | {"daemon.code_mode", "channels", "sessions"},
+    "daemon.runtime": SHARED
+    | {"daemon.code_mode", "daemon.approvals", "daemon.config", "channels", "sessions"},
     "daemon.approvals": SHARED | {"daemon.config"},
     "daemon.model": SHARED
     | {"daemon.code_mode", "daemon.config", "daemon.local_model", "daemon.runtime", "sessions"},

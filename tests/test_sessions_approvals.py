@@ -94,3 +94,12 @@ async def test_pending_and_unresumed_requests_are_found_after_a_restart(tmp_path
         assert await again.unresumed_decisions() == []
         assert {a.id for a in await again.approvals(pending=True)} == {"aaaaaa", "bbbbbb"}
         assert len(await again.approvals()) == 3
+
+
+async def test_the_prompts_of_a_paused_run_are_found_by_its_id(store: Store) -> None:
+    """What the run answers, to resume it after a restart."""
+    prompts = await store.run_prompts("R1")
+    assert [(p.id, p.sender, p.text, p.status) for p in prompts] == [
+        ("M1", "alice", "delete web", "running")
+    ]
+    assert await store.run_prompts("R9") == []

@@ -43,12 +43,14 @@ import asyncio
 import uuid
 from collections import deque
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 
 import structlog
 
+from daemon.runtime.approvals import ApprovalDesk, ResumeJob
 from daemon.runtime.complete import complete
+from daemon.runtime.deliver import deliver, publish_quietly
 from daemon.runtime.interrupted import report_interrupted
+from daemon.runtime.pausing import PausedRuns, ThreadKey, ThreadRun
 from daemon.runtime.ports import (
     InboundMessage,
     PromptStatus,
@@ -84,28 +86,8 @@ log = structlog.get_logger("asyncai.runtime")
 STOP_COMMAND = "!stop"
 """A message whose whole text is this cancels the thread's active run."""
 
-# A failed run's reply is a short line, not a traceback: details are in the log
-# and on the run row.
-_MAX_ERROR_REPLY = 300
 
-
-@dataclass
-class _Thread:
-    """Scheduling state of one thread; dropped as soon as it is idle."""
-
-    channel: str
-    thread_id: str
-    queued: list[InboundMessage] = field(default_factory=list)
-    active: asyncio.Task[None] | None = None
-    active_prompts: list[InboundMessage] = field(default_factory=list)
-    stopped_by: str | None = None  # the sender of the !stop that cancelled the active run
-    ready: bool = False  # waiting in the ready FIFO for a slot
-
-
-_Key = tuple[str, str]
-
-
-class Runtime:
+class Runtime(PausedRuns):
     """Schedules runs per thread, bounded globally; owns every run task."""
 
     def __init__(
@@ -115,13 +97,17 @@ class Runtime:
         publisher: RuntimePublisher,
         run: RunFunction,
         options: RuntimeOptions | None = None,
+        approvals: ApprovalDesk | None = None,
     ):
         self._store = store
+        self._approvals = approvals
+        if approvals is not None:
+            approvals.bind(schedule=self._schedule_resume, hold=self._hold)
         self._publisher = publisher
         self._run = run
         self._options = options or RuntimeOptions()
-        self._threads: dict[_Key, _Thread] = {}
-        self._ready: deque[_Key] = deque()
+        self._threads: dict[ThreadKey, ThreadRun] = {}
+        self._ready: deque[ThreadKey] = deque()
         self._queued_count = 0
         self._known_ids: set[str] = set()  # prompt ids queued or in a run (replays are skipped)
         self._tasks: set[asyncio.Task[None]] = set()
@@ -164,6 +150,9 @@ class Runtime:
                 message_id=message.id,
                 reason="not in allowed_senders",
             )
+            await self._store.advance_cursor(message.channel, message.id)
+            return False
+        if self._approvals is not None and await self._approvals.handle(message):
             await self._store.advance_cursor(message.channel, message.id)
             return False
         if message.text.strip() == STOP_COMMAND:
@@ -232,7 +221,7 @@ class Runtime:
         key = (message.channel, message.thread)
         thread = self._threads.get(key)
         if thread is None:
-            thread = self._threads[key] = _Thread(message.channel, message.thread)
+            thread = self._threads[key] = ThreadRun(message.channel, message.thread)
         thread.queued.append(message)
         self._queued_count += 1
         self._known_ids.add(message.id)
@@ -249,11 +238,15 @@ class Runtime:
             key = self._ready.popleft()
             thread = self._threads[key]
             thread.ready = False
-            prompts, thread.queued = thread.queued, []
-            self._queued_count -= len(prompts)
-            thread.active_prompts = prompts
             thread.stopped_by = None
-            task = asyncio.create_task(self._run_thread(thread, prompts), name=f"run {key}")
+            job, thread.resume = thread.resume, None
+            if job is not None:  # a decided paused run goes first; the queue waits
+                prompts = job.prompts
+            else:
+                prompts, thread.queued = thread.queued, []
+                self._queued_count -= len(prompts)
+            thread.active_prompts = prompts
+            task = asyncio.create_task(self._run_thread(thread, prompts, job), name=f"run {key}")
             thread.active = task
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
@@ -271,6 +264,14 @@ class Runtime:
     async def _stop_thread(self, message: InboundMessage) -> None:
         """``!stop``: cancel the thread's active run and drop what queued behind it."""
         thread = self._threads.get((message.channel, message.thread))
+        if (
+            thread is not None
+            and thread.paused
+            and self._approvals is not None
+            and await self._approvals.stop(message.channel, message.thread, message.sender)
+        ):
+            log.info("runtime.stop_paused", channel=message.channel, thread=message.thread)
+            return  # the paused run ends with the stop note; what queued runs after it
         if thread is None or (thread.active is None and not thread.queued):
             log.info("runtime.stop_ignored", channel=message.channel, thread=message.thread)
             return
@@ -302,13 +303,16 @@ class Runtime:
             )
         self._pump()
 
-    async def _run_thread(self, thread: _Thread, prompts: list[InboundMessage]) -> None:
-        """One run of one thread, from the run row to the acked reply; then the follow-up."""
-        run_id = str(uuid.uuid4())
+    async def _run_thread(
+        self, thread: ThreadRun, prompts: list[InboundMessage], job: ResumeJob | None = None
+    ) -> None:
+        """One run of one thread (or a paused one going on), from the run row to the
+        acked reply; then the follow-up."""
+        run_id = job.run_id if job is not None else str(uuid.uuid4())
         ids = [m.id for m in prompts]
         bound = log.bind(run_id=run_id, channel=thread.channel, thread=thread.thread_id)
         try:
-            await self._execute(thread, prompts, run_id, ids, bound)
+            await self._execute(thread, prompts, run_id, ids, bound, job)
         except Exception:
             # The store or the channel failed outside the run itself. The prompts
             # stay recorded as not done, so the next start answers them.
@@ -319,7 +323,9 @@ class Runtime:
             thread.active = None
             thread.active_prompts = []
             key = (thread.channel, thread.thread_id)
-            if thread.queued and not self._closing:
+            if thread.paused:
+                pass  # what queued waits for the decision (then _schedule_resume)
+            elif thread.queued and not self._closing:
                 if not thread.ready:
                     thread.ready = True
                     self._ready.append(key)
@@ -329,27 +335,39 @@ class Runtime:
 
     async def _execute(
         self,
-        thread: _Thread,
+        thread: ThreadRun,
         prompts: list[InboundMessage],
         run_id: str,
         ids: list[str],
         bound: structlog.typing.FilteringBoundLogger,
+        job: ResumeJob | None = None,
     ) -> None:
-        await self._store.start_run(run_id, thread.channel, thread.thread_id, ids)
-        bound.info("runtime.run_started", prompts=ids)
+        if job is None:
+            await self._store.start_run(run_id, thread.channel, thread.thread_id, ids)
+            bound.info("runtime.run_started", prompts=ids)
+        else:
+            # Taken before the run goes on: a crash from here on is an interruption
+            # (recovery's rule), never a second resume that repeats approved calls.
+            assert self._approvals is not None
+            await self._approvals.resumed(job.request_id)
+            bound.info("runtime.run_resumed", request=job.request_id, outcome=job.outcome)
         deadline: asyncio.Timeout | None = None
         try:
-            history = await self._store.history(thread.channel, thread.thread_id)
-            request = RunRequest(
-                run_id=run_id,
-                channel=thread.channel,
-                thread_id=thread.thread_id,
-                history=history,
-                prompts=[Prompt(m.id, m.sender, m.text) for m in prompts],
-            )
             deadline = asyncio.timeout(self._options.max_run_seconds)
-            async with deadline:
-                result = await self._run(request)
+            if job is not None:
+                async with deadline:
+                    result = await job.run()
+            else:
+                history = await self._store.history(thread.channel, thread.thread_id)
+                request = RunRequest(
+                    run_id=run_id,
+                    channel=thread.channel,
+                    thread_id=thread.thread_id,
+                    history=history,
+                    prompts=[Prompt(m.id, m.sender, m.text) for m in prompts],
+                )
+                async with deadline:
+                    result = await self._run(request)
         except asyncio.CancelledError:
             # Cancelled by !stop or by shutdown: only the model run may be cut off.
             # Recording it (and the stop note) runs to its end even if another
@@ -388,6 +406,12 @@ class Runtime:
             bound.exception("runtime.run_error")
             result = RunResult(reply="", status="failed", error=f"{type(exc).__name__}: {exc}")
 
+        if result.status == "paused":
+            if await complete(self._paused(thread, prompts, run_id, result, bound)):
+                return
+            result = RunResult(
+                reply="", status="failed", error="the approval request could not be stored"
+            )
         try:
             # The model answered: the reply goes out and the run is recorded, whatever
             # is cancelled meanwhile (both are bounded: publish_timeout, the store's).
@@ -402,55 +426,34 @@ class Runtime:
 
     async def _deliver(
         self,
-        thread: _Thread,
+        thread: ThreadRun,
         prompts: list[InboundMessage],
         run_id: str,
         ids: list[str],
         result: RunResult,
         bound: structlog.typing.FilteringBoundLogger,
     ) -> None:
-        """Publish the run's reply, then record the run and its prompts' status."""
-        if result.status != "done":
-            bound.warning("runtime.run_failed", error=result.error, status=result.status)
-            reply = result.reply.strip() or _error_reply(result.error)
-        else:
-            reply = result.reply.strip() or "(the model returned an empty reply)"
-        try:
-            async with asyncio.timeout(self._options.publish_timeout):
-                ack = await self._publisher.publish(
-                    thread.channel,
-                    reply,
-                    thread=thread.thread_id,
-                    reply_to=prompts[-1].id,
-                    client_id=reply_client_id(thread.channel, prompts[-1].id),
-                )
-        except Exception as exc:
-            # Not acked: keep the prompts pending so the next start answers them
-            # (or, when the run started a mutating call, posts the interrupted
-            # notice); the reply's client_id keeps a late-stored copy from doubling.
-            bound.error("runtime.publish_failed", error=f"{type(exc).__name__}: {exc}")
-            await self._store.finish_run(run_id, result, ids, "queued")
-            return
-        await self._store.finish_run(
-            run_id, result, ids, "done" if result.status == "done" else "failed"
+        await deliver(
+            self._store,
+            self._publisher,
+            self._options,
+            thread.channel,
+            thread.thread_id,
+            prompts,
+            run_id,
+            ids,
+            result,
+            bound,
         )
-        bound.info("runtime.run_finished", status=result.status, reply_id=ack)
+        if self._approvals is not None:
+            self._approvals.finished(run_id)
 
     async def _publish_quietly(
-        self, thread: _Thread, last_prompt: InboundMessage, text: str
+        self, thread: ThreadRun, last_prompt: InboundMessage, text: str
     ) -> None:
-        """Publish a short notice; a failure is logged, never raised (it is only a notice)."""
-        try:
-            async with asyncio.timeout(self._options.publish_timeout):
-                await self._publisher.publish(
-                    thread.channel,
-                    text,
-                    thread=thread.thread_id,
-                    reply_to=last_prompt.id,
-                    client_id=reply_client_id(thread.channel, last_prompt.id),
-                )
-        except Exception as exc:
-            log.warning("runtime.notice_failed", error=f"{type(exc).__name__}: {exc}")
+        await publish_quietly(
+            self._publisher, self._options, thread.channel, thread.thread_id, last_prompt, text
+        )
 
     # ---- shutdown -------------------------------------------------------------------
 
@@ -469,13 +472,6 @@ class Runtime:
             if pending:
                 log.warning("runtime.shutdown_cancelled", runs=len(pending))
         await _drain(self._tasks)
-
-
-def _error_reply(error: str | None) -> str:
-    text = f"Sorry, this run failed: {error or 'unknown error'}"
-    if len(text) > _MAX_ERROR_REPLY:
-        text = text[: _MAX_ERROR_REPLY - 1] + "…"
-    return text
 
 
 async def _drain(tasks: Iterable[asyncio.Task[None]]) -> None:

@@ -5,7 +5,8 @@ with the same key are waiting, so gathered calls must really overlap),
 ``crash`` (exits the process mid-call), ``big`` (a large result), ``env``
 (the environment the server was given), ``rm`` (annotated destructive),
 ``append_and_block`` (mutating: appends a line to a file, then never answers,
-so a test can kill the daemon mid-call), and
+so a test can kill the daemon mid-call), ``append_line`` (mutating) and
+``erase`` (destructive), both writing a line to a file, for the approvals, and
 ``--also NAME`` adds a tool called NAME, to make a duplicate of another
 server's tool.
 
@@ -95,6 +96,21 @@ def build(label: str, also: list[str]) -> MCPServer:
         print(f"append_and_block: appended to {path}", file=sys.stderr, flush=True)
         await asyncio.sleep(BLOCK_SECONDS)
         return "appended"
+
+    @server.tool(structured_output=False, annotations=ToolAnnotations(read_only_hint=False))
+    def append_line(path: str, line: str) -> str:
+        """Append `line` to the file at `path` (mutating, not destructive)."""
+        _append(path, line)
+        return f"appended {line}"
+
+    @server.tool(
+        structured_output=False,
+        annotations=ToolAnnotations(read_only_hint=False, destructive_hint=True),
+    )
+    def erase(path: str) -> str:
+        """Record an erase of `path` in it (destructive)."""
+        _append(path, "erased")
+        return f"erased {path}"
 
     @server.tool(structured_output=False)
     def fail(message: str) -> str:

@@ -1,0 +1,401 @@
+"""The runtime's side of approvals: store a paused run, take decisions, resume it.
+
+:class:`ApprovalDesk` sits beside the scheduler (:mod:`daemon.runtime.scheduler`):
+
+- as the :data:`~daemon.tools.ApprovalGate` it applies ``[approvals]`` to each
+  mutating call, with the run's ``!approve ID run`` grants (the run comes from
+  ``current_tool_use``, which the backend sets around every tool call);
+- :meth:`paused` stores a paused run's request in ONE statement (calls,
+  snapshot, conversation), publishes it in the thread and arms its expiry;
+- :meth:`handle` takes ``!approve ID [run]`` / ``!deny ID [reason]``: a nick
+  that may not decide, an unknown id or one already decided gets one line,
+  and nothing runs; a decision is recorded once and the run is handed back to
+  the scheduler as a :class:`ResumeJob` (it takes a concurrency slot then, not
+  while it waits);
+- :meth:`stop` is ``!stop`` on a paused run; :meth:`start` re-arms the expiry
+  of pending requests and resumes decisions not acted on after a restart.
+
+Nothing is kept only in memory that a restart needs: the request, its
+decision and the run's grants are rows of the ``approvals`` table.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+import structlog
+
+from daemon.approvals import (
+    ApprovalPolicy,
+    Approve,
+    Deny,
+    Malformed,
+    new_request_id,
+    parse_decision,
+    request_text,
+)
+from daemon.runtime.ports import InboundMessage, RuntimePublisher, reply_client_id
+from daemon.runtime.runs import PausedRun, Prompt, RunRequest, RunResult, current_tool_use
+from daemon.tools import Decision, Pause, PendingCall, ToolDefinition, Verdict
+from sessions.approvals import NewApproval, StoredApproval
+from sessions.store import Store
+
+__all__ = ["ApprovalDesk", "ResumeFunction", "ResumeJob"]
+
+log = structlog.get_logger("asyncai.approvals")
+
+ResumeFunction = Callable[[RunRequest, PausedRun, Mapping[int, Decision]], Awaitable[RunResult]]
+"""Go on with a paused run: ``OpenAiCompatibleBackend.resume`` in the daemon."""
+
+Outcome = Literal["approved", "denied", "expired", "stopped"]
+
+
+@dataclass(frozen=True)
+class ResumeJob:
+    """A decided request, handed to the scheduler to run in its thread."""
+
+    request_id: str
+    run_id: str
+    channel: str
+    thread_id: str
+    prompts: list[InboundMessage]
+    outcome: Outcome
+    run: Callable[[], Awaitable[RunResult]]
+
+
+def _iso(seconds: float) -> str:
+    return datetime.fromtimestamp(seconds, UTC).isoformat(timespec="milliseconds")[:-6] + "Z"
+
+
+def _seconds(iso: str) -> float:
+    return datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
+
+
+class ApprovalDesk:
+    """Requests, decisions and expiry of paused runs; see the module docstring."""
+
+    def __init__(
+        self,
+        *,
+        store: Store,
+        publisher: RuntimePublisher,
+        policy: ApprovalPolicy,
+        resume: ResumeFunction,
+        publish_timeout: float = 60.0,
+        clock: Callable[[], float] = time.time,
+    ):
+        self._store = store
+        self._publisher = publisher
+        self.policy = policy
+        self._resume = resume
+        self._publish_timeout = publish_timeout
+        self._clock = clock
+        self._grants: dict[str, set[str]] = {}  # run id -> server.tool approved for the run
+        self._timers: dict[str, asyncio.Task[None]] = {}
+        self._schedule: Callable[[ResumeJob], None] | None = None
+        self._hold: Callable[[str, str], None] | None = None
+
+    def bind(
+        self, *, schedule: Callable[[ResumeJob], None], hold: Callable[[str, str], None]
+    ) -> None:
+        """The scheduler's hooks: run a :class:`ResumeJob`; keep a thread busy while paused."""
+        self._schedule, self._hold = schedule, hold
+
+    # ---- the gate ---------------------------------------------------------------------
+
+    def gate(self, definition: ToolDefinition, arguments: dict[str, Any]) -> Verdict:
+        """The policy's verdict on one call, with the current run's grants."""
+        context = current_tool_use.get()
+        granted = self._grants.get(context.run_id, set()) if context is not None else set()
+        return self.policy.verdict(definition, arguments, granted=granted)
+
+    # ---- a run pauses -----------------------------------------------------------------
+
+    async def paused(
+        self,
+        channel: str,
+        thread_id: str,
+        run_id: str,
+        prompts: list[InboundMessage],
+        result: RunResult,
+    ) -> str:
+        """Store the request (one statement), publish it, arm its expiry; its id."""
+        assert result.paused is not None
+        pause = result.paused.pause
+        request_id = new_request_id()
+        requester = prompts[0].sender if prompts else ""
+        now = self._clock()
+        expires = now + self.policy.expire_after
+        conversation = {**result.paused.conversation, "pause_state": pause.state}
+        await self._store.add_approval(
+            NewApproval(
+                id=request_id,
+                run_id=run_id,
+                channel=channel,
+                thread_id=thread_id,
+                requested_by=requester,
+                expires=_iso(expires),
+                calls=[_call_json(c) for c in pause.calls],
+                conversation=conversation,
+                snapshot=pause.snapshot,
+                requested=_iso(now),
+            )
+        )
+        log.warning(
+            "approvals.requested",
+            request=request_id,
+            run_id=run_id,
+            channel=channel,
+            thread=thread_id,
+            calls=[f"{c.server}.{c.tool}" if c.server else c.tool for c in pause.calls],
+        )
+        text = request_text(request_id, pause.calls, deciders=self.policy.who_decides(requester))
+        await self._say(channel, thread_id, prompts[-1].id if prompts else None, text, request_id)
+        self._arm(request_id, expires - now)
+        return request_id
+
+    # ---- decisions ----------------------------------------------------------------------
+
+    async def handle(self, message: InboundMessage) -> bool:
+        """Take ``message`` if it is a decision (answered, acted on); False otherwise."""
+        parsed = parse_decision(message.text)
+        if parsed is None:
+            return False
+        if isinstance(parsed, Malformed):
+            await self._say(message.channel, message.thread, message.id, parsed.problem)
+            return True
+        request = await self._store.get_approval(parsed.request_id)
+        if request is None or (request.channel, request.thread_id) != (
+            message.channel,
+            message.thread,
+        ):
+            await self._say(
+                message.channel,
+                message.thread,
+                message.id,
+                f"There is no approval request {parsed.request_id} in this thread.",
+            )
+            return True
+        if request.status != "pending":
+            who = f" by {request.decided_by}" if request.decided_by else ""
+            await self._say(
+                message.channel,
+                message.thread,
+                message.id,
+                f"Request {request.id} was already {request.status}{who}.",
+            )
+            return True
+        if not self.policy.may_decide(message.sender, request.requested_by):
+            await self._say(
+                message.channel,
+                message.thread,
+                message.id,
+                f"{message.sender} may not decide request {request.id}: only "
+                f"{self.policy.who_decides(request.requested_by)} may.",
+            )
+            return True
+        if isinstance(parsed, Approve):
+            outcome: Outcome = "approved"
+            scope: Literal["call", "run"] = "run" if parsed.whole_run else "call"
+            reason = ""
+        else:
+            assert isinstance(parsed, Deny)
+            outcome, scope, reason = "denied", "call", parsed.reason
+        if not await self._store.decide_approval(
+            request.id, outcome, by=message.sender, reason=reason or None, scope=scope
+        ):
+            await self._say(
+                message.channel,
+                message.thread,
+                message.id,
+                f"Request {request.id} was already decided.",
+            )
+            return True
+        log.warning(
+            "approvals.decided",
+            request=request.id,
+            decision=outcome,
+            by=message.sender,
+            scope=scope,
+        )
+        decided = await self._store.get_approval(request.id)
+        await self._hand_over(decided or request)
+        return True
+
+    async def stop(self, channel: str, thread_id: str, by: str) -> bool:
+        """``!stop`` on a paused run of this thread: the request ends as stopped, and the
+        run is handed back to end there; False when the thread has no pending request."""
+        for request in await self._store.pending_approvals():
+            if (request.channel, request.thread_id) != (channel, thread_id):
+                continue
+            if await self._store.decide_approval(request.id, "stopped", by=by):
+                decided = await self._store.get_approval(request.id)
+                await self._hand_over(decided or request)
+                return True
+        return False
+
+    async def resumed(self, request_id: str) -> None:
+        """The scheduler finished (or paused again) the resumed run: the decision is used."""
+        await self._store.mark_resumed(request_id)
+
+    # ---- start and stop ---------------------------------------------------------------
+
+    async def start(self) -> int:
+        """After a restart: keep paused threads busy, re-arm expiries, resume decisions
+        taken but not acted on. Returns how many requests it found."""
+        pending = await self._store.pending_approvals()
+        now = self._clock()
+        for request in pending:
+            if self._hold is not None:
+                self._hold(request.channel, request.thread_id)
+            self._arm(request.id, _seconds(request.expires) - now)
+        decided = await self._store.unresumed_decisions()
+        for request in decided:
+            if self._hold is not None:
+                self._hold(request.channel, request.thread_id)
+            await self._hand_over(request)
+        if pending or decided:
+            log.info("approvals.restored", pending=len(pending), decided=len(decided))
+        return len(pending) + len(decided)
+
+    async def close(self) -> None:
+        """Cancel the expiry timers (the requests stay stored and are re-armed at start)."""
+        timers = list(self._timers.values())
+        self._timers.clear()
+        for task in timers:
+            task.cancel()
+        await asyncio.gather(*timers, return_exceptions=True)
+
+    # ---- internals --------------------------------------------------------------------
+
+    def _arm(self, request_id: str, delay: float) -> None:
+        task = asyncio.create_task(
+            self._expire_later(request_id, max(0.0, delay)), name=f"approval {request_id}"
+        )
+        self._timers[request_id] = task
+        task.add_done_callback(lambda t: self._timers.pop(request_id, None))
+
+    async def _expire_later(self, request_id: str, delay: float) -> None:
+        await asyncio.sleep(delay)
+        try:
+            if not await self._store.decide_approval(request_id, "expired", by="expiry"):
+                return  # decided meanwhile
+            request = await self._store.get_approval(request_id)
+            if request is not None:
+                log.warning("approvals.expired", request=request_id)
+                await self._hand_over(request)
+        except Exception:
+            # the request stays pending in the store; the next start expires it
+            log.exception("approvals.expiry_failed", request=request_id)
+
+    async def _hand_over(self, request: StoredApproval) -> None:
+        """Give the scheduler the job that goes on with the decided run."""
+        timer = self._timers.pop(request.id, None)
+        if timer is not None and timer is not asyncio.current_task():
+            timer.cancel()
+        stored = await self._store.run_prompts(request.run_id)
+        prompts = [
+            InboundMessage(p.channel, p.id, p.thread_id, p.sender, p.text, ts=p.ts) for p in stored
+        ]
+        for earlier in await self._store.run_approvals(request.run_id):
+            if earlier.status == "approved" and earlier.scope == "run":
+                self._grants.setdefault(request.run_id, set()).update(
+                    _qualified(c) for c in earlier.calls
+                )
+        if request.status == "pending":
+            raise RuntimeError(f"approval {request.id} is not decided")
+        outcome: Outcome = request.status
+        job = ResumeJob(
+            request_id=request.id,
+            run_id=request.run_id,
+            channel=request.channel,
+            thread_id=request.thread_id,
+            prompts=prompts,
+            outcome=outcome,
+            run=lambda: self._go_on(request, prompts),
+        )
+        if self._schedule is None:
+            raise RuntimeError("the approval desk is not bound to a scheduler")
+        self._schedule(job)
+
+    async def _go_on(self, request: StoredApproval, prompts: list[InboundMessage]) -> RunResult:
+        """The resumed run's result (or, for a stopped request, the stop)."""
+        if request.status == "stopped":
+            by = request.decided_by or "someone"
+            return RunResult(
+                reply=f"Stopped by {by}.", status="interrupted", error=f"stopped by {by}"
+            )
+        decisions = self._decisions(request)
+        conversation = dict(request.conversation)
+        state = conversation.pop("pause_state", {})
+        calls = tuple(PendingCall(**c) for c in request.calls)
+        pause = Pause(calls=calls, snapshot=request.snapshot, state=state)
+        run_request = RunRequest(
+            run_id=request.run_id,
+            channel=request.channel,
+            thread_id=request.thread_id,
+            history=[],
+            prompts=[Prompt(m.id, m.sender, m.text) for m in prompts],
+        )
+        return await self._resume(run_request, PausedRun(pause, conversation), decisions)
+
+    def finished(self, run_id: str) -> None:
+        """The run is over: its grants go (they never outlive it)."""
+        self._grants.pop(run_id, None)
+
+    def _decisions(self, request: StoredApproval) -> dict[int, Decision]:
+        waited = 0.0
+        if request.decided is not None:
+            waited = max(0.0, (_seconds(request.decided) - _seconds(request.requested)) * 1000)
+        if request.status == "approved":
+            decision = Decision(True, request.decided_by or "", "", waited, "approved")
+        elif request.status == "expired":
+            reason = f"the request expired after {self.policy.expire_after:g} s"
+            decision = Decision(False, "expiry", reason, waited, "expired")
+        else:
+            decision = Decision(
+                False, request.decided_by or "", request.reason or "", waited, "denied"
+            )
+        return {int(c["call_id"]): decision for c in request.calls}
+
+    async def _say(
+        self,
+        channel: str,
+        thread_id: str,
+        reply_to: str | None,
+        text: str,
+        key: str | None = None,
+    ) -> None:
+        """Publish a line in the thread; a failure is logged (the state is in the store)."""
+        try:
+            async with asyncio.timeout(self._publish_timeout):
+                await self._publisher.publish(
+                    channel,
+                    text,
+                    thread=thread_id,
+                    reply_to=reply_to or thread_id,
+                    client_id=reply_client_id(channel, f"approval:{key or reply_to}"),
+                )
+        except Exception as exc:
+            log.warning("approvals.publish_failed", error=f"{type(exc).__name__}: {exc}")
+
+
+def _call_json(call: PendingCall) -> dict[str, Any]:
+    return {
+        "call_id": call.call_id,
+        "tool": call.tool,
+        "server": call.server,
+        "arguments": call.arguments,
+        "why": call.why,
+        "py_name": call.py_name,
+    }
+
+
+def _qualified(call: Mapping[str, Any]) -> str:
+    server = call.get("server")
+    return f"{server}.{call['tool']}" if server else str(call["tool"])

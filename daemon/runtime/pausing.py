@@ -1,0 +1,98 @@
+"""Threads whose run waits for approval: the scheduler's side of it.
+
+:class:`ThreadRun` is the scheduling state of one thread. :class:`PausedRuns`
+is mixed into :class:`daemon.runtime.scheduler.Runtime`: a paused run is
+handed to the :class:`~daemon.runtime.approvals.ApprovalDesk` and its thread
+stays busy without holding a slot (new prompts queue behind it); a decided
+request comes back as a :class:`~daemon.runtime.approvals.ResumeJob` that
+runs in the thread before what queued.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from dataclasses import dataclass, field
+
+import structlog
+
+from daemon.runtime.approvals import ApprovalDesk, ResumeJob
+from daemon.runtime.ports import InboundMessage
+from daemon.runtime.runs import RunResult
+
+__all__ = ["PausedRuns", "ThreadKey", "ThreadRun"]
+
+ThreadKey = tuple[str, str]
+
+
+@dataclass
+class ThreadRun:
+    """Scheduling state of one thread; dropped as soon as it is idle."""
+
+    channel: str
+    thread_id: str
+    queued: list[InboundMessage] = field(default_factory=list)
+    active: asyncio.Task[None] | None = None
+    active_prompts: list[InboundMessage] = field(default_factory=list)
+    stopped_by: str | None = None  # the sender of the !stop that cancelled the active run
+    ready: bool = False  # waiting in the ready FIFO for a slot
+    paused: bool = False  # a run waits for approval: the thread stays busy, holds no slot
+    resume: ResumeJob | None = None  # a decided paused run, to run before what queued
+
+
+class PausedRuns:
+    """Holding, resuming and asking for paused runs (mixed into the Runtime)."""
+
+    _threads: dict[ThreadKey, ThreadRun]
+    _ready: deque[ThreadKey]
+    _approvals: ApprovalDesk | None
+
+    def _pump(self) -> None:
+        raise NotImplementedError  # the Runtime's
+
+    async def _paused(
+        self,
+        thread: ThreadRun,
+        prompts: list[InboundMessage],
+        run_id: str,
+        result: RunResult,
+        bound: structlog.typing.FilteringBoundLogger,
+    ) -> bool:
+        """Hand a paused run to the desk: stored, asked in the thread; False if it failed."""
+        if self._approvals is None:
+            bound.error("runtime.pause_without_approvals")
+            return False
+        try:
+            request_id = await self._approvals.paused(
+                thread.channel, thread.thread_id, run_id, prompts, result
+            )
+        except Exception:
+            bound.exception("runtime.pause_failed")
+            return False
+        thread.paused = True
+        bound.info("runtime.run_paused", request=request_id)
+        return True
+
+    def _hold(self, channel: str, thread_id: str) -> None:
+        """Keep a thread busy while its run waits for approval (after a restart)."""
+        key = (channel, thread_id)
+        thread = self._threads.get(key)
+        if thread is None:
+            thread = self._threads[key] = ThreadRun(channel, thread_id)
+        thread.paused = True
+        if thread.ready:
+            thread.ready = False
+            self._ready.remove(key)
+
+    def _schedule_resume(self, job: ResumeJob) -> None:
+        """A decided paused run goes on in its thread when a slot is free."""
+        key = (job.channel, job.thread_id)
+        thread = self._threads.get(key)
+        if thread is None:
+            thread = self._threads[key] = ThreadRun(job.channel, job.thread_id)
+        thread.paused = False
+        thread.resume = job
+        if thread.active is None and not thread.ready:
+            thread.ready = True
+            self._ready.append(key)
+        self._pump()
