@@ -225,7 +225,8 @@ class Runtime(PausedRuns):
         thread.queued.append(message)
         self._queued_count += 1
         self._known_ids.add(message.id)
-        if thread.active is None and not thread.ready:
+        # a thread whose run waits for approval stays busy: this waits behind it
+        if thread.active is None and not thread.ready and not thread.paused:
             thread.ready = True
             self._ready.append(key)
         if pump:
