@@ -1,4 +1,4 @@
-"""What ``asyncai threads``, ``asyncai audit`` and ``asyncai transcript`` print, as lines.
+"""What ``asyncai threads``, ``audit``, ``transcript`` and ``approvals`` print, as lines.
 
 Each report reads the open :class:`~sessions.store.Store` and returns the lines
 to print: a table, JSON objects one per line, or the transcript as text or
@@ -12,11 +12,18 @@ import json
 from collections.abc import Sequence
 from dataclasses import asdict
 
+from .approvals import StoredApproval
 from .export import jsonl_lines, text_lines
 from .model import AuditEntry, ThreadSummary
 from .store import Store
 
-__all__ = ["ARGUMENTS_WIDTH", "audit_report", "threads_report", "transcript_report"]
+__all__ = [
+    "ARGUMENTS_WIDTH",
+    "approvals_report",
+    "audit_report",
+    "threads_report",
+    "transcript_report",
+]
 
 ARGUMENTS_WIDTH = 60  # the audit table shows this much of each call's arguments
 
@@ -70,6 +77,58 @@ async def transcript_report(
     first = records[0]
     head = f"thread {first.channel} {first.thread_id} · session {first.session_id}"
     return [head, "", *text_lines(records)]
+
+
+async def approvals_report(store: Store, *, pending: bool, limit: int, as_json: bool) -> list[str]:
+    """Approval requests, newest first: one row per pending call, with the decision."""
+    found = await store.approvals(pending=pending, limit=limit)
+    if as_json:
+        return [json.dumps(_approval_json(a), ensure_ascii=False) for a in found]
+    if not found:
+        return ["no pending approval requests" if pending else "no approval requests yet"]
+    header = ["REQUESTED", "ID", "THREAD", "TOOL", "ARGUMENTS", "DECISION", "BY", "DECIDED"]
+    rows = []
+    for a in found:
+        for call in a.calls:
+            server = call.get("server")
+            tool = f"{server}.{call['tool']}" if server else str(call["tool"])
+            arguments = json.dumps(call.get("arguments"), ensure_ascii=False)
+            if len(arguments) > ARGUMENTS_WIDTH:
+                arguments = arguments[: ARGUMENTS_WIDTH - 1] + "…"
+            rows.append(
+                [
+                    _when(a.requested),
+                    a.id,
+                    f"{a.channel}/{a.thread_id}",
+                    tool,
+                    arguments,
+                    a.status,
+                    a.decided_by or "-",
+                    _when(a.decided) if a.decided else "-",
+                ]
+            )
+    return _table(header, rows)
+
+
+def _approval_json(a: StoredApproval) -> dict[str, object]:
+    """A request as ``approvals --json`` prints it (no snapshot, no conversation)."""
+    return {
+        "id": a.id,
+        "channel": a.channel,
+        "thread_id": a.thread_id,
+        "run_id": a.run_id,
+        "calls": a.calls,
+        "requested": a.requested,
+        "requested_by": a.requested_by,
+        "expires": a.expires,
+        "status": a.status,
+        "scope": a.scope,
+        "decided_by": a.decided_by,
+        "decided": a.decided,
+        "reason": a.reason,
+        "resumed": a.resumed,
+        "snapshot_bytes": len(a.snapshot) if a.snapshot is not None else None,
+    }
 
 
 def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:

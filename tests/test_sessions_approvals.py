@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
 from pathlib import Path
 
 import pytest
@@ -103,3 +105,64 @@ async def test_the_prompts_of_a_paused_run_are_found_by_its_id(store: Store) -> 
         ("M1", "alice", "delete web", "running")
     ]
     assert await store.run_prompts("R9") == []
+
+
+def run_cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, list[str]]:
+    """``asyncai ARGS`` in this process: the exit status and the lines printed."""
+    from daemon.cli import main
+
+    status = main(list(args))
+    return status, capsys.readouterr().out.splitlines()
+
+
+async def test_asyncai_approvals_lists_requests_and_their_decisions(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A table row per pending call with the decision; --pending; --json without the
+    snapshot's bytes; a clear line when there is nothing."""
+    path = tmp_path / "a.db"
+    async with Store(path) as store:
+        await store.record_prompt("#ops", "T1", "M1", "alice", "x", "2026-11-30T08:00:00Z")
+        await store.start_run("R1", "#ops", "T1", ["M1"])
+        await store.add_approval(request("aaaaaa", requested="2026-11-30T08:00:01Z"))
+        await store.add_approval(request("bbbbbb", requested="2026-11-30T08:00:02Z"))
+        await store.decide_approval("aaaaaa", "denied", by="alice", reason="no")
+    status, lines = await asyncio.to_thread(run_cli, capsys, "approvals", "--db", str(path))
+    assert status == 0
+    assert lines[0].split() == [
+        "REQUESTED",
+        "ID",
+        "THREAD",
+        "TOOL",
+        "ARGUMENTS",
+        "DECISION",
+        "BY",
+        "DECIDED",
+    ]
+    newest, oldest = lines[1].split(), lines[2].split()
+    assert newest[2:5] == ["bbbbbb", "#ops/T1", "kcp.delete_object"]
+    assert newest[-3:] == ["pending", "-", "-"]
+    assert oldest[2:4] == ["aaaaaa", "#ops/T1"]
+    assert oldest[-4:-2] == ["denied", "alice"]
+    _, pending = await asyncio.to_thread(
+        run_cli, capsys, "approvals", "--db", str(path), "--pending", "--json"
+    )
+    [only] = [json.loads(line) for line in pending]
+    assert (only["id"], only["status"], only["snapshot_bytes"]) == ("bbbbbb", "pending", 3)
+    assert "snapshot" not in only
+    assert "conversation" not in only
+
+
+async def test_asyncai_approvals_on_an_empty_database(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No request yet is one line, not an empty table."""
+    path = tmp_path / "a.db"
+    async with Store(path):
+        pass
+    _, lines = await asyncio.to_thread(run_cli, capsys, "approvals", "--db", str(path))
+    assert lines == ["no approval requests yet"]
+    _, lines = await asyncio.to_thread(
+        run_cli, capsys, "approvals", "--db", str(path), "--pending"
+    )
+    assert lines == ["no pending approval requests"]

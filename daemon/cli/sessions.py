@@ -1,4 +1,4 @@
-"""``asyncai threads``, ``asyncai audit`` and ``asyncai transcript``: read the store.
+"""``asyncai threads``, ``audit``, ``transcript`` and ``approvals``: read the store.
 
 Argument parsing and printing only; the lines come from :mod:`sessions.report`.
 Each command returns the exit status: 0 on success, 1 when the database is
@@ -16,7 +16,7 @@ from pathlib import Path
 
 from sessions.errors import StoreError
 from sessions.ids import parse_since
-from sessions.report import audit_report, threads_report, transcript_report
+from sessions.report import approvals_report, audit_report, threads_report, transcript_report
 from sessions.store import DEFAULT_DB_PATH, Store
 
 __all__ = ["register"]
@@ -50,7 +50,7 @@ def _add_db(parser: argparse.ArgumentParser) -> None:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # argparse has no public name
-    """Add ``threads``, ``audit`` and ``transcript`` to the ``asyncai`` command line."""
+    """Add ``threads``, ``audit``, ``transcript`` and ``approvals`` to ``asyncai``."""
     threads = subparsers.add_parser(
         "threads",
         help="recent threads with their counts",
@@ -108,6 +108,24 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # argparse has no
     )
     transcript.add_argument("--jsonl", action="store_true", help="Claude Code JSONL")
     transcript.set_defaults(func=transcript_command)
+
+    approvals = subparsers.add_parser(
+        "approvals",
+        help="approval requests of mutating calls, newest first",
+        description="Requests for approval of mutating tool calls (one row per call): id, "
+        "thread, tool, arguments, when requested, the decision, who decided and when.",
+    )
+    _add_db(approvals)
+    approvals.add_argument("--pending", action="store_true", help="only requests still waiting")
+    approvals.add_argument(
+        "--limit",
+        type=_positive_int,
+        default=100,
+        metavar="N",
+        help="at most N requests (default 100)",
+    )
+    approvals.add_argument("--json", action="store_true", help="one JSON object per line")
+    approvals.set_defaults(func=approvals_command)
 
 
 def _run(args: argparse.Namespace, body: Callable[[Store], Awaitable[Iterable[str]]]) -> int:
@@ -168,4 +186,14 @@ def transcript_command(args: argparse.Namespace) -> int:
     return _run(
         args,
         lambda store: transcript_report(store, args.thread, channel=args.channel, jsonl=args.jsonl),
+    )
+
+
+def approvals_command(args: argparse.Namespace) -> int:
+    """``asyncai approvals``."""
+    return _run(
+        args,
+        lambda store: approvals_report(
+            store, pending=args.pending, limit=args.limit, as_json=args.json
+        ),
     )
