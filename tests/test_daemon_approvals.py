@@ -101,7 +101,8 @@ async def test_approve_makes_the_call_exactly_once_and_the_run_answers(world):
 
 
 async def test_deny_never_makes_the_call_and_the_model_reads_why(world):
-    """!deny ID reason: PermissionError("denied by alice: reason") inside the snippet."""
+    """!deny ID reason: PermissionError("denied by alice: reason") inside the snippet;
+    the audit keeps the refused call with who refused it."""
     daemon, fake, alice, _, tmp = world
     target = tmp / "deny.txt"
     fake.add(
@@ -121,6 +122,15 @@ async def test_deny_never_makes_the_call_and_the_model_reads_why(world):
         "alice",
         "not today",
     )
+    await settled(daemon, mid)
+    [row] = await daemon.store.audit(thread=mid)
+    assert (row.tool, row.decision, row.decided_by, row.is_error) == (
+        "erase",
+        "denied",
+        "alice",
+        True,
+    )
+    assert row.wait_ms is not None
 
 
 async def test_a_nick_that_may_not_decide_is_refused_and_nothing_runs(world):

@@ -377,6 +377,8 @@ class CodeModeToolExecutor(BaseToolExecutor):
     ) -> ToolCallOutput:
         """The tool result of a run that ended or paused (after the hook, when it ended)."""
         audit = audit_json(nested.entries, outcome.denied)
+        for entry in outcome.denied:  # refused calls have an audit row too, with the decision
+            await nested.record(entry)
         if outcome.pause is not None:
             text = render_paused(outcome.pause.calls)
             return ToolCallOutput(text, False, audit=audit, pause=outcome.pause)

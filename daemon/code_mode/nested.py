@@ -210,6 +210,10 @@ class NestedCalls:
         )
         await self._notify(entry)
 
+    async def record(self, entry: AuditEntry) -> None:
+        """Audit a call this object did not make (refused, so never made)."""
+        await self._notify(entry)
+
     async def _notify(self, entry: AuditEntry) -> None:
         """Hand ``entry`` to the observer, bounded; its failure is logged, never raised."""
         if self._observer is None:
