@@ -277,3 +277,97 @@ async def test_sigkill_during_a_mutating_call_is_not_repeated_after_restart(worl
         [call] = await store.audit(thread=thread)
         assert (call.tool, call.mutating, call.outcome) == ("append_and_block", True, "unknown")
     assert [status for _, status, _ in _runs(tmp / "asyncai.db", thread)] == ["interrupted"]
+
+
+async def test_sigkill_while_an_approval_is_pending_then_approve_after_restart_runs_it_once(
+    world,
+):
+    """Killed with SIGKILL while a run waits for approval, started again: the request
+    survives, ``!approve ID`` resumes the stored snapshot, the call is made exactly
+    once, the model's answer arrives, and the prompt and request are settled."""
+    hub, fake, alice, daemon, tmp = world
+    write_config(tmp / "asyncai.toml", hub_url=hub.url, model_url=fake.base_url, servers=True)
+    effects = tmp / "effects.txt"
+    code = f"r = await append_line(path={str(effects)!r}, line='once')\nr"
+    fake.add(ToolCalls(("run_code", {"code": code})), Reply("Appended it once."))
+    first = daemon()
+    await first.start()
+    mid, asked = await alice.ask("append a line")
+    *_, approve, deny = asked.text.splitlines()
+    assert approve.startswith("!approve ")
+    assert deny.startswith("!deny ")
+    rid = approve.split()[1]
+    assert not effects.exists()
+    first.kill_all()
+    assert await first.wait() == -signal.SIGKILL
+
+    second = daemon()
+    await second.start()
+    assert not effects.exists()
+    await alice.say(f"!approve {rid}", thread=mid)
+    [_, reply] = await alice.reply_in(mid, 2)
+    assert reply.text == "Appended it once."
+    assert reply.reply_to == mid
+    assert effects.read_text() == "once\n"  # exactly once
+    assert fake.requests[-1]["messages"][-1]["content"] == "appended once"
+    async with asyncio.timeout(WAIT):
+        # the reply is published before the prompt is recorded done: poll the store
+        while True:
+            async with Store(tmp / "asyncai.db", create=False) as store:
+                [prompt] = await store.get_prompts([mid])
+                approval = await store.get_approval(rid)
+            if prompt.status == "done" and approval is not None and approval.resumed:
+                break
+            await asyncio.sleep(0.02)
+    second.proc.send_signal(signal.SIGTERM)
+    assert await second.wait() == 0
+
+    assert (approval.status, approval.decided_by, approval.scope) == ("approved", "alice", "call")
+    assert await thread_replies(hub, thread=mid) == [asked.text, "Appended it once."]
+    assert effects.read_text() == "once\n"
+    assert len(fake.requests) == 2  # the prompt was not asked again after the restart
+    assert [status for _, status, _ in _runs(tmp / "asyncai.db", mid)] == ["done"]
+
+
+async def test_sigkill_while_an_approved_run_goes_on_does_not_repeat_the_call(world):
+    """Killed with SIGKILL after ``!approve`` was taken and the call made, while the
+    model reads its result, started again: the decision is not acted on twice (the
+    call ran once) and the thread gets the interrupted notice naming the call."""
+    hub, fake, alice, daemon, tmp = world
+    write_config(tmp / "asyncai.toml", hub_url=hub.url, model_url=fake.base_url, servers=True)
+    effects = tmp / "effects.txt"
+    code = f"await append_line(path={str(effects)!r}, line='once')"
+    held = Hold(Reply("never sent"))
+    fake.add(ToolCalls(("run_code", {"code": code})), held)
+    first = daemon()
+    await first.start()
+    mid, asked = await alice.ask("append a line")
+    rid = asked.text.splitlines()[-2].split()[1]
+    await alice.say(f"!approve {rid}", thread=mid)
+    async with asyncio.timeout(WAIT):
+        await held.arrived.wait()  # the call was made; the model has its result
+    first.kill_all()
+    assert await first.wait() == -signal.SIGKILL
+    held.release.set()
+
+    second = daemon()
+    await second.start()
+    [_, notice] = await alice.reply_in(mid, 2)
+    second.proc.send_signal(signal.SIGTERM)
+    assert await second.wait() == 0
+
+    assert effects.read_text() == "once\n"  # exactly once
+    assert len(fake.requests) == 2  # neither the prompt nor the resume went on again
+    assert notice.reply_to == mid
+    head, call, tail = notice.text.splitlines()
+    assert (head, tail) == (INTERRUPTED_HEAD, INTERRUPTED_TAIL)
+    assert call.startswith("- append_line(path='/")
+    assert call.endswith(", line='once') [mutating]: ok")
+    async with Store(tmp / "asyncai.db", create=False) as store:
+        [prompt] = await store.get_prompts([mid])
+        assert prompt.status == "failed"
+        approval = await store.get_approval(rid)
+        assert approval is not None
+        assert approval.status == "approved"
+        assert approval.resumed is not None
+    assert [status for _, status, _ in _runs(tmp / "asyncai.db", mid)] == ["interrupted"]
