@@ -9,8 +9,11 @@ the test's loop; the exit-status and no-traceback checks also run the real
 from __future__ import annotations
 
 import asyncio
+import getpass
+import io
 import json
 import os
+import pty
 import socket
 import sys
 from collections.abc import Iterator
@@ -19,7 +22,9 @@ from pathlib import Path
 import pytest
 
 from daemon.cli import main
+from daemon.cli.approve import ReadLine, ask_at_terminal
 from daemon.logging import reset_logging
+from daemon.tools import PendingCall
 from tests.fakes.fake_openai import Error, FakeOpenAI, ToolCalls
 
 ASYNCAI = str(Path(sys.executable).parent / "asyncai")
@@ -330,3 +335,252 @@ async def test_ask_returns_the_run_code_transcript(here: Path):
         False,
     )
     assert result.reply == "3.7"
+
+
+# ---- approvals: the terminal asks, no terminal refuses, --approve-all allows ----
+
+TEST_SERVER = Path(__file__).parent / "fakes" / "mcp_test_server.py"
+
+
+def files_server(here: Path) -> Path:
+    """./asyncai.toml with the test MCP server as ``files``; the file its tools write to."""
+    (here / "asyncai.toml").write_text(
+        f'[mcp_servers.files]\ncommand = "{sys.executable}"\n'
+        f'args = ["{TEST_SERVER}", "--label", "files"]\n'
+    )
+    return here / "effects.txt"
+
+
+def written(target: Path) -> list[str]:
+    """The lines the test server's tools wrote to ``target`` (none when it is not there)."""
+    return target.read_text().splitlines() if target.exists() else []
+
+
+NO_TERMINAL = (
+    "files.append_line needs approval and asyncai ask has no terminal to ask on: pass "
+    '--approve-all, or set [approvals] mode = "allow" or allow = ["files.append_line"] '
+    "in asyncai.toml"
+)
+
+
+async def test_ask_without_a_terminal_refuses_a_call_it_would_ask_about(here: Path, capsys):
+    """stdin is no terminal (pytest's): the mutating call is not made, the model reads a
+    PermissionError naming --approve-all and the settings, and its answer is the reply."""
+    target = files_server(here)
+    script = [ToolCalls(("append_line", {"path": str(target), "line": "one"})), "Not allowed."]
+    async with FakeOpenAI(script) as fake:
+        code, out, err = await run(
+            capsys,
+            "add a line",
+            "--model",
+            "m",
+            "--base-url",
+            fake.base_url,
+            "--tool-mode",
+            "direct",
+        )
+    assert (code, out) == (0, "Not allowed.\n"), err
+    assert written(target) == []
+    assert fake.requests[1]["messages"][-1]["content"] == f"PermissionError: {NO_TERMINAL}"
+
+
+async def test_ask_without_a_terminal_refuses_inside_run_code(here: Path, capsys):
+    """Code mode: the snippet's await raises the same PermissionError; nothing is written."""
+    target = files_server(here)
+    snippet = f"await append_line(path={str(target)!r}, line='one')"
+    script = [ToolCalls(("run_code", {"code": snippet})), "Not allowed."]
+    async with FakeOpenAI(script) as fake:
+        code, out, err = await run(
+            capsys, "add a line", "--model", "m", "--base-url", fake.base_url
+        )
+    assert (code, out) == (0, "Not allowed.\n"), err
+    assert written(target) == []
+    result = fake.requests[1]["messages"][-1]["content"]
+    assert f"PermissionError: {NO_TERMINAL}" in result
+
+
+async def test_ask_with_approve_all_makes_the_call_once(here: Path, capsys):
+    """--approve-all: the call the policy would ask about is made, once, without a question."""
+    target = files_server(here)
+    script = [ToolCalls(("append_line", {"path": str(target), "line": "one"})), "Added."]
+    async with FakeOpenAI(script) as fake:
+        code, out, err = await run(
+            capsys,
+            "add a line",
+            "--approve-all",
+            "--model",
+            "m",
+            "--base-url",
+            fake.base_url,
+            "--tool-mode",
+            "direct",
+        )
+    assert (code, out) == (0, "Added.\n"), err
+    assert written(target) == ["one"]
+    assert fake.requests[1]["messages"][-1]["content"] == "appended one"
+    assert "approve " not in err
+
+
+async def test_approve_all_still_refuses_a_deny_glob(here: Path, capsys):
+    """A deny glob in [approvals] wins over --approve-all: the call is refused as configured."""
+    target = files_server(here)
+    with (here / "asyncai.toml").open("a") as f:
+        f.write('[approvals]\ndeny = ["files.append_*"]\n')
+    script = [ToolCalls(("append_line", {"path": str(target), "line": "one"})), "Refused."]
+    async with FakeOpenAI(script) as fake:
+        code, out, err = await run(
+            capsys,
+            "add a line",
+            "--approve-all",
+            "--model",
+            "m",
+            "--base-url",
+            fake.base_url,
+            "--tool-mode",
+            "direct",
+        )
+    assert (code, out) == (0, "Refused.\n"), err
+    assert written(target) == []
+    assert fake.requests[1]["messages"][-1]["content"] == (
+        "PermissionError: files.append_line is refused by [approvals] deny = 'files.append_*'"
+    )
+
+
+async def pty_ask(cwd: Path, answer: str, *args: str) -> tuple[int, str, str]:
+    """The console script with stdin on a pseudo-terminal: waits for the question on
+    stderr, types ``answer`` and Enter; (exit status, stdout, stderr)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(_OURS)}
+    controller, terminal = pty.openpty()
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            ASYNCAI,
+            "ask",
+            *args,
+            cwd=cwd,
+            env=env,
+            stdin=terminal,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        os.close(terminal)
+        assert proc.stdout is not None
+        assert proc.stderr is not None
+        try:
+            async with asyncio.timeout(40):
+                err = b""
+                while b"? [y/N] " not in err:
+                    chunk = await proc.stderr.read(4096)
+                    assert chunk, f"no question before the end of stderr: {err.decode()}"
+                    err += chunk
+                os.write(controller, answer.encode() + b"\n")
+                out, rest = await asyncio.gather(proc.stdout.read(), proc.stderr.read())
+                await proc.wait()
+        except BaseException:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+            raise
+    finally:
+        os.close(controller)
+    return proc.returncode or 0, out.decode(), (err + rest).decode()
+
+
+@pytest.mark.parametrize(
+    ("answer", "lines", "result"),
+    [
+        ("y", ["one"], "appended one"),
+        ("n", [], "PermissionError: denied by {user}: denied at the terminal"),
+    ],
+)
+async def test_ask_at_a_terminal_puts_the_call_to_the_person(
+    tmp_path: Path, answer: str, lines: list[str], result: str
+):
+    """stdin is a terminal: the question names the call on stderr; "y" makes it once,
+    "n" refuses it with the user's name, and the model's answer is the reply either way."""
+    target = files_server(tmp_path)
+    script = [ToolCalls(("append_line", {"path": str(target), "line": "one"})), "Done."]
+    async with FakeOpenAI(script) as fake:
+        code, out, err = await pty_ask(
+            tmp_path,
+            answer,
+            "add a line",
+            "--model",
+            "m",
+            "--base-url",
+            fake.base_url,
+            "--tool-mode",
+            "direct",
+        )
+    assert (code, out) == (0, "Done.\n"), err
+    question = f'approve files.append_line({{"path": "{target}", "line": "one"}})? [y/N] '
+    assert question in err
+    assert written(target) == lines
+    user = getpass.getuser()
+    assert fake.requests[1]["messages"][-1]["content"] == result.format(user=user)
+
+
+async def test_ask_at_a_terminal_resumes_a_paused_snippet(tmp_path: Path):
+    """Code mode: the snippet pauses at its await, "yes" makes the call once and the
+    snippet goes on from there with the result."""
+    target = files_server(tmp_path)
+    snippet = f"r = await append_line(path={str(target)!r}, line='one')\nr + '!'"
+    script = [ToolCalls(("run_code", {"code": snippet})), "Done."]
+    async with FakeOpenAI(script) as fake:
+        code, out, err = await pty_ask(
+            tmp_path, "yes", "add a line", "--model", "m", "--base-url", fake.base_url
+        )
+    assert (code, out) == (0, "Done.\n"), err
+    assert written(target) == ["one"]
+    assert fake.requests[1]["messages"][-1]["content"] == "appended one!"
+
+
+def pending(call_id: int, line: str) -> PendingCall:
+    """A pending ``files.append_line`` call."""
+    return PendingCall(call_id, "append_line", "files", {"path": "/tmp/x", "line": line}, "why")
+
+
+def typed(*lines: str) -> ReadLine:
+    """The lines a person types, then end of input."""
+    queue = list(lines)
+
+    async def read_line() -> str:
+        return queue.pop(0) if queue else ""
+
+    return read_line
+
+
+async def test_ask_at_terminal_asks_each_call_and_end_of_input_denies():
+    """One question per call, in order; "Yes" approves, end of input (Ctrl-D) denies."""
+    out = io.StringIO()
+    decisions = await ask_at_terminal(
+        [pending(3, "a"), pending(5, "b")],
+        by="ann",
+        expire_after=10,
+        read_line=typed("Yes\n"),
+        out=out,
+    )
+    assert out.getvalue() == (
+        'approve files.append_line({"path": "/tmp/x", "line": "a"})? [y/N] '
+        'approve files.append_line({"path": "/tmp/x", "line": "b"})? [y/N] '
+    )
+    assert {i: (d.approved, d.by, d.reason, d.kind) for i, d in decisions.items()} == {
+        3: (True, "ann", "", "approved"),
+        5: (False, "ann", "denied at the terminal", "denied"),
+    }
+
+
+async def test_ask_at_terminal_expires_unanswered_calls():
+    """Nobody answers within expire_after: the unanswered calls count as expired."""
+
+    async def never() -> str:
+        await asyncio.Event().wait()
+        return ""
+
+    out = io.StringIO()
+    decisions = await ask_at_terminal(
+        [pending(1, "a")], by="ann", expire_after=0.01, read_line=never, out=out
+    )
+    (decision,) = decisions.values()
+    assert (decision.approved, decision.by, decision.kind) == (False, "expiry", "expired")
+    assert decision.reason == "not answered within 0.01 s"
+    assert out.getvalue().endswith("? [y/N] \n")
