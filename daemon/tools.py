@@ -9,6 +9,13 @@ Approvals (issue 13) cross the same boundary as values: an
 (:class:`Verdict`); a call that must wait for a person ends the tool call with
 a :class:`Pause` (the pending calls, and the Monty snapshot in code mode),
 and the run is resumed later with one :class:`Decision` per pending call.
+
+REPL persistence (issue 14): code mode dumps a thread's REPL into a
+:class:`ScopeStore` (bytes per thread id, with the time they were saved)
+and loads it back into a fresh worker after an eviction or a restart; an
+executor that does so is :class:`PersistentScopes`, which the daemon
+drives (a checkpoint after each run and at shutdown, a restore before a
+run's note, a reset for ``!reset``).
 """
 
 from __future__ import annotations
@@ -17,7 +24,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
-from daemon.errors import ToolTransportError
+from daemon.errors import ScopeRejected, ToolTransportError
 
 __all__ = [
     "ApprovalGate",
@@ -28,6 +35,10 @@ __all__ = [
     "Decision",
     "Pause",
     "PendingCall",
+    "PersistentScopes",
+    "ScopeRejected",
+    "ScopeStore",
+    "StoredScopeDump",
     "ToolCallOutput",
     "ToolDefinition",
     "ToolExecutor",
@@ -192,6 +203,64 @@ class Resumable(Protocol):
         self, thread_id: str | None, pause: Pause, decisions: Mapping[int, Decision]
     ) -> ToolCallOutput:
         """Make (approved) or refuse (denied) the pending calls and finish the call."""
+        ...
+
+
+@dataclass(frozen=True)
+class StoredScopeDump:
+    """A thread's REPL as stored: Monty's session dump and when it was saved."""
+
+    data: bytes
+    saved_at: str  # ISO 8601, UTC
+
+
+class ScopeStore(Protocol):
+    """Where code mode keeps each thread's REPL dump across evictions and restarts.
+
+    The implementation authenticates what it hands back (Monty does not:
+    a dump must come from a trusted source) and checks it was written by
+    the same Monty dump version.
+    """
+
+    async def save(self, thread_id: str, data: bytes) -> None:
+        """Store ``data`` as the thread's REPL, replacing any earlier one; raises on failure."""
+        ...
+
+    async def load(self, thread_id: str) -> StoredScopeDump | None:
+        """The thread's stored REPL, or None when nothing is stored.
+
+        Raises :class:`ScopeRejected` (with the reason in one line) for a
+        dump that must not be loaded: a bad MAC, another Monty version, over
+        the size limit.
+        """
+        ...
+
+    async def drop(self, thread_id: str) -> None:
+        """Forget the thread's stored REPL (nothing stored: nothing to do)."""
+        ...
+
+
+@runtime_checkable
+class PersistentScopes(Protocol):
+    """An executor whose thread REPLs survive eviction and restart (code mode with a store)."""
+
+    async def restore_scope(self, thread_id: str) -> None:
+        """Load the thread's stored REPL now, if it is not live, so the next note tells of it."""
+        ...
+
+    async def checkpoint(self, thread_id: str) -> None:
+        """Store the thread's REPL if a snippet changed it since it was last stored."""
+        ...
+
+    async def checkpoint_all(self) -> None:
+        """:meth:`checkpoint` every live REPL (at shutdown, before ``aclose``)."""
+        ...
+
+    async def reset(self, thread_id: str) -> None:
+        """Drop the thread's REPL and its stored dump (``!reset``).
+
+        The next snippet starts empty and loads nothing.
+        """
         ...
 
 
