@@ -1,10 +1,10 @@
 """SQLite transcripts, runs and the tool-call audit, and the reports that read them.
 
 Holds the schema and its migrations (``schema``), the row types (``model``),
-the store (``store``: ``connection`` plumbing, the ``writer`` and the
-``queries``), ids (``ids``), the thread history (``history``), the Claude Code
-JSONL export (``export``) and what ``asyncai threads/audit/transcript`` print
-(``report``).
+the store (``store``: ``connection`` plumbing, the ``writer``, the
+``queries``, ``approvals`` and the dumped REPL ``scopes``), ids (``ids``),
+the thread history (``history``), the Claude Code JSONL export (``export``)
+and what ``asyncai threads/audit/transcript`` print (``report``).
 
 May import: aiosqlite and the standard library; nothing of ``daemon``,
 ``channels`` or ``servers``.
@@ -25,6 +25,7 @@ from .model import (
     ToolCallRow,
 )
 from .schema import SCHEMA_VERSION
+from .scopes import StoredScope, scope_cutoff
 from .store import DEFAULT_DB_PATH, Store
 
 __all__ = [
@@ -41,11 +42,13 @@ __all__ = [
     "StoreError",
     "StoredPrompt",
     "StoredRecord",
+    "StoredScope",
     "ThreadLookupError",
     "ThreadSummary",
     "ToolCallRow",
     "envelope",
     "jsonl_lines",
+    "scope_cutoff",
     "session_id",
     "text_lines",
     "thread_key",

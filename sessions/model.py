@@ -169,6 +169,7 @@ class ThreadSummary:
     records: int
     tool_calls: int
     mutating_calls: int
+    scope_bytes: int | None = None  # the stored REPL scope's size; None: no scope stored
 
 
 @dataclass(frozen=True)

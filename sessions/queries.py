@@ -210,7 +210,7 @@ class StoreQueries(StoreConnections):
     # ---- what people read ------------------------------------------------
 
     async def threads(self, limit: int | None = 50) -> list[ThreadSummary]:
-        """The most recently active threads with their counts, newest first."""
+        """The most recently active threads with their counts and scope size, newest first."""
         rows = await self._read(
             "listing threads",
             "SELECT th.channel, th.thread_id, th.session_id, th.created, th.last_active,"
@@ -218,7 +218,8 @@ class StoreQueries(StoreConnections):
             " (SELECT count(*) FROM runs r WHERE r.thread = th.id),"
             " (SELECT count(*) FROM records r WHERE r.thread = th.id),"
             " (SELECT count(*) FROM tool_calls t WHERE t.thread = th.id),"
-            " (SELECT count(*) FROM tool_calls t WHERE t.thread = th.id AND t.mutating = 1)"
+            " (SELECT count(*) FROM tool_calls t WHERE t.thread = th.id AND t.mutating = 1),"
+            " (SELECT s.size FROM scopes s WHERE s.thread = th.id)"
             " FROM threads th ORDER BY th.last_active DESC, th.id LIMIT ?",
             (_limit(limit),),
         )

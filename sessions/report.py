@@ -21,6 +21,7 @@ __all__ = [
     "ARGUMENTS_WIDTH",
     "approvals_report",
     "audit_report",
+    "human_size",
     "threads_report",
     "transcript_report",
 ]
@@ -29,7 +30,7 @@ ARGUMENTS_WIDTH = 60  # the audit table shows this much of each call's arguments
 
 
 async def threads_report(store: Store, *, limit: int, as_json: bool) -> list[str]:
-    """The most recently active threads with their counts."""
+    """The most recently active threads with their counts and stored scope size."""
     found = await store.threads(limit)
     if as_json:
         return [json.dumps(asdict(t), ensure_ascii=False) for t in found]
@@ -141,12 +142,37 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
     return lines
 
 
+def human_size(size: int | None) -> str:
+    """``1.2 KiB``, ``512 B`` (powers of 1024, one decimal), or ``-`` for None."""
+    if size is None:
+        return "-"
+    if size < 1024:
+        return f"{size} B"
+    value = size / 1024
+    for unit in ("KiB", "MiB", "GiB"):
+        # compare the rounded value, so 1023.96 KiB reads 1.0 MiB, not 1024.0 KiB
+        if round(value, 1) < 1024:
+            return f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} TiB"
+
+
 def _when(timestamp: str) -> str:
     return timestamp.replace("T", " ").rstrip("Z")
 
 
 def _threads_table(found: Sequence[ThreadSummary]) -> list[str]:
-    header = ["LAST ACTIVE", "CHANNEL", "THREAD", "PROMPTS", "RUNS", "RECORDS", "CALLS", "MUTATING"]
+    header = [
+        "LAST ACTIVE",
+        "CHANNEL",
+        "THREAD",
+        "PROMPTS",
+        "RUNS",
+        "RECORDS",
+        "CALLS",
+        "MUTATING",
+        "SCOPE",
+    ]
     rows = [
         [
             _when(t.last_active),
@@ -157,6 +183,7 @@ def _threads_table(found: Sequence[ThreadSummary]) -> list[str]:
             str(t.records),
             str(t.tool_calls),
             str(t.mutating_calls),
+            human_size(t.scope_bytes),
         ]
         for t in found
     ]

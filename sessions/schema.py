@@ -187,9 +187,34 @@ async def _approvals(db: aiosqlite.Connection) -> None:
         await db.execute(statement)
 
 
+_SCOPES = [
+    # A thread's REPL scope, dumped by Monty, so it survives eviction and a
+    # restart: one row per thread (the latest dump replaces the one before).
+    # ``size`` is stored beside the bytes so listing threads never reads them;
+    # ``mac`` is the caller's hex HMAC-SHA256 over the dump, checked before a load.
+    """CREATE TABLE scopes (
+        thread        TEXT PRIMARY KEY REFERENCES threads (id),
+        monty_version TEXT NOT NULL,
+        dumped        TEXT NOT NULL,
+        size          INTEGER NOT NULL CHECK (size = length(data)),
+        data          BLOB NOT NULL,
+        mac           TEXT NOT NULL
+    )""",
+    # retention: prune_scopes deletes by age
+    "CREATE INDEX scopes_dumped ON scopes (dumped)",
+]
+
+
+async def _scopes(db: aiosqlite.Connection) -> None:
+    """The scopes table: each thread's last dumped REPL scope."""
+    for statement in _SCOPES:
+        await db.execute(statement)
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "initial_schema", _initial_schema),
     Migration(2, "approvals", _approvals),
+    Migration(3, "scopes", _scopes),
 )
 SCHEMA_VERSION = MIGRATIONS[-1].version
 

@@ -1,6 +1,6 @@
-"""``Store``: the SQLite store of threads, prompts, runs, transcript records, the audit and cursors.
+"""``Store``: the SQLite store of threads, prompts, runs, records, the audit, cursors and scopes.
 
-The class is assembled from four concepts, each in its own module:
+The class is assembled from these concepts, each in its own module:
 
 - ``connection``: the writer and reader connections, their lifecycle,
   transactions, durability, and mapping the driver's errors to ``StoreError``;
@@ -8,7 +8,8 @@ The class is assembled from four concepts, each in its own module:
 - ``queries``: every read (pending prompts, history, threads, the audit,
   transcripts);
 - ``approvals``: approval requests, a paused run stored whole, and their
-  decisions.
+  decisions;
+- ``scopes``: each thread's dumped REPL scope.
 
 Callers import from here (or from ``sessions``); the names above are the
 whole public API of the store.
@@ -19,6 +20,7 @@ from __future__ import annotations
 from .approvals import StoreApprovals
 from .connection import DEFAULT_BUSY_TIMEOUT, DEFAULT_DB_PATH
 from .queries import StoreQueries, audit_query
+from .scopes import StoreScopes
 from .writer import PROMPT_STATUSES, RUN_STATUSES, StoreWriter
 
 __all__ = [
@@ -31,8 +33,8 @@ __all__ = [
 ]
 
 
-class Store(StoreWriter, StoreQueries, StoreApprovals):
-    """Transcripts, runs, prompts, the tool-call audit and channel cursors in one SQLite file.
+class Store(StoreWriter, StoreQueries, StoreApprovals, StoreScopes):
+    """Transcripts, runs, prompts, the audit, cursors and REPL scopes in one SQLite file.
 
     Use as ``async with Store(path) as store:`` or ``await store.open()`` …
     ``await store.aclose()``. ``open()`` creates the file and its directory

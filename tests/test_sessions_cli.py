@@ -211,9 +211,11 @@ def test_threads_table_and_json(capsys, db):
     ops = rows[2]
     assert (ops["prompts"], ops["runs"], ops["records"], ops["tool_calls"]) == (2, 2, 8, 3)
     assert ops["mutating_calls"] == 1
+    assert ops["scope_bytes"] is None  # no scope stored
     status, out, _ = run_cli(capsys, "threads", "--db", str(db), "--limit", "1")
     lines = out.splitlines()
     assert lines[0].split()[:3] == ["LAST", "ACTIVE", "CHANNEL"]
+    assert (lines[0].split()[-1], lines[1].split()[-1]) == ("SCOPE", "-")
     assert len(lines) == 2
     assert "#dev" in lines[1]
 

@@ -30,7 +30,16 @@ from sessions.schema import MIGRATIONS, Migration, migrate
 from sessions.store import audit_query
 from sessions.testing import run_records, tool_call_row, user_record
 
-TABLES = {"threads", "prompts", "runs", "records", "tool_calls", "cursors", "schema_migrations"}
+TABLES = {
+    "threads",
+    "prompts",
+    "runs",
+    "records",
+    "tool_calls",
+    "cursors",
+    "scopes",
+    "schema_migrations",
+}
 
 
 @pytest.fixture
@@ -682,7 +691,7 @@ async def test_migration_2_keeps_old_audit_rows_with_their_outcome(tmp_path: Pat
         (1, "error"),
     ]
     assert raw(path, "SELECT count(*) FROM approvals") == [(0,)]
-    assert raw(path, "PRAGMA user_version") == [(2,)]
+    assert raw(path, "PRAGMA user_version") == [(SCHEMA_VERSION,)]
 
 
 # ---- started calls and recovery (issue 13) ---------------------------------------

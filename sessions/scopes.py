@@ -1,0 +1,137 @@
+"""Dumped REPL scopes in the ``scopes`` table: one per thread, kept across eviction and restarts.
+
+The daemon dumps a thread's Monty scope after a run that changed it and
+before it evicts the scope or stops, and loads it back when the thread
+speaks again. This module only keeps the bytes: what they mean (the Monty
+dump format, ``monty_version``) and whether they are genuine (``mac``, an
+HMAC-SHA256 the caller computes and checks with its own key) are the
+caller's business; the store checks only that ``mac`` looks like one.
+
+A scope belongs to a thread that exists (a prompt or a run created it):
+``save_scope`` for an unknown thread raises ``StoreError`` rather than
+inventing a thread without a prompt. Saving replaces the thread's previous
+dump (last write wins) and does not touch the thread's ``last_active``:
+keeping state is not activity.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from .connection import StoreConnections, canonical_timestamp
+from .errors import StoreError
+from .ids import iso_utc, now_iso, thread_key
+
+__all__ = ["StoreScopes", "StoredScope", "scope_cutoff"]
+
+_MAC = re.compile(r"[0-9a-f]{64}")  # hex HMAC-SHA256, lower case
+
+
+@dataclass(frozen=True)
+class StoredScope:
+    """A thread's last dumped scope, as stored."""
+
+    channel: str
+    thread_id: str
+    monty_version: str  # the Monty that dumped it (a dump may not load in another)
+    dumped: str  # ISO 8601, UTC
+    size: int  # len(data)
+    data: bytes
+    mac: str  # hex HMAC-SHA256 of the dump, as the caller computed it
+
+
+def _stored(row: Sequence[Any]) -> StoredScope:
+    channel, thread_id, monty_version, dumped, size, data, mac = row
+    return StoredScope(
+        channel=channel,
+        thread_id=thread_id,
+        monty_version=monty_version,
+        dumped=dumped,
+        size=int(size),
+        data=bytes(data),
+        mac=mac,
+    )
+
+
+def scope_cutoff(retention_days: float, now: datetime | None = None) -> str:
+    """The ``older_than`` for :meth:`StoreScopes.prune_scopes` that keeps ``retention_days``.
+
+    ``now`` defaults to the current time (given, it makes the result testable).
+    """
+    if retention_days < 0:
+        raise StoreError(f"a retention cannot be negative: {retention_days} days")
+    moment = now if now is not None else datetime.now(UTC)
+    return iso_utc(moment - timedelta(days=retention_days))
+
+
+class StoreScopes(StoreConnections):
+    """The scopes table: save a thread's dump (replacing the last), load, drop, prune."""
+
+    async def save_scope(
+        self,
+        channel: str,
+        thread_id: str,
+        *,
+        monty_version: str,
+        data: bytes,
+        mac: str,
+        dumped: str | None = None,
+    ) -> None:
+        """Store ``data`` as the thread's scope, replacing any earlier one (one statement).
+
+        ``dumped`` (default: now) is when the scope was dumped. Raises
+        ``StoreError`` when the thread does not exist, ``monty_version`` is
+        empty or ``mac`` is not a lower-case hex HMAC-SHA256.
+        """
+        key = thread_key(channel, thread_id)
+        if not monty_version:
+            raise StoreError(f"scope of {key}: no Monty version")
+        if not _MAC.fullmatch(mac):
+            raise StoreError(f"scope of {key}: the MAC is not a hex HMAC-SHA256: {mac!r}")
+        when = now_iso() if dumped is None else canonical_timestamp(dumped, f"scope of {key}")
+        blob = bytes(data)
+        async with self._statement(f"saving the scope of {key}") as db:
+            # WHERE is required: it tells SQLite's parser that ON CONFLICT is
+            # the upsert, not a join constraint of the SELECT.
+            cursor = await db.execute(
+                "INSERT INTO scopes (thread, monty_version, dumped, size, data, mac)"
+                " SELECT id, ?, ?, ?, ?, ? FROM threads WHERE id = ?"
+                " ON CONFLICT (thread) DO UPDATE SET monty_version = excluded.monty_version,"
+                " dumped = excluded.dumped, size = excluded.size, data = excluded.data,"
+                " mac = excluded.mac",
+                (monty_version, when, len(blob), blob, mac, key),
+            )
+        if cursor.rowcount != 1:
+            raise StoreError(f"scope of {key}: no such thread (record a prompt first)")
+
+    async def load_scope(self, channel: str, thread_id: str) -> StoredScope | None:
+        """The thread's stored scope, or None (never dumped, dropped or pruned)."""
+        key = thread_key(channel, thread_id)
+        rows = await self._read(
+            f"loading the scope of {key}",
+            "SELECT t.channel, t.thread_id, s.monty_version, s.dumped, s.size, s.data, s.mac"
+            " FROM scopes s JOIN threads t ON t.id = s.thread WHERE s.thread = ?",
+            (key,),
+        )
+        return _stored(rows[0]) if rows else None
+
+    async def drop_scope(self, channel: str, thread_id: str) -> bool:
+        """Delete the thread's stored scope (``!reset``); whether there was one."""
+        key = thread_key(channel, thread_id)
+        async with self._statement(f"dropping the scope of {key}") as db:
+            cursor = await db.execute("DELETE FROM scopes WHERE thread = ?", (key,))
+        return cursor.rowcount == 1
+
+    async def prune_scopes(self, older_than: str) -> int:
+        """Delete the scopes dumped before ``older_than`` (ISO 8601); return how many.
+
+        See :func:`scope_cutoff` for the bound of a retention in days.
+        """
+        bound = canonical_timestamp(older_than, "prune_scopes older_than")
+        async with self._statement("pruning old scopes") as db:
+            cursor = await db.execute("DELETE FROM scopes WHERE dumped < ?", (bound,))
+        return int(cursor.rowcount)
