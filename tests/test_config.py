@@ -51,6 +51,7 @@ tool_timeout = 120.0                     # seconds per nested tool call
 max_wall = 300.0                         # seconds per run_code call
 max_result_chars = 20000                 # characters returned to the model
 max_scopes = 8                           # REPL scopes kept (LRU by thread)
+max_scope_dump = "64MiB"                 # a larger REPL is not stored across restarts
 preamble = "preamble.py"                 # example: Python run in every new scope
 
 [mcp_servers.simple]
@@ -329,12 +330,14 @@ def test_sizes_and_limits_reach_code_mode(tmp_path: Path):
     """Sizes take units; set limits override CodeModeLimits' defaults, unset ones keep them."""
     path = write(
         tmp_path / "asyncai.toml",
-        "[code_mode]\nmax_memory = '512MiB'\nmax_print_bytes = '64 KiB'\nmax_wall = 60\n",
+        "[code_mode]\nmax_memory = '512MiB'\nmax_print_bytes = '64 KiB'\nmax_wall = 60\n"
+        "max_scope_dump = '8MiB'\n",
     )
     limits = load_config(path, environ={}).code_mode.limits()
     assert limits.max_memory == 512 * 1024**2
     assert limits.max_print_bytes == 64 * 1024
     assert limits.max_wall == 60.0
+    assert limits.max_scope_dump == 8 * 1024**2
     assert limits.max_feed_duration == CodeModeLimits().max_feed_duration
 
 

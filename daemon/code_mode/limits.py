@@ -32,6 +32,9 @@ class CodeModeLimits:
     - ``max_result_chars``: the text returned to the model. Breach: an error
       result with the size and a preview.
     - ``max_scopes``: REPL scopes kept (an LRU keyed by thread id).
+    - ``max_scope_dump``: bytes of a thread's stored REPL dump (issue 14).
+      Breach: the REPL is not stored (so it will not survive an eviction
+      or a restart) and the note says so.
     - ``preamble``: operator Python fed into every new scope after the
       built-in imports.
     """
@@ -45,6 +48,7 @@ class CodeModeLimits:
     max_wall: float = 300.0
     max_result_chars: int = 20_000
     max_scopes: int = 8
+    max_scope_dump: int = 64 * 1024**2
     preamble: str = ""
 
     def __post_init__(self) -> None:
@@ -58,6 +62,7 @@ class CodeModeLimits:
             "max_wall",
             "max_result_chars",
             "max_scopes",
+            "max_scope_dump",
         ):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:

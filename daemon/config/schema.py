@@ -99,6 +99,7 @@ class CodeModeConfig:
     max_wall: Seconds | None = None
     max_result_chars: Count | None = None
     max_scopes: Count | None = None
+    max_scope_dump: Annotated[Size, Field(gt=0)] | None = None  # a larger REPL is not stored
     preamble: PathValue | None = None  # operator Python run in every new scope (spec A8)
     preamble_text: str | None = field(default=None, init=False, repr=False)
 
