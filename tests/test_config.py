@@ -82,6 +82,7 @@ publish_timeout = 60.0
 
 [sessions]
 db = ".asyncai/asyncai.db"               # relative to this file's directory
+scope_retention_days = 30                # saved thread REPLs unused this long are deleted
 
 [approvals]
 mode = "ask"                             # mutating calls: "ask" a person, "allow" or "deny"

@@ -213,6 +213,7 @@ class SessionsConfig:
     __pydantic_config__ = _SECTION
 
     db: PathValue = Path(".asyncai/asyncai.db")
+    scope_retention_days: NonNegativeSeconds = 30.0  # stored REPLs older than this are deleted
 
 
 @dataclass

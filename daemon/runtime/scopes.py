@@ -1,0 +1,134 @@
+"""Thread REPL dumps kept in SQLite, authenticated: :class:`SignedScopeStore`.
+
+Monty does not authenticate what it loads (a dump must come from a trusted
+source), so every dump is stored with an HMAC-SHA256 under a key the daemon
+makes on its first start (``scope.key``, 32 random bytes, mode 0600, in the
+state directory beside the database) and checked before it is handed back.
+The MAC covers the Monty version, the thread and the bytes, so a dump can
+neither be altered nor moved to another thread. A dump made by another
+pydantic-monty version, or larger than ``code_mode.max_scope_dump``, is
+refused too; each refusal is :class:`~daemon.errors.ScopeRejected` with the
+reason in one line, which the variables note shows.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+import secrets
+import stat
+from importlib import metadata
+from pathlib import Path
+
+from daemon.errors import ConfigError, ScopeRejected
+from daemon.tools import StoredScopeDump
+from sessions.errors import ThreadLookupError
+from sessions.store import Store
+
+__all__ = ["KEY_FILE", "SignedScopeStore", "load_or_create_key", "monty_version", "scope_mac"]
+
+KEY_FILE = "scope.key"
+KEY_BYTES = 32
+
+
+def monty_version() -> str:
+    """The installed pydantic-monty's version: a dump loads only into the same one."""
+    return metadata.version("pydantic-monty")
+
+
+def scope_mac(key: bytes, version: str, thread_id: str, data: bytes) -> str:
+    """HMAC-SHA256 over the version, the thread and the dump, hex."""
+    mac = hmac.new(key, digestmod=hashlib.sha256)
+    for part in (version.encode(), thread_id.encode("utf-8", "surrogatepass"), data):
+        mac.update(len(part).to_bytes(8, "big"))  # length-prefixed: no ambiguous joins
+        mac.update(part)
+    return mac.hexdigest()
+
+
+def load_or_create_key(state_dir: Path) -> bytes:
+    """The daemon's dump key: read ``state_dir/scope.key``, or create it (0600) once.
+
+    A key file readable by others, or of the wrong size, is a ConfigError:
+    a key others can read lets them forge dumps that the daemon would load.
+    """
+    path = state_dir / KEY_FILE
+    try:
+        state_dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        raise ConfigError(f"cannot create the scope key {path}: {exc.strerror or exc}") from exc
+    else:
+        with os.fdopen(fd, "wb") as out:
+            out.write(secrets.token_bytes(KEY_BYTES))
+    try:
+        mode = path.stat().st_mode
+        key = path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"cannot read the scope key {path}: {exc.strerror or exc}") from exc
+    if mode & (stat.S_IRWXG | stat.S_IRWXO):
+        raise ConfigError(
+            f"the scope key {path} is readable by others (mode {stat.S_IMODE(mode):o}): "
+            "chmod 600 it"
+        )
+    if len(key) != KEY_BYTES:
+        raise ConfigError(f"the scope key {path} is not {KEY_BYTES} bytes: delete it to renew it")
+    return key
+
+
+class SignedScopeStore:
+    """:class:`daemon.tools.ScopeStore` over the sessions ``Store``, with MACs."""
+
+    def __init__(self, store: Store, key: bytes, *, max_bytes: int, version: str | None = None):
+        self._store = store
+        self._key = key
+        self._max_bytes = max_bytes
+        self._version = version or monty_version()
+
+    async def _where(self, thread_id: str) -> tuple[str, str] | None:
+        try:
+            return await self._store.resolve_thread(thread_id)
+        except ThreadLookupError:
+            return None
+
+    async def save(self, thread_id: str, data: bytes) -> None:
+        """Store the thread's dump with its MAC (the thread must have been recorded)."""
+        where = await self._where(thread_id)
+        if where is None:
+            raise ScopeRejected(f"no thread {thread_id!r} is recorded to save its REPL under")
+        channel, thread = where
+        mac = scope_mac(self._key, self._version, thread_id, data)
+        await self._store.save_scope(
+            channel, thread, monty_version=self._version, data=data, mac=mac
+        )
+
+    async def load(self, thread_id: str) -> StoredScopeDump | None:
+        """The thread's dump if it is ours, intact and loadable; else ScopeRejected."""
+        where = await self._where(thread_id)
+        if where is None:
+            return None
+        stored = await self._store.load_scope(*where)
+        if stored is None:
+            return None
+        if stored.size > self._max_bytes:
+            raise ScopeRejected(
+                f"it is {stored.size:,} bytes, over code_mode.max_scope_dump "
+                f"({self._max_bytes:,} bytes)"
+            )
+        expected = scope_mac(self._key, stored.monty_version, thread_id, stored.data)
+        if not hmac.compare_digest(expected, stored.mac):
+            raise ScopeRejected("its MAC does not match: the stored bytes were changed")
+        if stored.monty_version != self._version:
+            raise ScopeRejected(
+                f"it was saved by pydantic-monty {stored.monty_version}, "
+                f"this daemon runs {self._version}"
+            )
+        return StoredScopeDump(stored.data, stored.dumped)
+
+    async def drop(self, thread_id: str) -> None:
+        """Forget the thread's dump."""
+        where = await self._where(thread_id)
+        if where is not None:
+            await self._store.drop_scope(*where)

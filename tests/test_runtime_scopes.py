@@ -1,0 +1,105 @@
+"""Thread REPL dumps in SQLite, authenticated (daemon.runtime.scopes), on a real store."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from daemon.errors import ConfigError, ScopeRejected
+from daemon.runtime.scopes import KEY_FILE, SignedScopeStore, load_or_create_key, scope_mac
+from sessions import Store
+
+KEY = b"k" * 32
+
+
+@pytest.fixture
+async def store(tmp_path: Path):
+    """A store with thread #ops/T1 recorded."""
+    async with Store(tmp_path / "a.db") as store:
+        await store.record_prompt("#ops", "T1", "M1", "alice", "x", "2026-11-30T08:00:00Z")
+        yield store
+
+
+async def test_a_dump_comes_back_as_it_was_saved(store: Store) -> None:
+    """Save then load: the same bytes, with the time they were saved."""
+    scopes = SignedScopeStore(store, KEY, max_bytes=1024, version="1.4.0")
+    await scopes.save("T1", b"\x00dump\xff")
+    loaded = await scopes.load("T1")
+    assert loaded is not None
+    assert loaded.data == b"\x00dump\xff"
+    assert loaded.saved_at.endswith("Z")
+    assert await scopes.load("T9") is None  # nothing recorded, nothing stored
+    await scopes.drop("T1")
+    assert await scopes.load("T1") is None
+
+
+async def test_a_changed_byte_is_refused(store: Store) -> None:
+    """A flipped byte in the stored dump: ScopeRejected, never loaded."""
+    scopes = SignedScopeStore(store, KEY, max_bytes=1024, version="1.4.0")
+    await scopes.save("T1", b"abcdef")
+    stored = await store.load_scope("#ops", "T1")
+    assert stored is not None
+    await store.save_scope(
+        "#ops", "T1", monty_version="1.4.0", data=b"abcdeF", mac=stored.mac, dumped=stored.dumped
+    )
+    with pytest.raises(ScopeRejected, match="MAC does not match"):
+        await scopes.load("T1")
+
+
+async def test_a_dump_under_another_key_or_thread_is_refused(store: Store) -> None:
+    """The MAC binds the key and the thread: a copied dump does not verify."""
+    await store.record_prompt("#ops", "T2", "M2", "alice", "x", "2026-11-30T08:00:00Z")
+    other = SignedScopeStore(store, b"o" * 32, max_bytes=1024, version="1.4.0")
+    await other.save("T1", b"data")
+    with pytest.raises(ScopeRejected, match="MAC"):
+        await SignedScopeStore(store, KEY, max_bytes=1024, version="1.4.0").load("T1")
+    mac_for_t1 = scope_mac(KEY, "1.4.0", "T1", b"data")
+    await store.save_scope("#ops", "T2", monty_version="1.4.0", data=b"data", mac=mac_for_t1)
+    with pytest.raises(ScopeRejected, match="MAC"):
+        await SignedScopeStore(store, KEY, max_bytes=1024, version="1.4.0").load("T2")
+
+
+async def test_a_dump_of_another_monty_version_is_refused(store: Store) -> None:
+    """Monty loads only its own dump version: say which versions, do not load."""
+    await SignedScopeStore(store, KEY, max_bytes=1024, version="1.3.9").save("T1", b"old")
+    with pytest.raises(ScopeRejected, match=r"saved by pydantic-monty 1\.3\.9.*runs 1\.4\.0"):
+        await SignedScopeStore(store, KEY, max_bytes=1024, version="1.4.0").load("T1")
+
+
+async def test_a_dump_over_the_limit_is_refused(store: Store) -> None:
+    """A limit lowered since the save: the dump is not loaded."""
+    await SignedScopeStore(store, KEY, max_bytes=1024, version="1.4.0").save("T1", b"x" * 100)
+    with pytest.raises(ScopeRejected, match=r"over code_mode\.max_scope_dump"):
+        await SignedScopeStore(store, KEY, max_bytes=10, version="1.4.0").load("T1")
+
+
+async def test_saving_for_an_unknown_thread_is_refused(store: Store) -> None:
+    """No thread row, no dump."""
+    scopes = SignedScopeStore(store, KEY, max_bytes=1024, version="1.4.0")
+    with pytest.raises(ScopeRejected, match="no thread 'T9'"):
+        await scopes.save("T9", b"x")
+
+
+def test_the_key_is_made_once_private_and_kept(tmp_path: Path) -> None:
+    """32 random bytes, mode 0600, the same on the next start."""
+    state = tmp_path / "state"
+    key = load_or_create_key(state)
+    assert len(key) == 32
+    assert stat.S_IMODE((state / KEY_FILE).stat().st_mode) == 0o600
+    assert load_or_create_key(state) == key
+
+
+def test_a_key_others_can_read_or_of_the_wrong_size_is_refused(tmp_path: Path) -> None:
+    """A readable key lets others forge dumps: a ConfigError that says what to do."""
+    load_or_create_key(tmp_path)
+    path = tmp_path / KEY_FILE
+    os.chmod(path, 0o644)
+    with pytest.raises(ConfigError, match=r"readable by others.*chmod 600"):
+        load_or_create_key(tmp_path)
+    os.chmod(path, 0o600)
+    path.write_bytes(b"short")
+    with pytest.raises(ConfigError, match="not 32 bytes"):
+        load_or_create_key(tmp_path)
