@@ -21,6 +21,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from daemon.errors import BackendError
+from daemon.runtime.commands import RESET_BUSY, RESET_DONE, RESET_NONE
 from daemon.runtime.complete import complete
 from daemon.runtime.interrupted import INTERRUPTED_HEAD, INTERRUPTED_TAIL, interrupted_notice
 from daemon.runtime.scheduler import (
@@ -478,3 +479,51 @@ async def test_complete_finishes_its_work_then_passes_the_cancellation_on():
         await caller
     assert finished == ["done"]
     assert await complete(work()) == "done"
+
+
+async def test_reset_empties_an_idle_threads_repl_and_says_so(parts):
+    """`!reset` in an idle thread calls the executor's reset and replies; nothing runs."""
+    store, pub, model = parts
+    resets: list[str] = []
+
+    async def reset(thread_id: str) -> None:
+        resets.append(thread_id)
+
+    rt = Runtime(store=store, publisher=pub, run=model, reset=reset)
+    command = msg("!reset")
+    assert not await rt.submit(command)
+    await pub.wait_for(1)
+    assert resets == [command.thread]
+    assert pub.sent[0].text == RESET_DONE
+    assert model.requests == []
+    assert recorded_prompts(store) == []
+    await rt.shutdown(grace=1)
+
+
+async def test_reset_of_a_busy_thread_asks_to_stop_first(parts):
+    """While the thread's run goes on, `!reset` changes nothing and says why."""
+    store, pub, model = parts
+    resets: list[str] = []
+
+    async def reset(thread_id: str) -> None:
+        resets.append(thread_id)
+
+    rt = Runtime(store=store, publisher=pub, run=model, reset=reset)
+    m = msg("long job")
+    await rt.submit(m)
+    await model.wait_started(1)
+    await rt.submit(msg("!reset", thread=m.thread))
+    await pub.wait_for(1)
+    assert pub.sent[0].text == RESET_BUSY
+    assert resets == []
+    await rt.shutdown(grace=0)
+
+
+async def test_reset_without_a_repl_says_there_is_none(parts):
+    """Direct tool mode has no REPL: `!reset` says so."""
+    _, pub, _ = parts
+    rt = runtime_of(parts)
+    await rt.submit(msg("!reset"))
+    await pub.wait_for(1)
+    assert pub.sent[0].text == RESET_NONE
+    await rt.shutdown(grace=1)

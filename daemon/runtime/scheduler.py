@@ -25,7 +25,8 @@ Rules (DESIGN.md, "Runtime: threads and runs"):
   ``reply_to`` = the run's last prompt; the prompts are marked done only after
   the hub acked it, in the same transaction as the run's records and metrics.
 - ``!stop`` in a thread cancels its active run and drops what was queued
-  behind it; the thread gets a short "stopped" reply.
+  behind it; the thread gets a short "stopped" reply. ``!reset`` empties an
+  idle thread's REPL and its saved copy (:mod:`daemon.runtime.commands`).
 - Shared channels: only messages that mention the nick, and threads the
   daemon already takes part in (a thread it has recorded prompts of).
   The daemon never answers its own messages; an allow-list of senders, when
@@ -47,6 +48,7 @@ from collections.abc import Iterable
 import structlog
 
 from daemon.runtime.approvals import ApprovalDesk, ResumeJob
+from daemon.runtime.commands import RESET_COMMAND, STOP_COMMAND, ResetFunction, ThreadCommands
 from daemon.runtime.complete import complete
 from daemon.runtime.deliver import deliver, publish_quietly
 from daemon.runtime.interrupted import report_interrupted
@@ -67,6 +69,7 @@ from daemon.runtime.runs import Prompt, RunRequest, RunResult
 
 # The ports are re-exported: callers and tests import them from here too.
 __all__ = [
+    "RESET_COMMAND",
     "STOP_COMMAND",
     "InboundMessage",
     "PromptStatus",
@@ -83,11 +86,8 @@ __all__ = [
 
 log = structlog.get_logger("asyncai.runtime")
 
-STOP_COMMAND = "!stop"
-"""A message whose whole text is this cancels the thread's active run."""
 
-
-class Runtime(PausedRuns):
+class Runtime(PausedRuns, ThreadCommands):
     """Schedules runs per thread, bounded globally; owns every run task."""
 
     def __init__(
@@ -98,8 +98,10 @@ class Runtime(PausedRuns):
         run: RunFunction,
         options: RuntimeOptions | None = None,
         approvals: ApprovalDesk | None = None,
+        reset: ResetFunction | None = None,
     ):
         self._store = store
+        self._reset = reset
         self._approvals = approvals
         if approvals is not None:
             approvals.bind(schedule=self._schedule_resume, hold=self._hold)
@@ -153,6 +155,10 @@ class Runtime(PausedRuns):
             await self._store.advance_cursor(message.channel, message.id)
             return False
         if self._approvals is not None and await self._approvals.handle(message):
+            await self._store.advance_cursor(message.channel, message.id)
+            return False
+        if message.text.strip() == RESET_COMMAND:
+            await self._reset_thread(message)
             await self._store.advance_cursor(message.channel, message.id)
             return False
         if message.text.strip() == STOP_COMMAND:
@@ -261,48 +267,6 @@ class Runtime(PausedRuns):
         while not self._closing and self._queued_count >= self._options.max_queued_prompts:
             self._space.clear()
             await self._space.wait()
-
-    async def _stop_thread(self, message: InboundMessage) -> None:
-        """``!stop``: cancel the thread's active run and drop what queued behind it."""
-        thread = self._threads.get((message.channel, message.thread))
-        if (
-            thread is not None
-            and thread.paused
-            and self._approvals is not None
-            and await self._approvals.stop(message.channel, message.thread, message.sender)
-        ):
-            log.info("runtime.stop_paused", channel=message.channel, thread=message.thread)
-            return  # the paused run ends with the stop note; what queued runs after it
-        if thread is None or (thread.active is None and not thread.queued):
-            log.info("runtime.stop_ignored", channel=message.channel, thread=message.thread)
-            return
-        dropped = thread.queued
-        thread.queued = []
-        self._queued_count -= len(dropped)
-        for m in dropped:
-            self._known_ids.discard(m.id)
-        if dropped:
-            await self._store.set_prompt_status([m.id for m in dropped], "failed")
-        log.info(
-            "runtime.stop",
-            channel=message.channel,
-            thread=message.thread,
-            sender=message.sender,
-            dropped_prompts=len(dropped),
-        )
-        if thread.active is not None:
-            thread.stopped_by = message.sender
-            thread.active.cancel()
-        else:
-            # Only queued prompts were waiting: answer them with the stop note here.
-            if thread.ready:
-                thread.ready = False
-                self._ready.remove((thread.channel, thread.thread_id))
-            self._threads.pop((thread.channel, thread.thread_id), None)
-            await self._publish_quietly(
-                thread, dropped[-1], f"Stopped by {message.sender}: nothing was run."
-            )
-        self._pump()
 
     async def _run_thread(
         self, thread: ThreadRun, prompts: list[InboundMessage], job: ResumeJob | None = None

@@ -1,0 +1,122 @@
+"""The commands a person types in a thread: ``!stop`` and ``!reset``.
+
+Mixed into :class:`daemon.runtime.scheduler.Runtime`. ``!stop`` cancels the
+thread's active run (or ends its run paused for approval) and drops what
+queued behind it; the thread gets a short "stopped" reply. ``!reset`` empties
+the REPL of an idle thread, its saved copy included (issue 14); a busy
+thread is told to stop first. Decisions on approvals (``!approve``,
+``!deny``) are the :class:`~daemon.runtime.approvals.ApprovalDesk`'s.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Awaitable, Callable
+
+import structlog
+
+from daemon.runtime.approvals import ApprovalDesk
+from daemon.runtime.deliver import publish_quietly
+from daemon.runtime.pausing import ThreadKey, ThreadRun
+from daemon.runtime.ports import InboundMessage, RuntimeOptions, RuntimePublisher, RuntimeStore
+
+__all__ = ["RESET_COMMAND", "STOP_COMMAND", "ResetFunction", "ThreadCommands"]
+
+log = structlog.get_logger("asyncai.runtime")
+
+STOP_COMMAND = "!stop"
+"""A message whose whole text is this cancels the thread's active run."""
+
+RESET_COMMAND = "!reset"
+"""A message whose whole text is this empties the thread's REPL and its saved copy."""
+
+ResetFunction = Callable[[str], Awaitable[None]]
+"""Drop a thread's REPL and its stored dump: the code-mode executor's ``reset``."""
+
+RESET_DONE = "The REPL of this thread was reset: its variables and their saved copy are gone."
+RESET_BUSY = "This thread has a run going on: !stop it first, then !reset."
+RESET_NONE = "This thread has no REPL to reset (the tools are called directly)."
+
+
+class ThreadCommands:
+    """``!stop`` and ``!reset`` (mixed into the Runtime)."""
+
+    _threads: dict[ThreadKey, ThreadRun]
+    _ready: deque[ThreadKey]
+    _queued_count: int
+    _known_ids: set[str]
+    _store: RuntimeStore
+    _publisher: RuntimePublisher
+    _options: RuntimeOptions
+    _approvals: ApprovalDesk | None
+    _reset: ResetFunction | None
+
+    def _pump(self) -> None:
+        raise NotImplementedError  # the Runtime's
+
+    async def _publish_quietly(
+        self, thread: ThreadRun, last_prompt: InboundMessage, text: str
+    ) -> None:
+        raise NotImplementedError  # the Runtime's
+
+    async def _stop_thread(self, message: InboundMessage) -> None:
+        """``!stop``: cancel the thread's active run and drop what queued behind it."""
+        thread = self._threads.get((message.channel, message.thread))
+        if (
+            thread is not None
+            and thread.paused
+            and self._approvals is not None
+            and await self._approvals.stop(message.channel, message.thread, message.sender)
+        ):
+            log.info("runtime.stop_paused", channel=message.channel, thread=message.thread)
+            return  # the paused run ends with the stop note; what queued runs after it
+        if thread is None or (thread.active is None and not thread.queued):
+            log.info("runtime.stop_ignored", channel=message.channel, thread=message.thread)
+            return
+        dropped = thread.queued
+        thread.queued = []
+        self._queued_count -= len(dropped)
+        for m in dropped:
+            self._known_ids.discard(m.id)
+        if dropped:
+            await self._store.set_prompt_status([m.id for m in dropped], "failed")
+        log.info(
+            "runtime.stop",
+            channel=message.channel,
+            thread=message.thread,
+            sender=message.sender,
+            dropped_prompts=len(dropped),
+        )
+        if thread.active is not None:
+            thread.stopped_by = message.sender
+            thread.active.cancel()
+        else:
+            # Only queued prompts were waiting: answer them with the stop note here.
+            if thread.ready:
+                thread.ready = False
+                self._ready.remove((thread.channel, thread.thread_id))
+            self._threads.pop((thread.channel, thread.thread_id), None)
+            await self._publish_quietly(
+                thread, dropped[-1], f"Stopped by {message.sender}: nothing was run."
+            )
+        self._pump()
+
+    async def _reset_thread(self, message: InboundMessage) -> None:
+        """``!reset``: drop an idle thread's REPL and its saved dump; say so."""
+        thread = self._threads.get((message.channel, message.thread))
+        if thread is not None and (thread.active is not None or thread.paused or thread.queued):
+            text = RESET_BUSY
+        elif self._reset is None:
+            text = RESET_NONE
+        else:
+            try:
+                await self._reset(message.thread)
+            except Exception as exc:
+                log.exception("runtime.reset_failed", channel=message.channel)
+                text = f"The REPL could not be reset: {type(exc).__name__}: {exc}"
+            else:
+                log.info("runtime.reset", channel=message.channel, thread=message.thread)
+                text = RESET_DONE
+        await publish_quietly(
+            self._publisher, self._options, message.channel, message.thread, message, text
+        )
