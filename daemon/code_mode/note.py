@@ -28,12 +28,19 @@ A scope that was evicted, or reset after a crash, a limit or ``restart``,
 has lost its variables: until a new snippet binds something, the note says
 the REPL is empty (:func:`reset_note`, chosen by :func:`thread_note` from
 the scope's reset reason).
+
+A stored REPL (issue 14) adds one-line notices before the list, each said
+once: :func:`restored_note` (loaded from the save of a given time),
+:func:`not_restored_note` (the REPL starts empty, and why), and
+:func:`not_saved_note` (too large to store, so it will not survive a
+restart).
 """
 
 from __future__ import annotations
 
 import keyword
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 from daemon.code_mode.bindings import module_bindings
@@ -47,9 +54,15 @@ __all__ = [
     "ResetReason",
     "ScopeVariables",
     "format_note",
+    "format_saved_at",
+    "format_size",
+    "not_restored_note",
+    "not_saved_note",
+    "one_line",
     "parse_probe",
     "probe_code",
     "reset_note",
+    "restored_note",
     "thread_note",
 ]
 
@@ -102,6 +115,59 @@ _TYPE_NAMES = {"NoneType": "None", "type": "class", "builtin_function_or_method"
 def reset_note(reason: ResetReason) -> str:
     """The note for a scope whose variables are gone: ``"evicted"`` or ``"reset"``."""
     return _RESET_TEXT[reason]
+
+
+# A reason from a store or an exception is cut to one line of this many characters.
+_MAX_REASON = 200
+
+
+def format_saved_at(saved_at: str) -> str:
+    """``2026-11-30 14:05:12 UTC`` from an ISO 8601 time; other text as it is, on one line."""
+    try:
+        when = datetime.fromisoformat(saved_at)
+    except ValueError:
+        return one_line(saved_at)
+    if when.tzinfo is not None:
+        when = when.astimezone(UTC)
+    return when.strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def format_size(size: int) -> str:
+    """``71.2 MiB``, ``64 MiB``, ``12 KiB``, ``900 bytes``: one decimal at most."""
+    for unit, scale in (("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
+        if size >= scale:
+            return f"{size / scale:.1f}".removesuffix(".0") + f" {unit}"
+    return f"{size} bytes"
+
+
+def one_line(text: str) -> str:
+    """``text`` with its whitespace runs collapsed to one space, at most 200 characters."""
+    flat = " ".join(text.split())
+    return flat if len(flat) <= _MAX_REASON else flat[: _MAX_REASON - 1] + "…"
+
+
+def restored_note(saved_at: str) -> str:
+    """The notice for a REPL loaded from its stored dump, saved at ``saved_at`` (ISO 8601)."""
+    return (
+        f"[run_code REPL was restored from the save of {format_saved_at(saved_at)}: "
+        "the variables of earlier run_code calls are back as they were then.]"
+    )
+
+
+def not_restored_note(reason: str) -> str:
+    """The notice for a stored REPL that could not be loaded; ``reason`` in one line."""
+    return (
+        f"[run_code REPL is empty: the saved REPL was not restored: {one_line(reason)}; "
+        "fetch again what you need.]"
+    )
+
+
+def not_saved_note(size: int, limit: int) -> str:
+    """The notice for a REPL of ``size`` bytes over ``code_mode.max_scope_dump`` (``limit``)."""
+    return (
+        f"[run_code REPL ({format_size(size)}) is over code_mode.max_scope_dump "
+        f"({format_size(limit)}) and was not saved: it will not survive a restart.]"
+    )
 
 
 def _trackable(name: str) -> bool:
@@ -190,6 +256,13 @@ class ScopeVariables:
             self._names.pop(b.name, None)
             self._names[b.name] = None
 
+    def remember(self, names: Iterable[str]) -> None:
+        """Track ``names`` found bound in the scope (a restored REPL), in the order given."""
+        for name in names:
+            if _trackable(name):
+                self._names.pop(name, None)
+                self._names[name] = None
+
     def clear(self) -> None:
         """The scope's state is gone: forget every name."""
         self._names.clear()
@@ -217,15 +290,22 @@ class ScopeVariables:
         return format_note(self._described)
 
 
-def thread_note(variables: ScopeVariables | None, reset_reason: str | None) -> str | None:
+def thread_note(
+    variables: ScopeVariables | None, reset_reason: str | None, notices: Sequence[str] = ()
+) -> str | None:
     """The note for a thread's next run.
 
-    The variables still in scope when there are any; otherwise, when the
-    scope lost its state (``reset_reason`` ``"evicted"``, ``"restart"`` or
-    ``"reset"``), the text saying the REPL is empty; otherwise None.
+    ``notices`` first, one a line (what became of the stored REPL: restored,
+    not restored, not saved). Then the variables still in scope when there
+    are any; otherwise, when the scope lost its state (``reset_reason``
+    ``"evicted"``, ``"restart"`` or ``"reset"``), the text saying the REPL
+    is empty. None when there is nothing to say.
     """
+    lines = list(notices)
     listed = variables.note if variables is not None else None
-    if listed is not None:
-        return listed
     reason = _REASONS.get(reset_reason or "")
-    return reset_note(reason) if reason is not None else None
+    if listed is not None:
+        lines.append(listed)
+    elif reason is not None:
+        lines.append(reset_note(reason))
+    return "\n".join(lines) or None
