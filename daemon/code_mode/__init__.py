@@ -1,6 +1,7 @@
 """Code mode: one ``run_code`` tool whose Python runs in Monty workers and calls inner tools.
 
-Holds the executor and its REPL scopes (``executor``, ``scope``, ``pool``),
+Holds the executor and its REPL scopes (``executor``, ``scope``, ``scopes``,
+``thread_scope``, ``pool``), the scopes stored across restarts (``persistence``),
 the snippet engine over a Monty session (``engine``) and its nested calls
 (``nested``), the catalog of inner tools as typed stubs (``catalog``,
 ``schema``, ``description``), the value conversion and return contract

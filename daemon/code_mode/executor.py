@@ -25,12 +25,28 @@ need a person. The run then ends with a :class:`~daemon.tools.Pause` in
 holds the REPL), and no hook runs. :meth:`CodeModeToolExecutor.resume`
 loads the snapshot into the scope's next checkout and drives the snippet on
 under the same steps, from the checkout on, with ``max_wall`` counted anew.
+
+Stored REPLs (issue 14): with ``scopes`` (a :class:`~daemon.tools.ScopeStore`),
+a thread's REPL is stored (:mod:`~daemon.code_mode.persistence`), when a
+snippet changed it, by ``checkpoint`` (after each run), ``checkpoint_all``
+and ``aclose`` (shutdown), and before an evicted scope is closed
+(:mod:`~daemon.code_mode.scopes`). A scope never live here (new, evicted,
+after a restart) loads it into its first checkout instead of the preamble:
+at its first snippet, or in ``restore_scope`` (before a run's note, so the
+note tells of it). ``restart``, a reset and ``reset()`` (``!reset``) empty
+the REPL for good: its stored dump is dropped, nothing is loaded.
+
+A paused snippet and the stored REPL are one state, the snapshot: the pause
+gives the checkout back and leaves the scope clean, so nothing is dumped
+over anything while it waits (there is no live REPL); ``resume`` loads the
+snapshot, never the stored dump; the resumed snippet makes the scope dirty,
+and the next checkpoint stores the REPL it left. A run made while paused
+loads the stored REPL like any first snippet; ``resume`` replaces it.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
 
 import structlog
@@ -45,15 +61,19 @@ from daemon.code_mode.engine import SnippetOutcome, SnippetRun
 from daemon.code_mode.errors import SandboxUnavailable
 from daemon.code_mode.limits import CodeModeLimits
 from daemon.code_mode.nested import NestedCalls, StartedCall
+from daemon.code_mode.persistence import ScopePersistence
 from daemon.code_mode.pool import close_pool, create_pool
 from daemon.code_mode.report import audit_json, render_outcome
 from daemon.code_mode.scope import ScopeState
+from daemon.code_mode.scopes import ScopeTable
+from daemon.code_mode.thread_scope import ThreadScope
 from daemon.tools import (
     ApprovalGate,
     AuditObserver,
     BaseToolExecutor,
     Decision,
     Pause,
+    ScopeStore,
     ToolCallOutput,
     ToolDefinition,
     ToolExecutor,
@@ -62,10 +82,6 @@ from daemon.tools import (
 __all__ = ["CodeModeToolExecutor", "ThreadScope"]
 
 log = structlog.get_logger("asyncai.code_mode")
-
-# Thread ids whose scope was evicted, remembered so the next run can say the
-# REPL is empty; bounded because thread ids are unbounded over a daemon's life.
-_EVICTED_MEMORY = 1024
 
 
 class CodeModeToolExecutor(BaseToolExecutor):
@@ -80,6 +96,8 @@ class CodeModeToolExecutor(BaseToolExecutor):
     approval policy for calls of mutating tools (issue 13; None: every call
     runs); a call it sends to a person pauses the run (the result carries a
     :class:`~daemon.tools.Pause`), and :meth:`resume` continues it.
+    ``scopes``: where thread REPLs are stored across evictions and restarts
+    (issue 14; None: a REPL lives only as long as its checkout).
     """
 
     def __init__(
@@ -90,6 +108,7 @@ class CodeModeToolExecutor(BaseToolExecutor):
         pool: AsyncMonty | None = None,
         observer: AuditObserver | None = None,
         gate: ApprovalGate | None = None,
+        scopes: ScopeStore | None = None,
     ):
         self._inner = inner
         self._gate = gate
@@ -102,10 +121,9 @@ class CodeModeToolExecutor(BaseToolExecutor):
         self._started = False
         self._closed = False
         self._start_lock = asyncio.Lock()
-        self._scopes: OrderedDict[str, ScopeState] = OrderedDict()
+        persistence = ScopePersistence(scopes, self._limits) if scopes is not None else None
+        self._scopes = ScopeTable(self._limits, persistence)
         self._private = ScopeState(None)
-        self._to_close: list[ScopeState] = []
-        self._evicted: OrderedDict[str, None] = OrderedDict()
 
     @property
     def limits(self) -> CodeModeLimits:
@@ -176,7 +194,7 @@ class CodeModeToolExecutor(BaseToolExecutor):
         Touching a scope makes it the most recently used; a new scope may
         evict the least recently used idle one.
         """
-        self._touch(thread_id)
+        self._scopes.touch(thread_id)
         return ThreadScope(self, thread_id)
 
     @property
@@ -185,17 +203,26 @@ class CodeModeToolExecutor(BaseToolExecutor):
         return len(self._scopes)
 
     def context_note(self, thread_id: str) -> str | None:
-        """The note for the thread's next run (the variables note, from the hook)."""
-        return hooks.context_note(self._scopes.get(thread_id), evicted=thread_id in self._evicted)
+        """The note for the thread's next run (the variables note, from the hook).
+
+        Says the scope's notices (restored, not restored, not saved) once.
+        With a store, a thread not live here has no note: its next run may
+        restore it (call :meth:`restore_scope` first to know).
+        """
+        state = self._scopes.get(thread_id)
+        note = hooks.context_note(state, evicted=self._scopes.lost(thread_id))
+        if state is not None:
+            state.notices = []
+        return note
 
     async def aclose(self) -> None:
         """Close every checkout, the pool if this executor created it, and the inner executor."""
         if self._closed:
             return
+        if self._started:
+            await self.checkpoint_all()
         self._closed = True
-        states = [*self._scopes.values(), *self._to_close, self._private]
-        self._scopes.clear()
-        self._to_close.clear()
+        states = [*self._scopes.take_all(), self._private]
         for state in states:
             await state.discard("closed")
         pool, self._pool = self._pool, None
@@ -204,37 +231,6 @@ class CodeModeToolExecutor(BaseToolExecutor):
         await self._inner.aclose()
 
     # -- scopes --------------------------------------------------------------
-
-    def _touch(self, thread_id: str) -> ScopeState:
-        state = self._scopes.get(thread_id)
-        if state is None:
-            state = ScopeState(thread_id)
-            if thread_id in self._evicted:
-                del self._evicted[thread_id]
-                state.reset_reason = "evicted"
-            self._scopes[thread_id] = state
-        self._scopes.move_to_end(thread_id)
-        self._evict_overflow(keep=state)
-        return state
-
-    def _evict_overflow(self, keep: ScopeState | None = None) -> None:
-        while len(self._scopes) > self._limits.max_scopes:
-            victim = next(
-                (s for s in self._scopes.values() if s is not keep and not s.running), None
-            )
-            if victim is None:
-                return  # every other scope is running: overshoot until one ends
-            assert victim.key is not None
-            del self._scopes[victim.key]
-            self._to_close.append(victim)  # closed before the next checkout
-            self._evicted[victim.key] = None
-            while len(self._evicted) > _EVICTED_MEMORY:
-                self._evicted.popitem(last=False)
-            log.info("code_mode.scope_evicted", thread=victim.key)
-
-    async def _close_evicted(self) -> None:
-        while self._to_close:
-            await self._to_close.pop().discard("evicted")
 
     def worker_pid(self, thread_id: str) -> int | None:
         """The pid of the worker holding ``thread_id``'s REPL, if checked out (diagnostics)."""
@@ -246,7 +242,54 @@ class CodeModeToolExecutor(BaseToolExecutor):
         await self.start()
         # no await between touching the scope and taking its lock: an idle
         # scope is evictable, a locked one is not
-        return await self._run(self._touch(thread_id), name, arguments)
+        return await self._run(self._scopes.touch(thread_id), name, arguments)
+
+    # -- stored REPLs (issue 14) -----------------------------------------------
+
+    async def restore_scope(self, thread_id: str) -> None:
+        """Load the thread's stored REPL now, so the next :meth:`context_note` tells of it.
+
+        Only for a scope never live here (else nothing); it does what the
+        first snippet would (restore, else the preamble), keeping the checkout.
+        Raises :class:`SandboxUnavailable` as :meth:`call_tool` would.
+        """
+        if self._scopes.persistence is None:
+            return
+        await self.start()
+        state = self._scopes.touch(thread_id)
+        async with state.lock:
+            if state.session is not None or not state.restore:
+                return
+            nested = self._nested_calls(state, self._observer)
+
+            async def open_scope() -> SnippetOutcome:
+                opened = await self._open(state, nested)
+                return opened if isinstance(opened, SnippetOutcome) else SnippetOutcome()
+
+            await self._bounded(state, open_scope)
+
+    async def checkpoint(self, thread_id: str) -> None:
+        """Store the thread's REPL if a snippet changed it since it was last stored.
+
+        Call after each run of the thread. Does nothing without a store, for
+        a thread not live here, or while a snippet runs in it (that run's own
+        checkpoint follows). A REPL over ``max_scope_dump`` is not stored and
+        its next note says so; a failure is logged, never raised.
+        """
+        await self._scopes.checkpoint(thread_id)
+
+    async def checkpoint_all(self) -> None:
+        """:meth:`checkpoint` every thread's REPL, evicted ones not yet closed too (shutdown)."""
+        await self._scopes.checkpoint_all()
+
+    async def reset(self, thread_id: str) -> None:
+        """``!reset``: close the thread's REPL and drop its stored dump.
+
+        The next snippet starts empty and loads nothing. Waits for a snippet
+        running in the thread to end. A drop that fails is logged.
+        """
+        await self._scopes.reset(thread_id)
+        log.info("code_mode.scope_reset", thread=thread_id)
 
     # -- one run_code call -----------------------------------------------------
 
@@ -268,7 +311,7 @@ class CodeModeToolExecutor(BaseToolExecutor):
             nested = self._nested_calls(state, self._observer)
             output = await self._run_locked(state, code, restart is True, nested)
         # a scope that was running may have kept the LRU over its size
-        self._evict_overflow()
+        self._scopes.evict_overflow()
         return output
 
     async def resume(
@@ -287,9 +330,10 @@ class CodeModeToolExecutor(BaseToolExecutor):
         The result is like :meth:`call_tool`'s, and may carry a new pause.
         """
         await self.start()
-        state = self._private if thread_id is None else self._touch(thread_id)
+        state = self._private if thread_id is None else self._scopes.touch(thread_id)
         async with state.lock:
             nested = self._nested_calls(state, self._observer)
+            state.restore = False  # the snapshot is the REPL, never the stored dump
             if state.session is not None:
                 state.note = None  # a run made while paused: its names are not the paused REPL's
             await state.discard(None)
@@ -306,11 +350,12 @@ class CodeModeToolExecutor(BaseToolExecutor):
                 checked_out = await self._checkout(state)
                 if isinstance(checked_out, SnippetOutcome):
                     return checked_out
+                state.dirty = True
                 return await run.resume(checked_out[0], pause, decisions, nested_for)
 
             outcome = await self._bounded(state, resume_run)
             output = await self._conclude(state, run.code, outcome, nested)
-        self._evict_overflow()
+        self._scopes.evict_overflow()
         return output
 
     def _nested_calls(
@@ -393,7 +438,7 @@ class CodeModeToolExecutor(BaseToolExecutor):
     async def _checkout(self, state: ScopeState) -> tuple[AsyncMontySession, bool] | SnippetOutcome:
         """The scope's session and whether it is new, or the error outcome when none is free."""
         assert self._pool is not None
-        await self._close_evicted()
+        await self._scopes.close_evicted()
         try:
             return await state.checkout(self._pool, self._limits)
         except (TimeoutError, MontyError, RuntimeError, OSError) as exc:
@@ -402,12 +447,23 @@ class CodeModeToolExecutor(BaseToolExecutor):
                 error=f"the sandbox has no free worker right now ({exc!r}); try again shortly"
             )
 
-    async def _execute(self, state: ScopeState, code: str, nested: NestedCalls) -> SnippetOutcome:
+    async def _open(
+        self, state: ScopeState, nested: NestedCalls
+    ) -> tuple[AsyncMontySession, bool] | SnippetOutcome:
+        """The scope's session and whether it is new, or the error outcome.
+
+        A new checkout loads the stored REPL when the scope may, else runs the preamble.
+        """
         assert self._catalog is not None
         checked_out = await self._checkout(state)
         if isinstance(checked_out, SnippetOutcome):
             return checked_out
         session, fresh = checked_out
+        if fresh and (loaded := await self._scopes.restore(state, session)) != "empty":
+            if loaded == "restored":
+                return session, False
+            await state.discard(None)  # a failed load may have changed it: start on a fresh one
+            return await self._open(state, nested)
         if fresh:
             preamble = SnippetRun(self._catalog, self._limits, nested)
             setup = await preamble.drive(session, hooks.scope_preamble(self._limits))
@@ -417,6 +473,15 @@ class CodeModeToolExecutor(BaseToolExecutor):
                     error=f"the scope preamble failed, so the snippet did not run:\n{setup.error}",
                     reset=True,
                 )
+        return session, fresh
+
+    async def _execute(self, state: ScopeState, code: str, nested: NestedCalls) -> SnippetOutcome:
+        assert self._catalog is not None
+        opened = await self._open(state, nested)
+        if isinstance(opened, SnippetOutcome):
+            return opened
+        session, fresh = opened
+        state.dirty = True
         run = SnippetRun(self._catalog, self._limits, nested, gate=self._gate)
         outcome = await run.drive(session, code)
         outcome.fresh = fresh
@@ -429,46 +494,3 @@ class CodeModeToolExecutor(BaseToolExecutor):
         except Exception:
             # a probe failing only costs the note
             log.exception("code_mode.after_snippet_failed", thread=state.key)
-
-
-class ThreadScope(BaseToolExecutor):
-    """The code-mode executor bound to one conversation thread's REPL.
-
-    Offers the same single ``run_code`` tool; its variables persist across
-    calls and runs of the thread until eviction, ``restart`` or a reset. It
-    holds only the thread id and looks its state up on every call, so a handle
-    outlives an eviction and simply finds an empty REPL next time. The parent
-    executor owns everything: ``aclose()`` here does nothing.
-    """
-
-    def __init__(self, parent: CodeModeToolExecutor, thread_id: str):
-        self._parent = parent
-        self.thread_id = thread_id
-
-    def definitions(self) -> list[ToolDefinition]:
-        """Exactly ``[run_code]``, as the parent offers it."""
-        return self._parent.definitions()
-
-    async def start(self) -> None:
-        """Start the parent (inner executor and pool)."""
-        await self._parent.start()
-
-    async def call_tool(self, name: str, arguments: dict) -> ToolCallOutput:
-        """Run ``run_code`` in this thread's REPL."""
-        return await self._parent.call_in_scope(self.thread_id, name, arguments)
-
-    def thread_scope(self, thread_id: str) -> ToolExecutor | None:
-        """Another thread's scope, from the parent."""
-        return self._parent.thread_scope(thread_id)
-
-    def context_note(self, thread_id: str) -> str | None:
-        """The parent's note for ``thread_id``."""
-        return self._parent.context_note(thread_id)
-
-    @property
-    def worker_pid(self) -> int | None:
-        """The pid of the worker holding this thread's REPL, if checked out (diagnostics)."""
-        return self._parent.worker_pid(self.thread_id)
-
-    async def aclose(self) -> None:
-        """Nothing: the parent executor owns the checkout and closes it."""

@@ -83,8 +83,9 @@ def context_note(scope: ScopeState | None, *, evicted: bool) -> str | None:
 
     ``scope`` is None when the thread has no scope now; ``evicted`` says its
     scope was evicted from the LRU (so its next run starts with an empty REPL).
-    ``scope.reset_reason`` says why a live scope's REPL was last emptied.
+    ``scope.reset_reason`` says why a live scope's REPL was last emptied, and
+    ``scope.notices`` (what became of its stored REPL) come first.
     """
     if scope is None:
         return thread_note(None, "evicted" if evicted else None)
-    return thread_note(scope.note, scope.reset_reason)
+    return thread_note(scope.note, scope.reset_reason, scope.notices)

@@ -30,6 +30,15 @@ class ScopeState:
     was last emptied: ``"evicted"`` (set on the new scope of an evicted
     thread), ``"restart"``, ``"reset"`` (a crash or a blown limit), or None
     when it never was. ``note`` belongs to the variables-note hook.
+
+    For the stored REPL (issue 14, :mod:`daemon.code_mode.persistence`):
+    ``dirty`` says the store no longer holds this REPL (a snippet ran in it,
+    or it was emptied by ``restart`` or a reset, since it was last stored or
+    loaded); ``restore`` says the next checkout loads the stored dump (a
+    thread scope that was never live here; cleared once tried, and by
+    ``restart``, a reset or a resumed pause); ``evicted`` says the thread's
+    previous scope was evicted, so an empty store means its REPL was lost;
+    ``notices`` are lines for the next note, said once.
     """
 
     def __init__(self, key: str | None):
@@ -38,6 +47,10 @@ class ScopeState:
         self.session: AsyncMontySession | None = None
         self.reset_reason: str | None = None
         self.note: ScopeVariables | None = None
+        self.dirty = False
+        self.restore = key is not None
+        self.evicted = False
+        self.notices: list[str] = []
 
     @property
     def running(self) -> bool:
@@ -64,8 +77,15 @@ class ScopeState:
         """Close the checkout (the worker goes back to the pool, or is replaced).
 
         ``reason`` None: the REPL lives on in a paused snippet's snapshot
-        (issue 13), so ``reset_reason`` and ``note`` stay as they are.
+        (issue 13), so ``reset_reason`` and ``note`` stay as they are, and
+        the store has nothing to do with it (not ``dirty``). ``"restart"``
+        and ``"reset"`` empty the REPL for good: the stored dump is stale
+        (``dirty``) and is not loaded.
         """
+        if reason is None:
+            self.dirty = False
+        elif reason in ("restart", "reset"):
+            self.dirty, self.restore = True, False
         session, self.session = self.session, None
         if reason is not None:
             self.note = None

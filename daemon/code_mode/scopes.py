@@ -1,0 +1,167 @@
+"""The thread scopes of one executor: an LRU of ``max_scopes`` REPLs, evicted and stored.
+
+:class:`ScopeTable` holds a :class:`~daemon.code_mode.scope.ScopeState` per
+thread id, most recently used last. A new scope may push the least
+recently used idle one out; a scope with a snippet running is never
+evicted (the table overshoots until it ends). An evicted scope's checkout
+is closed before the executor's next checkout (:meth:`ScopeTable.close_evicted`),
+after its REPL is stored when there is a store (issue 14,
+:mod:`daemon.code_mode.persistence`); the thread's next scope then loads it.
+
+Without a store, evicted thread ids are remembered (a bounded number) so the
+thread's next note can say its REPL is gone.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+import structlog
+from pydantic_monty import AsyncMontySession
+
+from daemon.code_mode.limits import CodeModeLimits
+from daemon.code_mode.persistence import LoadResult, ScopePersistence
+from daemon.code_mode.scope import ScopeState
+
+__all__ = ["ScopeTable"]
+
+log = structlog.get_logger("asyncai.code_mode")
+
+# Thread ids whose scope was evicted, remembered so the next run can say the
+# REPL is empty; bounded because thread ids are unbounded over a daemon's life.
+_EVICTED_MEMORY = 1024
+
+
+class ScopeTable:
+    """The LRU of thread scopes, and the stored REPLs behind it (``persistence`` None: none)."""
+
+    def __init__(self, limits: CodeModeLimits, persistence: ScopePersistence | None):
+        self._limits = limits
+        self.persistence = persistence
+        self._scopes: OrderedDict[str, ScopeState] = OrderedDict()
+        self._to_close: list[ScopeState] = []
+        self._evicting: dict[str, ScopeState] = {}  # victims until their checkout is closed
+        self._evicted: OrderedDict[str, None] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._scopes)
+
+    def get(self, thread_id: str) -> ScopeState | None:
+        """The thread's scope if the table holds it, without touching it."""
+        return self._scopes.get(thread_id)
+
+    def lost(self, thread_id: str) -> bool:
+        """Whether the thread's REPL was evicted and not stored (its next run starts empty)."""
+        return thread_id in self._evicted and self.persistence is None
+
+    def touch(self, thread_id: str) -> ScopeState:
+        """The thread's scope, made the most recently used; a new one may evict another."""
+        state = self._scopes.get(thread_id)
+        if state is None:
+            state = ScopeState(thread_id)
+            if thread_id in self._evicted:
+                del self._evicted[thread_id]
+                if self.persistence is None:
+                    state.reset_reason = "evicted"
+                else:
+                    state.evicted = True  # "evicted" only if nothing was stored
+            self._scopes[thread_id] = state
+        self._scopes.move_to_end(thread_id)
+        self.evict_overflow(keep=state)
+        return state
+
+    def evict_overflow(self, keep: ScopeState | None = None) -> None:
+        """Evict idle scopes, least recently used first, down to ``max_scopes``."""
+        while len(self._scopes) > self._limits.max_scopes:
+            victim = next(
+                (s for s in self._scopes.values() if s is not keep and not s.running), None
+            )
+            if victim is None:
+                return  # every other scope is running: overshoot until one ends
+            assert victim.key is not None
+            del self._scopes[victim.key]
+            self._to_close.append(victim)  # stored and closed before the next checkout
+            self._evicting[victim.key] = victim
+            self._evicted[victim.key] = None
+            while len(self._evicted) > _EVICTED_MEMORY:
+                self._evicted.popitem(last=False)
+            log.info("code_mode.scope_evicted", thread=victim.key)
+
+    async def close_evicted(self) -> None:
+        """Store (with a store) and close the checkouts of evicted scopes."""
+        while self._to_close:
+            victim = self._to_close.pop()
+            # locked with no await since the pop: settle() waits for it to be stored
+            async with victim.lock:
+                try:
+                    if self.persistence is not None:
+                        await self.persistence.save(victim)
+                    await victim.discard("evicted")
+                finally:
+                    if victim.key is not None and self._evicting.get(victim.key) is victim:
+                        del self._evicting[victim.key]
+
+    async def settle(self, thread_id: str) -> None:
+        """Return once the thread's evicted scope, if any, is stored and closed."""
+        await self.close_evicted()
+        victim = self._evicting.get(thread_id)
+        if victim is not None:
+            async with victim.lock:  # another task is storing it
+                pass
+
+    async def restore(self, state: ScopeState, session: AsyncMontySession) -> LoadResult:
+        """Load the stored REPL into ``session``, ``state``'s fresh checkout, if the scope may.
+
+        Only once per scope, and never for one emptied for good or resumed
+        from a pause (``state.restore``); waits for the thread's evicted
+        scope to be stored first. ``"empty"`` when nothing was loaded.
+        """
+        if self.persistence is None or not state.restore or state.key is None:
+            return "empty"
+        state.restore = False
+        await self.settle(state.key)
+        return await self.persistence.load(state, session)
+
+    async def checkpoint(self, thread_id: str) -> None:
+        """Store the thread's REPL if the table holds it, it is idle and a snippet changed it."""
+        state = self._scopes.get(thread_id)
+        if self.persistence is None or state is None or state.running or not state.dirty:
+            return
+        async with state.lock:  # not running: taken at once, so it cannot be evicted meanwhile
+            await self.persistence.save(state)
+
+    async def checkpoint_all(self) -> None:
+        """:meth:`checkpoint` every scope, and store the evicted ones not yet closed."""
+        if self.persistence is None:
+            return
+        for thread_id in list(self._scopes):
+            await self.checkpoint(thread_id)
+        await self.close_evicted()
+
+    async def reset(self, thread_id: str) -> None:
+        """Empty the thread's REPL for good: close its checkout, drop its stored dump."""
+        state = self._scopes.get(thread_id)
+        if state is not None:
+            async with state.lock:
+                await state.discard("restart")
+                state.notices = []
+        self._evicted.pop(thread_id, None)
+        if self.persistence is None:
+            return
+        await self.settle(thread_id)
+        try:
+            await self.persistence.store.drop(thread_id)
+        except Exception as exc:
+            # a live scope still starts empty (restore is off); one not live may load it
+            log.warning("code_mode.scope_drop_failed", thread=thread_id, error=repr(exc))
+        else:
+            if state is not None:
+                state.dirty = False
+
+    def take_all(self) -> list[ScopeState]:
+        """Every scope, live or evicted, removed from the table (to close them)."""
+        states = [*self._scopes.values(), *self._to_close]
+        self._scopes.clear()
+        self._to_close.clear()
+        self._evicting.clear()
+        return states

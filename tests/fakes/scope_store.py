@@ -1,0 +1,51 @@
+"""An in-memory :class:`~daemon.tools.ScopeStore`: thread REPL dumps in a dict.
+
+For tests of stored REPLs (issue 14) without SQLite::
+
+    store = MemoryScopeStore()
+    executor = CodeModeToolExecutor(inner, scopes=store)
+
+``dumps`` is what is stored (tests may plant bytes there); ``reject`` makes
+``load`` raise :class:`~daemon.errors.ScopeRejected` with the given reason
+for a thread; ``fail_saves`` makes ``save`` raise. ``saves`` and ``drops``
+record the calls, in order.
+"""
+
+from __future__ import annotations
+
+from daemon.errors import ScopeRejected
+from daemon.tools import StoredScopeDump
+
+__all__ = ["SAVED_AT", "MemoryScopeStore"]
+
+SAVED_AT = "2026-11-30T14:05:12+00:00"
+"""The time every save is stamped with (a fixed clock)."""
+
+
+class MemoryScopeStore:
+    """Stores dumps in memory; rejects and fails on demand."""
+
+    def __init__(self) -> None:
+        self.dumps: dict[str, StoredScopeDump] = {}
+        self.reject: dict[str, str] = {}
+        self.fail_saves = False
+        self.saves: list[tuple[str, int]] = []  # (thread id, bytes)
+        self.drops: list[str] = []
+
+    async def save(self, thread_id: str, data: bytes) -> None:
+        """Keep ``data``, stamped :data:`SAVED_AT`; raises OSError when ``fail_saves``."""
+        if self.fail_saves:
+            raise OSError("disk full")
+        self.saves.append((thread_id, len(data)))
+        self.dumps[thread_id] = StoredScopeDump(bytes(data), SAVED_AT)
+
+    async def load(self, thread_id: str) -> StoredScopeDump | None:
+        """The stored dump, None, or ScopeRejected for a thread in ``reject``."""
+        if thread_id in self.reject:
+            raise ScopeRejected(self.reject[thread_id])
+        return self.dumps.get(thread_id)
+
+    async def drop(self, thread_id: str) -> None:
+        """Forget the thread's dump."""
+        self.drops.append(thread_id)
+        self.dumps.pop(thread_id, None)
