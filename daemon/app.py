@@ -54,18 +54,22 @@ from daemon.runtime.intake import ChannelPublisher, ChunkJoiner, inbound
 from daemon.runtime.note import RestartNoteExecutor
 from daemon.runtime.runs import PausedRun, RunRequest, RunResult, current_tool_use
 from daemon.runtime.scheduler import Runtime, RuntimeOptions
+from daemon.runtime.scopes import SignedScopeStore, load_or_create_key
 from daemon.runtime.store import SessionsRuntimeStore
 from daemon.tools import (
     ApprovalGate,
     AuditEntry,
     AuditObserver,
     Decision,
+    PersistentScopes,
+    ScopeStore,
     ToolDefinition,
     ToolExecutor,
     Verdict,
 )
 from sessions.errors import StoreError
 from sessions.model import ToolCallRow
+from sessions.scopes import scope_cutoff
 from sessions.store import Store
 
 __all__ = [
@@ -94,6 +98,7 @@ def build_tool_executor(
     observer: AuditObserver | None = None,
     inner: ToolExecutor | None = None,
     gate: ApprovalGate | None = None,
+    scopes: ScopeStore | None = None,
 ) -> ToolExecutor:
     """The executor ``config`` asks for: MCP servers, wrapped in code mode unless ``direct``.
 
@@ -101,13 +106,16 @@ def build_tool_executor(
     (``asyncai ask`` keeps a handle on it to check the servers started).
     ``observer`` is passed to the code-mode executor (called as each nested
     call starts and ends, for the durable audit); ``gate`` is the approval
-    policy it asks before a mutating call. Nothing starts until first use.
+    policy it asks before a mutating call; ``scopes`` keeps each thread's REPL
+    across evictions and restarts. Nothing starts until first use.
     """
     if inner is None:
         inner = build_mcp_executor(config)
     if config.model.tool_mode == "direct":
         return inner
-    return CodeModeToolExecutor(inner, config.code_mode.limits(), observer=observer, gate=gate)
+    return CodeModeToolExecutor(
+        inner, config.code_mode.limits(), observer=observer, gate=gate, scopes=scopes
+    )
 
 
 def build_mcp_executor(config: Config) -> ToolExecutor:
@@ -273,7 +281,11 @@ class Daemon:
         if self._executor is None:
             self._mcp = build_mcp_executor(config)
             self._executor = build_tool_executor(
-                config, observer=audit_observer(self._store), inner=self._mcp, gate=self.gate
+                config,
+                observer=audit_observer(self._store),
+                inner=self._mcp,
+                gate=self.gate,
+                scopes=await self._scope_store(),
             )
         self._noted = RestartNoteExecutor(self._executor)
         # Start the servers and the pool now: a broken setup fails before READY=1.
@@ -302,6 +314,7 @@ class Daemon:
             run=self._run,
             options=runtime_options(config),
             approvals=self._desk,
+            reset=self._executor.reset if isinstance(self._executor, PersistentScopes) else None,
         )
         recovered = await self.runtime.recover()
         await self._desk.start()  # pending requests re-armed, decided ones resumed
@@ -413,17 +426,38 @@ class Daemon:
         scopes = getattr(self._executor, "live_scopes", 0)
         return f"active runs: {active}, queued prompts: {queued}, live scopes: {scopes}"
 
+    async def _scope_store(self) -> ScopeStore:
+        """Thread REPLs kept in the store, signed with the key beside it; old ones pruned."""
+        assert self._store is not None
+        config = self.config
+        key = load_or_create_key(config.sessions.db.parent)
+        pruned = await self._store.prune_scopes(scope_cutoff(config.sessions.scope_retention_days))
+        if pruned:
+            log.info("daemon.scopes_pruned", scopes=pruned)
+        max_bytes = config.code_mode.limits().max_scope_dump  # the default when unset
+        return SignedScopeStore(self._store, key, max_bytes=max_bytes)
+
     async def _run(self, request: RunRequest) -> RunResult:
-        """One run through the backend."""
+        """One run through the backend; the thread's saved REPL is loaded first (so the
+        note can tell of it) and the REPL saved after it, when a snippet changed it."""
         assert self._noted is not None
+        persistent = self._executor if isinstance(self._executor, PersistentScopes) else None
+        if persistent is not None:
+            await persistent.restore_scope(request.thread_id)
         self._noted.before_run(request.thread_id, had_earlier_runs=bool(request.history))
-        return await self._backend.run(request)
+        result = await self._backend.run(request)
+        if persistent is not None:
+            await persistent.checkpoint(request.thread_id)
+        return result
 
     async def _resume(
         self, request: RunRequest, paused: PausedRun, decisions: Mapping[int, Decision]
     ) -> RunResult:
         """A paused run going on through the backend, once decided."""
-        return await self._backend.resume(request, paused.conversation, paused.pause, decisions)
+        result = await self._backend.resume(request, paused.conversation, paused.pause, decisions)
+        if isinstance(self._executor, PersistentScopes):
+            await self._executor.checkpoint(request.thread_id)
+        return result
 
     def gate(self, definition: ToolDefinition, arguments: dict[str, Any]) -> Verdict:
         """``[approvals]`` applied to one call (with the run's grants once running).

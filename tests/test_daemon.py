@@ -226,19 +226,19 @@ async def test_prompts_sent_during_a_run_become_one_follow_up_run(env):
 
 
 async def test_ninth_thread_evicts_the_least_recently_used_scope(env):
-    """With the default LRU of 8, eight newer threads evict a thread's REPL scope, and
-    that thread's next run is told its REPL is empty."""
+    """With the default LRU of 8, eight newer threads evict a thread's REPL scope; its
+    saved copy is loaded for the thread's next run, whose note says so."""
     _, fake, alice = env
     fake.add(ToolCalls(("run_code", {"code": "kept = 41"})), Reply("stored"))
     first, _ = await alice.ask("remember 41")
     for n in range(8):
         fake.add(Reply(f"ok {n}"))
         await alice.ask(f"unrelated {n}")
-    fake.add(Reply("I need to fetch it again."))
+    fake.add(Reply("41, still."))
     await alice.ask("what did you keep?", thread=first)
     note = user_text(fake.requests[-1])
-    assert "run_code REPL is empty" in note
-    assert "kept" not in note.split("what did you keep?")[1]
+    assert "run_code REPL was restored from the save of" in note
+    assert "kept: int" in note.split("what did you keep?")[1]
 
 
 async def test_mutating_call_is_audited_in_the_transcript_and_logged(env):
