@@ -25,7 +25,7 @@ from channels.hub import Hub
 from daemon.runtime.interrupted import INTERRUPTED_HEAD, INTERRUPTED_TAIL
 from sessions.store import Store
 from tests.fakes.fake_openai import FakeOpenAI, Hold, Reply, ToolCalls
-from tests.test_daemon import WAIT, Person, write_config
+from tests.test_daemon import WAIT, Person, user_text, write_config
 
 pytestmark = pytest.mark.slow
 
@@ -371,3 +371,161 @@ async def test_sigkill_while_an_approved_run_goes_on_does_not_repeat_the_call(wo
         assert approval.status == "approved"
         assert approval.resumed is not None
     assert [status for _, status, _ in _runs(tmp / "asyncai.db", mid)] == ["interrupted"]
+
+
+RESTORED = "[run_code REPL was restored from the save of "
+TAMPERED = (
+    "[run_code REPL is empty: the saved REPL was not restored: its MAC does not match: "
+    "the stored bytes were changed; fetch again what you need.]"
+)
+
+
+def _two_scopes(config: Path) -> None:
+    """At most two live REPLs (and so two concurrent runs, which may not exceed them)."""
+    text = config.read_text().replace(
+        "shutdown_grace = 0.5", "shutdown_grace = 0.5\nmax_concurrent_runs = 2"
+    )
+    config.write_text(text + "\n[code_mode]\nmax_scopes = 2\n")
+
+
+def _note_of(fake: FakeOpenAI, prompt: str) -> str:
+    """What the daemon appended to ``prompt`` in the newest request to the model."""
+    text = user_text(fake.requests[-1])
+    assert text.startswith(prompt)
+    return text[len(prompt) :]
+
+
+async def _remember_41(alice: Person, fake: FakeOpenAI) -> str:
+    """A new thread whose REPL binds ``x = 41``; its thread id, once the reply is in."""
+    fake.add(ToolCalls(("run_code", {"code": "x = 41"})), Reply("kept 41"))
+    thread, reply = await alice.ask("remember 41")
+    assert reply.text == "kept 41"
+    return thread
+
+
+async def _recorded_done(db: Path, prompt_id: str) -> None:
+    """Until the prompt is recorded done, just after the hub acked its reply (bounded).
+
+    A crash before that runs the prompt again at the next start (its reply is
+    not published twice), which would ask the model a second time.
+    """
+    async with asyncio.timeout(WAIT):
+        while True:
+            async with Store(db, create=False) as store:
+                [prompt] = await store.get_prompts([prompt_id])
+            if prompt.status == "done":
+                return
+            await asyncio.sleep(0.02)  # the daemon signals nothing: poll the store
+
+
+async def _stop(d: DaemonProcess) -> None:
+    """SIGTERM: the daemon exits 0, and no process of its session is left."""
+    assert d.proc is not None
+    d.proc.send_signal(signal.SIGTERM)
+    assert await d.wait() == 0
+    await _session_ended(d)
+
+
+async def _session_ended(d: DaemonProcess) -> None:
+    """Until no process of the daemon's session (its Monty workers) is left (bounded)."""
+    assert d.proc is not None
+    async with asyncio.timeout(WAIT):
+        while True:
+            try:
+                os.killpg(d.proc.pid, 0)
+            except ProcessLookupError:
+                return
+            # orphaned workers are reaped by init, which signals nothing: poll
+            await asyncio.sleep(0.02)
+
+
+def _flip_a_byte_of_the_dump(db: Path, thread: str) -> None:
+    """Change one byte of the thread's stored REPL in place, with plain SQL."""
+    with contextlib.closing(sqlite3.connect(db)) as conn, conn:
+        [(key, data)] = conn.execute(
+            "SELECT s.thread, s.data FROM scopes s JOIN threads t ON t.id = s.thread"
+            " WHERE t.thread_id = ?",
+            (thread,),
+        ).fetchall()
+        changed = bytearray(data)
+        changed[len(changed) // 2] ^= 0x01
+        conn.execute("UPDATE scopes SET data = ? WHERE thread = ?", (bytes(changed), key))
+
+
+async def test_a_threads_repl_survives_eviction_and_sigterm(world):
+    """With two live REPLs, two newer threads evict A's: A's next run gets its REPL back
+    from the store (the note says so and lists ``x``); after SIGTERM and a new start,
+    A's REPL is loaded again."""
+    _, fake, alice, daemon, tmp = world
+    _two_scopes(tmp / "asyncai.toml")
+    first = daemon()
+    await first.start()
+    a = await _remember_41(alice, fake)
+    for name in ("b", "c"):
+        fake.add(ToolCalls(("run_code", {"code": f"{name} = '{name}'"})), Reply(f"kept {name}"))
+        await alice.ask(f"remember {name}")
+    fake.add(Reply("41"))
+    _, reply = await alice.ask("what is x?", thread=a)
+    assert reply.text == "41"
+    note = _note_of(fake, "what is x?")
+    assert RESTORED in note
+    assert "x: int" in note
+    await _stop(first)
+
+    second = daemon()
+    await second.start()
+    fake.add(Reply("still 41"))
+    _, reply = await alice.ask("and now?", thread=a)
+    assert reply.text == "still 41"
+    note = _note_of(fake, "and now?")
+    assert RESTORED in note
+    assert "x: int" in note
+    await _stop(second)
+    assert not fake.script
+
+
+async def test_a_threads_repl_survives_sigkill(world):
+    """Killed with SIGKILL right after A's reply: the dump made after the run is enough,
+    and the next start loads A's REPL for its next run."""
+    _, fake, alice, daemon, tmp = world
+    _two_scopes(tmp / "asyncai.toml")
+    first = daemon()
+    await first.start()
+    a = await _remember_41(alice, fake)
+    await _recorded_done(tmp / "asyncai.db", a)
+    first.kill_all()
+    assert await first.wait() == -signal.SIGKILL
+    await _session_ended(first)
+
+    second = daemon()
+    await second.start()
+    fake.add(Reply("41"))
+    await alice.ask("what is x?", thread=a)
+    note = _note_of(fake, "what is x?")
+    assert RESTORED in note
+    assert "x: int" in note
+    await _stop(second)
+    assert not fake.script
+
+
+async def test_a_tampered_dump_starts_the_thread_empty_with_the_reason(world):
+    """One byte of A's stored REPL changed while the daemon is down: the next start
+    does not load it; A's note says its REPL is empty because the MAC does not match."""
+    _, fake, alice, daemon, tmp = world
+    _two_scopes(tmp / "asyncai.toml")
+    first = daemon()
+    await first.start()
+    a = await _remember_41(alice, fake)
+    await _stop(first)
+    _flip_a_byte_of_the_dump(tmp / "asyncai.db", a)
+
+    second = daemon()
+    await second.start()
+    fake.add(Reply("I lost it"))
+    await alice.ask("what is x?", thread=a)
+    note = _note_of(fake, "what is x?")
+    assert TAMPERED in note
+    assert RESTORED not in note
+    assert "x: int" not in note
+    await _stop(second)
+    assert not fake.script
