@@ -1,74 +1,174 @@
 """asyncai-mcp-simple's fetch and address policy, in process.
 
-The policy is pure; ``fetch`` runs against a real HTTP server on 127.0.0.1
-(port 0). The resolver is the one fake: DNS answers are the boundary, so a
-test can make a name resolve to a metadata address or change its answer
-between lookups (rebinding).
+The policy is pure; ``fetch`` runs against real HTTP servers on 127.0.0.1
+(port 0). The
+resolver is the one fake: DNS answers are the boundary, so a test can make a
+name resolve to a metadata address or change its answer between lookups
+(rebinding).
 """
 
 from __future__ import annotations
 
 import http.server
+import ipaddress
 import socket
 import threading
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from servers.simple.fetch import FetchError, fetch
-from servers.simple.policy import parse_ip, refusal
+from servers.simple.policy import embedded_ipv4, parse_ip, refusal
 
-ALWAYS_REFUSED = [
-    "169.254.169.254",
-    "169.254.0.1",
-    "fe80::1",
-    "fe80::1%1",
-    "::ffff:169.254.169.254",  # IPv4-mapped
-    "::169.254.169.254",  # IPv4-compatible
-    "64:ff9b::a9fe:a9fe",  # NAT64 of 169.254.169.254
-    "2002:a9fe:a9fe::1",  # 6to4
-    "fd00:ec2::254",  # AWS IMDS over IPv6
-]
-PRIVATE = [
-    "127.0.0.1",
-    "10.1.2.3",
-    "172.16.0.1",
-    "192.168.1.1",
-    "100.64.0.1",
-    "0.0.0.0",
-    "::1",
-    "fc00::1",
-    "::ffff:127.0.0.1",
-    "::ffff:10.0.0.1",
-    "224.0.0.1",
-]
-PUBLIC = ["8.8.8.8", "1.1.1.1", "2606:4700:4700::1111"]
+OK, LINK_LOCAL, PRIVATE = "ok", "link-local", "private"
+#: address -> (without --deny-private, with --deny-private)
+POLICY_TABLE: dict[str, tuple[str, str]] = {
+    # link-local and metadata, plain and carried inside IPv6: refused either way
+    "169.254.169.254": (LINK_LOCAL, LINK_LOCAL),
+    "169.254.0.1": (LINK_LOCAL, LINK_LOCAL),
+    "fe80::1": (LINK_LOCAL, LINK_LOCAL),
+    "fe80::1%1": (LINK_LOCAL, LINK_LOCAL),
+    "fd00:ec2::254": (LINK_LOCAL, LINK_LOCAL),  # AWS IMDS over IPv6
+    "::ffff:169.254.169.254": (LINK_LOCAL, LINK_LOCAL),  # IPv4-mapped
+    "::169.254.169.254": (LINK_LOCAL, LINK_LOCAL),  # IPv4-compatible
+    "::ffff:0:a9fe:a9fe": (LINK_LOCAL, LINK_LOCAL),  # IPv4-translated (SIIT)
+    "64:ff9b::a9fe:a9fe": (LINK_LOCAL, LINK_LOCAL),  # NAT64 well-known prefix
+    "64:ff9b:1::a9fe:a9fe": (LINK_LOCAL, LINK_LOCAL),  # NAT64 local-use, /96
+    "64:ff9b:1:a9fe:a9:fe00::": (LINK_LOCAL, LINK_LOCAL),  # NAT64 local-use, /48
+    "64:ff9b:1:0:a9:fea9:fe00:0": (LINK_LOCAL, LINK_LOCAL),  # NAT64 local-use, /64
+    "2002:a9fe:a9fe::1": (LINK_LOCAL, LINK_LOCAL),  # 6to4
+    "2001:0:a9fe:a9fe::1": (LINK_LOCAL, LINK_LOCAL),  # Teredo server
+    "2001:0:808:808::5601:5601": (LINK_LOCAL, LINK_LOCAL),  # Teredo client (inverted)
+    "2600::5efe:a9fe:a9fe": (LINK_LOCAL, LINK_LOCAL),  # ISATAP interface id
+    # not globally routable: allowed by default, refused with --deny-private
+    "127.0.0.1": (OK, PRIVATE),
+    "10.1.2.3": (OK, PRIVATE),
+    "172.16.0.1": (OK, PRIVATE),
+    "192.168.1.1": (OK, PRIVATE),
+    "100.64.0.1": (OK, PRIVATE),  # carrier-grade NAT
+    "0.0.0.0": (OK, PRIVATE),
+    "192.0.0.8": (OK, PRIVATE),
+    "192.0.2.1": (OK, PRIVATE),  # documentation
+    "198.18.0.1": (OK, PRIVATE),  # benchmarking
+    "224.0.0.1": (OK, PRIVATE),  # multicast
+    "240.0.0.1": (OK, PRIVATE),  # reserved
+    "255.255.255.255": (OK, PRIVATE),
+    "::": (OK, PRIVATE),
+    "::1": (OK, PRIVATE),
+    "fc00::1": (OK, PRIVATE),  # unique-local
+    "fec0::1": (OK, PRIVATE),  # site-local (deprecated, still not global)
+    "ff02::1": (OK, PRIVATE),  # multicast
+    "ff0e::1": (OK, PRIVATE),  # global-scope multicast is still multicast
+    "100::1": (OK, PRIVATE),  # discard-only
+    "2001:db8::1": (OK, PRIVATE),  # documentation
+    "3fff::1": (OK, PRIVATE),  # documentation (RFC 9637)
+    "5f00::1": (OK, PRIVATE),  # SRv6 SIDs
+    "::ffff:127.0.0.1": (OK, PRIVATE),
+    "::ffff:10.0.0.1": (OK, PRIVATE),
+    "::10.0.0.1": (OK, PRIVATE),
+    "::ffff:0:a00:1": (OK, PRIVATE),
+    "64:ff9b::a00:1": (OK, PRIVATE),
+    "64:ff9b:1::a00:1": (OK, PRIVATE),  # 10.0.0.1 behind the local-use NAT64 prefix
+    "64:ff9b:1::808:808": (OK, PRIVATE),  # the local-use prefix itself is not global
+    "2002:a00:1::1": (OK, PRIVATE),  # 6to4 of 10.0.0.1
+    "2001:0:a00:1::1": (OK, PRIVATE),  # Teredo, server 10.0.0.1
+    # public: allowed either way
+    "8.8.8.8": (OK, OK),
+    "1.1.1.1": (OK, OK),
+    "2606:4700:4700::1111": (OK, OK),
+    "::ffff:8.8.8.8": (OK, OK),
+    "64:ff9b::808:808": (OK, OK),
+    "2002:808:808::1": (OK, OK),
+}
 
 
-@pytest.mark.parametrize("address", ALWAYS_REFUSED)
-@pytest.mark.parametrize("deny_private", [False, True])
-def test_link_local_and_metadata_addresses_are_always_refused(
-    address: str, deny_private: bool
-) -> None:
-    """Link-local and metadata addresses, in every IPv6 disguise, never pass."""
+def verdict(address: str, *, deny_private: bool) -> str:
+    """The policy's answer as one of OK, LINK_LOCAL, PRIVATE."""
     reason = refusal(parse_ip(address), deny_private=deny_private)
-    assert reason is not None
-    assert "link-local or cloud metadata" in reason
+    if reason is None:
+        return OK
+    if "link-local or cloud metadata" in reason:
+        return LINK_LOCAL
+    assert "not a public address (the server runs with --deny-private)" in reason
+    return PRIVATE
 
 
-@pytest.mark.parametrize("address", PRIVATE)
-def test_private_addresses_pass_unless_denied(address: str) -> None:
-    """Loopback and private ranges are allowed by default, refused with --deny-private."""
-    ip = parse_ip(address)
-    assert refusal(ip, deny_private=False) is None
-    assert "not a public address" in (refusal(ip, deny_private=True) or "")
+@pytest.mark.parametrize(("address", "expected"), POLICY_TABLE.items())
+def test_address_policy_table(address: str, expected: tuple[str, str]) -> None:
+    """Each address is allowed or refused, for its stated reason, as the
+    README promises: link-local and metadata never (in every IPv6 form that
+    carries an IPv4 address), anything not globally routable only with
+    --deny-private, public addresses always allowed."""
+    assert (verdict(address, deny_private=False), verdict(address, deny_private=True)) == expected
 
 
-@pytest.mark.parametrize("address", PUBLIC)
-def test_public_addresses_always_pass(address: str) -> None:
-    """Globally routable addresses pass either way."""
-    assert refusal(parse_ip(address), deny_private=True) is None
+def ipv6_forms(v4: ipaddress.IPv4Address) -> list[ipaddress.IPv6Address]:
+    """Every IPv6 form that carries ``v4``."""
+    n = int(v4)
+    b = v4.packed
+    nat64_local = int(ipaddress.IPv6Address("64:ff9b:1::"))
+
+    def rfc6052(length: int) -> int:
+        """``v4`` under 64:ff9b:1::/48 at an RFC 6052 prefix length below 64."""
+        start = length // 8
+        without_u = bytearray(ipaddress.IPv6Address(nat64_local).packed[:start] + b)
+        without_u += bytes(15 - len(without_u))
+        return int.from_bytes(without_u[:8] + b"\0" + without_u[8:], "big")
+
+    return [
+        ipaddress.IPv6Address(value)
+        for value in (
+            0xFFFF << 32 | n,  # mapped
+            0xFFFF << 48 | n,  # translated
+            n if n > 1 else None,  # compatible (::, ::1 are themselves)
+            int(ipaddress.IPv6Address("64:ff9b::")) | n,
+            nat64_local | n,
+            nat64_local | n << 24,  # /64: bits 72-103
+            rfc6052(48),
+            rfc6052(56),
+            0x2002 << 112 | n << 80 | 1,  # 6to4
+            0x20010000 << 96 | n << 64 | 1,  # Teredo server
+            0x20010000 << 96 | 0x08080808 << 64 | (~n & 0xFFFFFFFF),  # Teredo client
+            0x2600 << 112 | 0x5EFE << 32 | n,  # ISATAP
+        )
+        if value is not None
+    ]
+
+
+@given(st.integers(0, 0xFFFF).map(lambda low: ipaddress.IPv4Address(0xA9FE0000 | low)))
+def test_every_form_of_a_link_local_address_is_refused(v4: ipaddress.IPv4Address) -> None:
+    """Any 169.254.0.0/16 address, in any IPv6 form that carries it, is
+    refused without --deny-private."""
+    for form in ipv6_forms(v4):
+        assert v4 in embedded_ipv4(form), form
+        assert verdict(str(form), deny_private=False) == LINK_LOCAL, form
+
+
+@given(
+    st.sampled_from(["10.0.0.0/8", "127.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"]).flatmap(
+        lambda net: st.integers(0, ipaddress.IPv4Network(net).num_addresses - 1).map(
+            lambda i: ipaddress.IPv4Network(net)[i]
+        )
+    )
+)
+def test_every_form_of_a_private_address_is_refused_with_deny_private(
+    v4: ipaddress.IPv4Address,
+) -> None:
+    """Any RFC 1918 or loopback address, in any IPv6 form that carries it, is
+    refused with --deny-private."""
+    for form in ipv6_forms(v4):
+        assert verdict(str(form), deny_private=True) != OK, form
+
+
+@given(st.ip_addresses())
+def test_policy_answers_every_address(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> None:
+    """Any address gets an answer (None or a reason), never an exception."""
+    for deny_private in (False, True):
+        reason = refusal(ip, deny_private=deny_private)
+        assert reason is None or str(ip) in reason
 
 
 REDIRECTS = {
