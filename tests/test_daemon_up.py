@@ -19,6 +19,8 @@ from pathlib import Path
 import pytest
 
 from channels.client import WebSocketChannel
+from daemon.cli.up import _unless_stopped
+from daemon.errors import ConfigError
 from sessions.store import Store
 from tests.fakes.fake_openai import FakeOpenAI, Reply, ToolCalls
 from tests.test_daemon import WAIT
@@ -141,3 +143,63 @@ async def test_up_answers_on_asyncai_with_http_get_and_stops_on_ctrl_c(tmp_path)
         assert (row.tool, row.arguments, row.mutating) == ("http_get", {"url": url}, False)
         [prompt] = await store.get_prompts([ack.id])
         assert prompt.status == "done"
+
+
+async def test_a_stop_while_the_model_loads_waits_for_its_cleanup_and_is_none():
+    """Ctrl-C while a slow start (the local model loading) runs: the start is cancelled,
+    its cleanup runs to the end, and the answer is None; ``task.result()`` on the
+    cancelled but unfinished task used to raise ``InvalidStateError``."""
+    stop = asyncio.Event()
+    loading, cleaned = asyncio.Event(), asyncio.Event()
+
+    async def load_model() -> str:
+        loading.set()
+        try:
+            await asyncio.Event().wait()  # minutes, for a real model
+        finally:
+            for _ in range(5):  # stopping the child process takes a few loop turns
+                await asyncio.sleep(0)
+            cleaned.set()
+        return "never"
+
+    waiter = asyncio.create_task(_unless_stopped(load_model(), stop))
+    await loading.wait()
+    stop.set()
+    async with asyncio.timeout(WAIT):
+        assert await waiter is None
+    assert cleaned.is_set()
+
+
+async def test_unless_stopped_gives_the_result_or_the_error_of_the_work():
+    """Not stopped: the work's value, or its own error (a ConfigError to print)."""
+
+    async def fails() -> str:
+        raise ConfigError("no model")
+
+    async def works() -> str:
+        return "endpoint"
+
+    assert await _unless_stopped(works(), asyncio.Event()) == "endpoint"
+    with pytest.raises(ConfigError, match="no model"):
+        await _unless_stopped(fails(), asyncio.Event())
+
+
+async def test_unless_stopped_cancelled_itself_cancels_the_work_first():
+    """Cancelling the caller (shutdown) cancels the work, waits for it, then propagates."""
+    loading, cleaned = asyncio.Event(), asyncio.Event()
+
+    async def load_model() -> None:
+        loading.set()
+        try:
+            await asyncio.Event().wait()
+        finally:
+            for _ in range(5):
+                await asyncio.sleep(0)
+            cleaned.set()
+
+    waiter = asyncio.create_task(_unless_stopped(load_model(), asyncio.Event()))
+    await loading.wait()
+    waiter.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiter
+    assert cleaned.is_set()

@@ -202,7 +202,11 @@ async def up(
 
 
 async def _unless_stopped(work: Coroutine[Any, Any, T], stop: asyncio.Event) -> T | None:
-    """``work``'s result, or None (``work`` cancelled) when ``stop`` is set first."""
+    """``work``'s result, or None (``work`` cancelled) when ``stop`` is set first.
+
+    ``work``'s own error is raised; so is a cancellation of the caller, after
+    ``work`` has been cancelled and has ended.
+    """
     task = asyncio.create_task(work)
     stopper = asyncio.create_task(stop.wait())
     try:
@@ -211,9 +215,10 @@ async def _unless_stopped(work: Coroutine[Any, Any, T], stop: asyncio.Event) -> 
         stopper.cancel()
         if not task.done():
             task.cancel()
-        await asyncio.gather(stopper, return_exceptions=True)
+        # A cancelled task is not done until it has run its cleanup (the local
+        # model's child process is stopped then): wait for both to end.
+        await asyncio.gather(task, stopper, return_exceptions=True)
     if task.cancelled():
-        await asyncio.gather(task, return_exceptions=True)
         return None
     return task.result()
 
