@@ -23,6 +23,8 @@ Steps:
   the server waits for ``hold.release`` (an ``asyncio.Event``) and serves
   ``then``. Tests hold a reply without sleeping.
 - ``Disconnect()``: the connection closes without a response.
+- ``Raw(b'{"choices": ...')``: the body sent as is with status 200 (or
+  ``status=``), even to a streaming request: malformed responses on purpose.
 - a callable ``(body) -> step`` (sync or async): computed from the request.
 
 When the script runs out, ``fallback`` (a step or a callable) answers, and
@@ -44,7 +46,7 @@ from contextlib import suppress
 from dataclasses import dataclass, field
 from typing import Any, Union
 
-__all__ = ["Disconnect", "Error", "FakeOpenAI", "Hold", "Reply", "Step", "ToolCalls"]
+__all__ = ["Disconnect", "Error", "FakeOpenAI", "Hold", "Raw", "Reply", "Step", "ToolCalls"]
 
 WAIT_TIMEOUT = 10.0  # a test waiting longer than this has failed
 
@@ -105,12 +107,28 @@ class Disconnect:
     """Close the connection without answering (a connection error for the client)."""
 
 
+@dataclass
+class Raw:
+    """A response body sent byte for byte (a ``str`` as UTF-8 with surrogates kept)."""
+
+    body: bytes | str
+    status: int = 200
+    content_type: str = "application/json"
+
+    def encoded(self) -> bytes:
+        """The body's bytes."""
+        if isinstance(self.body, bytes):
+            return self.body
+        return self.body.encode("utf-8", "surrogatepass")
+
+
 Step = Union[  # noqa: UP007 -- a runtime alias: `|` of a str and a Callable is not allowed
     Reply,
     ToolCalls,
     Error,
     Hold,
     Disconnect,
+    Raw,
     str,
     Callable[[dict], "Step | Awaitable[Step]"],
 ]
@@ -276,7 +294,7 @@ class FakeOpenAI:
 
     async def _serve(self, step: Any, request: dict, writer: asyncio.StreamWriter) -> None:
         while callable(step) and not isinstance(
-            step, Reply | ToolCalls | Error | Hold | Disconnect
+            step, Reply | ToolCalls | Error | Hold | Disconnect | Raw
         ):
             step = step(request)
             if inspect.isawaitable(step):
@@ -294,6 +312,8 @@ class FakeOpenAI:
             await self._serve(step.then, request, writer)
         elif isinstance(step, Disconnect):
             raise _Close
+        elif isinstance(step, Raw):
+            await _send_raw(writer, step)
         elif isinstance(step, Error):
             await _send_json(
                 writer, step.status, _error_body(step.status, step.message), step.headers
@@ -361,6 +381,14 @@ async def _send_json(
     head = [f"HTTP/1.1 {status} {_REASONS.get(status, 'Status')}"]
     head += ["content-type: application/json", f"content-length: {len(body)}"]
     head += [f"{k}: {v}" for k, v in (headers or {}).items()]
+    writer.write(("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + body)
+    await writer.drain()
+
+
+async def _send_raw(writer: asyncio.StreamWriter, step: Raw) -> None:
+    body = step.encoded()
+    head = [f"HTTP/1.1 {step.status} {_REASONS.get(step.status, 'Status')}"]
+    head += [f"content-type: {step.content_type}", f"content-length: {len(body)}"]
     writer.write(("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + body)
     await writer.drain()
 
