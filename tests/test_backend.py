@@ -18,6 +18,8 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from daemon.config import Config, ModelConfig, RuntimeConfig
 from daemon.errors import ConfigError
@@ -28,11 +30,12 @@ from daemon.model.prompts import (
     DIRECT_SYSTEM_PROMPT,
     FINAL_ROUND_PROMPT,
 )
+from daemon.model.response import completion_problem
 from daemon.runtime.runs import HistoryTurn, Prompt, RunRequest, ToolUseContext, current_tool_use
 from daemon.tools import BaseToolExecutor, ToolCallOutput, ToolDefinition, ToolTransportError
 from tests.fakes.backoff import RecordingBackoff
 from tests.fakes.executor import FakeToolExecutor
-from tests.fakes.fake_openai import Error, FakeOpenAI, Hold, Reply, ToolCalls
+from tests.fakes.fake_openai import Error, FakeOpenAI, Hold, Raw, Reply, ToolCalls
 
 KEY = "sk-test-0123456789abcdefghij"
 RUN_CODE = ToolDefinition(
@@ -646,3 +649,72 @@ async def test_the_api_key_never_appears_in_a_log_line(log_stream: io.StringIO):
     assert KEY not in text
     assert REDACTED in text
     assert fake.headers[0]["authorization"] == f"Bearer {KEY}"  # the server did get it
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=12), inner),
+    max_leaves=20,
+)
+_KEYS = st.sampled_from(
+    [
+        "choices",
+        "message",
+        "content",
+        "tool_calls",
+        "function",
+        "name",
+        "arguments",
+        "id",
+        "usage",
+        "prompt_tokens",
+        "finish_reason",
+        "custom",
+    ]
+)
+# bodies shaped like a completion, with anything in the places the loop reads
+_SHAPED = st.recursive(
+    _JSON, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_KEYS, inner), max_leaves=30
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(st.binary(max_size=200), _SHAPED.map(lambda v: json.dumps(v).encode())))
+def test_completion_problem_gives_none_or_a_reason_for_any_body(body: bytes):
+    """The body check never raises: any bytes are a completion the loop can read (None)
+    or a reason in words; deep nesting and huge numbers included."""
+    problem = completion_problem(body)
+    assert problem is None or (isinstance(problem, str) and problem)
+
+
+def test_completion_problem_accepts_what_servers_send_and_names_the_rest():
+    """A plain reply, tool calls and usage pass; each wrong place is named by its path."""
+    call = {"id": None, "type": "function", "function": {"name": "run_code", "arguments": ""}}
+    good = {
+        "choices": [{"message": {"content": None, "tool_calls": [call]}, "finish_reason": None}],
+        "usage": {"prompt_tokens": 3, "completion_tokens": 0},
+    }
+    assert completion_problem(json.dumps(good).encode()) is None
+    assert completion_problem(b"[" * 100_000) is not None  # RecursionError in json.loads
+    assert completion_problem(b"1" * 5000).startswith("the body is not JSON")  # > int digits
+    assert completion_problem(b'{"choices": []}') == "it has no choices"
+    assert completion_problem(b"\xff") == "the body is not UTF-8 (invalid start byte at byte 0)"
+    bad_usage = {**good, "usage": {"prompt_tokens": True}}
+    assert completion_problem(json.dumps(bad_usage).encode()) == (
+        "usage.prompt_tokens is a boolean (true), not a count"
+    )
+
+
+async def test_a_malformed_response_fails_the_run_with_a_reply_and_is_not_retried():
+    """``message: null`` with a 200: the run fails at once (no retry, no round counted)
+    with the reason and the short reply; the loop used to raise AttributeError."""
+    body = json.dumps({"choices": [{"index": 0, "message": None, "finish_reason": "stop"}]})
+    async with scripted([Raw(body)], CodeLikeExecutor(), retries=2) as (fake, backend, waits):
+        result = await backend.run(request("q"))
+    assert result.status == "failed"
+    assert result.error == (
+        f"the model endpoint {fake.base_url} sent a malformed response: "
+        "choices[0].message is null, not an object"
+    )
+    assert result.reply == f"Sorry, this run failed: {result.error}"
+    assert (waits, result.metrics.rounds, len(fake.requests)) == ([], 0, 1)

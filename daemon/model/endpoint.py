@@ -4,8 +4,10 @@ that says what to fix.
 
 408/409/429/5xx, connection errors and time-outs are retried with an
 injectable backoff (honouring ``Retry-After``); any other status fails at
-once. Each retry is logged (``model.request_retry``, a warning, logger
-``asyncai.backend``).
+once. A 200 whose body the loop cannot read (not JSON, ``message: null``,
+``content: 42``, a lone surrogate: :mod:`daemon.model.response`) fails at
+once too: a server that sends one is not fixed by asking again. Each retry
+is logged (``model.request_retry``, a warning, logger ``asyncai.backend``).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import structlog
 from daemon.backoff import Backoff
 from daemon.config import ModelConfig
 from daemon.errors import BackendError
+from daemon.model.response import completion_problem
 from sessions.model import RunMetrics
 
 __all__ = ["ChatEndpoint"]
@@ -59,11 +62,17 @@ class ChatEndpoint:
             retry_after: float | None = None
             try:
                 async with asyncio.timeout(limit):
-                    response = await self.client.chat.completions.create(**body, timeout=limit)
-                if not getattr(response, "choices", None):
-                    raise BackendError(
-                        f"the model endpoint {self.params.base_url} returned no choices"
+                    raw = await self.client.chat.completions.with_raw_response.create(
+                        **body, timeout=limit
                     )
+                # The SDK builds its objects without checking them: check the body first.
+                problem = completion_problem(raw.content)
+                if problem is not None:
+                    raise BackendError(
+                        f"the model endpoint {self.params.base_url} sent a malformed response: "
+                        f"{problem}"
+                    )
+                response = raw.parse()
                 metrics.rounds += 1
                 usage = response.usage
                 if usage is not None:
