@@ -28,6 +28,9 @@ __all__ = [
 # Fixed forever: changing it would change every stored thread's sessionId.
 SESSION_NAMESPACE = uuid.UUID("6d3f7a52-2c1b-5e0a-9a55-61737969616e")
 
+_FIRST = "0001-01-01T00:00:00.000Z"  # the first and last moments the format holds
+_LAST = "9999-12-31T23:59:59.999Z"
+
 
 def thread_key(channel: str, thread_id: str) -> str:
     """The primary key of thread ``(channel, thread_id)``."""
@@ -57,8 +60,18 @@ def iso_utc(moment: datetime) -> str:
     """
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
-    moment = moment.astimezone(UTC)
-    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+    try:
+        moment = moment.astimezone(UTC)
+    except OverflowError:
+        # 0001-01-01T00:00+01:00 or 9999-12-31T23:00-05:00: before or after any
+        # moment datetime holds in UTC, so the first or last one compares the same
+        return _FIRST if moment.year == 1 else _LAST
+    # %Y is not zero-padded below year 1000 on every libc: the width must be fixed
+    return (
+        f"{moment.year:04d}-{moment.month:02d}-{moment.day:02d}T"
+        f"{moment.hour:02d}:{moment.minute:02d}:{moment.second:02d}."
+        f"{moment.microsecond // 1000:03d}Z"
+    )
 
 
 def now_iso() -> str:

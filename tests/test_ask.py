@@ -25,7 +25,7 @@ from daemon.cli import main
 from daemon.cli.approve import ReadLine, ask_at_terminal
 from daemon.logging import reset_logging
 from daemon.tools import PendingCall
-from tests.fakes.fake_openai import Error, FakeOpenAI, ToolCalls
+from tests.fakes.fake_openai import Error, FakeOpenAI, Raw, ToolCalls
 
 ASYNCAI = str(Path(sys.executable).parent / "asyncai")
 KEY = "sk-ask-test-9876543210fedcba"
@@ -584,3 +584,73 @@ async def test_ask_at_terminal_expires_unanswered_calls():
     assert (decision.approved, decision.by, decision.kind) == (False, "expiry", "expired")
     assert decision.reason == "not answered within 0.01 s"
     assert out.getvalue().endswith("? [y/N] \n")
+
+
+def _completion(message: object) -> str:
+    """A chat completion body with ``message`` as its one choice's message."""
+    choice = {"index": 0, "message": message, "finish_reason": "stop"}
+    return json.dumps({"id": "c", "object": "chat.completion", "model": "m", "choices": [choice]})
+
+
+_CALL = {"id": "c1", "type": "function", "function": {"name": "run_code", "arguments": {}}}
+MALFORMED = {
+    "not JSON": (Raw("<html>502 Bad Gateway</html>"), "the body is not JSON ("),
+    "truncated": (Raw(_completion({"role": "assistant", "content": "Paris"})[:50]), "not JSON ("),
+    "message null": (Raw(_completion(None)), "choices[0].message is null, not an object"),
+    "content 42": (
+        Raw(_completion({"role": "assistant", "content": 42})),
+        "choices[0].message.content is a number (42), not text",
+    ),
+    "arguments as an object": (
+        Raw(_completion({"role": "assistant", "content": None, "tool_calls": [_CALL]})),
+        "choices[0].message.tool_calls[0].function.arguments is an object, not text",
+    ),
+    "a lone surrogate": (
+        Raw(_completion({"role": "assistant", "content": "Par\ud800is"})),  # json escapes it
+        "choices[0].message.content holds a lone surrogate ('\\ud800' at 3), which is not Unicode",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(MALFORMED))
+async def test_a_malformed_model_response_is_one_line_and_exit_1(here: Path, capsys, case: str):
+    """Each malformed body the model endpoint may send ends the run as failed: exit 1 and
+    one line saying what is wrong with it; each used to escape the backend as an exception
+    (JSONDecodeError, AttributeError, TypeError) or, for the surrogate, crash the print."""
+    step, problem = MALFORMED[case]
+    async with FakeOpenAI([step]) as fake:
+        code, out, err = await run(
+            capsys, "capital?", "--model", "m", "--base-url", fake.base_url, "--tool-mode", "direct"
+        )
+    assert (code, out) == (1, "")
+    last = err.splitlines()[-1]
+    assert last.startswith(
+        f"asyncai ask: the model endpoint {fake.base_url} sent a malformed response: "
+    )
+    assert problem in last
+    assert len(fake.requests) == 1  # not retried: the server would send it again
+
+
+async def test_a_non_utf8_prompt_is_one_line_not_a_traceback(tmp_path: Path):
+    """`asyncai ask` with bytes that are not UTF-8 as its prompt: exit 2 and one line
+    showing them, before any model is asked; it used to end in a UnicodeEncodeError
+    traceback while the request was encoded."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(_OURS)}
+    async with FakeOpenAI(["never asked"]) as fake:
+        env |= {"OPENAI_BASE_URL": fake.base_url, "ASYNCAI_MODEL": "m"}
+        proc = await asyncio.create_subprocess_exec(
+            ASYNCAI,
+            b"ask",
+            b"caf\xe9?",  # Latin-1
+            b"--tool-mode",
+            b"direct",
+            cwd=tmp_path,
+            env=env,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        async with asyncio.timeout(40):
+            out, err = await proc.communicate()
+    assert (proc.returncode, out) == (2, b"")
+    assert err == b"asyncai: an argument is not UTF-8 text: b'caf\\xe9?'; pass text in UTF-8\n"
+    assert fake.requests == []

@@ -12,7 +12,9 @@ from pathlib import Path
 import pytest
 
 from daemon.cli import main
+from daemon.cli.sessions import MAX_LIMIT
 from sessions import RunMetrics, Store
+from sessions.ids import parse_since
 from sessions.store import DEFAULT_DB_PATH
 from sessions.testing import run_records, tool_call_row
 
@@ -338,3 +340,57 @@ async def test_a_transcript_with_a_lone_surrogate_prints(tmp_path):
     first = json.loads(outputs[0].splitlines()[0])
     assert first["message"] == records[0].message
     assert "broken \\ud800 question" in outputs[1]
+
+
+def test_a_huge_limit_is_an_argparse_error_not_an_overflow(capsys, db):
+    """--limit past what SQLite's 64-bit integers hold: argparse's exit 2 and one line
+    saying the bound; it used to end in an OverflowError traceback from the query."""
+    with pytest.raises(SystemExit) as caught:
+        main(["audit", "--db", str(db), "--limit", "99999999999999999999"])
+    assert caught.value.code == 2
+    err = capsys.readouterr().err
+    assert err.splitlines()[-1] == (
+        f"asyncai audit: error: argument --limit: must be at most {MAX_LIMIT}: 99999999999999999999"
+    )
+    assert run_cli(capsys, "threads", "--db", str(db), "--limit", str(MAX_LIMIT))[0] == 0
+
+
+@pytest.mark.parametrize(
+    ("since", "bound"),
+    [
+        ("0001-01-01", "0001-01-01T00:00:00.000Z"),
+        ("0999-05-05T01:02:03.456789", "0999-05-05T01:02:03.456Z"),
+        ("0001-01-01T00:30:00+01:00", "0001-01-01T00:00:00.000Z"),  # before year 1 in UTC
+        ("9999-12-31T23:00:00-05:00", "9999-12-31T23:59:59.999Z"),  # after 9999 in UTC
+    ],
+)
+def test_since_accepts_the_first_and_last_years(since, bound):
+    """Years below 1000 keep four digits and moments past either end of what datetime
+    holds in UTC become its first or last moment; 0001-01-01 used to be refused
+    (``1-01-01...`` is not ISO) and an offset past 9999 raised an OverflowError."""
+    assert parse_since(since) == bound
+
+
+def test_audit_since_the_year_one_lists_every_call(capsys, db):
+    """`asyncai audit --since 0001-01-01` is every call; past 9999 none."""
+    assert audit_tools(capsys, db, "--since", "0001-01-01") == audit_tools(capsys, db)
+    assert audit_tools(capsys, db, "--since", "9999-12-31T23:00:00-05:00") == []
+
+
+def test_a_non_utf8_argument_is_one_line_not_a_traceback(db):
+    """Bytes that are not UTF-8 in argv (Python passes them on as lone surrogates): exit 2
+    and one line showing the bytes, for every command; a filter or thread id like that
+    used to end in a UnicodeEncodeError traceback from SQLite."""
+    for argv in (
+        [b"audit", b"--db", bytes(db), b"--tool", b"\xff"],
+        [b"transcript", b"--db", bytes(db), b"T\xffx"],
+    ):
+        done = subprocess.run(
+            [bytes(ASYNCAI), *argv], capture_output=True, timeout=30, cwd=ROOT, check=False
+        )
+        assert done.returncode == 2
+        bad = b"b'\\xff'" if argv[0] == b"audit" else b"b'T\\xffx'"
+        assert done.stderr == b"asyncai: an argument is not UTF-8 text: " + bad + (
+            b"; pass text in UTF-8\n"
+        )
+        assert done.stdout == b""

@@ -94,7 +94,8 @@ def _main(args: argparse.Namespace) -> int:
     if result.status != "done":
         print(f"asyncai ask: {result.error or result.reply}", file=sys.stderr)
         return 1
-    print(result.reply)
+    # A reply is Unicode, but a terminal may not take every character: escape, never crash.
+    sys.stdout.write(result.reply.encode("utf-8", "backslashreplace").decode("utf-8") + "\n")
     return 0
 
 

@@ -19,7 +19,11 @@ from sessions.ids import parse_since
 from sessions.report import approvals_report, audit_report, threads_report, transcript_report
 from sessions.store import DEFAULT_DB_PATH, Store
 
-__all__ = ["register"]
+__all__ = ["MAX_LIMIT", "register"]
+
+
+# SQLite integers are 64-bit: a larger --limit would overflow in the query
+MAX_LIMIT = 1_000_000_000
 
 
 def _positive_int(text: str) -> int:
@@ -29,6 +33,8 @@ def _positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1: {text}")
+    if value > MAX_LIMIT:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_LIMIT}: {text}")
     return value
 
 
