@@ -9,11 +9,13 @@ saves a spawn.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import os
 import socket
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -319,3 +321,131 @@ async def test_http_get_schema_and_deny_private(ex: McpToolExecutor) -> None:
     metadata = await ex.call_tool("http_get", {"url": "http://169.254.169.254/latest/meta-data/"})
     assert metadata.is_error
     assert "link-local or cloud metadata address" in metadata.content
+    nat64 = await ex.call_tool("http_get", {"url": "http://[64:ff9b:1::a00:1]/"})
+    assert nat64.is_error
+    assert "64:ff9b:1::a00:1 is not a public address" in nat64.content
+
+
+@pytest.fixture(scope="module")
+async def simple_open() -> AsyncIterator[McpToolExecutor]:
+    """The simple server without --deny-private (loopback allowed), with a
+    short --timeout and a small --max-bytes."""
+    executor = McpToolExecutor(
+        {
+            "simple": {
+                "command": sys.executable,
+                "args": ["-m", "servers.simple", "--timeout", "2", "--max-bytes", "1000"],
+            },
+        },
+        call_timeout=30.0,
+    )
+    await executor.start()
+    assert executor.failed_servers == {}
+    yield executor
+    await executor.aclose()
+
+
+@contextlib.asynccontextmanager
+async def http_on_loopback(
+    handle: Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]],
+) -> AsyncIterator[str]:
+    """An asyncio HTTP server on 127.0.0.1 that reads a request head and runs
+    ``handle``; yields its URL. Handlers still running are cancelled at the end."""
+    tasks: set[asyncio.Task[None]] = set()
+    writers: list[asyncio.StreamWriter] = []
+
+    async def on_client(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        tasks.add(task)
+        writers.append(writer)
+        try:
+            await reader.readuntil(b"\r\n\r\n")
+            await handle(reader, writer)
+        except (OSError, asyncio.IncompleteReadError):
+            pass  # the client or the teardown dropped the connection: the handler's end
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(on_client, "127.0.0.1", 0)
+    try:
+        yield f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/"
+    finally:
+        server.close()
+        # drop every connection: a handler still sending or reading sees it
+        # and ends (asyncio logs an error for a cancelled handler task)
+        for writer in writers:
+            writer.transport.abort()
+        async with asyncio.timeout(10):
+            await asyncio.gather(*tasks, return_exceptions=True)
+        await server.wait_closed()
+
+
+async def test_http_get_dripping_calls_end_at_the_deadline_and_do_not_starve_others(
+    simple_open: McpToolExecutor,
+) -> None:
+    """60 gathered http_get calls to a server that drips its body are all in
+    flight at once; a call to a fast host answers while they wait; each slow
+    call ends at --timeout with a timeout error and closes its connection."""
+    accepted = 0
+    all_in, all_closed = asyncio.Event(), asyncio.Event()
+    closed = 0
+
+    async def drip(_: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal accepted, closed
+        accepted += 1
+        if accepted == 60:
+            all_in.set()
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 900\r\n\r\n")
+        try:
+            while True:  # a byte every 0.1 s: each read is quick, the body never ends
+                writer.write(b"x")
+                await writer.drain()
+                await asyncio.sleep(0.1)
+        except OSError:  # the client went away
+            closed += 1
+            if closed == 60:
+                all_closed.set()
+
+    async def fast(_: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(
+            b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 4\r\n\r\nfast"
+        )
+        await writer.drain()
+
+    async with http_on_loopback(drip) as slow_url, http_on_loopback(fast) as fast_url:
+        slow = [
+            asyncio.create_task(simple_open.call_tool("http_get", {"url": f"{slow_url}{i}"}))
+            for i in range(60)
+        ]
+        async with asyncio.timeout(10):
+            await all_in.wait()
+        quick = await simple_open.call_tool("http_get", {"url": fast_url})
+        assert quick.structured == {"status": 200, "content_type": "text/plain", "body": "fast"}
+        assert not any(task.done() for task in slow)
+        for out in await asyncio.gather(*slow):
+            assert out.is_error
+            assert "timed out after 2s fetching http://127.0.0.1" in out.content
+        async with asyncio.timeout(10):
+            await all_closed.wait()
+
+
+async def test_http_get_body_over_max_bytes_is_an_error(simple_open: McpToolExecutor) -> None:
+    """With --max-bytes 1000 a 5000-byte body (no length declared) is an
+    error result that says so; a 1000-byte one comes back whole."""
+
+    async def big(_: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(b"HTTP/1.0 200 OK\r\n\r\n" + b"x" * 5000)
+        await writer.drain()
+
+    async def exact(_: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(b"HTTP/1.0 200 OK\r\n\r\n" + b"y" * 1000)
+        await writer.drain()
+
+    async with http_on_loopback(big) as big_url, http_on_loopback(exact) as exact_url:
+        over = await simple_open.call_tool("http_get", {"url": big_url})
+        whole = await simple_open.call_tool("http_get", {"url": exact_url})
+    assert over.is_error
+    assert "more than the limit of 1000 bytes (the server's --max-bytes)" in over.content
+    assert not whole.is_error
+    assert whole.structured["body"] == "y" * 1000

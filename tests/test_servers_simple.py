@@ -1,7 +1,8 @@
 """asyncai-mcp-simple's fetch and address policy, in process.
 
 The policy is pure; ``fetch`` runs against real HTTP servers on 127.0.0.1
-(port 0). The
+(port 0): a threaded ``http.server`` for well-behaved pages, and asyncio
+servers that drip, stall or overfeed for the deadline and size limits. The
 resolver is the one fake: DNS answers are the boundary, so a test can make a
 name resolve to a metadata address or change its answer between lookups
 (rebinding).
@@ -9,11 +10,13 @@ name resolve to a metadata address or change its answer between lookups
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import http.server
 import ipaddress
 import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
 import pytest
@@ -220,7 +223,7 @@ def resolver_for(*answers: str, calls: list[str] | None = None) -> Any:
     """A getaddrinfo stand-in: the n-th lookup answers ``answers[n]`` (the
     last one repeats); each answer may list several addresses, comma-separated."""
 
-    def resolve(host: str, port: int, **_: Any) -> list[tuple[Any, ...]]:
+    async def resolve(host: str, port: int) -> list[tuple[Any, ...]]:
         seen = calls if calls is not None else []
         answer = answers[min(len(seen), len(answers) - 1)]
         seen.append(host)
@@ -234,75 +237,256 @@ def resolver_for(*answers: str, calls: list[str] | None = None) -> Any:
     return resolve
 
 
-def test_ok_and_non_2xx_are_results(port: int) -> None:
+async def test_ok_and_non_2xx_are_results(port: int) -> None:
     """200 and 500 both come back as responses with status, type and body."""
-    ok = fetch(f"http://127.0.0.1:{port}/ok")
+    ok = await fetch(f"http://127.0.0.1:{port}/ok")
     assert (ok.status, ok.content_type, ok.body) == (200, "text/plain; charset=utf-8", "fine ✓")
-    err = fetch(f"http://127.0.0.1:{port}/err")
+    err = await fetch(f"http://127.0.0.1:{port}/err")
     assert (err.status, err.body) == (500, "server broke")
-    missing = fetch(f"http://127.0.0.1:{port}/nowhere")
+    missing = await fetch(f"http://127.0.0.1:{port}/nowhere")
     assert missing.status == 404
 
 
-def test_body_is_decoded_with_its_charset(port: int) -> None:
+async def test_body_is_decoded_with_its_charset(port: int) -> None:
     """The Content-Type charset decides the decoding."""
-    assert fetch(f"http://127.0.0.1:{port}/latin").body == "café"
+    assert (await fetch(f"http://127.0.0.1:{port}/latin")).body == "café"
 
 
-def test_redirects_are_followed_and_rechecked(port: int) -> None:
+async def test_redirects_are_followed_and_rechecked(port: int) -> None:
     """A redirect is followed; one to a metadata address is refused, naming both URLs."""
-    assert fetch(f"http://127.0.0.1:{port}/redirect").body == "fine ✓"
+    assert (await fetch(f"http://127.0.0.1:{port}/redirect")).body == "fine ✓"
     with pytest.raises(FetchError) as refused:
-        fetch(f"http://127.0.0.1:{port}/to-metadata")
+        await fetch(f"http://127.0.0.1:{port}/to-metadata")
     message = str(refused.value)
     assert "redirect from" in message
     assert "169.254.169.254 is a link-local or cloud metadata address" in message
     with pytest.raises(FetchError, match="more than 3 redirects"):
-        fetch(f"http://127.0.0.1:{port}/loop", max_redirects=3)
+        await fetch(f"http://127.0.0.1:{port}/loop", max_redirects=3)
 
 
-def test_names_resolving_to_refused_addresses_are_refused(port: int) -> None:
+async def test_names_resolving_to_refused_addresses_are_refused(port: int) -> None:
     """A DNS name is refused when any of its addresses is link-local."""
     with pytest.raises(FetchError, match=r"metadata\.test resolves to 169\.254\.169\.254"):
-        fetch("http://metadata.test/", resolver=resolver_for("169.254.169.254"))
+        await fetch("http://metadata.test/", resolver=resolver_for("169.254.169.254"))
     with pytest.raises(FetchError, match="link-local"):
-        fetch(f"http://mixed.test:{port}/ok", resolver=resolver_for("127.0.0.1,169.254.169.254"))
+        await fetch(
+            f"http://mixed.test:{port}/ok", resolver=resolver_for("127.0.0.1,169.254.169.254")
+        )
     with pytest.raises(FetchError, match="not a public address"):
-        fetch(
+        await fetch(
             f"http://internal.test:{port}/ok", deny_private=True, resolver=resolver_for("10.0.0.1")
         )
 
 
-def test_connection_goes_to_the_checked_address(port: int) -> None:
+async def test_connection_goes_to_the_checked_address(port: int) -> None:
     """The name is resolved once and the checked address dialled: a second
     answer pointing at the metadata service (rebinding) is never asked for,
     and the request still carries the name in its Host header."""
     calls: list[str] = []
     resolver = resolver_for("127.0.0.1", "169.254.169.254", calls=calls)
-    page = fetch(f"http://rebind.test:{port}/host", resolver=resolver)
+    page = await fetch(f"http://rebind.test:{port}/host", resolver=resolver)
     assert page.body == f"rebind.test:{port}"
     assert calls == ["rebind.test"]
 
 
-def test_unreachable_and_bad_urls_are_errors() -> None:
+async def test_unreachable_and_bad_urls_are_errors() -> None:
     """A refused connection, an unknown scheme, and a missing host are FetchErrors."""
     closed = socket.socket()
     closed.bind(("127.0.0.1", 0))
     dead_port = closed.getsockname()[1]
     closed.close()
     with pytest.raises(FetchError, match=f"cannot connect to 127.0.0.1 port {dead_port}"):
-        fetch(f"http://127.0.0.1:{dead_port}/")
+        await fetch(f"http://127.0.0.1:{dead_port}/")
     with pytest.raises(FetchError, match="unsupported URL scheme 'file'"):
-        fetch("file:///etc/passwd")
+        await fetch("file:///etc/passwd")
     with pytest.raises(FetchError, match="no host"):
-        fetch("http:///path")
+        await fetch("http:///path")
 
 
-def test_a_server_that_never_answers_times_out() -> None:
+async def test_a_server_that_never_answers_times_out() -> None:
     """The deadline covers the whole exchange: a silent server ends in a FetchError."""
     with socket.socket() as silent:
         silent.bind(("127.0.0.1", 0))
         silent.listen()  # the kernel completes the handshake; nobody ever answers
         url = f"http://127.0.0.1:{silent.getsockname()[1]}/"
         with pytest.raises(FetchError, match=r"timed out after 0\.3s"):
-            fetch(url, timeout=0.3)
+            await fetch(url, timeout=0.3)
+
+
+Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+
+
+@contextlib.asynccontextmanager
+async def serving(handle: Handler) -> AsyncIterator[int]:
+    """An asyncio server on 127.0.0.1 that reads a request head and runs
+    ``handle``; yields its port. Handlers still running are cancelled at the end."""
+    tasks: set[asyncio.Task[None]] = set()
+    writers: list[asyncio.StreamWriter] = []
+
+    async def on_client(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        tasks.add(task)
+        writers.append(writer)
+        try:
+            # the client going away (its deadline) is how most of these handlers end
+            with contextlib.suppress(OSError, asyncio.IncompleteReadError):
+                await reader.readuntil(b"\r\n\r\n")
+                await handle(reader, writer)
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(on_client, "127.0.0.1", 0)
+    try:
+        yield server.sockets[0].getsockname()[1]
+    finally:
+        server.close()
+        # drop every connection: a handler still sending or reading sees it
+        # and ends (asyncio logs an error for a cancelled handler task)
+        for writer in writers:
+            writer.transport.abort()
+        async with asyncio.timeout(10):
+            await asyncio.gather(*tasks, return_exceptions=True)
+        await server.wait_closed()
+
+
+async def drip(writer: asyncio.StreamWriter, data: bytes) -> None:
+    """Send ``data`` one byte at a time, 20 bytes a second."""
+    for i in range(len(data)):
+        writer.write(data[i : i + 1])
+        await writer.drain()
+        await asyncio.sleep(0.05)
+
+
+async def drip_status_line(_: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """A status line that never ends (its reason phrase keeps growing)."""
+    await drip(writer, b"HTTP/1.1 200 " + b"O" * 10_000)
+
+
+async def drip_headers(_: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """A status line, then header lines one byte at a time."""
+    writer.write(b"HTTP/1.1 200 OK\r\n")
+    await drip(writer, b"X-Drip: a\r\n" * 1000)
+
+
+async def endless_continue(_: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """``100 Continue`` after ``100 Continue``, each one whole and prompt."""
+    while True:
+        writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        await writer.drain()
+        await asyncio.sleep(0.02)
+
+
+async def drip_body(_: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """Headers at once, then a long body one byte at a time."""
+    writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 10000\r\n\r\n")
+    await drip(writer, b"x" * 10_000)
+
+
+@pytest.mark.parametrize(
+    "handler",
+    [drip_status_line, drip_headers, endless_continue, drip_body],
+    ids=["status-line", "headers", "100-continue", "body"],
+)
+async def test_a_dripping_server_cannot_stretch_the_deadline(handler: Handler) -> None:
+    """--timeout is one deadline for the whole fetch: a server that keeps
+    sending a little of the status line, the headers, interim 100 responses
+    or the body still ends the fetch at its deadline with a timeout error."""
+    async with serving(handler) as port:
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        with pytest.raises(FetchError, match=r"timed out after 0\.5s fetching http://127"):
+            async with asyncio.timeout(15):  # the bug: far longer than the deadline
+                await fetch(f"http://127.0.0.1:{port}/", timeout=0.5)
+        assert loop.time() - started < 0.5 + 5  # generous: a loaded 2-core machine
+
+
+async def test_many_slow_fetches_do_not_starve_a_fast_one(port: int) -> None:
+    """60 fetches stalled on a server that never answers are all in flight at
+    once; a fetch to a fast host still succeeds while they wait, and every
+    stalled one ends at its deadline and closes its connection."""
+    accepted = 0
+    all_in = asyncio.Event()
+    closed: list[bool] = []
+    all_closed = asyncio.Event()
+
+    async def stall(reader: asyncio.StreamReader, _: asyncio.StreamWriter) -> None:
+        nonlocal accepted
+        accepted += 1
+        if accepted == 60:
+            all_in.set()
+        try:
+            closed.append(await reader.read(1) == b"")
+        except ConnectionResetError:  # an abort may arrive as a reset
+            closed.append(True)
+        if len(closed) == 60:
+            all_closed.set()
+
+    async with serving(stall) as slow_port:
+        slow = [
+            asyncio.create_task(fetch(f"http://127.0.0.1:{slow_port}/{i}", timeout=2))
+            for i in range(60)
+        ]
+        async with asyncio.timeout(10):
+            await all_in.wait()
+        fast = await fetch(f"http://127.0.0.1:{port}/ok", timeout=2)
+        assert fast.body == "fine ✓"
+        assert not any(task.done() for task in slow)
+        results = await asyncio.gather(*slow, return_exceptions=True)
+        assert all(isinstance(r, FetchError) and "timed out after 2s" in str(r) for r in results)
+        async with asyncio.timeout(5):
+            await all_closed.wait()
+        assert all(closed)
+
+
+async def headers_only(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """Declares a 5000-byte body and never sends it."""
+    writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 5000\r\n\r\n")
+    await writer.drain()
+    await reader.read()  # until the client leaves
+
+
+async def chunked_5000(_: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """5000 bytes in 500-byte chunks, no length declared."""
+    writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+    for _chunk in range(10):
+        writer.write(b"1f4\r\n" + b"x" * 500 + b"\r\n")
+    writer.write(b"0\r\n\r\n")
+    await writer.drain()
+
+
+async def until_close_5000(_: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """5000 bytes ended by closing the connection (HTTP/1.0 style)."""
+    writer.write(b"HTTP/1.0 200 OK\r\n\r\n" + b"x" * 5000)
+    await writer.drain()
+
+
+async def exactly_1000(_: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """A body of exactly the limit, chunked."""
+    writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3e8\r\n")
+    writer.write(b"y" * 1000 + b"\r\n0\r\n\r\n")
+    await writer.drain()
+
+
+async def test_a_declared_length_over_max_bytes_is_refused_before_the_body() -> None:
+    """A Content-Length above --max-bytes is an error at once, naming both
+    sizes; the body is never waited for (the server never sends it)."""
+    async with serving(headers_only) as port:
+        with pytest.raises(FetchError, match="5000 bytes, more than the limit of 1000 bytes"):
+            await fetch(f"http://127.0.0.1:{port}/", max_bytes=1000, timeout=10)
+
+
+@pytest.mark.parametrize("handler", [chunked_5000, until_close_5000], ids=["chunked", "eof"])
+async def test_a_body_growing_past_max_bytes_is_an_error(handler: Handler) -> None:
+    """A body without a declared length that grows past --max-bytes ends the
+    fetch with an error that says so; it is never cut silently."""
+    async with serving(handler) as port:
+        with pytest.raises(FetchError, match="more than the limit of 1000 bytes"):
+            await fetch(f"http://127.0.0.1:{port}/", max_bytes=1000, timeout=10)
+
+
+async def test_a_body_of_exactly_max_bytes_is_whole() -> None:
+    """A body of exactly --max-bytes comes back whole."""
+    async with serving(exactly_1000) as port:
+        page = await fetch(f"http://127.0.0.1:{port}/", max_bytes=1000, timeout=10)
+    assert page.body == "y" * 1000
