@@ -1,6 +1,6 @@
 """atirc-style pub/sub channels: protocol, client, embedded hub, the `atirc` CLI.
 
-Holds the pure protocol (``protocol``, ``ids``, ``split``, ``tokens``,
+Holds the pure protocol (``protocol``, ``ids``, ``names``, ``split``, ``tokens``,
 ``ratelimit``), the client (``client/``: a sans-I/O protocol and its websocket
 transport), the hub (``hub/``: one module per job, over ``store``), systemd's
 notify protocol (``notify``) and the ``atirc`` command (``cli``).

@@ -20,13 +20,13 @@ Unknown fields are ignored (forward compatibility); unknown types are not.
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, ClassVar
 
 from channels.errors import ProtocolError
 from channels.ids import ZERO_ID, IdGenerator, id_for_time, id_time_ms, id_timestamp, is_id
+from channels.names import CLIENT_ID_RE, is_channel, is_nick, is_utf8
 from channels.split import json_text_size, split_text
 
 __all__ = [
@@ -71,10 +71,6 @@ A publish's text may take ``max_frame - ENVELOPE_RESERVE`` bytes, so the
 in ``max_frame``.
 """
 
-_CHANNEL_RE = re.compile(r"#[A-Za-z0-9_.\-]{1,64}\Z")
-_NICK_RE = re.compile(r"[A-Za-z0-9_.\-]{1,64}\Z")
-_CLIENT_ID_RE = re.compile(r"[A-Za-z0-9_.:\-]{1,128}\Z")
-
 
 class ErrorCode(StrEnum):
     """The ``code`` of an ``error`` frame."""
@@ -91,16 +87,6 @@ class ErrorCode(StrEnum):
 def max_text_for(max_frame: int) -> int:
     """The largest publish text (JSON bytes) a hub with frame limit ``max_frame`` accepts."""
     return max_frame - ENVELOPE_RESERVE
-
-
-def is_channel(name: object) -> bool:
-    """Whether ``name`` is a valid channel name: ``#`` and 1-64 of ``[A-Za-z0-9_.-]``."""
-    return isinstance(name, str) and _CHANNEL_RE.match(name) is not None
-
-
-def is_nick(name: object) -> bool:
-    """Whether ``name`` is a valid nick: 1-64 of ``[A-Za-z0-9_.-]``."""
-    return isinstance(name, str) and _NICK_RE.match(name) is not None
 
 
 # -- frames ---------------------------------------------------------------------------
@@ -288,8 +274,9 @@ class _Fields:
         # Echoed in errors so a client can tell which call failed; only if well-formed.
         cid = obj.get("client_id")
         ch = obj.get("channel")
-        self.client_id = cid if isinstance(cid, str) and _CLIENT_ID_RE.match(cid) else None
-        self.channel = ch if isinstance(ch, str) and len(ch) <= 100 else None
+        self.client_id = cid if isinstance(cid, str) and CLIENT_ID_RE.match(cid) else None
+        # A lone surrogate ("\\ud800" in JSON) echoed back could not go out as UTF-8.
+        self.channel = ch if isinstance(ch, str) and len(ch) <= 100 and is_utf8(ch) else None
 
     def error(self, code: str, message: str) -> ProtocolError:
         return ProtocolError(code, message, client_id=self.client_id, channel=self.channel)
@@ -372,7 +359,9 @@ def _decode(text: str | bytes, max_frame: int | None) -> _Fields:
             )
     try:
         obj = json.loads(text)
-    except ValueError as exc:
+    except RecursionError as exc:  # nesting past the interpreter's limit: a frame never nests
+        raise ProtocolError(ErrorCode.BAD_FRAME, "not JSON: nested too deeply") from exc
+    except ValueError as exc:  # also an integer past int's digit limit
         raise ProtocolError(ErrorCode.BAD_FRAME, f"not JSON: {exc}") from exc
     if not isinstance(obj, dict):
         raise ProtocolError(ErrorCode.BAD_FRAME, "a frame must be a JSON object")
@@ -386,11 +375,8 @@ def _valid_text(fields: _Fields, max_text: int | None) -> str:
     text = fields.required("text")
     if not text:
         raise fields.error(ErrorCode.BAD_FRAME, "publish: text is empty")
-    try:
-        # json.loads accepts lone surrogates ("\ud800"), which cannot be sent on as UTF-8.
-        text.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise fields.error(ErrorCode.BAD_FRAME, "publish: text is not valid Unicode") from exc
+    if not is_utf8(text):  # a lone surrogate: it could not be sent on
+        raise fields.error(ErrorCode.BAD_FRAME, "publish: text is not valid Unicode")
     if max_text is not None:
         size = json_text_size(text)
         if size > max_text:
@@ -425,7 +411,7 @@ def parse_client_frame(
         case "publish":
             channel = fields.channel_name()
             client_id = fields.required("client_id")
-            if not _CLIENT_ID_RE.match(client_id):
+            if not CLIENT_ID_RE.match(client_id):
                 raise fields.error(
                     ErrorCode.BAD_FRAME,
                     "publish: client_id must be 1-128 of letters, digits, '-', '_', '.', ':'",
