@@ -7,18 +7,22 @@ starting with ``#`` are ignored::
     3f0c9d2e6a0b4b0e9a7f1c2d3e4f5a6b     alice
     9b8a7c6d5e4f3a2b1c0d9e8f7a6b5c4d     asyncai
 
-Keep the file readable by the hub's user only; several tokens may map to the
-same nick (one per device), a token may not appear twice.
+The file must be readable by the hub's user only (mode 0600 or stricter):
+:func:`load_tokens` refuses one that its group or others may read or write,
+since anyone who reads a token can speak as its nick. Several tokens may map
+to the same nick (one per device), a token may not appear twice.
 """
 
 from __future__ import annotations
 
+import os
+import stat
 from pathlib import Path
 
 from channels.errors import ChannelConfigError
 from channels.protocol import is_nick
 
-__all__ = ["load_tokens", "parse_tokens"]
+__all__ = ["check_private", "load_tokens", "parse_tokens"]
 
 _MIN_TOKEN_CHARS = 16  # shorter ones are guessable
 
@@ -48,10 +52,25 @@ def parse_tokens(text: str, *, source: str = "tokens") -> dict[str, str]:
     return tokens
 
 
+def check_private(path: str | Path, mode: int) -> None:
+    """Raise :class:`ChannelConfigError` unless ``mode`` gives group and others nothing.
+
+    The message is one line that names the file and the fix.
+    """
+    if os.name == "posix" and mode & 0o077:
+        raise ChannelConfigError(
+            f"tokens file {path} is open to other users (mode {stat.S_IMODE(mode):04o}): "
+            f"run chmod 600 {path}"
+        )
+
+
 def load_tokens(path: str | Path) -> dict[str, str]:
-    """Read and parse a tokens file."""
+    """Read and parse a tokens file; refuse one that is not private (see the module)."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
+        with open(path, encoding="utf-8") as file:
+            # The mode of the file we read, not of whatever the path names a moment later.
+            check_private(path, os.fstat(file.fileno()).st_mode)
+            text = file.read()
+    except (OSError, UnicodeDecodeError) as exc:
         raise ChannelConfigError(f"cannot read tokens file {path}: {exc}") from exc
     return parse_tokens(text, source=str(path))

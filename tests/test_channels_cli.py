@@ -222,6 +222,7 @@ async def test_hub_process_notifies_systemd_and_exits_cleanly_on_sigterm(tmp_pat
     """atirc hub: READY=1 once listening, tokens from a file, SIGTERM → 1001 to clients, exit 0."""
     tokens = tmp_path / "tokens"
     tokens.write_text(f"# token nick\n{TOKEN} alice\n")
+    tokens.chmod(0o600)
     notify_path = tmp_path / "notify.sock"
     with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as notify_sock:
         notify_sock.bind(str(notify_path))
@@ -274,12 +275,30 @@ async def test_hub_refuses_a_bad_tokens_file(tmp_path):
     """A malformed tokens file stops atirc hub with exit 1 and the file's line."""
     tokens = tmp_path / "tokens"
     tokens.write_text("just-one-field\n")
+    tokens.chmod(0o600)
     code, _, err = await _atirc(
         "hub", "--listen", "127.0.0.1:0", "--db", str(tmp_path / "h.db"), "--tokens", str(tokens),
         env=_env("ws://unused/"),
     )  # fmt: skip
     assert code == 1
     assert f"{tokens}:1: expected 'TOKEN NICK'" in err
+
+
+async def test_hub_refuses_a_tokens_file_others_can_read(tmp_path):
+    """A tokens file with mode 0644 stops atirc hub before it listens: exit 1 and one
+    line naming the file and the fix (chmod 600); no traceback (issue 15, item 17)."""
+    tokens = tmp_path / "tokens"
+    tokens.write_text(f"{TOKEN} alice\n")
+    tokens.chmod(0o644)
+    code, out, err = await _atirc(
+        "hub", "--listen", "127.0.0.1:0", "--db", str(tmp_path / "h.db"), "--tokens", str(tokens),
+        env=_env("ws://unused/"),
+    )  # fmt: skip
+    assert code == 1
+    assert out == ""  # never said it was listening
+    assert err.splitlines() == [
+        f"atirc: tokens file {tokens} is open to other users (mode 0644): run chmod 600 {tokens}"
+    ]
 
 
 async def test_hub_with_an_unusable_db_is_one_line_not_a_thread_traceback(tmp_path):
