@@ -1,4 +1,5 @@
-"""One connection attempt: open the websocket, authenticate, wait for ``welcome``.
+"""Reaching the hub: one attempt (open the websocket, authenticate, wait for
+``welcome``), and the retries around it that an injectable backoff paces (:class:`Dialer`).
 
 This is the one place where websockets' connection errors become the
 channels' own: a refused token is :class:`~channels.errors.UnauthorizedError`
@@ -9,15 +10,18 @@ channels' own: a refused token is :class:`~channels.errors.UnauthorizedError`
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
 
+from channels.client.backoff import Backoff
 from channels.client.protocol import ClientProtocol
-from channels.errors import HubUnreachableError, UnauthorizedError
+from channels.errors import ChannelClosedError, HubUnreachableError, UnauthorizedError
 from channels.protocol import Welcome
 
-__all__ = ["open_connection"]
+__all__ = ["Dialer", "open_connection"]
 
 
 def _abort(ws: ClientConnection | None) -> None:
@@ -73,3 +77,51 @@ async def open_connection(
         _abort(ws)  # refused, a bad first frame, or cancelled (closed) while connecting
         raise
     return ws, welcome
+
+
+@dataclass(frozen=True)
+class Dialer:
+    """Everything one connection to the hub needs, and the retries with ``backoff``."""
+
+    protocol: ClientProtocol
+    token: str | None
+    backoff: Backoff
+    connect_timeout: float
+    close_timeout: float
+    max_size: int
+    ping_interval: float | None
+
+    async def once(self) -> tuple[ClientConnection, Welcome]:
+        """One attempt: see :func:`open_connection`."""
+        return await open_connection(
+            self.protocol,
+            token=self.token,
+            connect_timeout=self.connect_timeout,
+            close_timeout=self.close_timeout,
+            max_size=self.max_size,
+            ping_interval=self.ping_interval,
+        )
+
+    async def establish(
+        self, *, retry: bool, closed: Callable[[], bool]
+    ) -> tuple[ClientConnection, Welcome]:
+        """Connect; with ``retry``, try again while the backoff says so.
+
+        ``closed`` is asked after every wait: once the channel is closed, the
+        wait ends with :class:`ChannelClosedError` (close() promises pending
+        calls an end). Raises :class:`HubUnreachableError` when the backoff gives up.
+        """
+        attempt = 0
+        while True:
+            try:
+                return await self.once()
+            except HubUnreachableError as exc:
+                if not retry:
+                    raise
+                attempt += 1
+                if not await self.backoff(attempt):
+                    raise HubUnreachableError(
+                        f"gave up on the hub at {self.protocol.url} after {attempt} attempts: {exc}"
+                    ) from exc
+                if closed():
+                    raise ChannelClosedError("the channel was closed") from exc

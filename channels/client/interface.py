@@ -33,6 +33,15 @@ class Channel(Protocol):
         """The client's own nick, as the hub knows it (from ``welcome``); None before."""
         ...
 
+    @property
+    def broken(self) -> bool:
+        """True once the channel is broken for good: its calls raise ChannelBrokenError.
+
+        Cheap (no I/O), for a watchdog: a process whose channel is broken
+        should stop pinging systemd so that it gets restarted.
+        """
+        ...
+
     async def subscribe(self, channel: str, since: str | None = None) -> Subscribed:
         """Receive ``channel``'s messages: those stored after ``since`` first, then live ones."""
         ...

@@ -4,6 +4,11 @@ A subscribe waits for ``subscribed`` (by channel), a publish for its ``ack``
 (by ``client_id``). :meth:`Pending.settle` resolves them from the events of
 the :class:`~channels.client.protocol.ClientProtocol`; an answer nobody waits
 for any more (a timeout, a cancellation, a retry) is logged or dropped.
+
+Every subscribe waiter ends: several callers subscribing to one channel at
+once all get its ``subscribed`` (or its refusal); an ``unsubscribe`` meanwhile
+fails them with :class:`~channels.errors.ChannelClosedError`, never leaves them
+to their timeout nor cancels their task.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from channels.client.protocol import (
     SubscriptionConfirmed,
     SubscriptionRefused,
 )
+from channels.errors import ChannelClosedError
 from channels.protocol import Ack, Subscribed
 
 __all__ = ["Pending", "SessionLost"]
@@ -39,15 +45,30 @@ class Pending:
         self._acks: dict[str, asyncio.Future[Ack]] = {}
 
     def subscribe(self, channel: str) -> asyncio.Future[Subscribed]:
-        """A future for ``channel``'s ``subscribed``; an earlier subscribe's is no longer kept."""
+        """A future for ``channel``'s ``subscribed``, beside any earlier subscribe's."""
         waiter: asyncio.Future[Subscribed] = asyncio.get_running_loop().create_future()
-        self._subscribes[channel] = [waiter]
+        self._subscribes.setdefault(channel, []).append(waiter)
         return waiter
 
     def unsubscribe(self, channel: str) -> None:
-        """Cancel whoever waits for ``channel``'s ``subscribed``."""
+        """Fail whoever waits for ``channel``'s ``subscribed``: it was unsubscribed meanwhile.
+
+        Not ``cancel()``: a cancelled future would raise CancelledError in the
+        caller's task, which looks like that task being cancelled.
+        """
         for waiter in self._subscribes.pop(channel, []):
-            waiter.cancel()
+            if not waiter.done():
+                waiter.set_exception(
+                    ChannelClosedError(f"{channel} was unsubscribed before the hub confirmed it")
+                )
+
+    def forget_subscribe(self, channel: str, waiter: asyncio.Future[Subscribed]) -> None:
+        """Stop waiting with ``waiter`` (timed out or cancelled); others for ``channel`` stay."""
+        waiters = self._subscribes.get(channel)
+        if waiters is not None and waiter in waiters:
+            waiters.remove(waiter)
+            if not waiters:
+                del self._subscribes[channel]
 
     def publish(self, client_id: str) -> asyncio.Future[Ack]:
         """A future for the ack of ``client_id`` (replacing any earlier one)."""

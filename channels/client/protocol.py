@@ -16,6 +16,11 @@ What the state machine guarantees:
 - Between sending ``subscribe`` and the hub's ``subscribed`` it drops the
   channel's messages: they belong to a subscription it has replaced, and the
   replay after ``subscribed`` delivers them again.
+- The hub answers subscribes in the order they were sent. When a channel is
+  subscribed again (or unsubscribed and subscribed again) before the first
+  answer came, the subscription is confirmed once, by the answer to the last
+  ``subscribe`` sent: every caller waiting for it is answered then, none is
+  left behind.
 - When the inbox is full it drops that channel's new messages and marks it
   overflowed; once the consumer has drained half the inbox,
   :meth:`~ClientProtocol.resync` subscribes again with ``since`` and the hub's
@@ -117,7 +122,6 @@ class _Subscription:
     """The client's state for one subscribed channel."""
 
     last_id: str | None  # the last id delivered (or the since asked for): the next since
-    awaiting: int = 0  # subscribe frames sent but not answered: drop messages until then
     overflowed: bool = False  # the inbox was full: drop, and subscribe again when it drains
 
 
@@ -173,8 +177,10 @@ class ClientProtocol:
         self._inbox_size = inbox_size
         self._inbox: deque[Message] = deque()
         self._subs: dict[str, _Subscription] = {}
-        # Per connection: the since each subscribe frame on it carried. None: no connection.
-        self._sent_since: dict[str, str | None] | None = None
+        # Per connection and channel: the since of each subscribe sent on it and not yet
+        # answered, oldest first (the hub answers in order). A channel is a key once a
+        # subscribe went out for it on this connection. None: no connection.
+        self._sent: dict[str, deque[str | None]] | None = None
 
     # -- connecting -----------------------------------------------------------------------
 
@@ -202,18 +208,18 @@ class ClientProtocol:
     @property
     def connected(self) -> bool:
         """True between :meth:`connection_made` and :meth:`connection_lost`."""
-        return self._sent_since is not None
+        return self._sent is not None
 
     def connection_made(self, welcome: Welcome) -> None:
         """A connection is authenticated: learn our nick and the hub's text limit."""
         self.nick = welcome.nick
         if welcome.max_text is not None and welcome.max_text > 0:
             self.max_text = welcome.max_text
-        self._sent_since = {}
+        self._sent = {}
 
     def connection_lost(self) -> None:
         """The connection is gone; the next one subscribes to everything again."""
-        self._sent_since = None
+        self._sent = None
 
     def channels(self) -> list[str]:
         """The subscribed channels (a snapshot, in subscription order)."""
@@ -226,18 +232,16 @@ class ClientProtocol:
         subscribed on this connection (by :meth:`subscribe`).
         """
         sub = self._subs.get(channel)
-        if sub is None or self._sent_since is None or channel in self._sent_since:
+        if sub is None or self._sent is None or channel in self._sent:
             return None
-        sub.awaiting = 0
         sub.overflowed = False
         return self._subscribe_frame(channel, sub)
 
     def _subscribe_frame(self, channel: str, sub: _Subscription) -> str | None:
-        if self._sent_since is None:
+        if self._sent is None:
             return None
         since = sub.last_id
-        sub.awaiting += 1
-        self._sent_since[channel] = since
+        self._sent.setdefault(channel, deque()).append(since)
         return encode(Subscribe(channel=channel, since=since))
 
     # -- requests of the application ------------------------------------------------------
@@ -255,7 +259,7 @@ class ClientProtocol:
 
     def unsubscribe(self, channel: str) -> str | None:
         """Forget ``channel``; the ``unsubscribe`` frame if it was subscribed and connected."""
-        if self._subs.pop(channel, None) is None or self._sent_since is None:
+        if self._subs.pop(channel, None) is None or self._sent is None:
             return None
         return encode(Unsubscribe(channel=channel))
 
@@ -312,7 +316,7 @@ class ClientProtocol:
     def resync(self, channel: str) -> str | None:
         """Subscribe an overflowed ``channel`` again from the last id delivered."""
         sub = self._subs.get(channel)
-        if sub is None or not sub.overflowed or self._sent_since is None:
+        if sub is None or not sub.overflowed or self._sent is None:
             return None
         sub.overflowed = False
         log.info("channels.resync", channel=channel, since=sub.last_id)
@@ -341,7 +345,7 @@ class ClientProtocol:
 
     def _on_message(self, message: Message) -> list[Event]:
         sub = self._subs.get(message.channel)
-        if sub is None or sub.awaiting or sub.overflowed:
+        if sub is None or sub.overflowed or self._unanswered(message.channel):
             return []
         if sub.last_id is not None and message.id <= sub.last_id:
             return []  # delivered already (replay overlapping a reconnect)
@@ -353,12 +357,20 @@ class ClientProtocol:
         sub.last_id = message.id
         return [MessageReceived(message)]
 
+    def _unanswered(self, channel: str) -> int:
+        """How many subscribes of ``channel`` on this connection the hub has not answered."""
+        return len((self._sent or {}).get(channel) or ())
+
+    def _answered(self, channel: str) -> str | None:
+        """The hub answered the oldest unanswered subscribe of ``channel``: its since."""
+        sent = (self._sent or {}).get(channel)
+        return sent.popleft() if sent else None
+
     def _on_subscribed(self, frame: Subscribed) -> list[Event]:
+        since = self._answered(frame.channel)
         sub = self._subs.get(frame.channel)
-        if sub is None:
-            return []
-        sub.awaiting = max(0, sub.awaiting - 1)
-        since = (self._sent_since or {}).get(frame.channel)
+        if sub is None or self._unanswered(frame.channel):
+            return []  # unsubscribed, or subscribed again: the last subscribe's answer confirms
         if sub.last_id is None:
             # Live only: everything up to head counts as seen; ZERO_ID if the channel
             # is empty, so a reconnect replays whatever came in meanwhile.
@@ -384,8 +396,10 @@ class ClientProtocol:
         )
         if frame.client_id is not None:
             return [PublishRefused(frame.client_id, error)]
-        if frame.channel is not None and frame.channel in self._subs:
-            del self._subs[frame.channel]
-            return [SubscriptionRefused(frame.channel, error)]
+        if frame.channel is not None:
+            self._answered(frame.channel)
+            if frame.channel in self._subs and not self._unanswered(frame.channel):
+                del self._subs[frame.channel]
+                return [SubscriptionRefused(frame.channel, error)]
         log.warning("channels.error_from_hub", code=frame.code, message=frame.message)
         return []

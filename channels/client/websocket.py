@@ -22,7 +22,10 @@ keeps the futures callers wait on.
 
 Errors: :class:`~channels.errors.ChannelClosedError` after you closed it,
 :class:`~channels.errors.ChannelBrokenError` when the hub is gone for good
-(the backoff gave up), :class:`~channels.errors.UnauthorizedError` when the
+(the backoff gave up) or the task that owns the connection died of a bug
+(the error it died of is the ``__cause__``; :attr:`WebSocketChannel.broken`
+turns true at once, for a watchdog to see),
+:class:`~channels.errors.UnauthorizedError` when the
 hub refuses the token, :class:`~channels.errors.ChannelTimeoutError` when an
 ack does not come, :class:`~channels.errors.ProtocolError` when the hub
 refuses a frame.
@@ -41,7 +44,7 @@ from websockets.exceptions import ConnectionClosed, InvalidURI
 from websockets.uri import parse_uri
 
 from channels.client.backoff import Backoff, exponential_backoff
-from channels.client.handshake import open_connection
+from channels.client.handshake import Dialer
 from channels.client.interface import PublishAck
 from channels.client.pending import Pending, SessionLost
 from channels.client.protocol import (
@@ -57,7 +60,6 @@ from channels.errors import (
     ChannelConfigError,
     ChannelError,
     ChannelTimeoutError,
-    HubUnreachableError,
     ProtocolError,
 )
 from channels.protocol import (
@@ -125,16 +127,20 @@ class WebSocketChannel:
         if inbox_size < 2:
             raise ValueError("inbox_size must be at least 2")
         self.url = url
-        self._token = token
         self._protocol = ClientProtocol(
             url, hello_nick=None if token is not None else nick, inbox_size=inbox_size
         )
         self._backoff = backoff or exponential_backoff()
+        self._dialer = Dialer(
+            self._protocol,
+            token,
+            self._backoff,
+            connect_timeout,
+            close_timeout,
+            max_size,
+            ping_interval,
+        )
         self._ack_timeout = ack_timeout
-        self._connect_timeout = connect_timeout
-        self._close_timeout = close_timeout
-        self._max_size = max_size
-        self._ping_interval = ping_interval
         self._state = "new"  # new → open → closed | broken
         self._broken_cause: BaseException | None = None
         self._session: _Session | None = None
@@ -179,6 +185,7 @@ class WebSocketChannel:
                 self._check_usable()
             self._begin(ws, welcome)
             self._supervisor = asyncio.create_task(self._supervise(), name="atirc-client")
+            self._supervisor.add_done_callback(self._supervisor_done)
 
     async def close(self) -> None:
         """Close the connection; pending and later calls raise ChannelClosedError."""
@@ -194,6 +201,22 @@ class WebSocketChannel:
             self._supervisor.cancel()
             await asyncio.wait([self._supervisor])
 
+    @property
+    def broken(self) -> bool:
+        """True once the channel is broken for good: calls raise ChannelBrokenError.
+
+        The hub stayed unreachable until the backoff gave up, or the task that
+        owns the connection died of an unexpected error. Cheap to read (no
+        I/O), for a watchdog: while the client reconnects it stays False, and
+        after :meth:`close` too.
+        """
+        if self._state == "broken":
+            return True
+        # The done callback may not have run yet; a supervisor that is done while
+        # the channel is open has died all the same.
+        supervisor = self._supervisor
+        return self._state == "open" and supervisor is not None and supervisor.done()
+
     def _check_usable(self) -> None:
         if self._state == "closed":
             raise ChannelClosedError("the channel was closed")
@@ -204,6 +227,10 @@ class WebSocketChannel:
         cause = self._broken_cause
         if isinstance(cause, ChannelBrokenError):
             err = ChannelBrokenError(str(cause))
+        elif not isinstance(cause, ChannelError):
+            err = ChannelBrokenError(
+                f"the client of {self.url} failed: {type(cause).__name__}: {cause}"
+            )
         else:
             err = ChannelBrokenError(f"the connection to {self.url} is gone: {cause}")
         err.__cause__ = cause
@@ -218,30 +245,7 @@ class WebSocketChannel:
     # -- connecting -----------------------------------------------------------------------
 
     async def _establish(self, *, retry: bool) -> tuple[ClientConnection, Welcome]:
-        attempt = 0
-        while True:
-            try:
-                return await self._open_once()
-            except HubUnreachableError as exc:
-                if not retry:
-                    raise
-                attempt += 1
-                if not await self._backoff(attempt):
-                    raise HubUnreachableError(
-                        f"gave up on the hub at {self.url} after {attempt} attempts: {exc}"
-                    ) from exc
-                if self._state == "closed":  # close() promises pending calls an end
-                    raise ChannelClosedError("the channel was closed") from exc
-
-    async def _open_once(self) -> tuple[ClientConnection, Welcome]:
-        return await open_connection(
-            self._protocol,
-            token=self._token,
-            connect_timeout=self._connect_timeout,
-            close_timeout=self._close_timeout,
-            max_size=self._max_size,
-            ping_interval=self._ping_interval,
-        )
+        return await self._dialer.establish(retry=retry, closed=lambda: self._state == "closed")
 
     def _begin(self, ws: ClientConnection, welcome: Welcome) -> None:
         self._protocol.connection_made(welcome)
@@ -264,6 +268,22 @@ class WebSocketChannel:
         self._pending.fail_all(self._broken_error)
         self._wake()
 
+    def _supervisor_done(self, task: asyncio.Task[None]) -> None:
+        """The supervisor ended: if not by close() or a broken hub, it died; say so.
+
+        Without this, an unexpected error would end the task silently and
+        ``receive()`` would wait forever while the process looks alive.
+        """
+        if self._state != "open":
+            return  # closed by its owner, or already broken (and said why)
+        cause: BaseException
+        if task.cancelled():
+            cause = asyncio.CancelledError("the client's supervisor task was cancelled")
+        else:
+            cause = task.exception() or RuntimeError("the client's supervisor task returned")
+        log.error("channels.supervisor_died", url=self.url, exc_info=cause)
+        self._set_broken(cause)
+
     async def _supervise(self) -> None:
         """Own the connection: read it, and when it breaks, reconnect and resubscribe."""
         while True:
@@ -271,6 +291,11 @@ class WebSocketChannel:
             assert session is not None  # _begin set it
             try:
                 await self._run(session)
+            except BaseException:
+                # Nothing reconnects after this (close(), or a bug that breaks the
+                # channel): drop the socket now rather than leave it to the collector.
+                session.ws.transport.abort()
+                raise
             finally:
                 self._end(session)
             if self._state != "open":
@@ -336,6 +361,7 @@ class WebSocketChannel:
         """
         check_subscribe(channel, since)
         await self._ensure_open()
+        # Every waiter ends: confirmed, refused, failed by unsubscribe/close/broken, or timed out.
         waiter = self._pending.subscribe(channel)
         text = self._protocol.subscribe(channel, since)
         session = self._session
@@ -351,6 +377,8 @@ class WebSocketChannel:
                 f"the hub did not confirm the subscription to {channel} "
                 f"within {self._ack_timeout:g}s"
             ) from exc
+        finally:
+            self._pending.forget_subscribe(channel, waiter)
 
     async def unsubscribe(self, channel: str) -> None:
         """Stop receiving ``channel`` (messages already in the inbox stay)."""
