@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from daemon.code_mode.convert import dumps_compact
+from daemon.code_mode.convert import ConversionError, dumps_compact, sandbox_text
 from daemon.code_mode.nested import StartedCall
 
 __all__ = [
@@ -166,17 +166,25 @@ def render_result(
         return render_error(
             f"Error: {_await_advice(unawaited)}", prints=prints, max_result_chars=max_result_chars
         )
-    if prints:
-        shown = {"output": prints} if value is None else {"output": prints, "result": value}
-        return _guard(dumps_compact(shown), max_result_chars)
-    if value is None:
-        return RunCodeText(NO_OUTPUT, False)
-    empty = _EMPTY_NAMES.get(type(value))
-    if empty is not None and len(value) == 0:
-        return RunCodeText(f"(empty result: the last expression was {empty})", False)
-    if isinstance(value, str):
-        return _guard(value, max_result_chars)
-    return _guard(dumps_compact(value), max_result_chars)
+    try:
+        if prints:
+            shown = {"output": prints} if value is None else {"output": prints, "result": value}
+            return _guard(dumps_compact(shown), max_result_chars)
+        if value is None:
+            return RunCodeText(NO_OUTPUT, False)
+        empty = _EMPTY_NAMES.get(type(value))
+        if empty is not None and len(value) == 0:
+            return RunCodeText(f"(empty result: the last expression was {empty})", False)
+        if isinstance(value, str):
+            return _guard(sandbox_text(value), max_result_chars)
+        return _guard(dumps_compact(value), max_result_chars)
+    except ConversionError as exc:
+        return render_error(
+            f"Error: the snippet's value cannot be returned: {exc}. The value is still in "
+            "the REPL if you assigned it.",
+            prints=prints,
+            max_result_chars=max_result_chars,
+        )
 
 
 def _short(text: str, limit: int) -> str:

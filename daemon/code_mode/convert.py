@@ -12,6 +12,14 @@ values:
 | ``list``, ``tuple``, ``set``, ``frozenset`` | array                 |
 | ``dict``                             | object; non-``str`` keys via ``repr`` |
 | anything else                        | its ``repr()`` string        |
+
+A lone surrogate in a string becomes U+FFFD both ways (the sandbox takes
+UTF-8 only, and so does every transport after it). Two values cannot cross
+and raise :class:`ConversionError` (a ``ValueError``) with what to do
+instead: one nested deeper than :data:`MAX_DEPTH` levels, and an ``int`` too
+long to write as text. Callers turn it into an error the model reads: a
+catchable ``RuntimeError`` at a nested call, an error result for a snippet's
+value. Nothing here raises anything else.
 """
 
 from __future__ import annotations
@@ -25,44 +33,123 @@ from daemon.logging import log_content as logging_content
 from daemon.tools import ToolCallOutput
 
 __all__ = [
+    "MAX_DEPTH",
+    "ConversionError",
     "dumps_compact",
     "log_content",
     "nested_value",
     "result_bytes",
+    "sandbox_text",
     "to_json_value",
 ]
 
+# Levels of nesting that cross the boundary: as many as the sandbox's own
+# json.loads takes (notes/monty.md §1), and few enough that the recursive
+# conversions here and in pydantic-monty stay far from Python's recursion limit.
+MAX_DEPTH = 200
+# Ints longer than this many bits may be past CPython's int-to-text limit (4,300 digits).
+_LONG_INT_BITS = 14_000
+
+
+class ConversionError(ValueError):
+    """A value that cannot cross the sandbox boundary; the message says why and what to do."""
+
+
+def _too_deep() -> ConversionError:
+    return ConversionError(
+        f"the value is nested more than {MAX_DEPTH} levels deep; return a flatter "
+        "value (a few fields, a count, or to_json(x)[:1000])"
+    )
+
+
+def _checked_int(value: int) -> int:
+    plain = int(value)  # int subclasses (sandbox enums, flags) become plain ints
+    if plain.bit_length() > _LONG_INT_BITS:
+        try:
+            str(plain)
+        except ValueError:
+            raise ConversionError(
+                f"the value holds an int of about {int(plain.bit_length() * 0.30103):,} "
+                "digits, too long to write as text; return len(str(n)) or str(n)[:100]"
+            ) from None
+    return plain
+
+
+def _safe_repr(value: Any) -> str:
+    try:
+        return sandbox_text(repr(value))
+    except RecursionError:
+        raise _too_deep() from None
+    except Exception as exc:
+        # a repr that fails must not fail the conversion: say what it was
+        return f"<{type(value).__name__} object: repr() raised {type(exc).__name__}>"
+
+
+# A lone surrogate, raw or as a JSON escape (a backslash before it only costs a walk).
+_MAYBE_SURROGATE = re.compile(r"[\ud800-\udfff]|\\u[dD][89a-fA-F]")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def sandbox_text(text: str) -> str:
+    """``text`` with each lone surrogate replaced by U+FFFD: valid UTF-8 for the sandbox."""
+    return _SURROGATE.sub("\ufffd", text)
+
 
 def to_json_value(value: Any) -> Any:
-    """``value`` as plain JSON data (dict, list, str, int, float, bool, None)."""
-    if value is None or isinstance(value, bool | str):
+    """``value`` as plain JSON data (dict, list, str, int, float, bool, None).
+
+    Raises :class:`ConversionError` for a value nested past :data:`MAX_DEPTH`
+    or an ``int`` too long to write as text.
+    """
+    return _to_json(value, 0)
+
+
+def _to_json(value: Any, depth: int) -> Any:
+    if value is None or isinstance(value, bool):
         return value
+    if isinstance(value, str):
+        return sandbox_text(value)
     if isinstance(value, int):
-        return int(value)  # int subclasses (sandbox enums, flags) become plain ints
+        return _checked_int(value)
     if isinstance(value, float):
         return value if math.isfinite(value) else repr(value)
+    if depth >= MAX_DEPTH:
+        if isinstance(value, list | tuple | set | frozenset | dict):
+            raise _too_deep()
+        return _safe_repr(value)
     if isinstance(value, list | tuple):
-        return [to_json_value(v) for v in value]
+        return [_to_json(v, depth + 1) for v in value]
     if isinstance(value, set | frozenset):
-        items = [to_json_value(v) for v in value]
+        items = [_to_json(v, depth + 1) for v in value]
         try:
             # sets have no order; sorting keeps results stable between runs
             return sorted(items)
         except TypeError:
             return items
     if isinstance(value, dict):
-        return {(k if isinstance(k, str) else repr(k)): to_json_value(v) for k, v in value.items()}
-    return repr(value)
+        return {
+            (sandbox_text(k) if isinstance(k, str) else _safe_repr(k)): _to_json(v, depth + 1)
+            for k, v in value.items()
+        }
+    return _safe_repr(value)
 
 
 def dumps_compact(value: Any) -> str:
-    """Compact JSON of ``value`` after :func:`to_json_value`."""
+    """Compact JSON of ``value`` after :func:`to_json_value` (which may raise ConversionError)."""
     return json.dumps(to_json_value(value), ensure_ascii=False, separators=(",", ":"))
 
 
-# A lone surrogate, raw or as a JSON escape (a backslash before it only costs a walk).
-_MAYBE_SURROGATE = re.compile(r"[\ud800-\udfff]|\\u[dD][89a-fA-F]")
-_SURROGATE = re.compile("[\ud800-\udfff]")
+def _deeper_than(value: Any, limit: int) -> bool:
+    """Whether lists and dicts nest in ``value`` more than ``limit`` levels (no recursion)."""
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, list | dict):
+            if depth >= limit:
+                return True
+            children = item.values() if isinstance(item, dict) else item
+            stack.extend((c, depth + 1) for c in children if isinstance(c, list | dict))
+    return False
 
 
 def _without_surrogates(value: Any) -> Any:
@@ -82,16 +169,21 @@ def nested_value(output: ToolCallOutput) -> Any:
     JSON text arrives parsed; without text, ``structured`` content arrives
     as it is; any other text arrives as ``str``. (``is_error`` outputs never
     get here: they raise ``RuntimeError`` in the sandbox.) A lone surrogate,
-    which ``json.loads`` lets through, arrives as U+FFFD.
+    which ``json.loads`` lets through, arrives as U+FFFD. A value nested past
+    :data:`MAX_DEPTH` raises :class:`ConversionError`.
     """
     text = output.content
     if not text and output.structured is not None:
-        value = to_json_value(output.structured)
-        return _without_surrogates(value)
+        return to_json_value(output.structured)
     try:
         value = json.loads(text)
-    except (ValueError, RecursionError):  # not JSON (or nested past the recursion limit)
+    except RecursionError:
+        raise _too_deep() from None
+    except ValueError:  # not JSON
         value = text
+    # counting brackets is fast C; only a value that may be deep is walked
+    if text.count("[") + text.count("{") > MAX_DEPTH and _deeper_than(value, MAX_DEPTH):
+        raise _too_deep()
     if _MAYBE_SURROGATE.search(text) is None:
         return value  # the common case: no walk over a large result
     return _without_surrogates(value)
@@ -101,13 +193,33 @@ def result_bytes(output: ToolCallOutput) -> int:
     """How many bytes a nested result brought into the sandbox (audit ``bytes``)."""
     # surrogatepass: counting must not fail on a lone surrogate
     if not output.content and output.structured is not None:
-        return len(dumps_compact(output.structured).encode("utf-8", "surrogatepass"))
+        try:
+            return len(dumps_compact(output.structured).encode("utf-8", "surrogatepass"))
+        except ConversionError:
+            return 0  # nothing came in: the call raises in the sandbox instead
     return len(output.content.encode("utf-8", "surrogatepass"))
 
 
 def log_content(output: ToolCallOutput) -> Any:
-    """A tool result for the log: decoded JSON when possible, else truncated text."""
+    """A tool result for the log: decoded JSON when possible, else truncated text.
+
+    A result too deep to decode or to encode again is logged as truncated text.
+    """
     text = output.content
-    if not text and output.structured is not None:
-        text = dumps_compact(output.structured)
-    return logging_content(text)
+    try:
+        if not text and output.structured is not None:
+            text = dumps_compact(output.structured)
+        logged = logging_content(text)
+    except (RecursionError, ConversionError):
+        return _log_text(text)
+    if isinstance(logged, list | dict) and _deeper_than(logged, MAX_DEPTH):
+        return _log_text(text)
+    return logged
+
+
+# A result that cannot be logged as JSON is logged as its start, as text.
+_LOG_TEXT = 2000
+
+
+def _log_text(text: str) -> str:
+    return text if len(text) <= _LOG_TEXT else f"{text[:_LOG_TEXT]}…[{len(text)} chars]"

@@ -50,7 +50,13 @@ import structlog
 from pydantic_monty import ExternalExceptionData, ExternalSettledResult
 
 from daemon.code_mode.catalog import CatalogEntry
-from daemon.code_mode.convert import log_content, nested_value, result_bytes
+from daemon.code_mode.convert import (
+    ConversionError,
+    log_content,
+    nested_value,
+    result_bytes,
+    sandbox_text,
+)
 from daemon.code_mode.limits import CodeModeLimits
 from daemon.tools import (
     AuditEntry,
@@ -74,7 +80,8 @@ def _utc_now() -> str:
 
 
 def _runtime_error(message: str) -> ExternalExceptionData:
-    return {"exc_type": "RuntimeError", "message": message}
+    # a lone surrogate would make pydantic-monty raise TypeError at the resume
+    return {"exc_type": "RuntimeError", "message": sandbox_text(message)}
 
 
 @dataclass
@@ -161,13 +168,19 @@ class NestedCalls:
             await self._finish(call, started, t0, "error", 0, message)
             return _runtime_error(message)
 
-        nbytes = result_bytes(output)
-        await self._finish(
-            call, started, t0, "error" if output.is_error else "ok", nbytes, log_content(output)
-        )
         if output.is_error:
+            await self._finish(
+                call, started, t0, "error", result_bytes(output), log_content(output)
+            )
             return _runtime_error(output.content or f"tool {tool} failed")
-        return {"return_value": nested_value(output)}
+        try:
+            value = nested_value(output)
+        except ConversionError as exc:
+            message = f"tool {tool} returned a value the sandbox cannot take: {exc}"
+            await self._finish(call, started, t0, "error", 0, message)
+            return _runtime_error(message)
+        await self._finish(call, started, t0, "ok", result_bytes(output), log_content(output))
+        return {"return_value": value}
 
     def _log(self, event: str, mutating: bool, **fields: Any) -> None:
         if mutating:
