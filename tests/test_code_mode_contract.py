@@ -217,14 +217,21 @@ def test_huge_error_messages_are_cut_in_the_middle():
 
 
 def test_print_sink_caps_output_and_flags_the_overflow():
-    """The collector counts bytes and raises MemoryError past its cap."""
+    """The collector counts bytes; past its cap it drops output and flags the breach.
+
+    It does not raise there (a raise in the flush before a host call would end
+    the checkout); only a runaway loop, far past the cap, gets a MemoryError.
+    """
     sink = PrintSink(10)
     sink("stdout", "12345")
     sink("stderr", "é")
-    with pytest.raises(MemoryError):
-        sink("stdout", "123456")
+    sink("stdout", "123456")
     assert sink.overflowed
     assert sink.text == "12345é"
+    sink("stdout", "1")  # after the breach, nothing more is kept
+    assert sink.text == "12345é"
+    with pytest.raises(MemoryError, match="10-byte cap"):
+        sink("stdout", "x" * (PrintSink.RUNAWAY_BYTES + 1))
 
 
 # -- limits, sizing, description ------------------------------------------------

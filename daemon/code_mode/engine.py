@@ -11,7 +11,9 @@ DESIGN.md's adaptation to pydantic-monty 1.4:
 | function call past the nested-call budget | ``RuntimeError: nested tool call budget exceeded`` |
 | function call, unknown name               | ``NameError``                                 |
 | OS call ``import`` / ``import_stubs``     | ``resume_auto()`` (stdlib imports work)       |
+| OS call ``time.sleep`` / ``asyncio.sleep``| ``NotImplementedError`` (:data:`SLEEP_DENIED`)|
 | any other OS call                         | ``PermissionError: os access disabled ...``   |
+| any host call after the print cap's breach| ``MemoryError`` (the cap's message)           |
 | future snapshot                           | start every newly awaited call at once; wait  |
 |                                           | for ≥1 to finish; resume with all finished    |
 | awaited mutating call, gate says ``deny`` | ``PermissionError(<the verdict's reason>)``   |
@@ -35,9 +37,11 @@ exactly as :meth:`SnippetRun.drive` does; it may pause again.
 
 The outcome says whether the checkout must be discarded ("reset"): after a
 time-limit ``TimeoutError``, a heap ``MemoryError``, a crashed worker, or a
-blown suspension budget. A breach of the print cap keeps it, unless Monty
-itself ended the checkout (it does when the overflowing output is flushed
-just before a host call).
+blown suspension budget. A breach of the print cap keeps it: Monty flushes
+buffered output just before every host call, and a print callback raising
+in that flush ends the checkout, so :class:`PrintSink` does not raise at
+the breach; the snippet gets the ``MemoryError`` at its next host call or
+as its result (see :class:`PrintSink` for the runaway print loop).
 """
 
 from __future__ import annotations
@@ -76,17 +80,25 @@ from daemon.code_mode.approval import (
     stamp,
 )
 from daemon.code_mode.catalog import CallRejected, Catalog
-from daemon.code_mode.convert import to_json_value
+from daemon.code_mode.convert import ConversionError, sandbox_text, to_json_value
 from daemon.code_mode.limits import CodeModeLimits
 from daemon.code_mode.nested import NestedCalls
+from daemon.code_mode.prints import PrintSink
 from daemon.tools import ApprovalGate, AuditEntry, Decision, Pause, Verdict
 
-__all__ = ["OS_DENIED", "PrintSink", "SnippetOutcome", "SnippetRun"]
+__all__ = ["OS_DENIED", "SLEEP_DENIED", "PrintSink", "SnippetOutcome", "SnippetRun"]
 
 log = structlog.get_logger("asyncai.code_mode")
 
 OS_DENIED = "os access disabled in asyncai code mode"
+SLEEP_DENIED = (
+    "timed sleeps are not available in the asyncai sandbox (asyncio.sleep and time.sleep "
+    "cannot wait here). To run tool calls at the same time, await asyncio.gather(...); "
+    "to wait for something to change, end this snippet and check again in a later run_code call"
+)
 _AUTO_OS_CALLS = frozenset({"import", "import_stubs"})
+# the names under the checkout's sleep policy "call_host", and under the default one
+_SLEEP_OS_CALLS = frozenset({"time.sleep", "asyncio.sleep", "system.sleep", "system.async_sleep"})
 _EXC_TYPES = frozenset(typing.get_args(pydantic_monty.ExcType))
 # Tool calls are bounded by tool_timeout each; this only guards the engine's
 # own wait against a task that never settles.
@@ -113,39 +125,6 @@ class SnippetOutcome:
         return self.error is None
 
 
-class PrintSink:
-    """Collects ``print()`` output up to ``max_bytes``; past it, fails the feed.
-
-    Raising ``MemoryError`` from the callback makes Monty abort the feed with
-    that error; the flag tells it apart from a heap ``MemoryError``, which
-    resets the scope where this one does not.
-    """
-
-    def __init__(self, max_bytes: int, earlier: str = ""):
-        # ``earlier``: what the snippet printed before it paused (counts against the cap)
-        self.max_bytes = max_bytes
-        self.used = len(earlier.encode())
-        self.overflowed = False
-        self._parts: list[str] = [earlier] if earlier else []
-
-    def __call__(self, stream: str, text: str) -> None:
-        """Monty's ``print_callback``: ``stream`` is ``'stdout'`` or ``'stderr'``."""
-        size = len(text.encode())
-        if self.used + size > self.max_bytes:
-            self.overflowed = True
-            raise MemoryError(
-                f"print output exceeded the {self.max_bytes:,}-byte cap; print less "
-                "(a summary, a count) or return a value"
-            )
-        self.used += size
-        self._parts.append(text)
-
-    @property
-    def text(self) -> str:
-        """Everything printed so far, stdout and stderr interleaved."""
-        return "".join(self._parts)
-
-
 def _sandbox_function(name: str) -> Any:
     """A host function the sandbox can hold by ``name``; calls to it arrive as snapshots."""
 
@@ -158,11 +137,16 @@ def _sandbox_function(name: str) -> Any:
 
 def _exception(exc_type: str, message: str) -> ExternalExceptionData:
     known = typing.cast(ExcType, exc_type) if exc_type in _EXC_TYPES else "TypeError"
-    return {"exc_type": known, "message": message}
+    # a lone surrogate would make pydantic-monty raise TypeError at the resume
+    return {"exc_type": known, "message": sandbox_text(message)}
 
 
 class _Reset(Exception):
     """Stop driving; the checkout cannot be used again."""
+
+
+class _Overflow(Exception):
+    """The snippet completed past the print cap: an error result; the checkout is fine."""
 
 
 class SnippetRun:
@@ -291,7 +275,10 @@ class SnippetRun:
                         "awaits, name lookups) in one snippet"
                     )
                 if isinstance(snap, AsyncFunctionSnapshot):
-                    snap = await self._on_function(snap)
+                    if sink.overflowed:
+                        snap = await snap.resume(_exception("MemoryError", sink.message))
+                    else:
+                        snap = await self._on_function(snap)
                 elif isinstance(snap, AsyncFutureSnapshot):
                     following = await self._on_future(snap)
                     if following is None:
@@ -301,10 +288,14 @@ class SnippetRun:
                 else:
                     snap = await self._on_name_lookup(snap)
             else:
+                if sink.overflowed:
+                    raise _Overflow(sink.message)
                 outcome.value = snap.output
                 outcome.unawaited = [c.py_name for c in self._pending.values()]
         except _Reset as exc:
             outcome.error, outcome.reset = str(exc), True
+        except _Overflow as exc:
+            outcome.error = f"MemoryError: {exc}"
         except MontySyntaxError as exc:
             outcome.error = exc.display()
         except MontyRuntimeError as exc:
@@ -353,6 +344,8 @@ class SnippetRun:
         if snap.is_os_function:
             if name in _AUTO_OS_CALLS:
                 return await snap.resume_auto()
+            if name in _SLEEP_OS_CALLS:
+                return await snap.resume(_exception("NotImplementedError", SLEEP_DENIED))
             return await snap.resume(_exception("PermissionError", OS_DENIED))
         entry = self._catalog.lookup(name)
         if entry is None:
@@ -369,8 +362,12 @@ class SnippetRun:
                     f"{self._limits.max_nested_calls} tool calls per snippet",
                 )
             )
+        try:
+            made = MadeCall(entry, name, to_json_value(arguments))
+        except ConversionError as exc:
+            return await snap.resume(_exception("ValueError", f"{name}(): an argument: {exc}"))
         self.nested_calls += 1
-        self._pending[snap.call_id] = MadeCall(entry, name, to_json_value(arguments))
+        self._pending[snap.call_id] = made
         return await snap.resume({"future": ...})
 
     async def _on_future(self, snap: AsyncFutureSnapshot) -> Any:

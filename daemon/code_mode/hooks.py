@@ -12,6 +12,9 @@ delegates to the pure modules (:mod:`helpers`, :mod:`hints`, :mod:`note`):
 2. :func:`check_snippet` — a pre-run check on the snippet text; a returned
    message rejects the snippet before it reaches the sandbox (the REPL is
    untouched): :func:`~daemon.code_mode.helpers.check_reserved` (A11).
+   The engine awaits :func:`vet_snippet`, which first refuses a snippet
+   over ``limits.max_snippet_bytes`` without looking further, then runs
+   :func:`check_snippet` in a worker thread.
 3. :func:`error_hints` — extra ``Hint:`` lines for an error result, from its
    traceback text (A11: known Monty gaps,
    :func:`~daemon.code_mode.hints.hints_for`). Return the hint text only;
@@ -27,13 +30,24 @@ delegates to the pure modules (:mod:`helpers`, :mod:`hints`, :mod:`note`):
    :class:`~daemon.code_mode.note.ScopeVariables` (the engine drops it with
    the checkout). :func:`context_note` then turns the scope into the note
    that ``CodeModeToolExecutor.context_note`` returns. A failing or slow hook
-   (bounded by ``limits.request_timeout``) is logged and costs only the note.
+   (bounded by ``limits.request_timeout``) is logged and costs only the note;
+   a probe that ended its checkout (cancelled mid-feed, a dead worker)
+   discards it as a reset, so the next snippet starts in a fresh REPL instead
+   of failing on a finished one.
+
+:func:`check_snippet` and the parse in :func:`after_snippet` are CPU work
+proportional to the snippet (up to ``limits.max_snippet_bytes``); both run
+in a worker thread, off the event loop.
 """
 
 from __future__ import annotations
 
+import asyncio
 from typing import TYPE_CHECKING
 
+from pydantic_monty import MontyRuntimeError, MontySyntaxError
+
+from daemon.code_mode.bindings import module_bindings
 from daemon.code_mode.helpers import check_reserved, prelude
 from daemon.code_mode.hints import hints_for
 from daemon.code_mode.note import ScopeVariables, thread_note
@@ -43,7 +57,15 @@ if TYPE_CHECKING:
     from daemon.code_mode.limits import CodeModeLimits
     from daemon.code_mode.scope import ScopeState
 
-__all__ = ["after_snippet", "check_snippet", "context_note", "error_hints", "scope_preamble"]
+__all__ = [
+    "after_snippet",
+    "check_snippet",
+    "context_note",
+    "error_hints",
+    "scope_preamble",
+    "too_large",
+    "vet_snippet",
+]
 
 
 def scope_preamble(limits: CodeModeLimits) -> str:
@@ -54,6 +76,30 @@ def scope_preamble(limits: CodeModeLimits) -> str:
 def check_snippet(code: str) -> str | None:
     """Rejects a snippet that rebinds a helper name at module level (A11), else None."""
     return check_reserved(code)
+
+
+def too_large(code: str, max_bytes: int) -> str | None:
+    """Why ``code`` is refused for its size (over ``max_bytes`` in UTF-8), or None.
+
+    Constant time for any text far over the limit: a character is at least one byte.
+    """
+    size = len(code) if len(code) > max_bytes else len(code.encode("utf-8", "surrogatepass"))
+    if size <= max_bytes:
+        return None
+    return (
+        f"run_code rejected this snippet before running it: it is {size:,} bytes, over the "
+        f"{max_bytes:,}-byte limit (code_mode.max_snippet_bytes). Send less code: let the "
+        "snippet fetch data with tool calls instead of pasting it, or split the work over "
+        "several run_code calls (variables persist between them)."
+    )
+
+
+async def vet_snippet(code: str, limits: CodeModeLimits) -> str | None:
+    """The pre-run checks: the size limit, then :func:`check_snippet` off the event loop."""
+    refused = too_large(code, limits.max_snippet_bytes)
+    if refused is not None:
+        return refused
+    return await asyncio.to_thread(check_snippet, code)
 
 
 def error_hints(error_text: str) -> list[str]:
@@ -72,10 +118,24 @@ async def after_snippet(scope: ScopeState, code: str, outcome: SnippetOutcome) -
         return
     if outcome.fresh or scope.note is None:
         scope.note = ScopeVariables()
-    scope.note.record(code)
-    probe = scope.note.probe()
-    if probe is not None:
-        scope.note.update(await scope.probe(probe))
+    note = scope.note
+    # parsing a large snippet takes a while: off the loop, the result applied on it
+    note.record_bindings(await asyncio.to_thread(module_bindings, code))
+    probe = note.probe()
+    if probe is None:
+        return
+    try:
+        value = await scope.probe(probe)
+    except (MontyRuntimeError, MontySyntaxError):
+        if scope.worker_pid is None:
+            await scope.discard("reset")
+        raise  # failed inside the sandbox (a rebound builtin): the last note stands
+    except BaseException:
+        # cancelled mid-feed, a dead worker or a protocol error: the checkout
+        # cannot be fed again, so the next snippet must not inherit it
+        await scope.discard("reset")
+        raise
+    note.update(value)
 
 
 def context_note(scope: ScopeState | None, *, evicted: bool) -> str | None:

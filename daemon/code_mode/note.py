@@ -43,7 +43,7 @@ from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from daemon.code_mode.bindings import module_bindings
+from daemon.code_mode.bindings import Binding, module_bindings
 from daemon.code_mode.helpers import PRIVATE_PREFIX, RESERVED_NAMES
 
 __all__ = [
@@ -250,7 +250,11 @@ class ScopeVariables:
 
     def record(self, code: str) -> None:
         """Remember the module-level names ``code`` binds (a rebinding moves a name last)."""
-        for b in module_bindings(code):
+        self.record_bindings(module_bindings(code))
+
+    def record_bindings(self, bindings: Iterable[Binding]) -> None:
+        """:meth:`record` with the bindings already found (the parse ran off the loop)."""
+        for b in bindings:
             if b.kind == "import" or not _trackable(b.name):
                 continue
             self._names.pop(b.name, None)

@@ -14,11 +14,17 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from pydantic_monty import AsyncMonty, ResourceLimits
+from pydantic_monty import AsyncMonty, OSPolicy, ResourceLimits
 
 from daemon.code_mode.limits import CodeModeLimits
 
-__all__ = ["checkout_limits", "close_pool", "create_pool", "pool_options"]
+__all__ = ["CHECKOUT_OS_POLICY", "checkout_limits", "close_pool", "create_pool", "pool_options"]
+
+# Sleeps reach the host as OS calls (``time.sleep``, ``asyncio.sleep``): the
+# engine refuses them with a message, and the variables probe's ``os=``
+# handler refuses them at once. By default the worker sleeps by itself, up to
+# 10 s a call, which no handler sees and which can outlast the probe's deadline.
+CHECKOUT_OS_POLICY: OSPolicy = {"sleep": "call_host"}
 
 # Monty counts suspensions over a checkout's whole life and cannot disable
 # the count; the host enforces the per-snippet budget instead.

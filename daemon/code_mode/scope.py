@@ -15,7 +15,7 @@ from pydantic_monty import AsyncMonty, AsyncMontySession
 
 from daemon.code_mode.limits import CodeModeLimits
 from daemon.code_mode.note import ScopeVariables
-from daemon.code_mode.pool import CLOSE_TIMEOUT, checkout_limits
+from daemon.code_mode.pool import CHECKOUT_OS_POLICY, CLOSE_TIMEOUT, checkout_limits
 
 __all__ = ["ScopeState"]
 
@@ -68,7 +68,7 @@ class ScopeState:
         """The live session, checking one out when there is none; and whether it is new."""
         if self.session is not None:
             return self.session, False
-        session = pool.checkout(limits=checkout_limits(limits))
+        session = pool.checkout(limits=checkout_limits(limits), os_policy=CHECKOUT_OS_POLICY)
         await session.__aenter__()  # bounded by the pool's checkout_timeout
         self.session = session
         return session, True
@@ -103,9 +103,18 @@ class ScopeState:
     async def probe(self, code: str) -> Any:
         """Run a tool-free snippet in this REPL and return its value (for hooks).
 
-        Raises ``pydantic_monty.MontyError`` when it fails, and RuntimeError
-        when the scope holds no checkout.
+        Every OS call in it fails at once (a snippet's function the probe
+        calls may try to sleep or read a file). Raises
+        ``pydantic_monty.MontyError`` when it fails, and RuntimeError when the
+        scope holds no checkout.
         """
         if self.session is None:
             raise RuntimeError("the scope has no checkout")
-        return await self.session.feed_run(code, print_callback=lambda _stream, _text: None)
+        return await self.session.feed_run(
+            code, print_callback=lambda _stream, _text: None, os=_deny_os
+        )
+
+
+def _deny_os(*, name: str, **_: Any) -> None:
+    """The probe's ``os=`` handler: no file, clock wait or environment (a sleep would stall it)."""
+    raise PermissionError(f"{name} is not available while asyncai inspects the REPL")
