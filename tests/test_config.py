@@ -52,6 +52,7 @@ max_wall = 300.0                         # seconds per run_code call
 max_result_chars = 20000                 # characters returned to the model
 max_scopes = 8                           # REPL scopes kept (LRU by thread)
 max_scope_dump = "64MiB"                 # a larger REPL is not stored across restarts
+max_snippet_bytes = "256KiB"             # a larger snippet is refused before it runs
 preamble = "preamble.py"                 # example: Python run in every new scope
 
 [mcp_servers.simple]

@@ -14,6 +14,12 @@ parser also accepts newer syntax than this CPython 3.11 does (PEP 701
 f-strings such as ``f"{d["x"]}"``), so a snippet that does not parse here is
 scanned line by line instead; that fallback can miss a binding, which only
 means a name is not listed or not rejected.
+
+A snippet longer than :data:`PARSE_MAX_CHARS` is scanned line by line too:
+``compile`` holds the GIL for its whole parse (up to a second for 256 KiB of
+dense code), which would stall the event loop even from a worker thread,
+while the scan is Python code that yields the GIL, and each of its patterns
+is linear in the line it reads.
 """
 
 from __future__ import annotations
@@ -24,7 +30,10 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
-__all__ = ["Binding", "BindingKind", "module_bindings"]
+__all__ = ["PARSE_MAX_CHARS", "Binding", "BindingKind", "module_bindings"]
+
+# Parsed with ast up to this size: about 50 ms of GIL-holding parse at worst.
+PARSE_MAX_CHARS = 16 * 1024
 
 BindingKind = Literal[
     "assign", "def", "class", "import", "for", "with", "except", "match", "global"
@@ -45,14 +54,17 @@ _FLAGS = ast.PyCF_ONLY_AST | ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
 
 def module_bindings(code: str) -> list[Binding]:
     """Every module-level binding in ``code``, in source order (names may repeat)."""
+    if len(code) > PARSE_MAX_CHARS:
+        return _scan_lines(code)
     try:
         tree = compile(code, "<snippet>", "exec", flags=_FLAGS, dont_inherit=True)
-    except (SyntaxError, ValueError):
-        # ValueError: a NUL byte in the source. Monty will report the real
-        # error when the snippet runs; the scan is best effort.
+        collector = _Collector()
+        collector.visit(tree)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        # ValueError: a NUL byte in the source; RecursionError, MemoryError:
+        # nesting too deep for the parser or the walk (``1+1+…+1``). Monty
+        # will report the real error when the snippet runs; the scan is best effort.
         return _scan_lines(code)
-    collector = _Collector()
-    collector.visit(tree)
     return sorted(collector.found, key=lambda b: b.line)
 
 
@@ -204,7 +216,9 @@ class _Collector(ast.NodeVisitor):
 _IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
 _DEF = re.compile(rf"^(?:async\s+)?def\s+({_IDENT})")
 _CLASS = re.compile(rf"^class\s+({_IDENT})")
-_FOR = re.compile(r"^(?:async\s+)?for\s+(.+?)\s+in\s")
+_FOR = re.compile(r"^(?:async\s+)?for\s+")
+# Only where a whitespace run starts: ``\s+in`` tried inside a long run is quadratic.
+_IN = re.compile(r"(?<!\s)\s+in\s")
 _IMPORT = re.compile(r"^import\s+(.+)$")
 _FROM = re.compile(r"^from\s+\S+\s+import\s+\(?([^)#]+)")
 _WITH_AS = re.compile(rf"\bas\s+({_IDENT})")
@@ -213,7 +227,8 @@ _EXCEPT_AS = re.compile(rf"^except\b.*\bas\s+({_IDENT})\s*:")
 _ASSIGN = re.compile(
     rf"^((?:\*?{_IDENT}\s*,\s*)*\*?{_IDENT})\s*(?::[^=]*)?(?:[-+*/%&|^@]|//|\*\*|<<|>>)?=(?!=)"
 )
-_WALRUS = re.compile(rf"({_IDENT})\s*:=")
+# Only where an identifier starts: tried inside a long one, the pattern is quadratic.
+_WALRUS = re.compile(rf"(?<![A-Za-z0-9_])({_IDENT})\s*:=")
 _GLOBAL = re.compile(rf"^global\s+({_IDENT}(?:\s*,\s*{_IDENT})*)")
 
 
@@ -250,8 +265,8 @@ def _scan_lines(code: str) -> list[Binding]:
             found.append(Binding(m.group(1), "class", lineno))
             body_indent = indent
             continue
-        if m := _FOR.match(stripped):
-            found += [Binding(n, "for", lineno) for n in _names(m.group(1))]
+        if (m := _FOR.match(stripped)) and (target := _IN.search(stripped, m.end())):
+            found += [Binding(n, "for", lineno) for n in _names(stripped[m.end() : target.start()])]
         elif m := _IMPORT.match(stripped):
             for part in m.group(1).split(","):
                 words = part.split()
@@ -272,5 +287,6 @@ def _scan_lines(code: str) -> list[Binding]:
             found += [Binding(n, "with", lineno) for n in _WITH_AS.findall(stripped)]
         elif m := _ASSIGN.match(stripped):
             found += [Binding(n, "assign", lineno) for n in _names(m.group(1))]
-        found += [Binding(n, "assign", lineno) for n in _WALRUS.findall(stripped)]
+        if ":=" in stripped:
+            found += [Binding(n, "assign", lineno) for n in _WALRUS.findall(stripped)]
     return found

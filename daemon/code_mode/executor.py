@@ -11,7 +11,8 @@ evicted scope's checkout is closed before the next checkout; a scope with a
 snippet running is never evicted (the LRU overshoots until it ends).
 
 One ``run_code`` call, in order: ``restart`` (discard the checkout), the
-pre-run check (``hooks.check_snippet``), closing evicted checkouts, a
+pre-run checks (``hooks.vet_snippet``: the size limit, then
+``hooks.check_snippet`` off the loop), closing evicted checkouts, a
 checkout if the scope has none (then ``hooks.scope_preamble``), the snippet
 (:mod:`daemon.code_mode.engine`), a reset if the snippet broke the checkout,
 ``hooks.after_snippet``, and the result (:mod:`daemon.code_mode.report`:
@@ -376,7 +377,7 @@ class CodeModeToolExecutor(BaseToolExecutor):
         if restart:
             await state.discard("restart")
         try:
-            rejection = hooks.check_snippet(code)
+            rejection = await hooks.vet_snippet(code, limits)
         except Exception:
             # a broken check must not block every snippet; the sandbox still guards
             log.exception("code_mode.check_failed", thread=state.key)

@@ -35,6 +35,12 @@ class CodeModeLimits:
     - ``max_scope_dump``: bytes of a thread's stored REPL dump (issue 14).
       Breach: the REPL is not stored (so it will not survive an eviction
       or a restart) and the note says so.
+    - ``max_snippet_bytes``: the UTF-8 size of one snippet's text. Breach:
+      an error result before any work (nothing runs; the REPL is kept).
+      256 KiB is some 60 000 tokens of code, past what a model writes in one
+      tool call, while a pasted manifest or table still fits; it bounds the
+      pre-run checks (which parse the text, in a worker thread) and the
+      sandbox's own parse.
     - ``preamble``: operator Python fed into every new scope after the
       built-in imports.
     """
@@ -49,6 +55,7 @@ class CodeModeLimits:
     max_result_chars: int = 20_000
     max_scopes: int = 8
     max_scope_dump: int = 64 * 1024**2
+    max_snippet_bytes: int = 256 * 1024
     preamble: str = ""
 
     def __post_init__(self) -> None:
@@ -63,6 +70,7 @@ class CodeModeLimits:
             "max_result_chars",
             "max_scopes",
             "max_scope_dump",
+            "max_snippet_bytes",
         ):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:

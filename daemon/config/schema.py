@@ -100,6 +100,7 @@ class CodeModeConfig:
     max_result_chars: Count | None = None
     max_scopes: Count | None = None
     max_scope_dump: Annotated[Size, Field(gt=0)] | None = None  # a larger REPL is not stored
+    max_snippet_bytes: Annotated[Size, Field(gt=0)] | None = None  # a larger snippet is refused
     preamble: PathValue | None = None  # operator Python run in every new scope (spec A8)
     preamble_text: str | None = field(default=None, init=False, repr=False)
 
