@@ -18,6 +18,7 @@ __all__ = [
     "PromptStatus",
     "Record",
     "RunMetrics",
+    "SenderRun",
     "StartedCall",
     "StoredPrompt",
     "StoredRecord",
@@ -146,6 +147,14 @@ class StoredPrompt:
     ts: str  # ISO 8601, UTC
     status: PromptStatus
     run_id: str | None
+
+
+@dataclass(frozen=True)
+class SenderRun:
+    """One run that answered a sender's prompts: when it started and the tokens it used."""
+
+    started: str  # ISO 8601, UTC (the store's format)
+    tokens: int  # prompt + completion tokens (0 while it runs)
 
 
 class HistoryText(NamedTuple):

@@ -23,6 +23,7 @@ from .model import (
     HistoryText,
     InterruptedRun,
     RunMetrics,
+    SenderRun,
     StartedCall,
     StoredPrompt,
     StoredRecord,
@@ -198,6 +199,24 @@ class StoreQueries(StoreConnections):
             if len(rows) < _HISTORY_PAGE:
                 break
         return builder.result()
+
+    async def sender_runs(self, sender: str, since: str) -> list[SenderRun]:
+        """Runs started at or after ``since`` that answered a prompt of ``sender``, oldest first.
+
+        A run that answered several senders' prompts (coalesced) is one of
+        each sender's runs, with all its tokens. A prompt put back to
+        ``queued`` by a cancelled run belongs to its next run, not that one.
+        """
+        since = canonical_timestamp(since, "since")
+        rows = await self._read(
+            f"reading the runs of {sender}",
+            "SELECT r.started, r.prompt_tokens + r.completion_tokens FROM runs r"
+            " WHERE r.started >= ? AND EXISTS"
+            " (SELECT 1 FROM prompts p WHERE p.run_id = r.id AND p.sender = ?)"
+            " ORDER BY r.started",
+            (since, sender),
+        )
+        return [SenderRun(started=row[0], tokens=int(row[1])) for row in rows]
 
     async def get_cursor(self, channel: str) -> str | None:
         """The last message id handled on ``channel``, or None."""

@@ -21,10 +21,12 @@ from .ids import now_iso, session_id, thread_key
 from .model import PromptStatus, Record, RunMetrics, ToolCallRow
 from .queries import PAUSED_RUN
 
-__all__ = ["PROMPT_STATUSES", "RUN_STATUSES", "StoreWriter"]
+__all__ = ["FIRST_START", "PROMPT_STATUSES", "RUN_STATUSES", "StoreWriter"]
 
 PROMPT_STATUSES: tuple[PromptStatus, ...] = ("queued", "running", "done", "failed")
 RUN_STATUSES = ("running", "done", "failed", "interrupted")
+FIRST_START = "*"
+"""The ``cursors`` row of the daemon's first start (no channel name is ``*``)."""
 
 
 def _dumps(value: Any) -> str:
@@ -355,6 +357,25 @@ class StoreWriter(StoreConnections):
         """
         async with self._statement(f"setting the cursor of {channel}") as db:
             return await self._advance_cursor(db, channel, message_id)
+
+    async def first_start_cursor(self, message_id: str) -> str:
+        """The cursor of the daemon's first start: ``message_id`` when none is stored
+        yet (then stored, in row :data:`FIRST_START`), else the one stored.
+
+        A channel without a cursor of its own is read from there, so what was
+        published after the first start is answered even if no message of it
+        was handled before the daemon stopped.
+        """
+        async with self._transaction("recording the first start") as db:
+            await db.execute(
+                "INSERT INTO cursors (channel, message_id, updated) VALUES (?, ?, ?)"
+                " ON CONFLICT (channel) DO NOTHING",
+                (FIRST_START, message_id, now_iso()),
+            )
+            stored = await self._scalar(
+                db, "SELECT message_id FROM cursors WHERE channel = ?", (FIRST_START,)
+            )
+        return str(stored)
 
     @staticmethod
     async def _advance_cursor(db: aiosqlite.Connection, channel: str, message_id: str) -> bool:

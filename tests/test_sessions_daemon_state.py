@@ -1,0 +1,46 @@
+"""What the store keeps for the daemon across restarts besides transcripts: the mark of
+its first start (where channels without a cursor are read from) and each sender's runs
+(what the per-sender limits count)."""
+
+from __future__ import annotations
+
+from sessions.ids import now_iso
+from sessions.model import RunMetrics
+from sessions.store import Store
+from sessions.writer import FIRST_START
+
+
+async def test_first_start_cursor_is_stored_once_and_survives_a_reopen(tmp_path):
+    """The first call stores its id; every later call, after a reopen too, returns the
+    stored one. Channel cursors are untouched."""
+    db = tmp_path / "asyncai.db"
+    async with Store(db) as store:
+        assert await store.first_start_cursor("01AAAAAAAAAAAAAAAAAAAAAAAA") == (
+            "01AAAAAAAAAAAAAAAAAAAAAAAA"
+        )
+        assert await store.get_cursor("#ops") is None
+    async with Store(db) as store:
+        assert await store.first_start_cursor("01BBBBBBBBBBBBBBBBBBBBBBBB") == (
+            "01AAAAAAAAAAAAAAAAAAAAAAAA"
+        )
+        assert await store.get_cursor(FIRST_START) == "01AAAAAAAAAAAAAAAAAAAAAAAA"
+
+
+async def test_sender_runs_counts_each_run_that_answered_the_sender(tmp_path):
+    """A sender's runs since a moment: a coalesced run counts for each of its senders,
+    with all its tokens; other senders' runs and older runs do not count."""
+    async with Store(tmp_path / "asyncai.db") as store:
+        ts = now_iso()
+        for mid, sender in (("p1", "alice"), ("p2", "bob"), ("p3", "alice"), ("p4", "bob")):
+            await store.record_prompt("#ops", "t1", mid, sender, "hi", ts)
+        await store.start_run("r1", "#ops", "t1", ["p1"])
+        metrics = RunMetrics(prompt_tokens=100, completion_tokens=20)
+        await store.finish_run("r1", "done", [], metrics, ["p1"], "done")
+        await store.start_run("r2", "#ops", "t1", ["p2", "p3"])  # coalesced: both senders
+        await store.start_run("r3", "#ops", "t1", ["p4"])
+        alice = await store.sender_runs("alice", "2000-01-01T00:00:00.000Z")
+        assert [r.tokens for r in alice] == [120, 0]
+        bob = await store.sender_runs("bob", "2000-01-01T00:00:00.000Z")
+        assert len(bob) == 2
+        assert await store.sender_runs("carol", "2000-01-01T00:00:00.000Z") == []
+        assert await store.sender_runs("alice", "2999-01-01T00:00:00.000Z") == []
