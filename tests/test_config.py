@@ -80,6 +80,8 @@ history_chars = 24000
 max_run_seconds = 900.0
 shutdown_grace = 20.0
 publish_timeout = 60.0
+# max_runs_per_sender_per_hour = 20      # unset: unlimited; counted from the database
+# max_tokens_per_sender_per_day = 500000 # unset: unlimited; prompt + completion tokens
 
 [sessions]
 db = ".asyncai/asyncai.db"               # relative to this file's directory
@@ -380,3 +382,22 @@ def test_require_model_says_where_to_set_it():
     ):
         Config().require_model()
     assert Config(model=ModelConfig(model="m")).require_model() == "m"
+
+
+def test_per_sender_limits_are_unset_by_default_and_positive_when_set(tmp_path: Path):
+    """[runtime] max_runs_per_sender_per_hour and max_tokens_per_sender_per_day: unset is
+    unlimited; a value must be a positive integer."""
+    assert Config().runtime.max_runs_per_sender_per_hour is None
+    assert Config().runtime.max_tokens_per_sender_per_day is None
+    path = write(
+        tmp_path / "asyncai.toml",
+        "[runtime]\nmax_runs_per_sender_per_hour = 20\nmax_tokens_per_sender_per_day = 500000\n",
+    )
+    runtime = load_config(path, environ={}).runtime
+    assert (runtime.max_runs_per_sender_per_hour, runtime.max_tokens_per_sender_per_day) == (
+        20,
+        500_000,
+    )
+    zero = write(tmp_path / "zero.toml", "[runtime]\nmax_runs_per_sender_per_hour = 0\n")
+    with pytest.raises(ConfigError, match="max_runs_per_sender_per_hour"):
+        load_config(zero, environ={})

@@ -187,6 +187,9 @@ class RuntimeConfig:
     max_run_seconds: Seconds = 900.0
     shutdown_grace: NonNegativeSeconds = 20.0
     publish_timeout: Seconds = 60.0  # the hub's ack of a reply
+    # Per sender, counted from the database (a restart does not reset them); None: unlimited.
+    max_runs_per_sender_per_hour: Count | None = None
+    max_tokens_per_sender_per_day: Count | None = None
 
 
 @dataclass

@@ -38,6 +38,7 @@ class ThreadRun:
     ready: bool = False  # waiting in the ready FIFO for a slot
     paused: bool = False  # a run waits for approval: the thread stays busy, holds no slot
     resume: ResumeJob | None = None  # a decided paused run, to run before what queued
+    started_at: float = 0.0  # the runtime's clock when the active run's task began
 
 
 class PausedRuns:

@@ -32,7 +32,11 @@ Rules (DESIGN.md, "Runtime: threads and runs"):
   The daemon never answers its own messages; an allow-list of senders, when
   configured, ignores everyone else with a log line.
 - Every run has a deadline (``max_run_seconds``). A failed run gets a short
-  error reply and a failed run row; the runtime goes on.
+  error reply and a failed run row; the runtime goes on. A run that outlives
+  every bound that should have ended it makes :meth:`Runtime.wedged` true
+  (the daemon stops its watchdog pings then).
+- Per-sender limits (:mod:`daemon.runtime.limits`), when configured, are
+  checked as a run starts: a sender over one gets a one-line reply instead.
 - :meth:`Runtime.shutdown`: stop taking prompts, give active runs a grace
   period, cancel the rest and record them interrupted. Their prompts go back
   to ``queued``, so the next start answers them (no prompt is lost).
@@ -41,9 +45,10 @@ Rules (DESIGN.md, "Runtime: threads and runs"):
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import structlog
 
@@ -52,6 +57,7 @@ from daemon.runtime.commands import RESET_COMMAND, STOP_COMMAND, ResetFunction, 
 from daemon.runtime.complete import complete
 from daemon.runtime.deliver import deliver, publish_quietly
 from daemon.runtime.interrupted import report_interrupted
+from daemon.runtime.limits import SenderLimiter, start_within_limits
 from daemon.runtime.pausing import PausedRuns, ThreadKey, ThreadRun
 from daemon.runtime.ports import (
     InboundMessage,
@@ -86,6 +92,10 @@ __all__ = [
 
 log = structlog.get_logger("asyncai.runtime")
 
+# How long past its deadline (and the reply's publish_timeout) a run may still be
+# active before the runtime counts as wedged: room for the store's own waits.
+WEDGE_SLACK = 60.0
+
 
 class Runtime(PausedRuns, ThreadCommands):
     """Schedules runs per thread, bounded globally; owns every run task."""
@@ -99,8 +109,12 @@ class Runtime(PausedRuns, ThreadCommands):
         options: RuntimeOptions | None = None,
         approvals: ApprovalDesk | None = None,
         reset: ResetFunction | None = None,
+        limiter: SenderLimiter | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ):
         self._store = store
+        self._limiter = limiter
+        self._clock = clock
         self._reset = reset
         self._approvals = approvals
         if approvals is not None:
@@ -221,6 +235,15 @@ class Runtime(PausedRuns, ThreadCommands):
             waiting_threads=len(self._ready),
         )
 
+    def wedged(self, *, slack: float = WEDGE_SLACK) -> bool:
+        """Whether a run is still active long after everything bounding it should have
+        ended it (its deadline, the reply's publish timeout, plus ``slack``)."""
+        bound = self._options.max_run_seconds + self._options.publish_timeout + slack
+        now = self._clock()
+        return any(
+            t.active is not None and now - t.started_at > bound for t in self._threads.values()
+        )
+
     # ---- scheduling -----------------------------------------------------------------
 
     def _enqueue(self, message: InboundMessage, *, pump: bool = True) -> None:
@@ -255,6 +278,7 @@ class Runtime(PausedRuns, ThreadCommands):
             thread.active_prompts = prompts
             task = asyncio.create_task(self._run_thread(thread, prompts, job), name=f"run {key}")
             thread.active = task
+            thread.started_at = self._clock()
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
             active += 1
@@ -308,7 +332,20 @@ class Runtime(PausedRuns, ThreadCommands):
         job: ResumeJob | None = None,
     ) -> None:
         if job is None:
-            await self._store.start_run(run_id, thread.channel, thread.thread_id, ids)
+            prompts = await start_within_limits(
+                self._limiter,
+                self._store,
+                self._publisher,
+                self._options,
+                run_id,
+                thread.channel,
+                thread.thread_id,
+                prompts,
+                bound,
+            )
+            if not prompts:
+                return  # every sender of the run is over a limit: no run
+            ids = [m.id for m in prompts]
             bound.info("runtime.run_started", prompts=ids)
         else:
             # Taken before the run goes on: a crash from here on is an interruption

@@ -1,0 +1,212 @@
+"""Per-sender limits: runs per hour and tokens per day, counted from the store.
+
+``[runtime] max_runs_per_sender_per_hour`` and ``max_tokens_per_sender_per_day``
+(unset: unlimited). They are checked as a run is about to start, from the
+runs table, so a restart does not reset them:
+
+- a sender's runs are the runs that answered at least one of their prompts
+  and started within the last hour (a coalesced run that answered two
+  senders counts once for each of them, whatever its status);
+- a sender's tokens are the prompt and completion tokens of those runs that
+  started within the last 24 hours (all of a coalesced run's tokens count
+  for each of its senders). A run is not cut off when it goes over: the
+  limit stops the next one.
+
+The prompts of a sender who reached a limit are not run: they are marked
+``failed`` and the thread gets one line saying which limit and when it frees
+up. The other senders' prompts of the same run go on. The check and the run
+row are written under one lock, so runs starting at once cannot overshoot
+the run limit together.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Protocol
+
+import structlog
+
+from daemon.runtime.complete import complete
+from daemon.runtime.deliver import publish_quietly
+from daemon.runtime.ports import InboundMessage, RuntimeOptions, RuntimePublisher, RuntimeStore
+from sessions.ids import iso_utc
+from sessions.model import SenderRun
+
+__all__ = [
+    "RUN_WINDOW",
+    "TOKEN_WINDOW",
+    "LimitReached",
+    "SenderLimiter",
+    "SenderLimits",
+    "SenderUsage",
+    "limit_reached",
+    "start_within_limits",
+]
+
+RUN_WINDOW = timedelta(hours=1)
+TOKEN_WINDOW = timedelta(days=1)
+
+
+@dataclass(frozen=True)
+class SenderLimits:
+    """The two limits; None is unlimited."""
+
+    max_runs_per_hour: int | None = None
+    max_tokens_per_day: int | None = None
+
+    @property
+    def unlimited(self) -> bool:
+        """True when neither limit is set (nothing to check)."""
+        return self.max_runs_per_hour is None and self.max_tokens_per_day is None
+
+
+@dataclass(frozen=True)
+class LimitReached:
+    """A sender at a limit: which one, how much was used, and when it frees up."""
+
+    sender: str
+    key: str  # the config key, as the operator knows it
+    used: int
+    limit: int
+    unit: str  # "run", "token"
+    window: str  # "the last hour"
+    frees_at: datetime
+
+    def reply(self) -> str:
+        """The one line the thread gets instead of a run."""
+        when = self.frees_at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+        used = f"{self.used} {self.unit}{'' if self.used == 1 else 's'} in {self.window}"
+        return (
+            f"Not run: {self.sender} reached [runtime] {self.key} = {self.limit} "
+            f"({used}); it frees up at {when}."
+        )
+
+
+def _moment(started: str) -> datetime:
+    return datetime.fromisoformat(started.replace("Z", "+00:00"))
+
+
+def limit_reached(
+    sender: str, limits: SenderLimits, runs: Sequence[SenderRun], now: datetime
+) -> LimitReached | None:
+    """The first limit ``sender`` has reached, given their runs of the last day (oldest
+    first), or None. Pure: the store reads and the clock are the caller's."""
+    recent = [r for r in runs if _moment(r.started) >= now - RUN_WINDOW]
+    cap = limits.max_runs_per_hour
+    if cap is not None and len(recent) >= cap:
+        # Free once enough of the oldest have left the window to be under the cap.
+        oldest_to_leave = recent[len(recent) - cap]
+        return LimitReached(
+            sender,
+            "max_runs_per_sender_per_hour",
+            len(recent),
+            cap,
+            "run",
+            "the last hour",
+            _moment(oldest_to_leave.started) + RUN_WINDOW,
+        )
+    cap = limits.max_tokens_per_day
+    day = [r for r in runs if _moment(r.started) >= now - TOKEN_WINDOW]
+    used = sum(r.tokens for r in day)
+    if cap is not None and used >= cap:
+        left = used
+        frees_at = now + TOKEN_WINDOW
+        for run in day:
+            left -= run.tokens
+            if left < cap:
+                frees_at = _moment(run.started) + TOKEN_WINDOW
+                break
+        return LimitReached(
+            sender,
+            "max_tokens_per_sender_per_day",
+            used,
+            cap,
+            "token",
+            "the last 24 hours",
+            frees_at,
+        )
+    return None
+
+
+class SenderUsage(Protocol):
+    """Where a sender's runs are read (``sessions.Store.sender_runs``)."""
+
+    async def sender_runs(self, sender: str, since: str) -> list[SenderRun]:
+        """Runs started at or after ``since`` that answered a prompt of ``sender``."""
+        ...
+
+
+def _utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+class SenderLimiter:
+    """Checks senders against :class:`SenderLimits` from their stored runs."""
+
+    def __init__(
+        self,
+        usage: SenderUsage,
+        limits: SenderLimits,
+        *,
+        clock: Callable[[], datetime] = _utc_now,
+    ):
+        self.limits = limits
+        self._usage = usage
+        self._clock = clock
+        self.lock = asyncio.Lock()  # held from the check until the run row is written
+
+    async def check(self, senders: set[str]) -> dict[str, LimitReached]:
+        """The senders (of ``senders``) at a limit now, each with the limit reached."""
+        if self.limits.unlimited:
+            return {}
+        now = self._clock()
+        since = iso_utc(now - max(RUN_WINDOW, TOKEN_WINDOW))
+        reached: dict[str, LimitReached] = {}
+        for sender in sorted(senders):
+            runs = await self._usage.sender_runs(sender, since)
+            found = limit_reached(sender, self.limits, runs, now)
+            if found is not None:
+                reached[sender] = found
+        return reached
+
+
+async def start_within_limits(
+    limiter: SenderLimiter | None,
+    store: RuntimeStore,
+    publisher: RuntimePublisher,
+    options: RuntimeOptions,
+    run_id: str,
+    channel: str,
+    thread_id: str,
+    prompts: list[InboundMessage],
+    bound: structlog.typing.FilteringBoundLogger,
+) -> list[InboundMessage]:
+    """Write the run row for the prompts whose senders are within their limits; those
+    prompts (none: no run row). The others are marked failed, each sender's last one
+    answered with :meth:`LimitReached.reply`."""
+    if limiter is None:
+        await store.start_run(run_id, channel, thread_id, [m.id for m in prompts])
+        return prompts
+    async with limiter.lock:
+        reached = await limiter.check({m.sender for m in prompts})
+        admitted = [m for m in prompts if m.sender not in reached]
+        if admitted:
+            await store.start_run(run_id, channel, thread_id, [m.id for m in admitted])
+    for sender, limit in reached.items():
+        refused = [m for m in prompts if m.sender == sender]
+        bound.warning(
+            "runtime.sender_limited",
+            sender=sender,
+            limit=limit.key,
+            used=limit.used,
+            frees_at=limit.frees_at.isoformat(),
+            prompts=[m.id for m in refused],
+        )
+        await complete(store.set_prompt_status([m.id for m in refused], "failed"))
+        await complete(
+            publish_quietly(publisher, options, channel, thread_id, refused[-1], limit.reply())
+        )
+    return admitted
