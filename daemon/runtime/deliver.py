@@ -6,16 +6,24 @@ with the first copy, never stored twice); the prompts are marked done (or
 failed) only after the hub acked it, in the same transaction as the run's
 records and metrics. Notices (a stop, a refusal) are published the same way
 but a failure to publish one is only logged.
+
+A reply the hub refuses for what it is (:class:`PublishRefused`: retrying
+cannot help) ends the prompts as failed, with a short notice in the thread
+saying why, instead of keeping them pending for a next start that would fail
+the same way. Any other publish failure keeps them pending.
 """
 
 from __future__ import annotations
 
 import asyncio
+import uuid
+from dataclasses import replace
 
 import structlog
 
 from daemon.runtime.ports import (
     InboundMessage,
+    PublishRefused,
     RuntimeOptions,
     RuntimePublisher,
     RuntimeStore,
@@ -23,7 +31,13 @@ from daemon.runtime.ports import (
 )
 from daemon.runtime.runs import RunResult
 
-__all__ = ["MAX_ERROR_REPLY", "deliver", "error_reply", "publish_quietly"]
+__all__ = [
+    "MAX_ERROR_REPLY",
+    "deliver",
+    "error_reply",
+    "notice_client_id",
+    "publish_quietly",
+]
 
 log = structlog.get_logger("asyncai.runtime")
 
@@ -38,6 +52,15 @@ def error_reply(error: str | None) -> str:
     if len(text) > MAX_ERROR_REPLY:
         text = text[: MAX_ERROR_REPLY - 1] + "…"
     return text
+
+
+def notice_client_id(channel: str, last_prompt_id: str) -> str:
+    """The ``client_id`` of the notice that replaces a refused reply.
+
+    Not the reply's own: the hub may have stored the first chunks of a split
+    reply before it refused a later one, and would ack the notice with them.
+    """
+    return str(uuid.uuid5(uuid.NAMESPACE_URL, f"asyncai-refused:{channel}/{last_prompt_id}"))
 
 
 async def deliver(
@@ -67,6 +90,20 @@ async def deliver(
                 reply_to=prompts[-1].id,
                 client_id=reply_client_id(channel, prompts[-1].id),
             )
+    except PublishRefused as exc:
+        bound.error("runtime.reply_refused", error=str(exc), action="prompts marked failed")
+        await publish_quietly(
+            publisher,
+            options,
+            channel,
+            thread_id,
+            prompts[-1],
+            error_reply(f"the reply could not be published ({exc})"),
+            client_id=notice_client_id(channel, prompts[-1].id),
+        )
+        failed = replace(result, status="failed", error=f"reply refused: {exc}")
+        await store.finish_run(run_id, failed, ids, "failed")
+        return
     except Exception as exc:
         # Not acked: keep the prompts pending so the next start answers them
         # (or, when the run started a mutating call, posts the interrupted
@@ -85,8 +122,13 @@ async def publish_quietly(
     thread_id: str,
     last_prompt: InboundMessage,
     text: str,
+    *,
+    client_id: str | None = None,
 ) -> None:
-    """Publish a short notice; a failure is logged, never raised (it is only a notice)."""
+    """Publish a short notice; a failure is logged, never raised (it is only a notice).
+
+    ``client_id`` defaults to the reply's (:func:`reply_client_id`).
+    """
     try:
         async with asyncio.timeout(options.publish_timeout):
             await publisher.publish(
@@ -94,7 +136,7 @@ async def publish_quietly(
                 text,
                 thread=thread_id,
                 reply_to=last_prompt.id,
-                client_id=reply_client_id(channel, last_prompt.id),
+                client_id=client_id or reply_client_id(channel, last_prompt.id),
             )
     except Exception as exc:
         log.warning("runtime.notice_failed", error=f"{type(exc).__name__}: {exc}")

@@ -2,16 +2,25 @@
 
 Adapters between :mod:`channels.client` and :mod:`daemon.runtime.scheduler`;
 no I/O of their own beyond the channel they are handed.
+
+Held chunks live only in memory, so a channel's stored cursor must not move
+past the first of them: :meth:`ChunkJoiner.holds` tells the store adapter
+(:class:`daemon.runtime.store.SessionsRuntimeStore`) to leave the cursor where
+it is while a channel has chunks held, and after a crash the hub replays them
+from there. What was recorded meanwhile is replayed too and skipped (prompts
+are recorded idempotently by id).
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 
 import structlog
 
 from channels.client import Channel, Message
-from daemon.runtime.ports import InboundMessage
+from channels.errors import ProtocolError
+from channels.protocol import ErrorCode
+from daemon.runtime.ports import InboundMessage, PublishRefused, valid_text
 
 __all__ = ["MAX_PENDING_CHUNKS", "ChannelPublisher", "ChunkJoiner", "inbound"]
 
@@ -19,6 +28,8 @@ log = structlog.get_logger("asyncai.daemon")
 
 # A held back chunked prompt whose last chunk never comes is dropped after this many.
 MAX_PENDING_CHUNKS = 64
+# Refusals that a later try can get past: the client backs off from these itself.
+_TRANSIENT = frozenset({ErrorCode.RATE_LIMITED, ErrorCode.INTERNAL})
 
 
 def inbound(message: Message) -> InboundMessage:
@@ -39,30 +50,44 @@ class ChunkJoiner:
 
     Chunks of one sender in one thread are held until the chunk without
     ``more``; the joined prompt carries the last chunk's id. The number of
-    held chunks is bounded: past :data:`MAX_PENDING_CHUNKS` the oldest held
-    text is dropped, with a log line.
+    held chunks is bounded: past the limit (:data:`MAX_PENDING_CHUNKS`) the
+    oldest held text is dropped whole, with a log line, so a limit below 1
+    holds nothing. Never raises: every message fed gives the complete message
+    or None.
     """
 
     def __init__(self, limit: int = MAX_PENDING_CHUNKS):
         self._limit = limit
         self._held: OrderedDict[tuple[str, str, str], list[Message]] = OrderedDict()
         self._count = 0
+        self._channels: Counter[str] = Counter()  # held texts per channel
+
+    @property
+    def held_chunks(self) -> int:
+        """How many chunks are held now (never more than the limit)."""
+        return self._count
+
+    def holds(self, channel: str) -> bool:
+        """Whether chunks of ``channel`` are held: its cursor must not move past them."""
+        return self._channels[channel] > 0
 
     def feed(self, message: Message) -> Message | None:
         """The complete message, or None while its text is still arriving."""
         key = (message.channel, message.thread, message.sender)
         if message.more:
-            self._held.setdefault(key, []).append(message)
+            if key not in self._held:
+                self._held[key] = []
+                self._channels[message.channel] += 1
+            self._held[key].append(message)
             self._count += 1
-            while self._count > self._limit:
-                old_key, old = self._held.popitem(last=False)
-                self._count -= len(old)
-                log.warning("daemon.chunks_dropped", channel=old_key[0], thread=old_key[1])
+            while self._held and self._count > self._limit:
+                oldest = next(iter(self._held))
+                self._release(oldest)
+                log.warning("daemon.chunks_dropped", channel=oldest[0], thread=oldest[1])
             return None
-        held = self._held.pop(key, None)
+        held = self._release(key)
         if not held:
             return message
-        self._count -= len(held)
         text = "".join(m.text for m in held) + message.text
         return Message(
             channel=message.channel,
@@ -73,6 +98,16 @@ class ChunkJoiner:
             text=text,
             ts=held[0].ts,
         )
+
+    def _release(self, key: tuple[str, str, str]) -> list[Message]:
+        """Stop holding ``key``'s chunks; what was held."""
+        held = self._held.pop(key, [])
+        if held:
+            self._count -= len(held)
+            self._channels[key[0]] -= 1
+            if not self._channels[key[0]]:
+                del self._channels[key[0]]
+        return held
 
 
 class ChannelPublisher:
@@ -90,8 +125,19 @@ class ChannelPublisher:
     async def publish(
         self, channel: str, text: str, *, thread: str, reply_to: str, client_id: str
     ) -> str:
-        """Publish in the thread and wait for the hub's ack; the new message's id."""
-        ack = await self._channel.publish(
-            channel, text, thread=thread, reply_to=reply_to, client_id=client_id
-        )
+        """Publish in the thread and wait for the hub's ack; the new message's id.
+
+        Every text is made valid Unicode first (:func:`valid_text`). A refusal
+        that no retry can get past raises :class:`PublishRefused`; the rest
+        (timeouts, a broken connection, the hub's rate limit or its store)
+        raise as the channel raised them.
+        """
+        try:
+            ack = await self._channel.publish(
+                channel, valid_text(text), thread=thread, reply_to=reply_to, client_id=client_id
+            )
+        except ProtocolError as exc:
+            if exc.code in _TRANSIENT:
+                raise
+            raise PublishRefused(f"the hub refused the message: {exc}") from exc
         return ack.id

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 import structlog
 
-from daemon.runtime.ports import RuntimePublisher, RuntimeStore, reply_client_id
+from daemon.runtime.ports import PublishRefused, RuntimePublisher, RuntimeStore, reply_client_id
 from sessions.model import InterruptedRun, StartedCall
 
 __all__ = [
@@ -84,7 +84,9 @@ async def report_interrupted(
     The notice goes out with the reply's ``client_id``: if the reply itself
     was acked before the crash, the hub answers with it and the thread sees
     no second message. If the notice cannot be published the prompts stay
-    pending (the caller does not run them), so the next start posts it again.
+    pending (the caller does not run them), so the next start posts it again;
+    a notice the hub refuses for what it is (:class:`PublishRefused`) is not
+    tried again: the prompts are marked failed all the same.
     """
     last = run.prompt_ids[-1]
     bound = log.bind(run_id=run.run_id, channel=run.channel, thread=run.thread_id)
@@ -97,6 +99,9 @@ async def report_interrupted(
                 reply_to=last,
                 client_id=reply_client_id(run.channel, last),
             )
+    except PublishRefused as exc:
+        # Refused for what it is: the next start would fail the same way.
+        bound.error("runtime.interrupted_notice_refused", error=str(exc))
     except Exception as exc:
         bound.error(
             "runtime.interrupted_notice_failed",

@@ -6,7 +6,9 @@ store and the channel come in as the :class:`RuntimeStore` and
 :mod:`daemon.runtime.store` implements the store over ``sessions.Store``;
 :mod:`daemon.runtime.intake` the publisher over a channel client. Also the two
 pure rules about channel text the scheduler applies: :func:`mentions` and
-:func:`reply_client_id`.
+:func:`reply_client_id`, and :func:`valid_text`, which every published text
+goes through; and :class:`PublishRefused`, the one publish failure that
+retrying cannot fix.
 """
 
 from __future__ import annotations
@@ -17,12 +19,14 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
+from daemon.errors import AsyncaiError
 from daemon.runtime.runs import HistoryTurn, RunRequest, RunResult
 from sessions.model import InterruptedRun, PromptStatus
 
 __all__ = [
     "InboundMessage",
     "PromptStatus",
+    "PublishRefused",
     "RecordOutcome",
     "RunFunction",
     "RuntimeCounts",
@@ -31,10 +35,20 @@ __all__ = [
     "RuntimeStore",
     "mentions",
     "reply_client_id",
+    "valid_text",
 ]
 
 RecordOutcome = Literal["new", "pending", "finished"]
 """What recording a prompt found: first time seen; seen but not done yet; already done or failed."""
+
+
+class PublishRefused(AsyncaiError):
+    """The hub refused a publish for what it is (a bad frame, too large, a bad channel).
+
+    Sending the same text again cannot succeed, unlike a timeout or a lost
+    connection: the runtime ends the prompts it answered as failed instead
+    of keeping them pending for the next start.
+    """
 
 
 @dataclass(frozen=True)
@@ -174,3 +188,20 @@ def reply_client_id(channel: str, last_prompt_id: str) -> str:
     again instead of storing a second answer.
     """
     return str(uuid.uuid5(uuid.NAMESPACE_URL, f"asyncai-reply:{channel}/{last_prompt_id}"))
+
+
+def valid_text(text: str) -> str:
+    """``text`` as valid Unicode, so it can go out as UTF-8: surrogate code points fixed.
+
+    A model's JSON may carry ``"\\ud800"``, which ``json.loads`` turns into a
+    lone surrogate that no UTF-8 encoder takes. A high and low surrogate in a
+    row become the character they encode; every other surrogate becomes
+    U+FFFD. Text without surrogates comes back unchanged (the same object).
+    """
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        # UTF-16 with surrogatepass keeps every code unit; decoding pairs them
+        # up and replaces the ones that have no partner.
+        return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+    return text

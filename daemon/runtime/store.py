@@ -7,6 +7,8 @@ adapter is the whole translation, so neither side bends to the other.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from daemon.runtime.ports import InboundMessage, PromptStatus, RecordOutcome
 from daemon.runtime.runs import HistoryTurn, RunResult
 from sessions.errors import ThreadLookupError
@@ -18,15 +20,31 @@ __all__ = ["SessionsRuntimeStore"]
 
 
 class SessionsRuntimeStore:
-    """:class:`daemon.runtime.RuntimeStore` backed by an open sessions ``Store``."""
+    """:class:`daemon.runtime.RuntimeStore` backed by an open sessions ``Store``.
 
-    def __init__(self, store: Store, *, history_turns: int = 20, history_chars: int = 24_000):
+    ``hold_cursor(channel)`` True keeps that channel's cursor where it is
+    (:meth:`daemon.runtime.intake.ChunkJoiner.holds`: chunks of a prompt are
+    held in memory, and a restart must see them again).
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        history_turns: int = 20,
+        history_chars: int = 24_000,
+        hold_cursor: Callable[[str], bool] | None = None,
+    ):
         self.store = store
         self.history_turns = history_turns
         self.history_chars = history_chars
+        self._hold_cursor = hold_cursor
+
+    def _held(self, channel: str) -> bool:
+        return self._hold_cursor is not None and self._hold_cursor(channel)
 
     async def record_prompt(self, message: InboundMessage) -> RecordOutcome:
-        """Store the prompt and move the cursor to it, in one transaction."""
+        """Store the prompt and move the cursor to it (unless held), in one transaction."""
         new = await self.store.record_prompt(
             message.channel,
             message.thread,
@@ -34,7 +52,7 @@ class SessionsRuntimeStore:
             message.sender,
             message.text,
             message.ts or now_iso(),
-            advance_cursor=True,
+            advance_cursor=not self._held(message.channel),
         )
         if new:
             return "new"
@@ -44,8 +62,9 @@ class SessionsRuntimeStore:
         return "pending"
 
     async def advance_cursor(self, channel: str, message_id: str) -> None:
-        """Move the channel's cursor forward (never back)."""
-        await self.store.set_cursor(channel, message_id)
+        """Move the channel's cursor forward (never back), unless it is held."""
+        if not self._held(channel):
+            await self.store.set_cursor(channel, message_id)
 
     async def knows_thread(self, channel: str, thread_id: str) -> bool:
         """Whether prompts of this thread were recorded (the daemon takes part in it)."""
