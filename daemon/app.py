@@ -12,10 +12,15 @@
   the newest user message, so after an eviction or a restart the model is
   told that the REPL is empty);
 - the websocket channel: subscribed with ``since`` = the stored cursor of each
-  channel, after the prompts recorded but not done were scheduled again.
+  channel, after the prompts recorded but not done were scheduled again. A
+  channel without a cursor is read from the daemon's first start (stored
+  once, :meth:`sessions.store.Store.first_start_cursor`), so nothing
+  published after the daemon was installed is missed. While chunks of a
+  split prompt are held, the channel's cursor stays before them.
 
 systemd (``Type=notify``, no extra dependency): ``READY=1`` once subscribed,
-``WATCHDOG=1`` every half of ``WATCHDOG_USEC`` while the intake is alive,
+``WATCHDOG=1`` every half of ``WATCHDOG_USEC`` while the intake is alive, the
+channel healthy and the runtime not wedged (:mod:`daemon.runtime.watchdog`),
 ``STATUS=`` with active runs, queued prompts and live REPL scopes, and
 ``STOPPING=1`` at shutdown.
 
@@ -24,7 +29,9 @@ stop reading the channel, give active runs ``runtime.shutdown_grace`` seconds,
 cancel the rest and record them interrupted (their prompts are answered after
 the next start), close the executor (the Monty pool and the MCP servers), the
 backend's HTTP client, the channel and the store. :meth:`Daemon.run` returns
-0; 1 when the daemon could not start or the hub went away for good.
+0; 1 when the daemon could not start or the hub went away for good. Whatever
+ends it (an unexpected error, a cancellation), it closes everything first, and
+one failing close does not skip the others.
 
 The only module that knows every part: it may import all of daemon/ but
 ``daemon.cli``, and ``channels`` and ``sessions``.
@@ -35,14 +42,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sys
-from collections.abc import AsyncIterator, Callable, Mapping
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
 
 import structlog
 
 from channels.client import Channel, WebSocketChannel
 from channels.errors import ChannelError
-from channels.notify import notify, watchdog_interval
+from channels.ids import id_for_time
+from channels.notify import notify
 from daemon.approvals import ApprovalPolicy
 from daemon.code_mode import CodeModeToolExecutor
 from daemon.config import Config
@@ -50,15 +59,17 @@ from daemon.errors import AsyncaiError
 from daemon.mcp.executor import McpToolExecutor
 from daemon.model import OpenAiCompatibleBackend
 from daemon.runtime.approvals import ApprovalDesk
+from daemon.runtime.audit import audit_observer
 from daemon.runtime.intake import ChannelPublisher, ChunkJoiner, inbound
+from daemon.runtime.limits import SenderLimiter, SenderLimits
 from daemon.runtime.note import RestartNoteExecutor
-from daemon.runtime.runs import PausedRun, RunRequest, RunResult, current_tool_use
+from daemon.runtime.runs import PausedRun, RunRequest, RunResult
 from daemon.runtime.scheduler import Runtime, RuntimeOptions
 from daemon.runtime.scopes import SignedScopeStore, load_or_create_key
 from daemon.runtime.store import SessionsRuntimeStore
+from daemon.runtime.watchdog import health_problems, heartbeat
 from daemon.tools import (
     ApprovalGate,
-    AuditEntry,
     AuditObserver,
     Decision,
     PersistentScopes,
@@ -68,7 +79,6 @@ from daemon.tools import (
     Verdict,
 )
 from sessions.errors import StoreError
-from sessions.model import ToolCallRow
 from sessions.scopes import scope_cutoff
 from sessions.store import Store
 
@@ -86,8 +96,6 @@ log = structlog.get_logger("asyncai.daemon")
 # The backend enforces max_run_seconds itself and reports it well; the
 # runtime's own deadline is a safety net just behind it.
 RUN_DEADLINE_MARGIN = 30.0
-# STATUS= is refreshed this often even without a watchdog.
-STATUS_INTERVAL = 5.0
 # Monty's worker pool needs the loop a moment after closing (notes/monty.md §10).
 POOL_SETTLE = 0.05
 
@@ -121,66 +129,6 @@ def build_tool_executor(
 def build_mcp_executor(config: Config) -> ToolExecutor:
     """An ``McpToolExecutor`` over ``config.mcp_servers`` (not started)."""
     return McpToolExecutor({name: server.entry() for name, server in config.mcp_servers.items()})
-
-
-def audit_observer(store: Store) -> AuditObserver:
-    """The code-mode observer: a ``tool_calls`` row added as each nested call starts,
-    completed as it ends, so a crash mid-call leaves the row (``started``).
-
-    The run and the transcript record come from ``current_tool_use``
-    (:mod:`daemon.runtime.runs`), which the backend sets around each
-    ``call_tool``; the nested calls run in tasks started inside it and inherit
-    it. Code mode itself knows only the thread: the run identity stays out of
-    the ``ToolExecutor`` interface.
-
-    The row id of each started call is kept by the entry's ``key`` until its
-    end arrives (a call always ends: code mode reports cancelled calls too).
-    The insert runs as its own task so a cancellation that lands while it is
-    written cannot lose the id: the end then completes that row instead of
-    adding a second one. An end without a known start (no key, or the start
-    was never observed) is added as a whole row.
-    """
-    started: dict[str, asyncio.Task[int]] = {}
-
-    async def observe(thread_id: str | None, entry: AuditEntry) -> None:
-        context = current_tool_use.get()
-        if context is None:
-            log.warning("daemon.audit_without_run", thread=thread_id, tool=entry.tool)
-            return
-        row = ToolCallRow(
-            run_id=context.run_id,
-            thread_id=context.thread_id,
-            tool=entry.tool,
-            arguments=entry.arguments,
-            is_error=entry.is_error,
-            bytes=entry.bytes,
-            mutating=entry.mutating,
-            started=entry.started,
-            duration_ms=entry.duration_ms,
-            record_uuid=context.record_uuid,
-            outcome=entry.outcome,
-            decision=entry.decision,
-            decided_by=entry.decided_by,
-            wait_ms=entry.wait_ms,
-        )
-        if entry.outcome == "started" and entry.key:
-            insert = asyncio.create_task(store.add_tool_call(row), name=f"audit {entry.tool}")
-            started[entry.key] = insert
-            await asyncio.shield(insert)
-            return
-        pending = started.pop(entry.key, None) if entry.key else None
-        row_id: int | None = None
-        if pending is not None:
-            try:
-                row_id = await asyncio.shield(pending)
-            except StoreError:
-                row_id = None  # the start was not stored: store the whole call now
-        if row_id is None:
-            await store.add_tool_call(row)
-        else:
-            await store.complete_tool_call(row_id, row)
-
-    return observe
 
 
 def runtime_options(config: Config) -> RuntimeOptions:
@@ -232,6 +180,8 @@ class Daemon:
         self._closed = False
         self._policy = ApprovalPolicy.from_config(config.approvals)
         self._desk: ApprovalDesk | None = None
+        # Chunks of split prompts, held until their last one (the cursor waits for them).
+        self._joiner = ChunkJoiner()
 
     @property
     def store(self) -> Store:
@@ -245,7 +195,37 @@ class Daemon:
         self._stop.set()
 
     async def run(self, ready: Callable[[], None] | None = None) -> int:
-        """Start, call ``ready``, serve until stopped, shut down; the exit status."""
+        """Start, call ``ready``, serve until stopped, shut down; the exit status.
+
+        Everything is closed however this ends. A failure to start that is
+        expected (the config, the hub, the store, the OS) is 1; anything else
+        (a bug, a cancellation, ``KeyboardInterrupt``) is logged and raised
+        after the close.
+        """
+        try:
+            try:
+                started = await self._start_unless_stopped()
+            except (AsyncaiError, ChannelError, StoreError, OSError) as exc:
+                log.error("daemon.start_failed", error=f"{type(exc).__name__}: {exc}")
+                print(f"asyncai: the daemon did not start: {exc}", file=sys.stderr)
+                return 1
+            if not started:
+                log.warning("daemon.stopped_while_starting")
+                return 0
+            if ready is not None:
+                ready()
+            return await self.wait()
+        except asyncio.CancelledError:
+            log.warning("daemon.cancelled")
+            raise
+        except BaseException as exc:
+            log.error("daemon.crashed", error=f"{type(exc).__name__}: {exc}", exc_info=exc)
+            raise
+        finally:
+            await self.aclose()
+
+    async def _start_unless_stopped(self) -> bool:
+        """:meth:`start`, unless a stop request comes first (then False)."""
         # Starting may wait long for the hub (reconnect backoff): a stop request ends it.
         starting = asyncio.create_task(self.start(), name="asyncai-start")
         stop = asyncio.create_task(self._stop.wait(), name="asyncai-stop")
@@ -255,29 +235,19 @@ class Daemon:
             stop.cancel()
             if not starting.done():
                 starting.cancel()
-            await asyncio.gather(stop, return_exceptions=True)
-        try:
-            await starting
-        except asyncio.CancelledError:
-            log.warning("daemon.stopped_while_starting")
-            await self.aclose()
-            return 0
-        except (AsyncaiError, ChannelError, StoreError, OSError) as exc:
-            log.error("daemon.start_failed", error=f"{type(exc).__name__}: {exc}")
-            print(f"asyncai: the daemon did not start: {exc}", file=sys.stderr)
-            await self.aclose()
-            return 1
-        try:
-            if ready is not None:
-                ready()
-            return await self.wait()
-        finally:
-            await self.aclose()
+            # Let a cancelled start unwind before anything is closed under it.
+            await asyncio.gather(stop, starting, return_exceptions=True)
+        if starting.cancelled():
+            return False
+        starting.result()  # its error, if it failed
+        return True
 
     async def start(self) -> None:
         """Open the store, start the tools, connect, schedule leftovers, subscribe; READY=1."""
         config = self.config
         self._store = await Store(config.sessions.db).open()
+        # Stored at the first start only: a channel without a cursor is read from there.
+        first_start = await self._store.first_start_cursor(id_for_time(time.time_ns() // 10**6))
         if self._executor is None:
             self._mcp = build_mcp_executor(config)
             self._executor = build_tool_executor(
@@ -309,17 +279,19 @@ class Daemon:
                 self._store,
                 history_turns=config.runtime.history_turns,
                 history_chars=config.runtime.history_chars,
+                hold_cursor=self._joiner.holds,
             ),
             publisher=publisher,
             run=self._run,
             options=runtime_options(config),
             approvals=self._desk,
             reset=self._executor.reset if isinstance(self._executor, PersistentScopes) else None,
+            limiter=self._limiter(),
         )
         recovered = await self.runtime.recover()
         await self._desk.start()  # pending requests re-armed, decided ones resumed
         for name in config.channels.channels:
-            since = await self._store.get_cursor(name)
+            since = await self._store.get_cursor(name) or first_start
             await self._channel.subscribe(name, since=since)
         self._intake = asyncio.create_task(self._read_channel(), name="asyncai-intake")
         self._tasks.append(self._intake)
@@ -333,7 +305,16 @@ class Daemon:
             # A server that cannot start is logged with its stderr; the others keep working.
             failed_servers=sorted(getattr(self._mcp, "failed_servers", {}) or {}),
         )
-        self._tasks.append(asyncio.create_task(self._heartbeat(), name="asyncai-heartbeat"))
+        beat = heartbeat(self.health_problems, self.status_line, env=self._env)
+        self._tasks.append(asyncio.create_task(beat, name="asyncai-heartbeat"))
+
+    def _limiter(self) -> SenderLimiter | None:
+        """The per-sender limits of ``[runtime]``, or None when both are unlimited."""
+        runtime = self.config.runtime
+        limits = SenderLimits(
+            runtime.max_runs_per_sender_per_hour, runtime.max_tokens_per_sender_per_day
+        )
+        return None if limits.unlimited else SenderLimiter(self.store, limits)
 
     async def _connect(self) -> None:
         """Connect now when the channel can (a websocket one), so the nick is known."""
@@ -367,7 +348,10 @@ class Daemon:
         return 1
 
     async def aclose(self) -> None:
-        """The orderly shutdown (idempotent); see the module docstring for the order."""
+        """The orderly shutdown (idempotent); see the module docstring for the order.
+
+        Each step runs even when one before it failed (that one is logged).
+        """
         if self._closed:
             return
         self._closed = True
@@ -376,21 +360,21 @@ class Daemon:
             self._intake.cancel()
             await asyncio.gather(self._intake, return_exceptions=True)
         if self.runtime is not None:
-            await self.runtime.shutdown()
+            await _closing("runtime", self.runtime.shutdown())
         if self._desk is not None:
-            await self._desk.close()
+            await _closing("approvals", self._desk.close())
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         if self._executor is not None:
-            await self._executor.aclose()
+            await _closing("executor", self._executor.aclose())
             await asyncio.sleep(POOL_SETTLE)
         if self._backend is not None:
-            await self._backend.aclose()
+            await _closing("backend", self._backend.aclose())
         if self._channel is not None:
-            await self._channel.close()
+            await _closing("channel", self._channel.close())
         if self._store is not None:
-            await self._store.aclose()
+            await _closing("store", self._store.aclose())
         log.warning("daemon.stopped")
 
     # ---- loops ----
@@ -399,23 +383,14 @@ class Daemon:
         """Feed every channel message to the runtime, in order."""
         assert self._channel is not None
         assert self.runtime is not None
-        joiner = ChunkJoiner()
         async for message in self._channel:
-            whole = joiner.feed(message)
+            whole = self._joiner.feed(message)
             if whole is not None:
                 await self.runtime.submit(inbound(whole))
 
-    async def _heartbeat(self) -> None:
-        """WATCHDOG=1 while the intake is alive; STATUS= with the live counts."""
-        interval = watchdog_interval(env=self._env)
-        period = min(interval, STATUS_INTERVAL) if interval else STATUS_INTERVAL
-        while True:
-            await asyncio.sleep(period)
-            healthy = self._intake is not None and not self._intake.done()
-            state = f"STATUS={self.status_line()}"
-            if interval and healthy:
-                state = "WATCHDOG=1\n" + state
-            notify(state, env=self._env)
+    def health_problems(self) -> list[str]:
+        """What keeps the watchdog from being fed now (empty: healthy)."""
+        return health_problems(self._intake, self._channel, self.runtime)
 
     def status_line(self) -> str:
         """``active runs: 2, queued prompts: 3, live scopes: 5`` (systemd's STATUS=)."""
@@ -477,3 +452,11 @@ async def running(daemon: Daemon) -> AsyncIterator[Daemon]:
         yield daemon
     finally:
         await daemon.aclose()
+
+
+async def _closing(part: str, work: Awaitable[None]) -> None:
+    """Await one step of the shutdown; its failure is logged so the next steps still run."""
+    try:
+        await work
+    except Exception as exc:
+        log.error("daemon.close_failed", part=part, error=f"{type(exc).__name__}: {exc}")

@@ -9,18 +9,26 @@ exactly the model steps it adds, which the autouse fixture checks.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from structlog.testing import capture_logs
 
-from channels.client import Message, WebSocketChannel
+from channels.client import Message, PublishAck, WebSocketChannel
 from channels.hub import Hub
-from daemon.app import Daemon
+from channels.protocol import Subscribed
+from daemon.app import Daemon, running
 from daemon.config import load_config
-from daemon.runtime.intake import ChunkJoiner
+from daemon.runtime.intake import ChannelPublisher, ChunkJoiner
+from daemon.runtime.ports import PublishRefused
+from sessions.errors import StoreClosedError
+from tests.fakes.channels_helpers import RawClient, give_up
+from tests.fakes.executor import FakeToolExecutor
 from tests.fakes.fake_openai import Error, FakeOpenAI, Hold, Reply, ToolCalls
 
 TEST_SERVER = Path(__file__).parent / "fakes" / "mcp_test_server.py"
@@ -28,9 +36,15 @@ WAIT = 20.0  # bound on every wait for the daemon (a loaded 2-core machine is sl
 
 
 def write_config(
-    path: Path, *, hub_url: str, model_url: str, servers: bool = True, grace: float = 2.0
+    path: Path,
+    *,
+    hub_url: str,
+    model_url: str,
+    servers: bool = True,
+    grace: float = 2.0,
+    runtime: str = "",
 ) -> Path:
-    """A complete asyncai.toml for a test daemon."""
+    """A complete asyncai.toml for a test daemon (``runtime``: more ``[runtime]`` lines)."""
     text = f"""
 [model]
 base_url = "{model_url}"
@@ -45,6 +59,7 @@ channels = ["#ops"]
 
 [runtime]
 shutdown_grace = {grace}
+{runtime}
 
 [sessions]
 db = "asyncai.db"
@@ -347,3 +362,295 @@ async def test_stop_while_waiting_for_the_hub_exits_zero(tmp_path):
         async with asyncio.timeout(WAIT):
             assert await running == 0
     assert any(e["event"] == "daemon.stopped_while_starting" for e in logs)
+
+
+# ---- faults an attack campaign found (issue 15) ---------------------------------------
+
+
+async def test_lone_surrogate_in_a_model_reply_still_ends_the_prompt(env):
+    """A model reply with a lone surrogate ("\\ud800") never leaves the thread silent and
+    the prompt queued: the thread gets a valid reply (the text with U+FFFD, or the failure
+    line when the backend refuses the response) and the prompt is finished."""
+    daemon, fake, alice = env
+    fake.add(Reply("broken \ud800 text"))
+    mid, reply = await alice.ask("say something odd")
+    assert reply.text == "broken \ufffd text" or reply.text.startswith("Sorry, this run failed")
+    await settled(daemon, mid)
+    [prompt] = await daemon.store.get_prompts([mid])
+    assert prompt.status in ("done", "failed")
+
+
+async def test_channel_publisher_sends_valid_text_and_names_a_refusal(tmp_path):
+    """Through a real hub: a text with lone surrogates goes out with U+FFFD in their
+    place (a surrogate pair as the character it encodes); a publish the hub refuses for
+    what it is raises PublishRefused, which the runtime does not retry."""
+    async with Hub(tmp_path / "hub.db", host="127.0.0.1", port=0) as hub:
+        reader = Person(hub.url, nick="reader")
+        client = WebSocketChannel(hub.url, nick="asyncai")
+        await reader.start()
+        await client.connect()
+        try:
+            root, thread = await reader.say("root")
+            publisher = ChannelPublisher(client, "asyncai")
+            await publisher.publish(
+                "#ops", "a\ud800b \ud83d\ude00", thread=thread, reply_to=root, client_id="c1"
+            )
+            [message] = await reader.reply_in(thread)
+            assert message.text == "a\ufffdb \U0001f600"
+            with pytest.raises(PublishRefused, match="bad_channel"):
+                await publisher.publish(
+                    "no-hash", "x", thread=thread, reply_to=root, client_id="c2"
+                )
+        finally:
+            await client.close()
+            await reader.close()
+
+
+@contextlib.asynccontextmanager
+async def world(tmp_path: Path, runtime: str = "") -> AsyncIterator[tuple[Hub, FakeOpenAI, Path]]:
+    """A hub, a scripted model and the config of a daemon without MCP servers, for
+    tests that start and stop daemons themselves."""
+    async with Hub(tmp_path / "hub.db", host="127.0.0.1", port=0) as hub, FakeOpenAI() as fake:
+        path = write_config(
+            tmp_path / "asyncai.toml",
+            hub_url=hub.url,
+            model_url=fake.base_url,
+            servers=False,
+            runtime=runtime,
+        )
+        yield hub, fake, path
+
+
+async def test_prompt_published_while_a_new_daemon_was_stopped_is_answered(tmp_path):
+    """A daemon that never handled a message (no cursor) still answers, at its next
+    start, a prompt published while it was stopped: it reads from its first start."""
+    async with world(tmp_path) as (hub, fake, path):
+        first = Daemon(load_config(path, environ={}), env={})
+        async with running(first):
+            pass  # started (the first start is stored), subscribed, stopped: no cursor
+        alice = Person(hub.url)
+        await alice.start()
+        try:
+            mid, thread = await alice.say("anyone there?")
+            fake.add(Reply("I was away, but here it is."))
+            async with running(Daemon(load_config(path, environ={}), env={})) as second:
+                [reply] = await alice.reply_in(thread)
+                assert reply.text == "I was away, but here it is."
+                await settled(second, mid)
+        finally:
+            await alice.close()
+
+
+async def test_split_prompt_survives_a_restart_between_its_chunks(tmp_path):
+    """The first chunk of a split prompt, then someone else's prompt (which used to move
+    the cursor past the chunk), then the daemon stops: after the restart the last
+    chunk completes the prompt with ALL its text, and nothing is answered twice."""
+    async with world(tmp_path) as (hub, fake, path):
+        bob = Person(hub.url, nick="bob")
+        await bob.start()
+        raw = await RawClient.connect(hub.url, nick="alice")
+        try:
+            async with running(Daemon(load_config(path, environ={}), env={})) as first:
+                await raw.send(
+                    {
+                        "type": "publish",
+                        "channel": "#ops",
+                        "text": "first half, ",
+                        "client_id": "chunk-1",
+                        "more": True,
+                    }
+                )
+                thread = (await raw.recv_type("ack"))["id"]
+                fake.add(Reply("hello bob"))
+                bob_id, reply = await bob.ask("hello?")
+                assert reply.text == "hello bob"
+                await settled(first, bob_id)
+            fake.add(Reply("joined"))
+            async with running(Daemon(load_config(path, environ={}), env={})) as second:
+                await raw.send(
+                    {
+                        "type": "publish",
+                        "channel": "#ops",
+                        "text": "second half",
+                        "client_id": "chunk-2",
+                        "thread": thread,
+                    }
+                )
+                last = (await raw.recv_type("ack"))["id"]
+                [reply] = await bob.reply_in(thread)
+                assert reply.text == "joined"
+                assert user_text(fake.requests[-1]) == "first half, second half"
+                await settled(second, last)
+                assert len(bob.replies[bob_id]) == 1  # bob's replayed prompt: not again
+        finally:
+            await raw.close()
+            await bob.close()
+
+
+class SwitchedChannel:
+    """A real websocket client that the test can declare broken, or make fail or wait
+    when subscribing (the channel boundary)."""
+
+    def __init__(self, inner: WebSocketChannel):
+        self.inner = inner
+        self.declared_broken = False
+        self.subscribe_error: BaseException | None = None
+        self.subscribe_gate: asyncio.Event | None = None  # when set: subscribing waits for it
+        self.closed = False
+
+    @property
+    def nick(self) -> str | None:
+        """The inner client's nick."""
+        return self.inner.nick
+
+    @property
+    def broken(self) -> bool:
+        """Broken when the test says so (or the inner client is)."""
+        return self.declared_broken or self.inner.broken
+
+    async def subscribe(self, channel: str, since: str | None = None) -> Subscribed:
+        """Subscribe, unless told to fail or to wait."""
+        if self.subscribe_gate is not None:
+            await self.subscribe_gate.wait()
+        if self.subscribe_error is not None:
+            raise self.subscribe_error
+        return await self.inner.subscribe(channel, since=since)
+
+    async def unsubscribe(self, channel: str) -> None:
+        """As the inner client."""
+        await self.inner.unsubscribe(channel)
+
+    async def publish(self, channel: str, text: str, **kwargs: Any) -> PublishAck:
+        """As the inner client."""
+        return await self.inner.publish(channel, text, **kwargs)
+
+    async def receive(self) -> Message:
+        """As the inner client."""
+        return await self.inner.receive()
+
+    def __aiter__(self) -> AsyncIterator[Message]:
+        """As the inner client."""
+        return self.inner.__aiter__()
+
+    async def close(self) -> None:
+        """Close the inner client; remember it was closed."""
+        self.closed = True
+        await self.inner.close()
+
+
+class NotifyCollector:
+    """systemd's notify socket: every datagram the daemon sends, whole."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.datagrams: list[str] = []
+        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self._sock.bind(str(path))
+        self._sock.setblocking(False)
+        self._arrived = asyncio.Event()
+        self._reader = asyncio.create_task(self._read())
+
+    async def _read(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            self.datagrams.append((await loop.sock_recv(self._sock, 65536)).decode())
+            self._arrived.set()
+
+    async def next_datagram(self, containing: str) -> str:
+        """The next datagram (from now on) that contains ``containing`` (bounded)."""
+        seen = len(self.datagrams)
+        async with asyncio.timeout(WAIT):
+            while True:
+                for datagram in self.datagrams[seen:]:
+                    if containing in datagram:
+                        return datagram
+                seen = len(self.datagrams)
+                self._arrived.clear()
+                await self._arrived.wait()
+
+    async def close(self) -> None:
+        """Stop reading and close the socket."""
+        self._reader.cancel()
+        await asyncio.gather(self._reader, return_exceptions=True)
+        self._sock.close()
+
+
+async def test_watchdog_pings_stop_while_the_channel_is_broken(tmp_path):
+    """WATCHDOG=1 is sent while the channel client is not broken; while it is (even with
+    the intake still waiting on it), the pings stop and STATUS= says why."""
+    notify_socket = NotifyCollector(tmp_path / "notify.sock")
+    watchdog = {"NOTIFY_SOCKET": str(notify_socket.path), "WATCHDOG_USEC": "60000"}  # 30 ms
+    async with world(tmp_path) as (hub, _, path):
+        channel = SwitchedChannel(WebSocketChannel(hub.url, nick="asyncai"))
+        await channel.inner.connect()
+        try:
+            async with running(
+                Daemon(load_config(path, environ={}), channel=channel, env=watchdog)
+            ):
+                await notify_socket.next_datagram("WATCHDOG=1")
+                channel.declared_broken = True
+                unhealthy = await notify_socket.next_datagram("unhealthy")
+                assert "the channel is broken" in unhealthy
+                assert "WATCHDOG=1" not in unhealthy
+                again = await notify_socket.next_datagram("STATUS=")
+                assert "WATCHDOG=1" not in again
+                channel.declared_broken = False
+                await notify_socket.next_datagram("WATCHDOG=1")
+        finally:
+            await notify_socket.close()
+
+
+async def test_watchdog_pings_stop_when_the_hub_goes_away_for_good(tmp_path):
+    """With the real client: the hub stops and the client gives up reconnecting, so the
+    daemon stops feeding the watchdog."""
+    notify_socket = NotifyCollector(tmp_path / "notify.sock")
+    watchdog = {"NOTIFY_SOCKET": str(notify_socket.path), "WATCHDOG_USEC": "60000"}
+    async with world(tmp_path) as (hub, _, path):
+        channel = WebSocketChannel(hub.url, nick="asyncai", backoff=give_up)
+        await channel.connect()
+        try:
+            daemon = Daemon(load_config(path, environ={}), channel=channel, env=watchdog)
+            async with running(daemon):
+                await notify_socket.next_datagram("WATCHDOG=1")
+                await hub.aclose()
+                unhealthy = await notify_socket.next_datagram("unhealthy")
+                assert "the channel is broken" in unhealthy
+                assert "WATCHDOG=1" not in unhealthy
+        finally:
+            await notify_socket.close()
+
+
+async def test_unexpected_error_while_starting_closes_everything_and_propagates(tmp_path):
+    """An error nobody expected (here: subscribing raises RuntimeError) ends run() with
+    that error, logged, after the executor, the channel and the store were closed."""
+    async with world(tmp_path) as (hub, _, path):
+        channel = SwitchedChannel(WebSocketChannel(hub.url, nick="asyncai"))
+        await channel.inner.connect()
+        channel.subscribe_error = RuntimeError("injected")
+        executor = FakeToolExecutor()
+        daemon = Daemon(load_config(path, environ={}), channel=channel, executor=executor, env={})
+        with capture_logs() as logs, pytest.raises(RuntimeError, match="injected"):
+            await daemon.run()
+        assert (executor.started, executor.closed) == (1, 1)
+        assert channel.closed
+        with pytest.raises(StoreClosedError):
+            await daemon.store.get_cursor("#ops")
+        assert any(e["event"] == "daemon.crashed" for e in logs)
+
+
+async def test_cancelled_while_starting_closes_everything(tmp_path):
+    """run() cancelled in the middle of its start (the hub is slow to answer) closes
+    what was already open before the cancellation goes on."""
+    async with world(tmp_path) as (hub, _, path):
+        channel = SwitchedChannel(WebSocketChannel(hub.url, nick="asyncai"))
+        await channel.inner.connect()
+        channel.subscribe_gate = asyncio.Event()  # never set: the start hangs there
+        executor = FakeToolExecutor()
+        daemon = Daemon(load_config(path, environ={}), channel=channel, executor=executor, env={})
+        task = asyncio.create_task(daemon.run())
+        await until(lambda: executor.started == 1 and daemon.runtime is not None, "starting")
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert executor.closed == 1
+        assert channel.closed

@@ -6,8 +6,11 @@ coalescing, concurrency, ``!stop``, shutdown), the run request and result
 sessions store (:mod:`daemon.runtime.store`), the channel adapters
 (:mod:`daemon.runtime.intake`), the restart note
 (:mod:`daemon.runtime.note`), the notice of a run not run again after an
-interruption (:mod:`daemon.runtime.interrupted`) and the shield around the
-reply and the run's record (:mod:`daemon.runtime.complete`).
+interruption (:mod:`daemon.runtime.interrupted`), the shield around the
+reply and the run's record (:mod:`daemon.runtime.complete`), the per-sender
+limits (:mod:`daemon.runtime.limits`), the nested-call audit rows
+(:mod:`daemon.runtime.audit`) and systemd's watchdog
+(:mod:`daemon.runtime.watchdog`).
 
 May import: ``daemon.errors``, ``daemon.tools``, ``daemon.code_mode.note`` (the
 note's words), ``channels`` and ``sessions``; never ``daemon.model``,
