@@ -1,0 +1,127 @@
+"""Property tests: values into and out of the sandbox (daemon.code_mode.convert).
+
+Any JSON-like value (deep nesting, huge ints, NaN and infinities, lone
+surrogates, keys that are not strings) converts to a value or raises the
+clear ``ConversionError``, never anything else; what comes out is strict
+JSON that encodes to UTF-8.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from daemon.code_mode.convert import (
+    MAX_DEPTH,
+    ConversionError,
+    dumps_compact,
+    log_content,
+    nested_value,
+    result_bytes,
+    to_json_value,
+)
+from daemon.tools import ToolCallOutput
+
+SURROGATES = st.sampled_from(["\ud800", "a\udfffb", "\udbff\udc00x", "\\ud800"])
+TEXT = st.text(max_size=20) | SURROGATES
+SCALARS = (
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.integers(4000, 6000).map(lambda digits: 10**digits)  # past int-to-text's limit
+    | st.floats(allow_nan=True, allow_infinity=True)
+    | TEXT
+)
+KEYS = TEXT | st.integers() | st.floats() | st.none() | st.tuples(st.integers(), TEXT)
+
+
+def nest(depth: int, kind: str) -> Any:
+    """A list or dict nested ``depth`` levels (``depth`` containers)."""
+    value: Any = 1
+    for _ in range(depth):
+        value = [value] if kind == "list" else {"k": value}
+    return value
+
+
+DEEP = st.builds(nest, st.integers(0, 3 * MAX_DEPTH), st.sampled_from(["list", "dict"]))
+VALUES = st.recursive(
+    SCALARS | DEEP,
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.tuples(inner, inner)
+        | st.frozensets(st.integers() | TEXT, max_size=3)
+        | st.dictionaries(KEYS, inner, max_size=4)
+    ),
+    max_leaves=12,
+)
+
+
+def _strict_json(value: Any) -> None:
+    """Plain JSON with no NaN and no lone surrogate: what the model may be sent."""
+    json.dumps(value, ensure_ascii=False, allow_nan=False).encode("utf-8")
+
+
+@settings(max_examples=300, deadline=None)
+@given(VALUES)
+def test_out_of_the_sandbox_a_value_or_a_clear_error(value):
+    """to_json_value and dumps_compact give strict UTF-8 JSON, or raise ConversionError."""
+    try:
+        converted = to_json_value(value)
+    except ConversionError:
+        return  # the clear error: its text is pinned in test_the_depth_limit_is_exact
+    _strict_json(converted)
+    dumps_compact(value).encode("utf-8")
+
+
+@settings(max_examples=300, deadline=None)
+@given(VALUES, st.booleans())
+def test_into_the_sandbox_a_value_or_a_clear_error(value, as_structured):
+    """A tool result (text or structured) becomes a sandbox value, or raises ConversionError.
+
+    The value holds no lone surrogate; counting and logging it never raises.
+    """
+    if as_structured:
+        output = ToolCallOutput("", False, structured={"v": value})
+    else:
+        try:
+            text = json.dumps(value, ensure_ascii=False)
+        except (ValueError, TypeError, RecursionError):
+            text = f"not JSON: a {type(value).__name__}"  # keys or ints JSON cannot write
+        output = ToolCallOutput(text, False)
+    assert result_bytes(output) >= 0
+    log_content(output)
+    try:
+        got = nested_value(output)
+    except ConversionError:
+        return  # the clear error: its text is pinned in test_the_depth_limit_is_exact
+    json.dumps(got, ensure_ascii=False).encode("utf-8")
+
+
+@given(st.text() | SURROGATES)
+def test_any_tool_text_is_a_value_or_a_clear_error(text):
+    """Arbitrary tool text (JSON or not) never raises anything but ConversionError."""
+    output = ToolCallOutput(text, False)
+    log_content(output)
+    try:
+        got = nested_value(output)
+    except ConversionError:
+        return
+    json.dumps(got, ensure_ascii=False).encode("utf-8")
+
+
+@pytest.mark.parametrize("kind", ["list", "dict"])
+def test_the_depth_limit_is_exact(kind):
+    """MAX_DEPTH containers cross both ways; one more is a ConversionError both ways."""
+    assert to_json_value(nest(MAX_DEPTH, kind)) is not None
+    with pytest.raises(ConversionError, match=f"nested more than {MAX_DEPTH} levels"):
+        to_json_value(nest(MAX_DEPTH + 1, kind))
+    ok = ToolCallOutput(json.dumps(nest(MAX_DEPTH, kind)), False)
+    assert nested_value(ok) == nest(MAX_DEPTH, kind)
+    with pytest.raises(ConversionError):
+        nested_value(ToolCallOutput(json.dumps(nest(MAX_DEPTH + 1, kind)), False))
+    with pytest.raises(ConversionError):
+        nested_value(ToolCallOutput("[" * 10_000 + "]" * 10_000, False))
