@@ -40,6 +40,7 @@ DEFAULT_DB = Path(".atirc/hub.db")
 DEFAULT_WAIT = 300.0  # seconds: local models are slow
 EXIT_ERROR = 1
 EXIT_NO_REPLY = 3
+EXIT_USAGE = 2  # as argparse exits for bad arguments
 
 
 def _configure_logging(level: int) -> None:
@@ -313,8 +314,28 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _from_bytes(arg: str) -> bool:
+    """Whether ``arg`` came from bytes the filesystem encoding could not decode."""
+    try:
+        os.fsencode(arg)
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``atirc`` console script."""
+    for arg in sys.argv[1:] if argv is None else argv:
+        try:
+            arg.encode("utf-8")
+        except UnicodeEncodeError:
+            # bytes that are not UTF-8 arrive as lone surrogates, which no frame can carry
+            shown = os.fsencode(arg) if _from_bytes(arg) else ascii(arg)
+            print(
+                f"atirc: an argument is not UTF-8 text: {shown!r}; pass text in UTF-8",
+                file=sys.stderr,
+            )
+            return EXIT_USAGE
     args = build_parser().parse_args(argv)
     _configure_logging(args.log_level)
     if args.command == "hub":

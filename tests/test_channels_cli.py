@@ -335,3 +335,22 @@ async def test_hub_with_a_bad_limit_is_one_line(tmp_path, flag, value, needle):
     assert err.startswith("atirc: ")
     assert needle in err
     assert "Traceback" not in err
+
+
+def test_a_non_utf8_argument_is_one_line_not_a_traceback() -> None:
+    """Bytes that are not UTF-8 in a message text: exit 2 and one line, before any
+    connection is tried (issue 15, item 12)."""
+    import subprocess
+
+    proc = subprocess.run(
+        [os.fsencode(str(ATIRC)), b"pub", b"#ops", b"caf\xe9"],
+        capture_output=True,
+        timeout=30,
+        env={**os.environ, "ATIRC_URL": "ws://127.0.0.1:9/"},
+    )
+    assert proc.returncode == 2
+    err = proc.stderr.decode()
+    assert err.splitlines() == [
+        "atirc: an argument is not UTF-8 text: b'caf\\xe9'; pass text in UTF-8"
+    ]
+    assert "Traceback" not in err
