@@ -78,6 +78,22 @@ class ChannelClosedError(ChannelError):
 class ChannelBrokenError(ChannelError):
     """The connection broke and could not be re-established."""
 
+    @classmethod
+    def of(cls, url: str, cause: BaseException | None) -> ChannelBrokenError:
+        """The error each call raises on the channel to ``url`` that ``cause`` broke.
+
+        A new one per call (one exception object is never raised twice), with
+        ``cause`` as its ``__cause__``; a bug's cause is named as a failure.
+        """
+        if isinstance(cause, ChannelBrokenError):
+            err = cls(str(cause))
+        elif not isinstance(cause, ChannelError):
+            err = cls(f"the client of {url} failed: {type(cause).__name__}: {cause}")
+        else:
+            err = cls(f"the connection to {url} is gone: {cause}")
+        err.__cause__ = cause
+        return err
+
 
 class HubUnreachableError(ChannelBrokenError):
     """No connection to the hub: refused, unreachable, or the handshake failed."""

@@ -12,7 +12,14 @@ Beyond DESIGN.md's table, three optional fields exist (older peers may ignore th
 - ``publish.more`` / ``message.more``: ``true`` on every chunk of a split
   text but the last, so a reader can join the chunks back.
 - ``error.client_id`` / ``error.channel``: which publish or subscription the
-  error is about, when the offending frame named one.
+  error is about, when the offending frame named one (never for a ``status``:
+  it has no caller waiting, and a channel echoed would read as a refused
+  subscription).
+- ``status`` (both ways): short-lived progress in a thread, at most
+  :data:`~channels.frames.MAX_STATUS_TEXT` characters on one line, fanned out
+  to the channel's current subscribers, never stored, never acked.
+
+The frames themselves are :mod:`channels.frames`' dataclasses.
 
 Unknown fields are ignored (forward compatibility); unknown types are not.
 """
@@ -20,11 +27,27 @@ Unknown fields are ignored (forward compatibility); unknown types are not.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
-from enum import StrEnum
-from typing import Any, ClassVar
+import re
+from typing import Any
 
 from channels.errors import ProtocolError
+from channels.frames import (
+    MAX_STATUS_TEXT,
+    Ack,
+    ClientFrame,
+    ErrorCode,
+    ErrorFrame,
+    Hello,
+    Message,
+    Publish,
+    ServerFrame,
+    Status,
+    StatusUpdate,
+    Subscribe,
+    Subscribed,
+    Unsubscribe,
+    Welcome,
+)
 from channels.ids import ZERO_ID, IdGenerator, id_for_time, id_time_ms, id_timestamp, is_id
 from channels.names import CLIENT_ID_RE, is_channel, is_nick, is_utf8
 from channels.split import json_text_size, split_text
@@ -32,6 +55,7 @@ from channels.split import json_text_size, split_text
 __all__ = [
     "DEFAULT_MAX_FRAME",
     "ENVELOPE_RESERVE",
+    "MAX_STATUS_TEXT",
     "ZERO_ID",
     "Ack",
     "ClientFrame",
@@ -42,6 +66,8 @@ __all__ = [
     "Message",
     "Publish",
     "ServerFrame",
+    "Status",
+    "StatusUpdate",
     "Subscribe",
     "Subscribed",
     "Unsubscribe",
@@ -58,6 +84,7 @@ __all__ = [
     "parse_client_frame",
     "parse_server_frame",
     "split_text",
+    "status_problem",
 ]
 
 DEFAULT_MAX_FRAME = 64 * 1024
@@ -72,132 +99,27 @@ in ``max_frame``.
 """
 
 
-class ErrorCode(StrEnum):
-    """The ``code`` of an ``error`` frame."""
-
-    BAD_FRAME = "bad_frame"  # not JSON, not an object, a field missing or of the wrong type
-    UNKNOWN_TYPE = "unknown_type"  # "type" names no frame of this protocol
-    TOO_LARGE = "too_large"  # the frame or its text is over the limit: split the text
-    BAD_CHANNEL = "bad_channel"  # channel name syntax: "#" + 1-64 of [A-Za-z0-9_.-]
-    UNAUTHORIZED = "unauthorized"  # hello first (no token), or a nick that is not yours
-    RATE_LIMITED = "rate_limited"  # over the per-connection rate: slow down and retry
-    INTERNAL = "internal"  # the hub failed (its store): retry later
-
-
 def max_text_for(max_frame: int) -> int:
     """The largest publish text (JSON bytes) a hub with frame limit ``max_frame`` accepts."""
     return max_frame - ENVELOPE_RESERVE
 
 
-# -- frames ---------------------------------------------------------------------------
+# C0 and C1 controls and DEL: a status is shown on terminals, where a newline would
+# break the one line and an escape sequence would be the sender's to play with.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
 
 
-@dataclass(frozen=True, slots=True)
-class Hello:
-    """client → hub: claim a nick (only on a hub without tokens, from loopback)."""
-
-    type: ClassVar[str] = "hello"
-    nick: str
-
-
-@dataclass(frozen=True, slots=True)
-class Subscribe:
-    """client → hub: deliver a channel's messages; with ``since``, first those stored after it.
-
-    Subscribing again to the same channel restarts it from the new ``since``.
-    """
-
-    type: ClassVar[str] = "subscribe"
-    channel: str
-    since: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Unsubscribe:
-    """client → hub: stop delivering a channel."""
-
-    type: ClassVar[str] = "unsubscribe"
-    channel: str
-
-
-@dataclass(frozen=True, slots=True)
-class Publish:
-    """client → hub: store and fan out a text; acked with the hub's id."""
-
-    type: ClassVar[str] = "publish"
-    channel: str
-    text: str
-    client_id: str
-    thread: str | None = None
-    reply_to: str | None = None
-    more: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class Welcome:
-    """hub → client: authenticated; your nick is ``nick``."""
-
-    type: ClassVar[str] = "welcome"
-    nick: str
-    max_text: int | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Subscribed:
-    """hub → client: the subscription is live; replay (if any) follows.
-
-    ``head`` is the channel's last id and ``oldest`` its oldest retained id
-    (both ``None`` for an empty channel).
-    """
-
-    type: ClassVar[str] = "subscribed"
-    channel: str
-    head: str | None
-    oldest: str | None
-
-
-@dataclass(frozen=True, slots=True)
-class Ack:
-    """hub → client: a publish was stored (or had been: same ``client_id``, same ids)."""
-
-    type: ClassVar[str] = "ack"
-    client_id: str
-    id: str
-    thread: str
-
-
-@dataclass(frozen=True, slots=True)
-class Message:
-    """hub → client: one stored message. ``sender`` is the JSON field ``from``.
-
-    ``sender`` is always the hub's view of who published it, never a claim of
-    the client. ``thread`` is the root's id (a root's own id for a root).
-    """
-
-    type: ClassVar[str] = "message"
-    channel: str
-    id: str
-    thread: str
-    reply_to: str | None
-    sender: str
-    text: str
-    ts: str
-    more: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class ErrorFrame:
-    """hub → client: a frame was refused; the connection stays up."""
-
-    type: ClassVar[str] = "error"
-    code: str
-    message: str
-    client_id: str | None = None
-    channel: str | None = None
-
-
-ClientFrame = Hello | Subscribe | Unsubscribe | Publish
-ServerFrame = Welcome | Subscribed | Ack | Message | ErrorFrame
+def status_problem(text: str) -> str | None:
+    """Why ``text`` cannot be a status (empty, too long, not one line), or None."""
+    if not text:
+        return "text is empty"
+    if len(text) > MAX_STATUS_TEXT:
+        return f"text is {len(text)} characters, the limit is {MAX_STATUS_TEXT}"
+    if _CONTROL.search(text):
+        return "text must be one line without control characters"
+    if not is_utf8(text):
+        return "text is not valid Unicode"
+    return None
 
 
 # -- encoding -------------------------------------------------------------------------
@@ -247,6 +169,17 @@ def _to_dict(frame: ClientFrame | ServerFrame) -> dict[str, Any]:
             if frame.more:
                 out["more"] = True
             return out
+        case StatusUpdate(channel=channel, thread=thread, text=text):
+            return {"type": "status", "channel": channel, "thread": thread, "text": text}
+        case Status():
+            return {
+                "type": "status",
+                "channel": frame.channel,
+                "thread": frame.thread,
+                "from": frame.sender,
+                "text": frame.text,
+                "ts": frame.ts,
+            }
         case ErrorFrame():
             out = {"type": "error", "code": frame.code, "message": frame.message}
             if frame.client_id is not None:
@@ -277,6 +210,9 @@ class _Fields:
         self.client_id = cid if isinstance(cid, str) and CLIENT_ID_RE.match(cid) else None
         # A lone surrogate ("\\ud800" in JSON) echoed back could not go out as UTF-8.
         self.channel = ch if isinstance(ch, str) and len(ch) <= 100 and is_utf8(ch) else None
+        if frame_type == "status":
+            # Nobody waits on a status: a channel echoed would read as a refused subscribe.
+            self.client_id = self.channel = None
 
     def error(self, code: str, message: str) -> ProtocolError:
         return ProtocolError(code, message, client_id=self.client_id, channel=self.channel)
@@ -424,6 +360,15 @@ def parse_client_frame(
                 reply_to=fields.message_id("reply_to"),
                 more=fields.boolean("more"),
             )
+        case "status":
+            channel = fields.channel_name()
+            thread = _required_id(fields, "thread")
+            text = fields.required("text")
+            problem = status_problem(text)
+            if problem is not None:
+                code = ErrorCode.TOO_LARGE if len(text) > MAX_STATUS_TEXT else ErrorCode.BAD_FRAME
+                raise fields.error(code, f"status: {problem}")
+            return StatusUpdate(channel=channel, thread=thread, text=text)
         case "welcome" | "subscribed" | "ack" | "message" | "error":
             raise fields.error(
                 ErrorCode.UNKNOWN_TYPE, f"{fields.frame_type!r} is sent by the hub, not to it"
@@ -470,6 +415,14 @@ def parse_server_frame(text: str | bytes, *, max_frame: int | None = None) -> Se
                 message=fields.required("message"),
                 client_id=fields.string("client_id", optional=True),
                 channel=fields.string("channel", optional=True),
+            )
+        case "status":
+            return Status(
+                channel=fields.channel_name(),
+                thread=_required_id(fields, "thread"),
+                sender=fields.required("from"),
+                text=fields.required("text"),
+                ts=fields.required("ts"),
             )
         case "hello" | "subscribe" | "unsubscribe" | "publish":
             raise fields.error(

@@ -14,14 +14,32 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from websockets.asyncio.client import ClientConnection, connect
-from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
+from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus, InvalidURI
+from websockets.uri import parse_uri
 
 from channels.client.backoff import Backoff
 from channels.client.protocol import ClientProtocol
-from channels.errors import ChannelClosedError, HubUnreachableError, UnauthorizedError
-from channels.protocol import Welcome
+from channels.errors import (
+    ChannelClosedError,
+    ChannelConfigError,
+    HubUnreachableError,
+    UnauthorizedError,
+)
+from channels.protocol import Welcome, is_nick
 
-__all__ = ["Dialer", "open_connection"]
+__all__ = ["Dialer", "check_settings", "open_connection"]
+
+
+def check_settings(url: str, token: str | None, nick: str | None) -> None:
+    """Raise :class:`ChannelConfigError` if no connection could be made with these."""
+    try:
+        parse_uri(url)
+    except (InvalidURI, ValueError) as exc:  # ValueError: urllib on a bad port or bracket
+        raise ChannelConfigError(f"invalid hub URL {url!r}: {exc}") from exc
+    if token is None and nick is None:
+        raise ChannelConfigError("a nick is needed to connect without a token")
+    if nick is not None and not is_nick(nick):
+        raise ChannelConfigError(f"invalid nick {nick!r}: 1-64 of letters, digits, '-', '_', '.'")
 
 
 def _abort(ws: ClientConnection | None) -> None:

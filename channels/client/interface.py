@@ -62,6 +62,10 @@ class Channel(Protocol):
         """Publish and wait for the ack. ``client_id`` (default: a new UUID) makes it idempotent."""
         ...
 
+    async def status(self, channel: str, text: str, *, thread: str) -> None:
+        """Show ``text`` (one short line) as progress in ``thread``; not stored, no ack."""
+        ...
+
     async def receive(self) -> Message:
         """The next message of any subscribed channel."""
         ...

@@ -27,6 +27,8 @@ What the state machine guarantees:
   store delivers them, in order.
 - A ``since`` older than the channel's ``oldest`` retained id is logged
   (``channels.retention_gap``): retention may have dropped messages.
+- A ``status`` of a subscribed channel is an event, never in the inbox: it
+  is short-lived, and whoever wants it must take it as it comes.
 """
 
 from __future__ import annotations
@@ -47,6 +49,8 @@ from channels.protocol import (
     Hello,
     Message,
     Publish,
+    Status,
+    StatusUpdate,
     Subscribe,
     Subscribed,
     Unsubscribe,
@@ -57,6 +61,7 @@ from channels.protocol import (
     max_text_for,
     parse_server_frame,
     split_text,
+    status_problem,
 )
 
 __all__ = [
@@ -65,6 +70,7 @@ __all__ = [
     "MessageReceived",
     "PublishAcked",
     "PublishRefused",
+    "StatusReceived",
     "SubscriptionConfirmed",
     "SubscriptionRefused",
 ]
@@ -112,8 +118,20 @@ class SubscriptionRefused:
     error: ProtocolError
 
 
+@dataclass(frozen=True, slots=True)
+class StatusReceived:
+    """Someone's short-lived progress in a thread of a subscribed channel."""
+
+    status: Status
+
+
 Event = (
-    MessageReceived | PublishAcked | PublishRefused | SubscriptionConfirmed | SubscriptionRefused
+    MessageReceived
+    | PublishAcked
+    | PublishRefused
+    | SubscriptionConfirmed
+    | SubscriptionRefused
+    | StatusReceived
 )
 
 
@@ -150,6 +168,17 @@ def check_publish(channel: str, text: str, thread: str | None, reply_to: str | N
     for key, value in (("thread", thread), ("reply_to", reply_to)):
         if value is not None and not is_id(value):
             raise ProtocolError(ErrorCode.BAD_FRAME, f"{key} is not a message id: {value!r}")
+
+
+def check_status(channel: str, text: str, thread: str) -> None:
+    """Raise :class:`ProtocolError` if the status could never be sent as asked."""
+    if not is_channel(channel):
+        raise ProtocolError(ErrorCode.BAD_CHANNEL, f"invalid channel name {channel!r}")
+    if not is_id(thread):
+        raise ProtocolError(ErrorCode.BAD_FRAME, f"thread is not a message id: {thread!r}")
+    problem = status_problem(text)
+    if problem is not None:
+        raise ProtocolError(ErrorCode.BAD_FRAME, f"status: {problem}")
 
 
 class ClientProtocol:
@@ -294,6 +323,11 @@ class ClientProtocol:
             for index, chunk in enumerate(chunks)
         ]
 
+    def status_frame(self, channel: str, text: str, *, thread: str) -> str:
+        """The ``status`` frame for ``text`` in ``thread``; see :func:`check_status`."""
+        check_status(channel, text, thread)
+        return encode(StatusUpdate(channel=channel, thread=thread, text=text))
+
     # -- the inbox ------------------------------------------------------------------------
 
     @property
@@ -340,6 +374,8 @@ class ClientProtocol:
                 return self._on_subscribed(frame)
             case ErrorFrame():
                 return self._on_error(frame)
+            case Status():
+                return [StatusReceived(frame)] if frame.channel in self._subs else []
             case Welcome():
                 return []  # only the first one matters
 

@@ -20,6 +20,9 @@ keeps the futures callers wait on.
   the consumer is busy; the protocol's docstring says what happens when the
   inbox is full.
 
+Statuses (short-lived progress, never stored) go out with :meth:`status`, best
+effort, and come in through ``on_status``; iteration stays messages only.
+
 Errors: :class:`~channels.errors.ChannelClosedError` after you closed it,
 :class:`~channels.errors.ChannelBrokenError` when the hub is gone for good
 (the backoff gave up) or the task that owns the connection died of a bug
@@ -35,29 +38,28 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, replace
 
 import structlog
 from websockets.asyncio.client import ClientConnection
-from websockets.exceptions import ConnectionClosed, InvalidURI
-from websockets.uri import parse_uri
+from websockets.exceptions import ConnectionClosed
 
 from channels.client.backoff import Backoff, exponential_backoff
-from channels.client.handshake import Dialer
+from channels.client.handshake import Dialer, check_settings
 from channels.client.interface import PublishAck
 from channels.client.pending import Pending, SessionLost
 from channels.client.protocol import (
     ClientProtocol,
     Event,
     MessageReceived,
+    StatusReceived,
     check_publish,
     check_subscribe,
 )
 from channels.errors import (
     ChannelBrokenError,
     ChannelClosedError,
-    ChannelConfigError,
     ChannelError,
     ChannelTimeoutError,
     ProtocolError,
@@ -67,10 +69,10 @@ from channels.protocol import (
     ErrorCode,
     Message,
     Publish,
+    Status,
     Subscribed,
     Welcome,
     encode,
-    is_nick,
 )
 
 __all__ = ["DEFAULT_URL", "WebSocketChannel"]
@@ -95,8 +97,9 @@ class WebSocketChannel:
     tokens, on loopback). ``ack_timeout`` bounds every wait for the hub (ack,
     ``subscribed``), reconnects included; ``connect_timeout`` one connection
     attempt; ``max_in_flight`` how many publishes may await their ack at
-    once. Use it as an async context manager, or call :meth:`connect` and
-    :meth:`close`; other methods connect lazily.
+    once; ``on_status`` takes each status of a subscribed channel, on the
+    reader's task (it must not block; what it raises is logged). Use it as an
+    async context manager, or :meth:`connect` and :meth:`close`.
     """
 
     def __init__(
@@ -113,17 +116,9 @@ class WebSocketChannel:
         max_in_flight: int = 16,
         max_size: int = 4 * 1024 * 1024,
         ping_interval: float | None = 20.0,
+        on_status: Callable[[Status], None] | None = None,
     ) -> None:
-        try:
-            parse_uri(url)
-        except (InvalidURI, ValueError) as exc:  # ValueError: urllib on a bad port or bracket
-            raise ChannelConfigError(f"invalid hub URL {url!r}: {exc}") from exc
-        if token is None and nick is None:
-            raise ChannelConfigError("a nick is needed to connect without a token")
-        if nick is not None and not is_nick(nick):
-            raise ChannelConfigError(
-                f"invalid nick {nick!r}: 1-64 of letters, digits, '-', '_', '.'"
-            )
+        check_settings(url, token, nick)
         if inbox_size < 2:
             raise ValueError("inbox_size must be at least 2")
         self.url = url
@@ -141,6 +136,7 @@ class WebSocketChannel:
             ping_interval,
         )
         self._ack_timeout = ack_timeout
+        self._on_status = on_status
         self._state = "new"  # new → open → closed | broken
         self._broken_cause: BaseException | None = None
         self._session: _Session | None = None
@@ -224,17 +220,7 @@ class WebSocketChannel:
             raise self._broken_error()
 
     def _broken_error(self) -> ChannelBrokenError:
-        cause = self._broken_cause
-        if isinstance(cause, ChannelBrokenError):
-            err = ChannelBrokenError(str(cause))
-        elif not isinstance(cause, ChannelError):
-            err = ChannelBrokenError(
-                f"the client of {self.url} failed: {type(cause).__name__}: {cause}"
-            )
-        else:
-            err = ChannelBrokenError(f"the connection to {self.url} is gone: {cause}")
-        err.__cause__ = cause
-        return err
+        return ChannelBrokenError.of(self.url, self._broken_cause)
 
     def _wake(self) -> None:
         """Tell everyone waiting for a state change (a session began or ended, closed, broken)."""
@@ -335,6 +321,12 @@ class WebSocketChannel:
     def _on_event(self, event: Event) -> None:
         if isinstance(event, MessageReceived):
             self._inbox_ready.set()
+        elif isinstance(event, StatusReceived):
+            if self._on_status is not None:
+                try:
+                    self._on_status(event.status)
+                except Exception:  # the caller's bug must not end the reader
+                    log.exception("channels.status_callback_failed", channel=event.status.channel)
         else:
             self._pending.settle(event)
 
@@ -450,6 +442,20 @@ class WebSocketChannel:
                 f"no ack from the hub for a publish to {frame.channel} "
                 f"within {self._ack_timeout:g}s"
             ) from exc
+
+    async def status(self, channel: str, text: str, *, thread: str) -> None:
+        """Show ``text`` as progress in ``thread`` to ``channel``'s subscribers now.
+
+        Best effort: no ack, and nothing is sent while disconnected (a status
+        is stale by the time a connection is back). Raises ProtocolError for a
+        status that is not valid (see :func:`channels.protocol.status_problem`).
+        """
+        frame = self._protocol.status_frame(channel, text, thread=thread)
+        await self._ensure_open()
+        session = self._session
+        if session is not None and not session.ended:
+            with contextlib.suppress(ConnectionClosed):
+                await session.ws.send(frame)
 
     async def receive(self) -> Message:
         """The next message; raises ChannelClosedError / ChannelBrokenError when there is none."""

@@ -112,6 +112,11 @@ class Connection:
             self.log.warning("hub.slow_subscriber", queued=len(self.outbox))
             self.kick(*SLOW_CLOSE)
 
+    def offer_text(self, text: str) -> None:
+        """Queue an encoded status if there is room; else drop it (see :meth:`Outbox.offer`)."""
+        if not (self.kicked or self.finished) and not self.outbox.offer(text):
+            self._stats.statuses_dropped += 1
+
     def kick(self, code: int, reason: str, *, flush: bool = False) -> None:
         """Close this connection with ``code`` and ``reason``; stop feeding it.
 

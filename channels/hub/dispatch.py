@@ -5,12 +5,15 @@ Per frame: the rate limit first (a flood closes the connection with
 ``rate_limited`` error frame), then parsing (a bad frame gets an ``error``
 frame; the connection stays up), then the frame's handler: ``hello`` names
 the connection, ``subscribe`` goes to the replay, ``unsubscribe`` to the
-fan-out's registry, ``publish`` to the writer, whose result is acked.
+fan-out's registry, ``publish`` to the writer, whose result is acked, and
+``status`` straight to the fan-out: stamped with the sender and the time,
+never stored, never acked.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 from functools import partial
 
@@ -30,9 +33,13 @@ from channels.protocol import (
     Hello,
     Message,
     Publish,
+    Status,
+    StatusUpdate,
     Subscribe,
     Unsubscribe,
     Welcome,
+    id_for_time,
+    id_timestamp,
     parse_client_frame,
 )
 from channels.ratelimit import Verdict
@@ -91,12 +98,14 @@ class Dispatcher:
                     )
                     continue
                 if verdict is Verdict.LIMITED:
+                    # A status is dropped quietly as to whom: nobody waits on it.
+                    about = None if isinstance(frame, StatusUpdate) else frame
                     conn.send(
                         ErrorFrame(
                             ErrorCode.RATE_LIMITED,
                             f"over {self._rate:g} frames/s: slow down and retry",
-                            client_id=getattr(frame, "client_id", None),
-                            channel=getattr(frame, "channel", None),
+                            client_id=getattr(about, "client_id", None),
+                            channel=getattr(about, "channel", None),
                         )
                     )
                     continue
@@ -123,12 +132,13 @@ class Dispatcher:
                 else:
                     conn.send(ErrorFrame(ErrorCode.BAD_FRAME, f"already identified as {conn.nick}"))
             case _ if conn.nick is None:
+                about = None if isinstance(frame, StatusUpdate) else frame
                 conn.send(
                     ErrorFrame(
                         ErrorCode.UNAUTHORIZED,
                         "send hello with your nick first (this hub has no tokens)",
-                        client_id=getattr(frame, "client_id", None),
-                        channel=getattr(frame, "channel", None),
+                        client_id=getattr(about, "client_id", None),
+                        channel=getattr(about, "channel", None),
                     )
                 )
             case Subscribe():
@@ -137,6 +147,17 @@ class Dispatcher:
                 self._subscribers.remove(conn, channel)
             case Publish():
                 await self._publish(conn, frame)
+            case StatusUpdate():
+                self._stats.statuses += 1
+                self._subscribers.status(
+                    Status(
+                        channel=frame.channel,
+                        thread=frame.thread,
+                        sender=conn.nick,  # the hub's view, as for a message
+                        text=frame.text,
+                        ts=id_timestamp(id_for_time(time.time_ns() // 1_000_000)),
+                    )
+                )
 
     async def _publish(self, conn: Connection, frame: Publish) -> None:
         assert conn.nick is not None  # _dispatch checked

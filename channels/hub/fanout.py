@@ -4,13 +4,15 @@ The writer calls :meth:`Subscribers.fanout` once per stored message, in id
 order; it never waits. A subscriber whose outbox is full is closed by its
 connection (see :class:`~channels.hub.connection.Connection`); one that is
 still replaying gets the message parked in its subscription instead.
+:meth:`Subscribers.status` hands a status to the same subscribers, dropped
+for any whose outbox is half full: it is never stored, so never replayed.
 """
 
 from __future__ import annotations
 
 from channels.hub.connection import Connection, Subscription
 from channels.hub.stats import HubStats
-from channels.protocol import Message, encode
+from channels.protocol import Message, Status, encode
 
 __all__ = ["Subscribers"]
 
@@ -53,6 +55,15 @@ class Subscribers:
 
     def _count(self) -> None:
         self._stats.subscriptions = sum(len(s) for s in self._by_channel.values())
+
+    def status(self, status: Status) -> None:
+        """Hand a status to the channel's current subscribers (never waits, may drop)."""
+        subs = self._by_channel.get(status.channel)
+        if not subs:
+            return
+        text = encode(status)
+        for conn in list(subs):
+            conn.offer_text(text)
 
     def fanout(self, message: Message) -> None:
         """Hand a stored message to every subscriber of its channel (never waits)."""

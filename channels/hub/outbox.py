@@ -12,7 +12,8 @@ class Outbox:
     """A connection's bounded queue of encoded frames, drained by its sender task.
 
     Live traffic uses :meth:`push`, which never waits and says False when the
-    queue is full (the caller closes the slow connection). Replay uses
+    queue is full (the caller closes the slow connection); statuses use
+    :meth:`offer`, which drops them instead once the queue is half full. Replay uses
     :meth:`push_replay`, which waits while the queue is at least half full,
     so the other half stays free for live messages and acks.
     """
@@ -41,6 +42,18 @@ class Outbox:
     def push(self, text: str) -> bool:
         """Queue a live frame; False if the queue is full (or closed)."""
         if self.closed or self.sealed or len(self._items) >= self.limit:
+            return False
+        self._items.append(text)
+        self._appended()
+        return True
+
+    def offer(self, text: str) -> bool:
+        """Queue a frame that may be lost (a status) only while the queue is under half full.
+
+        False means it was dropped: a status never costs a slow subscriber its
+        connection, and never takes the room kept for messages and acks.
+        """
+        if self.closed or self.sealed or len(self._items) >= self._low:
             return False
         self._items.append(text)
         self._appended()

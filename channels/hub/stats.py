@@ -17,3 +17,5 @@ class HubStats:
     duplicates: int = 0
     slow_closed: int = 0
     flood_closed: int = 0
+    statuses: int = 0  # status frames fanned out (each counted once, whatever the subscribers)
+    statuses_dropped: int = 0  # status copies not queued: that subscriber's outbox was half full
