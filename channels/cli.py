@@ -4,12 +4,17 @@
 
     atirc hub [--listen HOST:PORT] [--db PATH] [--tokens FILE]
     atirc pub CHANNEL TEXT [--thread ID] [--wait [SECONDS]]
-    atirc sub CHANNEL [--since ID] [--json]
+    atirc sub CHANNEL [--since ID] [--json] [--status]
 
 ``pub`` and ``sub`` read ``ATIRC_URL`` (default ``ws://127.0.0.1:6680/``),
 ``ATIRC_TOKEN`` (none: say ``hello``) and ``ATIRC_NICK`` (default: the user
 name). Exit status: 0 done, 1 an error (the hub unreachable, refused, …),
 2 a usage error, 3 ``--wait`` saw no reply in time.
+
+While ``pub --wait`` waits, the replier's ``status`` frames (its progress)
+show as one updating line when stdout is a terminal
+(:class:`~channels.statusline.StatusLine`), erased before the reply; ``sub
+--status`` prints them among the messages.
 """
 
 from __future__ import annotations
@@ -31,7 +36,8 @@ import structlog
 from channels.client import DEFAULT_URL, PublishAck, WebSocketChannel, exponential_backoff
 from channels.errors import ChannelConfigError, ChannelError
 from channels.hub import DEFAULT_HOST, DEFAULT_PORT, Hub
-from channels.protocol import DEFAULT_MAX_FRAME, Message, encode, is_channel, is_id
+from channels.protocol import DEFAULT_MAX_FRAME, Message, Status, encode, is_channel, is_id
+from channels.statusline import StatusLine
 from channels.tokens import load_tokens
 
 __all__ = ["main"]
@@ -141,7 +147,9 @@ async def _hub(args: argparse.Namespace) -> int:
 # -- atirc pub / sub ----------------------------------------------------------------------
 
 
-def _client(attempts: int | None) -> WebSocketChannel:
+def _client(
+    attempts: int | None, on_status: Callable[[Status], None] | None = None
+) -> WebSocketChannel:
     url = os.environ.get("ATIRC_URL") or DEFAULT_URL
     token = os.environ.get("ATIRC_TOKEN") or None
     nick = os.environ.get("ATIRC_NICK") or None
@@ -152,7 +160,11 @@ def _client(attempts: int | None) -> WebSocketChannel:
             raise ChannelConfigError("cannot tell the user name: set ATIRC_NICK") from exc
     try:
         return WebSocketChannel(
-            url, token=token, nick=nick, backoff=exponential_backoff(attempts=attempts)
+            url,
+            token=token,
+            nick=nick,
+            backoff=exponential_backoff(attempts=attempts),
+            on_status=on_status,
         )
     except ChannelConfigError as exc:
         raise ChannelConfigError(f"{exc} (set ATIRC_NICK / ATIRC_URL)") from exc
@@ -177,9 +189,18 @@ async def _first_reply(channel: WebSocketChannel, ack: PublishAck) -> str:
     raise ChannelError("the channel closed before a reply came")
 
 
-async def _pub(args: argparse.Namespace) -> int:
+async def _pub(args: argparse.Namespace, isatty: Callable[[], bool] | None = None) -> int:
+    """``atirc pub``; ``isatty`` (default: stdout's) says whether to show the status line."""
     text = sys.stdin.read() if args.text == "-" else args.text
-    channel = _client(attempts=5)
+    shown = args.wait is not None and (isatty or sys.stdout.isatty)()
+    line = StatusLine(sys.stdout) if shown else None
+    thread: list[str] = []  # the thread whose statuses are shown, once acked
+
+    def on_status(status: Status) -> None:
+        if line is not None and status.thread in thread and status.sender != channel.nick:
+            line.show(f"{status.sender}: {status.text}")
+
+    channel = _client(attempts=5, on_status=on_status)
     await channel.connect(retry=False)
     try:
         if args.wait is not None:
@@ -189,6 +210,8 @@ async def _pub(args: argparse.Namespace) -> int:
         print(ack.id, flush=True)
         if args.wait is None:
             return 0
+        thread.append(ack.thread)
+        ticker = asyncio.create_task(line.tick()) if line is not None else None
         try:
             async with asyncio.timeout(args.wait):
                 reply = await _first_reply(channel, ack)
@@ -198,6 +221,13 @@ async def _pub(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return EXIT_NO_REPLY
+        finally:
+            if ticker is not None:
+                ticker.cancel()
+                await asyncio.gather(ticker, return_exceptions=True)
+            if line is not None:
+                thread.clear()  # no status drawn after this
+                line.clear()
         print(reply, flush=True)
         return 0
     finally:
@@ -211,8 +241,17 @@ def _format(message: Message, continued: bool) -> str:
     return f"{message.ts} {message.id} <{message.sender}> {reply}{message.text}"
 
 
+def _format_status(status: Status) -> str:
+    # "*" where a message has its id: a status has none, it is not stored.
+    return f"{status.ts} * <{status.sender}> (re {status.thread}) {status.text}"
+
+
 async def _sub(args: argparse.Namespace) -> int:
-    channel = _client(attempts=None)  # like tail -f: ride out hub restarts
+    def on_status(status: Status) -> None:
+        print(encode(status) if args.json else _format_status(status), flush=True)
+
+    # like tail -f: ride out hub restarts
+    channel = _client(attempts=None, on_status=on_status if args.status else None)
     await channel.connect(retry=False)
     loop = asyncio.get_running_loop()
     closing: list[asyncio.Task[None]] = []
@@ -310,6 +349,11 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("channel", type=_channel_arg, metavar="CHANNEL")
     sub.add_argument("--since", type=_id_arg, metavar="ID", help="first replay what came after ID")
     sub.add_argument("--json", action="store_true", help="one JSON message frame per line")
+    sub.add_argument(
+        "--status",
+        action="store_true",
+        help="also print status frames (progress, never stored): TS * <FROM> (re THREAD) TEXT",
+    )
     sub.set_defaults(func=_sub, log_level=logging.WARNING)
     return parser
 
