@@ -24,6 +24,9 @@ channel healthy and the runtime not wedged (:mod:`daemon.runtime.watchdog`),
 ``STATUS=`` with active runs, queued prompts and live REPL scopes, and
 ``STOPPING=1`` at shutdown.
 
+While a run works, its progress goes to its thread as channel ``status``
+frames (:mod:`daemon.runtime.progress`; never after the reply).
+
 Shutdown (SIGTERM, SIGINT, or :meth:`Daemon.request_stop`), in a fixed order:
 stop reading the channel, give active runs ``runtime.shutdown_grace`` seconds,
 cancel the rest and record them interrupted (their prompts are answered after
@@ -63,6 +66,12 @@ from daemon.runtime.audit import audit_observer
 from daemon.runtime.intake import ChannelPublisher, ChunkJoiner, inbound
 from daemon.runtime.limits import SenderLimiter, SenderLimits
 from daemon.runtime.note import RestartNoteExecutor
+from daemon.runtime.progress import (
+    PROGRESS_INTERVAL,
+    RunProgress,
+    progress_observer,
+    showing_progress,
+)
 from daemon.runtime.runs import PausedRun, RunRequest, RunResult
 from daemon.runtime.scheduler import Runtime, RuntimeOptions
 from daemon.runtime.scopes import SignedScopeStore, load_or_create_key
@@ -154,7 +163,8 @@ class Daemon:
     ``channel`` and ``executor`` replace the ones the config describes (tests
     and ``asyncai up`` pass a client for their in-process hub). ``env`` is
     where ``NOTIFY_SOCKET`` and ``WATCHDOG_USEC`` are read (default
-    ``os.environ``).
+    ``os.environ``). ``progress_interval``: seconds between two statuses of
+    a run, at least (tests pass 0 to see every one).
     """
 
     def __init__(
@@ -164,8 +174,10 @@ class Daemon:
         channel: Channel | None = None,
         executor: ToolExecutor | None = None,
         env: Mapping[str, str] | None = None,
+        progress_interval: float = PROGRESS_INTERVAL,
     ):
         self.config = config
+        self._progress_interval = progress_interval
         self._env = env
         self._channel = channel
         self._executor = executor
@@ -252,7 +264,7 @@ class Daemon:
             self._mcp = build_mcp_executor(config)
             self._executor = build_tool_executor(
                 config,
-                observer=audit_observer(self._store),
+                observer=progress_observer(audit_observer(self._store)),
                 inner=self._mcp,
                 gate=self.gate,
                 scopes=await self._scope_store(),
@@ -420,7 +432,8 @@ class Daemon:
         if persistent is not None:
             await persistent.restore_scope(request.thread_id)
         self._noted.before_run(request.thread_id, had_earlier_runs=bool(request.history))
-        result = await self._backend.run(request)
+        async with self._progress(request):
+            result = await self._backend.run(request)
         if persistent is not None:
             await persistent.checkpoint(request.thread_id)
         return result
@@ -429,10 +442,23 @@ class Daemon:
         self, request: RunRequest, paused: PausedRun, decisions: Mapping[int, Decision]
     ) -> RunResult:
         """A paused run going on through the backend, once decided."""
-        result = await self._backend.resume(request, paused.conversation, paused.pause, decisions)
+        async with self._progress(request):
+            result = await self._backend.resume(
+                request, paused.conversation, paused.pause, decisions
+            )
         if isinstance(self._executor, PersistentScopes):
             await self._executor.checkpoint(request.thread_id)
         return result
+
+    def _progress(self, request: RunRequest) -> contextlib.AbstractAsyncContextManager[RunProgress]:
+        """The run's progress, shown in its thread until the run returns."""
+        channel = self._channel
+        assert channel is not None  # start() made it
+
+        async def send(text: str) -> None:
+            await channel.status(request.channel, text, thread=request.thread_id)
+
+        return showing_progress(send, interval=self._progress_interval)
 
     def gate(self, definition: ToolDefinition, arguments: dict[str, Any]) -> Verdict:
         """``[approvals]`` applied to one call (with the run's grants once running).

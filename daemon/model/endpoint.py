@@ -8,6 +8,8 @@ once. A 200 whose body the loop cannot read (not JSON, ``message: null``,
 ``content: 42``, a lone surrogate: :mod:`daemon.model.response`) fails at
 once too: a server that sends one is not fixed by asking again. Each retry
 is logged (``model.request_retry``, a warning, logger ``asyncai.backend``).
+Each request is reported as the run's progress ("thinking", or "answering"
+for a ``final`` round: :mod:`daemon.runtime.progress`).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from daemon.backoff import Backoff
 from daemon.config import ModelConfig
 from daemon.errors import BackendError
 from daemon.model.response import completion_problem
+from daemon.runtime.progress import model_request
 from sessions.model import RunMetrics
 
 __all__ = ["ChatEndpoint"]
@@ -51,11 +54,15 @@ class ChatEndpoint:
         if self.params.max_tokens is not None:
             body["max_tokens"] = self.params.max_tokens
 
-    async def complete(self, body: dict[str, Any], metrics: RunMetrics, run_id: str) -> Any:
+    async def complete(
+        self, body: dict[str, Any], metrics: RunMetrics, run_id: str, *, final: bool = False
+    ) -> Any:
         """One chat completion with timeout and retries; BackendError when it cannot be had.
 
-        Counts the round, its tokens and the retries into ``metrics``.
+        Counts the round, its tokens and the retries into ``metrics``; ``final``:
+        the round that asks for the answer (shown as the run's progress).
         """
+        model_request(final=final)
         attempts = self.params.retries + 1
         limit = self.params.request_timeout
         for attempt in range(1, attempts + 1):

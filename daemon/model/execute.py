@@ -18,6 +18,7 @@ from daemon.logging import log_content
 from daemon.model.calls import ToolCall
 from daemon.model.prompts import INVALID_ARGUMENTS
 from daemon.model.records import RunState
+from daemon.runtime.progress import tool_call_started
 from daemon.runtime.runs import ToolUseContext, current_tool_use
 from daemon.tools import (
     ApprovalGate,
@@ -118,6 +119,7 @@ async def _execute(
                     is_error=False,
                     pause=Pause(calls=(pending,)),
                 )
+        tool_call_started(name)  # the run's progress: "running code"
         async with asyncio.timeout(limit):
             return await caller.call_tool(name, arguments)
     except TimeoutError:

@@ -323,7 +323,9 @@ class OpenAiCompatibleBackend:
                 body["tools"] = ctx.tools
             self._endpoint.sampling(body)
 
-            response = await self._endpoint.complete(body, run.metrics, run.request.run_id)
+            response = await self._endpoint.complete(
+                body, run.metrics, run.request.run_id, final=final
+            )
             choice = response.choices[0]
             content = choice.message.content or ""
             calls = [] if final else parse_calls(choice.message.tool_calls or [], run)
