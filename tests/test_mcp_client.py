@@ -126,7 +126,7 @@ async def test_definitions_carry_output_schemas_and_annotations(world: World) ->
     http_get = defs["http_get"]
     assert http_get.read_only is True
     assert http_get.output_schema is not None
-    assert set(http_get.output_schema["properties"]) == {"status", "content_type", "body"}
+    assert set(http_get.output_schema["properties"]) == {"status", "content_type", "body", "json"}
     assert defs["rm"].destructive is True
     assert defs["rm"].mutating
     assert defs["echo"].output_schema is None

@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 
 from servers.simple.fetch import FetchError, fetch
 from servers.simple.policy import embedded_ipv4, parse_ip, refusal
+from servers.simple.server import build_server, parsed_json
 
 OK, LINK_LOCAL, PRIVATE = "ok", "link-local", "private"
 #: address -> (without --deny-private, with --deny-private)
@@ -196,6 +197,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             "/err": (500, "text/plain", b"server broke"),
             "/latin": (200, "text/plain; charset=iso-8859-1", "café".encode("latin-1")),
             "/host": (200, "text/plain", (self.headers["Host"] or "").encode()),
+            "/data.json": (200, "application/json", b'{"items": [{"name": "a"}]}'),
         }.get(self.path, (404, "text/html", b"<h1>missing</h1>"))
         self.send_response(status)
         self.send_header("Content-Type", ctype)
@@ -490,3 +492,49 @@ async def test_a_body_of_exactly_max_bytes_is_whole() -> None:
     async with serving(exactly_1000) as port:
         page = await fetch(f"http://127.0.0.1:{port}/", max_bytes=1000, timeout=10)
     assert page.body == "y" * 1000
+
+
+@pytest.mark.parametrize(
+    ("body", "content_type", "expected"),
+    [
+        ('{"a": [1, 2]}', "application/json", (True, {"a": [1, 2]})),
+        ("[1, 2]", "application/problem+json; charset=utf-8", (True, [1, 2])),
+        ("42", "application/json", (True, 42)),
+        ("null", "text/json", (True, None)),
+        ('  {"a": 1}', "text/plain", (True, {"a": 1})),  # JSON labelled as text
+        ("[1, 2]", None, (True, [1, 2])),
+        ("42", "text/plain", (False, None)),  # a number in a text page stays text
+        ("item,stock\nbolts,120\n", "text/csv", (False, None)),
+        ("{not json", "application/json", (False, None)),
+        ("", "application/json", (False, None)),
+    ],
+)
+def test_http_get_parses_a_json_body(
+    body: str, content_type: str | None, expected: tuple[bool, Any]
+) -> None:
+    """``json`` is present when the body is JSON: a JSON media type whatever it holds,
+    another type only for an object or an array; anything else leaves it out."""
+    assert parsed_json(body, content_type) == expected
+
+
+@given(st.text(max_size=200), st.one_of(st.none(), st.text(max_size=40)))
+def test_parsed_json_answers_any_body(body: str, content_type: str | None) -> None:
+    """Any body and content type: a parsed value or (False, None), never an exception."""
+    ok, value = parsed_json(body, content_type)
+    assert ok or value is None
+
+
+async def test_http_get_result_has_json_only_for_a_json_body(port: int) -> None:
+    """Through the MCP server: a JSON page's result carries the parsed body as ``json``
+    beside the body text; a text page's has no ``json`` key."""
+    server = build_server()
+    data = await server.call_tool("http_get", {"url": f"http://127.0.0.1:{port}/data.json"})
+    text = await server.call_tool("http_get", {"url": f"http://127.0.0.1:{port}/ok"})
+    assert data.structured_content == {
+        "status": 200,
+        "content_type": "application/json",
+        "body": '{"items": [{"name": "a"}]}',
+        "json": {"items": [{"name": "a"}]},
+    }
+    assert text.structured_content is not None
+    assert "json" not in text.structured_content

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import json
 from collections.abc import Callable
-from typing import TypedDict, TypeVar
+from typing import Any, NotRequired, TypedDict, TypeVar
 
 from mcp.server import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
@@ -12,17 +13,20 @@ from mcp.types import ToolAnnotations
 
 from servers.simple.fetch import DEFAULT_MAX_BYTES, DEFAULT_TIMEOUT, FetchError, fetch
 
-__all__ = ["HttpResponse", "build_server", "main"]
+__all__ = ["HttpResponse", "build_server", "main", "parsed_json"]
 
 T = TypeVar("T", int, float)
 
 HTTP_GET_DESCRIPTION = """\
 Fetch a URL with HTTP GET and return the whole response (status, \
-content_type, body). Redirects are followed. Any status \
+content_type, body; and json, the body parsed, when the body is JSON). \
+Redirects are followed. Any status \
 (404, 500, ...) is a result, not an error; a URL that cannot be fetched \
 (DNS, connection, TLS, timeout, a refused address, a body over the size \
 limit) is an error. Link-local and cloud metadata addresses are never fetched.
 Example: r = await http_get(url="https://example.com/"); r["status"]"""
+
+_JSON_TYPES = ("application/json", "text/json")
 
 
 class HttpResponse(TypedDict):
@@ -31,6 +35,28 @@ class HttpResponse(TypedDict):
     status: int
     content_type: str | None
     body: str
+    # The body parsed, present only when it is JSON: a small model indexed the body
+    # string as if it were the parsed data (`r["body"]["items"]`), and a missing
+    # key says "not JSON" more plainly than a None would.
+    json: NotRequired[Any]
+
+
+def parsed_json(body: str, content_type: str | None) -> tuple[bool, Any]:
+    """``(True, value)`` when ``body`` is JSON, else ``(False, None)``.
+
+    A JSON media type (``application/json``, ``text/json``, ``*/*+json``) is
+    parsed whatever it holds; any other type only when the body is an object
+    or an array (servers often label JSON ``text/plain``), so a page that
+    happens to say ``42`` stays text.
+    """
+    media = (content_type or "").split(";", 1)[0].strip().lower()
+    declared = media in _JSON_TYPES or media.endswith("+json")
+    if not declared and not body.lstrip().startswith(("{", "[")):
+        return False, None
+    try:
+        return True, json.loads(body)
+    except (ValueError, RecursionError):  # not JSON after all, or nested too deep to parse
+        return False, None
 
 
 def build_server(
@@ -59,9 +85,13 @@ def build_server(
             )
         except FetchError as exc:
             raise ToolError(str(exc)) from exc
-        return HttpResponse(
+        result = HttpResponse(
             status=response.status, content_type=response.content_type, body=response.body
         )
+        is_json, value = parsed_json(response.body, response.content_type)
+        if is_json:
+            result["json"] = value
+        return result
 
     return server
 
