@@ -156,3 +156,24 @@ async def test_readonly_server_lists_no_mutating_tool(tmp_path: Path) -> None:
         "scale_object",
         "delete_object",
     }
+
+
+def test_object_schemas_name_the_fields_people_ask_about() -> None:
+    """Object and list schemas declare where a pod's phase, node and restarts, a
+    deployment's replicas and image, an event's type and reason, and a configmap's data
+    live, so code mode's stubs show them instead of a bare ``metadata: dict``."""
+    from daemon.code_mode.schema import return_sketch
+    from servers.kcp import schemas
+
+    props = schemas.OBJECT["properties"]
+    assert set(props["metadata"]["properties"]) >= {"name", "namespace", "labels"}
+    assert set(props["spec"]["properties"]) >= {"nodeName", "replicas", "containers"}
+    status = props["status"]["properties"]
+    assert set(status) >= {"phase", "replicas", "readyReplicas", "containerStatuses"}
+    assert "restartCount" in status["containerStatuses"]["items"]["properties"]
+    assert {"data", "type", "reason", "message", "involvedObject"} <= set(props)
+    assert "required" not in schemas.OBJECT  # each field belongs to some kinds only
+    assert schemas.OBJECT_LIST["properties"]["items"]["items"] is schemas.OBJECT
+    sketch = return_sketch(schemas.OBJECT_LIST)
+    assert '"status": {"phase": str, "containerStatuses": [...], "replicas": int' in sketch
+    assert '"readyReplicas": int' in sketch
