@@ -176,7 +176,8 @@ async def test_a_run_code_call_written_as_text_runs(code_mode):
     text = "<tool_call>\n" + json.dumps({"name": "run_code", "arguments": {"code": FILTER}})
     _, (result,) = await run_script(ex, [Reply(text + "\n</tool_call>"), "Three."], request())
     assert inner.calls == [("list_pods", {"namespace": "prod"})]
-    assert result.reply == "Three."
+    # the words left the names out: the value is quoted after them
+    assert result.reply == "Three.\n\nThe result of run_code: pod-0, pod-4, pod-8"
 
 
 async def test_code_repairs_await_precedence_and_a_trailing_assignment(code_mode):
@@ -343,3 +344,19 @@ async def test_an_invented_function_gets_the_list_of_real_ones(code_mode):
     retry = fake.requests[1]["messages"][-1]["content"]
     assert "Hint: there is no function get_pod" in retry
     assert "The functions are: list_pods." in retry
+
+
+async def test_text_is_shown_as_lines_and_the_same_error_twice_gets_a_stronger_hint(code_mode):
+    """Text indexed as if it were parsed: the retry shows the value is a str and its first
+    lines; the same error on the next snippet brings the stronger hint, which says to
+    parse the text first."""
+    ex, _ = code_mode
+    bad = block("body = 'item,stock\\nbolts,120\\nnuts,45'\nbody['item']")
+    script = [bad, bad, block(FILTER), "pod-0, pod-4 and pod-8."]
+    fake, (result,) = await run_script(ex, script, request())
+    first, second = (fake.requests[i]["messages"][-1]["content"] for i in (1, 2))
+    assert "body is a str of 3 lines (text, not parsed)" in first
+    assert "body.splitlines()[:3] == ['item,stock', 'bolts,120', 'nuts,45']" in first
+    assert "the same error as last time" not in first
+    assert "Hint: the same error as last time. That value is a str (text)" in second
+    assert result.reply == "pod-0, pod-4 and pod-8."

@@ -8,6 +8,8 @@ import ast
 import json
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from daemon.code_mode import contract
 from daemon.code_mode.catalog import Catalog
@@ -23,17 +25,23 @@ from daemon.model.harness import (
     catalog_signatures,
     code_message,
     compact_description,
+    error_signature,
     extract_code,
+    hidden_fields,
+    hidden_paths,
     is_code_only,
     peek_code,
     prints_as_result,
+    quote_result,
     readable,
     recover_arguments,
     repair_code,
+    repeat_hint,
     result_message,
     retry_hint,
     system_prompt,
     text_tool_calls,
+    value_atoms,
 )
 from daemon.tools import ToolDefinition
 
@@ -370,3 +378,137 @@ def test_results_are_made_readable_for_the_answer() -> None:
     assert readable('{"version":"2.7.1","healthy":false}') == "version: 2.7.1\nhealthy: False"
     assert readable("debug") == "debug"
     assert readable("[]") == "[]"
+
+
+# ---- repeated failures ----
+
+TRACEBACK = "Traceback (most recent call last):\n  File \"<snippet>\", line 2\n    x['k']\n{}"
+
+
+def test_error_signature_is_the_exception_line_not_a_hint() -> None:
+    """The last exception line of a traceback names the error; hint lines after it and
+    source lines quoted in it do not."""
+    text = TRACEBACK.format("KeyError: 'phase'\nHint: look at the keys")
+    assert error_signature(text) == "KeyError: 'phase'"
+    assert error_signature("ModuleNotFoundError: No module named 'requests'") == (
+        "ModuleNotFoundError: No module named 'requests'"
+    )
+    assert error_signature("(empty result)") is None
+
+
+@pytest.mark.parametrize(
+    ("error", "expected"),
+    [
+        ("ModuleNotFoundError: No module named 'requests'", "await http_get(url=...)"),
+        ("ModuleNotFoundError: No module named 'statistics'", "sum(xs) / len(xs)"),
+        ("ModuleNotFoundError: No module named 'foo.bar'", "delete every `import foo`"),
+        ("KeyError: 'ready_replicas'", "do not write ['ready_replicas']"),
+        ("TypeError: string indices must be integers", "That value is a str (text)"),
+        ("NameError: name 'get_pods' is not defined", "The only functions are: list_objects."),
+        ("AttributeError: 'list' object has no attribute 'items'", "A list has no .items"),
+        ("ZeroDivisionError: division by zero", "`ZeroDivisionError: division by zero` again"),
+    ],
+)
+def test_the_same_error_twice_gets_a_stronger_hint(error: str, expected: str) -> None:
+    """The second time a snippet fails with the same exception, the hint says what to
+    write instead (for a missing module, the way around it) and that the line must go."""
+    text = TRACEBACK.format(error)
+    hint = repeat_hint(text, text + "\nHint: an earlier hint", ["list_objects"])
+    assert hint is not None
+    assert hint.startswith("Hint: the same error as last time.")
+    assert expected in hint
+
+
+def test_a_different_or_first_error_gets_no_stronger_hint() -> None:
+    """No previous error, another exception, or no exception line at all: no hint."""
+    key = TRACEBACK.format("KeyError: 'a'")
+    assert repeat_hint(key, None) is None
+    assert repeat_hint(key, TRACEBACK.format("KeyError: 'b'")) is None
+    assert repeat_hint("(no output)", "(no output)") is None
+
+
+# ---- the value is the answer ----
+
+
+def test_value_atoms_are_the_scalars_of_a_short_result() -> None:
+    """JSON results give their scalar leaves; text gives its lines; long ones give None."""
+    assert value_atoms('["api-2", "etl-1"]') == ["api-2", "etl-1"]
+    assert value_atoms('{"version": "2.7.1", "healthy": false}') == ["2.7.1", "false"]
+    assert value_atoms("162.75") == ["162.75"]
+    assert value_atoms("washers\n8") == ["washers", "8"]
+    assert value_atoms(json.dumps(list(range(50)))) is None
+    assert value_atoms("[]") is None
+
+
+def test_a_value_the_words_leave_out_is_quoted() -> None:
+    """An answer that states every value stays as it is; one that drops a value gets the
+    result appended, verbatim and on one line; empty and long results are not quoted."""
+    names = '["api-2", "ledger-1", "etl-1"]'
+    full = "api-2, ledger-1 and etl-1 are not running."
+    assert quote_result(full, names) == full
+    short = "api-2 and etl-1 are not running."
+    assert quote_result(short, names) == (
+        f"{short}\n\nThe result of run_code: api-2, ledger-1, etl-1"
+    )
+    assert quote_result("It is healthy.", '{"version": "2.7.1", "healthy": false}').endswith(
+        "The result of run_code: version: 2.7.1, healthy: false"
+    )
+    assert quote_result("Nothing.", "(empty result: the last expression was an empty list)") == (
+        "Nothing."
+    )
+    long = json.dumps(["x" * 50] * 20)
+    assert quote_result("Many.", long) == "Many."
+
+
+@given(st.text(max_size=300), st.text(max_size=300))
+def test_quote_result_never_fails_and_keeps_the_reply(reply: str, result: str) -> None:
+    """Any reply and result: the reply comes back, possibly with the result after it."""
+    assert quote_result(reply, result).startswith(reply.rstrip())
+
+
+# ---- fields the sketches cut short ----
+
+_DEEP = {
+    "type": "object",
+    "properties": {
+        "items": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {
+                    "metadata": {"type": "object", "properties": {"name": {"type": "string"}}},
+                    "status": {
+                        "type": "object",
+                        "properties": {
+                            "phase": {"type": "string"},
+                            "containerStatuses": {
+                                "type": "array",
+                                "items": {
+                                    "type": "object",
+                                    "properties": {"restartCount": {"type": "integer"}},
+                                },
+                            },
+                        },
+                    },
+                },
+            },
+        }
+    },
+}
+
+
+def test_fields_a_sketch_elides_are_listed_as_paths() -> None:
+    """A restart count five containers down a list (shown as [...] in the Returns: line)
+    is spelled out as the access path a snippet writes; shallow fields are not."""
+    assert hidden_paths(_DEEP) == [
+        'x["items"][i]["status"]["containerStatuses"][j]["restartCount"]: int'
+    ]
+    shallow = {"type": "object", "properties": {"phase": {"type": "string"}}}
+    assert hidden_paths(shallow) == []
+    deep = ToolDefinition("list_pods", "List pods.", {"type": "object"}, output_schema=_DEEP)
+    catalog = Catalog([deep, _tool("get_object", "Get one.", ["name"], [])])
+    section = hidden_fields(catalog)
+    assert section.startswith("Fields the Returns: lines above shorten")
+    assert '- list_pods: x["items"][i]["status"]["containerStatuses"][j]' in section
+    assert compact_description(catalog).endswith(section)
+    assert hidden_fields(CATALOG) == ""

@@ -34,6 +34,8 @@ from daemon.model.harness import (
     is_empty_result,
     peek_code,
     prints_as_result,
+    quote_result,
+    repeat_hint,
     result_message,
     retry_hint,
 )
@@ -100,6 +102,9 @@ async def code_blocks(
                 # the model restated code or said nothing: the result is the answer
                 state.reply = f"The result of run_code: {ls.last_result}"
                 state.metrics.reply_from_result = True
+            elif ls.last_result is not None:
+                # the value the code computed is the answer: what the words drop is quoted
+                state.reply = quote_result(state.reply, ls.last_result)
             return
         mend_call(call, functions, state)
         assistant = assistant_record(
@@ -134,7 +139,10 @@ async def after_block(
     if not output.is_error:
         text = prints_as_result(text)
     elif isinstance(code, str):
-        hint = retry_hint(code, text, functions)
+        # the same error twice: a stronger hint (what to write instead) than the first
+        hint = repeat_hint(text, _previous_error(state), functions) or retry_hint(
+            code, text, functions
+        )
         text = f"{text}\n{hint}" if hint else text
     count_result(state.metrics, output, text, True)
     result: dict[str, Any] = {"type": "tool_result", "tool_use_id": call.id, "content": text}
@@ -185,6 +193,18 @@ async def _peek(caller: ToolExecutor, code: str, state: RunState) -> str | None:
         return None
     state.metrics.peeks += 1
     return text
+
+
+def _previous_error(state: RunState) -> str | None:
+    """The text of the run's last tool result when it was an error (from the records,
+    so a run resumed after a pause sees it too), else None."""
+    for record in reversed(state.records):
+        content = record.message.get("content") if isinstance(record.message, dict) else None
+        for block in reversed(content if isinstance(content, list) else []):
+            if isinstance(block, dict) and block.get("type") == "tool_result":
+                text = block.get("content")
+                return text if block.get("is_error") and isinstance(text, str) else None
+    return None
 
 
 def _code_call(message: Any, content: str, state: RunState) -> ToolCall | None:

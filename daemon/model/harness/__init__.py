@@ -32,18 +32,25 @@ everything here is text in, text out, one module per job: ``prompts`` (the
 system message, built from the :class:`~daemon.code_mode.catalog.Catalog`),
 ``parsing`` (code blocks, broken arguments, calls written as text),
 ``repair`` (AST repairs of the code), ``feedback`` (what a result tells the
-model) and ``peek`` (the look at a failed snippet's variables).
+model, and the value quoted in the answer), ``fields`` (result fields the
+stubs' sketches cut short) and ``peek`` (the look at a failed snippet's
+variables).
 """
 
 from daemon.model.harness.feedback import (
     NO_OUTPUT,
     answer_instruction,
+    error_signature,
     is_empty_result,
     prints_as_result,
+    quote_result,
     readable,
+    repeat_hint,
     result_message,
     retry_hint,
+    value_atoms,
 )
+from daemon.model.harness.fields import hidden_fields, hidden_paths
 from daemon.model.harness.parsing import (
     code_message,
     extract_code,
@@ -87,16 +94,22 @@ __all__ = [
     "catalog_signatures",
     "code_message",
     "compact_description",
+    "error_signature",
     "extract_code",
+    "hidden_fields",
+    "hidden_paths",
     "is_code_only",
     "is_empty_result",
     "peek_code",
     "prints_as_result",
+    "quote_result",
     "readable",
     "recover_arguments",
     "repair_code",
+    "repeat_hint",
     "result_message",
     "retry_hint",
     "system_prompt",
     "text_tool_calls",
+    "value_atoms",
 ]

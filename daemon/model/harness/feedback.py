@@ -10,14 +10,20 @@ import json
 import re
 from collections.abc import Iterable
 
+from daemon.code_mode.hints import MISSING_MODULE_ADVICE
+
 __all__ = [
     "NO_OUTPUT",
     "answer_instruction",
+    "error_signature",
     "is_empty_result",
     "prints_as_result",
+    "quote_result",
     "readable",
+    "repeat_hint",
     "result_message",
     "retry_hint",
+    "value_atoms",
 ]
 
 # run_code's text for "nothing printed, None last" (daemon/code_mode/contract.py; a test
@@ -164,3 +170,159 @@ def prints_as_result(text: str) -> str:
     if isinstance(value, dict) and set(value) == {"output"} and isinstance(value["output"], str):
         return value["output"].rstrip("\n") if value["output"].strip() else NO_OUTPUT
     return text
+
+
+_ERROR_LINE = re.compile(r"^(\w+(?:Error|Exception|Exit|Interrupt))\b:?\s*(.*)$")
+
+
+def error_signature(error: str) -> str | None:
+    """The exception line of a failed snippet's text (``KeyError: 'phase'``), or None.
+
+    The last such line counts: a traceback ends with the exception, and the
+    ``Hint:`` lines appended after it are not exceptions.
+    """
+    found = None
+    for line in error.splitlines():
+        m = _ERROR_LINE.match(line.strip())
+        if m:
+            found = f"{m.group(1)}: {m.group(2)}".rstrip(": ")
+    return found
+
+
+# What to write instead of a module a small model keeps importing, beyond code
+# mode's own advice for Monty's missing stdlib modules (daemon.code_mode.hints).
+_INSTEAD = {
+    "requests": "fetch URLs with `r = await http_get(url=...)` (a function already defined)",
+    "urllib": "fetch URLs with `r = await http_get(url=...)` (a function already defined)",
+    "httpx": "fetch URLs with `r = await http_get(url=...)` (a function already defined)",
+    "aiohttp": "fetch URLs with `r = await http_get(url=...)` (a function already defined)",
+    "kubernetes": "call the functions listed above (list_objects and the others) instead",
+    "pandas": "use lists and dicts: [row for row in rows if ...], sum(...), max(..., key=...)",
+    "numpy": "use lists: sum(xs), max(xs), sorted(xs)",
+    "dateutil": "use datetime.datetime.fromisoformat(text.replace('Z', '+00:00'))",
+    "pytz": "use datetime.timezone.utc, or datetime.timezone(datetime.timedelta(hours=N))",
+}
+_MODULE = re.compile(r"No module named '([\w.]+)'")
+_KEY = re.compile(r"^KeyError: (.+)$")
+_NAME = re.compile(r"name '(\w+)' is not defined")
+_ATTRIBUTE = re.compile(r"'(\w+)' object has no attribute '(\w+)'")
+_STR_AS_DATA = re.compile(
+    r"string indices must be integers|'str' object (is not subscriptable|has no attribute 'get')"
+)
+
+
+def repeat_hint(error: str, previous: str | None, functions: Iterable[str] = ()) -> str | None:
+    """A stronger hint for the error a model got on its previous snippet too.
+
+    A small model that reads the same traceback twice keeps its mistake (an
+    import of ``requests``, a guessed key): the first hint told it what went
+    wrong, this one says what to write instead, and that the line must go.
+    None when ``error`` is not the same exception as ``previous``.
+    """
+    sig = error_signature(error)
+    if sig is None or previous is None or sig != error_signature(previous):
+        return None
+    lead = "Hint: the same error as last time. "
+    if m := _MODULE.search(sig):
+        name = m.group(1).split(".")[0]
+        instead = (
+            _INSTEAD.get(name)
+            or MISSING_MODULE_ADVICE.get(name)
+            or ("write it with plain Python (lists, dicts, str methods) and the functions above")
+        )
+        return (
+            f"{lead}There is no module {name} here and there never will be: delete every "
+            f"`import {name}` and `from {name} ...` line, and {instead}."
+        )
+    if m := _NAME.search(sig):
+        known = sorted(set(functions))
+        listed = f" The only functions are: {', '.join(known)}." if known else ""
+        return (
+            f"{lead}{m.group(1)} does not exist: do not use it. Assign every variable in the "
+            f"same code block before you use it.{listed}"
+        )
+    if m := _KEY.match(sig):
+        return (
+            f"{lead}The key {m.group(1)} does not exist in that dict: do not write "
+            f"[{m.group(1)}] or .get({m.group(1)}) again. Copy a path from the list of what "
+            "your variables hold, exactly as it is written there."
+        )
+    if _STR_AS_DATA.search(sig):
+        return (
+            f"{lead}That value is a str (text), not a dict or a list. Parse the text first: "
+            "json.loads(text) for JSON; for lines and columns, "
+            "[line.split(',') for line in text.splitlines()]."
+        )
+    if m := _ATTRIBUTE.search(sig):
+        return (
+            f"{lead}A {m.group(1)} has no .{m.group(2)}: do not call it again. Look at what "
+            "your variables hold and use what is there."
+        )
+    return f"{lead}`{sig}` again: write the line that raised it differently, not as before."
+
+
+def value_atoms(result: str, limit: int = 40) -> list[str] | None:
+    """The scalar values of a short result (the names and numbers an answer must state),
+    or None when the result is too long to quote or holds no scalars."""
+    try:
+        value = json.loads(result)
+    except ValueError:
+        lines = [line.strip() for line in result.strip().splitlines() if line.strip()]
+        return lines if 0 < len(lines) <= 10 else None
+    atoms: list[str] = []
+
+    def walk(v: object) -> None:
+        if isinstance(v, dict):
+            for x in v.values():
+                walk(x)
+        elif isinstance(v, list):
+            for x in v:
+                walk(x)
+        elif v is not None:
+            atoms.append(json.dumps(v) if isinstance(v, bool) else str(v))
+
+    walk(value)
+    return atoms if 0 < len(atoms) <= limit else None
+
+
+_QUOTED = 600  # characters: a longer result is data, not an answer to quote
+
+
+def quote_result(reply: str, result: str) -> str:
+    """``reply``, with the snippet's value appended verbatim when the reply leaves out
+    any of its values.
+
+    Given five names one per line, a 1.5B model named three; asked for a count and
+    the most common reason, it gave one. The value the code computed is the
+    answer; the model's words only phrase it, so a value they drop is quoted.
+    """
+    if len(result) > _QUOTED or is_empty_result(result):
+        return reply
+    atoms = value_atoms(result)
+    if not atoms:
+        return reply
+    said = reply.casefold()
+    if all(a.casefold() in said for a in atoms):
+        return reply
+    return f"{reply.rstrip()}\n\nThe result of run_code: {_one_line(result)}"
+
+
+def _one_line(result: str) -> str:
+    """A result as one line: a JSON list's items comma-separated, a dict as ``k: v``."""
+    try:
+        value = json.loads(result)
+    except ValueError:
+        return "; ".join(line.strip() for line in result.strip().splitlines() if line.strip())
+    if isinstance(value, list):
+        return ", ".join(_scalar(v) for v in value)
+    if isinstance(value, dict):
+        return ", ".join(f"{k}: {_scalar(v)}" for k, v in value.items())
+    return _scalar(value)
+
+
+def _scalar(v: object) -> str:
+    if isinstance(v, str):
+        return v
+    if isinstance(v, dict):
+        return "(" + ", ".join(f"{k}: {_scalar(x)}" for k, x in v.items()) + ")"
+    return json.dumps(v, ensure_ascii=False)

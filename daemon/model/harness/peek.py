@@ -40,7 +40,9 @@ def top_level_targets(tree: ast.Module) -> list[str]:
 # Monty Python (no globals(), no yield). The value is shown as access paths with their
 # values for the first item of each list: `pods['items'][0]['status']['phase'] ==
 # 'Running'`. A small model copies a path it sees exactly; a sketch shaped like a
-# literal it pasted into its code as an assignment (a SyntaxError at "...").
+# literal it pasted into its code as an assignment (a SyntaxError at "..."). Text of
+# several lines (a CSV body, logs) is shown as its first lines, said to be a str: the
+# model indexed such a body as if it were parsed data.
 _PEEK_PATHS = """\
 def _peek_paths(x, path, out, depth=0):
     if len(out) >= 30 or depth > 8:
@@ -54,6 +56,10 @@ def _peek_paths(x, path, out, depth=0):
         out.append('len(' + path + ') == ' + str(len(x)))
         if len(x) > 0:
             _peek_paths(x[0], path + '[0]', out, depth + 1)
+    elif isinstance(x, str) and '\\n' in x.strip():
+        lines = x.splitlines()
+        out.append(path + ' is a str of ' + str(len(lines)) + ' lines (text, not parsed)')
+        out.append(path + '.splitlines()[:3] == ' + repr([l[:80] for l in lines[:3]]))
     elif isinstance(x, str) and len(x) > 80:
         out.append(path + '[:80] == ' + repr(x[:80]))
     else:

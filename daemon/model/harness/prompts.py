@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from daemon.code_mode.catalog import Catalog
 from daemon.code_mode.description import catalog_section, helpers_section
+from daemon.model.harness.fields import hidden_fields
 
 __all__ = [
     "CODE_STOP",
@@ -75,10 +76,13 @@ def compact_description(catalog: Catalog) -> str:
 
     The full description (sandbox rules, return contract, limits) is about 2 500
     tokens before the catalog: a minute of prompt processing on 2 cores, and
-    more than a 1.5B model keeps track of.
+    more than a 1.5B model keeps track of. Result fields the ``Returns:``
+    sketches cut short follow as access paths (:func:`hidden_fields`).
     """
     sections = f"{helpers_section()}\n{catalog_section(catalog)}"
-    return f"{HARNESS_RULES}\n\n{sections.strip()}"
+    fields = hidden_fields(catalog)
+    fields = f"\n\n{fields}" if fields else ""
+    return f"{HARNESS_RULES}\n\n{sections.strip()}{fields}"
 
 
 Signature = tuple[frozenset[str], frozenset[str]]  # (keyword parameters, required ones)
