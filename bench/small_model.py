@@ -1,11 +1,14 @@
 """Benchmark: does a small local model answer real questions, in code mode and in direct mode?
 
-Fifteen questions over fixture data: kcp-style objects (pods, deployments,
+Twenty questions over fixture data: kcp-style objects (pods, deployments,
 events, configmaps, logs) served by the bundled ``asyncai-mcp-kcp`` server
 through the fake ``kubectl`` of ``tests/fakes`` (behind a thin filter that
 honours ``--namespace``, ``--selector`` and ``--field-selector``, which the
-fake ignores), and ``http_get`` (``asyncai-mcp-simple``) against a loopback
-HTTP server. Each question has a checker of the facts its answer must hold
+fake ignores), ``http_get`` (``asyncai-mcp-simple``) against a loopback
+HTTP server, and ``mcp-server-time`` (the dev extra's). The first fifteen
+are the original suite; the last five have other shapes: a join of two
+results, a date computation, an answer of "none", a time-zone conversion
+and arithmetic with no tool at all. Each question has a checker of the facts its answer must hold
 (and names it must not). The daemon's own backend runs every question once
 per mode, each in a fresh thread; the table shows, per question and mode,
 whether the answer was right, the model rounds, the tool calls (run_code
@@ -153,6 +156,28 @@ HTTP_FILES = {
         ),
     ),
     "/inventory.csv": ("text/csv", "item,stock\nbolts,120\nnuts,45\nwashers,8\nscrews,300\n"),
+    "/customers.json": (
+        "application/json",
+        json.dumps(
+            [
+                {"name": "acme", "country": "DE"},
+                {"name": "globex", "country": "US"},
+                {"name": "initech", "country": "DE"},
+            ]
+        ),
+    ),
+    "/releases.json": (
+        "application/json",
+        json.dumps(
+            {
+                "releases": [
+                    {"version": "2.6.0", "date": "2026-09-14"},
+                    {"version": "2.7.0", "date": "2026-10-30"},
+                    {"version": "2.7.1", "date": "2026-11-21"},
+                ]
+            }
+        ),
+    ),
     "/orders.json": (
         "application/json",
         json.dumps(
@@ -411,6 +436,36 @@ def questions(base_url: str) -> list[Question]:
             f"What is the total amount of customer acme's orders in {base_url}/orders.json?",
             (r"162\.75",),
         ),
+        # ---- five more shapes (issue 16) ----
+        Question(  # a join: orders by customer, customers by country
+            "country-total",
+            f"The orders are in {base_url}/orders.json and the customers' countries in "
+            f"{base_url}/customers.json. What is the total amount of the orders of "
+            "customers in country DE?",
+            (r"462\.75",),
+        ),
+        Question(  # a date computation
+            "release-days",
+            f"How many days passed between release 2.6.0 and release 2.7.1, by the dates in "
+            f"{base_url}/releases.json?",
+            (_n("68"),),
+        ),
+        Question(  # the answer is "none"
+            "payments-failed",
+            f"{ws}, which pods in namespace payments are in phase Failed?",
+            (r"\bno\b|\bnone\b|nothing|\bzero\b|(?<![\d.])0(?![\d.])|empty",),
+            (r"ledger-0", r"ledger-1", r"gateway-1", r"api-2", r"report-28814"),
+        ),
+        Question(  # mcp-server-time: CET (UTC+1) to JST (UTC+9), no DST from November to March
+            "tokyo-time",
+            "What time is it in Tokyo (Asia/Tokyo) when it is 09:30 in Berlin (Europe/Berlin)?",
+            (r"17:30|5:30 ?pm",),
+        ),
+        Question(  # arithmetic like the banner's example, no tool needed
+            "prime-sum",
+            "What is the sum of all prime numbers below 10000?",
+            (r"(?<![\d.,])5,?736,?396(?![\d])",),
+        ),
     ]
 
 
@@ -504,6 +559,11 @@ async def environment():
                 "args": ["-m", "servers.simple"],
                 "env": {"PYTHONPATH": str(ROOT)},
                 "cwd": str(ROOT),
+            },
+            # the dev extra's mcp-server-time, next to this Python
+            "time": {
+                "command": str(Path(sys.executable).parent / "mcp-server-time"),
+                "args": ["--local-timezone", "UTC"],
             },
         }
         try:
