@@ -27,6 +27,7 @@ import logging
 import os
 import signal
 import sys
+from collections import deque
 from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
@@ -195,10 +196,19 @@ async def _pub(args: argparse.Namespace, isatty: Callable[[], bool] | None = Non
     shown = args.wait is not None and (isatty or sys.stdout.isatty)()
     line = StatusLine(sys.stdout) if shown else None
     thread: list[str] = []  # the thread whose statuses are shown, once acked
+    # A status may overtake the ack on its way to this task: the newest per thread until
+    # then (a handful at most: only what comes between the publish and its ack).
+    early: dict[str, str] = {}
 
     def on_status(status: Status) -> None:
-        if line is not None and status.thread in thread and status.sender != channel.nick:
-            line.show(f"{status.sender}: {status.text}")
+        if line is None or status.sender == channel.nick:
+            return
+        text = f"{status.sender}: {status.text}"
+        if thread:
+            if status.thread == thread[0]:
+                line.show(text)
+        elif len(early) < 100:
+            early[status.thread] = text
 
     channel = _client(attempts=5, on_status=on_status)
     await channel.connect(retry=False)
@@ -211,7 +221,11 @@ async def _pub(args: argparse.Namespace, isatty: Callable[[], bool] | None = Non
         if args.wait is None:
             return 0
         thread.append(ack.thread)
-        ticker = asyncio.create_task(line.tick()) if line is not None else None
+        ticker = None
+        if line is not None:
+            if ack.thread in early:
+                line.show(early[ack.thread])
+            ticker = asyncio.create_task(line.tick())
         try:
             async with asyncio.timeout(args.wait):
                 reply = await _first_reply(channel, ack)
@@ -247,8 +261,24 @@ def _format_status(status: Status) -> str:
 
 
 async def _sub(args: argparse.Namespace) -> int:
-    def on_status(status: Status) -> None:
+    # A status comes on the reader's task, maybe before messages received ahead of it
+    # are printed: it waits for those (its count of them ahead), so lines keep the hub's order.
+    later: deque[list[Any]] = deque()
+
+    def show(status: Status) -> None:
         print(encode(status) if args.json else _format_status(status), flush=True)
+
+    def on_status(status: Status) -> None:
+        if channel.pending == 0 and not later:
+            show(status)
+        else:
+            later.append([channel.pending, status])
+
+    def printed_one() -> None:
+        for entry in later:
+            entry[0] -= 1
+        while later and later[0][0] <= 0:
+            show(later.popleft()[1])
 
     # like tail -f: ride out hub restarts
     channel = _client(attempts=None, on_status=on_status if args.status else None)
@@ -268,11 +298,12 @@ async def _sub(args: argparse.Namespace) -> int:
         async for message in channel:
             if args.json:
                 print(encode(message), flush=True)
-                continue
-            # A split text's chunks are printed as one text.
-            end = "" if message.more else "\n"
-            print(_format(message, continued), end=end, flush=True)
-            continued = message.more
+            else:
+                # A split text's chunks are printed as one text.
+                end = "" if message.more else "\n"
+                print(_format(message, continued), end=end, flush=True)
+                continued = message.more
+            printed_one()
         return 0
     finally:
         for sig in (signal.SIGTERM, signal.SIGINT):
