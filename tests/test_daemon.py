@@ -524,6 +524,10 @@ class SwitchedChannel:
         """As the inner client."""
         return await self.inner.publish(channel, text, **kwargs)
 
+    async def status(self, channel: str, text: str, *, thread: str) -> None:
+        """As the inner client."""
+        await self.inner.status(channel, text, thread=thread)
+
     async def receive(self) -> Message:
         """As the inner client."""
         return await self.inner.receive()
