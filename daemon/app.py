@@ -164,7 +164,9 @@ class Daemon:
     and ``asyncai up`` pass a client for their in-process hub). ``env`` is
     where ``NOTIFY_SOCKET`` and ``WATCHDOG_USEC`` are read (default
     ``os.environ``). ``progress_interval``: seconds between two statuses of
-    a run, at least (tests pass 0 to see every one).
+    a run, at least (tests pass 0 to see every one). ``warm_up``: send the
+    system prompt once while starting, so a local model's prompt cache holds
+    it before the first prompt (``asyncai up`` with the embedded model).
     """
 
     def __init__(
@@ -175,8 +177,10 @@ class Daemon:
         executor: ToolExecutor | None = None,
         env: Mapping[str, str] | None = None,
         progress_interval: float = PROGRESS_INTERVAL,
+        warm_up: bool = False,
     ):
         self.config = config
+        self._warm_up = warm_up
         self._progress_interval = progress_interval
         self._env = env
         self._channel = channel
@@ -273,6 +277,10 @@ class Daemon:
         # Start the servers and the pool now: a broken setup fails before READY=1.
         await self._executor.start()
         self._backend = OpenAiCompatibleBackend(config, self._noted, gate=self.gate)
+        if self._warm_up:
+            # a local llama.cpp server: its prompt cache takes the system prompt now,
+            # before READY=1, instead of during the first person's wait
+            await self._backend.warm_up()
         if self._channel is None:
             self._channel = WebSocketChannel(
                 config.channels.url, token=config.channels.token, nick=config.channels.nick

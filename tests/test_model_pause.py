@@ -27,7 +27,7 @@ from daemon.tools import (
 )
 from tests.fakes.backoff import RecordingBackoff
 from tests.fakes.executor import FakeToolExecutor
-from tests.fakes.fake_openai import FakeOpenAI, ToolCalls
+from tests.fakes.fake_openai import FakeOpenAI, Reply, ToolCalls
 
 REQUEST = RunRequest("R1", "#ops", "T1", [], [Prompt("M1", "alice", "delete web-1")])
 
@@ -218,3 +218,32 @@ async def test_a_damaged_conversation_fails_the_run_clearly() -> None:
     assert result.error is not None
     assert "cannot be resumed" in result.error
     assert "format 99" in result.error
+
+
+async def test_warm_up_sends_the_start_of_every_run_with_a_one_token_answer() -> None:
+    """warm_up: the same system prompt and tools a run sends, max_tokens 1, so a
+    llama.cpp prompt cache holds them; then a run's request starts with the same
+    bytes. A failing endpoint is logged, not raised."""
+    script = [Reply("x"), "Hello."]
+    executor = PausingRunCode()
+    async with FakeOpenAI(script) as fake:
+        backend = OpenAiCompatibleBackend(ModelConfig(base_url=fake.base_url, model="m"), executor)
+        try:
+            seconds = await backend.warm_up()
+            await backend.run(REQUEST)
+        finally:
+            await backend.aclose()
+    assert seconds >= 0
+    warm, real = fake.requests
+    assert warm["max_tokens"] == 1
+    assert warm["messages"][0] == real["messages"][0]  # the system prompt, byte for byte
+    assert warm["tools"] == real["tools"]
+    async with FakeOpenAI([]) as gone:
+        url = gone.base_url
+    backend = OpenAiCompatibleBackend(
+        ModelConfig(base_url=url, model="m", retries=0), executor, backoff=RecordingBackoff()
+    )
+    try:
+        assert await backend.warm_up() >= 0  # nobody listens: logged, not raised
+    finally:
+        await backend.aclose()

@@ -185,7 +185,7 @@ async def up(
             _configure(config, hub.url, endpoint, state_dir)
             from daemon.app import Daemon  # the whole daemon: loaded only when it runs
 
-            daemon = Daemon(config)
+            daemon = Daemon(config, warm_up=endpoint.local)
             forward = asyncio.create_task(_forward_stop(stop, daemon))
             try:
                 return await daemon.run(

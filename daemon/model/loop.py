@@ -82,6 +82,7 @@ from daemon.tools import (
     ToolDefinition,
     ToolExecutor,
 )
+from sessions.model import RunMetrics
 
 __all__ = ["OpenAiCompatibleBackend"]
 
@@ -243,10 +244,38 @@ class OpenAiCompatibleBackend:
             error=error,
         )
 
-    async def _context(self, request: RunRequest) -> _Context:
-        """What every leg of a run needs of the executor (the same after a restart)."""
+    async def warm_up(self) -> float:
+        """Send the byte-stable start of every run (the system prompt, and the tools)
+        with a one-token answer, so that a llama.cpp server's prompt cache holds it
+        before the first prompt; the seconds it took. Best effort: a failure is
+        logged, never raised (the first run then pays for it)."""
+        started = time.monotonic()
+        try:
+            ctx = await self._context(None)
+            body: dict[str, Any] = {
+                "model": self._model_name,
+                "messages": [
+                    {"role": "system", "content": self._system_prompt(ctx)},
+                    {"role": "user", "content": "hello"},
+                ],
+                "max_tokens": 1,
+            }
+            if ctx.tools and not ctx.small:
+                body["tools"] = ctx.tools
+            self._endpoint.sampling(body)
+            body["max_tokens"] = 1
+            await self._endpoint.complete(body, RunMetrics(), "warm-up")
+        except AsyncaiError as exc:
+            log.warning("model.warm_up_failed", error=str(exc))
+        seconds = time.monotonic() - started
+        log.info("model.warmed_up", seconds=round(seconds, 2))
+        return seconds
+
+    async def _context(self, request: RunRequest | None) -> _Context:
+        """What every leg of a run needs of the executor (the same after a restart);
+        without a request, the executor itself (no thread scope)."""
         await self.executor.start()
-        scope = self.executor.thread_scope(request.thread_id)
+        scope = self.executor.thread_scope(request.thread_id) if request is not None else None
         definitions = self.executor.definitions()
         tools, names = tool_params(definitions)
         code_mode = [d.name for d in definitions] == ["run_code"]
@@ -255,7 +284,7 @@ class OpenAiCompatibleBackend:
         functions = catalog_signatures(catalog) if small and catalog is not None else {}
         return _Context(
             caller=scope if scope is not None else self.executor,
-            thread=request.thread_id if scope is not None else None,
+            thread=request.thread_id if request is not None and scope is not None else None,
             tools=tools,
             names=names,
             definitions={d.name: d for d in definitions},
@@ -269,25 +298,27 @@ class OpenAiCompatibleBackend:
             ),
         )
 
+    def _system_prompt(self, ctx: _Context) -> str:
+        """The system message of every run (byte-stable: llama.cpp caches its prefix)."""
+        if ctx.small:
+            # small models: the code-block protocol (daemon.model.small); a run_code
+            # that is not code mode's has no catalog: its description is shown whole
+            return system_prompt(
+                self.params.system_prompt or HARNESS_SYSTEM_PROMPT,
+                ctx.description,
+                self.params.worked_example or WORKED_EXAMPLE,
+            )
+        return self.params.system_prompt or (
+            CODE_MODE_SYSTEM_PROMPT if ctx.code_mode else DIRECT_SYSTEM_PROMPT
+        )
+
     def _begin(self, ctx: _Context, run: RunState) -> LoopState:
         """The first messages of a run: system, history, the prompts (and the note)."""
         request = run.request
         note = self.executor.context_note(request.thread_id)
         prompt_text = "\n\n".join(p.text for p in request.prompts)
         user_text = f"{prompt_text}\n\n{note}" if note else prompt_text
-        if ctx.small:
-            # small models: the code-block protocol (daemon.model.small); a run_code
-            # that is not code mode's has no catalog: its description is shown whole
-            system = system_prompt(
-                self.params.system_prompt or HARNESS_SYSTEM_PROMPT,
-                ctx.description,
-                self.params.worked_example or WORKED_EXAMPLE,
-            )
-        else:
-            system = self.params.system_prompt or (
-                CODE_MODE_SYSTEM_PROMPT if ctx.code_mode else DIRECT_SYSTEM_PROMPT
-            )
-        messages: list[dict[str, Any]] = [{"role": "system", "content": system}]
+        messages: list[dict[str, Any]] = [{"role": "system", "content": self._system_prompt(ctx)}]
         messages += [{"role": t.role, "content": t.text} for t in request.history]
         messages.append({"role": "user", "content": user_text})
         run.records.append(user_record([{"type": "text", "text": prompt_text}]))
