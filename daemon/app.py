@@ -468,6 +468,15 @@ class Daemon:
 
         return showing_progress(send, interval=self._progress_interval)
 
+    def idle(self) -> bool:
+        """Whether no run is active now (the local model server may be restarted)."""
+        return self.runtime is None or self.runtime.counts().active_runs == 0
+
+    async def warm_up_model(self) -> None:
+        """Warm the model's prompt cache again (after its server restarted)."""
+        if self._backend is not None:
+            await self._backend.warm_up()
+
     def gate(self, definition: ToolDefinition, arguments: dict[str, Any]) -> Verdict:
         """``[approvals]`` applied to one call (with the run's grants once running).
 

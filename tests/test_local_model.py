@@ -416,3 +416,60 @@ def test_cli_fetch_reuses_a_cached_model(
     out, err = capsys.readouterr()
     assert out.strip() == str(path)
     assert "already fetched" in err
+
+
+async def test_restart_keeps_the_port_and_rss_reads_the_child(fake_server: dict) -> None:
+    """rss() reads the child's resident memory; restart() brings a new child up on
+    the same port, so the backend's URL stays valid."""
+    server = make_server(fake_server)
+    async with server:
+        first_pid, port = server.pid, server.port
+        rss = server.rss()
+        assert rss is not None
+        assert rss > 0
+        await server.restart()
+        assert server.port == port
+        assert server.pid not in (None, first_pid)
+        assert get_json(server.base_url + "/models")["data"][0]["id"] == "qwen-coder-1.5b"
+    assert server.rss() is None
+
+
+async def test_the_memory_guard_restarts_only_above_the_limit_and_between_runs() -> None:
+    """Above the limit while a run is active: wait; once idle: restart, then warm up."""
+    import asyncio
+
+    from daemon.local_model.guard import guard_memory
+
+    class Server:
+        def __init__(self) -> None:
+            self.rss_now, self.restarts = 100, 0
+
+        def rss(self) -> int | None:
+            return self.rss_now
+
+        async def restart(self) -> None:
+            self.restarts += 1
+            self.rss_now = 10
+
+    server, busy, warmed = Server(), [True], []
+
+    async def warm() -> None:
+        warmed.append(server.restarts)
+
+    guard = asyncio.create_task(
+        guard_memory(server, 50, lambda: not busy[0], after_restart=warm, interval=0.001)
+    )
+    try:
+        await asyncio.sleep(0.05)
+        assert server.restarts == 0  # above the limit, but a run is going on
+        busy[0] = False
+        for _ in range(200):
+            if server.restarts:
+                break
+            await asyncio.sleep(0.005)
+        await asyncio.sleep(0.02)
+        assert server.restarts == 1  # below the limit after the restart: once only
+        assert warmed == [1]
+    finally:
+        guard.cancel()
+        await asyncio.gather(guard, return_exceptions=True)

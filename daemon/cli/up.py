@@ -47,6 +47,7 @@ from daemon.errors import ConfigError
 
 if TYPE_CHECKING:
     from daemon.app import Daemon
+    from daemon.local_model.server import LocalModelServer
 
 __all__ = ["CHANNEL", "ModelEndpoint", "probe_endpoint", "register", "up"]
 
@@ -83,6 +84,7 @@ class ModelEndpoint:
     base_url: str
     model: str
     local: bool = False
+    server: LocalModelServer | None = None  # the embedded model's server, when up started it
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -187,6 +189,19 @@ async def up(
 
             daemon = Daemon(config, warm_up=endpoint.local)
             forward = asyncio.create_task(_forward_stop(stop, daemon))
+            guard = None
+            if endpoint.server is not None:
+                from daemon.local_model.guard import guard_memory
+
+                guard = asyncio.create_task(
+                    guard_memory(
+                        endpoint.server,
+                        config.model.local_max_rss,
+                        daemon.idle,
+                        after_restart=daemon.warm_up_model,
+                    ),
+                    name="local-model-guard",
+                )
             try:
                 return await daemon.run(
                     ready=lambda: print(
@@ -195,7 +210,11 @@ async def up(
                 )
             finally:
                 forward.cancel()
-                await asyncio.gather(forward, return_exceptions=True)
+                if guard is not None:
+                    guard.cancel()
+                await asyncio.gather(
+                    forward, *([guard] if guard is not None else []), return_exceptions=True
+                )
     finally:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(sig)
@@ -331,7 +350,7 @@ async def _start_local_model(stack: contextlib.AsyncExitStack, state_dir: Path) 
         ) from exc
     stack.push_async_callback(server.aclose)
     # The one model it serves; its name also turns the small-model harness on.
-    return ModelEndpoint(base_url=server.base_url, model=server.model, local=True)
+    return ModelEndpoint(base_url=server.base_url, model=server.model, local=True, server=server)
 
 
 def _instructions(hub_url: str, endpoint: ModelEndpoint, config: Config) -> str:

@@ -82,6 +82,8 @@ class ModelConfig:
     # (model "qwen-coder-1.5b"), off for every other model.
     harness: Flag | None = None
     worked_example: Text | None = None  # the harness's example; None: the built-in one
+    # asyncai up's embedded model server is restarted between runs above this resident size
+    local_max_rss: Annotated[Size, Field(gt=0)] = 5 * 1024**3
 
 
 @dataclass

@@ -125,6 +125,16 @@ class LocalModelServer:
         """The child's process id while it runs."""
         return self._proc.pid if self._proc and self._proc.returncode is None else None
 
+    def rss(self) -> int | None:
+        """The child's resident memory in bytes (Linux ``/proc``), or None when unknown."""
+        pid = self.pid
+        return None if pid is None else process_rss(pid)
+
+    async def restart(self) -> None:
+        """Stop the child and start it again on the same port (its URL stays valid)."""
+        await self.aclose()
+        await self.start()
+
     def output_tail(self) -> str:
         """The last lines the server printed."""
         return "\n".join(self._tail)
@@ -338,3 +348,16 @@ async def _models_answer(host: str, port: int) -> bool:
         return False
     parts = status.split()
     return len(parts) >= 2 and parts[1] == b"200"
+
+
+def process_rss(pid: int) -> int | None:
+    """Resident memory of process ``pid`` in bytes, from ``/proc/PID/status``; None
+    when it cannot be read (no such process, not Linux)."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as status:
+            for line in status:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024  # the kernel reports kB
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
