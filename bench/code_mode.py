@@ -226,4 +226,9 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    if "--peer" in sys.argv[1:]:  # `--peer pai`: beside Pydantic AI's CodeMode (bench extra)
+        from bench.peer_pai import run as run_peer
+
+        run_peer(sys.argv[1:])
+    else:
+        asyncio.run(main())
