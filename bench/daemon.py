@@ -1,0 +1,254 @@
+"""Benchmark the daemon's own overhead per prompt, beyond the model and the tools.
+
+Everything is real and in this process (the atirc hub on 127.0.0.1:0, the
+daemon with its store, runtime, code-mode executor and Monty pool) except the
+model: the scripted server of ``tests/fakes/fake_openai.py`` answers every
+request at once with a short text, so no tool runs. Prints a Markdown table:
+publish → reply as a person sees it (from just before ``publish`` to the
+reply's arrival on a subscribed connection), p50 and p99, raw and minus the
+model's own time for that prompt (the fake server's handling of its request,
+from the parsed request to the written response).
+
+Two loads, after a warm-up:
+
+- one prompt at a time: the cost of one prompt on an idle daemon;
+- bursts of 100 threads at once, each published on its own connection and
+  waited for: the daemon runs ``[runtime] max_concurrent_runs`` (4 by default)
+  at a time and queues the rest, so a prompt's time includes its wait in that
+  queue (the default config, as shipped).
+
+The hub runs with its per-connection rate limit raised (``HUB_RATE``): at its
+default, 50 frames/s in bursts of 200, the daemon's one connection is what
+caps a burst (two frames a prompt: a status and the reply), and the table
+would measure the hub's limit, not the daemon; ``--hub-defaults`` shows that.
+
+The goal (issue 17) is a p99 overhead of at most 20 ms. Run:
+``.venv/bin/python bench/daemon.py [--hub-defaults]`` (about 15 seconds).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime
+import os
+import re
+import sqlite3
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from channels.client import WebSocketChannel
+from channels.hub import Hub
+from daemon.app import Daemon
+from daemon.config import load_config
+from daemon.logging import configure_logging
+from tests.fakes.fake_openai import FakeOpenAI, Reply
+
+THREADS = 100
+BURSTS = 3
+SEQUENTIAL = 50
+WARM_UP = 10
+HUB_RATE = 10_000  # frames/s and burst per connection (the hub's default: 50/s, bursts of 200)
+WAIT = 60.0  # bound on one burst (a stuck daemon fails the benchmark, never hangs it)
+PROMPT = re.compile(r"bench prompt (\d+)")
+
+CONFIG = """
+[model]
+base_url = "{model_url}"
+model = "fake-model"
+api_key = "bench-key"
+retries = 0
+
+[channels]
+url = "{hub_url}"
+nick = "asyncai"
+channels = ["#ops"]
+
+[sessions]
+db = "{db}"
+"""
+
+
+class TimedModel(FakeOpenAI):
+    """The scripted model, recording how long it takes to answer each prompt."""
+
+    def __init__(self) -> None:
+        super().__init__(fallback=Reply("ok"))
+        self.seconds: dict[int, float] = {}  # prompt number → the model's time, summed
+
+    async def _serve(self, step: Any, request: dict, writer: asyncio.StreamWriter) -> None:
+        t0 = time.perf_counter()
+        await super()._serve(step, request, writer)
+        spent = time.perf_counter() - t0
+        for message in request.get("messages", []):
+            found = PROMPT.search(str(message.get("content") or ""))
+            if found and message.get("role") == "user":
+                n = int(found.group(1))
+                self.seconds[n] = self.seconds.get(n, 0.0) + spent
+
+
+class Replies:
+    """One subscriber on #ops: when each thread's first reply from the daemon arrived."""
+
+    def __init__(self, url: str):
+        self.client = WebSocketChannel(url, nick="bench-reader")
+        self.arrived: dict[str, float] = {}  # thread → perf_counter at arrival
+        self._changed = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        """Connect, subscribe and read in the background (until :meth:`aclose`)."""
+        await self.client.connect()
+        await self.client.subscribe("#ops")
+        self._task = asyncio.create_task(self._read())
+
+    async def _read(self) -> None:
+        async for message in self.client:
+            if message.sender == "asyncai" and message.thread not in self.arrived:
+                self.arrived[message.thread] = time.perf_counter()
+                self._changed.set()
+
+    async def wait_for(self, threads: list[str]) -> None:
+        """Until every thread has its reply (bounded by ``WAIT``)."""
+        async with asyncio.timeout(WAIT):
+            while not all(t in self.arrived for t in threads):
+                self._changed.clear()
+                await self._changed.wait()
+
+    async def aclose(self) -> None:
+        """Disconnect and end the reader."""
+        await self.client.close()
+        if self._task is not None:
+            await asyncio.gather(self._task, return_exceptions=True)
+
+
+@dataclass
+class Sample:
+    """One prompt: its number, message id, publish → reply seconds, wall clock at publish."""
+
+    n: int
+    message_id: str
+    seconds: float
+    sent_wall: float
+
+
+async def ask(url: str, n: int) -> tuple[int, str, str, float, float]:
+    """Publish prompt ``n`` in a new thread on its own connection.
+
+    ``(n, message id, thread, sent at (perf_counter), sent at (wall clock))``.
+    """
+    client = WebSocketChannel(url, nick=f"person{n}")
+    await client.connect()
+    try:
+        sent, wall = time.perf_counter(), time.time()
+        ack = await client.publish("#ops", f"bench prompt {n}")
+        return n, ack.id, ack.thread, sent, wall
+    finally:
+        await client.close()
+
+
+async def burst(url: str, replies: Replies, numbers: range) -> list[Sample]:
+    """All of ``numbers`` at once, each waited for."""
+    async with asyncio.TaskGroup() as tg:
+        tasks = [tg.create_task(ask(url, n)) for n in numbers]
+    sent = [t.result() for t in tasks]
+    await replies.wait_for([thread for _, _, thread, _, _ in sent])
+    return [Sample(n, mid, replies.arrived[thread] - at, wall) for n, mid, thread, at, wall in sent]
+
+
+def run_starts(db: Path) -> dict[str, float]:
+    """Prompt message id → when its run started (wall clock; the store keeps milliseconds)."""
+    with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as conn:
+        rows = conn.execute(
+            "SELECT p.id, r.started FROM prompts p JOIN runs r ON r.id = p.run_id"
+        ).fetchall()
+    return {
+        mid: datetime.datetime.fromisoformat(started.replace("Z", "+00:00")).timestamp()
+        for mid, started in rows
+    }
+
+
+def percentile(values: list[float], p: float) -> float:
+    """The ``p``-th percentile, nearest rank (p99 of 300 values: the 297th)."""
+    ordered = sorted(values)
+    return ordered[max(0, min(len(ordered) - 1, round(p / 100 * len(ordered)) - 1))]
+
+
+def row(name: str, samples: list[Sample], model: dict[int, float], starts: dict[str, float]) -> str:
+    """A table row: raw, the model's share, the overhead (raw minus model), and its split
+    at the run's start (before it: the hub, the intake, the store, the wait for a run slot)."""
+    raw = [s.seconds for s in samples]
+    own = [model.get(s.n, 0.0) for s in samples]
+    over = [r - m for r, m in zip(raw, own, strict=True)]
+    queued = [max(0.0, starts[s.message_id] - s.sent_wall) for s in samples]
+    rest = [o - q for o, q in zip(over, queued, strict=True)]
+
+    def p50_p99(values: list[float]) -> str:
+        return f"{statistics.median(values) * 1e3:.1f} / {percentile(values, 99) * 1e3:.1f} ms"
+
+    return (
+        f"| {name} (n={len(samples)}) | {p50_p99(raw)} | {statistics.median(own) * 1e3:.2f} ms "
+        f"| **{p50_p99(over)}** | {p50_p99(queued)} | {p50_p99(rest)} |"
+    )
+
+
+async def main(hub_defaults: bool = False) -> None:
+    """Start hub, model and daemon; measure; print the table."""
+    configure_logging(verbose=False)
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="asyncai-bench-") as tmp:
+        base = Path(tmp)
+        limits = {} if hub_defaults else {"rate": HUB_RATE, "burst": HUB_RATE}
+        async with (
+            Hub(base / "hub.db", host="127.0.0.1", port=0, **limits) as hub,
+            TimedModel() as model,
+        ):
+            config_path = base / "asyncai.toml"
+            config_path.write_text(
+                CONFIG.format(model_url=model.base_url, hub_url=hub.url, db=base / "asyncai.db")
+            )
+            config = load_config(config_path, environ={})
+            daemon = Daemon(config, env={})
+            await daemon.start()
+            replies = Replies(hub.url)
+            try:
+                await replies.start()
+                await burst(hub.url, replies, range(-WARM_UP, 0))  # pool, store, sockets
+                one_by_one = []
+                for n in range(SEQUENTIAL):
+                    one_by_one += await burst(hub.url, replies, range(n, n + 1))
+                concurrent = []
+                for b in range(BURSTS):
+                    first = 1000 * (b + 1)
+                    concurrent += await burst(hub.url, replies, range(first, first + THREADS))
+            finally:
+                await replies.aclose()
+                await daemon.aclose()
+            runs = config.runtime.max_concurrent_runs
+            starts = run_starts(base / "asyncai.db")
+    elapsed = time.perf_counter() - started
+
+    print(
+        f"daemon overhead per prompt ({datetime.date.today().isoformat()}, "
+        f"{os.cpu_count()} CPUs, scripted model answering at once, no tools, "
+        f"max_concurrent_runs = {runs}, hub rate limit "
+        f"{'50/s, bursts of 200' if hub_defaults else f'{HUB_RATE}/s'}, {elapsed:.0f} s)\n"
+    )
+    print(
+        "| load | publish → reply p50 / p99 | model p50 | overhead p50 / p99 "
+        "| of it, publish → run start | of it, run start → reply |\n"
+        "|---|---|---|---|---|---|"
+    )
+    print(row("one prompt at a time", one_by_one, model.seconds, starts))
+    print(row(f"{THREADS} threads at once, {BURSTS} bursts", concurrent, model.seconds, starts))
+
+
+if __name__ == "__main__":
+    asyncio.run(main(hub_defaults="--hub-defaults" in sys.argv[1:]))
