@@ -7,6 +7,7 @@ small so that time-limit tests end in about a second.
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 import os
 import signal
@@ -21,6 +22,7 @@ from structlog.testing import capture_logs
 from daemon.code_mode import CodeModeLimits, CodeModeToolExecutor
 from daemon.code_mode.description import RUN_CODE_SCHEMA
 from daemon.code_mode.errors import SandboxUnavailable
+from daemon.logging import configure_logging, reset_logging
 from daemon.tools import AuditEntry, ToolCallOutput, ToolTransportError
 from tests.fakes.executor import FakeToolExecutor
 
@@ -823,3 +825,19 @@ async def test_a_failed_snippet_reports_the_calls_it_started(make_executor, fake
         "- get_events(kcp='k'): ok\n"
         "- delete_object(name='x') [mutating]: ok"
     )
+
+
+async def test_nested_calls_skip_info_lines_when_info_is_off(make_executor, fake):
+    """With the level at warning, a read-only call logs nothing; a mutating call still warns."""
+    configure_logging(verbose=False, stream=io.StringIO())
+    try:
+        with capture_logs() as logs:
+            out = await run(
+                make_executor(fake), 'await get_events(kcp="k")\nawait delete_object(name="cm")'
+            )
+    finally:
+        reset_logging()
+    assert out.is_error is False
+    events = [(e["event"], e["tool"]) for e in logs if e["event"].startswith("mcp.")]
+    assert events == [("mcp.tool_call", "delete_object"), ("mcp.tool_result", "delete_object")]
+    assert [e["tool"] for e in out.audit["nested_calls"]] == ["get_events", "delete_object"]

@@ -24,7 +24,9 @@ DESIGN.md's adaptation to pydantic-monty 1.4:
 A nested call starts only when its id appears among a future snapshot's
 ``pending_call_ids``, i.e. when the sandbox awaits it: gathered calls run
 concurrently, and a call that is never awaited never runs (the return
-contract then asks for ``await``).
+contract then asks for ``await``). A lone awaited call with nothing else in
+flight (most calls) runs in the driving coroutine rather than as a task:
+the same call, fewer event-loop round trips (issue 17).
 
 Approvals (issue 13): with an :data:`~daemon.tools.ApprovalGate`, a call
 of a mutating tool is judged as the sandbox awaits it. A run whose
@@ -374,6 +376,7 @@ class SnippetRun:
         """Start newly awaited calls, deliver what settled; None when every awaited call is held."""
         ids = list(snap.pending_call_ids)
         results: dict[int, ExternalSettledResult] = {}
+        starting: list[tuple[int, MadeCall]] = []
         for cid in ids:
             if cid in self._answers:
                 results[cid] = self._answers.pop(cid)
@@ -389,16 +392,25 @@ class SnippetRun:
                 continue
             verdict = self._verdict(call)
             if verdict.action == "allow":
-                # the sandbox awaits it now: start it, alongside every other awaited call
-                self._tasks[cid] = asyncio.create_task(
-                    self._nested.run(call.entry, call.arguments), name=f"code_mode:{call.py_name}"
-                )
+                starting.append((cid, call))
             elif verdict.action == "deny":
                 results[cid] = _exception("PermissionError", policy_denial(verdict.reason))
                 self._denied.append(denied_entry(call, "denied", "policy", None))
             else:
                 call.why = verdict.reason
                 self._held[cid] = call
+        if len(ids) == 1 and len(starting) == 1:
+            # the common case, one call awaited and nothing else in flight: run it
+            # here, not as a task, which saves the loop round trips of a task and a wait
+            # (NestedCalls.run bounds itself: tool_timeout, and OBSERVER_TIMEOUT per notice)
+            cid, call = starting[0]
+            results[cid] = await self._nested.run(call.entry, call.arguments)
+            return await snap.resume(results)
+        for cid, call in starting:
+            # the sandbox awaits it now: start it, alongside every other awaited call
+            self._tasks[cid] = asyncio.create_task(
+                self._nested.run(call.entry, call.arguments), name=f"code_mode:{call.py_name}"
+            )
         if not results:
             waiting = [self._tasks[cid] for cid in ids if cid in self._tasks]
             if not waiting:

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import logging
 import time
 import uuid
 from dataclasses import dataclass
@@ -82,6 +83,27 @@ def _utc_now() -> str:
 def _runtime_error(message: str) -> ExternalExceptionData:
     # a lone surrogate would make pydantic-monty raise TypeError at the resume
     return {"exc_type": "RuntimeError", "message": sandbox_text(message)}
+
+
+def _logger(mutating: bool) -> Any | None:
+    """A bound logger for one call's two lines, or None when their level is off.
+
+    Binding once per call, and not building (or decoding) fields that would be
+    dropped, is most of what logging used to cost a nested call.
+    """
+    bound = log.bind()
+    enabled = getattr(bound, "is_enabled_for", None)
+    if enabled is None or enabled(logging.WARNING if mutating else logging.INFO):
+        return bound
+    return None
+
+
+def _log(logger: Any, event: str, mutating: bool, **fields: Any) -> None:
+    # A6: a call that may change something is a warning, so it is always shown
+    if mutating:
+        logger.warning(event, mutating=True, **fields)
+    else:
+        logger.info(event, **fields)
 
 
 @dataclass
@@ -127,7 +149,9 @@ class NestedCalls:
         self.started.append(call)
         tool, mutating = call.tool, call.mutating
         started, t0 = _utc_now(), time.monotonic()
-        self._log("mcp.tool_call", mutating, via="code_mode", tool=tool, arguments=arguments)
+        logger = _logger(mutating)
+        if logger is not None:
+            _log(logger, "mcp.tool_call", mutating, via="code_mode", tool=tool, arguments=arguments)
         output: ToolCallOutput | None = None
         try:
             # the started row lands before the call is made: a crash leaves the evidence
@@ -148,45 +172,37 @@ class NestedCalls:
                 output = await self._inner.call_tool(tool, arguments)
         except asyncio.CancelledError:
             # dropped: max_wall, the snippet ended first, a reset, or the run was stopped
-            await self._finish(call, started, t0, "cancelled", 0, "call dropped")
+            await self._finish(call, started, t0, "cancelled", 0, "call dropped", logger)
             raise
         except TimeoutError:
             if not deadline.expired():
                 message = f"tool error: {tool} raised TimeoutError"
             else:
                 message = f"tool {tool} timed out after {self._limits.tool_timeout:g}s"
-            await self._finish(call, started, t0, "error", 0, message)
+            await self._finish(call, started, t0, "error", 0, message, logger)
             return _runtime_error(message)
         except ToolTransportError as exc:
             message = f"tool error: {exc}"
-            await self._finish(call, started, t0, "error", 0, message)
+            await self._finish(call, started, t0, "error", 0, message, logger)
             return _runtime_error(message)
         except Exception as exc:
             # a broken inner executor must not take the snippet down with it
             log.exception("code_mode.inner_failed", tool=tool)
             message = f"tool error: {type(exc).__name__}: {exc}"
-            await self._finish(call, started, t0, "error", 0, message)
+            await self._finish(call, started, t0, "error", 0, message, logger)
             return _runtime_error(message)
 
         if output.is_error:
-            await self._finish(
-                call, started, t0, "error", result_bytes(output), log_content(output)
-            )
+            await self._finish(call, started, t0, "error", result_bytes(output), output, logger)
             return _runtime_error(output.content or f"tool {tool} failed")
         try:
             value = nested_value(output)
         except ConversionError as exc:
             message = f"tool {tool} returned a value the sandbox cannot take: {exc}"
-            await self._finish(call, started, t0, "error", 0, message)
+            await self._finish(call, started, t0, "error", 0, message, logger)
             return _runtime_error(message)
-        await self._finish(call, started, t0, "ok", result_bytes(output), log_content(output))
+        await self._finish(call, started, t0, "ok", result_bytes(output), output, logger)
         return {"return_value": value}
-
-    def _log(self, event: str, mutating: bool, **fields: Any) -> None:
-        if mutating:
-            log.warning(event, mutating=True, **fields)
-        else:
-            log.info(event, **fields)
 
     async def _finish(
         self,
@@ -195,8 +211,11 @@ class NestedCalls:
         t0: float,
         outcome: CallOutcome,
         nbytes: int,
-        content: Any,
+        content: str | ToolCallOutput,
+        logger: Any | None,
     ) -> None:
+        """End ``call``: its audit entry, its log line (``content``: the result or what
+        went wrong; decoded only when the line is logged), and the observer."""
         call.outcome = outcome
         is_error = outcome != "ok"
         entry = AuditEntry(
@@ -211,16 +230,18 @@ class NestedCalls:
             key=call.key,
         )
         self.entries.append(entry)
-        self._log(
-            "mcp.tool_result",
-            call.mutating,
-            via="code_mode",
-            tool=call.tool,
-            is_error=is_error,
-            outcome=outcome,
-            bytes=nbytes,
-            content=content,
-        )
+        if logger is not None:
+            _log(
+                logger,
+                "mcp.tool_result",
+                call.mutating,
+                via="code_mode",
+                tool=call.tool,
+                is_error=is_error,
+                outcome=outcome,
+                bytes=nbytes,
+                content=log_content(content) if isinstance(content, ToolCallOutput) else content,
+            )
         await self._notify(entry)
 
     async def record(self, entry: AuditEntry) -> None:

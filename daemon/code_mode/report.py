@@ -7,6 +7,7 @@ errors; the audit is the transcript's ``toolUseResult`` JSON.
 
 from __future__ import annotations
 
+from dataclasses import fields
 from typing import Any
 
 import structlog
@@ -56,7 +57,20 @@ def audit_json(entries: list[AuditEntry], denied: list[AuditEntry] | None = None
     when there are any): the calls refused by the approval policy or a
     person, which were never made.
     """
-    audit: dict[str, Any] = {"nested_calls": [entry.as_json() for entry in entries]}
+    audit: dict[str, Any] = {"nested_calls": [_entry_json(entry) for entry in entries]}
     if denied:
-        audit["denied_calls"] = [entry.as_json() for entry in denied]
+        audit["denied_calls"] = [_entry_json(entry) for entry in denied]
     return audit
+
+
+_ENTRY_FIELDS = tuple(f.name for f in fields(AuditEntry))
+
+
+def _entry_json(entry: AuditEntry) -> dict[str, Any]:
+    """``entry.as_json()`` without its deep copy (a tenth of the time per nested call).
+
+    The arguments dict is shared with the entry: both are plain JSON built
+    for this call by :func:`~daemon.code_mode.convert.to_json_value`, and
+    nothing changes either after the call.
+    """
+    return {name: getattr(entry, name) for name in _ENTRY_FIELDS}
