@@ -357,7 +357,7 @@ async def test_gathered_calls_run_at_the_same_time(make_executor):
     ("code", "shown"),
     [
         ('pending = list_objects(kcp="a")\n"done"', "list_objects() was called without `await`"),
-        ('list_objects(kcp="a")', "<coroutine external_future(0)>"),
+        ('list_objects(kcp="a")', "<coroutine list_objects()>"),
         ('asyncio.gather(list_objects(kcp="a"), get_events(kcp="b"))', "<gather(2)>"),
     ],
     ids=["assigned", "last-expression", "gather"],

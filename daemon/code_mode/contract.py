@@ -67,6 +67,9 @@ _AWAITABLE_REPR = re.compile(
     r"<(coroutine external_future\(\d+\)|gather\(\d+\)|coroutine object \S+)>"
 )
 
+# the same, for a tool call made through its scope wrapper (daemon.code_mode.lazy)
+_WRAPPED_CALL = "<coroutine object _asyncai_result>"
+
 _EMPTY_NAMES: dict[type, str] = {
     list: "an empty list",
     tuple: "an empty tuple",
@@ -156,6 +159,9 @@ def render_result(
 ) -> RunCodeText:
     """The result of a snippet that completed, per the return contract."""
     if is_unawaited_awaitable(value):
+        if value == _WRAPPED_CALL and unawaited:
+            # a tool called through its scope wrapper (lazy.py): name the call, not the wrapper
+            value = f"<coroutine {unawaited[-1]}()>"
         return render_error(
             f"Error: the last expression is an un-awaited awaitable ({value}), so nothing "
             "ran. Add `await`: `await f(...)`, or `await asyncio.gather(...)`.",

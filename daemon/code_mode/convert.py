@@ -41,6 +41,7 @@ __all__ = [
     "result_bytes",
     "sandbox_text",
     "to_json_value",
+    "too_deep_message",
 ]
 
 # Levels of nesting that cross the boundary: as many as the sandbox's own
@@ -55,11 +56,16 @@ class ConversionError(ValueError):
     """A value that cannot cross the sandbox boundary; the message says why and what to do."""
 
 
-def _too_deep() -> ConversionError:
-    return ConversionError(
+def too_deep_message() -> str:
+    """Why a value nested past :data:`MAX_DEPTH` cannot cross, and what to do instead."""
+    return (
         f"the value is nested more than {MAX_DEPTH} levels deep; return a flatter "
         "value (a few fields, a count, or to_json(x)[:1000])"
     )
+
+
+def _too_deep() -> ConversionError:
+    return ConversionError(too_deep_message())
 
 
 def _checked_int(value: int) -> int:

@@ -83,6 +83,7 @@ from daemon.code_mode.approval import (
 )
 from daemon.code_mode.catalog import CallRejected, Catalog
 from daemon.code_mode.convert import ConversionError, sandbox_text, to_json_value
+from daemon.code_mode.lazy import public_name, without_wrapper_frames
 from daemon.code_mode.limits import CodeModeLimits
 from daemon.code_mode.nested import NestedCalls
 from daemon.code_mode.prints import PrintSink
@@ -180,6 +181,8 @@ class SnippetRun:
         self._held: dict[int, MadeCall] = {}  # awaited, waiting for a person
         self._answers: dict[int, ExternalSettledResult] = {}  # settled before delivery
         self._denied: list[AuditEntry] = []
+        # calls made through a scope's wrapper, which may answer with text (lazy.py)
+        self._text_ok: set[int] = set()
 
     @property
     def code(self) -> str:
@@ -323,7 +326,7 @@ class SnippetRun:
         return outcome
 
     def _runtime_error(self, exc: MontyRuntimeError, sink: PrintSink) -> tuple[str, bool]:
-        text = exc.display()
+        text = without_wrapper_frames(exc.display())
         inner = exc.exception()
         if isinstance(inner, MemoryError):
             if sink.overflowed:
@@ -349,6 +352,7 @@ class SnippetRun:
             if name in _SLEEP_OS_CALLS:
                 return await snap.resume(_exception("NotImplementedError", SLEEP_DENIED))
             return await snap.resume(_exception("PermissionError", OS_DENIED))
+        name, wrapped = public_name(name)
         entry = self._catalog.lookup(name)
         if entry is None:
             return await snap.resume(_exception("NameError", f"name '{name}' is not defined"))
@@ -370,6 +374,8 @@ class SnippetRun:
             return await snap.resume(_exception("ValueError", f"{name}(): an argument: {exc}"))
         self.nested_calls += 1
         self._pending[snap.call_id] = made
+        if wrapped:
+            self._text_ok.add(snap.call_id)
         return await snap.resume({"future": ...})
 
     async def _on_future(self, snap: AsyncFutureSnapshot) -> Any:
@@ -404,12 +410,15 @@ class SnippetRun:
             # here, not as a task, which saves the loop round trips of a task and a wait
             # (NestedCalls.run bounds itself: tool_timeout, and OBSERVER_TIMEOUT per notice)
             cid, call = starting[0]
-            results[cid] = await self._nested.run(call.entry, call.arguments)
+            results[cid] = await self._nested.run(
+                call.entry, call.arguments, text=cid in self._text_ok
+            )
             return await snap.resume(results)
         for cid, call in starting:
             # the sandbox awaits it now: start it, alongside every other awaited call
             self._tasks[cid] = asyncio.create_task(
-                self._nested.run(call.entry, call.arguments), name=f"code_mode:{call.py_name}"
+                self._nested.run(call.entry, call.arguments, text=cid in self._text_ok),
+                name=f"code_mode:{call.py_name}",
             )
         if not results:
             waiting = [self._tasks[cid] for cid in ids if cid in self._tasks]
@@ -463,7 +472,9 @@ class SnippetRun:
 
     async def _on_name_lookup(self, snap: Any) -> Any:
         name = snap.variable_name
-        if self._catalog.lookup(name) is not None:
+        tool, wrapped = public_name(name)
+        # a wrapper's host function is bound even for a tool gone since: its call says so
+        if wrapped or self._catalog.lookup(tool) is not None:
             return await snap.resume(value=_sandbox_function(name))
         return await snap.resume()
 

@@ -11,9 +11,9 @@ evicted scope's checkout is closed before the next checkout; a scope with a
 snippet running is never evicted (the LRU overshoots until it ends).
 
 One ``run_code`` call, in order: ``restart`` (discard the checkout), the
-pre-run checks (``hooks.vet_snippet``: the size limit, then
-``hooks.check_snippet`` off the loop), closing evicted checkouts, a
-checkout if the scope has none (then ``hooks.scope_preamble``), the snippet
+pre-run checks (``hooks.vet_snippet``: the size limit, then ``hooks.check_snippet``
+off the loop), closing evicted checkouts, a checkout if the scope has none (then
+``hooks.scope_preamble`` with the tools' wrappers, :mod:`~daemon.code_mode.lazy`), the snippet
 (:mod:`daemon.code_mode.engine`), a reset if the snippet broke the checkout,
 ``hooks.after_snippet``, and the result (:mod:`daemon.code_mode.report`:
 the return contract with ``hooks.error_hints``, and the audit). Everything
@@ -37,12 +37,12 @@ at its first snippet, or in ``restore_scope`` (before a run's note, so the
 note tells of it). ``restart``, a reset and ``reset()`` (``!reset``) empty
 the REPL for good: its stored dump is dropped, nothing is loaded.
 
-A paused snippet and the stored REPL are one state, the snapshot: the pause
-gives the checkout back and leaves the scope clean, so nothing is dumped
-over anything while it waits (there is no live REPL); ``resume`` loads the
-snapshot, never the stored dump; the resumed snippet makes the scope dirty,
-and the next checkpoint stores the REPL it left. A run made while paused
-loads the stored REPL like any first snippet; ``resume`` replaces it.
+A paused snippet and the stored REPL are one state, the snapshot: the pause gives
+the checkout back and leaves the scope clean, so nothing is dumped over anything
+while it waits (there is no live REPL); ``resume`` loads the snapshot, never the
+stored dump; the resumed snippet makes the scope dirty, and the next checkpoint
+stores the REPL it left. A run made while paused loads the stored REPL like any
+first snippet; ``resume`` replaces it.
 """
 
 from __future__ import annotations
@@ -60,6 +60,7 @@ from daemon.code_mode.contract import render_error, with_started_calls
 from daemon.code_mode.description import RUN_CODE, run_code_definition
 from daemon.code_mode.engine import SnippetOutcome, SnippetRun
 from daemon.code_mode.errors import SandboxUnavailable
+from daemon.code_mode.lazy import scope_source
 from daemon.code_mode.limits import CodeModeLimits
 from daemon.code_mode.nested import NestedCalls, StartedCall
 from daemon.code_mode.persistence import ScopePersistence
@@ -167,6 +168,8 @@ class CodeModeToolExecutor(BaseToolExecutor):
             # the inner tools are final only now (MCP servers listed them on start)
             self._catalog = Catalog(self._inner.definitions())
             self._definition = run_code_definition(self._catalog, self._limits)
+            if (stored := self._scopes.persistence) is not None:  # its notes skip the wrappers
+                stored.tools = tuple(self._catalog.entries)
             if self._pool is None:
                 pool = create_pool(self._limits)
                 try:
@@ -241,8 +244,7 @@ class CodeModeToolExecutor(BaseToolExecutor):
     async def call_in_scope(self, thread_id: str, name: str, arguments: dict) -> ToolCallOutput:
         """Run ``name`` in ``thread_id``'s REPL (what :class:`ThreadScope` calls)."""
         await self.start()
-        # no await between touching the scope and taking its lock: an idle
-        # scope is evictable, a locked one is not
+        # no await between touching the scope and locking it: an idle scope is evictable
         return await self._run(self._scopes.touch(thread_id), name, arguments)
 
     # -- stored REPLs (issue 14) -----------------------------------------------
@@ -467,7 +469,8 @@ class CodeModeToolExecutor(BaseToolExecutor):
             return await self._open(state, nested)
         if fresh:
             preamble = SnippetRun(self._catalog, self._limits, nested)
-            setup = await preamble.drive(session, hooks.scope_preamble(self._limits))
+            source = scope_source(hooks.scope_preamble(self._limits), tuple(self._catalog.entries))
+            setup = await preamble.drive(session, source)
             if not setup.ok:
                 log.error("code_mode.preamble_failed", thread=state.key, error=setup.error)
                 return SnippetOutcome(

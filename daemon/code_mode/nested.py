@@ -58,6 +58,7 @@ from daemon.code_mode.convert import (
     result_bytes,
     sandbox_text,
 )
+from daemon.code_mode.lazy import text_marker
 from daemon.code_mode.limits import CodeModeLimits
 from daemon.tools import (
     AuditEntry,
@@ -143,8 +144,14 @@ class NestedCalls:
         # resume), so the report lists every call in the order it started
         self.started: list[StartedCall] = started if started is not None else []
 
-    async def run(self, entry: CatalogEntry, arguments: dict) -> ExternalSettledResult:
-        """Call the tool; return the settled answer for the sandbox (never raises but cancel)."""
+    async def run(
+        self, entry: CatalogEntry, arguments: dict, *, text: bool = False
+    ) -> ExternalSettledResult:
+        """Call the tool; return the settled answer for the sandbox (never raises but cancel).
+
+        ``text``: the call came through a scope's wrapper, so a large JSON
+        result may go in as text for the sandbox to parse (:mod:`~daemon.code_mode.lazy`).
+        """
         call = StartedCall(uuid.uuid4().hex, entry.tool_name, arguments, entry.definition.mutating)
         self.started.append(call)
         tool, mutating = call.tool, call.mutating
@@ -195,8 +202,9 @@ class NestedCalls:
         if output.is_error:
             await self._finish(call, started, t0, "error", result_bytes(output), output, logger)
             return _runtime_error(output.content or f"tool {tool} failed")
+        marker = text_marker(output, tool) if text else None
         try:
-            value = nested_value(output)
+            value = marker if marker is not None else nested_value(output)
         except ConversionError as exc:
             message = f"tool {tool} returned a value the sandbox cannot take: {exc}"
             await self._finish(call, started, t0, "error", 0, message, logger)

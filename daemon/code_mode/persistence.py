@@ -35,6 +35,7 @@ from pydantic_monty import AsyncMontySession
 
 from daemon.code_mode import hooks
 from daemon.code_mode.bindings import module_bindings
+from daemon.code_mode.lazy import scope_source
 from daemon.code_mode.limits import CodeModeLimits
 from daemon.code_mode.note import (
     ScopeVariables,
@@ -67,6 +68,7 @@ class ScopePersistence:
     def __init__(self, store: ScopeStore, limits: CodeModeLimits):
         self.store = store
         self._limits = limits
+        self.tools: tuple[str, ...] = ()  # the catalog's Python names (their scope wrappers)
 
     async def save(self, state: ScopeState) -> bool:
         """Make the store hold ``state``'s REPL; whether it now does (False: logged, or too large).
@@ -180,7 +182,8 @@ class ScopePersistence:
         try:
             async with asyncio.timeout(self._limits.request_timeout):
                 names = await state.probe(_NAMES_PROBE)
-                preamble = {b.name for b in module_bindings(hooks.scope_preamble(self._limits))}
+                source = scope_source(hooks.scope_preamble(self._limits), self.tools)
+                preamble = {b.name for b in module_bindings(source)}
                 variables.remember(
                     n for n in _strings(names) if n not in preamble and not n.startswith("__")
                 )

@@ -1,0 +1,146 @@
+"""Large JSON tool results cross into the sandbox as text, parsed there (issue 17).
+
+A nested result arrives in the sandbox as a Python value (the nested-result
+table in :mod:`daemon.code_mode.nested`). Built on the host, a parsed
+megabyte of JSON costs Monty about five times what the same text costs it to
+send and ``json.loads`` inside (``bench/code_mode.py``; measured on 1.4:
+0.9 MB, 128 ms as objects, 25 ms as text; 8 KB, 1.2 ms against 0.7 ms; at a
+few hundred bytes the two are even). So a result of at least
+:data:`TEXT_MIN` characters goes in as text, and the sandbox parses it.
+
+That needs sandbox code between the call and the snippet: every new scope
+defines, after the helpers, one wrapper per catalog tool
+(:func:`wrappers_source`)::
+
+    def get_rows(*args, **kwargs):
+        return _asyncai_result(_asyncai_tool_get_rows(*args, **kwargs))
+
+The host function ``_asyncai_tool_get_rows`` is the tool as before (the
+engine maps the name back), so the call is made when the snippet calls it
+and runs when it awaits it; ``_asyncai_result`` awaits it and, when the host
+answered with the marker ``(text, too_deep_message)``, returns
+``json.loads(text)``. Anything else passes through unchanged, so a scope
+without wrappers (stored before them, or a tool added since) simply gets
+parsed values.
+
+The snippet sees the same values either way. The host sends text only when
+the sandbox's ``json.loads`` gives what the host's would (:func:`text_marker`):
+the text starts like a JSON array or object, holds no lone surrogate (which
+the host replaces with U+FFFD) and no ``NaN``/``Infinity``. Text that does
+not parse arrives as the ``str`` itself, as before. The sandbox's parser
+stops at the same depth as :data:`~daemon.code_mode.convert.MAX_DEPTH`;
+the wrapper then raises the host path's ``RuntimeError``, but the audit
+records that call as ``ok`` (the host never parsed it).
+"""
+
+from __future__ import annotations
+
+import builtins
+import functools
+import re
+from collections.abc import Iterable
+
+from daemon.code_mode.bindings import module_bindings
+from daemon.code_mode.convert import too_deep_message
+from daemon.code_mode.helpers import PRELOADED_MODULES, PRIVATE_PREFIX, RESERVED_NAMES
+from daemon.tools import ToolCallOutput
+
+__all__ = [
+    "RESULT_SOURCE",
+    "TEXT_MIN",
+    "TOOL_PREFIX",
+    "public_name",
+    "scope_source",
+    "text_marker",
+    "without_wrapper_frames",
+    "wrappers_source",
+]
+
+# Results at least this long go in as text: above about 1 KB parsing inside wins.
+TEXT_MIN = 4096
+TOOL_PREFIX = "_asyncai_tool_"
+
+RESULT_SOURCE = """\
+async def _asyncai_result(call):
+    value = await call
+    if type(value) is not tuple:
+        return value
+    try:
+        return _asyncai_json.loads(value[0])
+    except ValueError as exc:
+        if "recursion limit" in str(exc):
+            raise RuntimeError(value[1])
+        return value[0]
+"""
+
+
+# A tool with one of these names was never reachable by it (the helper, module or
+# builtin comes first); a wrapper would hide that instead, so such a tool gets none.
+_UNWRAPPED = frozenset({*RESERVED_NAMES, *PRELOADED_MODULES, *dir(builtins)})
+
+
+def wrappers_source(py_names: Iterable[str]) -> str:
+    """The sandbox source of ``_asyncai_result`` and one wrapper per tool name."""
+    parts = [RESULT_SOURCE]
+    for name in py_names:
+        if name in _UNWRAPPED or name.startswith(PRIVATE_PREFIX):
+            continue
+        parts.append(
+            f"def {name}(*args, **kwargs):\n"
+            f"    return _asyncai_result({TOOL_PREFIX}{name}(*args, **kwargs))\n"
+        )
+    return "\n\n".join(parts)
+
+
+@functools.lru_cache(maxsize=8)
+def scope_source(preamble: str, tools: tuple[str, ...]) -> str:
+    """``preamble`` (the helpers and the operator's code), then the wrappers of ``tools``.
+
+    A tool whose name the preamble binds keeps the preamble's meaning (as
+    before wrappers: a bound name never reached the tool), so it gets none.
+    Cached: the same for every scope of an executor.
+    """
+    bound = {b.name for b in module_bindings(preamble)}
+    wrapped = [t for t in tools if t not in bound]
+    return f"{preamble}\n{wrappers_source(wrapped)}" if wrapped else preamble
+
+
+# A traceback frame in a wrapper or in _asyncai_result (its line, its source line, and
+# the marker line under it when there is one): internals the snippet never wrote.
+_WRAPPER_FRAME = re.compile(
+    r'  File "[^"\n]*", line \d+, in (?:_asyncai_result|\w+(?=\n    return _asyncai_result\())\n'
+    r"    [^\n]*\n(?:[ ~^]*[~^][ ~^]*\n)?"
+)
+
+
+def without_wrapper_frames(traceback: str) -> str:
+    """``traceback`` without the frames of the wrappers, as if the snippet called the tool."""
+    if "_asyncai_result" not in traceback:
+        return traceback
+    return _WRAPPER_FRAME.sub("", traceback)
+
+
+def public_name(name: str) -> tuple[str, bool]:
+    """The tool's Python name for a host-function name, and whether a wrapper called it."""
+    if name.startswith(TOOL_PREFIX):
+        return name[len(TOOL_PREFIX) :], True
+    return name, False
+
+
+def text_marker(output: ToolCallOutput, tool: str) -> tuple[str, str] | None:
+    """The ``(text, too_deep_message)`` to send instead of the parsed result, or None.
+
+    None: the result is short, or its text might parse differently in the
+    sandbox; the host parses it (:func:`daemon.code_mode.convert.nested_value`).
+    """
+    text = output.content
+    if len(text) < TEXT_MIN or text.lstrip()[:1] not in ("[", "{"):
+        return None
+    if "NaN" in text or "Infinity" in text or "\\ud" in text or "\\uD" in text:
+        return None  # possibly a JSON constant or an escaped surrogate: let the host decide
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return None  # a raw lone surrogate
+    deep = f"tool {tool} returned a value the sandbox cannot take: {too_deep_message()}"
+    return text, deep
