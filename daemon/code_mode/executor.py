@@ -10,15 +10,14 @@ thread's REPL, one checkout each, kept in an LRU of ``max_scopes``. The
 evicted scope's checkout is closed before the next checkout; a scope with a
 snippet running is never evicted (the LRU overshoots until it ends).
 
-One ``run_code`` call, in order: ``restart`` (discard the checkout), the
-pre-run checks (``hooks.vet_snippet``: the size limit, then ``hooks.check_snippet``
-off the loop), closing evicted checkouts, a checkout if the scope has none (then
-``hooks.scope_preamble`` with the tools' wrappers, :mod:`~daemon.code_mode.lazy`), the snippet
-(:mod:`daemon.code_mode.engine`), a reset if the snippet broke the checkout,
-``hooks.after_snippet``, and the result (:mod:`daemon.code_mode.report`:
-the return contract with ``hooks.error_hints``, and the audit). Everything
-after the pre-run check is bounded by ``max_wall``. The seams for the
-helpers and the variables note are documented in :mod:`daemon.code_mode.hooks`.
+One ``run_code`` call, in order: ``restart`` (discard the checkout), the pre-run
+checks (``hooks.vet_snippet``: the size limit, then ``hooks.check_snippet`` off the
+loop), closing evicted checkouts, a checkout if the scope has none (then
+``hooks.scope_preamble`` with the tools' wrappers, :mod:`~daemon.code_mode.lazy`,
+fed or loaded: :mod:`~daemon.code_mode.fresh`), the snippet (:mod:`~daemon.code_mode.engine`),
+a reset if the snippet broke the checkout, ``hooks.after_snippet``, and the result
+(:mod:`daemon.code_mode.report`: the return contract with ``hooks.error_hints``, and the
+audit), all but the checks within ``max_wall``. Seams: :mod:`daemon.code_mode.hooks`.
 
 Approvals (issue 13): with a ``gate``, a snippet may stop before calls that
 need a person. The run then ends with a :class:`~daemon.tools.Pause` in
@@ -60,6 +59,7 @@ from daemon.code_mode.contract import render_error, with_started_calls
 from daemon.code_mode.description import RUN_CODE, run_code_definition
 from daemon.code_mode.engine import SnippetOutcome, SnippetRun
 from daemon.code_mode.errors import SandboxUnavailable
+from daemon.code_mode.fresh import FreshScopes
 from daemon.code_mode.lazy import scope_source
 from daemon.code_mode.limits import CodeModeLimits
 from daemon.code_mode.nested import NestedCalls, StartedCall
@@ -125,7 +125,7 @@ class CodeModeToolExecutor(BaseToolExecutor):
         self._start_lock = asyncio.Lock()
         persistence = ScopePersistence(scopes, self._limits) if scopes is not None else None
         self._scopes = ScopeTable(self._limits, persistence)
-        self._private = ScopeState(None)
+        self._private, self._fresh = ScopeState(None), FreshScopes(self._limits.preamble)
 
     @property
     def limits(self) -> CodeModeLimits:
@@ -470,8 +470,8 @@ class CodeModeToolExecutor(BaseToolExecutor):
         if fresh:
             preamble = SnippetRun(self._catalog, self._limits, nested)
             source = scope_source(hooks.scope_preamble(self._limits), tuple(self._catalog.entries))
-            setup = await preamble.drive(session, source)
-            if not setup.ok:
+            setup = await self._fresh.prepare(session, lambda: preamble.drive(session, source))
+            if setup is not None and not setup.ok:
                 log.error("code_mode.preamble_failed", thread=state.key, error=setup.error)
                 return SnippetOutcome(
                     error=f"the scope preamble failed, so the snippet did not run:\n{setup.error}",
