@@ -62,6 +62,7 @@ try:
     )
     from pydantic_ai.models.function import AgentInfo, FunctionModel
     from pydantic_ai.toolsets import FunctionToolset
+    from pydantic_ai.usage import UsageLimits
     from pydantic_ai_harness import CodeMode
 except ImportError as exc:  # the bench extra is optional: say how to get it
     raise SystemExit(
@@ -252,7 +253,9 @@ class PeerRun:
 
     async def start(self) -> None:
         """Start the run; its first step waits for a snippet."""
-        self._task = asyncio.create_task(self._agent.run("bench"))
+        # no cap on model requests: a run here takes one per snippet (the default is 50)
+        limits = UsageLimits(request_limit=None)
+        self._task = asyncio.create_task(self._agent.run("bench", usage_limits=limits))
 
     async def _step(self, messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
         for part in messages[-1].parts:
