@@ -91,7 +91,7 @@ def block(code: str) -> Reply:
 
 
 FILTER = "pods = await list_pods(namespace='prod')\n" + (
-    "[p['metadata']['name'] for p in pods if p['status']['phase'] == 'Failed']"
+    "[p['metadata']['name'] for p in items(pods) if p['status']['phase'] == 'Failed']"
 )
 
 
@@ -157,7 +157,7 @@ async def test_real_tool_calls_still_run_and_broken_json_is_recovered(code_mode)
     ex, inner = code_mode
     raw = (
         '{"code": "pods = await list_pods(namespace="prod")\n'
-        '[p["metadata"]["name"] for p in pods if p["status"]["phase"] == "Failed"]"}'
+        '[p["metadata"]["name"] for p in items(pods) if p["status"]["phase"] == "Failed"]"}'
     )
     script = [ToolCalls(("run_code", raw)), "Three pods are failing."]
     fake, (result,) = await run_script(ex, script, request())

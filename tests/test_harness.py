@@ -30,6 +30,7 @@ from daemon.model.harness import (
     hidden_fields,
     hidden_paths,
     is_code_only,
+    key_hint,
     peek_code,
     prints_as_result,
     quote_result,
@@ -291,7 +292,9 @@ def test_javascript_gets_a_hint_on_its_syntax_error() -> None:
     assert retry_hint(js, "NameError: name 'let' is not defined") is None
     assert retry_hint("x = [p for p in pods]\nx", "SyntaxError: invalid syntax") is None
     named = retry_hint(
-        "", "NameError: name 'get_objects' is not defined", ["list_objects", "get_object"]
+        "pods = await get_objects(resource='pods')",
+        "NameError: name 'get_objects' is not defined",
+        ["list_objects", "get_object"],
     )
     assert named == (
         "Hint: there is no function get_objects (perhaps get_object or list_objects). "
@@ -402,7 +405,7 @@ def test_error_signature_is_the_exception_line_not_a_hint() -> None:
         ("ModuleNotFoundError: No module named 'requests'", "await http_get(url=...)"),
         ("ModuleNotFoundError: No module named 'statistics'", "sum(xs) / len(xs)"),
         ("ModuleNotFoundError: No module named 'foo.bar'", "delete every `import foo`"),
-        ("KeyError: 'ready_replicas'", "do not write ['ready_replicas']"),
+        ("KeyError: 'ready_replicas'", "has no key 'ready_replicas'. If only some items"),
         ("TypeError: string indices must be integers", "That value is a str (text)"),
         ("NameError: name 'get_pods' is not defined", "The only functions are: list_objects."),
         ("AttributeError: 'list' object has no attribute 'items'", "A list has no .items"),
@@ -512,3 +515,60 @@ def test_fields_a_sketch_elides_are_listed_as_paths() -> None:
     assert '- list_pods: x["items"][i]["status"]["containerStatuses"][j]' in section
     assert compact_description(catalog).endswith(section)
     assert hidden_fields(CATALOG) == ""
+
+
+def test_an_undefined_name_that_is_not_called_is_a_variable_or_a_module() -> None:
+    """A NameError for a name the snippet never calls is a variable it did not assign (not
+    an invented function), or a module it did not import."""
+    fns = ["list_objects"]
+    code = "sum(x[j] for x in xs)"
+    assert retry_hint(code, "NameError: name 'j' is not defined", fns) == (
+        "Hint: j was never assigned: assign it in the same code block before you use it."
+    )
+    assert retry_hint("datetime.date(2026, 1, 1)", "NameError: name 'datetime' is not defined") == (
+        "Hint: datetime is a module: write `import datetime` first."
+    )
+
+
+def test_a_missing_key_is_located_in_the_look_at_the_variables() -> None:
+    """A KeyError whose key the look shows deeper names its path; one shown in a list's
+    first item says other items lack it."""
+    shapes = (
+        "r['status'] == 200\nlen(r['json']['components']) == 4\n"
+        "r['json']['components'][0]['name'] == 'db'"
+    )
+    hint = key_hint(TRACEBACK.format("KeyError: components"), shapes)
+    assert (
+        hint == "Hint: components is not where your code looked; it is at r['json']['components']."
+    )
+    pods = "len(p['items']) == 12\np['items'][0]['status']['containerStatuses'][0]['ready'] == 1"
+    hint = key_hint(TRACEBACK.format("KeyError: containerStatuses"), pods)
+    assert hint is not None
+    assert hint.startswith("Hint: containerStatuses is in the first item")
+    assert key_hint(TRACEBACK.format("KeyError: nowhere"), pods) is None
+    assert key_hint(TRACEBACK.format("TypeError: x"), pods) is None
+    assert key_hint(TRACEBACK.format("KeyError: components"), None) is None
+
+
+def test_a_tool_result_is_counted_and_looped_over_by_its_items() -> None:
+    """len() of, or a loop over, a name bound to a catalog call's result means its items,
+    not the keys of the dict the tool returned; other names and expressions stay."""
+    code = (
+        "events = await get_events(workspace='w')\n"
+        "n = len(events)\n"
+        "reasons = [e['reason'] for e in events]\n"
+        "for e in events:\n"
+        "    print(e)\n"
+        "r = await http_get(url='u')\n"
+        "len(r['json']) + len(reasons)"
+    )
+    fixed, repairs = repair_code(code, ["get_events", "http_get"])
+    assert fixed.splitlines()[1:4] == [
+        "n = len(items(events))",
+        "reasons = [e['reason'] for e in items(events)]",
+        "for e in items(events):",
+    ]
+    assert fixed.endswith("len(r['json']) + len(reasons)")
+    assert repairs == ["the items of a tool result counted or looped over, not its keys"]
+    rebound = "events = await get_events(workspace='w')\nevents = [1]\nlen(events)"
+    assert repair_code(rebound, ["get_events"]) == (rebound, [])

@@ -32,6 +32,7 @@ from daemon.model.harness import (
     extract_code,
     is_code_only,
     is_empty_result,
+    key_hint,
     peek_code,
     prints_as_result,
     quote_result,
@@ -165,8 +166,14 @@ async def after_block(
         shapes = await _peek(caller, code, state)
     recheck = recheck and shapes is not None
     ls.rechecked = ls.rechecked or recheck
+    located = key_hint(text, shapes) if failed else None  # where a missing key really is
     reply = result_message(
-        text, ls.question, failed=failed, retry=retry or recheck, shapes=shapes, empty=recheck
+        f"{text}\n{located}" if located else text,
+        ls.question,
+        failed=failed,
+        retry=retry or recheck,
+        shapes=shapes,
+        empty=recheck,
     )
     ls.answering = not (retry or recheck)
     # A retry follows the question alone, with the feedback: shown its failed

@@ -17,6 +17,7 @@ __all__ = [
     "answer_instruction",
     "error_signature",
     "is_empty_result",
+    "key_hint",
     "prints_as_result",
     "quote_result",
     "readable",
@@ -126,6 +127,11 @@ _JAVASCRIPT = re.compile(
 
 
 _UNDEFINED = re.compile(r"NameError: name '(\w+)' is not defined")
+# Standard modules the sandbox has (daemon/code_mode/hints.py), named without an import.
+_MODULES = frozenset(
+    {"json", "re", "math", "datetime", "collections", "itertools", "functools", "time"}
+    | {"random", "copy", "base64", "hashlib", "decimal", "csv", "bisect", "asyncio"}
+)
 
 
 def retry_hint(code: str, error: str, functions: Iterable[str] = ()) -> str | None:
@@ -137,6 +143,14 @@ def retry_hint(code: str, error: str, functions: Iterable[str] = ()) -> str | No
     """
     known = sorted(set(functions))
     m = _UNDEFINED.search(error)
+    if m and m.group(1) in _MODULES:  # datetime.date(...) without the import
+        return f"Hint: {m.group(1)} is a module: write `import {m.group(1)}` first."
+    called = m is not None and re.search(rf"\b{re.escape(m.group(1))}\s*\(", code)
+    if m and known and m.group(1) not in known and not called:
+        return (
+            f"Hint: {m.group(1)} was never assigned: assign it in the same code block "
+            "before you use it."
+        )
     if m and known and m.group(1) not in known:
         close = difflib.get_close_matches(m.group(1), known, n=2, cutoff=0.5)
         nearest = f" (perhaps {' or '.join(close)})" if close else ""
@@ -243,9 +257,9 @@ def repeat_hint(error: str, previous: str | None, functions: Iterable[str] = ())
         )
     if m := _KEY.match(sig):
         return (
-            f"{lead}The key {m.group(1)} does not exist in that dict: do not write "
-            f"[{m.group(1)}] or .get({m.group(1)}) again. Copy a path from the list of what "
-            "your variables hold, exactly as it is written there."
+            f"{lead}A dict your code reads has no key {m.group(1)}. If only some items lack "
+            "it, skip them or use dig(item, 'a.b', default=0); otherwise copy the path from "
+            "the list of what your variables hold, exactly as it is written there."
         )
     if _STR_AS_DATA.search(sig):
         return (
@@ -326,3 +340,35 @@ def _scalar(v: object) -> str:
     if isinstance(v, dict):
         return "(" + ", ".join(f"{k}: {_scalar(x)}" for k, x in v.items()) + ")"
     return json.dumps(v, ensure_ascii=False)
+
+
+def key_hint(error: str, shapes: str | None) -> str | None:
+    """Where a missing key really is, from the look at the variables (:func:`peek_code`).
+
+    Asked for ``status["components"]`` of an ``http_get`` result, the model
+    needed ``status["json"]["components"]``: a path in the look that ends
+    with the key says where it lives. A path through a list's first item
+    means the key is there but missing in some other item (a Pending pod has
+    no ``containerStatuses``): then the way around is a default.
+    """
+    sig = error_signature(error)
+    m = _KEY.match(sig or "")
+    if m is None or not shapes:
+        return None
+    key = m.group(1).strip("'\"")
+    found: list[str] = []
+    for line in shapes.splitlines():
+        for quoted in (f"[{key!r}]", f'["{key}"]'):
+            at = line.find(quoted)
+            if at >= 0:
+                path = line[: at + len(quoted)].removeprefix("len(")
+                if path not in found:
+                    found.append(path)
+    if not found:
+        return None
+    if any("[0]" in path for path in found):
+        return (
+            f"Hint: {key} is in the first item ({found[0]}) but missing in another: "
+            f"skip items without it, or use dig(item, '...{key}', default=...)."
+        )
+    return f"Hint: {key} is not where your code looked; it is at {' and '.join(found[:2])}."

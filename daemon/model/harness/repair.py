@@ -159,6 +159,65 @@ class _BoundGet(ast.NodeTransformer):
         return node
 
 
+class _ResultLists(ast.NodeTransformer):
+    """``len(pods)`` and ``for p in pods``, where ``pods = await list_objects(...)``,
+    → ``len(items(pods))`` and ``for p in items(pods)``.
+
+    A tool returns a dict (a list sits under "items"), so the length of the
+    result is its number of keys: asked for the number of Warning events, the
+    model reported ``len(events)``, the four keys of kubectl's list. Neither
+    the number of keys nor iterating over them is ever what it meant.
+    """
+
+    def __init__(self, results: set[str]):
+        self.results = results
+        self.changed = False
+
+    def _wrap(self, node: ast.expr) -> ast.expr:
+        if isinstance(node, ast.Name) and node.id in self.results:
+            self.changed = True
+            call = ast.Call(func=ast.Name(id="items", ctx=ast.Load()), args=[node], keywords=[])
+            return ast.copy_location(call, node)
+        return node
+
+    def visit_Call(self, node: ast.Call) -> ast.AST:
+        self.generic_visit(node)
+        if isinstance(node.func, ast.Name) and node.func.id == "len" and len(node.args) == 1:
+            node.args = [self._wrap(node.args[0])]
+        return node
+
+    def visit_For(self, node: ast.For) -> ast.AST:
+        self.generic_visit(node)
+        node.iter = self._wrap(node.iter)
+        return node
+
+    def visit_comprehension(self, node: ast.comprehension) -> ast.AST:
+        self.generic_visit(node)
+        node.iter = self._wrap(node.iter)
+        return node
+
+
+def _tool_results(tree: ast.Module, functions: set[str]) -> set[str]:
+    """Names bound only by ``name = await f(...)`` of a catalog function, at the top level."""
+    bound: dict[str, bool] = {}
+    for stmt in tree.body:
+        if not isinstance(stmt, ast.Assign):
+            continue
+        value = stmt.value
+        is_result = (
+            isinstance(value, ast.Await)
+            and isinstance(value.value, ast.Call)
+            and isinstance(value.value.func, ast.Name)
+            and value.value.func.id in functions
+        )
+        for target in stmt.targets:
+            for node in ast.walk(target):
+                if isinstance(node, ast.Name):
+                    only = len(stmt.targets) == 1 and target is node
+                    bound[node.id] = bound.get(node.id, True) and is_result and only
+    return {name for name, ok in bound.items() if ok}
+
+
 def repair_code(
     code: str, functions: Iterable[str] | dict[str, Signature] = ()
 ) -> tuple[str, list[str]]:
@@ -208,6 +267,12 @@ def repair_code(
         tree = known.visit(tree)
         if known.renamed:
             repairs.append("called the catalog function meant: " + ", ".join(known.renamed))
+    results = _tool_results(tree, names)
+    if results:
+        lists = _ResultLists(results)
+        tree = lists.visit(tree)
+        if lists.changed:
+            repairs.append("the items of a tool result counted or looped over, not its keys")
     getter = _BoundGet()
     tree = getter.visit(tree)
     if getter.changed:
