@@ -29,6 +29,7 @@ from daemon.model.harness import (
     extract_code,
     hidden_fields,
     hidden_paths,
+    holds_none,
     is_code_only,
     key_hint,
     peek_code,
@@ -572,3 +573,14 @@ def test_a_tool_result_is_counted_and_looped_over_by_its_items() -> None:
     assert repairs == ["the items of a tool result counted or looped over, not its keys"]
     rebound = "events = await get_events(workspace='w')\nevents = [1]\nlen(events)"
     assert repair_code(rebound, ["get_events"]) == (rebound, [])
+
+
+def test_a_none_where_the_answer_should_be_is_suspect() -> None:
+    """A JSON result holding null at its top level (or in a list's items) gets the same
+    one look as an empty result; other results do not."""
+    assert holds_none('{"node": null, "count": 2}')
+    assert holds_none('[{"name": "a", "node": null}]')
+    assert holds_none("[1, null]")
+    assert not holds_none('{"node": "node-a", "count": 4}')
+    assert not holds_none("null-ish text")
+    assert not holds_none('{"a": {"b": null}}')  # deeper: a field, not the answer

@@ -30,6 +30,7 @@ from daemon.model.harness import (
     assigned_names,
     code_message,
     extract_code,
+    holds_none,
     is_code_only,
     is_empty_result,
     key_hint,
@@ -159,8 +160,10 @@ async def after_block(
     retry = failed and ls.failures < MAX_FAILED_SNIPPETS and more
     if failed and not retry:
         state.metrics.harness_gave_up = True
-    # an empty result is often a filter on a guessed key: one look at the data
-    recheck = is_empty_result(text) and not ls.rechecked and more
+    # an empty result (or a None answer) is often a filter on a guessed key: one look
+    # at the data
+    looks_empty = is_empty_result(text) or holds_none(text)
+    recheck = looks_empty and not ls.rechecked and more
     shapes = None
     if (retry or recheck) and isinstance(code, str):
         shapes = await _peek(caller, code, state)

@@ -16,6 +16,7 @@ __all__ = [
     "NO_OUTPUT",
     "answer_instruction",
     "error_signature",
+    "holds_none",
     "is_empty_result",
     "key_hint",
     "prints_as_result",
@@ -119,6 +120,24 @@ def readable(result: str, limit: int = 40) -> str:
 def is_empty_result(text: str) -> bool:
     """Whether run_code returned an empty value (often a filter that matched by mistake)."""
     return text.startswith("(empty result")
+
+
+def holds_none(text: str) -> bool:
+    """Whether a JSON result answers with ``null``: ``{"node": null, "count": 2}``.
+
+    Asked for the busiest node, the model counted a key its data did not
+    have and reported the node ``None``; like an empty result, a ``None``
+    where the answer should be is worth one look at the data.
+    """
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return False
+    if isinstance(value, dict):
+        return any(v is None for v in value.values())
+    if isinstance(value, list):
+        return any(v is None or (isinstance(v, dict) and None in v.values()) for v in value)
+    return False
 
 
 _JAVASCRIPT = re.compile(
