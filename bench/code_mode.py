@@ -17,7 +17,7 @@ busy machine slows both alike). Issue 17's targets:
 Then the memory: the daemon's RSS with 8 live scopes after 100 threads ran
 once each, and each live worker's RSS.
 
-Run: ``.venv/bin/python bench/code_mode.py`` (about 20 seconds, both cores).
+Run: ``.venv/bin/python bench/code_mode.py`` (about 10 seconds, both cores).
 """
 
 from __future__ import annotations
