@@ -56,10 +56,9 @@ from channels.errors import ChannelError
 from channels.ids import id_for_time
 from channels.notify import notify
 from daemon.approvals import ApprovalPolicy
-from daemon.code_mode import CodeModeToolExecutor
 from daemon.config import Config
 from daemon.errors import AsyncaiError
-from daemon.mcp.executor import McpToolExecutor
+from daemon.executors import build_mcp_executor, build_tool_executor
 from daemon.model import OpenAiCompatibleBackend
 from daemon.runtime.approvals import ApprovalDesk
 from daemon.runtime.audit import audit_observer
@@ -78,8 +77,6 @@ from daemon.runtime.scopes import SignedScopeStore, load_or_create_key
 from daemon.runtime.store import SessionsRuntimeStore
 from daemon.runtime.watchdog import health_problems, heartbeat
 from daemon.tools import (
-    ApprovalGate,
-    AuditObserver,
     Decision,
     PersistentScopes,
     ScopeStore,
@@ -107,37 +104,6 @@ log = structlog.get_logger("asyncai.daemon")
 RUN_DEADLINE_MARGIN = 30.0
 # Monty's worker pool needs the loop a moment after closing (notes/monty.md §10).
 POOL_SETTLE = 0.05
-
-
-def build_tool_executor(
-    config: Config,
-    *,
-    observer: AuditObserver | None = None,
-    inner: ToolExecutor | None = None,
-    gate: ApprovalGate | None = None,
-    scopes: ScopeStore | None = None,
-) -> ToolExecutor:
-    """The executor ``config`` asks for: MCP servers, wrapped in code mode unless ``direct``.
-
-    ``inner`` replaces the ``McpToolExecutor`` built from ``config.mcp_servers``
-    (``asyncai ask`` keeps a handle on it to check the servers started).
-    ``observer`` is passed to the code-mode executor (called as each nested
-    call starts and ends, for the durable audit); ``gate`` is the approval
-    policy it asks before a mutating call; ``scopes`` keeps each thread's REPL
-    across evictions and restarts. Nothing starts until first use.
-    """
-    if inner is None:
-        inner = build_mcp_executor(config)
-    if config.model.tool_mode == "direct":
-        return inner
-    return CodeModeToolExecutor(
-        inner, config.code_mode.limits(), observer=observer, gate=gate, scopes=scopes
-    )
-
-
-def build_mcp_executor(config: Config) -> ToolExecutor:
-    """An ``McpToolExecutor`` over ``config.mcp_servers`` (not started)."""
-    return McpToolExecutor({name: server.entry() for name, server in config.mcp_servers.items()})
 
 
 def runtime_options(config: Config) -> RuntimeOptions:

@@ -1,0 +1,45 @@
+"""The executors a config asks for: MCP servers over stdio, in code mode unless ``direct``.
+
+Used by the daemon (:mod:`daemon.app`) and ``asyncai ask``; nothing starts
+until first use.
+"""
+
+from __future__ import annotations
+
+from daemon.code_mode import CodeModeToolExecutor
+from daemon.config import Config
+from daemon.mcp.executor import McpToolExecutor
+from daemon.tools import ApprovalGate, AuditObserver, ScopeStore, ToolExecutor
+
+__all__ = ["build_mcp_executor", "build_tool_executor"]
+
+
+def build_tool_executor(
+    config: Config,
+    *,
+    observer: AuditObserver | None = None,
+    inner: ToolExecutor | None = None,
+    gate: ApprovalGate | None = None,
+    scopes: ScopeStore | None = None,
+) -> ToolExecutor:
+    """The executor ``config`` asks for: MCP servers, wrapped in code mode unless ``direct``.
+
+    ``inner`` replaces the ``McpToolExecutor`` built from ``config.mcp_servers``
+    (``asyncai ask`` keeps a handle on it to check the servers started).
+    ``observer`` is passed to the code-mode executor (called as each nested
+    call starts and ends, for the durable audit); ``gate`` is the approval
+    policy it asks before a mutating call; ``scopes`` keeps each thread's REPL
+    across evictions and restarts. Nothing starts until first use.
+    """
+    if inner is None:
+        inner = build_mcp_executor(config)
+    if config.model.tool_mode == "direct":
+        return inner
+    return CodeModeToolExecutor(
+        inner, config.code_mode.limits(), observer=observer, gate=gate, scopes=scopes
+    )
+
+
+def build_mcp_executor(config: Config) -> ToolExecutor:
+    """An ``McpToolExecutor`` over ``config.mcp_servers`` (not started)."""
+    return McpToolExecutor({name: server.entry() for name, server in config.mcp_servers.items()})
