@@ -40,7 +40,7 @@ max_rounds = 8                           # model requests per run; the last has 
 retries = 3                              # retries of 408/409/429/5xx, connection errors, timeouts
 backoff_initial = 1.0                    # seconds before the first retry, doubling
 backoff_max = 30.0                       # at most this (or the server's Retry-After)
-local_max_rss = "5GiB"                   # asyncai up restarts its local model server above this, between runs
+local_max_rss = "5GiB"                   # asyncai up restarts its local model above this
 
 [code_mode]
 max_feed_duration = 30.0                 # seconds of Python per snippet (tool waits excluded)
