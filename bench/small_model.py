@@ -27,7 +27,8 @@ and skips (exit 0) when they are missing. It takes minutes: on 2 cores the
 1.5B model generates about 16 tokens/s, and the code-mode system prompt (the
 catalog) costs a minute to process once. Code mode runs all its questions
 before direct mode starts, so llama.cpp's prompt-prefix cache stays warm.
-``--json FILE`` keeps every answer and metric for a closer look.
+``--json FILE`` keeps every answer and metric for a closer look (written after
+every question, so a long run can be read while it goes).
 """
 
 from __future__ import annotations
@@ -580,15 +581,18 @@ async def run_mode(
     model: ModelConfig,
     suite: list[Question],
     report: Callable[[str], None],
+    outcomes: dict[str, Outcome] | None = None,
+    saved: Callable[[], None] = lambda: None,
 ) -> dict[str, Outcome]:
-    """Every question of ``suite`` once, each in a fresh thread, in ``mode``."""
+    """Every question of ``suite`` once, each in a fresh thread, in ``mode``; each
+    outcome goes into ``outcomes`` as it comes, then ``saved`` is called."""
     from daemon.model import OpenAiCompatibleBackend
 
     inner = McpToolExecutor(env.servers, call_timeout=60.0)
     executor = inner if mode == "direct" else CodeModeToolExecutor(inner, CodeModeLimits())
     config = dataclasses.replace(model, tool_mode=mode)
     backend = OpenAiCompatibleBackend(config, executor, max_run_seconds=1800.0)
-    outcomes: dict[str, Outcome] = {}
+    outcomes = {} if outcomes is None else outcomes
     try:
         for q in suite:
             thread = f"bench-{mode}-{q.key}-{uuid.uuid4().hex[:6]}"
@@ -619,6 +623,7 @@ async def run_mode(
                 },
             )
             outcomes[q.key] = outcome
+            saved()
             mark = "ok  " if outcome.ok else "FAIL"
             report(
                 f"[{mode:6}] {mark} {q.key:18} rounds={m.rounds} calls={m.run_code_calls} "
@@ -738,30 +743,41 @@ async def main(argv: list[str] | None = None) -> int:
             model.harness = args.harness == "on"
         started = datetime.datetime.now(datetime.UTC)
         results: dict[str, dict[str, Outcome]] = {}
+
+        def save() -> None:  # after every question, so a long run can be read as it goes
+            if args.json:
+                args.json.write_text(
+                    json.dumps(
+                        {
+                            "date": started.isoformat(),
+                            "model": model_name,
+                            "harness": args.harness,
+                            "results": {
+                                m: {k: o.__dict__ for k, o in r.items()} for m, r in results.items()
+                            },
+                        },
+                        indent=2,
+                        default=str,
+                    )
+                )
+
         for mode in [m.strip() for m in args.modes.split(",") if m.strip()]:
-            results[mode] = await run_mode(
-                mode, env, model, suite, lambda s: print(s, file=sys.stderr, flush=True)
+            results[mode] = {}
+            await run_mode(
+                mode,
+                env,
+                model,
+                suite,
+                lambda s: print(s, file=sys.stderr, flush=True),
+                results[mode],
+                save,
             )
         print(
             f"\nSmall-model benchmark, {started:%Y-%m-%d %H:%M} UTC, model {model_name} at "
             f"{base_url}, harness {args.harness}, {len(suite)} questions\n"
         )
         print(table(suite, results))
-        if args.json:
-            args.json.write_text(
-                json.dumps(
-                    {
-                        "date": started.isoformat(),
-                        "model": model_name,
-                        "harness": args.harness,
-                        "results": {
-                            m: {k: o.__dict__ for k, o in r.items()} for m, r in results.items()
-                        },
-                    },
-                    indent=2,
-                    default=str,
-                )
-            )
+        save()
     return 0
 
 
