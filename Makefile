@@ -17,10 +17,17 @@ $(STAMP): pyproject.toml
 # its runtime (llama-cpp-python builds from source, about 9 minutes on 2 cores
 # the first time; pip caches the wheel) and fetch the model (1.1 GB, checked).
 LOCAL_STAMP := $(VENV)/.installed-local
+# Not -DGGML_NATIVE=ON: a native build emits AMX instructions that a VM's kernel may
+# not allow, and the server dies of a general protection fault on its first request
+# (seen 2026-11-30). The vector extensions are named instead, AMX off.
+LLAMA_CMAKE_ARGS := -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF \
+	-DLLAMA_CURL=OFF -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON \
+	-DGGML_F16C=ON -DGGML_BMI2=ON \
+	-DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF
 
 $(LOCAL_STAMP): $(STAMP)
 	@echo "make: installing asyncai[local]: llama-cpp-python builds from source, about 9 minutes on 2 cores the first time"
-	CMAKE_BUILD_PARALLEL_LEVEL=2 CMAKE_ARGS="-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_CURL=OFF" \
+	CMAKE_BUILD_PARALLEL_LEVEL=2 CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" \
 		$(PY) -m pip install -e '.[dev,local]'
 	touch $(LOCAL_STAMP)
 
