@@ -91,7 +91,7 @@ async def code_blocks(
                 warmer = max(endpoint.params.temperature or 0.0, RETRY_TEMPERATURE)
                 body["temperature"] = warmer
 
-        response = await endpoint.complete(body, state.metrics, state.request.run_id)
+        response = await endpoint.complete(body, state.metrics, state.request.run_id, final=final)
         choice = response.choices[0]
         content = choice.message.content or ""
         call = None if final else _code_call(choice.message, content, state)
