@@ -39,10 +39,12 @@ from daemon.approvals import (
     parse_decision,
     request_text,
 )
+from daemon.runtime.deliver import publish_quietly
 from daemon.runtime.ports import InboundMessage, RuntimePublisher, reply_client_id
 from daemon.runtime.runs import PausedRun, Prompt, RunRequest, RunResult, current_tool_use
 from daemon.tools import Decision, Pause, PendingCall, ToolDefinition, Verdict
 from sessions.approvals import NewApproval, StoredApproval
+from sessions.ids import iso_utc
 from sessions.store import Store
 
 __all__ = ["ApprovalDesk", "ResumeFunction", "ResumeJob"]
@@ -69,7 +71,7 @@ class ResumeJob:
 
 
 def _iso(seconds: float) -> str:
-    return datetime.fromtimestamp(seconds, UTC).isoformat(timespec="milliseconds")[:-6] + "Z"
+    return iso_utc(datetime.fromtimestamp(seconds, UTC))
 
 
 def _seconds(iso: str) -> float:
@@ -372,17 +374,15 @@ class ApprovalDesk:
         key: str | None = None,
     ) -> None:
         """Publish a line in the thread; a failure is logged (the state is in the store)."""
-        try:
-            async with asyncio.timeout(self._publish_timeout):
-                await self._publisher.publish(
-                    channel,
-                    text,
-                    thread=thread_id,
-                    reply_to=reply_to or thread_id,
-                    client_id=reply_client_id(channel, f"approval:{key or reply_to}"),
-                )
-        except Exception as exc:
-            log.warning("approvals.publish_failed", error=f"{type(exc).__name__}: {exc}")
+        await publish_quietly(
+            self._publisher,
+            self._publish_timeout,
+            channel,
+            thread_id,
+            reply_to or thread_id,
+            text,
+            client_id=reply_client_id(channel, f"approval:{key or reply_to}"),
+        )
 
 
 def _call_json(call: PendingCall) -> dict[str, Any]:

@@ -118,5 +118,10 @@ class ThreadCommands:
                 log.info("runtime.reset", channel=message.channel, thread=message.thread)
                 text = RESET_DONE
         await publish_quietly(
-            self._publisher, self._options, message.channel, message.thread, message, text
+            self._publisher,
+            self._options.publish_timeout,
+            message.channel,
+            message.thread,
+            message.id,
+            text,
         )

@@ -94,10 +94,10 @@ async def deliver(
         bound.error("runtime.reply_refused", error=str(exc), action="prompts marked failed")
         await publish_quietly(
             publisher,
-            options,
+            options.publish_timeout,
             channel,
             thread_id,
-            prompts[-1],
+            prompts[-1].id,
             error_reply(f"the reply could not be published ({exc})"),
             client_id=notice_client_id(channel, prompts[-1].id),
         )
@@ -117,26 +117,27 @@ async def deliver(
 
 async def publish_quietly(
     publisher: RuntimePublisher,
-    options: RuntimeOptions,
+    seconds: float,  # the bound on the publish (publish_timeout)
     channel: str,
     thread_id: str,
-    last_prompt: InboundMessage,
+    reply_to: str,
     text: str,
     *,
     client_id: str | None = None,
 ) -> None:
-    """Publish a short notice; a failure is logged, never raised (it is only a notice).
+    """Publish a short notice in reply to message ``reply_to``; a failure is logged,
+    never raised (it is only a notice).
 
-    ``client_id`` defaults to the reply's (:func:`reply_client_id`).
+    ``client_id`` defaults to the reply's to that message (:func:`reply_client_id`).
     """
     try:
-        async with asyncio.timeout(options.publish_timeout):
+        async with asyncio.timeout(seconds):
             await publisher.publish(
                 channel,
                 text,
                 thread=thread_id,
-                reply_to=last_prompt.id,
-                client_id=client_id or reply_client_id(channel, last_prompt.id),
+                reply_to=reply_to,
+                client_id=client_id or reply_client_id(channel, reply_to),
             )
     except Exception as exc:
         log.warning("runtime.notice_failed", error=f"{type(exc).__name__}: {exc}")

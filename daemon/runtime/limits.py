@@ -207,6 +207,13 @@ async def start_within_limits(
         )
         await complete(store.set_prompt_status([m.id for m in refused], "failed"))
         await complete(
-            publish_quietly(publisher, options, channel, thread_id, refused[-1], limit.reply())
+            publish_quietly(
+                publisher,
+                options.publish_timeout,
+                channel,
+                thread_id,
+                refused[-1].id,
+                limit.reply(),
+            )
         )
     return admitted

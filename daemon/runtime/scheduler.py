@@ -454,7 +454,12 @@ class Runtime(PausedRuns, ThreadCommands):
         self, thread: ThreadRun, last_prompt: InboundMessage, text: str
     ) -> None:
         await publish_quietly(
-            self._publisher, self._options, thread.channel, thread.thread_id, last_prompt, text
+            self._publisher,
+            self._options.publish_timeout,
+            thread.channel,
+            thread.thread_id,
+            last_prompt.id,
+            text,
         )
 
     # ---- shutdown -------------------------------------------------------------------
