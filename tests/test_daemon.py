@@ -30,6 +30,7 @@ from sessions.errors import StoreClosedError
 from tests.fakes.channels_helpers import RawClient, give_up
 from tests.fakes.executor import FakeToolExecutor
 from tests.fakes.fake_openai import Error, FakeOpenAI, Hold, Reply, ToolCalls
+from tests.fakes.notify import NotifySocket
 
 TEST_SERVER = Path(__file__).parent / "fakes" / "mcp_test_server.py"
 WAIT = 20.0  # bound on every wait for the daemon (a loaded 2-core machine is slow)
@@ -542,47 +543,10 @@ class SwitchedChannel:
         await self.inner.close()
 
 
-class NotifyCollector:
-    """systemd's notify socket: every datagram the daemon sends, whole."""
-
-    def __init__(self, path: Path):
-        self.path = path
-        self.datagrams: list[str] = []
-        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-        self._sock.bind(str(path))
-        self._sock.setblocking(False)
-        self._arrived = asyncio.Event()
-        self._reader = asyncio.create_task(self._read())
-
-    async def _read(self) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            self.datagrams.append((await loop.sock_recv(self._sock, 65536)).decode())
-            self._arrived.set()
-
-    async def next_datagram(self, containing: str) -> str:
-        """The next datagram (from now on) that contains ``containing`` (bounded)."""
-        seen = len(self.datagrams)
-        async with asyncio.timeout(WAIT):
-            while True:
-                for datagram in self.datagrams[seen:]:
-                    if containing in datagram:
-                        return datagram
-                seen = len(self.datagrams)
-                self._arrived.clear()
-                await self._arrived.wait()
-
-    async def close(self) -> None:
-        """Stop reading and close the socket."""
-        self._reader.cancel()
-        await asyncio.gather(self._reader, return_exceptions=True)
-        self._sock.close()
-
-
 async def test_watchdog_pings_stop_while_the_channel_is_broken(tmp_path):
     """WATCHDOG=1 is sent while the channel client is not broken; while it is (even with
     the intake still waiting on it), the pings stop and STATUS= says why."""
-    notify_socket = NotifyCollector(tmp_path / "notify.sock")
+    notify_socket = NotifySocket(tmp_path / "notify.sock")
     watchdog = {"NOTIFY_SOCKET": str(notify_socket.path), "WATCHDOG_USEC": "60000"}  # 30 ms
     async with world(tmp_path) as (hub, _, path):
         channel = SwitchedChannel(WebSocketChannel(hub.url, nick="asyncai"))
@@ -607,7 +571,7 @@ async def test_watchdog_pings_stop_while_the_channel_is_broken(tmp_path):
 async def test_watchdog_pings_stop_when_the_hub_goes_away_for_good(tmp_path):
     """With the real client: the hub stops and the client gives up reconnecting, so the
     daemon stops feeding the watchdog."""
-    notify_socket = NotifyCollector(tmp_path / "notify.sock")
+    notify_socket = NotifySocket(tmp_path / "notify.sock")
     watchdog = {"NOTIFY_SOCKET": str(notify_socket.path), "WATCHDOG_USEC": "60000"}
     async with world(tmp_path) as (hub, _, path):
         channel = WebSocketChannel(hub.url, nick="asyncai", backoff=give_up)

@@ -13,7 +13,6 @@ import asyncio
 import contextlib
 import os
 import signal
-import socket
 import sqlite3
 import sys
 from pathlib import Path
@@ -25,45 +24,10 @@ from channels.hub import Hub
 from daemon.runtime.interrupted import INTERRUPTED_HEAD, INTERRUPTED_TAIL
 from sessions.store import Store
 from tests.fakes.fake_openai import FakeOpenAI, Hold, Reply, ToolCalls
+from tests.fakes.notify import NotifySocket
 from tests.test_daemon import WAIT, Person, user_text, write_config
 
 pytestmark = pytest.mark.slow
-
-
-class NotifySocket:
-    """A stand-in for systemd's notify socket: collects the daemon's datagrams."""
-
-    def __init__(self, path: Path):
-        self.path = path
-        self.states: list[str] = []
-        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-        self._sock.bind(str(path))
-        self._sock.setblocking(False)
-        self._arrived = asyncio.Event()
-        self._reader = asyncio.create_task(self._read())
-
-    async def _read(self) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            data = await loop.sock_recv(self._sock, 65536)
-            self.states.extend(data.decode().split("\n"))
-            self._arrived.set()
-
-    async def wait_for(self, prefix: str) -> str:
-        """The first state starting with ``prefix`` (waits, bounded)."""
-        async with asyncio.timeout(WAIT):
-            while True:
-                found = [s for s in self.states if s.startswith(prefix)]
-                if found:
-                    return found[0]
-                self._arrived.clear()
-                await self._arrived.wait()
-
-    async def close(self) -> None:
-        """Stop reading and remove the socket."""
-        self._reader.cancel()
-        await asyncio.gather(self._reader, return_exceptions=True)
-        self._sock.close()
 
 
 class DaemonProcess:
