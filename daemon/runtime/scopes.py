@@ -30,6 +30,7 @@ __all__ = ["KEY_FILE", "SignedScopeStore", "load_or_create_key", "monty_version"
 
 KEY_FILE = "scope.key"
 KEY_BYTES = 32
+_REMEMBERED_THREADS = 10_000  # thread → channel lookups kept (a few MB at most)
 
 
 def monty_version() -> str:
@@ -86,12 +87,20 @@ class SignedScopeStore:
         self._key = key
         self._max_bytes = max_bytes
         self._version = version or monty_version()
+        # a thread's channel never changes: look it up once, not at every save and load
+        self._threads: dict[str, tuple[str, str]] = {}
 
     async def _where(self, thread_id: str) -> tuple[str, str] | None:
-        try:
-            return await self._store.resolve_thread(thread_id)
-        except ThreadLookupError:
-            return None
+        where = self._threads.get(thread_id)
+        if where is None:
+            try:
+                where = await self._store.resolve_thread(thread_id)
+            except ThreadLookupError:
+                return None
+            if len(self._threads) >= _REMEMBERED_THREADS:
+                self._threads.clear()  # bounded: a forgotten thread is looked up again
+            self._threads[thread_id] = where
+        return where
 
     async def save(self, thread_id: str, data: bytes) -> None:
         """Store the thread's dump with its MAC (the thread must have been recorded)."""
