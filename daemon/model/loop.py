@@ -258,12 +258,11 @@ class OpenAiCompatibleBackend:
                     {"role": "system", "content": self._system_prompt(ctx)},
                     {"role": "user", "content": "hello"},
                 ],
-                "max_tokens": 1,
             }
             if ctx.tools and not ctx.small:
                 body["tools"] = ctx.tools
             self._endpoint.sampling(body)
-            body["max_tokens"] = 1
+            body["max_tokens"] = 1  # after sampling(), which may set the configured one
             await self._endpoint.complete(body, RunMetrics(), "warm-up")
         except AsyncaiError as exc:
             log.warning("model.warm_up_failed", error=str(exc))

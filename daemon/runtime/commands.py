@@ -50,14 +50,9 @@ class ThreadCommands:
     _options: RuntimeOptions
     _approvals: ApprovalDesk | None
     _reset: ResetFunction | None
-
-    def _pump(self) -> None:
-        raise NotImplementedError  # the Runtime's
-
-    async def _publish_quietly(
-        self, thread: ThreadRun, last_prompt: InboundMessage, text: str
-    ) -> None:
-        raise NotImplementedError  # the Runtime's
+    # the Runtime's methods, used here
+    _pump: Callable[[], None]
+    _publish_quietly: Callable[[ThreadRun, InboundMessage, str], Awaitable[None]]
 
     async def _stop_thread(self, message: InboundMessage) -> None:
         """``!stop``: cancel the thread's active run and drop what queued behind it."""

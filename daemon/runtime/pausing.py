@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import structlog
@@ -47,9 +48,7 @@ class PausedRuns:
     _threads: dict[ThreadKey, ThreadRun]
     _ready: deque[ThreadKey]
     _approvals: ApprovalDesk | None
-
-    def _pump(self) -> None:
-        raise NotImplementedError  # the Runtime's
+    _pump: Callable[[], None]  # the Runtime's: start runs while slots are free
 
     async def _paused(
         self,
