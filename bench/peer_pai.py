@@ -32,7 +32,6 @@ import asyncio
 import datetime
 import json
 import os
-import random
 import statistics
 import sys
 import time
@@ -44,6 +43,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.code_mode import make_rows  # the same 1 MB of rows on both sides
 from daemon.code_mode import CodeModeLimits, CodeModeToolExecutor
 from daemon.logging import configure_logging
 from daemon.tools import ToolCallOutput
@@ -81,21 +81,6 @@ GATHERED = (
     "sum(r['value'] for r in await asyncio.gather(*[echo(value=i) for i in range(50)]))"
 )
 NAPS = "import asyncio\nlen(await asyncio.gather(*[nap(n=i) for i in range(10)]))"
-
-
-def make_rows(n: int = 11_000) -> list[dict]:
-    """About 1 MB of Kubernetes-ish rows, deterministic (the rows of bench/code_mode.py)."""
-    rng = random.Random(0)
-    return [
-        {
-            "id": i,
-            "name": f"object-{i}",
-            "kcp": rng.choice("abc"),
-            "size": rng.randint(0, 10_000),
-            "tags": [rng.choice("xyz") for _ in range(2)],
-        }
-        for i in range(n)
-    ]
 
 
 @dataclass
