@@ -15,7 +15,7 @@ import json
 import os
 import socket
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 
 from daemon.mcp.executor import McpToolExecutor
+from tests.fakes.loopback_http import Handler, serving
 
 FAKES = Path(__file__).parent / "fakes"
 FIXTURES = FAKES / "kcp_fixtures"
@@ -346,39 +347,10 @@ async def simple_open() -> AsyncIterator[McpToolExecutor]:
 
 
 @contextlib.asynccontextmanager
-async def http_on_loopback(
-    handle: Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]],
-) -> AsyncIterator[str]:
-    """An asyncio HTTP server on 127.0.0.1 that reads a request head and runs
-    ``handle``; yields its URL. Handlers still running are cancelled at the end."""
-    tasks: set[asyncio.Task[None]] = set()
-    writers: list[asyncio.StreamWriter] = []
-
-    async def on_client(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        tasks.add(task)
-        writers.append(writer)
-        try:
-            await reader.readuntil(b"\r\n\r\n")
-            await handle(reader, writer)
-        except (OSError, asyncio.IncompleteReadError):
-            pass  # the client or the teardown dropped the connection: the handler's end
-        finally:
-            writer.close()
-
-    server = await asyncio.start_server(on_client, "127.0.0.1", 0)
-    try:
-        yield f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/"
-    finally:
-        server.close()
-        # drop every connection: a handler still sending or reading sees it
-        # and ends (asyncio logs an error for a cancelled handler task)
-        for writer in writers:
-            writer.transport.abort()
-        async with asyncio.timeout(10):
-            await asyncio.gather(*tasks, return_exceptions=True)
-        await server.wait_closed()
+async def http_on_loopback(handle: Handler) -> AsyncIterator[str]:
+    """:func:`tests.fakes.loopback_http.serving`, yielding its URL."""
+    async with serving(handle) as port:
+        yield f"http://127.0.0.1:{port}/"
 
 
 async def test_http_get_dripping_calls_end_at_the_deadline_and_do_not_starve_others(

@@ -11,12 +11,11 @@ name resolve to a metadata address or change its answer between lookups
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import http.server
 import ipaddress
 import socket
 import threading
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -26,6 +25,7 @@ from hypothesis import strategies as st
 from servers.simple.fetch import FetchError, fetch
 from servers.simple.policy import embedded_ipv4, parse_ip, refusal
 from servers.simple.server import build_server, parsed_json
+from tests.fakes.loopback_http import Handler, serving
 
 OK, LINK_LOCAL, PRIVATE = "ok", "link-local", "private"
 #: address -> (without --deny-private, with --deny-private)
@@ -313,43 +313,6 @@ async def test_a_server_that_never_answers_times_out() -> None:
         url = f"http://127.0.0.1:{silent.getsockname()[1]}/"
         with pytest.raises(FetchError, match=r"timed out after 0\.3s"):
             await fetch(url, timeout=0.3)
-
-
-Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
-
-
-@contextlib.asynccontextmanager
-async def serving(handle: Handler) -> AsyncIterator[int]:
-    """An asyncio server on 127.0.0.1 that reads a request head and runs
-    ``handle``; yields its port. Handlers still running are cancelled at the end."""
-    tasks: set[asyncio.Task[None]] = set()
-    writers: list[asyncio.StreamWriter] = []
-
-    async def on_client(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        tasks.add(task)
-        writers.append(writer)
-        try:
-            # the client going away (its deadline) is how most of these handlers end
-            with contextlib.suppress(OSError, asyncio.IncompleteReadError):
-                await reader.readuntil(b"\r\n\r\n")
-                await handle(reader, writer)
-        finally:
-            writer.close()
-
-    server = await asyncio.start_server(on_client, "127.0.0.1", 0)
-    try:
-        yield server.sockets[0].getsockname()[1]
-    finally:
-        server.close()
-        # drop every connection: a handler still sending or reading sees it
-        # and ends (asyncio logs an error for a cancelled handler task)
-        for writer in writers:
-            writer.transport.abort()
-        async with asyncio.timeout(10):
-            await asyncio.gather(*tasks, return_exceptions=True)
-        await server.wait_closed()
 
 
 async def drip(writer: asyncio.StreamWriter, data: bytes) -> None:
