@@ -211,10 +211,36 @@ async def _scopes(db: aiosqlite.Connection) -> None:
         await db.execute(statement)
 
 
+_TOOLS = [
+    # How long a nested call waited for its server's ``max_concurrent`` slot
+    # before it started (issue 19); NULL when the server has no limit.
+    "ALTER TABLE tool_calls ADD COLUMN queue_ms REAL",
+    # A return shape learned from a tool without an output schema: the sketch
+    # (the same 4-level / 12-property form as a declared one) of its first
+    # successful parsed result, per server and tool and the server's version,
+    # replaced when a later result no longer fits it.
+    """CREATE TABLE tool_shapes (
+        server         TEXT NOT NULL,
+        tool           TEXT NOT NULL,
+        server_version TEXT NOT NULL,
+        shape          TEXT NOT NULL,
+        observed       TEXT NOT NULL,
+        PRIMARY KEY (server, tool)
+    )""",
+]
+
+
+async def _tools(db: aiosqlite.Connection) -> None:
+    """Per-server concurrency waits in the audit; learned return shapes."""
+    for statement in _TOOLS:
+        await db.execute(statement)
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "initial_schema", _initial_schema),
     Migration(2, "approvals", _approvals),
     Migration(3, "scopes", _scopes),
+    Migration(4, "tools", _tools),
 )
 SCHEMA_VERSION = MIGRATIONS[-1].version
 
