@@ -58,6 +58,7 @@ class ToolDefinition:
     read_only: bool | None = None  # MCP readOnlyHint
     destructive: bool | None = None  # MCP destructiveHint
     server: str | None = None  # the MCP server that serves it (approval globs are server.tool)
+    server_version: str | None = None  # its serverInfo.version from the MCP handshake
 
     @property
     def mutating(self) -> bool:

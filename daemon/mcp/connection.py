@@ -53,6 +53,7 @@ class _Run:
     handshake: anyio.CancelScope = field(default_factory=anyio.CancelScope)
     session: ClientSession | None = None
     tools: list[mcp_types.Tool] = field(default_factory=list)
+    version: str | None = None  # serverInfo.version of the handshake
     error: str | None = None  # why it could not start
     process: StdioProcess | None = None
     task: asyncio.Task[None] | None = None
@@ -88,6 +89,11 @@ class ServerConnection:
     def tools(self) -> list[mcp_types.Tool]:
         """The tools the server listed at its latest start."""
         return [] if self._run is None else self._run.tools
+
+    @property
+    def version(self) -> str | None:
+        """The ``serverInfo.version`` the server gave at its latest start."""
+        return None if self._run is None else self._run.version
 
     @property
     def pid(self) -> int | None:
@@ -183,7 +189,8 @@ class ServerConnection:
             async with process as (read, write), ClientSession(read, write) as session:
                 with run.handshake:
                     with anyio.fail_after(self._connect_timeout):
-                        await session.initialize()
+                        initialized = await session.initialize()
+                        run.version = initialized.server_info.version
                         run.tools = await _list_tools(session)
                     run.session = session
                     up = True

@@ -141,7 +141,9 @@ class McpToolExecutor(BaseToolExecutor):
                     log.warning("mcp.duplicate_tool", tool=tool.name, kept=kept, ignored=name)
                     continue
                 self._routes[tool.name] = name
-                self._definitions.append(tool_definition(tool, server=name))
+                self._definitions.append(
+                    tool_definition(tool, server=name, server_version=conn.version)
+                )
 
     def definitions(self) -> list[ToolDefinition]:
         """Every routed tool, in configuration order. Valid once started."""
@@ -200,8 +202,11 @@ class McpToolExecutor(BaseToolExecutor):
         await asyncio.gather(*(conn.aclose() for conn in self._conns.values()))
 
 
-def tool_definition(tool: mcp_types.Tool, server: str | None = None) -> ToolDefinition:
-    """An MCP tool of ``server`` as a :class:`ToolDefinition`, with schemas and annotations."""
+def tool_definition(
+    tool: mcp_types.Tool, server: str | None = None, server_version: str | None = None
+) -> ToolDefinition:
+    """An MCP tool of ``server`` (at ``server_version``) as a :class:`ToolDefinition`,
+    with schemas and annotations."""
     annotations = tool.annotations
     return ToolDefinition(
         name=tool.name,
@@ -211,6 +216,7 @@ def tool_definition(tool: mcp_types.Tool, server: str | None = None) -> ToolDefi
         read_only=None if annotations is None else annotations.read_only_hint,
         destructive=None if annotations is None else annotations.destructive_hint,
         server=server,
+        server_version=server_version,
     )
 
 
