@@ -21,12 +21,14 @@ from .ids import now_iso, session_id, thread_key
 from .model import PromptStatus, Record, RunMetrics, ToolCallRow
 from .queries import PAUSED_RUN
 
-__all__ = ["FIRST_START", "PROMPT_STATUSES", "RUN_STATUSES", "StoreWriter"]
+__all__ = ["CURSOR_SPACE", "FIRST_START", "PROMPT_STATUSES", "RUN_STATUSES", "StoreWriter"]
 
 PROMPT_STATUSES: tuple[PromptStatus, ...] = ("queued", "running", "done", "failed")
 RUN_STATUSES = ("running", "done", "failed", "interrupted")
 FIRST_START = "*"
 """The ``cursors`` row of the daemon's first start (no channel name is ``*``)."""
+CURSOR_SPACE = "@"
+"""The ``cursors`` row naming whose ids the channel cursors are (``hub``, ``nats``)."""
 
 
 def _dumps(value: Any) -> str:
@@ -376,6 +378,34 @@ class StoreWriter(StoreConnections):
                 db, "SELECT message_id FROM cursors WHERE channel = ?", (FIRST_START,)
             )
         return str(stored)
+
+    async def claim_cursor_space(self, space: str) -> int:
+        """Make the channel cursors ``space``'s ids; drop them if they were another's.
+
+        A hub's ids (ULIDs) and NATS's (stream sequences) are different
+        spaces: a cursor of one would skip or replay the other's messages.
+        Returns how many cursors were dropped (their channels are then read
+        from the first start, and prompts stored already are not run again).
+        A database without the row has a hub's cursors. The first start's
+        row is a time, good in both spaces, and stays.
+        """
+        async with self._transaction(f"claiming the cursors for {space}") as db:
+            stored = await self._scalar(
+                db, "SELECT message_id FROM cursors WHERE channel = ?", (CURSOR_SPACE,)
+            )
+            dropped = 0
+            if (stored or "hub") != space:
+                cursor = await db.execute(
+                    "DELETE FROM cursors WHERE channel NOT IN (?, ?)", (FIRST_START, CURSOR_SPACE)
+                )
+                dropped = cursor.rowcount
+            await db.execute(
+                "INSERT INTO cursors (channel, message_id, updated) VALUES (?, ?, ?)"
+                " ON CONFLICT (channel) DO UPDATE"
+                " SET message_id = excluded.message_id, updated = excluded.updated",
+                (CURSOR_SPACE, space, now_iso()),
+            )
+        return dropped
 
     @staticmethod
     async def _advance_cursor(db: aiosqlite.Connection, channel: str, message_id: str) -> bool:

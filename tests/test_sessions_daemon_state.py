@@ -44,3 +44,23 @@ async def test_sender_runs_counts_each_run_that_answered_the_sender(tmp_path):
         assert len(bob) == 2
         assert await store.sender_runs("carol", "2000-01-01T00:00:00.000Z") == []
         assert await store.sender_runs("alice", "2999-01-01T00:00:00.000Z") == []
+
+
+async def test_switching_the_id_space_drops_the_channel_cursors_once(tmp_path):
+    """A hub's cursors mean nothing to NATS (and back): switching drops them, keeps the
+    first start, and claiming the same space again drops nothing."""
+    db = tmp_path / "asyncai.db"
+    async with Store(db) as store:
+        await store.first_start_cursor("01AAAAAAAAAAAAAAAAAAAAAAAA")
+        await store.set_cursor("#ops", "01BBBBBBBBBBBBBBBBBBBBBBBB")
+        assert await store.claim_cursor_space("hub") == 0  # no row yet: the hub's
+        assert await store.get_cursor("#ops") == "01BBBBBBBBBBBBBBBBBBBBBBBB"
+        assert await store.claim_cursor_space("nats") == 1
+        assert await store.get_cursor("#ops") is None
+        assert await store.get_cursor(FIRST_START) == "01AAAAAAAAAAAAAAAAAAAAAAAA"
+        await store.set_cursor("#ops", "01M8NY6P17T0CK000000000001")
+    async with Store(db) as store:
+        assert await store.claim_cursor_space("nats") == 0
+        assert await store.get_cursor("#ops") == "01M8NY6P17T0CK000000000001"
+        assert await store.claim_cursor_space("hub") == 1
+        assert await store.get_cursor("#ops") is None
