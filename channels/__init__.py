@@ -2,10 +2,12 @@
 
 Holds the pure protocol (``protocol``, ``ids``, ``names``, ``split``, ``tokens``,
 ``ratelimit``), the client (``client/``: a sans-I/O protocol and its websocket
-transport), the hub (``hub/``: one module per job, over ``store``), systemd's
-notify protocol (``notify``) and the ``atirc`` command (``cli``).
+transport), the same interface on NATS JetStream (``nats/``), the choice
+between them by URL (``transport``: :func:`open_channel`), the hub (``hub/``:
+one module per job, over ``store``), systemd's notify protocol (``notify``)
+and the ``atirc`` command (``cli``).
 
-May import: websockets, aiosqlite, structlog and the standard library;
+May import: websockets, aiosqlite, nats-py, structlog and the standard library;
 nothing of ``daemon``, ``sessions`` or ``servers``: it stands alone.
 """
 
@@ -29,12 +31,15 @@ from channels.errors import (
     UnauthorizedError,
 )
 from channels.hub import Hub, HubStats
+from channels.nats import NatsChannel
 from channels.notify import notify, watchdog_interval
 from channels.protocol import ZERO_ID, Message, Subscribed
+from channels.transport import AnyChannel, id_space, open_channel
 
 __all__ = [
     "DEFAULT_URL",
     "ZERO_ID",
+    "AnyChannel",
     "Backoff",
     "Channel",
     "ChannelBrokenError",
@@ -47,12 +52,15 @@ __all__ = [
     "HubStoreError",
     "HubUnreachableError",
     "Message",
+    "NatsChannel",
     "ProtocolError",
     "PublishAck",
     "Subscribed",
     "UnauthorizedError",
     "WebSocketChannel",
     "exponential_backoff",
+    "id_space",
     "notify",
+    "open_channel",
     "watchdog_interval",
 ]

@@ -1,0 +1,496 @@
+""":class:`NatsChannel`: the :class:`~channels.client.interface.Channel` on NATS JetStream.
+
+The mapping (streams, subjects, ids, headers) is :mod:`channels.nats.mapping`;
+this module does the I/O with nats-py:
+
+- ``publish`` creates the channel's stream when it is missing, publishes each
+  chunk with ``Nats-Msg-Id`` and waits for JetStream's ack; a lost ack (a
+  reconnect) is retried with the same ``Nats-Msg-Id`` until ``ack_timeout``,
+  and the stream acks the first copy instead of storing a second.
+- ``subscribe`` reads the stream with an ordered consumer (nats-py's: one
+  ephemeral consumer that it re-creates from the last delivered sequence
+  after a gap, a missed heartbeat or a reconnect), from where ``since`` says;
+  a reader task per channel moves messages into the bounded inbox, waiting
+  when it is full (JetStream's flow control then holds the rest on the
+  server), and drops any id at or below the last one delivered.
+- ``status`` is a core NATS publish on ``atirc-status.<chan>.<thread>``,
+  which no stream stores; ``on_status`` gets those of subscribed channels.
+- nats-py reconnects by itself (``reconnect_attempts`` in a row, ``None``
+  forever); when it gives up the channel is broken (:attr:`broken`), as it
+  is when a reader task dies of an unexpected error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from collections import deque
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import nats
+import nats.errors
+import nats.js.errors
+import structlog
+from nats.aio.client import Client as NatsClient
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
+from nats.js import JetStreamContext, api
+
+from channels.client.backoff import exponential_backoff
+from channels.client.interface import PublishAck
+from channels.client.protocol import check_publish, check_status, check_subscribe
+from channels.errors import (
+    ChannelBrokenError,
+    ChannelClosedError,
+    ChannelConfigError,
+    ChannelTimeoutError,
+    HubUnreachableError,
+    ProtocolError,
+    UnauthorizedError,
+)
+from channels.frames import ErrorCode, Message, Status, Subscribed
+from channels.names import is_nick
+from channels.nats import mapping
+from channels.nats.jetstream import Retention, StreamRef, consumer_config, ensure_stream
+from channels.protocol import DEFAULT_MAX_FRAME, max_text_for
+
+__all__ = ["NatsChannel"]
+
+log = structlog.get_logger("channels.nats")
+
+PUBLISH_TRY = 2.0  # seconds one publish attempt waits for its ack before sending it again
+
+
+@dataclass
+class _Reader:
+    """One subscribed channel: its consumer, its status subscription, its reader task."""
+
+    stream: StreamRef
+    sub: JetStreamContext.PushSubscription
+    last_id: str | None
+    statuses: Subscription | None = None
+    task: asyncio.Task[None] | None = field(default=None, repr=False)
+
+
+class NatsChannel:
+    """A :class:`~channels.client.interface.Channel` on a NATS server with JetStream.
+
+    ``token`` is ``[channels] token`` / ``ATIRC_TOKEN``
+    (:func:`~channels.nats.mapping.credentials`). ``nick`` names us in the
+    ``Atirc-From`` header (NATS itself names nobody: see the README);
+    without one, the user of ``USER:PASSWORD`` or of the URL. A stream this
+    client creates keeps ``retention_count`` messages for ``retention_age``
+    seconds (the hub's options and defaults) and remembers message ids for
+    ``duplicate_window`` seconds; an existing stream is used as it is.
+    ``heartbeat`` is the consumers' idle heartbeat: two missed ones make
+    nats-py re-create a consumer (after the server restarted, say).
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        token: str | None = None,
+        nick: str | None = None,
+        ack_timeout: float = 30.0,
+        connect_timeout: float = 10.0,
+        inbox_size: int = 10_000,
+        on_status: Callable[[Status], None] | None = None,
+        retention_count: int = 10_000,
+        retention_age: float = 7 * 24 * 3600.0,
+        duplicate_window: float = mapping.DUPLICATE_WINDOW,
+        max_text: int = max_text_for(DEFAULT_MAX_FRAME),
+        reconnect_attempts: int | None = None,
+        reconnect_wait: float = 1.0,
+        heartbeat: float = 2.0,
+    ) -> None:
+        parts = urlsplit(url)
+        if parts.scheme not in ("nats", "tls") or not parts.hostname:
+            raise ChannelConfigError(f"invalid NATS URL {url!r}: nats://HOST:PORT")
+        self._credentials = mapping.credentials(token)
+        creds = self._credentials.get("user_credentials")
+        if creds is not None and not Path(creds).is_file():
+            raise ChannelConfigError(f"NATS credentials file {creds!r} does not exist")
+        user = self._credentials.get("user") or parts.username
+        nick = nick or user
+        if nick is None or not is_nick(nick):
+            raise ChannelConfigError(
+                f"invalid nick {nick!r} for NATS: 1-64 of letters, digits, '-', '_', '.'"
+            )
+        if inbox_size < 2:
+            raise ValueError("inbox_size must be at least 2")
+        if retention_count < 1 or retention_age <= 0:
+            raise ValueError("retention_count and retention_age must be positive")
+        self.url = url
+        self._nick = nick
+        self._ack_timeout = ack_timeout
+        self._connect_timeout = connect_timeout
+        self._inbox_size = inbox_size
+        self._on_status = on_status
+        self._retention = Retention(retention_count, retention_age, duplicate_window)
+        self._max_text = max_text
+        self._reconnect_attempts = reconnect_attempts
+        self._reconnect_wait = reconnect_wait
+        self._heartbeat = heartbeat
+        self._state = "new"  # new → open → closed | broken
+        self._broken_cause: BaseException | None = None
+        self._nc: NatsClient | None = None
+        self._js: JetStreamContext | None = None
+        self._streams: dict[str, StreamRef] = {}
+        self._readers: dict[str, _Reader] = {}
+        self._inbox: deque[Message] = deque()
+        self._inbox_ready = asyncio.Event()
+        self._room = asyncio.Event()
+        self._connect_lock = asyncio.Lock()
+        self._last_error: Exception | None = None
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    @property
+    def nick(self) -> str | None:
+        """The nick in our messages' ``Atirc-From``; None until connected."""
+        return self._nick if self._nc is not None else None
+
+    @property
+    def broken(self) -> bool:
+        """True once nats-py gave up reconnecting or a reader task died (cheap, no I/O)."""
+        return self._state == "broken"
+
+    @property
+    def pending(self) -> int:
+        """Messages received and not yet taken."""
+        return len(self._inbox)
+
+    async def __aenter__(self) -> NatsChannel:
+        await self.connect()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    async def connect(self, *, retry: bool = True) -> None:
+        """Connect (idempotent); with ``retry``, keep trying with an exponential backoff."""
+        async with self._connect_lock:
+            if self._state == "open":
+                return
+            self._check_usable()
+            backoff = exponential_backoff(attempts=None if retry else 0)
+            attempt = 0
+            while True:
+                try:
+                    nc = await self._dial()
+                    break
+                except HubUnreachableError:
+                    attempt += 1
+                    if self._state != "new" or not await backoff(attempt):
+                        raise
+            if self._state != "new":  # closed while connecting
+                await nc.close()
+                self._check_usable()
+            # the first connection tried once; from now on, reconnect as configured
+            attempts = self._reconnect_attempts
+            nc.options["max_reconnect_attempts"] = -1 if attempts is None else attempts
+            self._nc = nc
+            self._js = nc.jetstream(timeout=PUBLISH_TRY)
+            self._state = "open"
+
+    async def _dial(self) -> NatsClient:
+        try:
+            return await nats.connect(
+                self.url,
+                name=self._nick,
+                connect_timeout=self._connect_timeout,
+                max_reconnect_attempts=1,
+                reconnect_time_wait=self._reconnect_wait,
+                error_cb=self._on_error,
+                disconnected_cb=self._on_disconnected,
+                reconnected_cb=self._on_reconnected,
+                closed_cb=self._on_closed,
+                **self._credentials,
+            )
+        except nats.errors.Error as exc:
+            text = f"{exc} {self._last_error or ''}".strip()
+            if "authorization" in text.lower() or "authentication" in text.lower():
+                refused = f"the NATS server at {self.url} refused us: {text}"
+                raise UnauthorizedError(refused) from exc
+            raise HubUnreachableError(f"cannot reach the NATS server at {self.url}: {exc}") from exc
+        except OSError as exc:
+            raise HubUnreachableError(f"cannot reach the NATS server at {self.url}: {exc}") from exc
+
+    async def _on_error(self, exc: Exception) -> None:
+        self._last_error = exc
+        log.info("channels.nats_error", url=self.url, error=f"{type(exc).__name__}: {exc}")
+
+    async def _on_disconnected(self) -> None:
+        if self._state == "open":
+            log.warning("channels.disconnected", url=self.url)
+
+    async def _on_reconnected(self) -> None:
+        log.info("channels.reconnected", url=self.url, subscriptions=len(self._readers))
+
+    async def _on_closed(self) -> None:
+        if self._state == "open":  # not by close(): nats-py gave up reconnecting
+            self._set_broken(HubUnreachableError(f"the NATS server at {self.url} is gone"))
+
+    def _set_broken(self, cause: BaseException) -> None:
+        if self._state != "open":
+            return
+        self._state = "broken"
+        self._broken_cause = cause
+        log.error("channels.broken", url=self.url, error=str(cause))
+        self._wake()
+
+    def _wake(self) -> None:
+        self._inbox_ready.set()
+        self._room.set()
+
+    async def close(self) -> None:
+        """Close the connection; later calls raise ChannelClosedError (idempotent)."""
+        if self._state == "closed":
+            return
+        self._state = "closed"
+        self._wake()
+        readers, self._readers = list(self._readers.values()), {}
+        for reader in readers:
+            await self._stop(reader)
+        if self._nc is not None:
+            with contextlib.suppress(Exception):  # already closed when it gave up
+                await self._nc.close()
+
+    def _check_usable(self) -> None:
+        if self._state == "closed":
+            raise ChannelClosedError("the channel was closed")
+        if self._state == "broken":
+            raise ChannelBrokenError.of(self.url, self._broken_cause)
+
+    async def _ensure_open(self) -> tuple[NatsClient, JetStreamContext]:
+        if self._state == "new":
+            await self.connect()
+        self._check_usable()
+        assert self._nc is not None
+        assert self._js is not None
+        return self._nc, self._js
+
+    # -- streams --------------------------------------------------------------------------
+
+    async def _stream(self, channel: str) -> tuple[StreamRef, api.StreamInfo]:
+        """The channel's stream (created when missing) and its info, read now; remembered."""
+        _, js = await self._ensure_open()
+        async with self._deadline(f"the stream of {channel}"):
+            stream, info = await ensure_stream(js, channel, self._retention)
+        self._streams[channel] = stream
+        return stream, info
+
+    @contextlib.asynccontextmanager
+    async def _deadline(self, what: str) -> AsyncIterator[None]:
+        try:
+            async with asyncio.timeout(self._ack_timeout):
+                yield
+        except TimeoutError as exc:
+            raise ChannelTimeoutError(
+                f"NATS did not answer for {what} within {self._ack_timeout:g}s"
+            ) from exc
+        except nats.js.errors.APIError as exc:
+            raise ProtocolError(ErrorCode.INTERNAL, f"NATS refused {what}: {exc}") from exc
+        except nats.errors.Error as exc:
+            self._check_usable()
+            raise ChannelBrokenError.of(self.url, exc) from exc
+
+    # -- the Channel interface ------------------------------------------------------------
+
+    async def publish(
+        self,
+        channel: str,
+        text: str,
+        *,
+        thread: str | None = None,
+        reply_to: str | None = None,
+        client_id: str | None = None,
+    ) -> PublishAck:
+        """Store ``text`` in the channel's stream; split into ``more`` chunks when it is long.
+
+        A split text's chunks get the ``client_id``s ``ID``, ``ID.1``, ``ID.2``…
+        and all go into the first one's thread.
+        """
+        check_publish(channel, text, thread, reply_to)
+        if channel not in self._streams:
+            await self._stream(channel)
+        ids: list[str] = []
+        for chunk in mapping.chunks(text, client_id or uuid.uuid4().hex, self._max_text):
+            headers = mapping.message_headers(self._nick, chunk, thread=thread, reply_to=reply_to)
+            subject = mapping.message_subject(channel, thread)
+            seq = await self._publish_one(channel, subject, chunk.text.encode(), headers)
+            ids.append(mapping.message_id(self._streams[channel].epoch, seq))
+            thread = thread or ids[0]  # a root's own id is its thread, for its later chunks
+        return PublishAck(id=ids[0], thread=thread or ids[0], ids=tuple(ids))
+
+    async def _publish_one(
+        self, channel: str, subject: str, payload: bytes, headers: dict[str, str]
+    ) -> int:
+        _, js = await self._ensure_open()
+        name = mapping.stream_name(channel)
+        async with self._deadline(f"a publish to {channel}"):
+            while True:
+                try:
+                    ack = await js.publish(subject, payload, stream=name, headers=headers)
+                    return ack.seq
+                except nats.errors.MaxPayloadError as exc:
+                    raise ProtocolError(
+                        ErrorCode.TOO_LARGE, f"{exc}", client_id=headers[mapping.MSG_ID]
+                    ) from exc
+                except (
+                    nats.errors.TimeoutError,
+                    nats.errors.NoRespondersError,
+                    nats.errors.ConnectionReconnectingError,
+                    nats.errors.OutboundBufferLimitError,
+                ):
+                    # No ack (a reconnect, JetStream restarting): the same Nats-Msg-Id again.
+                    self._check_usable()
+                    await asyncio.sleep(0.05)
+                except nats.js.errors.NotFoundError:
+                    await self._stream(channel)  # the stream was deleted: again
+
+    async def status(self, channel: str, text: str, *, thread: str) -> None:
+        """Show ``text`` as progress in ``thread`` now: core NATS, not stored, best effort."""
+        check_status(channel, text, thread)
+        nc, _ = await self._ensure_open()
+        if not nc.is_connected:
+            return  # stale by the time we are back
+        headers = mapping.status_headers(self._nick, datetime.now(UTC))
+        subject = mapping.status_subject(channel, thread)
+        with contextlib.suppress(nats.errors.Error):
+            await nc.publish(subject, text.encode(), headers=headers)
+
+    async def subscribe(self, channel: str, since: str | None = None) -> Subscribed:
+        """Receive ``channel``: what is stored after ``since`` first, then live messages.
+
+        ``since`` of this channel's stream: right after it; any other id is
+        read as its time (``ZERO_ID``: everything retained). Subscribing again
+        restarts from the new ``since``.
+        """
+        check_subscribe(channel, since)
+        nc, js = await self._ensure_open()
+        stream, info = await self._stream(channel)
+        state = info.state
+        head = mapping.message_id(stream.epoch, state.last_seq) if state.messages else None
+        oldest = mapping.message_id(stream.epoch, state.first_seq) if state.messages else None
+        start = mapping.start_for(since, stream.epoch, stream.created)
+        config = consumer_config(start, state)
+        if start.policy == "seq" and state.messages and start.seq < state.first_seq:
+            log.warning(
+                "channels.retention_gap",
+                channel=channel,
+                since=since,
+                oldest=oldest,
+                note="messages between since and oldest may have been dropped by retention",
+            )
+        old = self._readers.pop(channel, None)
+        if old is not None:
+            await self._stop(old)
+        async with self._deadline(f"the subscription to {channel}"):
+            sub = await js.subscribe(
+                mapping.channel_filter(channel),
+                stream=stream.name,
+                ordered_consumer=True,
+                idle_heartbeat=self._heartbeat,
+                config=config,
+            )
+        reader = _Reader(stream, sub, last_id=since if start.policy == "seq" else None)
+        if self._on_status is not None:
+            with contextlib.suppress(nats.errors.Error):
+                reader.statuses = await nc.subscribe(
+                    mapping.status_filter(channel), cb=self._status_received
+                )
+        reader.task = asyncio.create_task(self._read(channel, reader), name=f"atirc-nats-{channel}")
+        reader.task.add_done_callback(self._reader_done)
+        self._readers[channel] = reader
+        return Subscribed(channel=channel, head=head, oldest=oldest)
+
+    async def unsubscribe(self, channel: str) -> None:
+        """Stop receiving ``channel`` (messages already in the inbox stay)."""
+        self._check_usable()
+        reader = self._readers.pop(channel, None)
+        if reader is not None:
+            await self._stop(reader)
+
+    async def _stop(self, reader: _Reader) -> None:
+        if reader.task is not None:
+            reader.task.cancel()
+            await asyncio.wait([reader.task])
+        for sub in (reader.sub, reader.statuses):
+            if sub is not None:
+                with contextlib.suppress(Exception):  # gone with its connection
+                    await sub.unsubscribe()
+
+    async def _read(self, channel: str, reader: _Reader) -> None:
+        """Move the channel's messages into the inbox, in order, each once."""
+        while True:
+            try:
+                msg = await reader.sub.next_msg(timeout=None)
+            except nats.errors.ConnectionClosedError:
+                return  # closed by us, or broken (the closed callback says so)
+            meta = msg.metadata
+            message = mapping.message_from(
+                channel,
+                reader.stream.epoch,
+                meta.sequence.stream,
+                msg.headers,
+                msg.data,
+                meta.timestamp,
+            )
+            if reader.last_id is not None and message.id <= reader.last_id:
+                continue  # delivered already (a consumer re-created around a gap)
+            while len(self._inbox) >= self._inbox_size:
+                self._room.clear()
+                await self._room.wait()
+                if self._state != "open":
+                    return
+            reader.last_id = message.id
+            self._inbox.append(message)
+            self._inbox_ready.set()
+
+    def _reader_done(self, task: asyncio.Task[None]) -> None:
+        if task.cancelled() or task.exception() is None:
+            return
+        cause = task.exception()
+        assert cause is not None
+        log.error("channels.supervisor_died", url=self.url, exc_info=cause)
+        self._set_broken(cause)
+
+    async def _status_received(self, msg: Msg) -> None:
+        status = mapping.status_from(msg.subject, msg.headers, msg.data)
+        if status is None or status.channel not in self._readers or self._on_status is None:
+            return
+        try:
+            self._on_status(status)
+        except Exception:  # the caller's bug must not end the subscription
+            log.exception("channels.status_callback_failed", channel=status.channel)
+
+    async def receive(self) -> Message:
+        """The next message; raises ChannelClosedError / ChannelBrokenError when there is none."""
+        while True:
+            if self._inbox:
+                message = self._inbox.popleft()
+                self._room.set()
+                return message
+            if self._state == "new":
+                await self.connect()
+            self._check_usable()
+            self._inbox_ready.clear()
+            await self._inbox_ready.wait()
+
+    def __aiter__(self) -> AsyncIterator[Message]:
+        """Iterate over messages; the iteration ends when the channel is closed."""
+        return self
+
+    async def __anext__(self) -> Message:
+        """The next message (see :meth:`receive`); StopAsyncIteration once closed."""
+        try:
+            return await self.receive()
+        except ChannelClosedError:
+            raise StopAsyncIteration from None
