@@ -68,9 +68,11 @@ def request(text: str = QUESTION, thread: str = "T1", run: str = "R1") -> RunReq
 async def run_script(
     executor: Any, script: list, *requests: RunRequest, **params: Any
 ) -> tuple[FakeOpenAI, list]:
-    """Serve ``script``; run ``requests`` in turn with ``params`` over ModelConfig's defaults."""
+    """Serve ``script``; run ``requests`` in turn with ``params`` over ModelConfig's defaults
+    (one sample per answer, so that a script lists every request; the vote has its tests)."""
     async with FakeOpenAI(script) as fake:
-        config = ModelConfig(base_url=fake.base_url, api_key="k", **{"model": LOCAL, **params})
+        params = {"model": LOCAL, "answer_samples": 1, **params}
+        config = ModelConfig(base_url=fake.base_url, api_key="k", **params)
         backend = OpenAiCompatibleBackend(config, executor)
         try:
             results = [await backend.run(r) for r in requests]

@@ -190,7 +190,7 @@ async def test_the_small_model_loop_pauses_and_goes_on_from_its_block() -> None:
     script = ["```python\nawait delete_object(name='web-1')\n```", "It is deleted."]
     executor = PausingRunCode()
     async with FakeOpenAI(script) as fake:
-        params = ModelConfig(base_url=fake.base_url, model="m", harness=True)
+        params = ModelConfig(base_url=fake.base_url, model="m", harness=True, answer_samples=1)
         backend = OpenAiCompatibleBackend(params, executor)
         try:
             pause, conversation = roundtrip(await backend.run(REQUEST))

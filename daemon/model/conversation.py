@@ -56,6 +56,9 @@ class LoopState:
     answering: bool = False
     rechecked: bool = False
     last_result: str | None = None
+    samples: int = 1  # snippets drawn for a short answer ([model] answer_samples)
+    voted: bool = False  # the vote for this run's answer was taken
+    mutating: list[str] = field(default_factory=list)  # functions a vote never re-runs
 
     def to_json(self, run: RunState) -> dict[str, Any]:
         """This position and the run's records, metrics and call ids, as JSON."""

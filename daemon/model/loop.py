@@ -281,6 +281,11 @@ class OpenAiCompatibleBackend:
         catalog = self.executor.catalog if isinstance(self.executor, CatalogSource) else None
         small = self.harness and code_mode
         functions = catalog_signatures(catalog) if small and catalog is not None else {}
+        mutating = sorted(
+            name
+            for name, entry in (catalog.entries.items() if small and catalog is not None else ())
+            if entry.definition.mutating
+        )
         return _Context(
             caller=scope if scope is not None else self.executor,
             thread=request.thread_id if request is not None and scope is not None else None,
@@ -290,6 +295,7 @@ class OpenAiCompatibleBackend:
             code_mode=code_mode,
             small=small,
             functions=functions,
+            mutating=mutating,
             description=(
                 compact_description(catalog)
                 if catalog is not None
@@ -327,6 +333,8 @@ class OpenAiCompatibleBackend:
             question=prompt_text,
             code_mode=ctx.code_mode,
             base=len(messages),
+            samples=self.params.answer_samples if ctx.small else 1,
+            mutating=ctx.mutating,
         )
 
     async def _continue(self, ctx: _Context, run: RunState, ls: LoopState) -> None:
@@ -475,4 +483,5 @@ class _Context:
     code_mode: bool
     small: bool
     functions: dict[str, Signature]
+    mutating: list[str]  # catalog functions of mutating tools (the harness's vote skips them)
     description: str

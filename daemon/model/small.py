@@ -23,8 +23,10 @@ from daemon.model.execute import run_call
 from daemon.model.harness import (
     CODE_STOP,
     MAX_FAILED_SNIPPETS,
+    MAX_VOTE_SAMPLES,
     NO_OUTPUT,
     RETRY_TEMPERATURE,
+    VOTE_TEMPERATURE,
     Signature,
     answer_instruction,
     assigned_names,
@@ -34,12 +36,15 @@ from daemon.model.harness import (
     is_code_only,
     is_empty_result,
     key_hint,
+    majority,
+    may_rerun,
     peek_code,
     prints_as_result,
     quote_result,
     repeat_hint,
     result_message,
     retry_hint,
+    vote_key,
 )
 from daemon.model.prompts import EMPTY_REPLY
 from daemon.model.records import RunState, assistant_record, count_result, user_record
@@ -170,6 +175,11 @@ async def after_block(
     recheck = recheck and shapes is not None
     ls.rechecked = ls.rechecked or recheck
     located = key_hint(text, shapes) if failed else None  # where a missing key really is
+    if not (failed or recheck or ls.voted) and isinstance(code, str) and ls.samples > 1:
+        ls.voted = True
+        code, text = await _vote(endpoint, state, caller, ls, code, text, functions)
+        ls.last_result = text
+        ran = {"role": "assistant", "content": code_message(code)}
     reply = result_message(
         f"{text}\n{located}" if located else text,
         ls.question,
@@ -185,6 +195,90 @@ async def after_block(
     if ls.answering:
         messages.append(ran)
     messages.append({"role": "user", "content": reply})
+
+
+async def _vote(
+    endpoint: ChatEndpoint,
+    state: RunState,
+    caller: ToolExecutor,
+    ls: LoopState,
+    code: str,
+    text: str,
+    functions: dict[str, Signature],
+) -> tuple[str, str]:
+    """Self-consistency (:mod:`daemon.model.harness.vote`): for a short answer, draw
+    another snippet warmer from the same question and run it; when the two
+    results differ, a third decides. Returns the winning ``(code, result)``.
+
+    A snippet that names a mutating function never runs again, and a sample
+    that does is not run: a vote must not repeat a side effect.
+    """
+    first = vote_key(text)
+    if first is None or not may_rerun(code, ls.mutating):
+        return code, text
+    samples: list[tuple[str, str, str | None]] = [(code, text, first)]
+    while len(samples) < min(ls.samples, MAX_VOTE_SAMPLES):
+        if len(samples) == 2 and samples[0][2] == samples[1][2]:
+            break
+        sample = await _sample(endpoint, state, caller, ls, functions)
+        if sample is None:
+            break
+        samples.append(sample)
+    state.metrics.vote_samples += len(samples) - 1
+    best = majority([key for _, _, key in samples])
+    return samples[best][0], samples[best][1]
+
+
+async def _sample(
+    endpoint: ChatEndpoint,
+    state: RunState,
+    caller: ToolExecutor,
+    ls: LoopState,
+    functions: dict[str, Signature],
+) -> tuple[str, str, str | None] | None:
+    """One more snippet for the question, run in the thread's scope and recorded
+    like any block; None when the model wrote none or one that may not run."""
+    body: dict[str, Any] = {"model": endpoint.model_name, "messages": ls.messages[: ls.base]}
+    endpoint.sampling(body)
+    body["stop"] = [CODE_STOP]
+    body["temperature"] = max(endpoint.params.temperature or 0.0, VOTE_TEMPERATURE)
+    response = await endpoint.complete(body, state.metrics, state.request.run_id, final=False)
+    choice = response.choices[0]
+    code = extract_code(choice.message.content or "")
+    if code is None:
+        return None
+    call = made_up_call("run_code", {"code": code}, state)
+    mend_call(call, functions, state)
+    code = call.arguments.get("code") if call.error is None else None
+    if not isinstance(code, str) or not may_rerun(code, ls.mutating):
+        return None
+    state.metrics.code_blocks += 1
+    assistant = assistant_record(
+        response, "", [call.tool_use()], choice.finish_reason, endpoint.model_name
+    )
+    state.records.append(assistant)
+    ls.calls, ls.next_call, ls.assistant_uuid = [call], 0, assistant.uuid
+    output = await run_call(
+        caller,
+        {"run_code": "run_code"},
+        call,
+        assistant.uuid,
+        state,
+        endpoint.params.tool_call_timeout,
+    )
+    if output.pause is not None:  # an [approvals] rule asks about a read-only tool
+        raise Paused(output.pause)
+    ls.next_call = 1
+    text = output.content if output.content != "" else "(empty result)"
+    if not output.is_error:
+        text = prints_as_result(text)
+    count_result(state.metrics, output, text, True)
+    result: dict[str, Any] = {"type": "tool_result", "tool_use_id": call.id, "content": text}
+    result["is_error"] = output.is_error
+    state.records.append(user_record([result], tool_use_result=output.audit))
+    if output.is_error or text == NO_OUTPUT:
+        return None
+    return code, text, vote_key(text)
 
 
 async def _peek(caller: ToolExecutor, code: str, state: RunState) -> str | None:

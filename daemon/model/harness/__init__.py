@@ -25,6 +25,9 @@ each piece fixes one observed failure:
 | after the result it restates the code, or invents facts   | :func:`result_message` (the    |
 |                                                           | result, then the question      |
 |                                                           | again, in the last message)    |
+| a wrong reading of the question (a filter dropped, "first | :mod:`vote`: a second sample   |
+| N" read as "below N") gives a confident wrong number      | for a short answer, a third on |
+|                                                           | a tie (:func:`vote_key`)       |
 
 The backend (``daemon.model.loop``, the code-block loop in
 ``daemon.model.small``) applies them when ``[model] harness`` is on;
@@ -33,8 +36,8 @@ system message, built from the :class:`~daemon.code_mode.catalog.Catalog`),
 ``parsing`` (code blocks, broken arguments, calls written as text),
 ``repair`` (AST repairs of the code), ``feedback`` (what a result tells the
 model, and the value quoted in the answer), ``fields`` (result fields the
-stubs' sketches cut short) and ``peek`` (the look at a failed snippet's
-variables).
+stubs' sketches cut short), ``peek`` (the look at a failed snippet's
+variables) and ``vote`` (self-consistency for short answers).
 """
 
 from daemon.model.harness.feedback import (
@@ -80,6 +83,13 @@ from daemon.model.harness.repair import (
     HELPER_NAMES,
     repair_code,
 )
+from daemon.model.harness.vote import (
+    MAX_VOTE_SAMPLES,
+    VOTE_TEMPERATURE,
+    majority,
+    may_rerun,
+    vote_key,
+)
 
 __all__ = [
     "CODE_STOP",
@@ -87,8 +97,10 @@ __all__ = [
     "HARNESS_SYSTEM_PROMPT",
     "HELPER_NAMES",
     "MAX_FAILED_SNIPPETS",
+    "MAX_VOTE_SAMPLES",
     "NO_OUTPUT",
     "RETRY_TEMPERATURE",
+    "VOTE_TEMPERATURE",
     "WORKED_EXAMPLE",
     "Signature",
     "answer_instruction",
@@ -104,6 +116,8 @@ __all__ = [
     "is_code_only",
     "is_empty_result",
     "key_hint",
+    "majority",
+    "may_rerun",
     "peek_code",
     "prints_as_result",
     "quote_result",
@@ -116,4 +130,5 @@ __all__ = [
     "system_prompt",
     "text_tool_calls",
     "value_atoms",
+    "vote_key",
 ]
