@@ -54,7 +54,9 @@ import structlog
 from channels.client import Channel, WebSocketChannel
 from channels.errors import ChannelError
 from channels.ids import id_for_time
+from channels.nats import NatsChannel
 from channels.notify import notify
+from channels.transport import id_space, open_channel
 from daemon.approvals import ApprovalPolicy
 from daemon.config import Config
 from daemon.errors import AsyncaiError
@@ -230,6 +232,10 @@ class Daemon:
         self._store = await Store(config.sessions.db).open()
         # Stored at the first start only: a channel without a cursor is read from there.
         first_start = await self._store.first_start_cursor(id_for_time(time.time_ns() // 10**6))
+        # A hub's ids and NATS's are different spaces: cursors of the other one are dropped.
+        space = id_space(config.channels.url)
+        if dropped := await self._store.claim_cursor_space(space):
+            log.warning("daemon.cursors_reset", ids=space, dropped=dropped, read_from="first start")
         if self._executor is None:
             self._mcp = build_mcp_executor(config)
             self._executor = build_tool_executor(
@@ -248,7 +254,7 @@ class Daemon:
             # before READY=1, instead of during the first person's wait
             await self._backend.warm_up()
         if self._channel is None:
-            self._channel = WebSocketChannel(
+            self._channel = open_channel(
                 config.channels.url, token=config.channels.token, nick=config.channels.nick
             )
         await self._connect()
@@ -303,9 +309,9 @@ class Daemon:
         return None if limits.unlimited else SenderLimiter(self.store, limits)
 
     async def _connect(self) -> None:
-        """Connect now when the channel can (a websocket one), so the nick is known."""
+        """Connect now when the channel can (a hub's or NATS's), so the nick is known."""
         assert self._channel is not None
-        if isinstance(self._channel, WebSocketChannel):
+        if isinstance(self._channel, WebSocketChannel | NatsChannel):
             try:
                 await self._channel.connect(retry=False)
                 return
