@@ -53,6 +53,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from daemon.cli.up import BANNER_QUESTION
 from daemon.code_mode import CodeModeLimits, CodeModeToolExecutor
 from daemon.config import ModelConfig
 from daemon.logging import configure_logging
@@ -635,6 +636,67 @@ async def run_mode(
     return outcomes
 
 
+#: The startup phase: as ``asyncai up`` runs (the bundled http_get server only, code
+#: mode, the configured temperature, the prompt cache warmed before "asyncai is up"),
+#: the seconds to each reply. Arithmetic, so that the time is the model's and the
+#: sandbox's, not a tool's.
+STARTUP = (
+    ("first reply", "What is 12 times 34?", r"(?<![\d.,])408(?![\d])"),
+    ("the banner's example", BANNER_QUESTION, r"(?<![\d.,])3,?682,?913(?![\d])"),
+    ("a later reply", "What is 2 to the power of 20?", r"(?<![\d.,])1,?048,?576(?![\d])"),
+)
+
+
+async def startup(
+    model: ModelConfig, report: Callable[[str], None]
+) -> list[tuple[str, float, bool | None, str]]:
+    """The startup phase (:data:`STARTUP`): rows of (what, seconds, right, reply)."""
+    from daemon.model import OpenAiCompatibleBackend
+
+    simple = {"command": sys.executable, "args": ["-m", "servers.simple"], "cwd": str(ROOT)}
+    inner = McpToolExecutor({"simple": {**simple, "env": {"PYTHONPATH": str(ROOT)}}})
+    executor = CodeModeToolExecutor(inner, CodeModeLimits())
+    config = dataclasses.replace(model, tool_mode="code", temperature=None)
+    backend = OpenAiCompatibleBackend(config, executor, max_run_seconds=1800.0)
+    rows: list[tuple[str, float, bool | None, str]] = []
+    try:
+        started = time.monotonic()
+        await backend.warm_up()
+        rows.append(
+            ("prompt-cache warm-up (before `asyncai is up`)", time.monotonic() - started, None, "")
+        )
+        for label, text, pattern in STARTUP:
+            request = RunRequest(
+                run_id=uuid.uuid4().hex,
+                channel="#bench",
+                thread_id=f"bench-startup-{uuid.uuid4().hex[:6]}",
+                history=[],
+                prompts=[Prompt(id=uuid.uuid4().hex, sender="bench", text=text)],
+            )
+            started = time.monotonic()
+            result = await backend.run(request)
+            seconds = time.monotonic() - started
+            ok = result.status == "done" and re.search(pattern, result.reply) is not None
+            rows.append((f"{label}: {text}", seconds, ok, result.reply))
+            report(
+                f"[startup] {'ok  ' if ok else 'FAIL'} {label:22} {seconds:6.1f}s  "
+                + _short(result.reply)
+            )
+    finally:
+        await backend.aclose()
+        await executor.aclose()
+    return rows
+
+
+def startup_table(rows: list[tuple[str, float, bool | None, str]]) -> str:
+    """The startup phase as a Markdown table."""
+    lines = ["| step | seconds | right |", "|---|---|---|"]
+    for what, seconds, ok, _ in rows:
+        right = "–" if ok is None else ("yes" if ok else "**no**")
+        lines.append(f"| {what} | {seconds:.1f} | {right} |")
+    return "\n".join(lines)
+
+
 def _tool_inputs(records: list) -> list:
     """The tool calls and results of a run, in order, for the JSON report."""
     out = []
@@ -707,19 +769,28 @@ async def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="write every answer and metric here")
     parser.add_argument("--python", default=sys.executable, help="Python with llama-cpp-python")
     parser.add_argument("--log", type=Path, help="the daemon's verbose NDJSON log goes here")
+    parser.add_argument(
+        "--no-startup",
+        action="store_true",
+        help="skip the startup phase (first reply after the warm-up, the banner's example)",
+    )
     args = parser.parse_args(argv)
     log_file = args.log.open("a") if args.log else None
     configure_logging(bool(log_file), log_file)
 
     async with contextlib.AsyncExitStack() as stack:
         base_url, model_name = args.base_url, args.model
+        server = None
+        server_seconds = None
         if base_url is None:
             from daemon.local_model import LocalModelError, LocalModelServer
 
             try:
                 server = LocalModelServer.default(python=args.python)
                 print("starting the local model…", file=sys.stderr)
+                loading = time.monotonic()
                 await stack.enter_async_context(server)
+                server_seconds = time.monotonic() - loading
             except LocalModelError as exc:
                 print(f"bench/small_model.py: skipped: {exc}", file=sys.stderr)
                 return 0
@@ -761,6 +832,18 @@ async def main(argv: list[str] | None = None) -> int:
                     )
                 )
 
+        def rss() -> str:
+            size = server.rss() if server is not None else None
+            return "unknown (not started here)" if size is None else f"{size / 2**30:.2f} GiB"
+
+        memory = [("start", rss())]
+        say = lambda s: print(s, file=sys.stderr, flush=True)  # noqa: E731
+        boot: list[tuple[str, float, bool | None, str]] = []
+        if server_seconds is not None:
+            boot.append(("model server start (load)", server_seconds, None, ""))
+        if not args.no_startup:
+            boot += await startup(model, say)
+            memory.append(("after the startup phase", rss()))
         for mode in [m.strip() for m in args.modes.split(",") if m.strip()]:
             results[mode] = {}
             await run_mode(
@@ -772,11 +855,16 @@ async def main(argv: list[str] | None = None) -> int:
                 results[mode],
                 save,
             )
+            memory.append((f"after {mode} mode", rss()))
         print(
             f"\nSmall-model benchmark, {started:%Y-%m-%d %H:%M} UTC, model {model_name} at "
             f"{base_url}, harness {args.harness}, {len(suite)} questions\n"
         )
         print(table(suite, results))
+        if boot:
+            print("\nStartup, as `asyncai up` runs (code mode, the bundled http_get only):\n")
+            print(startup_table(boot))
+        print("\nThe model server's resident memory: " + ", ".join(f"{w} {m}" for w, m in memory))
         save()
     return 0
 

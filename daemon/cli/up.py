@@ -49,13 +49,15 @@ if TYPE_CHECKING:
     from daemon.app import Daemon
     from daemon.local_model.server import LocalModelServer
 
-__all__ = ["CHANNEL", "ModelEndpoint", "probe_endpoint", "register", "up"]
+__all__ = ["BANNER_QUESTION", "CHANNEL", "ModelEndpoint", "probe_endpoint", "register", "up"]
 
 log = structlog.get_logger("asyncai.up")
 
 CHANNEL = "#asyncai"
 DEFAULT_LISTEN = "127.0.0.1:6680"
 DEFAULT_STATE_DIR = Path(".asyncai")
+#: The question the banner suggests; bench/small_model.py times it and checks its answer.
+BANNER_QUESTION = "What is the sum of the first 1000 primes?"
 SIMPLE_SERVER = "simple"  # the name the bundled http_get server gets in [mcp_servers]
 T = TypeVar("T")
 PROBE_TIMEOUT = 10.0  # seconds for the model endpoint to answer GET /models
@@ -368,7 +370,7 @@ asyncai is up.
   state    {db}
 
 Talk to it from another terminal:
-  {env}.venv/bin/atirc pub '{CHANNEL}' "What is the sum of the first 1000 primes?" --wait
+  {env}.venv/bin/atirc pub '{CHANNEL}' "{BANNER_QUESTION}" --wait
 
 Then see what happened:
   .venv/bin/asyncai threads{db_flag}

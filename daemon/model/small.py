@@ -90,6 +90,9 @@ async def code_blocks(
             body["messages"] = [*messages, {"role": "user", "content": instruction}]
             state.metrics.final_round_forced = True
         endpoint.sampling(body)
+        # greedy unless configured: a server's own default (llama.cpp: 0.8) made the same
+        # question come out right or wrong from run to run; retries and votes go warmer
+        body.setdefault("temperature", 0.0)
         if not final:
             body["stop"] = [CODE_STOP]
             if ls.failures:  # at temperature 0 the failed snippet would come back as it was
