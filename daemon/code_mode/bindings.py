@@ -25,6 +25,7 @@ is linear in the line it reads.
 from __future__ import annotations
 
 import ast
+import functools
 import keyword
 import re
 from dataclasses import dataclass
@@ -54,25 +55,43 @@ _FLAGS = ast.PyCF_ONLY_AST | ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
 
 def module_bindings(code: str) -> list[Binding]:
     """Every module-level binding in ``code``, in source order (names may repeat)."""
+    return list(_bindings(code))
+
+
+# Each run_code parses its snippet twice, for the reserved-name check before it
+# runs and for the variables note after; the second is a cache hit (issue 17).
+@functools.lru_cache(maxsize=8)
+def _bindings(code: str) -> tuple[Binding, ...]:
     if len(code) > PARSE_MAX_CHARS:
-        return _scan_lines(code)
+        return tuple(_scan_lines(code))
     try:
         tree = compile(code, "<snippet>", "exec", flags=_FLAGS, dont_inherit=True)
-        collector = _Collector()
+        collector = _Collector(walrus=":=" in code)
         collector.visit(tree)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         # ValueError: a NUL byte in the source; RecursionError, MemoryError:
         # nesting too deep for the parser or the walk (``1+1+…+1``). Monty
         # will report the real error when the snippet runs; the scan is best effort.
-        return _scan_lines(code)
-    return sorted(collector.found, key=lambda b: b.line)
+        return tuple(_scan_lines(code))
+    return tuple(sorted(collector.found, key=lambda b: b.line))
 
 
 class _Collector(ast.NodeVisitor):
-    """Walks module-level code; does not descend into function or class bodies."""
+    """Walks module-level code; does not descend into function or class bodies.
 
-    def __init__(self) -> None:
+    ``walrus``: the text holds ``:=``. Without one, no expression binds a name
+    (a walrus is the only expression that binds outside itself), so the walk
+    skips every expression: most of a snippet's nodes, and most of the time.
+    """
+
+    def __init__(self, *, walrus: bool = True) -> None:
         self.found: list[Binding] = []
+        self._expressions = walrus
+
+    def visit(self, node: ast.AST) -> None:
+        """Visit ``node``, unless it is an expression that cannot bind."""
+        if self._expressions or not isinstance(node, ast.expr):
+            super().visit(node)
 
     def _add(self, name: str, kind: BindingKind, node: ast.AST) -> None:
         self.found.append(Binding(name, kind, getattr(node, "lineno", 0)))

@@ -14,7 +14,7 @@ delegates to the pure modules (:mod:`helpers`, :mod:`hints`, :mod:`note`):
    untouched): :func:`~daemon.code_mode.helpers.check_reserved` (A11).
    The engine awaits :func:`vet_snippet`, which first refuses a snippet
    over ``limits.max_snippet_bytes`` without looking further, then runs
-   :func:`check_snippet` in a worker thread.
+   :func:`check_snippet` (in a worker thread when the snippet is long).
 3. :func:`error_hints` — extra ``Hint:`` lines for an error result, from its
    traceback text (A11: known Monty gaps,
    :func:`~daemon.code_mode.hints.hints_for`). Return the hint text only;
@@ -35,15 +35,17 @@ delegates to the pure modules (:mod:`helpers`, :mod:`hints`, :mod:`note`):
    discards it as a reset, so the next snippet starts in a fresh REPL instead
    of failing on a finished one.
 
-:func:`check_snippet` and the parse in :func:`after_snippet` are CPU work
-proportional to the snippet (up to ``limits.max_snippet_bytes``); both run
-in a worker thread, off the event loop.
+:func:`check_snippet` and the parse in :func:`after_snippet` are one parse
+(cached), CPU work proportional to the snippet (up to
+``limits.max_snippet_bytes``); a snippet over :data:`INLINE_PARSE_CHARS`
+is parsed in a worker thread, a shorter one inline (the hop would cost more).
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, TypeVar
 
 from pydantic_monty import MontyRuntimeError, MontySyntaxError
 
@@ -52,12 +54,15 @@ from daemon.code_mode.helpers import check_reserved, prelude
 from daemon.code_mode.hints import hints_for
 from daemon.code_mode.note import ScopeVariables, thread_note
 
+T = TypeVar("T")
+
 if TYPE_CHECKING:
     from daemon.code_mode.engine import SnippetOutcome
     from daemon.code_mode.limits import CodeModeLimits
     from daemon.code_mode.scope import ScopeState
 
 __all__ = [
+    "INLINE_PARSE_CHARS",
     "after_snippet",
     "check_snippet",
     "context_note",
@@ -95,11 +100,23 @@ def too_large(code: str, max_bytes: int) -> str | None:
 
 
 async def vet_snippet(code: str, limits: CodeModeLimits) -> str | None:
-    """The pre-run checks: the size limit, then :func:`check_snippet` off the event loop."""
+    """The pre-run checks: the size limit, then :func:`check_snippet` (see :func:`_parsed`)."""
     refused = too_large(code, limits.max_snippet_bytes)
     if refused is not None:
         return refused
-    return await asyncio.to_thread(check_snippet, code)
+    return await _parsed(check_snippet, code)
+
+
+# A thread hop costs 50-100 µs, more than parsing a short snippet, and the parse
+# (``compile``) holds the GIL either way; so only a longer snippet goes to a thread.
+INLINE_PARSE_CHARS = 4096
+
+
+async def _parsed(check: Callable[[str], T], code: str) -> T:
+    """``check(code)``, a parse of the snippet: inline when it is short, else in a thread."""
+    if len(code) <= INLINE_PARSE_CHARS:
+        return check(code)
+    return await asyncio.to_thread(check, code)
 
 
 def error_hints(error_text: str) -> list[str]:
@@ -119,8 +136,8 @@ async def after_snippet(scope: ScopeState, code: str, outcome: SnippetOutcome) -
     if outcome.fresh or scope.note is None:
         scope.note = ScopeVariables()
     note = scope.note
-    # parsing a large snippet takes a while: off the loop, the result applied on it
-    note.record_bindings(await asyncio.to_thread(module_bindings, code))
+    # parsed once per snippet: the pre-run check's parse is cached (bindings.py)
+    note.record_bindings(await _parsed(module_bindings, code))
     probe = note.probe()
     if probe is None:
         return
