@@ -195,6 +195,7 @@ class NatsChannel:
             # the first connection tried once; from now on, reconnect as configured
             attempts = self._reconnect_attempts
             nc.options["max_reconnect_attempts"] = -1 if attempts is None else attempts
+            nc.options["allow_reconnect"] = attempts != 0  # nats-py reads 0 as "forever"
             self._nc = nc
             self._js = nc.jetstream(timeout=PUBLISH_TRY)
             self._state = "open"
