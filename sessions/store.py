@@ -9,7 +9,8 @@ The class is assembled from these concepts, each in its own module:
   transcripts);
 - ``approvals``: approval requests, a paused run stored whole, and their
   decisions;
-- ``scopes``: each thread's dumped REPL scope.
+- ``scopes``: each thread's dumped REPL scope;
+- ``replica``: a finished run's rows exported, and applied to another store.
 
 Callers import from here (or from ``sessions``); the names above are the
 whole public API of the store.
@@ -20,6 +21,7 @@ from __future__ import annotations
 from .approvals import StoreApprovals
 from .connection import DEFAULT_BUSY_TIMEOUT, DEFAULT_DB_PATH
 from .queries import StoreQueries, audit_query
+from .replica import StoreReplica
 from .scopes import StoreScopes
 from .writer import PROMPT_STATUSES, RUN_STATUSES, StoreWriter
 
@@ -33,7 +35,7 @@ __all__ = [
 ]
 
 
-class Store(StoreWriter, StoreQueries, StoreApprovals, StoreScopes):
+class Store(StoreWriter, StoreQueries, StoreApprovals, StoreScopes, StoreReplica):
     """Transcripts, runs, prompts, the audit, cursors and REPL scopes in one SQLite file.
 
     Use as ``async with Store(path) as store:`` or ``await store.open()`` …

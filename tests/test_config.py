@@ -72,6 +72,7 @@ nick = "asyncai"
 channels = ["#ops", "#dev"]              # example (default none)
 shared = ["#dev"]                        # example: only mentions and own threads here
 allowed_senders = []                     # empty: everyone
+takeover_seconds = 30.0                  # nats:// only: a silent daemon's threads move within
 
 [runtime]
 max_concurrent_runs = 4                  # at most code_mode.max_scopes

@@ -136,6 +136,7 @@ MAY_IMPORT = {
     "daemon.approvals": SHARED | {"daemon.config"},
     "daemon.model": SHARED
     | {"daemon.code_mode", "daemon.config", "daemon.local_model", "daemon.runtime", "sessions"},
+    "daemon.cluster": SHARED | {"daemon.config", "daemon.runtime", "sessions", "channels"},
 }
 
 

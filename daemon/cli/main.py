@@ -21,6 +21,7 @@ COMMANDS: list[str] = [
     "daemon.cli.serve",
     "daemon.cli.model",
     "daemon.cli.sessions",
+    "daemon.cli.cluster",
 ]
 
 

@@ -177,6 +177,8 @@ class ChannelsConfig:
     channels: list[Text] = field(default_factory=list)  # channels to subscribe to
     shared: list[Text] = field(default_factory=list)  # answer only mentions and own threads
     allowed_senders: list[Text] = field(default_factory=list)  # empty: everyone
+    # nats:// only: a silent daemon's threads move to the others within this many seconds
+    takeover_seconds: Seconds = 30.0
 
 
 @dataclass

@@ -1,0 +1,28 @@
+"""The cluster's own connection to the NATS broker (beside the channel's)."""
+
+from __future__ import annotations
+
+import nats
+import nats.errors
+from nats.aio.client import Client
+
+from daemon.cluster.errors import ClusterError
+
+__all__ = ["CONNECT_TIMEOUT", "connect_nats"]
+
+CONNECT_TIMEOUT = 5.0  # seconds for the first connection; later ones reconnect forever
+
+
+async def connect_nats(url: str, *, token: str | None = None, name: str = "asyncai") -> Client:
+    """A connection to ``url`` that reconnects by itself; ClusterError if the first fails."""
+    try:
+        return await nats.connect(
+            url,
+            token=token,
+            name=name,
+            connect_timeout=CONNECT_TIMEOUT,
+            allow_reconnect=True,
+            max_reconnect_attempts=-1,
+        )
+    except (nats.errors.Error, OSError, TimeoutError) as exc:
+        raise ClusterError(f"cannot connect to the NATS broker at {url}: {exc}") from exc

@@ -1,0 +1,230 @@
+"""Who holds which thread: members that heartbeat, and per-thread owner entries.
+
+Two JetStream key-value buckets (:class:`Leases` owns both):
+
+- ``members``: one key per live daemon, rewritten every ``beat`` seconds. The
+  bucket's ``max_age`` is ``member_ttl``, so the broker itself deletes the key
+  of a daemon that stopped beating: liveness is judged by one clock (the
+  broker's), never by comparing the hosts' clocks.
+- ``threads``: one key per thread, ``{"owner": member, "answered": id}``,
+  claimed with ``create`` (only one contender can win) and taken over from a
+  member that is no longer live with a revision-checked ``update`` (again,
+  only one wins). ``answered`` is the id of the newest prompt of the thread
+  whose reply was published: a daemon that takes the thread over runs only
+  the prompts after it.
+
+Why one entry per thread and one heartbeat per daemon rather than a lease per
+thread renewed by its holder: renewing costs one write per held thread every
+few seconds, while a heartbeat costs one write per daemon whatever it holds.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import nats.errors
+import nats.js.errors
+from nats.js import JetStreamContext
+from nats.js.api import KeyValueConfig
+from nats.js.kv import KeyValue
+
+from daemon.cluster.errors import ClusterError
+
+__all__ = ["Claim", "Leases", "bucket_names", "thread_key"]
+
+_SAFE = re.compile(r"[A-Za-z0-9_-]+")
+
+
+def bucket_names(nick: str) -> tuple[str, str]:
+    """The members and threads buckets of the daemons sharing ``nick``."""
+    safe = nick if _SAFE.fullmatch(nick) else nick.encode().hex()
+    return f"asyncai_members_{safe}", f"asyncai_threads_{safe}"
+
+
+def thread_key(channel: str, thread: str) -> str:
+    """The KV key of a thread: the channel in hex (``#`` is no key character), then the id."""
+    tail = thread if _SAFE.fullmatch(thread) else "x" + thread.encode().hex()
+    return f"{channel.encode().hex()}.{tail}"
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A thread's entry: who holds it, the newest prompt answered, the entry's revision."""
+
+    owner: str
+    answered: str
+    revision: int
+
+
+def _decode(value: bytes | None, revision: int) -> Claim:
+    try:
+        data: Any = json.loads(value or b"{}")
+        return Claim(str(data["owner"]), str(data.get("answered", "")), revision)
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ClusterError(f"a thread entry is not valid JSON with an owner: {value!r}") from exc
+
+
+def _encode(owner: str, answered: str) -> bytes:
+    return json.dumps({"owner": owner, "answered": answered}).encode()
+
+
+class Leases:
+    """This daemon (``member``) among the others, over the two buckets.
+
+    ``member_ttl``: seconds after its last beat that a silent daemon's key is
+    gone (its threads may then be taken over).
+    """
+
+    def __init__(self, js: JetStreamContext, nick: str, member: str, *, member_ttl: float):
+        self._js = js
+        self.member = member
+        self.member_ttl = member_ttl
+        self._names = bucket_names(nick)
+        self._members: KeyValue | None = None
+        self._threads: KeyValue | None = None
+
+    async def open(self) -> Leases:
+        """Create (or bind to) both buckets."""
+        members_name, threads_name = self._names
+        try:
+            self._members = await self._js.create_key_value(
+                KeyValueConfig(bucket=members_name, history=1, ttl=self.member_ttl)
+            )
+        except nats.js.errors.BadRequestError:
+            # created by a daemon with another takeover_seconds: its TTL rules
+            self._members = await self._js.key_value(members_name)
+        except nats.errors.Error as exc:
+            raise ClusterError(f"cannot open the members bucket: {exc}") from exc
+        try:
+            self._threads = await self._js.create_key_value(
+                KeyValueConfig(bucket=threads_name, history=1)
+            )
+        except nats.errors.Error as exc:
+            raise ClusterError(f"cannot open the threads bucket: {exc}") from exc
+        return self
+
+    @property
+    def _kv_members(self) -> KeyValue:
+        if self._members is None:
+            raise ClusterError("the leases are not open")
+        return self._members
+
+    @property
+    def _kv_threads(self) -> KeyValue:
+        if self._threads is None:
+            raise ClusterError("the leases are not open")
+        return self._threads
+
+    # ---- members ----
+
+    async def beat(self) -> None:
+        """Say this daemon is alive (once per ``member_ttl / 4`` or more often)."""
+        try:
+            await self._kv_members.put(self.member, b"alive")
+        except nats.errors.Error as exc:
+            raise ClusterError(f"cannot write the heartbeat: {exc}") from exc
+
+    async def leave(self) -> None:
+        """Remove this daemon's key now: its threads may be taken over at once."""
+        try:
+            await self._kv_members.delete(self.member)
+        except nats.errors.Error as exc:
+            raise ClusterError(f"cannot remove the member key: {exc}") from exc
+
+    async def live_members(self) -> set[str]:
+        """The members whose key has not expired."""
+        try:
+            return set(await self._kv_members.keys())
+        except nats.js.errors.NoKeysError:
+            return set()
+        except nats.errors.Error as exc:
+            raise ClusterError(f"cannot list the members: {exc}") from exc
+
+    async def alive(self, member: str) -> bool:
+        """Whether ``member``'s key is still there."""
+        try:
+            await self._kv_members.get(member)
+        except nats.js.errors.KeyNotFoundError:
+            return False  # KeyDeletedError is a subclass: a member that left
+        except nats.errors.Error as exc:
+            raise ClusterError(f"cannot read member {member}: {exc}") from exc
+        return True
+
+    # ---- threads ----
+
+    async def get(self, channel: str, thread: str) -> Claim | None:
+        """The thread's entry, or None when nobody ever claimed it."""
+        try:
+            entry = await self._kv_threads.get(thread_key(channel, thread))
+        except nats.js.errors.KeyNotFoundError:
+            return None
+        except nats.errors.Error as exc:
+            raise ClusterError(f"cannot read the entry of thread {thread}: {exc}") from exc
+        return _decode(entry.value, entry.revision or 0)
+
+    async def claim(self, channel: str, thread: str) -> Claim:
+        """Claim an unclaimed thread; the entry as it now is (another's if it won the race)."""
+        key = thread_key(channel, thread)
+        try:
+            revision = await self._kv_threads.create(key, _encode(self.member, ""))
+        except nats.js.errors.KeyWrongLastSequenceError:
+            found = await self.get(channel, thread)
+            if found is None:  # pragma: no cover - deleted between the two calls
+                raise ClusterError(f"thread {thread} vanished while it was claimed") from None
+            return found
+        except nats.errors.Error as exc:
+            raise ClusterError(f"cannot claim thread {thread}: {exc}") from exc
+        return Claim(self.member, "", revision)
+
+    async def take_over(self, channel: str, thread: str, old: Claim) -> Claim:
+        """Take ``old`` over (its owner is gone); the entry as it now is (the winner's)."""
+        key = thread_key(channel, thread)
+        try:
+            revision = await self._kv_threads.update(
+                key, _encode(self.member, old.answered), last=old.revision
+            )
+        except nats.js.errors.KeyWrongLastSequenceError:
+            found = await self.get(channel, thread)
+            if found is None:  # pragma: no cover - entries are never deleted
+                raise ClusterError(f"thread {thread} vanished while it was taken over") from None
+            return found
+        except nats.errors.Error as exc:
+            raise ClusterError(f"cannot take thread {thread} over: {exc}") from exc
+        return Claim(self.member, old.answered, revision)
+
+    async def mark_answered(self, channel: str, thread: str, through: str) -> None:
+        """Record that the prompts of the thread up to ``through`` were answered.
+
+        Revision-checked and retried, never moving ``answered`` back; the
+        owner is left as it is (a daemon that lost the thread while its run
+        was finishing still records what it answered).
+        """
+        for _ in range(20):
+            current = await self.get(channel, thread)
+            if current is None:
+                try:
+                    await self._kv_threads.create(
+                        thread_key(channel, thread), _encode(self.member, through)
+                    )
+                    return
+                except nats.js.errors.KeyWrongLastSequenceError:
+                    continue
+                except nats.errors.Error as exc:
+                    raise ClusterError(f"cannot mark thread {thread} answered: {exc}") from exc
+            if current.answered >= through:
+                return
+            try:
+                await self._kv_threads.update(
+                    thread_key(channel, thread),
+                    _encode(current.owner, through),
+                    last=current.revision,
+                )
+                return
+            except nats.js.errors.KeyWrongLastSequenceError:
+                continue
+            except nats.errors.Error as exc:
+                raise ClusterError(f"cannot mark thread {thread} answered: {exc}") from exc
+        raise ClusterError(f"thread {thread}: its entry kept changing while marked answered")

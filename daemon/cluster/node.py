@@ -1,0 +1,260 @@
+"""One daemon's part in a cluster: its connection, leases, router, scopes and audit export.
+
+:class:`ClusterNode` is what :class:`daemon.app.Daemon` adds when
+``[channels] url`` is a ``nats://`` URL. It owns two background tasks:
+
+- the heartbeat and scan, every ``takeover_seconds / 6``: the member key
+  rewritten, the live members read, the remembered prompts of other
+  daemons' threads checked (:meth:`daemon.cluster.router.ThreadRouter.scan`)
+  and those of a daemon that is gone handed to the runtime;
+- the audit exporter (:class:`daemon.cluster.audit.AuditExporter`).
+
+The member key lives ``2/3 × takeover_seconds`` after its last beat, so a
+daemon that dies (SIGKILL, a lost host) is gone from the members bucket
+after at most that long, and its threads are taken over at the next scan of
+another daemon: within ``5/6 × takeover_seconds``. A daemon that stops
+cleanly removes its key at once.
+
+The daemon's identity is ``cluster.member`` beside its database (a UUID
+made at its first start), so a restarted daemon is the same member and
+keeps its threads when it comes back in time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from collections import Counter, deque
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import structlog
+from nats.aio.client import Client
+
+from daemon.cluster.audit import AuditExporter, ensure_audit_stream
+from daemon.cluster.connect import connect_nats
+from daemon.cluster.errors import ClusterError
+from daemon.cluster.leases import Leases
+from daemon.cluster.router import ThreadRouter
+from daemon.cluster.scopes import ObjectScopeStore
+from daemon.cluster.store import ClusterRuntimeStore
+from daemon.config import Config
+from daemon.runtime.ports import InboundMessage, RuntimeStore
+from daemon.runtime.scopes import load_or_create_key
+from sessions.store import Store
+
+__all__ = ["MEMBER_FILE", "ClusterNode", "is_cluster_url", "member_id", "open_cluster"]
+
+log = structlog.get_logger("asyncai.cluster")
+
+MEMBER_FILE = "cluster.member"
+CLOSE_TIMEOUT = 5.0  # seconds for the last audit export and leaving, at shutdown
+ROUTE_RETRY = 0.5  # seconds between two tries to route a message while the broker is away
+
+
+def is_cluster_url(url: str) -> bool:
+    """Whether ``[channels] url`` names a NATS broker (the cluster is wired then)."""
+    return url.startswith(("nats://", "tls://"))
+
+
+def member_id(state_dir: Path) -> str:
+    """This daemon's member id: ``state_dir/cluster.member``, made once."""
+    path = state_dir / MEMBER_FILE
+    try:
+        found = path.read_text().strip()
+    except FileNotFoundError:
+        found = ""
+    except OSError as exc:
+        raise ClusterError(f"cannot read {path}: {exc.strerror or exc}") from exc
+    if found:
+        return found
+    made = uuid.uuid4().hex
+    try:
+        state_dir.mkdir(parents=True, exist_ok=True)
+        path.write_text(made + "\n")
+    except OSError as exc:
+        raise ClusterError(f"cannot write {path}: {exc.strerror or exc}") from exc
+    return made
+
+
+class ClusterNode:
+    """See the module docstring. :meth:`open`, :meth:`start`, then :meth:`close`."""
+
+    def __init__(
+        self,
+        nc: Client,
+        store: Store,
+        *,
+        nick: str,
+        member: str,
+        takeover_seconds: float,
+        scope_key: bytes,
+        max_scope_bytes: int,
+        scope_retention: float,
+        state_dir: Path,
+    ):
+        self._nc = nc
+        js = nc.jetstream()
+        self.takeover_seconds = takeover_seconds
+        self.leases = Leases(js, nick, member, member_ttl=takeover_seconds * 2 / 3)
+        self.router = ThreadRouter(self.leases)
+        self.scopes = ObjectScopeStore(
+            js, nick, scope_key, max_bytes=max_scope_bytes, retention_seconds=scope_retention
+        )
+        self.exporter = AuditExporter(js, store, state_dir, interval=takeover_seconds)
+        self._js = js
+        self._tasks: list[asyncio.Task[None]] = []
+        self._closed = False
+        self._submit: Callable[[InboundMessage], Awaitable[object]] | None = None
+        # taken-over prompts on their way to the runtime; a thread's new messages wait behind
+        self._handoff: deque[InboundMessage] = deque()
+        self._handing: Counter[tuple[str, str]] = Counter()
+        self._handoff_ready = asyncio.Event()
+
+    @classmethod
+    async def open(
+        cls,
+        url: str,
+        store: Store,
+        *,
+        token: str | None,
+        nick: str,
+        takeover_seconds: float,
+        scope_key: bytes,
+        max_scope_bytes: int,
+        scope_retention: float,
+        state_dir: Path,
+    ) -> ClusterNode:
+        """Connect, open the buckets and the audit stream, beat once."""
+        member = member_id(state_dir)
+        nc = await connect_nats(url, token=token, name=f"asyncai-cluster-{member[:8]}")
+        node = cls(
+            nc,
+            store,
+            nick=nick,
+            member=member,
+            takeover_seconds=takeover_seconds,
+            scope_key=scope_key,
+            max_scope_bytes=max_scope_bytes,
+            scope_retention=scope_retention,
+            state_dir=state_dir,
+        )
+        try:
+            await node.leases.open()
+            await node.scopes.open()
+            await ensure_audit_stream(node._js)
+            await node.router.beat()
+        except BaseException:
+            await nc.close()
+            raise
+        log.warning("cluster.joined", member=member, live=sorted(node.router.live))
+        return node
+
+    def wrap(self, inner: RuntimeStore) -> ClusterRuntimeStore:
+        """The runtime's store reporting to the cluster."""
+        return ClusterRuntimeStore(inner, self.leases, self.router, finished=self.exporter.kick)
+
+    def start(self, submit: Callable[[InboundMessage], Awaitable[object]]) -> None:
+        """Start the heartbeat-and-scan loop, the hand-off of taken-over prompts to
+        ``submit`` (the runtime's) and the audit exporter."""
+        self._submit = submit
+        for work, name in (
+            (self._beat(), "asyncai-cluster"),
+            (self._hand_off(), "asyncai-cluster-handoff"),
+            (self.exporter.run(), "asyncai-audit-export"),
+        ):
+            self._tasks.append(asyncio.create_task(work, name=name))
+
+    async def feed(self, message: InboundMessage, own_nick: str) -> None:
+        """One inbound message: to the runtime if its thread is this daemon's (behind
+        any taken-over prompts of the thread still being handed over), else remembered."""
+        assert self._submit is not None, "start() first"
+        for ready in await self._route(message, own_nick):
+            if self._handing[(ready.channel, ready.thread)]:
+                self._hand(ready)
+            else:
+                await self._submit(ready)
+
+    async def _route(self, message: InboundMessage, own_nick: str) -> list[InboundMessage]:
+        # The broker away for a moment (a restart) must not end the intake; away
+        # for longer than a takeover, the daemon gives up (exit 1, systemd restarts it).
+        deadline = asyncio.get_running_loop().time() + self.takeover_seconds
+        while True:
+            try:
+                return await self.router.route(message, own_nick)
+            except ClusterError as exc:
+                if asyncio.get_running_loop().time() > deadline:
+                    raise
+                log.warning("cluster.route_failed", error=str(exc), action="retrying")
+                await asyncio.sleep(ROUTE_RETRY)
+
+    def _hand(self, message: InboundMessage) -> None:
+        self._handing[(message.channel, message.thread)] += 1
+        self._handoff.append(message)
+        self._handoff_ready.set()
+
+    async def _hand_off(self) -> None:
+        """Taken-over prompts to the runtime, in order; never blocks the heartbeat."""
+        assert self._submit is not None
+        while True:
+            await self._handoff_ready.wait()
+            while self._handoff:
+                message = self._handoff.popleft()
+                key = (message.channel, message.thread)
+                try:
+                    await self._submit(message)
+                finally:
+                    self._handing[key] -= 1
+                    if not self._handing[key]:
+                        del self._handing[key]
+            self._handoff_ready.clear()
+
+    async def _beat(self) -> None:
+        interval = self.takeover_seconds / 6
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await self.router.beat()
+                await self.router.scan(self._hand)
+            except ClusterError as exc:
+                log.warning("cluster.beat_failed", error=str(exc), action="retrying")
+
+    async def close(self) -> None:
+        """Stop the loops, send the last audit, leave the members (threads move now)."""
+        if self._closed:
+            return
+        self._closed = True
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        try:
+            async with asyncio.timeout(CLOSE_TIMEOUT):
+                await self.exporter.send_new()
+                await self.leases.leave()
+        except (ClusterError, TimeoutError, OSError) as exc:
+            log.warning("cluster.leave_failed", error=f"{type(exc).__name__}: {exc}")
+        with contextlib.suppress(Exception):
+            await self._nc.close()
+
+
+async def open_cluster(config: Config, store: Store) -> ClusterNode | None:
+    """The cluster part of a daemon whose ``[channels] url`` is ``nats://``; else None.
+
+    The scope key is the daemon's own ``scope.key`` (beside its database),
+    which must be the same file on every daemon of the cluster.
+    """
+    if not is_cluster_url(config.channels.url):
+        return None
+    state_dir = config.sessions.db.parent
+    return await ClusterNode.open(
+        config.channels.url,
+        store,
+        token=config.channels.token,
+        nick=config.channels.nick,
+        takeover_seconds=config.channels.takeover_seconds,
+        scope_key=load_or_create_key(state_dir),
+        max_scope_bytes=config.code_mode.limits().max_scope_dump,
+        scope_retention=config.sessions.scope_retention_days * 86_400,
+        state_dir=state_dir,
+    )

@@ -1,0 +1,180 @@
+"""Which daemon answers which thread: each inbound message is run here, or remembered.
+
+Every daemon of a cluster reads every message of its channels. For each one,
+:class:`ThreadRouter` decides from the thread's entry (:mod:`.leases`):
+
+- a thread this daemon holds: the message goes to the runtime now;
+- a thread nobody holds yet: the member that rendezvous hashing prefers
+  among the live ones (:func:`preferred`) claims it, so new threads spread
+  evenly over the daemons without any coordination beyond the claim; the
+  others remember the message until the claim shows;
+- a thread another live daemon holds: remembered, not run;
+- a thread whose holder is no longer live: taken over (one contender wins),
+  and its remembered prompts after the entry's ``answered`` go to the
+  runtime first, in thread order, then the message.
+
+Remembered messages are dropped as soon as the entry says they were answered
+(:meth:`ThreadRouter.scan`, every few seconds), so memory holds only the
+prompts other daemons have not answered yet; commands (``!stop``,
+``!approve``, ...) are for the daemon holding the thread and are not
+remembered. :meth:`ThreadRouter.scan` is also what moves the threads of a
+daemon that died: within ``member_ttl`` plus one scan interval.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Callable, Iterable
+
+import structlog
+
+from daemon.cluster.leases import Claim, Leases
+from daemon.runtime.ports import InboundMessage
+
+__all__ = ["ThreadRouter", "preferred"]
+
+log = structlog.get_logger("asyncai.cluster")
+
+ThreadKey = tuple[str, str]
+MAX_REMEMBERED = 100_000  # messages of other daemons' threads kept at most (oldest dropped)
+
+
+def preferred(channel: str, thread: str, members: Iterable[str]) -> str | None:
+    """The member that should claim a new thread: highest hash of (member, thread)."""
+
+    def weight(member: str) -> bytes:
+        return hashlib.sha256(f"{member}\0{channel}\0{thread}".encode()).digest()
+
+    return max(members, key=weight, default=None)
+
+
+class ThreadRouter:
+    """Routes inbound messages by thread ownership; see the module docstring."""
+
+    def __init__(self, leases: Leases):
+        self._leases = leases
+        self.member = leases.member
+        self._mine: set[ThreadKey] = set()
+        self._remembered: dict[ThreadKey, list[InboundMessage]] = {}
+        self._count = 0
+        self.live: set[str] = {self.member}
+        self._beat_ok = time.monotonic()
+        self.taken_over = 0  # threads taken over from a daemon that was gone
+
+    @property
+    def remembered(self) -> int:
+        """How many messages of other daemons' threads are remembered now."""
+        return self._count
+
+    def holds(self, channel: str, thread: str) -> bool:
+        """Whether this daemon holds the thread (as far as it knows)."""
+        return (channel, thread) in self._mine
+
+    async def beat(self) -> None:
+        """The heartbeat, and the live members read again."""
+        await self._leases.beat()
+        self._beat_ok = time.monotonic()
+        self.live = await self._leases.live_members() | {self.member}
+
+    def _trust_cache(self) -> bool:
+        # Unable to beat for half the TTL: others may already count this daemon
+        # as gone and take its threads, so every thread is looked up again.
+        if time.monotonic() - self._beat_ok > self._leases.member_ttl / 2:
+            self._mine.clear()
+            return False
+        return True
+
+    async def route(self, message: InboundMessage, own_nick: str) -> list[InboundMessage]:
+        """The messages to give the runtime now (in order); the rest is remembered."""
+        key = (message.channel, message.thread)
+        if message.sender == own_nick:
+            return [message]  # the runtime skips it and moves the cursor
+        if key in self._mine and self._trust_cache():
+            return [message]
+        claim = await self._acquire(message.channel, message.thread)
+        if claim is None or claim.owner != self.member:
+            if not message.text.lstrip().startswith("!"):
+                self._remember(key, message)
+            return []
+        return [m for m in [*self._release(key), message] if m.id > claim.answered]
+
+    async def scan(self, emit: Callable[[InboundMessage], None]) -> None:
+        """Look at every thread with remembered messages: drop the answered ones,
+        take over the threads of daemons that are gone. The prompts to run now go
+        to ``emit`` as each thread is won, before anything else can be routed."""
+        for channel, thread in list(self._remembered):
+            key = (channel, thread)
+            claim = await self._acquire(channel, thread)
+            if claim is None:
+                continue
+            if claim.owner == self.member:
+                for message in self._release(key):
+                    if message.id > claim.answered:
+                        emit(message)
+                continue
+            kept = [m for m in self._remembered.get(key, []) if m.id > claim.answered]
+            self._count -= len(self._remembered.pop(key, [])) - len(kept)
+            if kept:
+                self._remembered[key] = kept
+
+    async def _acquire(self, channel: str, thread: str) -> Claim | None:
+        """The entry after claiming or taking the thread over when this daemon should.
+
+        None: nobody holds it and another live member should claim it.
+        """
+        claim = await self._leases.get(channel, thread)
+        if claim is None:
+            first = preferred(channel, thread, self.live)
+            if first != self.member and first is not None and first in self.live:
+                return None
+            claim = await self._leases.claim(channel, thread)
+        elif claim.owner != self.member and claim.owner not in self.live:
+            if await self._leases.alive(claim.owner):
+                self.live.add(claim.owner)  # joined since the last beat
+            else:
+                claim = await self._leases.take_over(channel, thread, claim)
+                if claim.owner == self.member:
+                    self.taken_over += 1
+                    log.warning(
+                        "cluster.thread_taken_over",
+                        channel=channel,
+                        thread=thread,
+                        answered=claim.answered,
+                    )
+        if claim.owner == self.member:
+            self._mine.add((channel, thread))
+        else:
+            self._mine.discard((channel, thread))
+        return claim
+
+    def _remember(self, key: ThreadKey, message: InboundMessage) -> None:
+        held = self._remembered.setdefault(key, [])
+        if any(m.id == message.id for m in held):
+            return  # a replay
+        held.append(message)
+        self._count += 1
+        while self._count > MAX_REMEMBERED:
+            oldest = next(iter(self._remembered))
+            dropped = self._remembered.pop(oldest)
+            self._count -= len(dropped)
+            log.error("cluster.remembered_dropped", thread=oldest[1], messages=len(dropped))
+
+    def _release(self, key: ThreadKey) -> list[InboundMessage]:
+        held = self._remembered.pop(key, [])
+        self._count -= len(held)
+        return held
+
+    async def recovered(
+        self, pending: list[InboundMessage]
+    ) -> tuple[list[InboundMessage], list[InboundMessage]]:
+        """Of the prompts this daemon's database has not answered (after a restart),
+        those it should run now, and those another daemon answered meanwhile; the
+        rest are remembered (their thread is held by another live daemon)."""
+        keep: list[InboundMessage] = []
+        for message in pending:
+            keep.extend(await self.route(message, own_nick=""))
+        kept = {m.id for m in keep}
+        waiting = {m.id for held in self._remembered.values() for m in held}
+        elsewhere = [m for m in pending if m.id not in kept and m.id not in waiting]
+        return keep, elsewhere

@@ -1,0 +1,136 @@
+"""Thread REPL dumps in a JetStream object store, so whichever daemon holds a thread can load it.
+
+:class:`ObjectScopeStore` is the cluster's :class:`daemon.tools.ScopeStore`:
+the same HMAC-SHA256 as :class:`daemon.runtime.scopes.SignedScopeStore` (over
+the Monty version, the thread and the bytes, :func:`scope_mac`) under the
+same ``scope.key``. Every daemon of a cluster must have the same key: the
+operator installs one ``scope.key`` (32 bytes, mode 0600, refused when others
+can read it) in each daemon's state directory. A daemon with another key
+refuses a moved dump as altered, and its variables note says so.
+
+An object is one JSON header line (``{"v": monty version, "mac": hex,
+"saved": iso}``) and the dump's bytes after it. Objects are named by the
+thread id, which a NATS channel makes unique (a stream sequence). The
+bucket's ``ttl`` is ``sessions.scope_retention_days``: the broker prunes old
+dumps itself.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+from typing import Any
+
+import nats.errors
+import nats.js.errors
+from nats.js import JetStreamContext
+from nats.js.api import ObjectStoreConfig
+from nats.js.object_store import ObjectStore
+
+from daemon.cluster.errors import ClusterError
+from daemon.errors import ScopeRejected
+from daemon.runtime.scopes import monty_version, scope_mac
+from daemon.tools import StoredScopeDump
+from sessions.ids import now_iso
+
+__all__ = ["ObjectScopeStore", "scope_bucket"]
+
+
+def scope_bucket(nick: str) -> str:
+    """The object store bucket of the daemons sharing ``nick``."""
+    safe = nick if nick.replace("_", "").replace("-", "").isalnum() else nick.encode().hex()
+    return f"asyncai_scopes_{safe}"
+
+
+class ObjectScopeStore:
+    """:class:`daemon.tools.ScopeStore` over a JetStream object store, with MACs."""
+
+    def __init__(
+        self,
+        js: JetStreamContext,
+        nick: str,
+        key: bytes,
+        *,
+        max_bytes: int,
+        retention_seconds: float = 0.0,
+        version: str | None = None,
+    ):
+        self._js = js
+        self._bucket_name = scope_bucket(nick)
+        self._key = key
+        self._max_bytes = max_bytes
+        self._retention = retention_seconds
+        self._version = version or monty_version()
+        self._bucket: ObjectStore | None = None
+
+    async def open(self) -> ObjectScopeStore:
+        """Create (or bind to) the bucket."""
+        try:
+            self._bucket = await self._js.create_object_store(
+                self._bucket_name, ObjectStoreConfig(ttl=self._retention or None)
+            )
+        except nats.js.errors.BadRequestError:
+            self._bucket = await self._js.object_store(self._bucket_name)  # another ttl rules
+        except nats.errors.Error as exc:
+            raise ClusterError(f"cannot open the scope bucket: {exc}") from exc
+        return self
+
+    @property
+    def _store(self) -> ObjectStore:
+        if self._bucket is None:
+            raise ClusterError("the scope store is not open")
+        return self._bucket
+
+    async def save(self, thread_id: str, data: bytes) -> None:
+        """Store the thread's dump with its MAC, replacing the one before."""
+        header = {
+            "v": self._version,
+            "mac": scope_mac(self._key, self._version, thread_id, data),
+            "saved": now_iso(),
+        }
+        try:
+            await self._store.put(thread_id, json.dumps(header).encode() + b"\n" + data)
+        except nats.errors.Error as exc:
+            raise ClusterError(f"cannot save the REPL of thread {thread_id}: {exc}") from exc
+
+    async def load(self, thread_id: str) -> StoredScopeDump | None:
+        """The thread's dump if it is intact and loadable; None when none; else ScopeRejected."""
+        try:
+            result = await self._store.get(thread_id)
+        except nats.js.errors.ObjectNotFoundError:
+            return None
+        except nats.js.errors.ObjectDeletedError:
+            return None
+        except nats.errors.Error as exc:
+            raise ClusterError(f"cannot load the REPL of thread {thread_id}: {exc}") from exc
+        raw = bytes(result.data or b"")
+        head, sep, data = raw.partition(b"\n")
+        try:
+            header: Any = json.loads(head) if sep else None
+            version, mac, saved = str(header["v"]), str(header["mac"]), str(header["saved"])
+        except (ValueError, TypeError, KeyError):
+            raise ScopeRejected("its header is not the one this daemon writes") from None
+        if len(data) > self._max_bytes:
+            raise ScopeRejected(
+                f"it is {len(data):,} bytes, over code_mode.max_scope_dump "
+                f"({self._max_bytes:,} bytes)"
+            )
+        if not hmac.compare_digest(scope_mac(self._key, version, thread_id, data), mac):
+            raise ScopeRejected(
+                "its MAC does not match: the stored bytes were changed, "
+                "or the daemon that saved it has another scope.key"
+            )
+        if version != self._version:
+            raise ScopeRejected(
+                f"it was saved by pydantic-monty {version}, this daemon runs {self._version}"
+            )
+        return StoredScopeDump(data, saved)
+
+    async def drop(self, thread_id: str) -> None:
+        """Forget the thread's dump (none stored: nothing to do)."""
+        try:
+            await self._store.delete(thread_id)
+        except (nats.js.errors.ObjectNotFoundError, nats.js.errors.ObjectDeletedError):
+            return
+        except nats.errors.Error as exc:
+            raise ClusterError(f"cannot drop the REPL of thread {thread_id}: {exc}") from exc

@@ -1,0 +1,134 @@
+"""The runtime's store in a cluster: the local one, plus the thread entries and the audit.
+
+:class:`ClusterRuntimeStore` wraps the daemon's
+:class:`daemon.runtime.RuntimeStore` (its own SQLite) and adds what the other
+daemons must see:
+
+- after a run's prompts end (``done`` or ``failed``, so after the reply was
+  published), the thread's ``answered`` marker moves to the newest of them,
+  and the audit exporter is told that a run finished;
+- at start, the prompts the database has not answered are run only when the
+  thread is (or becomes) this daemon's; those another daemon answered
+  meanwhile are marked done here, those another live daemon holds wait in
+  the router.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import structlog
+
+from daemon.cluster.errors import ClusterError
+from daemon.cluster.leases import Leases
+from daemon.cluster.router import ThreadRouter
+from daemon.runtime.ports import InboundMessage, PromptStatus, RecordOutcome, RuntimeStore
+from daemon.runtime.runs import HistoryTurn, RunResult
+from sessions.model import InterruptedRun
+
+__all__ = ["ClusterRuntimeStore"]
+
+log = structlog.get_logger("asyncai.cluster")
+
+ThreadKey = tuple[str, str]
+_REMEMBERED_PROMPTS = 100_000  # prompt → thread lookups kept (bounded; see _thread_of)
+
+
+class ClusterRuntimeStore:
+    """:class:`daemon.runtime.RuntimeStore` over ``inner``, reporting to the cluster."""
+
+    def __init__(
+        self,
+        inner: RuntimeStore,
+        leases: Leases,
+        router: ThreadRouter,
+        *,
+        finished: Callable[[], None] | None = None,
+    ):
+        self._inner = inner
+        self._leases = leases
+        self._router = router
+        self._finished = finished
+        self._threads: dict[str, ThreadKey] = {}  # prompt id → its thread
+        self._runs: dict[str, ThreadKey] = {}  # run id → its thread, while it runs
+
+    def _note(self, message: InboundMessage) -> None:
+        if len(self._threads) >= _REMEMBERED_PROMPTS:
+            self._threads.clear()  # bounded; a forgotten prompt's marker waits for the next
+        self._threads[message.id] = (message.channel, message.thread)
+
+    async def _answered(self, key: ThreadKey | None, prompt_ids: list[str]) -> None:
+        if key is None or not prompt_ids:
+            return
+        try:
+            await self._leases.mark_answered(key[0], key[1], max(prompt_ids))
+        except ClusterError as exc:
+            # The reply is out and recorded here; a daemon taking the thread over
+            # may run these prompts again, and the channel drops the repeated reply.
+            log.warning("cluster.answered_not_marked", thread=key[1], error=str(exc))
+        for prompt_id in prompt_ids:
+            self._threads.pop(prompt_id, None)
+        if self._finished is not None:
+            self._finished()
+
+    async def record_prompt(self, message: InboundMessage) -> RecordOutcome:
+        """Stored locally (and its thread remembered for the marker)."""
+        self._note(message)
+        return await self._inner.record_prompt(message)
+
+    async def advance_cursor(self, channel: str, message_id: str) -> None:
+        """The local cursor."""
+        await self._inner.advance_cursor(channel, message_id)
+
+    async def knows_thread(self, channel: str, thread_id: str) -> bool:
+        """Local prompts of the thread, or the thread is this daemon's."""
+        if self._router.holds(channel, thread_id):
+            return True
+        return await self._inner.knows_thread(channel, thread_id)
+
+    async def pending_prompts(self) -> list[InboundMessage]:
+        """The local prompts not done whose thread is this daemon's (see the module doc)."""
+        pending = await self._inner.pending_prompts()
+        keep, elsewhere = await self._router.recovered(pending)
+        if elsewhere:
+            await self._inner.set_prompt_status([m.id for m in elsewhere], "done")
+            log.info("cluster.answered_elsewhere", prompts=len(elsewhere))
+        for message in keep:
+            self._note(message)
+        return keep
+
+    async def interrupted_runs(self) -> list[InterruptedRun]:
+        """The local ones (their notice is this daemon's to post)."""
+        return await self._inner.interrupted_runs()
+
+    async def start_run(
+        self, run_id: str, channel: str, thread_id: str, prompt_ids: list[str]
+    ) -> None:
+        """The local run row; the run's thread remembered until it finishes."""
+        self._runs[run_id] = (channel, thread_id)
+        await self._inner.start_run(run_id, channel, thread_id, prompt_ids)
+
+    async def history(self, channel: str, thread_id: str) -> list[HistoryTurn]:
+        """The local history of the thread."""
+        return await self._inner.history(channel, thread_id)
+
+    async def finish_run(
+        self, run_id: str, result: RunResult, prompt_ids: list[str], prompt_status: PromptStatus
+    ) -> None:
+        """Locally; then, when the prompts ended, the thread's marker moves past them."""
+        await self._inner.finish_run(run_id, result, prompt_ids, prompt_status)
+        key = self._runs.pop(run_id, None) or self._thread_of(prompt_ids)
+        if prompt_status in ("done", "failed"):
+            await self._answered(key, prompt_ids)
+
+    async def set_prompt_status(self, prompt_ids: list[str], status: PromptStatus) -> None:
+        """Locally; prompts that ended move their thread's marker too."""
+        await self._inner.set_prompt_status(prompt_ids, status)
+        if status in ("done", "failed"):
+            await self._answered(self._thread_of(prompt_ids), prompt_ids)
+
+    def _thread_of(self, prompt_ids: list[str]) -> ThreadKey | None:
+        for prompt_id in prompt_ids:
+            if prompt_id in self._threads:
+                return self._threads[prompt_id]
+        return None

@@ -1,0 +1,98 @@
+"""Runs of two daemons' databases through the audit stream into one collected database."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import nats
+import pytest
+from nats.aio.client import Client
+
+from daemon.cluster.audit import (
+    AUDIT_STREAM,
+    AUDIT_SUBJECT,
+    AuditExporter,
+    collect,
+    ensure_audit_stream,
+)
+from sessions.model import RunMetrics
+from sessions.replica import MalformedRunDocument
+from sessions.store import Store
+from sessions.testing import run_records, tool_call_row
+from tests.fakes.nats_server import NatsServer
+
+
+@pytest.fixture
+async def nc() -> AsyncIterator[Client]:
+    async with NatsServer() as server:
+        client = await nats.connect(server.url)
+        yield client
+        await client.close()
+
+
+async def _a_run(store: Store, thread: str, prompt_id: str, *, mutating: bool = False) -> str:
+    """One finished run with its prompt, four records and one audit row."""
+    await store.record_prompt("#c", thread, prompt_id, "alice", "how many?", "2026-11-30T10:00:00Z")
+    run_id = str(uuid.uuid4())
+    await store.start_run(run_id, "#c", thread, [prompt_id])
+    await store.add_tool_call(
+        tool_call_row(run_id, thread, tool="scale" if mutating else "list", mutating=mutating)
+    )
+    await store.finish_run(run_id, "done", run_records(), RunMetrics(rounds=2), [prompt_id], "done")
+    return run_id
+
+
+async def test_two_daemons_runs_are_collected_into_one_queryable_database(
+    nc: Client, tmp_path: Path
+) -> None:
+    """Each daemon exports its runs; audit-collect stores them all; the queries see both."""
+    js = nc.jetstream()
+    async with Store(tmp_path / "a" / "a.db") as a, Store(tmp_path / "b" / "b.db") as b:
+        await _a_run(a, "000000000001", "000000000001")
+        await _a_run(b, "000000000002", "000000000002", mutating=True)
+        follow = await _a_run(a, "000000000001", "000000000005")  # a follow-up in a's thread
+        exporters = [
+            AuditExporter(js, s, tmp_path / name, interval=60) for s, name in ((a, "a"), (b, "b"))
+        ]
+        await ensure_audit_stream(js)
+        assert [await e.send_new() for e in exporters] == [2, 1]
+        assert [await e.send_new() for e in exporters] == [0, 0]  # the marker remembers
+        (tmp_path / "a" / "audit.published").unlink()
+        assert await exporters[0].send_new() == 2  # lost marker: sent again, de-duplicated
+        async with Store(tmp_path / "all.db") as collected:
+            stats = await collect(js, collected, until_caught_up=True, fetch_timeout=0.5)
+            assert (stats.applied, stats.refused) == (3, 0)
+            threads = {t.thread_id: t for t in await collected.threads()}
+            assert set(threads) == {"000000000001", "000000000002"}
+            audit = await collected.audit()
+            assert sorted(e.tool for e in audit) == ["list", "list", "scale"]
+            assert [e.tool for e in await collected.audit(mutating=True)] == ["scale"]
+            transcript = await collected.transcript("000000000001")
+            assert len(transcript) == 8  # both runs of the thread, four records each
+            assert transcript[4].parent_uuid == transcript[3].uuid  # the chain holds
+            # applying the same run again changes nothing
+            await collected.apply_run_rows(await a.run_rows(follow))
+            assert len(await collected.audit()) == 3
+            assert len(await collected.transcript("000000000001")) == 8
+
+
+async def test_what_is_not_a_run_document_is_refused_and_the_rest_goes_on(
+    nc: Client, tmp_path: Path
+) -> None:
+    """Garbage on the subject is logged and acked; the good documents are applied."""
+    js = nc.jetstream()
+    async with Store(tmp_path / "a.db") as a, Store(tmp_path / "all.db") as collected:
+        run_id = await _a_run(a, "000000000001", "000000000001")
+        await ensure_audit_stream(js)
+        await js.publish(AUDIT_SUBJECT, b"not json", stream=AUDIT_STREAM)
+        await js.publish(AUDIT_SUBJECT, json.dumps({"v": 7}).encode(), stream=AUDIT_STREAM)
+        await js.publish(AUDIT_SUBJECT, json.dumps(await a.run_rows(run_id)).encode())
+        stats = await collect(js, collected, until_caught_up=True, fetch_timeout=0.5)
+        assert (stats.applied, stats.refused) == (1, 2)
+        again = await collect(js, collected, until_caught_up=True, fetch_timeout=0.5)
+        assert (again.applied, again.refused) == (0, 0)  # the durable consumer resumes
+        with pytest.raises(MalformedRunDocument):
+            await collected.apply_run_rows({"v": 1, "run": "x", "tables": {}})

@@ -1,0 +1,104 @@
+"""Thread leases on a real nats-server: claim, answered markers, expiry takeover, contenders."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import nats
+import pytest
+from nats.aio.client import Client
+
+from daemon.cluster.leases import Leases, bucket_names, thread_key
+from tests.fakes.nats_server import NatsServer
+
+
+@pytest.fixture
+async def broker() -> AsyncIterator[NatsServer]:
+    async with NatsServer() as server:
+        yield server
+
+
+@pytest.fixture
+async def nc(broker: NatsServer) -> AsyncIterator[Client]:
+    client = await nats.connect(broker.url)
+    yield client
+    await client.close()
+
+
+async def _leases(nc: Client, member: str, ttl: float = 30.0) -> Leases:
+    return await Leases(nc.jetstream(), "asyncai", member, member_ttl=ttl).open()
+
+
+def test_keys_and_bucket_names_are_valid_for_any_channel_and_nick() -> None:
+    """A channel with ``#`` and a thread with odd characters still give a KV key."""
+    assert thread_key("#asyncai", "000000000042") == "236173796e636169.000000000042"
+    assert thread_key("#a", "a b").startswith("2361.x")
+    assert bucket_names("asyncai") == ("asyncai_members_asyncai", "asyncai_threads_asyncai")
+    assert bucket_names("a.b")[0] == "asyncai_members_" + b"a.b".hex()
+
+
+async def test_the_first_claim_wins_and_the_second_contender_sees_the_winner(nc: Client) -> None:
+    """Two daemons claim the same thread at once: exactly one owns it, both agree who."""
+    a, b = await _leases(nc, "a"), await _leases(nc, "b")
+    claims = await asyncio.gather(a.claim("#c", "1"), b.claim("#c", "1"))
+    assert claims[0].owner == claims[1].owner
+    assert claims[0].owner in {"a", "b"}
+    stored = await a.get("#c", "1")
+    assert stored is not None
+    assert stored.owner == claims[0].owner
+
+
+async def test_answered_moves_forward_only_and_keeps_the_owner(nc: Client) -> None:
+    """The marker of answered prompts never goes back; the owner stays who it was."""
+    a, b = await _leases(nc, "a"), await _leases(nc, "b")
+    await a.claim("#c", "1")
+    await b.mark_answered("#c", "1", "000000000005")
+    await a.mark_answered("#c", "1", "000000000003")
+    claim = await b.get("#c", "1")
+    assert claim is not None
+    assert (claim.owner, claim.answered) == ("a", "000000000005")
+
+
+async def test_a_silent_member_expires_and_one_of_two_contenders_takes_its_thread(
+    nc: Client,
+) -> None:
+    """A member that stops beating is gone after its TTL; its thread goes to exactly one."""
+    a = await _leases(nc, "a", ttl=1.0)
+    b, c = await _leases(nc, "b", ttl=1.0), await _leases(nc, "c", ttl=1.0)
+    await a.beat()
+    await b.beat()
+    await a.claim("#c", "7")
+    await a.mark_answered("#c", "7", "000000000009")
+    assert await b.alive("a")
+    assert await b.live_members() == {"a", "b"}
+    while await b.alive("a"):  # the broker deletes the key; no beat from a any more
+        await b.beat()
+        await asyncio.sleep(0.1)
+    old = await b.get("#c", "7")
+    assert old is not None
+    assert old.owner == "a"
+    won = await asyncio.gather(b.take_over("#c", "7", old), c.take_over("#c", "7", old))
+    assert won[0].owner == won[1].owner
+    assert won[0].owner in {"b", "c"}
+    assert won[0].answered == "000000000009"  # the marker moves with the thread
+
+
+async def test_a_member_that_leaves_is_gone_at_once(nc: Client) -> None:
+    """A clean stop removes the member's key: no waiting for its TTL."""
+    a, b = await _leases(nc, "a"), await _leases(nc, "b")
+    await a.beat()
+    assert await b.alive("a")
+    await a.leave()
+    assert not await b.alive("a")
+    assert await b.live_members() == set()
+
+
+async def test_a_member_that_keeps_beating_stays_alive_past_its_ttl(nc: Client) -> None:
+    """Renewal: beats more often than the TTL keep the key; the thread stays its."""
+    a, b = await _leases(nc, "a", ttl=1.0), await _leases(nc, "b", ttl=1.0)
+    await a.claim("#c", "1")
+    for _ in range(8):  # 2 s, twice the TTL
+        await a.beat()
+        await asyncio.sleep(0.25)
+        assert await b.alive("a")
