@@ -264,9 +264,9 @@ def test_limits_reject_non_positive_values(field, bad):
 
 
 def test_pool_is_sized_above_the_scopes_with_finite_waits():
-    """max_processes = max_scopes + 2; checkout and request waits are finite."""
+    """max_processes = max_scopes + 3 (private, overshoot, spare); waits are finite."""
     options = pool_options(CodeModeLimits(max_scopes=8, max_feed_duration=30))
-    assert options["max_processes"] == 10
+    assert options["max_processes"] == 11
     assert options["request_timeout"] == 40.0
     assert 0 < options["checkout_timeout"] < math.inf
     limits = checkout_limits(CodeModeLimits(max_memory=123, max_suspensions=5))

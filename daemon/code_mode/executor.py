@@ -226,9 +226,9 @@ class CodeModeToolExecutor(BaseToolExecutor):
         if self._started:
             await self.checkpoint_all()
         self._closed = True
-        states = [*self._scopes.take_all(), self._private]
-        for state in states:
+        for state in [*self._scopes.take_all(), self._private]:
             await state.discard("closed")
+        await self._fresh.aclose()  # the spare's checkout
         pool, self._pool = self._pool, None
         if pool is not None and self._owns_pool and self._started:
             await close_pool(pool)
@@ -443,7 +443,7 @@ class CodeModeToolExecutor(BaseToolExecutor):
         assert self._pool is not None
         await self._scopes.close_evicted()
         try:
-            return await state.checkout(self._pool, self._limits)
+            return await state.checkout(self._pool, self._limits, self._fresh.ahead)
         except (TimeoutError, MontyError, RuntimeError, OSError) as exc:
             log.warning("code_mode.checkout_failed", thread=state.key, error=repr(exc))
             return SnippetOutcome(
@@ -470,14 +470,14 @@ class CodeModeToolExecutor(BaseToolExecutor):
         if fresh:
             preamble = SnippetRun(self._catalog, self._limits, nested)
             source = scope_source(hooks.scope_preamble(self._limits), tuple(self._catalog.entries))
-            setup = await self._fresh.prepare(session, lambda: preamble.drive(session, source))
+            setup = await self._fresh.prepare(state, lambda: preamble.drive(session, source))
             if setup is not None and not setup.ok:
                 log.error("code_mode.preamble_failed", thread=state.key, error=setup.error)
                 return SnippetOutcome(
                     error=f"the scope preamble failed, so the snippet did not run:\n{setup.error}",
                     reset=True,
                 )
-        return session, fresh
+        return state.session or session, fresh  # prepare() may give the scope a warm spare
 
     async def _execute(self, state: ScopeState, code: str, nested: NestedCalls) -> SnippetOutcome:
         assert self._catalog is not None

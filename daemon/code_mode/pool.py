@@ -3,10 +3,11 @@
 One ``AsyncMonty`` pool per daemon. Every thread scope holds one checkout,
 which holds one worker process, and the pool's default size is the CPU count:
 on 2 cores the third scope would wait forever. So the pool allows
-``max_scopes + 2`` workers (the private scope of unscoped calls, and one
-scope of overshoot while the LRU cannot evict a running scope), and every
-wait is finite: a checkout gives up after ``checkout_timeout``, a request
-after ``limits.request_timeout`` (the snippet limit + 10 s).
+``max_scopes + 3`` workers (the private scope of unscoped calls, one
+scope of overshoot while the LRU cannot evict a running scope, and the warm
+spare of :mod:`daemon.code_mode.fresh`), and every wait is finite: a
+checkout gives up after ``checkout_timeout``, a request after
+``limits.request_timeout`` (the snippet limit + 10 s).
 """
 
 from __future__ import annotations
@@ -14,11 +15,18 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from pydantic_monty import AsyncMonty, OSPolicy, ResourceLimits
+from pydantic_monty import AsyncMonty, AsyncMontySession, OSPolicy, ResourceLimits
 
 from daemon.code_mode.limits import CodeModeLimits
 
-__all__ = ["CHECKOUT_OS_POLICY", "checkout_limits", "close_pool", "create_pool", "pool_options"]
+__all__ = [
+    "CHECKOUT_OS_POLICY",
+    "checkout_limits",
+    "close_pool",
+    "create_pool",
+    "new_checkout",
+    "pool_options",
+]
 
 # Sleeps reach the host as OS calls (``time.sleep``, ``asyncio.sleep``): the
 # engine refuses them with a message, and the variables probe's ``os=``
@@ -40,7 +48,7 @@ def pool_options(limits: CodeModeLimits) -> dict[str, Any]:
     """Keyword arguments for ``AsyncMonty`` sized for ``limits``."""
     return {
         "min_processes": 1,
-        "max_processes": limits.max_scopes + 2,
+        "max_processes": limits.max_scopes + 3,
         "checkout_timeout": limits.request_timeout,
         "request_timeout": limits.request_timeout,
     }
@@ -58,6 +66,13 @@ def checkout_limits(limits: CodeModeLimits) -> ResourceLimits:
         "max_memory": int(limits.max_memory),
         "max_suspensions": UNBOUNDED_SUSPENSIONS,
     }
+
+
+async def new_checkout(pool: AsyncMonty, limits: CodeModeLimits) -> AsyncMontySession:
+    """A scope's checkout of ``pool``, entered (bounded by the pool's ``checkout_timeout``)."""
+    session = pool.checkout(limits=checkout_limits(limits), os_policy=CHECKOUT_OS_POLICY)
+    await session.__aenter__()
+    return session
 
 
 async def close_pool(pool: AsyncMonty) -> None:

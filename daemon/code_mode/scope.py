@@ -8,6 +8,7 @@ thread id and hands out ``ThreadScope`` handles.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 import structlog
@@ -15,7 +16,7 @@ from pydantic_monty import AsyncMonty, AsyncMontySession
 
 from daemon.code_mode.limits import CodeModeLimits
 from daemon.code_mode.note import ScopeVariables
-from daemon.code_mode.pool import CHECKOUT_OS_POLICY, CLOSE_TIMEOUT, checkout_limits
+from daemon.code_mode.pool import CLOSE_TIMEOUT, new_checkout
 
 __all__ = ["ScopeState"]
 
@@ -63,13 +64,21 @@ class ScopeState:
         return self.session.worker_pid if self.session is not None else None
 
     async def checkout(
-        self, pool: AsyncMonty, limits: CodeModeLimits
+        self,
+        pool: AsyncMonty,
+        limits: CodeModeLimits,
+        ahead: Callable[[AsyncMonty, CodeModeLimits], None] | None = None,
     ) -> tuple[AsyncMontySession, bool]:
-        """The live session, checking one out when there is none; and whether it is new."""
+        """The live session, checking one out when there is none; and whether it is new.
+
+        ``ahead`` is told before a new checkout
+        (:meth:`FreshScopes.ahead <daemon.code_mode.fresh.FreshScopes.ahead>`).
+        """
         if self.session is not None:
             return self.session, False
-        session = pool.checkout(limits=checkout_limits(limits), os_policy=CHECKOUT_OS_POLICY)
-        await session.__aenter__()  # bounded by the pool's checkout_timeout
+        if ahead is not None:
+            ahead(pool, limits)
+        session = await new_checkout(pool, limits)
         self.session = session
         return session, True
 
