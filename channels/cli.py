@@ -6,10 +6,12 @@
     atirc pub CHANNEL TEXT [--thread ID] [--wait [SECONDS]]
     atirc sub CHANNEL [--since ID] [--json] [--status]
 
-``pub`` and ``sub`` read ``ATIRC_URL`` (default ``ws://127.0.0.1:6680/``),
-``ATIRC_TOKEN`` (none: say ``hello``) and ``ATIRC_NICK`` (default: the user
-name). Exit status: 0 done, 1 an error (the hub unreachable, refused, …),
-2 a usage error, 3 ``--wait`` saw no reply in time.
+``pub`` and ``sub`` read ``ATIRC_URL`` (default ``ws://127.0.0.1:6680/``; a
+``nats://HOST:PORT`` URL talks to NATS JetStream instead, see
+:func:`channels.transport.open_channel`), ``ATIRC_TOKEN`` (none: say
+``hello``; for NATS a token, ``USER:PASSWORD`` or a ``.creds`` file) and
+``ATIRC_NICK`` (default: the user name). Exit status: 0 done, 1 an error (the
+hub unreachable, refused, …), 2 a usage error, 3 ``--wait`` saw no reply in time.
 
 While ``pub --wait`` waits, the replier's ``status`` frames (its progress)
 show as one updating line when stdout is a terminal
@@ -34,12 +36,13 @@ from typing import Any
 
 import structlog
 
-from channels.client import DEFAULT_URL, PublishAck, WebSocketChannel, exponential_backoff
+from channels.client import DEFAULT_URL, PublishAck
 from channels.errors import ChannelConfigError, ChannelError
 from channels.hub import DEFAULT_HOST, DEFAULT_PORT, Hub
 from channels.protocol import DEFAULT_MAX_FRAME, Message, Status, encode, is_channel, is_id
 from channels.statusline import StatusLine
 from channels.tokens import load_tokens
+from channels.transport import AnyChannel, open_channel
 
 __all__ = ["main"]
 
@@ -150,7 +153,7 @@ async def _hub(args: argparse.Namespace) -> int:
 
 def _client(
     attempts: int | None, on_status: Callable[[Status], None] | None = None
-) -> WebSocketChannel:
+) -> AnyChannel:
     url = os.environ.get("ATIRC_URL") or DEFAULT_URL
     token = os.environ.get("ATIRC_TOKEN") or None
     nick = os.environ.get("ATIRC_NICK") or None
@@ -160,18 +163,12 @@ def _client(
         except (KeyError, OSError) as exc:
             raise ChannelConfigError("cannot tell the user name: set ATIRC_NICK") from exc
     try:
-        return WebSocketChannel(
-            url,
-            token=token,
-            nick=nick,
-            backoff=exponential_backoff(attempts=attempts),
-            on_status=on_status,
-        )
+        return open_channel(url, token=token, nick=nick, attempts=attempts, on_status=on_status)
     except ChannelConfigError as exc:
         raise ChannelConfigError(f"{exc} (set ATIRC_NICK / ATIRC_URL)") from exc
 
 
-async def _first_reply(channel: WebSocketChannel, ack: PublishAck) -> str:
+async def _first_reply(channel: AnyChannel, ack: PublishAck) -> str:
     """The first reply in the thread from someone else, its split chunks joined."""
     parts: list[str] = []
     replier: str | None = None
@@ -335,8 +332,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="atirc",
         description="atirc-style pub/sub: run a hub, publish, subscribe.",
-        epilog="Environment: ATIRC_URL (default ws://127.0.0.1:6680/), ATIRC_TOKEN, "
-        "ATIRC_NICK (default: your user name).",
+        epilog="Environment: ATIRC_URL (default ws://127.0.0.1:6680/; or nats://HOST:PORT), "
+        "ATIRC_TOKEN, ATIRC_NICK (default: your user name).",
     )
     commands = parser.add_subparsers(dest="command", required=True)
 
