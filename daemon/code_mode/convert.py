@@ -190,7 +190,7 @@ def nested_value(output: ToolCallOutput) -> Any:
     # counting brackets is fast C; only a value that may be deep is walked
     if text.count("[") + text.count("{") > MAX_DEPTH and _deeper_than(value, MAX_DEPTH):
         raise _too_deep()
-    if _MAYBE_SURROGATE.search(text) is None:
+    if (text.isascii() and "\\u" not in text) or _MAYBE_SURROGATE.search(text) is None:
         return value  # the common case: no walk over a large result
     return _without_surrogates(value)
 
@@ -203,7 +203,10 @@ def result_bytes(output: ToolCallOutput) -> int:
             return len(dumps_compact(output.structured).encode("utf-8", "surrogatepass"))
         except ConversionError:
             return 0  # nothing came in: the call raises in the sandbox instead
-    return len(output.content.encode("utf-8", "surrogatepass"))
+    text = output.content
+    if text.isascii():  # a flag on the str: no pass over a large result
+        return len(text)
+    return len(text.encode("utf-8", "surrogatepass"))
 
 
 def log_content(output: ToolCallOutput) -> Any:

@@ -41,8 +41,8 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import os
 import time
-import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -152,7 +152,8 @@ class NestedCalls:
         ``text``: the call came through a scope's wrapper, so a large JSON
         result may go in as text for the sandbox to parse (:mod:`~daemon.code_mode.lazy`).
         """
-        call = StartedCall(uuid.uuid4().hex, entry.tool_name, arguments, entry.definition.mutating)
+        key = os.urandom(16).hex()  # random, like a uuid4 hex, at a fifth of the cost
+        call = StartedCall(key, entry.tool_name, arguments, entry.definition.mutating)
         self.started.append(call)
         tool, mutating = call.tool, call.mutating
         started, t0 = _utc_now(), time.monotonic()
