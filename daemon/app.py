@@ -288,14 +288,17 @@ class Daemon:
         self._intake = asyncio.create_task(self._read_channel(), name="asyncai-intake")
         self._tasks.append(self._intake)
         notify(f"READY=1\nSTATUS={self.status_line()}", env=self._env)
+        failed = sorted(getattr(self._mcp, "failed_servers", {}) or {})
         log.warning(  # one line at start even without --verbose
             "daemon.ready",
             nick=self._channel.nick,
             channels=config.channels.channels,
             recovered_prompts=recovered,
             db=str(config.sessions.db),
-            # A server that cannot start is logged with its stderr; the others keep working.
-            failed_servers=sorted(getattr(self._mcp, "failed_servers", {}) or {}),
+            # A server that cannot start is logged with its stderr; the others keep working,
+            # and it is retried with backoff: its tools join the next run once it is up.
+            failed_servers=failed,
+            **({"failed_servers_action": "retrying with backoff"} if failed else {}),
         )
         beat = heartbeat(self.health_problems, self.status_line, env=self._env)
         self._tasks.append(asyncio.create_task(beat, name="asyncai-heartbeat"))

@@ -21,6 +21,7 @@ run's note, a reset for ``!reset``).
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
+from contextlib import AbstractAsyncContextManager
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -32,6 +33,7 @@ __all__ = [
     "AuditObserver",
     "BaseToolExecutor",
     "CallOutcome",
+    "CallSlots",
     "Decision",
     "Pause",
     "PendingCall",
@@ -157,6 +159,8 @@ class AuditEntry:
     decision: Literal["approved", "denied", "expired"] | None = None
     decided_by: str | None = None
     wait_ms: float | None = None
+    # how long the call waited for a slot of its server's max_concurrent (None: no limit)
+    queue_ms: float | None = None
 
     def as_json(self) -> dict[str, Any]:
         """The entry as the transcript's ``toolUseResult.nested_calls`` carries it."""
@@ -193,6 +197,23 @@ class ToolExecutor(Protocol):
 
     async def aclose(self) -> None:
         """Release servers, pools and processes."""
+        ...
+
+
+@runtime_checkable
+class CallSlots(Protocol):
+    """An executor that bounds how many calls of a server run at once (``max_concurrent``).
+
+    Code mode takes the slot before it starts a call's ``tool_timeout``, so
+    waiting for a turn never counts against it, and audits the wait.
+    """
+
+    def call_slot(self, name: str) -> AbstractAsyncContextManager[float | None]:
+        """Wait for a slot to call ``name``; hold it for the ``async with`` body.
+
+        Yields the milliseconds waited (None: no limit applies to ``name``).
+        A ``call_tool(name)`` made inside the body uses this slot.
+        """
         ...
 
 

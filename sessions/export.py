@@ -72,6 +72,10 @@ def _preview(text: str, limit: int) -> str:
     return f"{text[:limit]}\n… ({len(text) - limit} more characters; --jsonl has them all)"
 
 
+def _positive(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and value > 0
+
+
 def _nested_calls(audit: Any) -> list[str]:
     calls = audit.get("nested_calls") if isinstance(audit, dict) else None
     if not isinstance(calls, list) or not calls:
@@ -84,6 +88,8 @@ def _nested_calls(audit: Any) -> list[str]:
             "error" if call.get("is_error") else "ok",
             *(["MUTATING"] if call.get("mutating") else []),
             f"{call.get('bytes', 0)} B",
+            # waited for a slot of its server's max_concurrent
+            *([f"queued {call['queue_ms']:.0f} ms"] if _positive(call.get("queue_ms")) else []),
         ]
         arguments = json.dumps(call.get("arguments", {}), ensure_ascii=False)
         lines.append(f"    {call.get('tool')}({arguments}) — {', '.join(flags)}")

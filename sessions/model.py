@@ -73,6 +73,7 @@ class ToolCallRow:
     decision: Decision | None = None  # an approval's answer, when the call needed one
     decided_by: str | None = None
     wait_ms: float | None = None  # how long the call waited for that answer
+    queue_ms: float | None = None  # how long it waited for its server's max_concurrent slot
 
 
 @dataclass
@@ -203,6 +204,7 @@ class AuditEntry:
     decision: Decision | None = None
     decided_by: str | None = None
     wait_ms: float | None = None
+    queue_ms: float | None = None  # None: the server has no max_concurrent
 
 
 @dataclass(frozen=True)

@@ -330,6 +330,7 @@ class StoreQueries(StoreConnections):
                 decision=row[13],
                 decided_by=row[14],
                 wait_ms=row[15],
+                queue_ms=row[16],
             )
             for row in rows
         ]
@@ -420,7 +421,7 @@ def audit_query(
     sql = (
         "SELECT t.id, t.run_id, th.channel, th.thread_id, t.record_uuid, t.tool, t.arguments,"
         " t.is_error, t.bytes, t.mutating, t.started, t.duration_ms,"
-        " t.outcome, t.decision, t.decided_by, t.wait_ms"
+        " t.outcome, t.decision, t.decided_by, t.wait_ms, t.queue_ms"
         # CROSS JOIN keeps tool_calls the outer loop, so "newest first" walks
         # an index and stops at the limit even when filtering on the channel.
         " FROM tool_calls t CROSS JOIN threads th ON th.id = t.thread"

@@ -191,7 +191,8 @@ def _threads_table(found: Sequence[ThreadSummary]) -> list[str]:
 
 
 def _audit_table(entries: Sequence[AuditEntry]) -> list[str]:
-    header = ["STARTED", "THREAD", "TOOL", "OUTCOME", "FLAGS", "BYTES", "MS", "ARGUMENTS"]
+    # QUEUE: ms the call waited for its server's max_concurrent slot ("-": no limit)
+    header = ["STARTED", "THREAD", "TOOL", "OUTCOME", "FLAGS", "BYTES", "MS", "QUEUE", "ARGUMENTS"]
     rows = []
     for e in entries:
         flags = ",".join([*(["MUT"] if e.mutating else []), *(["ERR"] if e.is_error else [])])
@@ -207,6 +208,7 @@ def _audit_table(entries: Sequence[AuditEntry]) -> list[str]:
                 flags or "-",
                 str(e.bytes),
                 f"{e.duration_ms:.0f}",
+                "-" if e.queue_ms is None else f"{e.queue_ms:.0f}",
                 arguments,
             ]
         )

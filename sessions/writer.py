@@ -205,8 +205,9 @@ class StoreWriter(StoreConnections):
         async with self._statement(f"adding tool call {row.tool} of run {row.run_id}") as db:
             cursor = await db.execute(
                 "INSERT INTO tool_calls (run_id, thread, record_uuid, tool, arguments, is_error,"
-                " bytes, mutating, started, duration_ms, outcome, decision, decided_by, wait_ms)"
-                " SELECT id, thread, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ? FROM runs WHERE id = ?",
+                " bytes, mutating, started, duration_ms, outcome, decision, decided_by, wait_ms,"
+                " queue_ms)"
+                " SELECT id, thread, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ? FROM runs WHERE id = ?",
                 (
                     row.record_uuid,
                     row.tool,
@@ -220,6 +221,7 @@ class StoreWriter(StoreConnections):
                     row.decision,
                     row.decided_by,
                     row.wait_ms,
+                    row.queue_ms,
                     row.run_id,
                 ),
             )
@@ -230,13 +232,13 @@ class StoreWriter(StoreConnections):
     async def complete_tool_call(self, call_id: int, row: ToolCallRow) -> None:
         """Complete the row :meth:`add_tool_call` returned ``call_id`` for, as its call ended.
 
-        Sets how it ended (``outcome``, ``is_error``, ``bytes``, ``duration_ms``
-        and the decision fields); what was called and when stay as added.
+        Sets how it ended (``outcome``, ``is_error``, ``bytes``, ``duration_ms``,
+        the decision fields and ``queue_ms``); what was called and when stay as added.
         """
         async with self._statement(f"completing tool call {row.tool} of run {row.run_id}") as db:
             cursor = await db.execute(
                 "UPDATE tool_calls SET outcome = ?, is_error = ?, bytes = ?, duration_ms = ?,"
-                " decision = ?, decided_by = ?, wait_ms = ? WHERE id = ?",
+                " decision = ?, decided_by = ?, wait_ms = ?, queue_ms = ? WHERE id = ?",
                 (
                     row.outcome,
                     int(row.is_error),
@@ -245,6 +247,7 @@ class StoreWriter(StoreConnections):
                     row.decision,
                     row.decided_by,
                     row.wait_ms,
+                    row.queue_ms,
                     call_id,
                 ),
             )

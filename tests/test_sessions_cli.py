@@ -161,6 +161,7 @@ def test_audit_table_is_aligned(capsys, db):
         "FLAGS",
         "BYTES",
         "MS",
+        "QUEUE",
         "ARGUMENTS",
     ]
     assert len(lines) == 1 + len(CALLS)

@@ -429,6 +429,14 @@ class SnippetRun:
                 timeout=self._limits.tool_timeout + _WAIT_SLACK,
                 return_when=asyncio.FIRST_COMPLETED,
             )
+            while not done and self._nested.waiting_for_slot():
+                # a call waiting for its server's max_concurrent slot has not begun its
+                # tool_timeout: the guard starts again
+                done, _ = await asyncio.wait(
+                    waiting,
+                    timeout=self._limits.tool_timeout + _WAIT_SLACK,
+                    return_when=asyncio.FIRST_COMPLETED,
+                )
             if not done:
                 raise _Reset("RuntimeError: tool calls did not settle within their timeout")
         for cid in ids:

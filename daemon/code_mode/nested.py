@@ -1,7 +1,11 @@
 """Nested tool calls: one sandbox call → one inner ``call_tool``, logged and audited.
 
 Each call is bounded by ``limits.tool_timeout`` and answered into the sandbox
-per spec 0004's nested-result table:
+per spec 0004's nested-result table. When the inner executor bounds a
+server's calls in flight (:class:`daemon.tools.CallSlots`, an MCP server's
+``max_concurrent``), the call first waits for a slot, outside
+``tool_timeout``; the audit records the wait (``queue_ms``), and ``started``
+and ``duration_ms`` are those of the call itself, from when it got its slot:
 
 | inner outcome                | sandbox sees                                  |
 |------------------------------|-----------------------------------------------|
@@ -39,6 +43,7 @@ from here; the error report says so for mutating calls.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import logging
 import os
@@ -64,6 +69,7 @@ from daemon.tools import (
     AuditEntry,
     AuditObserver,
     CallOutcome,
+    CallSlots,
     ToolCallOutput,
     ToolExecutor,
     ToolTransportError,
@@ -75,6 +81,8 @@ log = structlog.get_logger("asyncai.code_mode")
 
 # An observer commits an audit row; it gets this long before the snippet moves on.
 OBSERVER_TIMEOUT = 10.0
+# The inner executor bounds nothing: no slot to wait for.
+_NO_SLOT: contextlib.AbstractAsyncContextManager[float | None] = contextlib.nullcontext(None)
 
 
 def _utc_now() -> str:
@@ -116,6 +124,8 @@ class StartedCall:
     arguments: dict[str, Any]
     mutating: bool
     outcome: CallOutcome = "started"
+    queued: bool = False  # waiting for a slot of its server's max_concurrent
+    queue_ms: float | None = None  # how long it waited (None: its server has no limit)
 
 
 class NestedCalls:
@@ -139,6 +149,7 @@ class NestedCalls:
         self._limits = limits
         self._thread_id = thread_id
         self._observer = observer
+        self._slot = inner.call_slot if isinstance(inner, CallSlots) else None
         self.entries: list[AuditEntry] = []
         # shared when several NestedCalls serve one snippet (approved calls after a
         # resume), so the report lists every call in the order it started
@@ -161,29 +172,41 @@ class NestedCalls:
         if logger is not None:
             _log(logger, "mcp.tool_call", mutating, via="code_mode", tool=tool, arguments=arguments)
         output: ToolCallOutput | None = None
+        deadline: asyncio.Timeout | None = None
         try:
-            # the started row lands before the call is made: a crash leaves the evidence
-            await self._notify(
-                AuditEntry(
-                    tool=tool,
-                    arguments=arguments,
-                    is_error=False,
-                    bytes=0,
-                    mutating=mutating,
-                    started=started,
-                    duration_ms=0.0,
-                    outcome="started",
-                    key=call.key,
+            # a server's max_concurrent: the wait for a slot is not part of tool_timeout
+            slot = _NO_SLOT if self._slot is None else self._slot(tool)
+            call.queued = slot is not _NO_SLOT
+            async with slot as queue_ms:
+                call.queued, call.queue_ms = False, queue_ms
+                if queue_ms:  # it waited: the call itself starts now
+                    started, t0 = _utc_now(), time.monotonic()
+                # the started row lands before the call is made: a crash leaves the evidence
+                await self._notify(
+                    AuditEntry(
+                        tool=tool,
+                        arguments=arguments,
+                        is_error=False,
+                        bytes=0,
+                        mutating=mutating,
+                        started=started,
+                        duration_ms=0.0,
+                        outcome="started",
+                        key=call.key,
+                        queue_ms=queue_ms,
+                    )
                 )
-            )
-            async with asyncio.timeout(self._limits.tool_timeout) as deadline:
-                output = await self._inner.call_tool(tool, arguments)
+                async with asyncio.timeout(self._limits.tool_timeout) as deadline:
+                    output = await self._inner.call_tool(tool, arguments)
         except asyncio.CancelledError:
+            if call.queued:  # dropped while it waited for a slot: never made
+                now = time.monotonic()
+                call.queued, call.queue_ms, t0 = False, round((now - t0) * 1000, 3), now
             # dropped: max_wall, the snippet ended first, a reset, or the run was stopped
             await self._finish(call, started, t0, "cancelled", 0, "call dropped", logger)
             raise
         except TimeoutError:
-            if not deadline.expired():
+            if deadline is None or not deadline.expired():
                 message = f"tool error: {tool} raised TimeoutError"
             else:
                 message = f"tool {tool} timed out after {self._limits.tool_timeout:g}s"
@@ -237,6 +260,7 @@ class NestedCalls:
             duration_ms=round((time.monotonic() - t0) * 1000, 3),
             outcome=outcome,
             key=call.key,
+            queue_ms=call.queue_ms,
         )
         self.entries.append(entry)
         if logger is not None:
@@ -252,6 +276,10 @@ class NestedCalls:
                 content=log_content(content) if isinstance(content, ToolCallOutput) else content,
             )
         await self._notify(entry)
+
+    def waiting_for_slot(self) -> bool:
+        """Whether a call still waits for its server's slot (its ``tool_timeout`` has not begun)."""
+        return any(call.queued for call in self.started)
 
     async def record(self, entry: AuditEntry) -> None:
         """Audit a call this object did not make (refused, so never made)."""

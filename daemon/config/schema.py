@@ -145,6 +145,7 @@ class McpServerConfig:
     # servers get a minimal environment: what one needs goes here (values may be secrets)
     env: dict[str, str] = field(default_factory=dict, repr=False)
     cwd: Path | None = None  # working directory of the server process
+    max_concurrent: int | None = None  # its calls in flight at once, all threads; None: unlimited
 
     def entry(self) -> dict[str, Any]:
         """The ``mcpServers`` entry, as ``McpToolExecutor`` takes it."""
@@ -155,13 +156,16 @@ class McpServerConfig:
         }
         if self.cwd is not None:
             out["cwd"] = str(self.cwd)
+        if self.max_concurrent is not None:
+            out["max_concurrent"] = self.max_concurrent
         return out
 
     def __repr__(self) -> str:
         """The command line and the names (never the values) of the environment."""
         return (
             f"McpServerConfig(command={self.command!r}, args={self.args!r}, "
-            f"env_keys={sorted(self.env)!r}, cwd={self.cwd!r})"
+            f"env_keys={sorted(self.env)!r}, cwd={self.cwd!r}, "
+            f"max_concurrent={self.max_concurrent!r})"
         )
 
 

@@ -29,7 +29,13 @@ def server_config(entry: object, key: str, where: str, base: Path) -> McpServerC
     cwd = None if spec.cwd is None else Path(spec.cwd)
     if cwd is not None and not cwd.is_absolute():
         cwd = base / expand_home(cwd, f"{key}.cwd", where)
-    return McpServerConfig(command=spec.command, args=list(spec.args), env=dict(spec.env), cwd=cwd)
+    return McpServerConfig(
+        command=spec.command,
+        args=list(spec.args),
+        env=dict(spec.env),
+        cwd=cwd,
+        max_concurrent=spec.max_concurrent,
+    )
 
 
 def read_mcp_json(path: Path) -> dict[str, McpServerConfig]:

@@ -21,7 +21,19 @@ Error behaviour, which callers rely on:
 
 A server that cannot start is logged (``mcp.server_start_failed``) and listed
 in :attr:`McpToolExecutor.failed_servers` with its stderr; ``start()`` still
-succeeds with the others.
+succeeds with the others. Such a server is then retried in the background,
+``retry_backoff(attempt)`` seconds apart, until it starts or the executor is
+closed (issue 19). When it comes up it leaves ``failed_servers``, its tools
+are routed (names another server already answers stay with that one) and
+appended to :meth:`~McpToolExecutor.definitions`, and ``mcp.server_recovered``
+is logged. Whoever builds a catalog from ``definitions()`` sees them the next
+time it asks; code mode asks as each run starts, never mid-snippet.
+
+Per-server concurrency (issue 19): a server's ``max_concurrent`` bounds its
+calls in flight (:mod:`daemon.mcp.slots`). ``call_tool`` waits for a slot
+before its ``call_timeout`` starts; code mode takes the slot itself through
+:meth:`~McpToolExecutor.call_slot`, before its ``tool_timeout`` starts, and
+records the wait.
 """
 
 from __future__ import annotations
@@ -30,6 +42,7 @@ import asyncio
 import difflib
 import json
 from collections.abc import Mapping
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 import structlog
@@ -40,6 +53,7 @@ from pydantic import ValidationError
 from daemon.backoff import Backoff
 from daemon.errors import ToolTransportError
 from daemon.mcp.connection import DEFAULT_BACKOFF, ServerConnection
+from daemon.mcp.slots import ServerSlots
 from daemon.mcp.spec import ServerSpec
 from daemon.tools import BaseToolExecutor, ToolCallOutput, ToolDefinition
 
@@ -52,6 +66,10 @@ DEFAULT_CALL_TIMEOUT = 120.0
 #: Spawn, initialize and list tools. A Python server needs about 1 s of CPU
 #: just to import the SDK; on a loaded two-core machine that can be several.
 DEFAULT_CONNECT_TIMEOUT = 30.0
+#: Retry number ``attempt`` of a server that failed at start waits
+#: ``delay(attempt)``: 1 s, 2 s, 4 s, ... capped at 5 minutes (each attempt
+#: spawns the server, and a broken one may stay broken for long).
+RETRY_BACKOFF = Backoff(initial=1.0, maximum=300.0)
 
 
 class McpToolExecutor(BaseToolExecutor):
@@ -70,8 +88,10 @@ class McpToolExecutor(BaseToolExecutor):
         call_timeout: float = DEFAULT_CALL_TIMEOUT,
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
         backoff: Backoff = DEFAULT_BACKOFF,
+        retry_backoff: Backoff = RETRY_BACKOFF,
     ) -> None:
         self._call_timeout = call_timeout
+        self._retry_backoff = retry_backoff
         self._conns = {
             name: ServerConnection(
                 name,
@@ -85,14 +105,26 @@ class McpToolExecutor(BaseToolExecutor):
         self._definitions: list[ToolDefinition] = []
         self._failed: dict[str, str] = {}
         self._duplicates: list[tuple[str, str, str]] = []
+        self._slots = ServerSlots(
+            {name: conn.spec.max_concurrent for name, conn in self._conns.items()}
+        )
+        self._retries: dict[str, asyncio.Task[None]] = {}  # servers that failed at start
         self._started = False
         self._closed = False
         self._start_lock = asyncio.Lock()
 
     @property
     def failed_servers(self) -> dict[str, str]:
-        """Servers that could not start: name → message (with exit code and stderr)."""
+        """Servers that could not start (yet): name → message (with exit code and stderr).
+
+        Each is being retried in the background until it starts (see the module docstring).
+        """
         return dict(self._failed)
+
+    @property
+    def slots(self) -> ServerSlots:
+        """The per-server ``max_concurrent`` slots (calls in flight and waiting, for tests)."""
+        return self._slots
 
     @property
     def duplicates(self) -> list[tuple[str, str, str]]:
@@ -121,7 +153,12 @@ class McpToolExecutor(BaseToolExecutor):
             if self._closed:
                 raise ToolTransportError("McpToolExecutor is closed")
             await asyncio.gather(*(self._start_one(conn) for conn in self._conns.values()))
-            self._build_routes()
+            for name, conn in self._conns.items():  # configuration order: first wins
+                if name not in self._failed:
+                    self._add_routes(conn)
+            for name in self._failed:
+                task = asyncio.create_task(self._retry(self._conns[name]), name=f"mcp-retry:{name}")
+                self._retries[name] = task
             self._started = True
 
     async def _start_one(self, conn: ServerConnection) -> None:
@@ -130,26 +167,65 @@ class McpToolExecutor(BaseToolExecutor):
         except ToolTransportError as exc:
             self._failed[conn.name] = str(exc)  # already logged by the connection
 
-    def _build_routes(self) -> None:
-        for name, conn in self._conns.items():  # configuration order: first wins
-            if name in self._failed:
+    def _add_routes(self, conn: ServerConnection) -> None:
+        """Route ``conn``'s tools whose names no server answers yet."""
+        for tool in conn.tools:
+            kept = self._routes.get(tool.name)
+            if kept is not None:
+                self._duplicates.append((tool.name, kept, conn.name))
+                log.warning("mcp.duplicate_tool", tool=tool.name, kept=kept, ignored=conn.name)
                 continue
-            for tool in conn.tools:
-                kept = self._routes.get(tool.name)
-                if kept is not None:
-                    self._duplicates.append((tool.name, kept, name))
-                    log.warning("mcp.duplicate_tool", tool=tool.name, kept=kept, ignored=name)
-                    continue
-                self._routes[tool.name] = name
-                self._definitions.append(
-                    tool_definition(tool, server=name, server_version=conn.version)
-                )
+            self._routes[tool.name] = conn.name
+            self._definitions.append(
+                tool_definition(tool, server=conn.name, server_version=conn.version)
+            )
+
+    async def _retry(self, conn: ServerConnection) -> None:
+        """Start a server that failed at start, with backoff, until it is up or we close.
+
+        A server that comes up late routes only names still free: a tool
+        another server answers keeps answering there (the catalogs already
+        handed out say so), even when the late server is configured first.
+        """
+        attempt = 0
+        while not self._closed:
+            attempt += 1
+            delay = self._retry_backoff.delay(attempt)
+            log.info("mcp.server_retry", server=conn.name, attempt=attempt, wait=delay)
+            await asyncio.sleep(delay)
+            if self._closed:
+                return
+            try:
+                await conn.start()  # a failure is logged there, with its stderr
+            except ToolTransportError as exc:
+                self._failed[conn.name] = str(exc)
+                continue
+            del self._failed[conn.name]
+            self._add_routes(conn)
+            log.warning(
+                "mcp.server_recovered",
+                server=conn.name,
+                attempt=attempt,
+                pid=conn.pid,
+                tools=[name for name, server in self._routes.items() if server == conn.name],
+            )
+            return
 
     def definitions(self) -> list[ToolDefinition]:
         """Every routed tool, in configuration order. Valid once started."""
         if not self._started:
             raise RuntimeError("McpToolExecutor.definitions() before start(): await start() first")
         return list(self._definitions)
+
+    def call_slot(self, name: str) -> AbstractAsyncContextManager[float | None]:
+        """Wait for a slot of the server that answers ``name`` (:class:`daemon.tools.CallSlots`).
+
+        Yields the milliseconds waited, or None when that server has no
+        ``max_concurrent`` (or ``name`` is unknown); a ``call_tool(name)``
+        inside the ``async with`` uses this slot.
+        """
+        server = self._routes.get(name)
+        return self._slots.hold(server if server is not None else "")
 
     async def call_tool(self, name: str, arguments: dict) -> ToolCallOutput:
         """Call ``name`` on the one server that declares it; see the module
@@ -160,6 +236,11 @@ class McpToolExecutor(BaseToolExecutor):
             return ToolCallOutput(content=_unknown_tool(name, self._routes), is_error=True)
         if self._closed:
             raise ToolTransportError("McpToolExecutor is closed", tool=name, server=server)
+        # the wait for a slot (max_concurrent) is not part of call_timeout
+        async with self._slots.hold(server):
+            return await self._call(server, name, arguments)
+
+    async def _call(self, server: str, name: str, arguments: dict) -> ToolCallOutput:
         conn = self._conns[server]
         try:
             async with asyncio.timeout(self._call_timeout):
@@ -199,6 +280,10 @@ class McpToolExecutor(BaseToolExecutor):
     async def aclose(self) -> None:
         """Stop every server and reap every process. Final."""
         self._closed = True
+        retries = list(self._retries.values())
+        for task in retries:
+            task.cancel()
+        await asyncio.gather(*retries, return_exceptions=True)
         await asyncio.gather(*(conn.aclose() for conn in self._conns.values()))
 
 

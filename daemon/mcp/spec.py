@@ -2,7 +2,8 @@
 
 An entry is ``{"command": ..., "args": [...], "env": {...}}`` (``cwd`` is
 accepted too, and ``"type": "stdio"`` so entries pasted from other clients'
-files work). :func:`parse_server_entry` is the one place an entry is checked,
+files work; ``max_concurrent``, asyncai's own, bounds the server's calls in
+flight). :func:`parse_server_entry` is the one place an entry is checked,
 wherever it was written: a ``[mcp_servers.NAME]`` table of the TOML config, an
 ``mcp_json`` file, or a mapping handed to ``McpToolExecutor``. A pydantic model
 checks the keys; every failure is a :class:`daemon.errors.ConfigError` in the
@@ -33,6 +34,7 @@ class ServerSpec:
     args: tuple[str, ...] = ()
     env: Mapping[str, str] = field(default_factory=dict)
     cwd: str | None = None
+    max_concurrent: int | None = None  # calls in flight at once; None: unlimited
 
     @classmethod
     def from_entry(
@@ -50,6 +52,7 @@ class ServerSpec:
 
 _Text = Annotated[str, Strict()]  # strict: TOML and JSON give the type as written
 _NonEmpty = Annotated[str, Strict(), Field(min_length=1)]
+_Positive = Annotated[int, Strict(), Field(ge=1)]
 
 
 class _Entry(BaseModel):
@@ -61,6 +64,7 @@ class _Entry(BaseModel):
     args: list[_Text] = Field(default_factory=list)
     env: dict[str, _Text] = Field(default_factory=dict)
     cwd: _NonEmpty | None = None
+    max_concurrent: _Positive | None = None
     type: Literal["stdio"] = "stdio"
 
 
@@ -70,6 +74,7 @@ _EXPECTED = {
     "args": "a list of strings",
     "env": "a table of strings",
     "cwd": "a path",
+    "max_concurrent": "a positive integer",
     "type": "'stdio'",
 }
 _HIDDEN = {"env"}  # server environments carry tokens: never echoed
@@ -98,7 +103,11 @@ def parse_server_entry(entry: object, key: str, where: str) -> ServerSpec:
     except ValidationError as exc:
         raise ConfigError(_message(exc, entry, key, where)) from exc
     return ServerSpec(
-        command=parsed.command, args=tuple(parsed.args), env=dict(parsed.env), cwd=parsed.cwd
+        command=parsed.command,
+        args=tuple(parsed.args),
+        env=dict(parsed.env),
+        cwd=parsed.cwd,
+        max_concurrent=parsed.max_concurrent,
     )
 
 

@@ -61,6 +61,7 @@ def audit_observer(store: Store) -> AuditObserver:
             decision=entry.decision,
             decided_by=entry.decided_by,
             wait_ms=entry.wait_ms,
+            queue_ms=entry.queue_ms,
         )
         if entry.outcome == "started" and entry.key:
             insert = asyncio.create_task(store.add_tool_call(row), name=f"audit {entry.tool}")

@@ -6,9 +6,12 @@ with the same key are waiting, so gathered calls must really overlap),
 (the environment the server was given), ``rm`` (annotated destructive),
 ``append_and_block`` (mutating: appends a line to a file, then never answers,
 so a test can kill the daemon mid-call), ``append_line`` (mutating) and
-``erase`` (destructive), both writing a line to a file, for the approvals, and
-``--also NAME`` adds a tool called NAME, to make a duplicate of another
-server's tool.
+``erase`` (destructive), both writing a line to a file, for the approvals,
+``crowd`` (counts its calls in flight and lets them through in groups, for the
+``max_concurrent`` tests) and ``nap`` (sleeps), and ``--also NAME`` adds a tool
+called NAME, to make a duplicate of another server's tool. ``--require-file
+PATH`` makes the server exit at start (status 3) while PATH does not exist: a
+server that fails at start and later comes back.
 
 Run: ``python tests/fakes/mcp_test_server.py --label alpha [--also http_get]``.
 """
@@ -42,6 +45,8 @@ def build(label: str, also: list[str]) -> MCPServer:
     server = MCPServer(f"test-{label}", log_level="WARNING")
     arrivals: dict[str, int] = defaultdict(int)
     filled: dict[str, asyncio.Event] = defaultdict(asyncio.Event)
+    in_flight: dict[str, int] = defaultdict(int)
+    peak: dict[str, int] = defaultdict(int)
 
     @server.tool(structured_output=False, annotations=ToolAnnotations(read_only_hint=True))
     def echo(text: str) -> str:
@@ -66,6 +71,32 @@ def build(label: str, also: list[str]) -> MCPServer:
         except TimeoutError:
             raise ToolError(f"barrier {key!r}: only {arrivals[key]} of {parties} arrived") from None
         return f"{key} passed with {arrivals[key]}"
+
+    @server.tool(structured_output=False, annotations=ToolAnnotations(read_only_hint=True))
+    async def crowd(key: str, group: int, linger: float = 0.0) -> str:
+        """Count this call in flight; wait until its group of `group` consecutive arrivals
+        with this key is complete, then `linger` seconds more (time for any further calls
+        to arrive); return the most calls with this key seen in flight at once."""
+        arrivals[key] += 1
+        in_flight[key] += 1
+        peak[key] = max(peak[key], in_flight[key])
+        gate = f"{key}#{(arrivals[key] - 1) // group}"
+        if arrivals[key] % group == 0:
+            filled[gate].set()
+        try:
+            await asyncio.wait_for(filled[gate].wait(), BARRIER_TIMEOUT)
+            await asyncio.sleep(linger)
+        except TimeoutError:
+            raise ToolError(f"crowd {gate!r}: the group of {group} never filled") from None
+        finally:
+            in_flight[key] -= 1
+        return str(peak[key])
+
+    @server.tool(structured_output=False, annotations=ToolAnnotations(read_only_hint=True))
+    async def nap(seconds: float) -> str:
+        """Sleep `seconds`, then say so."""
+        await asyncio.sleep(seconds)
+        return f"slept {seconds}"
 
     @server.tool(structured_output=False)
     def crash(code: int = 7) -> str:
@@ -133,7 +164,11 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--label", default="test")
     parser.add_argument("--also", action="append", default=[])
+    parser.add_argument("--require-file", default=None)
     args = parser.parse_args()
+    if args.require_file is not None and not os.path.exists(args.require_file):
+        print(f"test server {args.label}: {args.require_file} is missing", file=sys.stderr)
+        sys.exit(3)
     print(f"test server {args.label} starting", file=sys.stderr, flush=True)
     build(args.label, args.also).run()
 
