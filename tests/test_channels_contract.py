@@ -325,3 +325,14 @@ async def test_a_server_gone_for_good_breaks_the_channel(transport: Transport) -
         async with asyncio.timeout(WAIT):
             await bob.receive()
     assert bob.broken
+
+
+async def test_a_full_inbox_loses_nothing(transport: Transport) -> None:
+    """More messages than the inbox holds, taken only afterwards: all of them, in order, once."""
+    alice = await transport.client("alice")
+    bob = await transport.client("bob", inbox_size=4)
+    await bob.subscribe("#ops")
+    acks = [await alice.publish("#ops", f"m{i}") for i in range(30)]
+    messages = await take(bob, 30)
+    assert [m.id for m in messages] == [a.id for a in acks]
+    assert bob.pending == 0

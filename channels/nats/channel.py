@@ -10,14 +10,14 @@ this module does the I/O with nats-py:
 - ``subscribe`` reads the stream with an ordered consumer (nats-py's: one
   ephemeral consumer that it re-creates from the last delivered sequence
   after a gap, a missed heartbeat or a reconnect), from where ``since`` says;
-  a reader task per channel moves messages into the bounded inbox, waiting
-  when it is full (JetStream's flow control then holds the rest on the
-  server), and drops any id at or below the last one delivered.
+  its callback moves messages into the bounded inbox, waiting when it is
+  full (JetStream's flow control then holds the rest on the server), and
+  drops any id at or below the last one delivered.
 - ``status`` is a core NATS publish on ``atirc-status.<chan>.<thread>``,
   which no stream stores; ``on_status`` gets those of subscribed channels.
 - nats-py reconnects by itself (``reconnect_attempts`` in a row, ``None``
   forever); when it gives up the channel is broken (:attr:`broken`), as it
-  is when a reader task dies of an unexpected error.
+  is when delivering a message fails unexpectedly.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import contextlib
 import uuid
 from collections import deque
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -68,13 +68,13 @@ PUBLISH_TRY = 2.0  # seconds one publish attempt waits for its ack before sendin
 
 @dataclass
 class _Reader:
-    """One subscribed channel: its consumer, its status subscription, its reader task."""
+    """One subscribed channel: its stream, its consumer and its status subscription."""
 
+    channel: str
     stream: StreamRef
-    sub: JetStreamContext.PushSubscription
-    last_id: str | None
+    last_id: str | None  # the last id delivered: anything at or below it is dropped
+    sub: JetStreamContext.PushSubscription | None = None
     statuses: Subscription | None = None
-    task: asyncio.Task[None] | None = field(default=None, repr=False)
 
 
 class NatsChannel:
@@ -158,7 +158,7 @@ class NatsChannel:
 
     @property
     def broken(self) -> bool:
-        """True once nats-py gave up reconnecting or a reader task died (cheap, no I/O)."""
+        """True once nats-py gave up reconnecting or a delivery failed (cheap, no I/O)."""
         return self._state == "broken"
 
     @property
@@ -393,22 +393,25 @@ class NatsChannel:
         old = self._readers.pop(channel, None)
         if old is not None:
             await self._stop(old)
+        reader = _Reader(channel, stream, last_id=since if start.policy == "seq" else None)
+
+        async def deliver(msg: Msg) -> None:
+            await self._deliver(reader, msg)
+
         async with self._deadline(f"the subscription to {channel}"):
-            sub = await js.subscribe(
+            reader.sub = await js.subscribe(
                 mapping.channel_filter(channel),
                 stream=stream.name,
+                cb=deliver,
                 ordered_consumer=True,
                 idle_heartbeat=self._heartbeat,
                 config=config,
             )
-        reader = _Reader(stream, sub, last_id=since if start.policy == "seq" else None)
         if self._on_status is not None:
             with contextlib.suppress(nats.errors.Error):
                 reader.statuses = await nc.subscribe(
                     mapping.status_filter(channel), cb=self._status_received
                 )
-        reader.task = asyncio.create_task(self._read(channel, reader), name=f"atirc-nats-{channel}")
-        reader.task.add_done_callback(self._reader_done)
         self._readers[channel] = reader
         return Subscribed(channel=channel, head=head, oldest=oldest)
 
@@ -420,48 +423,44 @@ class NatsChannel:
             await self._stop(reader)
 
     async def _stop(self, reader: _Reader) -> None:
-        if reader.task is not None:
-            reader.task.cancel()
-            await asyncio.wait([reader.task])
+        reader.last_id = "~"  # above every id: a callback still running delivers nothing
+        self._room.set()  # and one waiting for room stops waiting
         for sub in (reader.sub, reader.statuses):
             if sub is not None:
                 with contextlib.suppress(Exception):  # gone with its connection
                     await sub.unsubscribe()
 
-    async def _read(self, channel: str, reader: _Reader) -> None:
-        """Move the channel's messages into the inbox, in order, each once."""
-        while True:
-            try:
-                msg = await reader.sub.next_msg(timeout=None)
-            except nats.errors.ConnectionClosedError:
-                return  # closed by us, or broken (the closed callback says so)
+    async def _deliver(self, reader: _Reader, msg: Msg) -> None:
+        """Move one of the channel's messages into the inbox, in order, once.
+
+        nats-py calls it for each message on the subscription's own task, one
+        at a time; while it waits for room, JetStream's flow control holds
+        the rest. An unexpected error breaks the channel (nats-py would only
+        log it, and the channel would go quiet).
+        """
+        try:
             meta = msg.metadata
             message = mapping.message_from(
-                channel,
+                reader.channel,
                 reader.stream.epoch,
                 meta.sequence.stream,
                 msg.headers,
                 msg.data,
                 meta.timestamp,
             )
-            if reader.last_id is not None and message.id <= reader.last_id:
-                continue  # delivered already (a consumer re-created around a gap)
-            while len(self._inbox) >= self._inbox_size:
+            while len(self._inbox) >= self._inbox_size and self._state == "open":
                 self._room.clear()
                 await self._room.wait()
-                if self._state != "open":
-                    return
+            if self._state != "open":
+                return
+            if reader.last_id is not None and message.id <= reader.last_id:
+                return  # delivered already (a consumer re-created around a gap), or stopped
             reader.last_id = message.id
             self._inbox.append(message)
             self._inbox_ready.set()
-
-    def _reader_done(self, task: asyncio.Task[None]) -> None:
-        if task.cancelled() or task.exception() is None:
-            return
-        cause = task.exception()
-        assert cause is not None
-        log.error("channels.supervisor_died", url=self.url, exc_info=cause)
-        self._set_broken(cause)
+        except Exception as exc:
+            log.error("channels.supervisor_died", url=self.url, exc_info=exc)
+            self._set_broken(exc)
 
     async def _status_received(self, msg: Msg) -> None:
         status = mapping.status_from(msg.subject, msg.headers, msg.data)
