@@ -58,6 +58,7 @@ from channels.nats import NatsChannel
 from channels.notify import notify
 from channels.transport import id_space, open_channel
 from daemon.approvals import ApprovalPolicy
+from daemon.cluster import ClusterNode, open_cluster
 from daemon.config import Config
 from daemon.errors import AsyncaiError
 from daemon.executors import build_mcp_executor, build_tool_executor
@@ -74,7 +75,7 @@ from daemon.runtime.progress import (
     showing_progress,
 )
 from daemon.runtime.runs import PausedRun, RunRequest, RunResult
-from daemon.runtime.scheduler import Runtime, RuntimeOptions
+from daemon.runtime.scheduler import Runtime, RuntimeOptions, RuntimeStore
 from daemon.runtime.scopes import SignedScopeStore, load_or_create_key
 from daemon.runtime.store import SessionsRuntimeStore
 from daemon.runtime.watchdog import health_problems, heartbeat
@@ -164,6 +165,7 @@ class Daemon:
         self._closed = False
         self._policy = ApprovalPolicy.from_config(config.approvals)
         self._desk: ApprovalDesk | None = None
+        self._cluster: ClusterNode | None = None  # nats:// only: threads shared with others
         # Chunks of split prompts, held until their last one (the cursor waits for them).
         self._joiner = ChunkJoiner()
 
@@ -236,6 +238,7 @@ class Daemon:
         space = id_space(config.channels.url)
         if dropped := await self._store.claim_cursor_space(space):
             log.warning("daemon.cursors_reset", ids=space, dropped=dropped, read_from="first start")
+        self._cluster = await open_cluster(config, self._store)
         if self._executor is None:
             self._mcp = build_mcp_executor(config)
             self._executor = build_tool_executor(
@@ -267,11 +270,13 @@ class Daemon:
             publish_timeout=config.runtime.publish_timeout,
         )
         self.runtime = Runtime(
-            store=SessionsRuntimeStore(
-                self._store,
-                history_turns=config.runtime.history_turns,
-                history_chars=config.runtime.history_chars,
-                hold_cursor=self._joiner.holds,
+            store=self._clustered(
+                SessionsRuntimeStore(
+                    self._store,
+                    history_turns=config.runtime.history_turns,
+                    history_chars=config.runtime.history_chars,
+                    hold_cursor=self._joiner.holds,
+                )
             ),
             publisher=publisher,
             run=self._run,
@@ -287,6 +292,8 @@ class Daemon:
             await self._channel.subscribe(name, since=since)
         self._intake = asyncio.create_task(self._read_channel(), name="asyncai-intake")
         self._tasks.append(self._intake)
+        if self._cluster is not None:
+            self._cluster.start(self.runtime.submit)
         notify(f"READY=1\nSTATUS={self.status_line()}", env=self._env)
         failed = sorted(getattr(self._mcp, "failed_servers", {}) or {})
         log.warning(  # one line at start even without --verbose
@@ -302,6 +309,10 @@ class Daemon:
         )
         beat = heartbeat(self.health_problems, self.status_line, env=self._env)
         self._tasks.append(asyncio.create_task(beat, name="asyncai-heartbeat"))
+
+    def _clustered(self, store: SessionsRuntimeStore) -> RuntimeStore:
+        """The runtime's store; in a cluster, one that tells the others what was answered."""
+        return store if self._cluster is None else self._cluster.wrap(store)
 
     def _limiter(self) -> SenderLimiter | None:
         """The per-sender limits of ``[runtime]``, or None when both are unlimited."""
@@ -358,6 +369,8 @@ class Daemon:
             await _closing("runtime", self.runtime.shutdown())
         if self._desk is not None:
             await _closing("approvals", self._desk.close())
+        if self._cluster is not None:  # after the runtime: its last runs are recorded
+            await _closing("cluster", self._cluster.close())
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -380,7 +393,9 @@ class Daemon:
         assert self.runtime is not None
         async for message in self._channel:
             whole = self._joiner.feed(message)
-            if whole is not None:
+            if whole is not None and self._cluster is not None:
+                await self._cluster.feed(inbound(whole), self._channel.nick or "")
+            elif whole is not None:
                 await self.runtime.submit(inbound(whole))
 
     def health_problems(self) -> list[str]:
@@ -399,6 +414,8 @@ class Daemon:
     async def _scope_store(self) -> ScopeStore:
         """Thread REPLs kept in the store, signed with the key beside it; old ones pruned."""
         assert self._store is not None
+        if self._cluster is not None:
+            return self._cluster.scopes  # where every daemon of the cluster reads them
         config = self.config
         key = load_or_create_key(config.sessions.db.parent)
         pruned = await self._store.prune_scopes(scope_cutoff(config.sessions.scope_retention_days))

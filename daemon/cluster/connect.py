@@ -1,4 +1,4 @@
-"""The cluster's own connection to the NATS broker (beside the channel's)."""
+"""The cluster's own connection to the NATS broker (beside the channel's), with its credentials."""
 
 from __future__ import annotations
 
@@ -6,6 +6,8 @@ import nats
 import nats.errors
 from nats.aio.client import Client
 
+from channels.errors import ChannelConfigError
+from channels.nats import credentials
 from daemon.cluster.errors import ClusterError
 
 __all__ = ["CONNECT_TIMEOUT", "connect_nats"]
@@ -14,11 +16,20 @@ CONNECT_TIMEOUT = 5.0  # seconds for the first connection; later ones reconnect 
 
 
 async def connect_nats(url: str, *, token: str | None = None, name: str = "asyncai") -> Client:
-    """A connection to ``url`` that reconnects by itself; ClusterError if the first fails."""
+    """A connection to ``url`` that reconnects by itself; ClusterError if the first fails.
+
+    ``token`` is ``[channels] token`` read as the channel reads it
+    (:func:`channels.nats.credentials`: a ``.creds`` file, ``USER:PASSWORD``
+    or a token), so the cluster needs no credentials of its own.
+    """
+    try:
+        auth = credentials(token)
+    except ChannelConfigError as exc:
+        raise ClusterError(str(exc)) from exc
     try:
         return await nats.connect(
             url,
-            token=token,
+            **auth,
             name=name,
             connect_timeout=CONNECT_TIMEOUT,
             allow_reconnect=True,

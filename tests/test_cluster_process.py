@@ -1,0 +1,186 @@
+"""Two real daemons (`python -m daemon.cli serve`) on one real nats-server (issue 18).
+
+50 prompts in 50 threads, then follow-ups in half of them: each prompt is
+answered exactly once, in thread order, by one daemon or the other. Then one
+daemon is SIGKILLed while follow-ups arrive: its threads move to the other
+within ``takeover_seconds``, still exactly once, and their REPL variables
+(set by the dead daemon) are still there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import sqlite3
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from channels.client import Message
+from channels.nats import NatsChannel
+from tests.fakes.fake_openai import FakeOpenAI, Reply, Step, ToolCalls
+from tests.fakes.nats_server import NatsServer
+from tests.fakes.notify import NotifySocket
+from tests.test_daemon import WAIT, user_text, write_config
+from tests.test_daemon_process import DaemonProcess
+
+pytestmark = pytest.mark.slow
+
+THREADS = 50
+TAKEOVER = 2.0
+
+
+def scripted(body: dict) -> Step:
+    """``set N`` stores N in the REPL's ``v``; ``get`` reads it back; the reply shows the result."""
+    last = body["messages"][-1]
+    if last["role"] == "tool":
+        return Reply(f"result {last['content']}")
+    command = user_text(body).split("\n")[0].strip()
+    if command.startswith("set "):
+        return ToolCalls(("run_code", {"code": f"v = {int(command[4:])}\nv"}))
+    return ToolCalls(("run_code", {"code": "v"}))
+
+
+class Watcher:
+    """alice on the broker: publishes, and collects the replies by the prompt they answer."""
+
+    def __init__(self, url: str):
+        self.channel = NatsChannel(url, nick="alice")
+        self.replies: dict[str, list[Message]] = {}
+        self.order: list[Message] = []
+        self._arrived = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        await self.channel.subscribe("#ops")
+        self._task = asyncio.create_task(self._read())
+
+    async def _read(self) -> None:
+        async for message in self.channel:
+            if message.sender == "asyncai":
+                self.replies.setdefault(message.reply_to or "", []).append(message)
+                self.order.append(message)
+                self._arrived.set()
+
+    async def say(self, text: str, thread: str | None = None) -> tuple[str, str]:
+        ack = await self.channel.publish("#ops", text, thread=thread)
+        return ack.id, ack.thread
+
+    async def answered(self, prompt_ids: list[str]) -> None:
+        async with asyncio.timeout(WAIT):
+            while any(p not in self.replies for p in prompt_ids):
+                self._arrived.clear()
+                await self._arrived.wait()
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        await self.channel.close()
+
+
+@pytest.fixture
+async def cluster(tmp_path: Path) -> AsyncIterator[tuple[Watcher, list[DaemonProcess], Path]]:
+    """A broker, the scripted model, two daemons (same nick, same scope.key), alice."""
+    key = os.urandom(32)
+    async with NatsServer() as broker, FakeOpenAI(fallback=scripted) as fake:
+        daemons: list[DaemonProcess] = []
+        for name in ("a", "b"):
+            home = tmp_path / name
+            home.mkdir()
+            (home / "scope.key").write_bytes(key)
+            (home / "scope.key").chmod(0o600)
+            config = write_config(
+                home / "asyncai.toml", hub_url=broker.url, model_url=fake.base_url, servers=False
+            )
+            config.write_text(
+                config.read_text()
+                .replace('["#ops"]', f'["#ops"]\ntakeover_seconds = {TAKEOVER}')
+                .replace("shutdown_grace = 2.0", "shutdown_grace = 0.5")
+            )
+            daemons.append(DaemonProcess(config, NotifySocket(home / "notify.sock")))
+        alice = Watcher(broker.url)
+        try:
+            await asyncio.gather(*(d.start() for d in daemons))
+            await alice.start()
+            yield alice, daemons, tmp_path
+        finally:
+            await alice.close()
+            for d in daemons:
+                d.kill_all()
+                if d.proc is not None:
+                    await d.wait()
+                await d.notify.close()
+
+
+def _done(db: Path) -> set[str]:
+    """The prompts this daemon's database holds as done."""
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        rows = conn.execute("SELECT id FROM prompts WHERE status = 'done'").fetchall()
+    return {r[0] for r in rows}
+
+
+async def _recorded(dbs: list[Path], prompts: set[str]) -> None:
+    """Until the daemons' databases hold ``prompts`` as done (the reply comes first)."""
+    async with asyncio.timeout(WAIT):
+        while not prompts <= set().union(*(_done(db) for db in dbs)):  # noqa: ASYNC110 -- other processes' databases signal nothing
+            await asyncio.sleep(0.05)
+
+
+def _answered_by(db: Path) -> set[str]:
+    """The threads whose prompts this daemon answered (its own database)."""
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        rows = conn.execute(
+            "SELECT DISTINCT t.thread_id FROM prompts p JOIN threads t ON t.id = p.thread"
+            " WHERE p.status = 'done'"
+        ).fetchall()
+    return {r[0] for r in rows}
+
+
+async def test_two_daemons_answer_each_prompt_once_and_a_killed_ones_threads_move(cluster):
+    """50 threads shared by two daemons; SIGKILL one mid-way: exactly once, in order,
+    and the moved threads keep the REPL variables the dead daemon set."""
+    alice, (a, b), tmp = cluster
+    roots: dict[str, str] = {}  # thread → its first prompt
+    for i in range(THREADS):
+        prompt, thread = await alice.say(f"set {i}")
+        roots[thread] = prompt
+    await alice.answered(list(roots.values()))
+    await _recorded([tmp / "a" / "asyncai.db", tmp / "b" / "asyncai.db"], set(roots.values()))
+    threads = list(roots)
+    values = {thread: i for i, thread in enumerate(threads)}
+    by_a, by_b = _answered_by(tmp / "a" / "asyncai.db"), _answered_by(tmp / "b" / "asyncai.db")
+    assert by_a | by_b == set(threads)
+    assert not by_a & by_b  # each thread had one daemon
+    assert by_a  # both took part
+    assert by_b
+
+    # follow-ups in half of the threads; a dies after the first few of them
+    follow = [t for t in threads if values[t] % 2 == 0]
+    followups: dict[str, str] = {}
+    for n, thread in enumerate(follow):
+        prompt, _ = await alice.say("get", thread=thread)
+        followups[thread] = prompt
+        if n == 5:
+            a.kill_all()
+    await alice.answered(list(followups.values()))
+    moved = [t for t in follow if t in by_a]
+    assert moved  # some of the dead daemon's threads had follow-ups
+
+    for thread in threads:
+        prompts = [roots[thread]] + ([followups[thread]] if thread in followups else [])
+        for prompt in prompts:
+            assert len(alice.replies[prompt]) == 1, (thread, prompt, alice.replies[prompt])
+        texts = [alice.replies[p][0].text for p in prompts]
+        assert texts == [f"result {values[thread]}"] * len(prompts), (thread, texts)
+        ids = [alice.replies[p][0].id for p in prompts]
+        assert ids == sorted(ids)  # in thread order
+    assert sum(len(r) for r in alice.replies.values()) == len(roots) + len(followups)
+    # what the dead daemon had not answered, the other one did: some of it in moved threads
+    late = set(followups.values()) - _done(tmp / "a" / "asyncai.db")
+    await _recorded([tmp / "b" / "asyncai.db"], late)
+    assert late & {followups[t] for t in moved}
+    b.proc.send_signal(15)
+    assert await b.wait() == 0
