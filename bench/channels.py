@@ -1,6 +1,7 @@
-"""Benchmark: pub→sub through the atirc hub, beside a bare websockets server doing the same work.
+"""Benchmark: pub→sub through the atirc hub, beside a bare websockets server doing the same work,
+and the Channel interface on the hub beside the same interface on NATS JetStream.
 
-Run: ``.venv/bin/python bench/channels.py [--messages N] [--idle N]``
+Run: ``.venv/bin/python bench/channels.py [--messages N] [--idle N] [--no-nats]``
 
 Both servers run as their own processes on loopback (uvloop when installed);
 the clients are raw protocol clients in this process, the same code for
@@ -17,6 +18,12 @@ Measured:
 - each of those ``--repeat`` times, reporting the median.
 - the hub's memory (RSS) before and after ``--idle`` idle subscribers connect
   and subscribe, and per subscriber.
+- the ``Channel`` interface (what the daemon and ``atirc`` use): the same
+  pipelined and serial runs with a :class:`WebSocketChannel` on the hub and a
+  :class:`NatsChannel` on a real ``nats-server -js`` (its own process, file
+  storage), publish → deliver latency and msgs/s, in one table with the ratio.
+  More rows for other set-ups (several daemons on one broker) go in
+  ``CHANNEL_ROWS``' table the same way.
 
 Bounded: every phase runs under a timeout, counts are fixed.
 """
@@ -39,6 +46,11 @@ from pathlib import Path
 
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.asyncio.server import ServerConnection, serve
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from channels import Channel, NatsChannel, WebSocketChannel
+from tests.fakes.nats_server import NatsServer
 
 ATIRC = Path(sys.executable).with_name("atirc")
 PHASE_TIMEOUT = 120.0  # seconds per phase: a stuck phase fails instead of hanging
@@ -228,6 +240,127 @@ async def idle_memory(url: str, pid: int, count: int) -> tuple[int, int]:
     return before, after
 
 
+# -- the Channel interface: hub and NATS ------------------------------------------------------
+
+
+async def channel_pipelined(
+    make, count: int, window: int, size: int
+) -> dict[str, float]:
+    """Msgs/s and publish→deliver latency with up to ``window`` publishes awaiting their ack."""
+    sub: Channel = await make("sub")
+    pub: Channel = await make("pub")
+    channel = f"#bench-{uuid.uuid4().hex[:8]}"
+    await sub.subscribe(channel)
+    payload = "x" * size
+    sent: dict[int, float] = {}
+    latencies: list[float] = []
+    slots = asyncio.Semaphore(window)
+
+    async def receive() -> float:
+        while len(latencies) < count:
+            message = await sub.receive()
+            seq = int(message.text.split(" ", 1)[0])
+            latencies.append(time.perf_counter() - sent[seq])
+        return time.perf_counter()
+
+    async def publish(seq: int) -> None:
+        try:
+            await pub.publish(channel, f"{seq} {payload}")
+        finally:
+            slots.release()
+
+    async with asyncio.timeout(PHASE_TIMEOUT), asyncio.TaskGroup() as tg:
+        receiving = tg.create_task(receive())
+        start = time.perf_counter()
+        for seq in range(count):
+            await slots.acquire()
+            sent[seq] = time.perf_counter()
+            tg.create_task(publish(seq))
+    elapsed = receiving.result() - start
+    await sub.close()
+    await pub.close()
+    return {"rate": count / elapsed, **_percentiles(latencies)}
+
+
+async def channel_serial(make, count: int, size: int) -> dict[str, float]:
+    """Publish → deliver latency of one publish at a time."""
+    sub: Channel = await make("sub2")
+    pub: Channel = await make("pub2")
+    channel = f"#bench-{uuid.uuid4().hex[:8]}"
+    await sub.subscribe(channel)
+    payload = "x" * size
+    latencies = []
+    async with asyncio.timeout(PHASE_TIMEOUT):
+        for seq in range(count):
+            start = time.perf_counter()
+            publishing = asyncio.create_task(pub.publish(channel, f"{seq} {payload}"))
+            await sub.receive()
+            latencies.append(time.perf_counter() - start)
+            await publishing
+    await sub.close()
+    await pub.close()
+    return _percentiles(latencies)
+
+
+async def channel_runs(make, args: argparse.Namespace) -> dict[str, dict[str, float]]:
+    runs = []
+    for _ in range(args.repeat):
+        runs.append(
+            {
+                "pipelined": await channel_pipelined(make, args.messages, args.window, args.size),
+                "serial": await channel_serial(make, args.serial, args.size),
+            }
+        )
+    return _median(runs)
+
+
+async def channel_results(args: argparse.Namespace, tmp: Path) -> dict[str, dict]:
+    """Hub and NATS through the Channel interface, each server its own process."""
+    results: dict[str, dict] = {}
+    async with _server(*_hub_argv(tmp / "channel.db")) as (url, _pid):
+
+        async def hub_client(nick: str) -> Channel:
+            client = WebSocketChannel(url, nick=nick, max_in_flight=args.window)
+            await client.connect()
+            return client
+
+        results["hub"] = await channel_runs(hub_client, args)
+    if args.nats:
+        async with NatsServer(tmp / "nats") as server:
+
+            async def nats_client(nick: str) -> Channel:
+                client = NatsChannel(server.url, nick=nick)
+                await client.connect()
+                return client
+
+            results["nats"] = await channel_runs(nats_client, args)
+    return results
+
+
+CHANNEL_ROWS = [
+    ("pipelined msgs/s", "pipelined", "rate", "{:,.0f}"),
+    ("pipelined p50 ms", "pipelined", "p50", "{:.2f}"),
+    ("pipelined p99 ms", "pipelined", "p99", "{:.2f}"),
+    ("serial p50 ms", "serial", "p50", "{:.2f}"),
+    ("serial p99 ms", "serial", "p99", "{:.2f}"),
+]
+
+
+def print_channel_table(results: dict[str, dict]) -> None:
+    """Hub beside NATS through the Channel interface, with the ratio NATS / hub."""
+    hub, nats = results["hub"], results.get("nats")
+    print("\nThe Channel interface: WebSocketChannel on the hub, NatsChannel on nats-server -js\n")
+    print("| measure | hub | NATS JetStream | NATS / hub |")
+    print("|---|---:|---:|---:|")
+    for label, phase, key, fmt in CHANNEL_ROWS:
+        h = hub[phase][key]
+        if nats is None:
+            print(f"| {label} | {fmt.format(h)} | – | – |")
+            continue
+        n = nats[phase][key]
+        print(f"| {label} | {fmt.format(h)} | {fmt.format(n)} | {n / h:.2f} |")
+
+
 # -- the servers as processes ---------------------------------------------------------------
 
 
@@ -284,6 +417,7 @@ async def run(args: argparse.Namespace) -> None:
                 results[name] = _median(runs)
         async with _server(*_hub_argv(Path(tmp) / "idle.db")) as (url, pid):
             before, after = await idle_memory(url, pid, args.idle)
+        channels = await channel_results(args, Path(tmp))
 
     hub, bare = results["hub"], results["bare"]
     today = dt.date.today().isoformat()
@@ -309,6 +443,7 @@ async def run(args: argparse.Namespace) -> None:
         f"\nhub RSS with {args.idle} idle subscribers: {before / 1024:.1f} MiB → "
         f"{after / 1024:.1f} MiB (+{delta / 1024:.1f} MiB, {delta / args.idle:.1f} KiB each)"
     )
+    print_channel_table(channels)
 
 
 def main() -> None:
@@ -320,6 +455,9 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=200, help="text bytes per message")
     parser.add_argument("--idle", type=int, default=1000)
     parser.add_argument("--repeat", type=int, default=3, help="runs per measure (median)")
+    parser.add_argument(
+        "--no-nats", dest="nats", action="store_false", help="skip NATS (no nats-server)"
+    )
     parser.add_argument("--bare-server", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     with asyncio.Runner(loop_factory=_loop_factory()) as runner:
