@@ -263,10 +263,12 @@ async def test_a_server_that_failed_at_start_is_retried_and_its_tools_appear(
             await executor.start()
             assert set(executor.failed_servers) == {"late"}
             assert "late_hello" not in executor.routes
+            assert executor.tools_version == 0
             await until_logged(logs, "mcp.server_retry", "late")
             flag.touch()
             recovered = await until_logged(logs, "mcp.server_recovered", "late")
         assert recovered["tools"] == ["late_hello"]
+        assert executor.tools_version == 1
         assert executor.failed_servers == {}
         assert executor.routes["late_hello"] == "late"
         assert executor.routes["whoami"] == "first"  # stays with the server that had it

@@ -26,8 +26,10 @@ succeeds with the others. Such a server is then retried in the background,
 closed (issue 19). When it comes up it leaves ``failed_servers``, its tools
 are routed (names another server already answers stay with that one) and
 appended to :meth:`~McpToolExecutor.definitions`, and ``mcp.server_recovered``
-is logged. Whoever builds a catalog from ``definitions()`` sees them the next
-time it asks; code mode asks as each run starts, never mid-snippet.
+is logged; :attr:`~McpToolExecutor.tools_version` grows. Whoever builds a
+catalog from ``definitions()`` sees them the next time it asks; code mode
+rebuilds its catalog when ``tools_version`` moved, as a run or a snippet
+starts, never mid-snippet.
 
 Per-server concurrency (issue 19): a server's ``max_concurrent`` bounds its
 calls in flight (:mod:`daemon.mcp.slots`). ``call_tool`` waits for a slot
@@ -109,6 +111,7 @@ class McpToolExecutor(BaseToolExecutor):
             {name: conn.spec.max_concurrent for name, conn in self._conns.items()}
         )
         self._retries: dict[str, asyncio.Task[None]] = {}  # servers that failed at start
+        self._tools_version = 0  # grows as a server that failed at start adds its tools
         self._started = False
         self._closed = False
         self._start_lock = asyncio.Lock()
@@ -120,6 +123,15 @@ class McpToolExecutor(BaseToolExecutor):
         Each is being retried in the background until it starts (see the module docstring).
         """
         return dict(self._failed)
+
+    @property
+    def tools_version(self) -> int:
+        """Grows each time :meth:`definitions` grows after start (a late server came up).
+
+        A catalog built from the definitions is stale when this moved since;
+        tools are only ever added, never taken away or changed.
+        """
+        return self._tools_version
 
     @property
     def slots(self) -> ServerSlots:
@@ -202,6 +214,7 @@ class McpToolExecutor(BaseToolExecutor):
                 continue
             del self._failed[conn.name]
             self._add_routes(conn)
+            self._tools_version += 1
             log.warning(
                 "mcp.server_recovered",
                 server=conn.name,
