@@ -247,6 +247,7 @@ class Daemon:
                 inner=self._mcp,
                 gate=self.gate,
                 scopes=await self._scope_store(),
+                shapes=self._store,  # learned return shapes (issue 19)
             )
         self._noted = RestartNoteExecutor(self._executor)
         # Start the servers and the pool now: a broken setup fails before READY=1.

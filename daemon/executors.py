@@ -9,7 +9,7 @@ from __future__ import annotations
 from daemon.code_mode import CodeModeToolExecutor
 from daemon.config import Config
 from daemon.mcp.executor import McpToolExecutor
-from daemon.tools import ApprovalGate, AuditObserver, ScopeStore, ToolExecutor
+from daemon.tools import ApprovalGate, AuditObserver, ScopeStore, ShapeStore, ToolExecutor
 
 __all__ = ["build_mcp_executor", "build_tool_executor"]
 
@@ -21,6 +21,7 @@ def build_tool_executor(
     inner: ToolExecutor | None = None,
     gate: ApprovalGate | None = None,
     scopes: ScopeStore | None = None,
+    shapes: ShapeStore | None = None,
 ) -> ToolExecutor:
     """The executor ``config`` asks for: MCP servers, wrapped in code mode unless ``direct``.
 
@@ -29,14 +30,20 @@ def build_tool_executor(
     ``observer`` is passed to the code-mode executor (called as each nested
     call starts and ends, for the durable audit); ``gate`` is the approval
     policy it asks before a mutating call; ``scopes`` keeps each thread's REPL
-    across evictions and restarts. Nothing starts until first use.
+    across evictions and restarts; ``shapes`` the return shapes learned from
+    tools without an output schema. Nothing starts until first use.
     """
     if inner is None:
         inner = build_mcp_executor(config)
     if config.model.tool_mode == "direct":
         return inner
     return CodeModeToolExecutor(
-        inner, config.code_mode.limits(), observer=observer, gate=gate, scopes=scopes
+        inner,
+        config.code_mode.limits(),
+        observer=observer,
+        gate=gate,
+        scopes=scopes,
+        shapes=shapes,
     )
 
 

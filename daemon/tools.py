@@ -16,11 +16,14 @@ and loads it back into a fresh worker after an eviction or a restart; an
 executor that does so is :class:`PersistentScopes`, which the daemon
 drives (a checkpoint after each run and at shutdown, a restore before a
 run's note, a reset for ``!reset``).
+
+Learned return shapes (issue 19): code mode keeps the shapes it saw tools
+without an output schema return in a :class:`ShapeStore`, per server and tool.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
@@ -40,6 +43,8 @@ __all__ = [
     "PersistentScopes",
     "ScopeRejected",
     "ScopeStore",
+    "ShapeRecord",
+    "ShapeStore",
     "StoredScopeDump",
     "ToolCallOutput",
     "ToolDefinition",
@@ -259,6 +264,42 @@ class ScopeStore(Protocol):
 
     async def drop(self, thread_id: str) -> None:
         """Forget the thread's stored REPL (nothing stored: nothing to do)."""
+        ...
+
+
+class ShapeRecord(Protocol):
+    """One learned return shape as stored (issue 19): per server and tool, with the version."""
+
+    @property
+    def server(self) -> str:
+        """The MCP server ("" for a tool of no server)."""
+        ...
+
+    @property
+    def tool(self) -> str:
+        """The tool's MCP name."""
+        ...
+
+    @property
+    def server_version(self) -> str:
+        """The server's ``serverInfo.version`` when the shape was learned ("" when unknown)."""
+        ...
+
+    @property
+    def shape(self) -> str:
+        """The shape: a JSON schema as compact JSON text."""
+        ...
+
+
+class ShapeStore(Protocol):
+    """Where code mode keeps the return shapes it learned from tools without an output schema."""
+
+    async def load_shapes(self) -> Sequence[ShapeRecord]:
+        """Every stored shape."""
+        ...
+
+    async def save_shape(self, server: str, tool: str, *, server_version: str, shape: str) -> None:
+        """Store the tool's shape, replacing any earlier one; raises on failure."""
         ...
 
 

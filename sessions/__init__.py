@@ -2,7 +2,8 @@
 
 Holds the schema and its migrations (``schema``), the row types (``model``),
 the store (``store``: ``connection`` plumbing, the ``writer``, the
-``queries``, ``approvals`` and the dumped REPL ``scopes``), ids (``ids``),
+``queries``, ``approvals``, the dumped REPL ``scopes`` and the learned
+``shapes``), ids (``ids``),
 the thread history (``history``), the Claude Code JSONL export (``export``)
 and what ``asyncai threads/audit/transcript`` print (``report``).
 
@@ -26,6 +27,7 @@ from .model import (
 )
 from .schema import SCHEMA_VERSION
 from .scopes import StoredScope, scope_cutoff
+from .shapes import StoredShape
 from .store import DEFAULT_DB_PATH, Store
 
 __all__ = [
@@ -43,6 +45,7 @@ __all__ = [
     "StoredPrompt",
     "StoredRecord",
     "StoredScope",
+    "StoredShape",
     "ThreadLookupError",
     "ThreadSummary",
     "ToolCallRow",

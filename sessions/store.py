@@ -10,7 +10,8 @@ The class is assembled from these concepts, each in its own module:
 - ``approvals``: approval requests, a paused run stored whole, and their
   decisions;
 - ``scopes``: each thread's dumped REPL scope;
-- ``replica``: a finished run's rows exported, and applied to another store.
+- ``replica``: a finished run's rows exported, and applied to another store;
+- ``shapes``: the return shapes code mode learned, per server and tool.
 
 Callers import from here (or from ``sessions``); the names above are the
 whole public API of the store.
@@ -23,6 +24,7 @@ from .connection import DEFAULT_BUSY_TIMEOUT, DEFAULT_DB_PATH
 from .queries import StoreQueries, audit_query
 from .replica import StoreReplica
 from .scopes import StoreScopes
+from .shapes import StoreShapes
 from .writer import PROMPT_STATUSES, RUN_STATUSES, StoreWriter
 
 __all__ = [
@@ -35,7 +37,7 @@ __all__ = [
 ]
 
 
-class Store(StoreWriter, StoreQueries, StoreApprovals, StoreScopes, StoreReplica):
+class Store(StoreWriter, StoreQueries, StoreApprovals, StoreScopes, StoreReplica, StoreShapes):
     """Transcripts, runs, prompts, the audit, cursors and REPL scopes in one SQLite file.
 
     Use as ``async with Store(path) as store:`` or ``await store.open()`` …

@@ -120,17 +120,27 @@ async def test_run_code_filters_in_the_sandbox_and_only_the_answer_reaches_the_m
 async def test_the_variables_note_reaches_the_next_run_and_the_tools_stay_identical(code_mode):
     """The engine's note goes on the next run's user message; run_code's description stays."""
     ex, inner, _ = code_mode
-    script = [ToolCalls(("run_code", {"code": FILTER})), "8 failing.", "pod-0 first."]
+    script = [ToolCalls(("run_code", {"code": FILTER})), "8 failing.", "pod-0 first.", "yes."]
     fake, _ = await run_script(
-        ex, script, request("which fail?"), request("which failed first?", run="R2")
+        ex,
+        script,
+        request("which fail?"),
+        request("which failed first?", run="R2"),
+        request("sure?", run="R3"),
     )
-    first, _, second = fake.requests
-    assert json.dumps(first["tools"]) == json.dumps(second["tools"])
+    first, _, second, third = fake.requests
+    # list_pods declares no output schema: the first run taught its shape, which its
+    # stub shows from the next run on (issue 19); then run_code stays byte-identical
+    assert "Returns (observed)" not in json.dumps(first["tools"])
+    assert "Returns (observed)" in json.dumps(second["tools"])
+    assert json.dumps(second["tools"]) == json.dumps(third["tools"])
     assert first["messages"][0] == second["messages"][0]  # system prompt
     note = second["messages"][-1]["content"]
     assert note.startswith("which failed first?\n\n")
-    appended = note.split("\n\n", 1)[1]
-    assert appended.startswith("[run_code variables still in scope: pods: list[200]")
+    shape, variables = note.split("\n\n", 1)[1].split("\n")
+    assert shape.startswith("[run_code: the result shape of list_pods (it declares none)")
+    assert variables.startswith("[run_code variables still in scope: pods: list[200]")
+    assert third["messages"][-1]["content"].split("\n\n", 1)[1] == variables  # said once
     assert len(inner.calls) == 1  # nothing fetched again
 
 

@@ -114,7 +114,17 @@ async def test_code_block_protocol_for_the_local_model(code_mode):
     assert WORKED_EXAMPLE in system
     assert HARNESS_RULES in system
     assert "Return contract:" not in system  # the long sandbox text stays out
-    assert third["messages"][0]["content"] == system
+    # list_pods declares no output schema: the first run taught its shape, which its
+    # stub shows from then on (issue 19); the rest of the system message is the same
+    before = 'async def list_pods(*, namespace: str) -> Any:\n    """List the pods of a namespace."""'
+    after = (
+        "async def list_pods(*, namespace: str) -> list[dict[str, Any]]:\n"
+        '    """\n    List the pods of a namespace.\n'
+        '    Returns (observed): [{"metadata": {"name": str}, "status": {"phase": str}}]\n'
+        '    """'
+    )
+    assert before in system
+    assert third["messages"][0]["content"] == system.replace(before, after)
     # the code ran; the answer request carries the result and the question, and no stop
     assert inner.calls == [("list_pods", {"namespace": "prod"})] * 2  # once per run
     assert second["messages"][-2] == {"role": "assistant", "content": f"```python\n{FILTER}\n```"}

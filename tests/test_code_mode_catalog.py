@@ -190,7 +190,11 @@ async def test_note_after_snippets(make_executor, fake) -> None:
         'bad = [p for p in pods["items"] if dig(p, "status.phase") != "Running"]\n'
         "len(bad)",
     )
+    # list_objects declares no output schema: its first result taught a shape (issue 19)
     assert ex.context_note("t") == (
+        "[run_code: the result shape of list_objects (it declares none) was learned: "
+        'Returns (observed): {"kind": str, "items": [{"metadata": {"name": str, '
+        '"namespace": str}, "status": {"phase": str}}]}]\n'
         "[run_code variables still in scope: pods: dict[2], bad: list[2]]"
     )
     out = await run(scope, 'summary = ", ".join(names(bad))\nboom = 1 / 0')

@@ -55,6 +55,7 @@ max_result_chars = 20000                 # characters returned to the model
 max_scopes = 8                           # REPL scopes kept (LRU by thread)
 max_scope_dump = "64MiB"                 # a larger REPL is not stored across restarts
 max_snippet_bytes = "256KiB"             # a larger snippet is refused before it runs
+catalog_budget = 6000                    # stub characters; over it: names + search_tools/describe
 preamble = "preamble.py"                 # example: Python run in every new scope
 
 [mcp_servers.simple]

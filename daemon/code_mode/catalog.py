@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 import keyword
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -51,6 +51,7 @@ __all__ = [
     "Catalog",
     "CatalogEntry",
     "CatalogSource",
+    "ObservedShapes",
     "Param",
     "python_name",
     "render_stub",
@@ -101,6 +102,7 @@ class CatalogEntry:
     extra_keywords: bool = False  # the input schema admits unlisted arguments
     returns: str = "Any"  # the return annotation
     sketch: str | None = None  # the ``Returns:`` shape, when there is an output schema
+    observed: bool = False  # the shape was learned from results, not declared (issue 19)
 
     @property
     def tool_name(self) -> str:
@@ -146,7 +148,8 @@ def _docstring_lines(entry: CatalogEntry) -> list[str]:
     if args:
         lines += ["Args:", *args]
     if entry.sketch is not None:
-        lines.append(f"Returns: {entry.sketch}")
+        label = "Returns (observed)" if entry.observed else "Returns"
+        lines.append(f"{label}: {entry.sketch}")
     # Three quotes would end the docstring early.
     return [ln.replace('"""', "'''") for ln in lines]
 
@@ -212,11 +215,16 @@ def _params(schema: Any, resolver: Resolver) -> tuple[tuple[Param, ...], bool]:
     return ordered, extra is True or (isinstance(extra, Mapping) and bool(extra))
 
 
-def _entry(py_name: str, d: ToolDefinition) -> CatalogEntry:
+def _entry(py_name: str, d: ToolDefinition, learned: Mapping[str, Any] | None) -> CatalogEntry:
     input_schema = d.input_schema or {}
     params, extra = _params(input_schema, Resolver(input_schema))
-    returns, sketch = "Any", None
-    if isinstance(d.output_schema, Mapping):
+    returns, sketch, observed = "Any", None, False
+    if not isinstance(d.output_schema, Mapping) and learned is not None:
+        # a learned shape is our own schema, never wrapped (issue 19)
+        resolver = Resolver(learned)
+        returns = schema_annotation(learned, resolver, ())
+        sketch, observed = shape_sketch(learned, resolver, (), 0), True
+    elif isinstance(d.output_schema, Mapping):
         root = d.output_schema
         shape = unwrap_result(root, d.name)
         resolver = Resolver(root)
@@ -235,18 +243,39 @@ def _entry(py_name: str, d: ToolDefinition) -> CatalogEntry:
         extra_keywords=extra,
         returns=returns,
         sketch=sketch,
+        observed=observed,
     )
 
 
-class Catalog:
-    """Inner tools by their Python names, in the order the executor listed them."""
+ObservedShapes = Callable[[ToolDefinition], "Mapping[str, Any] | None"]
+"""The learned shape (a JSON schema) of a tool without an output schema, or None."""
 
-    def __init__(self, definitions: Iterable[ToolDefinition]):
+
+class Catalog:
+    """Inner tools by their Python names, in the order the executor listed them.
+
+    ``observed`` gives the learned return shape of a tool that declares none
+    (issue 19; a declared output schema always wins). ``budget``: when the
+    rendered stubs are longer than this many characters the catalog is
+    :attr:`searchable`: the description lists names and one line each, and
+    the sandbox gets ``search_tools`` and ``describe`` (:mod:`~daemon.code_mode.search`).
+    """
+
+    def __init__(
+        self,
+        definitions: Iterable[ToolDefinition],
+        *,
+        observed: ObservedShapes | None = None,
+        budget: int | None = None,
+    ):
         self.entries: dict[str, CatalogEntry] = {}
         taken: set[str] = set()
         for d in definitions:
             py = _unique(python_name(d.name), taken)
-            self.entries[py] = _entry(py, d)
+            self.entries[py] = _entry(py, d, observed(d) if observed is not None else None)
+        self._stubs = "\n\n".join(e.stub() for e in self.entries.values())
+        self.budget = budget
+        self.searchable = budget is not None and len(self._stubs) > budget
 
     def lookup(self, py_name: str) -> CatalogEntry | None:
         """The entry called ``py_name`` in the sandbox, or None."""
@@ -288,8 +317,11 @@ class Catalog:
         return out
 
     def render(self) -> str:
-        """The stubs of every tool, blank-line separated: the catalog part of the description."""
-        return "\n\n".join(e.stub() for e in self.entries.values())
+        """The stubs of every tool, blank-line separated: the catalog part of the description.
+
+        Rendered once, as the catalog is built (its size decides :attr:`searchable`).
+        """
+        return self._stubs
 
     def type_stubs(self) -> str:
         """Docstring-free stubs for Monty's type checker (``type_check_stubs``)."""

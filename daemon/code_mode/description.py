@@ -4,7 +4,8 @@ The description (spec 0004 run_code, Return contract; A1, A8, A10, A11) has:
 how to work (plan, then one complete snippet; inspect shapes only after a
 failure; variables persist, earlier tool results are not in the history),
 the sandbox rules, the return contract, the built-in helpers, and the
-catalog of typed ``async def`` stubs, last.
+catalog of typed ``async def`` stubs, last (or, over ``code_mode.catalog_budget``,
+an index of names and one line each, with ``search_tools`` and ``describe``).
 
 It is a pure function of the catalog and the limits, with no dates, counters
 or per-thread state in it, so it is byte-identical from run to run and the
@@ -20,6 +21,7 @@ from daemon.code_mode.catalog import Catalog
 from daemon.code_mode.contract import NO_OUTPUT
 from daemon.code_mode.helpers import RESERVED_NAMES
 from daemon.code_mode.limits import CodeModeLimits
+from daemon.code_mode.search import DESCRIBE, SEARCH_LIMIT, SEARCH_TOOLS, index_lines
 from daemon.tools import ToolDefinition
 
 __all__ = [
@@ -29,6 +31,7 @@ __all__ = [
     "helpers_section",
     "run_code_definition",
     "run_code_description",
+    "search_section",
 ]
 
 RUN_CODE = "run_code"
@@ -134,14 +137,40 @@ into str().
 def catalog_section(catalog: Catalog) -> str:
     """The description's last part: the heading, then the catalog's stubs (or "none").
 
-    The small-model harness shows it word for word (``daemon.model.harness``).
+    A :attr:`~daemon.code_mode.catalog.Catalog.searchable` catalog (its stubs
+    over ``code_mode.catalog_budget``) lists each function by name and one
+    line instead, with the two helpers that find and show the stubs
+    (:func:`search_section`). The small-model harness shows it word for word
+    (``daemon.model.harness``).
     """
+    if catalog.searchable:
+        return search_section(catalog)
     stubs = catalog.render()
     heading = """\
 Available functions (keyword arguments only, required ones first; an optional one left \
 out or passed as None is not sent):
 """
     return f"{heading}\n{stubs if stubs else '(none: no tools are connected)'}"
+
+
+def search_section(catalog: Catalog) -> str:
+    """The catalog as an index: one line per function, and ``search_tools``/``describe``."""
+    index = "\n".join(index_lines(catalog))
+    return f"""\
+Available functions: {len(catalog.entries)}, too many to show their stubs here, so each is \
+listed by name and the first line of what it does. Call them like the others: async, \
+keyword arguments only (required ones first), `await` them; an optional argument left \
+out or passed as None is not sent. Before calling one, read its arguments and result \
+shape with describe(); find the ones you need with search_tools(). These two are helpers \
+answered at once: call them WITHOUT await, and print() or return what they give.
+- {SEARCH_TOOLS}(query, limit={SEARCH_LIMIT}): the functions that best match the words of \
+query, best first, as "name: summary" strings (a word in the name counts most, then in an \
+argument name, then in the description): {SEARCH_TOOLS}("list pods").
+- {DESCRIBE}(name): the full stub of one function (a str): arguments with types and \
+descriptions, the return type and the `Returns:` shape: print({DESCRIBE}("get_pod")).
+Plan: one snippet that searches and describes, then one that calls and filters.
+
+{index}"""
 
 
 def run_code_definition(catalog: Catalog, limits: CodeModeLimits | None = None) -> ToolDefinition:

@@ -87,6 +87,7 @@ from daemon.code_mode.lazy import public_name, without_wrapper_frames
 from daemon.code_mode.limits import CodeModeLimits
 from daemon.code_mode.nested import NestedCalls
 from daemon.code_mode.prints import PrintSink
+from daemon.code_mode.search import helper_result, is_helper
 from daemon.tools import ApprovalGate, AuditEntry, Decision, Pause, Verdict
 
 __all__ = ["OS_DENIED", "SLEEP_DENIED", "PrintSink", "SnippetOutcome", "SnippetRun"]
@@ -352,6 +353,8 @@ class SnippetRun:
             if name in _SLEEP_OS_CALLS:
                 return await snap.resume(_exception("NotImplementedError", SLEEP_DENIED))
             return await snap.resume(_exception("PermissionError", OS_DENIED))
+        if is_helper(self._catalog, name):  # search_tools/describe: answered at once
+            return await snap.resume(helper_result(self._catalog, name, snap.args, snap.kwargs))
         name, wrapped = public_name(name)
         entry = self._catalog.lookup(name)
         if entry is None:
@@ -482,7 +485,7 @@ class SnippetRun:
         name = snap.variable_name
         tool, wrapped = public_name(name)
         # a wrapper's host function is bound even for a tool gone since: its call says so
-        if wrapped or self._catalog.lookup(tool) is not None:
+        if wrapped or self._catalog.lookup(tool) is not None or is_helper(self._catalog, name):
             return await snap.resume(value=_sandbox_function(name))
         return await snap.resume()
 

@@ -56,13 +56,14 @@ from daemon.code_mode import hooks
 from daemon.code_mode.approval import render_paused, stamping_observer
 from daemon.code_mode.catalog import Catalog
 from daemon.code_mode.contract import render_error, with_started_calls
-from daemon.code_mode.description import RUN_CODE, run_code_definition
+from daemon.code_mode.description import RUN_CODE
 from daemon.code_mode.engine import SnippetOutcome, SnippetRun
 from daemon.code_mode.errors import SandboxUnavailable
 from daemon.code_mode.fresh import FreshScopes
 from daemon.code_mode.lazy import scope_source
 from daemon.code_mode.limits import CodeModeLimits
 from daemon.code_mode.nested import NestedCalls, StartedCall
+from daemon.code_mode.offer import ToolOffer
 from daemon.code_mode.persistence import ScopePersistence
 from daemon.code_mode.pool import close_pool, create_pool
 from daemon.code_mode.report import audit_json, render_outcome
@@ -76,6 +77,7 @@ from daemon.tools import (
     Decision,
     Pause,
     ScopeStore,
+    ShapeStore,
     ToolCallOutput,
     ToolDefinition,
     ToolExecutor,
@@ -99,7 +101,8 @@ class CodeModeToolExecutor(BaseToolExecutor):
     runs); a call it sends to a person pauses the run (the result carries a
     :class:`~daemon.tools.Pause`), and :meth:`resume` continues it.
     ``scopes``: where thread REPLs are stored across evictions and restarts
-    (issue 14; None: a REPL lives only as long as its checkout).
+    (issue 14; None: a REPL lives only as long as its checkout). ``shapes``: where
+    return shapes learned from results are kept (issue 19; None: only in memory).
     """
 
     def __init__(
@@ -111,6 +114,7 @@ class CodeModeToolExecutor(BaseToolExecutor):
         observer: AuditObserver | None = None,
         gate: ApprovalGate | None = None,
         scopes: ScopeStore | None = None,
+        shapes: ShapeStore | None = None,
     ):
         self._inner = inner
         self._gate = gate
@@ -118,8 +122,7 @@ class CodeModeToolExecutor(BaseToolExecutor):
         self._pool = pool
         self._owns_pool = pool is None
         self._observer = observer
-        self._catalog: Catalog | None = None
-        self._definition: ToolDefinition | None = None
+        self._offer = ToolOffer(inner, self._limits, shapes)
         self._started = False
         self._closed = False
         self._start_lock = asyncio.Lock()
@@ -138,7 +141,7 @@ class CodeModeToolExecutor(BaseToolExecutor):
 
         The small-model harness reads it (:class:`~daemon.code_mode.catalog.CatalogSource`).
         """
-        return self._catalog
+        return self._offer.built
 
     # -- the ToolExecutor interface ----------------------------------------
 
@@ -147,10 +150,7 @@ class CodeModeToolExecutor(BaseToolExecutor):
 
         Valid once the inner executor can list its tools (for MCP, once started).
         """
-        if self._definition is None:
-            self._catalog = Catalog(self._inner.definitions())
-            self._definition = run_code_definition(self._catalog, self._limits)
-        return [self._definition]
+        return [self._offer.definition()]
 
     async def start(self) -> None:
         """Start the inner executor and the pool. Idempotent.
@@ -166,10 +166,9 @@ class CodeModeToolExecutor(BaseToolExecutor):
                 return
             await self._inner.start()
             # the inner tools are final only now (MCP servers listed them on start)
-            self._catalog = Catalog(self._inner.definitions())
-            self._definition = run_code_definition(self._catalog, self._limits)
+            catalog = await self._offer.start()
             if (stored := self._scopes.persistence) is not None:  # its notes skip the wrappers
-                stored.tools = tuple(self._catalog.entries)
+                stored.tools = tuple(catalog.entries)
             if self._pool is None:
                 pool = create_pool(self._limits)
                 try:
@@ -340,8 +339,7 @@ class CodeModeToolExecutor(BaseToolExecutor):
             if state.session is not None:
                 state.note = None  # a run made while paused: its names are not the paused REPL's
             await state.discard(None)
-            assert self._catalog is not None
-            run = SnippetRun(self._catalog, self._limits, nested, gate=self._gate)
+            run = SnippetRun(self._offer.catalog, self._limits, nested, gate=self._gate)
 
             def nested_for(decision: Decision) -> NestedCalls:
                 # approved calls join the snippet's list of started calls
@@ -368,9 +366,7 @@ class CodeModeToolExecutor(BaseToolExecutor):
         *,
         started: list[StartedCall] | None = None,
     ) -> NestedCalls:
-        return NestedCalls(
-            self._inner, self._limits, thread_id=state.key, observer=observer, started=started
-        )
+        return self._offer.calls(state.key, observer, started)
 
     async def _run_locked(
         self, state: ScopeState, code: str, restart: bool, nested: NestedCalls
@@ -425,6 +421,7 @@ class CodeModeToolExecutor(BaseToolExecutor):
     ) -> ToolCallOutput:
         """The tool result of a run that ended or paused (after the hook, when it ended)."""
         audit = audit_json(nested.entries, outcome.denied)
+        await self._offer.settle(nested.learned, state.notices if state.key else None)
         for entry in outcome.denied:  # refused calls have an audit row too, with the decision
             await nested.record(entry)
         if outcome.pause is not None:
@@ -457,7 +454,7 @@ class CodeModeToolExecutor(BaseToolExecutor):
 
         A new checkout loads the stored REPL when the scope may, else runs the preamble.
         """
-        assert self._catalog is not None
+        catalog = self._offer.catalog
         checked_out = await self._checkout(state)
         if isinstance(checked_out, SnippetOutcome):
             return checked_out
@@ -468,8 +465,8 @@ class CodeModeToolExecutor(BaseToolExecutor):
             await state.discard(None)  # a failed load may have changed it: start on a fresh one
             return await self._open(state, nested)
         if fresh:
-            preamble = SnippetRun(self._catalog, self._limits, nested)
-            source = scope_source(hooks.scope_preamble(self._limits), tuple(self._catalog.entries))
+            preamble = SnippetRun(catalog, self._limits, nested)
+            source = scope_source(hooks.scope_preamble(self._limits), tuple(catalog.entries))
             setup = await self._fresh.prepare(state, lambda: preamble.drive(session, source))
             if setup is not None and not setup.ok:
                 log.error("code_mode.preamble_failed", thread=state.key, error=setup.error)
@@ -480,13 +477,12 @@ class CodeModeToolExecutor(BaseToolExecutor):
         return state.session or session, fresh  # prepare() may give the scope a warm spare
 
     async def _execute(self, state: ScopeState, code: str, nested: NestedCalls) -> SnippetOutcome:
-        assert self._catalog is not None
         opened = await self._open(state, nested)
         if isinstance(opened, SnippetOutcome):
             return opened
         session, fresh = opened
         state.dirty = True
-        run = SnippetRun(self._catalog, self._limits, nested, gate=self._gate)
+        run = SnippetRun(self._offer.catalog, self._limits, nested, gate=self._gate)
         outcome = await run.drive(session, code)
         outcome.fresh = fresh
         return outcome

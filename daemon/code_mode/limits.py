@@ -41,6 +41,10 @@ class CodeModeLimits:
       tool call, while a pasted manifest or table still fits; it bounds the
       pre-run checks (which parse the text, in a worker thread) and the
       sandbox's own parse.
+    - ``catalog_budget``: characters of rendered stubs the ``run_code``
+      description shows (issue 19). Over it, the description lists each
+      function by name and one line, and the sandbox gets
+      ``search_tools``/``describe``; every function stays callable.
     - ``preamble``: operator Python fed into every new scope after the
       built-in imports.
     """
@@ -56,6 +60,7 @@ class CodeModeLimits:
     max_scopes: int = 8
     max_scope_dump: int = 64 * 1024**2
     max_snippet_bytes: int = 256 * 1024
+    catalog_budget: int = 6000
     preamble: str = ""
 
     def __post_init__(self) -> None:
@@ -71,6 +76,7 @@ class CodeModeLimits:
             "max_scopes",
             "max_scope_dump",
             "max_snippet_bytes",
+            "catalog_budget",
         ):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:

@@ -15,6 +15,10 @@ and ``duration_ms`` are those of the call itself, from when it got its slot:
 | ``ToolTransportError``       | ``RuntimeError("tool error: ...")``           |
 | no answer in ``tool_timeout``| ``RuntimeError("tool X timed out after 120s")`` |
 
+A successful result of a tool without an output schema is shown to the
+:class:`~daemon.code_mode.learned.ShapeBook`, when there is one; the shapes it
+learned from them are in :attr:`NestedCalls.learned` (issue 19).
+
 Every call that reaches the inner executor, finished or dropped, becomes one
 :class:`daemon.tools.AuditEntry` (spec A7). The optional observer sees each
 call twice, with the same ``key``: an entry with outcome ``started`` before
@@ -64,6 +68,7 @@ from daemon.code_mode.convert import (
     sandbox_text,
 )
 from daemon.code_mode.lazy import text_marker
+from daemon.code_mode.learned import LearnedShape, ShapeBook
 from daemon.code_mode.limits import CodeModeLimits
 from daemon.tools import (
     AuditEntry,
@@ -144,8 +149,11 @@ class NestedCalls:
         thread_id: str | None,
         observer: AuditObserver | None = None,
         started: list[StartedCall] | None = None,
+        shapes: ShapeBook | None = None,
     ):
         self._inner = inner
+        self._shapes = shapes
+        self.learned: list[LearnedShape] = []  # shapes these calls taught (issue 19)
         self._limits = limits
         self._thread_id = thread_id
         self._observer = observer
@@ -233,6 +241,13 @@ class NestedCalls:
             message = f"tool {tool} returned a value the sandbox cannot take: {exc}"
             await self._finish(call, started, t0, "error", 0, message, logger)
             return _runtime_error(message)
+        if self._shapes is not None:
+            text_path = marker is not None  # the host did not parse it
+            learned = self._shapes.observe(
+                entry.definition, entry.py_name, output, None if text_path else value
+            )
+            if learned is not None:
+                self.learned.append(learned)
         await self._finish(call, started, t0, "ok", result_bytes(output), output, logger)
         return {"return_value": value}
 

@@ -106,6 +106,7 @@ class CodeModeConfig:
     max_scopes: Count | None = None
     max_scope_dump: Annotated[Size, Field(gt=0)] | None = None  # a larger REPL is not stored
     max_snippet_bytes: Annotated[Size, Field(gt=0)] | None = None  # a larger snippet is refused
+    catalog_budget: Count | None = None  # stub characters; over it: search_tools/describe
     preamble: PathValue | None = None  # operator Python run in every new scope (spec A8)
     preamble_text: str | None = field(default=None, init=False, repr=False)
 

@@ -77,10 +77,13 @@ def compact_description(catalog: Catalog) -> str:
     The full description (sandbox rules, return contract, limits) is about 2 500
     tokens before the catalog: a minute of prompt processing on 2 cores, and
     more than a 1.5B model keeps track of. Result fields the ``Returns:``
-    sketches cut short follow as access paths (:func:`hidden_fields`).
+    sketches cut short follow as access paths (:func:`hidden_fields`). A
+    catalog over ``code_mode.catalog_budget`` is the same index of names, with
+    ``search_tools`` and ``describe``, as the full description has.
     """
     sections = f"{helpers_section()}\n{catalog_section(catalog)}"
-    fields = hidden_fields(catalog)
+    # a searchable catalog (issue 19) shows no Returns: lines for fields to complete
+    fields = "" if catalog.searchable else hidden_fields(catalog)
     fields = f"\n\n{fields}" if fields else ""
     return f"{HARNESS_RULES}\n\n{sections.strip()}{fields}"
 

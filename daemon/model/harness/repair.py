@@ -9,10 +9,35 @@ import builtins
 import difflib
 from collections.abc import Iterable
 
+from daemon.code_mode.search import SEARCH_HELPERS
 from daemon.model.harness.peek import top_level_targets
 from daemon.model.harness.prompts import Signature
 
 __all__ = ["HELPER_NAMES", "repair_code"]
+
+
+class _UnawaitHelpers(ast.NodeTransformer):
+    """``await describe(...)`` → ``describe(...)``: the two search helpers of a large
+    catalog (issue 19) answer at once, so awaiting their value is a TypeError, and
+    a model that awaits every function it is shown will await them too. A catalog
+    function of that name (which is awaited) keeps its ``await``."""
+
+    def __init__(self, tools: set[str]) -> None:
+        self.tools = tools
+        self.changed = False
+
+    def visit_Await(self, node: ast.Await) -> ast.AST:
+        self.generic_visit(node)
+        call = node.value
+        if (
+            isinstance(call, ast.Call)
+            and isinstance(call.func, ast.Name)
+            and call.func.id in SEARCH_HELPERS
+            and call.func.id not in self.tools
+        ):
+            self.changed = True
+            return call
+        return node
 
 
 class _AwaitPrecedence(ast.NodeTransformer):
@@ -258,8 +283,12 @@ def repair_code(
     tree = fixer.visit(tree)
     if fixer.changed:
         repairs.append("await applied to the call, not to its subscript")
+    unawait = _UnawaitHelpers(names)
+    tree = unawait.visit(tree)
+    if unawait.changed:
+        repairs.append("search_tools/describe called without await (they answer at once)")
     if signatures:
-        local = set(top_level_targets(tree)) | set(HELPER_NAMES)
+        local = set(top_level_targets(tree)) | set(HELPER_NAMES) | set(SEARCH_HELPERS)
         local |= {
             n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)
         }

@@ -1,0 +1,180 @@
+"""The shapes code mode learned, by server and tool, and their store (issue 19).
+
+A tool without an output schema returns ``Any``. The first successful
+result that is a parsed JSON object or array (:func:`~daemon.code_mode.shapes.learnable`)
+gives it a shape (:func:`~daemon.code_mode.shapes.infer_shape`); a later
+result that no longer fits is merged in (:func:`~daemon.code_mode.shapes.merge`).
+Each change bumps :attr:`ShapeBook.version`, which makes the executor build
+its catalog again: the stub then says ``Returns (observed): ...`` (so the
+``run_code`` description changes only when a shape is learned or
+refreshed), ``describe()`` shows it, and the next note of the thread whose
+snippet saw it says so once (:func:`shape_notice`).
+
+Shapes are kept per server and tool with the server's ``serverInfo.version``:
+a stored shape of another version is not used (the next result teaches the
+new one and replaces it). A declared output schema always wins: such a tool
+is never observed. A large result that goes into the sandbox as text
+(:mod:`~daemon.code_mode.lazy`) is parsed on the host only to learn a
+first shape, and only up to :data:`MAX_OBSERVED_CHARS`; it is not checked
+against a known one (parsing it on the host is what the text path saves).
+
+The store (a :class:`~daemon.tools.ShapeStore`) is read once at start and
+written as shapes change, each write bounded by :data:`SAVE_TIMEOUT`; a
+failure is logged and costs only the stored copy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+
+from daemon.code_mode.schema import return_sketch
+from daemon.code_mode.shapes import dump_shape, fits, infer_shape, learnable, load_shape, merge
+from daemon.tools import ShapeStore, ToolCallOutput, ToolDefinition
+
+__all__ = [
+    "MAX_NOTICE_CHARS",
+    "MAX_OBSERVED_CHARS",
+    "SAVE_TIMEOUT",
+    "LearnedShape",
+    "ShapeBook",
+    "shape_notice",
+]
+
+log = structlog.get_logger("asyncai.code_mode")
+
+MAX_OBSERVED_CHARS = 1024 * 1024
+SAVE_TIMEOUT = 10.0
+MAX_NOTICE_CHARS = 400
+
+
+@dataclass(frozen=True)
+class LearnedShape:
+    """A shape learned (or refreshed) from one result; ``py_name`` is the sandbox name."""
+
+    server: str
+    tool: str
+    server_version: str
+    shape: dict[str, Any]
+    py_name: str = ""
+    refreshed: bool = False
+
+    @property
+    def sketch(self) -> str:
+        """The shape as a ``Returns:`` sketch."""
+        return return_sketch(self.shape)
+
+
+def _key(d: ToolDefinition) -> tuple[str, str]:
+    return d.server or "", d.name
+
+
+def shape_notice(learned: LearnedShape) -> str:
+    """The note's line for a shape the thread's snippet just taught (said once)."""
+    sketch = learned.sketch
+    if len(sketch) > MAX_NOTICE_CHARS:
+        sketch = sketch[: MAX_NOTICE_CHARS - 1] + "…"
+    how = "changed; its stub now says" if learned.refreshed else "was learned:"
+    return (
+        f"[run_code: the result shape of {learned.py_name or learned.tool} (it declares none) "
+        f"{how} Returns (observed): {sketch}]"
+    )
+
+
+class ShapeBook:
+    """Learned shapes by (server, tool), with the server version each was learned at."""
+
+    def __init__(self, store: ShapeStore | None = None):
+        self._store = store
+        self._shapes: dict[tuple[str, str], tuple[str, dict[str, Any]]] = {}
+        self._loaded = False
+        self.version = 0  # bumped by every change: the catalog is built again
+
+    async def load(self) -> None:
+        """Read the stored shapes (once; a failing store is logged and left empty)."""
+        if self._loaded or self._store is None:
+            return
+        self._loaded = True
+        try:
+            async with asyncio.timeout(SAVE_TIMEOUT):
+                rows = await self._store.load_shapes()
+        except Exception as exc:
+            # the shapes only help: without them the stubs say -> Any, as before
+            log.warning("code_mode.shapes_not_loaded", error=repr(exc))
+            return
+        for row in rows:
+            shape = load_shape(row.shape)
+            if shape is None:
+                log.warning("code_mode.shape_unreadable", server=row.server, tool=row.tool)
+                continue
+            self._shapes[(row.server, row.tool)] = (row.server_version, shape)
+        if self._shapes:
+            self.version += 1
+
+    def shape_for(self, d: ToolDefinition) -> dict[str, Any] | None:
+        """The learned shape of ``d`` at its server's version, or None (or a declared schema)."""
+        if d.output_schema is not None:
+            return None
+        known = self._shapes.get(_key(d))
+        if known is None or known[0] != (d.server_version or ""):
+            return None
+        return known[1]
+
+    def observe(
+        self, d: ToolDefinition, py_name: str, output: ToolCallOutput, value: Any
+    ) -> LearnedShape | None:
+        """Learn from one successful result; the new shape when it changed, else None.
+
+        ``value`` is what the sandbox got when the host parsed it, or None
+        when the result went in as text: then it is parsed here only to learn
+        a first shape (not over :data:`MAX_OBSERVED_CHARS`), never to check
+        one, which would parse every large result twice.
+        """
+        if d.output_schema is not None:
+            return None
+        current = self.shape_for(d)
+        if value is None:
+            if current is not None or len(output.content) > MAX_OBSERVED_CHARS:
+                return None
+            try:
+                value = json.loads(output.content)
+            except (ValueError, RecursionError):
+                return None
+        if not learnable(value):
+            return None
+        if current is not None and fits(value, current):
+            return None
+        seen = infer_shape(value)
+        shape = seen if current is None else merge(current, seen)
+        version = d.server_version or ""
+        self._shapes[_key(d)] = (version, shape)
+        self.version += 1
+        server, tool = _key(d)
+        return LearnedShape(server, tool, version, shape, py_name, refreshed=current is not None)
+
+    async def save(self, learned: LearnedShape) -> None:
+        """Store ``learned``; a failure is logged, never raised."""
+        log.info(
+            "code_mode.shape_learned",
+            server=learned.server,
+            tool=learned.tool,
+            refreshed=learned.refreshed,
+            sketch=learned.sketch,
+        )
+        if self._store is None:
+            return
+        try:
+            async with asyncio.timeout(SAVE_TIMEOUT):
+                await self._store.save_shape(
+                    learned.server,
+                    learned.tool,
+                    server_version=learned.server_version,
+                    shape=dump_shape(learned.shape),
+                )
+        except Exception as exc:
+            # the shape still serves this process; only the stored copy is missing
+            log.warning("code_mode.shape_not_saved", tool=learned.tool, error=repr(exc))

@@ -1,0 +1,96 @@
+"""What ``run_code`` offers: the catalog and the tool definition, rebuilt as shapes are learned.
+
+The catalog comes from the inner executor's tools, the learned return shapes
+(:class:`~daemon.code_mode.learned.ShapeBook`, issue 19) and
+``limits.catalog_budget``; the ``run_code`` definition from the catalog.
+Both are built when the executor starts, and again only when a shape was
+learned or refreshed since (the book's version moved), so the description
+stays byte-identical from run to run otherwise. A snippet sees the catalog
+of the moment it starts, and its nested calls (:meth:`ToolOffer.calls`)
+show their results to the book.
+"""
+
+from __future__ import annotations
+
+from daemon.code_mode.catalog import Catalog
+from daemon.code_mode.description import run_code_definition
+from daemon.code_mode.learned import LearnedShape, ShapeBook, shape_notice
+from daemon.code_mode.limits import CodeModeLimits
+from daemon.code_mode.nested import NestedCalls, StartedCall
+from daemon.tools import AuditObserver, ShapeStore, ToolDefinition, ToolExecutor
+
+__all__ = ["ToolOffer"]
+
+
+class ToolOffer:
+    """The catalog and ``run_code`` of one executor, over its inner tools and learned shapes."""
+
+    def __init__(self, inner: ToolExecutor, limits: CodeModeLimits, store: ShapeStore | None):
+        self._inner = inner
+        self._limits = limits
+        self.shapes = ShapeBook(store)
+        self._catalog: Catalog | None = None
+        self._definition: ToolDefinition | None = None
+        self._built = -1  # the book's version they were built at
+
+    async def start(self) -> Catalog:
+        """Load the stored shapes, then build (the inner executor is started)."""
+        await self.shapes.load()
+        self._build()
+        return self.catalog
+
+    def _build(self) -> None:
+        self._built = self.shapes.version
+        self._catalog = Catalog(
+            self._inner.definitions(),
+            observed=self.shapes.shape_for,
+            budget=self._limits.catalog_budget,
+        )
+        self._definition = run_code_definition(self._catalog, self._limits)
+
+    def _fresh(self) -> None:
+        if self._catalog is None or self._built != self.shapes.version:
+            self._build()
+
+    @property
+    def built(self) -> Catalog | None:
+        """The catalog, or None while nothing was built (never builds)."""
+        if self._catalog is not None:
+            self._fresh()
+        return self._catalog
+
+    @property
+    def catalog(self) -> Catalog:
+        """The current catalog (built now if needed: the inner tools must be listed)."""
+        self._fresh()
+        assert self._catalog is not None
+        return self._catalog
+
+    def definition(self) -> ToolDefinition:
+        """The current ``run_code`` definition (built now if needed)."""
+        self._fresh()
+        assert self._definition is not None
+        return self._definition
+
+    def calls(
+        self,
+        thread_id: str | None,
+        observer: AuditObserver | None,
+        started: list[StartedCall] | None,
+    ) -> NestedCalls:
+        """The nested calls of one ``run_code`` call; what they return teaches :attr:`shapes`."""
+        return NestedCalls(
+            self._inner,
+            self._limits,
+            thread_id=thread_id,
+            observer=observer,
+            started=started,
+            shapes=self.shapes,
+        )
+
+    async def settle(self, learned: list[LearnedShape], notices: list[str] | None) -> None:
+        """Store the shapes a snippet's calls taught, and tell its thread (``notices``) once."""
+        for shape in learned:
+            await self.shapes.save(shape)
+            if notices is not None:
+                notices.append(shape_notice(shape))

@@ -1,0 +1,84 @@
+"""Learned return shapes in the ``tool_shapes`` table (issue 19): one per server and tool.
+
+Code mode learns the shape of what a tool without an output schema returns
+and keeps it here with the server's version, so a restarted daemon starts
+with the shapes it had. This module only keeps the text: what a shape means
+(a JSON schema, as compact JSON) is the caller's business; the store checks
+that it is a JSON object, so a broken writer cannot store what no reader
+can use. Saving replaces the tool's earlier shape (last write wins).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .connection import StoreConnections
+from .errors import StoreError
+from .ids import now_iso
+
+__all__ = ["StoreShapes", "StoredShape"]
+
+
+@dataclass(frozen=True)
+class StoredShape:
+    """One tool's learned shape, as stored."""
+
+    server: str  # "" for a tool of no server
+    tool: str
+    server_version: str  # "" when the server gave none
+    shape: str  # a JSON object (a JSON schema), as text
+    observed: str  # ISO 8601, UTC: when it was learned or last refreshed
+
+
+def _stored(row: Sequence[Any]) -> StoredShape:
+    server, tool, server_version, shape, observed = row
+    return StoredShape(server, tool, server_version, shape, observed)
+
+
+class StoreShapes(StoreConnections):
+    """The tool_shapes table: save a tool's shape (replacing the last), load them all."""
+
+    async def save_shape(
+        self,
+        server: str,
+        tool: str,
+        *,
+        server_version: str,
+        shape: str,
+        observed: str | None = None,
+    ) -> None:
+        """Store ``shape`` as the tool's learned shape, replacing any earlier one.
+
+        ``observed`` (default: now) is when it was learned. Raises
+        ``StoreError`` for an empty tool name or a shape that is not a JSON object.
+        """
+        if not tool:
+            raise StoreError(f"shape of server {server!r}: no tool name")
+        try:
+            parsed = json.loads(shape)
+        except ValueError as exc:
+            raise StoreError(f"shape of {server}.{tool}: not JSON: {exc}") from exc
+        if not isinstance(parsed, dict):
+            raise StoreError(f"shape of {server}.{tool}: not a JSON object")
+        when = observed if observed is not None else now_iso()
+        async with self._statement(f"saving the shape of {server}.{tool}") as db:
+            await db.execute(
+                "INSERT INTO tool_shapes (server, tool, server_version, shape, observed)"
+                " VALUES (?, ?, ?, ?, ?)"
+                " ON CONFLICT (server, tool) DO UPDATE SET"
+                " server_version = excluded.server_version, shape = excluded.shape,"
+                " observed = excluded.observed",
+                (server, tool, server_version, shape, when),
+            )
+
+    async def load_shapes(self) -> list[StoredShape]:
+        """Every stored shape, by server and tool."""
+        rows = await self._read(
+            "loading the learned shapes",
+            "SELECT server, tool, server_version, shape, observed FROM tool_shapes"
+            " ORDER BY server, tool",
+        )
+        return [_stored(row) for row in rows]
