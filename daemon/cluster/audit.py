@@ -50,6 +50,7 @@ AUDIT_STREAM = "asyncai_audit"
 AUDIT_SUBJECT = "asyncai.audit"
 MARKER_FILE = "audit.published"
 BATCH = 100  # documents per fetch (collector) and per look at the database (exporter)
+BATCH_DELAY = 1.0  # seconds the exporter lets runs finish after a kick, to send them together
 
 
 async def ensure_audit_stream(js: JetStreamContext) -> None:
@@ -77,11 +78,20 @@ class AuditExporter:
     logged and tried again at the next round; nothing is skipped.
     """
 
-    def __init__(self, js: JetStreamContext, store: Store, state_dir: Path, *, interval: float):
+    def __init__(
+        self,
+        js: JetStreamContext,
+        store: Store,
+        state_dir: Path,
+        *,
+        interval: float,
+        gather: float = BATCH_DELAY,
+    ):
         self._js = js
         self._store = store
         self._marker = state_dir / MARKER_FILE
         self._interval = interval
+        self._gather = gather
         self._wake = asyncio.Event()
         self.published = 0
 
@@ -132,6 +142,7 @@ class AuditExporter:
         while True:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), self._interval)
+            await asyncio.sleep(self._gather)  # a burst of runs is one round, not one each
             self._wake.clear()
             try:
                 await self.send_new()

@@ -92,7 +92,10 @@ class ThreadRouter:
             return [message]  # the runtime skips it and moves the cursor
         if key in self._mine and self._trust_cache():
             return [message]
-        claim = await self._acquire(message.channel, message.thread)
+        if message.id == message.thread and self._someone_else_claims(key):
+            claim = None  # a new thread another live member claims: no need to ask
+        else:
+            claim = await self._acquire(message.channel, message.thread)
         if claim is None or claim.owner != self.member:
             if not message.text.lstrip().startswith("!"):
                 self._remember(key, message)
@@ -118,18 +121,24 @@ class ThreadRouter:
             if kept:
                 self._remembered[key] = kept
 
+    def _someone_else_claims(self, key: ThreadKey) -> bool:
+        first = preferred(key[0], key[1], self.live)
+        return first is not None and first != self.member
+
     async def _acquire(self, channel: str, thread: str) -> Claim | None:
         """The entry after claiming or taking the thread over when this daemon should.
 
         None: nobody holds it and another live member should claim it.
         """
-        claim = await self._leases.get(channel, thread)
-        if claim is None:
-            first = preferred(channel, thread, self.live)
-            if first != self.member and first is not None and first in self.live:
+        claim: Claim
+        if not self._someone_else_claims((channel, thread)):
+            claim = await self._leases.claim(channel, thread)  # or learn who holds it
+        else:
+            found = await self._leases.get(channel, thread)
+            if found is None:
                 return None
-            claim = await self._leases.claim(channel, thread)
-        elif claim.owner != self.member and claim.owner not in self.live:
+            claim = found
+        if claim.owner != self.member and claim.owner not in self.live:
             if await self._leases.alive(claim.owner):
                 self.live.add(claim.owner)  # joined since the last beat
             else:
