@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 
 import pytest
@@ -81,7 +82,7 @@ async def test_closing_gives_the_spare_back(monty_pool, fresh):
     spare = third.session
     await fresh.aclose()  # cancels the load of `own` (or closes it, loaded)
     assert own.worker_pid is None
-    fresh.ahead(monty_pool, LIMITS)
+    assert fresh.ahead(monty_pool, LIMITS, asyncio.Lock(), True) is None
     assert not await fresh.settle()
     assert spare is not None
     assert await spare.feed_run("X") == 41  # the scope keeps what it was given
@@ -103,3 +104,25 @@ async def test_an_operators_preamble_means_no_spare(monty_pool):
 
 async def _never() -> SnippetOutcome:
     raise AssertionError("a scope given the spare feeds nothing")
+
+
+async def test_a_scope_that_loads_nothing_takes_the_spare_at_its_checkout(monty_pool, fresh):
+    """Without a stored REPL to load, the checkout itself is the spare (no feed, no load);
+    after a pause (the REPL is in the snapshot) the next checkout is a fresh one."""
+    first = await open_scope(fresh, monty_pool, "a")
+    second = await open_scope(fresh, monty_pool, "b")
+    assert await fresh.settle()
+    blank = ScopeState("c")
+    blank.restore = False  # what a scope table without a store makes
+    session, new = await blank.checkout(monty_pool, LIMITS, fresh.ahead)
+    assert new
+    assert await fresh.prepare(blank, feed=_never) is None
+    assert blank.session is session
+    assert await session.feed_run("X + 1") == 42
+    assert await fresh.settle()  # the next spare, made once the scope's lock is free
+    await blank.discard(None)  # paused: the next checkout loads the snapshot
+    again, _ = await blank.checkout(monty_pool, LIMITS, fresh.ahead)
+    with pytest.raises(MontyRuntimeError):
+        await again.feed_run("X")  # an empty REPL, not the spare
+    for state in (first, second, blank):
+        await state.discard("closed")

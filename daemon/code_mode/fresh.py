@@ -8,11 +8,14 @@ same feed count, so tracebacks name the same ``<python-input-N>``). The
 first new scope feeds the preamble and keeps the dump; the next ones load it.
 
 Loading still took a new scope's first ``run_code`` to about three times a
-bare checkout and feed, so the next scope's checkout is made ahead: a *spare*,
-checked out and loaded in the background while the scopes work.
-:meth:`FreshScopes.take` hands it to the next new scope (which then skips its
-checkout and the load) and starts the next spare. There is at most one; it
-holds one worker of the pool, which has room for it
+bare checkout and feed, so one checkout is made ahead: a *spare*, checked out
+with that REPL loaded. A scope that will load nothing else (no stored REPL to
+try, no paused snapshot: ``ScopeState.held``) takes it as its checkout
+(:meth:`FreshScopes.ahead`), and the next spare is made once its run has
+ended. A scope that first asked the store in vain takes it in place of its
+own fresh checkout (:meth:`FreshScopes.prepare`), which is loaded in the
+background to be the next spare. There is at most one spare; it holds a
+worker of the pool, which has room for it
 (:func:`daemon.code_mode.pool.pool_options`). :meth:`FreshScopes.aclose`
 gives it back.
 
@@ -62,14 +65,26 @@ class FreshScopes:
         self._spare: AsyncMontySession | None = None  # checked out, the REPL loaded
         self._filling: asyncio.Task[None] | None = None
         self._loading: AsyncMontySession | None = None  # the spare being made
+        self._handed: AsyncMontySession | None = None  # the spare a checkout took
         self._closed = False
 
-    def ahead(self, pool: AsyncMonty, limits: CodeModeLimits) -> None:
-        """A scope is about to check out: make a spare for a later one if there is none."""
+    def ahead(
+        self, pool: AsyncMonty, limits: CodeModeLimits, lock: asyncio.Lock, blank: bool
+    ) -> AsyncMontySession | None:
+        """A scope is about to check out: the spare when it will load nothing (``blank``).
+
+        Makes the next spare, once the run holding ``lock`` has ended, when
+        there is none (the spare was taken, or was never made).
+        """
+        spare = self._spare
+        taken = blank and spare is not None and spare.worker_pid is not None and self._idle()
+        if taken:
+            self._spare, self._handed = None, spare
         if self._spare is None and self._blob is not None and self._idle():
             self._filling = asyncio.create_task(
-                self._load(self._blob, pool, limits), name="code_mode:spare"
+                self._load(self._blob, pool, limits, after=lock), name="code_mode:spare"
             )
+        return spare if taken else None
 
     def _idle(self) -> bool:
         """Whether a spare may be made now (one at a time, none after :meth:`aclose`)."""
@@ -78,13 +93,22 @@ class FreshScopes:
         )
 
     async def _load(
-        self, blob: bytes, pool: AsyncMonty | None = None, limits: CodeModeLimits | None = None
+        self,
+        blob: bytes,
+        pool: AsyncMonty | None = None,
+        limits: CodeModeLimits | None = None,
+        *,
+        after: asyncio.Lock | None = None,
     ) -> None:
         """Load ``blob`` into ``self._loading`` or a new checkout of ``pool``: the next spare.
 
         ``self._loading`` holds the checkout meanwhile, so :meth:`aclose` can
-        give it back whenever the task is cancelled.
+        give it back whenever the task is cancelled. With ``after`` (a scope's
+        lock), the load waits for the run holding it to end.
         """
+        if after is not None:
+            async with after:
+                pass
         try:
             session = self._loading
             if session is None:
@@ -115,18 +139,25 @@ class FreshScopes:
 
         ``state.session`` is a fresh checkout. With a spare ready, the spare
         takes its place, and the fresh checkout becomes the next spare once the
-        dump is loaded into it (in the background). Else ``feed()`` runs the
-        preamble in it, or the dump is loaded.
+        dump is loaded into it, in the background after the run (which holds
+        ``state.lock``). Else ``feed()`` runs the preamble in it, or the dump
+        is loaded.
         """
         session = state.session
         assert session is not None
+        if session is self._handed:
+            self._handed = None
+            return None  # the spare, taken at the checkout
         spare, blob = self._spare, self._blob
         if spare is not None and blob is not None and self._idle():
             self._spare = None
             if spare.worker_pid is not None:
                 state.session = spare
                 self._loading = session  # the fresh checkout: the next spare
-                self._filling = asyncio.create_task(self._load(blob), name="code_mode:spare")
+                # once this scope's run has ended: its snippet gets the cores first
+                self._filling = asyncio.create_task(
+                    self._load(blob, after=state.lock), name="code_mode:spare"
+                )
                 return None
             await _close(spare)  # its worker died while it waited
         if self._blob is not None:
@@ -161,6 +192,6 @@ class FreshScopes:
             with contextlib.suppress(asyncio.CancelledError):
                 await filling
         await self._drop_loading()
-        spare, self._spare = self._spare, None
+        spare, self._spare, self._handed = self._spare, None, None
         if spare is not None:
             await _close(spare)

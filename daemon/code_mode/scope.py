@@ -18,7 +18,10 @@ from daemon.code_mode.limits import CodeModeLimits
 from daemon.code_mode.note import ScopeVariables
 from daemon.code_mode.pool import CLOSE_TIMEOUT, new_checkout
 
-__all__ = ["ScopeState"]
+__all__ = ["Ahead", "ScopeState"]
+
+# (pool, limits, the scope's lock, whether the scope will load nothing) -> a checkout or None
+Ahead = Callable[[AsyncMonty, CodeModeLimits, asyncio.Lock, bool], AsyncMontySession | None]
 
 log = structlog.get_logger("asyncai.code_mode")
 
@@ -39,7 +42,10 @@ class ScopeState:
     thread scope that was never live here; cleared once tried, and by
     ``restart``, a reset or a resumed pause); ``evicted`` says the thread's
     previous scope was evicted, so an empty store means its REPL was lost;
-    ``notices`` are lines for the next note, said once.
+    ``notices`` are lines for the next note, said once. ``held`` says the
+    REPL lives in a paused snippet's snapshot, which the next checkout loads.
+    A checkout that will load nothing (neither ``restore`` nor ``held``) may
+    be a warm spare (:mod:`daemon.code_mode.fresh`).
     """
 
     def __init__(self, key: str | None):
@@ -51,6 +57,7 @@ class ScopeState:
         self.dirty = False
         self.restore = key is not None
         self.evicted = False
+        self.held = False
         self.notices: list[str] = []
 
     @property
@@ -67,18 +74,19 @@ class ScopeState:
         self,
         pool: AsyncMonty,
         limits: CodeModeLimits,
-        ahead: Callable[[AsyncMonty, CodeModeLimits], None] | None = None,
+        ahead: Ahead | None = None,
     ) -> tuple[AsyncMontySession, bool]:
         """The live session, checking one out when there is none; and whether it is new.
 
-        ``ahead`` is told before a new checkout
-        (:meth:`FreshScopes.ahead <daemon.code_mode.fresh.FreshScopes.ahead>`).
+        ``ahead`` (:meth:`FreshScopes.ahead <daemon.code_mode.fresh.FreshScopes.ahead>`)
+        is told before a new checkout, and may give one made ahead instead.
         """
         if self.session is not None:
             return self.session, False
-        if ahead is not None:
-            ahead(pool, limits)
-        session = await new_checkout(pool, limits)
+        blank, self.held = not (self.restore or self.held), False
+        session = ahead(pool, limits, self.lock, blank) if ahead is not None else None
+        if session is None:
+            session = await new_checkout(pool, limits)
         self.session = session
         return session, True
 
@@ -92,7 +100,7 @@ class ScopeState:
         (``dirty``) and is not loaded.
         """
         if reason is None:
-            self.dirty = False
+            self.dirty, self.held = False, True
         elif reason in ("restart", "reset"):
             self.dirty, self.restore = True, False
         session, self.session = self.session, None

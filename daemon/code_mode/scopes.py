@@ -3,10 +3,11 @@
 :class:`ScopeTable` holds a :class:`~daemon.code_mode.scope.ScopeState` per
 thread id, most recently used last. A new scope may push the least
 recently used idle one out; a scope with a snippet running is never
-evicted (the table overshoots until it ends). An evicted scope's checkout
-is closed before the executor's next checkout (:meth:`ScopeTable.close_evicted`),
-after its REPL is stored when there is a store (issue 14,
-:mod:`daemon.code_mode.persistence`); the thread's next scope then loads it.
+evicted (the table overshoots until it ends). An evicted scope's REPL is
+stored, when there is a store (issue 14, :mod:`daemon.code_mode.persistence`),
+before the executor's next checkout (:meth:`ScopeTable.close_evicted`), and
+its checkout is closed in the background from then on (issue 17); the
+thread's next scope then loads it.
 
 Without a store, evicted thread ids are remembered (a bounded number) so the
 thread's next note can say its REPL is gone.
@@ -14,6 +15,7 @@ thread's next note can say its REPL is gone.
 
 from __future__ import annotations
 
+import asyncio
 from collections import OrderedDict
 
 import structlog
@@ -40,7 +42,8 @@ class ScopeTable:
         self.persistence = persistence
         self._scopes: OrderedDict[str, ScopeState] = OrderedDict()
         self._to_close: list[ScopeState] = []
-        self._evicting: dict[str, ScopeState] = {}  # victims until their checkout is closed
+        self._evicting: dict[str, ScopeState] = {}  # victims until their REPL is stored
+        self._closing: set[asyncio.Task[None]] = set()  # evicted checkouts being closed
         self._evicted: OrderedDict[str, None] = OrderedDict()
 
     def __len__(self) -> int:
@@ -59,6 +62,7 @@ class ScopeTable:
         state = self._scopes.get(thread_id)
         if state is None:
             state = ScopeState(thread_id)
+            state.restore = self.persistence is not None  # nothing is stored without a store
             if thread_id in self._evicted:
                 del self._evicted[thread_id]
                 if self.persistence is None:
@@ -88,7 +92,13 @@ class ScopeTable:
             log.info("code_mode.scope_evicted", thread=victim.key)
 
     async def close_evicted(self) -> None:
-        """Store (with a store) and close the checkouts of evicted scopes."""
+        """Store (with a store) the REPLs of evicted scopes, and start closing their checkouts.
+
+        The close runs in the background (:meth:`drain` waits for it): it is
+        pool work, about a third of a new scope's first run, and nothing needs
+        it done before the new scope's own checkout (the pool has room, and a
+        checkout that finds none waits for a worker to come back).
+        """
         while self._to_close:
             victim = self._to_close.pop()
             # locked with no await since the pop: settle() waits for it to be stored
@@ -96,10 +106,17 @@ class ScopeTable:
                 try:
                     if self.persistence is not None:
                         await self.persistence.save(victim)
-                    await victim.discard("evicted")
+                    task = asyncio.create_task(victim.discard("evicted"), name="code_mode:evicted")
+                    self._closing.add(task)
+                    task.add_done_callback(self._closing.discard)
                 finally:
                     if victim.key is not None and self._evicting.get(victim.key) is victim:
                         del self._evicting[victim.key]
+
+    async def drain(self) -> None:
+        """Wait until the evicted scopes' checkouts are closed."""
+        while self._closing:
+            await asyncio.wait(list(self._closing))
 
     async def settle(self, thread_id: str) -> None:
         """Return once the thread's evicted scope, if any, is stored and closed."""
@@ -131,12 +148,13 @@ class ScopeTable:
             await self.persistence.save(state)
 
     async def checkpoint_all(self) -> None:
-        """:meth:`checkpoint` every scope, and store the evicted ones not yet closed."""
-        if self.persistence is None:
-            return
-        for thread_id in list(self._scopes):
-            await self.checkpoint(thread_id)
-        await self.close_evicted()
+        """:meth:`checkpoint` every scope, store the evicted ones not yet closed, and
+        wait for their checkouts to close (so it may come before closing the pool)."""
+        if self.persistence is not None:
+            for thread_id in list(self._scopes):
+                await self.checkpoint(thread_id)
+            await self.close_evicted()
+        await self.drain()
 
     async def reset(self, thread_id: str) -> None:
         """Empty the thread's REPL for good: close its checkout, drop its stored dump."""
