@@ -642,7 +642,7 @@ async def run_mode(
 #: sandbox's, not a tool's.
 STARTUP = (
     ("first reply", "What is 12 times 34?", r"(?<![\d.,])408(?![\d])"),
-    ("the banner's example", BANNER_QUESTION, r"(?<![\d.,])3,?682,?913(?![\d])"),
+    ("the banner's example", BANNER_QUESTION, r"(?<![\d.,])76,?127(?![\d])"),
     ("a later reply", "What is 2 to the power of 20?", r"(?<![\d.,])1,?048,?576(?![\d])"),
 )
 
@@ -826,6 +826,11 @@ async def main(argv: list[str] | None = None) -> int:
                             "results": {
                                 m: {k: o.__dict__ for k, o in r.items()} for m, r in results.items()
                             },
+                            "startup": [
+                                {"step": w, "seconds": t, "ok": ok, "reply": reply}
+                                for w, t, ok, reply in boot
+                            ],
+                            "memory": memory,
                         },
                         indent=2,
                         default=str,
@@ -860,7 +865,8 @@ async def main(argv: list[str] | None = None) -> int:
             f"\nSmall-model benchmark, {started:%Y-%m-%d %H:%M} UTC, model {model_name} at "
             f"{base_url}, harness {args.harness}, {len(suite)} questions\n"
         )
-        print(table(suite, results))
+        if results:
+            print(table(suite, results))
         if boot:
             print("\nStartup, as `asyncai up` runs (code mode, the bundled http_get only):\n")
             print(startup_table(boot))
