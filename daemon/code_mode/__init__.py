@@ -4,7 +4,10 @@ Holds the executor and its REPL scopes (``executor``, ``scope``, ``scopes``,
 ``thread_scope``, ``pool``), the scopes stored across restarts (``persistence``),
 the snippet engine over a Monty session (``engine``) and its nested calls
 (``nested``), the catalog of inner tools as typed stubs (``catalog``,
-``schema``, ``description``), the value conversion and return contract
+``schema``, ``description``; ``offer``: the catalog and ``run_code`` of the
+moment), ``search_tools``/``describe`` for a catalog over its budget
+(``search``), return shapes learned from results (``shapes``, ``learned``),
+the value conversion and return contract
 (``convert``, ``contract``), the helpers and hooks around each snippet
 (``helpers``, ``hooks``, ``hints``, ``note``), a snippet paused for approval
 and its resumption (``approval``), the result's text and audit (``report``),
