@@ -16,7 +16,12 @@ from typing import Any
 import pytest
 
 from channels.client import Channel, WebSocketChannel, exponential_backoff
-from channels.errors import ChannelBrokenError, ChannelClosedError, ProtocolError
+from channels.errors import (
+    ChannelBrokenError,
+    ChannelClosedError,
+    ProtocolError,
+    UnauthorizedError,
+)
 from channels.frames import Message, Status
 from channels.hub import Hub
 from channels.ids import ZERO_ID, is_id
@@ -336,3 +341,32 @@ async def test_a_full_inbox_loses_nothing(transport: Transport) -> None:
     messages = await take(bob, 30)
     assert [m.id for m in messages] == [a.id for a in acks]
     assert bob.pending == 0
+
+
+@pytest.mark.parametrize(
+    ("server_args", "token"),
+    [
+        (("--auth", "s3cret-token-0123"), "s3cret-token-0123"),
+        (("--user", "alice", "--pass", "pw-0123"), "alice:pw-0123"),
+    ],
+)
+async def test_nats_credentials_from_the_token_setting(
+    tmp_path: Path, server_args: tuple[str, ...], token: str
+) -> None:
+    """A NATS server that wants a token or a user: the right ``token`` connects (the user is
+    the nick when none is given), a wrong one is UnauthorizedError, not retried."""
+    async with NatsServer(tmp_path / "nats", args=server_args) as server:
+        nick = None if ":" in token else "bob"
+        good = NatsChannel(server.url, token=token, nick=nick, ack_timeout=WAIT)
+        try:
+            await good.subscribe("#ops")
+            ack = await good.publish("#ops", "with credentials")
+            [message] = await take(good, 1)
+            assert message.id == ack.id
+            assert message.sender == (token.split(":")[0] if ":" in token else "bob")
+        finally:
+            await good.close()
+        bad = NatsChannel(server.url, token=token + "x", nick="bob", ack_timeout=WAIT)
+        with pytest.raises(UnauthorizedError, match="refused us"):
+            await bad.connect(retry=False)
+        await bad.close()

@@ -147,7 +147,7 @@ class NatsChannel:
         self._inbox_ready = asyncio.Event()
         self._room = asyncio.Event()
         self._connect_lock = asyncio.Lock()
-        self._last_error: Exception | None = None
+        self._refusal: Exception | None = None  # an authorization error seen while dialing
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -201,6 +201,7 @@ class NatsChannel:
             self._state = "open"
 
     async def _dial(self) -> NatsClient:
+        self._refusal = None
         try:
             return await nats.connect(
                 self.url,
@@ -215,16 +216,17 @@ class NatsChannel:
                 **self._credentials,
             )
         except nats.errors.Error as exc:
-            text = f"{exc} {self._last_error or ''}".strip()
-            if "authorization" in text.lower() or "authentication" in text.lower():
-                refused = f"the NATS server at {self.url} refused us: {text}"
+            if self._refusal is not None:  # not retried: the same credentials fail again
+                refused = f"the NATS server at {self.url} refused us: {self._refusal}"
                 raise UnauthorizedError(refused) from exc
             raise HubUnreachableError(f"cannot reach the NATS server at {self.url}: {exc}") from exc
         except OSError as exc:
             raise HubUnreachableError(f"cannot reach the NATS server at {self.url}: {exc}") from exc
 
     async def _on_error(self, exc: Exception) -> None:
-        self._last_error = exc
+        text = str(exc).lower()
+        if isinstance(exc, nats.errors.AuthorizationError) or "authorization" in text:
+            self._refusal = exc
         log.info("channels.nats_error", url=self.url, error=f"{type(exc).__name__}: {exc}")
 
     async def _on_disconnected(self) -> None:

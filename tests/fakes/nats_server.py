@@ -47,7 +47,8 @@ def _free_port() -> int:
 class NatsServer:
     """One ``nats-server -js`` process on 127.0.0.1; an async context manager."""
 
-    def __init__(self, store_dir: Path | None = None) -> None:
+    def __init__(self, store_dir: Path | None = None, *, args: tuple[str, ...] = ()) -> None:
+        self.args = args  # more nats-server flags, e.g. ("--auth", TOKEN)
         self._own_dir = store_dir is None
         self.store_dir = store_dir or Path(tempfile.mkdtemp(prefix="asyncai-nats-"))
         self.port = _free_port()
@@ -69,6 +70,7 @@ class NatsServer:
             str(self.port),
             "-sd",
             str(self.store_dir),
+            *self.args,
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.DEVNULL,
             stderr=asyncio.subprocess.DEVNULL,
