@@ -58,7 +58,7 @@ from channels.nats import NatsChannel
 from channels.notify import notify
 from channels.transport import id_space, open_channel
 from daemon.approvals import ApprovalPolicy
-from daemon.cluster import ClusterNode, open_cluster
+from daemon.cluster import ClusterNode, audited, open_cluster
 from daemon.config import Config
 from daemon.errors import AsyncaiError
 from daemon.executors import build_mcp_executor, build_tool_executor
@@ -243,7 +243,7 @@ class Daemon:
             self._mcp = build_mcp_executor(config)
             self._executor = build_tool_executor(
                 config,
-                observer=progress_observer(audit_observer(self._store)),
+                observer=progress_observer(audited(self._cluster, audit_observer(self._store))),
                 inner=self._mcp,
                 gate=self.gate,
                 scopes=await self._scope_store(),
@@ -294,7 +294,7 @@ class Daemon:
         self._intake = asyncio.create_task(self._read_channel(), name="asyncai-intake")
         self._tasks.append(self._intake)
         if self._cluster is not None:
-            self._cluster.start(self.runtime.submit)
+            self._cluster.start(self.runtime.submit, publisher)
         notify(f"READY=1\nSTATUS={self.status_line()}", env=self._env)
         failed = sorted(getattr(self._mcp, "failed_servers", {}) or {})
         log.warning(  # one line at start even without --verbose

@@ -20,6 +20,7 @@ import pytest
 
 from channels.client import Message
 from channels.nats import NatsChannel
+from daemon.runtime.interrupted import INTERRUPTED_HEAD, INTERRUPTED_TAIL
 from tests.fakes.fake_openai import FakeOpenAI, Reply, Step, ToolCalls
 from tests.fakes.nats_server import NatsServer
 from tests.fakes.notify import NotifySocket
@@ -81,11 +82,13 @@ class Watcher:
         await self.channel.close()
 
 
-@pytest.fixture
-async def cluster(tmp_path: Path) -> AsyncIterator[tuple[Watcher, list[DaemonProcess], Path]]:
-    """A broker, the scripted model, two daemons (same nick, same scope.key), alice."""
+@contextlib.asynccontextmanager
+async def two_daemons(
+    tmp_path: Path, fake: FakeOpenAI, *, servers: bool = False
+) -> AsyncIterator[tuple[Watcher, list[DaemonProcess]]]:
+    """A broker, two daemons (same nick, same scope.key) on it, alice."""
     key = os.urandom(32)
-    async with NatsServer() as broker, FakeOpenAI(fallback=scripted) as fake:
+    async with NatsServer() as broker:
         daemons: list[DaemonProcess] = []
         for name in ("a", "b"):
             home = tmp_path / name
@@ -93,19 +96,21 @@ async def cluster(tmp_path: Path) -> AsyncIterator[tuple[Watcher, list[DaemonPro
             (home / "scope.key").write_bytes(key)
             (home / "scope.key").chmod(0o600)
             config = write_config(
-                home / "asyncai.toml", hub_url=broker.url, model_url=fake.base_url, servers=False
+                home / "asyncai.toml", hub_url=broker.url, model_url=fake.base_url, servers=servers
             )
             config.write_text(
                 config.read_text()
                 .replace('["#ops"]', f'["#ops"]\ntakeover_seconds = {TAKEOVER}')
                 .replace("shutdown_grace = 2.0", "shutdown_grace = 0.5")
+                # approvals would hold the call for a person; the tests are about the calls
+                + '\n[approvals]\nmode = "allow"\n'
             )
             daemons.append(DaemonProcess(config, NotifySocket(home / "notify.sock")))
         alice = Watcher(broker.url)
         try:
             await asyncio.gather(*(d.start() for d in daemons))
             await alice.start()
-            yield alice, daemons, tmp_path
+            yield alice, daemons
         finally:
             await alice.close()
             for d in daemons:
@@ -113,6 +118,13 @@ async def cluster(tmp_path: Path) -> AsyncIterator[tuple[Watcher, list[DaemonPro
                 if d.proc is not None:
                     await d.wait()
                 await d.notify.close()
+
+
+@pytest.fixture
+async def cluster(tmp_path: Path) -> AsyncIterator[tuple[Watcher, list[DaemonProcess], Path]]:
+    """Two daemons answering from the scripted model that keeps a value in the REPL."""
+    async with FakeOpenAI(fallback=scripted) as fake, two_daemons(tmp_path, fake) as (alice, ds):
+        yield alice, ds, tmp_path
 
 
 def _done(db: Path) -> set[str]:
@@ -184,3 +196,41 @@ async def test_two_daemons_answer_each_prompt_once_and_a_killed_ones_threads_mov
     assert late & {followups[t] for t in moved}
     b.proc.send_signal(15)
     assert await b.wait() == 0
+
+
+async def test_a_run_killed_after_a_mutating_call_is_not_repeated_by_the_daemon_taking_over(
+    tmp_path: Path,
+) -> None:
+    """SIGKILL the daemon whose run is inside a mutating call: the other daemon takes the
+    thread over and posts the interrupted notice instead of running the prompt again."""
+    effects = tmp_path / "effects.txt"
+    code = f"await append_and_block(path={str(effects)!r})"
+
+    def model(body: dict) -> Step:
+        if body["messages"][-1]["role"] == "tool":
+            return Reply("never sent")
+        return ToolCalls(("run_code", {"code": code}))
+
+    async with (
+        FakeOpenAI(fallback=model) as fake,
+        two_daemons(tmp_path, fake, servers=True) as (alice, daemons),
+    ):
+        prompt, thread = await alice.say("delete the old config map")
+        async with asyncio.timeout(WAIT):
+            # another process writes the file: there is no event to wait on, so poll it
+            while not effects.exists():  # noqa: ASYNC110
+                await asyncio.sleep(0.02)
+        [holder] = [d for d in daemons if thread in d.log.read_text()]
+        [other] = [d for d in daemons if d is not holder]
+        holder.kill_all()
+        await alice.answered([prompt])
+        [notice] = alice.replies[prompt]
+        head, call, tail = notice.text.splitlines()
+        assert (head, tail) == (INTERRUPTED_HEAD, INTERRUPTED_TAIL)
+        assert call.startswith("- append_and_block(path='/")
+        assert call.endswith(") [mutating]: did not finish (outcome unknown)")
+        assert effects.read_text() == "called\n"  # exactly once
+        assert len(fake.requests) == 1  # the prompt never reached the model again
+        assert other.proc is not None
+        other.proc.send_signal(15)
+        assert await other.wait() == 0

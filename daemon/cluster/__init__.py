@@ -29,7 +29,7 @@ May import: ``daemon.errors``, ``daemon.tools``, ``daemon.logging``,
 from daemon.cluster.audit import AuditExporter, collect
 from daemon.cluster.errors import ClusterError
 from daemon.cluster.leases import Claim, Leases
-from daemon.cluster.node import ClusterNode, is_cluster_url, open_cluster
+from daemon.cluster.node import ClusterNode, audited, is_cluster_url, open_cluster
 from daemon.cluster.router import ThreadRouter
 from daemon.cluster.scopes import ObjectScopeStore
 from daemon.cluster.store import ClusterRuntimeStore
@@ -43,6 +43,7 @@ __all__ = [
     "Leases",
     "ObjectScopeStore",
     "ThreadRouter",
+    "audited",
     "collect",
     "is_cluster_url",
     "open_cluster",

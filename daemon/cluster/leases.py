@@ -6,12 +6,17 @@ Two JetStream key-value buckets (:class:`Leases` owns both):
   bucket's ``max_age`` is ``member_ttl``, so the broker itself deletes the key
   of a daemon that stopped beating: liveness is judged by one clock (the
   broker's), never by comparing the hosts' clocks.
-- ``threads``: one key per thread, ``{"owner": member, "answered": id}``,
+- ``threads``: one key per thread, ``{"owner": member, "answered": id,
+  "mutating": run}``,
   claimed with ``create`` (only one contender can win) and taken over from a
   member that is no longer live with a revision-checked ``update`` (again,
   only one wins). ``answered`` is the id of the newest prompt of the thread
   whose reply was published: a daemon that takes the thread over runs only
-  the prompts after it.
+  the prompts after it. ``mutating`` is the run that started a mutating call
+  and has not finished (``{"run", "prompts", "calls"}``, written before the
+  call goes out): a daemon that takes the thread over must not run those
+  prompts again, it posts the interrupted notice instead (the single-daemon
+  rule of :mod:`daemon.runtime.interrupted`).
 
 Why one entry per thread and one heartbeat per daemon rather than a lease per
 thread renewed by its holder: renewing costs one write per held thread every
@@ -33,7 +38,7 @@ from nats.js.kv import KeyValue
 
 from daemon.cluster.errors import ClusterError
 
-__all__ = ["Claim", "Leases", "bucket_names", "thread_key"]
+__all__ = ["Claim", "Leases", "MutatingRun", "bucket_names", "thread_key"]
 
 _SAFE = re.compile(r"[A-Za-z0-9_-]+")
 
@@ -51,24 +56,52 @@ def thread_key(channel: str, thread: str) -> str:
 
 
 @dataclass(frozen=True)
+class MutatingRun:
+    """A run of the thread that started mutating calls and has not finished."""
+
+    run: str
+    prompts: tuple[str, ...]
+    calls: tuple[tuple[str, dict[str, Any]], ...]  # (tool, arguments), in order
+
+    def as_json(self) -> dict[str, Any]:
+        """The entry's ``mutating`` value."""
+        return {"run": self.run, "prompts": list(self.prompts), "calls": list(self.calls)}
+
+
+@dataclass(frozen=True)
 class Claim:
-    """A thread's entry: who holds it, the newest prompt answered, the entry's revision."""
+    """A thread's entry: who holds it, the newest prompt answered, the entry's revision,
+    and the run cut off after a mutating call, if any."""
 
     owner: str
     answered: str
     revision: int
+    mutating: MutatingRun | None = None
 
 
 def _decode(value: bytes | None, revision: int) -> Claim:
     try:
         data: Any = json.loads(value or b"{}")
-        return Claim(str(data["owner"]), str(data.get("answered", "")), revision)
-    except (ValueError, KeyError, TypeError) as exc:
+        run = data.get("mutating")
+        mutating = (
+            MutatingRun(
+                str(run["run"]),
+                tuple(str(p) for p in run["prompts"]),
+                tuple((str(t), dict(a)) for t, a in run["calls"]),
+            )
+            if run
+            else None
+        )
+        return Claim(str(data["owner"]), str(data.get("answered", "")), revision, mutating)
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise ClusterError(f"a thread entry is not valid JSON with an owner: {value!r}") from exc
 
 
-def _encode(owner: str, answered: str) -> bytes:
-    return json.dumps({"owner": owner, "answered": answered}).encode()
+def _encode(owner: str, answered: str, mutating: MutatingRun | None = None) -> bytes:
+    entry: dict[str, Any] = {"owner": owner, "answered": answered}
+    if mutating is not None:
+        entry["mutating"] = mutating.as_json()
+    return json.dumps(entry).encode()
 
 
 class Leases:
@@ -184,7 +217,7 @@ class Leases:
         key = thread_key(channel, thread)
         try:
             revision = await self._kv_threads.update(
-                key, _encode(self.member, old.answered), last=old.revision
+                key, _encode(self.member, old.answered, old.mutating), last=old.revision
             )
         except nats.js.errors.KeyWrongLastSequenceError:
             found = await self.get(channel, thread)
@@ -193,7 +226,7 @@ class Leases:
             return found
         except nats.errors.Error as exc:
             raise ClusterError(f"cannot take thread {thread} over: {exc}") from exc
-        return Claim(self.member, old.answered, revision)
+        return Claim(self.member, old.answered, revision, old.mutating)
 
     async def mark_answered(self, channel: str, thread: str, through: str) -> None:
         """Record that the prompts of the thread up to ``through`` were answered.
@@ -214,12 +247,15 @@ class Leases:
                     continue
                 except nats.errors.Error as exc:
                     raise ClusterError(f"cannot mark thread {thread} answered: {exc}") from exc
-            if current.answered >= through:
+            mutating = current.mutating
+            if mutating is not None and max(mutating.prompts, default="") <= through:
+                mutating = None  # that run ended (answered, or its notice posted)
+            if current.answered >= through and mutating == current.mutating:
                 return
             try:
                 await self._kv_threads.update(
                     thread_key(channel, thread),
-                    _encode(current.owner, through),
+                    _encode(current.owner, max(through, current.answered), mutating),
                     last=current.revision,
                 )
                 return
@@ -228,3 +264,36 @@ class Leases:
             except nats.errors.Error as exc:
                 raise ClusterError(f"cannot mark thread {thread} answered: {exc}") from exc
         raise ClusterError(f"thread {thread}: its entry kept changing while marked answered")
+
+    async def mark_mutating(
+        self,
+        channel: str,
+        thread: str,
+        run: str,
+        prompts: list[str],
+        call: tuple[str, dict[str, Any]],
+    ) -> None:
+        """Record that ``run`` (answering ``prompts``) starts the mutating ``call``.
+
+        Written before the call goes out, revision-checked and retried; the
+        run's earlier calls stay listed.
+        """
+        for _ in range(20):
+            current = await self.get(channel, thread)
+            owner, answered = (current.owner, current.answered) if current else (self.member, "")
+            before = current.mutating if current else None
+            calls = before.calls if before is not None and before.run == run else ()
+            value = _encode(owner, answered, MutatingRun(run, tuple(prompts), (*calls, call)))
+            try:
+                if current is None:
+                    await self._kv_threads.create(thread_key(channel, thread), value)
+                else:
+                    await self._kv_threads.update(
+                        thread_key(channel, thread), value, last=current.revision
+                    )
+                return
+            except nats.js.errors.KeyWrongLastSequenceError:
+                continue
+            except nats.errors.Error as exc:
+                raise ClusterError(f"cannot record a mutating call of {thread}: {exc}") from exc
+        raise ClusterError(f"thread {thread}: its entry kept changing while a call was recorded")

@@ -40,11 +40,24 @@ from daemon.cluster.router import ThreadRouter
 from daemon.cluster.scopes import ObjectScopeStore
 from daemon.cluster.store import ClusterRuntimeStore
 from daemon.config import Config
-from daemon.runtime.ports import InboundMessage, RuntimeStore
+from daemon.runtime.interrupted import report_interrupted
+from daemon.runtime.ports import InboundMessage, RuntimePublisher, RuntimeStore
+from daemon.runtime.runs import current_tool_use
 from daemon.runtime.scopes import load_or_create_key
+from daemon.tools import AuditEntry, AuditObserver
+from sessions.model import InterruptedRun
 from sessions.store import Store
 
-__all__ = ["MEMBER_FILE", "ClusterNode", "is_cluster_url", "member_id", "open_cluster"]
+__all__ = [
+    "MEMBER_FILE",
+    "ClusterNode",
+    "audited",
+    "is_cluster_url",
+    "member_id",
+    "open_cluster",
+]
+
+Item = InboundMessage | InterruptedRun  # what the hand-off carries: prompts, and notices
 
 log = structlog.get_logger("asyncai.cluster")
 
@@ -93,8 +106,12 @@ class ClusterNode:
         max_scope_bytes: int,
         scope_retention: float,
         state_dir: Path,
+        publish_timeout: float = 60.0,
     ):
         self._nc = nc
+        self._publish_timeout = publish_timeout
+        self._wrapped: ClusterRuntimeStore | None = None
+        self._publisher: RuntimePublisher | None = None
         js = nc.jetstream()
         self.takeover_seconds = takeover_seconds
         self.leases = Leases(js, nick, member, member_ttl=takeover_seconds * 2 / 3)
@@ -108,7 +125,7 @@ class ClusterNode:
         self._closed = False
         self._submit: Callable[[InboundMessage], Awaitable[object]] | None = None
         # taken-over prompts on their way to the runtime; a thread's new messages wait behind
-        self._handoff: deque[InboundMessage] = deque()
+        self._handoff: deque[Item] = deque()
         self._handing: Counter[tuple[str, str]] = Counter()
         self._handoff_ready = asyncio.Event()
 
@@ -125,6 +142,7 @@ class ClusterNode:
         max_scope_bytes: int,
         scope_retention: float,
         state_dir: Path,
+        publish_timeout: float = 60.0,
     ) -> ClusterNode:
         """Connect, open the buckets and the audit stream, beat once."""
         member = member_id(state_dir)
@@ -139,6 +157,7 @@ class ClusterNode:
             max_scope_bytes=max_scope_bytes,
             scope_retention=scope_retention,
             state_dir=state_dir,
+            publish_timeout=publish_timeout,
         )
         try:
             await node.leases.open()
@@ -153,12 +172,21 @@ class ClusterNode:
 
     def wrap(self, inner: RuntimeStore) -> ClusterRuntimeStore:
         """The runtime's store reporting to the cluster."""
-        return ClusterRuntimeStore(inner, self.leases, self.router, finished=self.exporter.kick)
+        self._wrapped = ClusterRuntimeStore(
+            inner, self.leases, self.router, finished=self.exporter.kick
+        )
+        return self._wrapped
 
-    def start(self, submit: Callable[[InboundMessage], Awaitable[object]]) -> None:
+    def start(
+        self, submit: Callable[[InboundMessage], Awaitable[object]], publisher: RuntimePublisher
+    ) -> None:
         """Start the heartbeat-and-scan loop, the hand-off of taken-over prompts to
-        ``submit`` (the runtime's) and the audit exporter."""
+        ``submit`` (the runtime's; notices through ``publisher``) and the audit exporter."""
         self._submit = submit
+        self._publisher = publisher
+        for notice in self.router.notices:
+            self._hand(notice)
+        self.router.notices.clear()
         for work, name in (
             (self._beat(), "asyncai-cluster"),
             (self._hand_off(), "asyncai-cluster-handoff"),
@@ -171,12 +199,12 @@ class ClusterNode:
         any taken-over prompts of the thread still being handed over), else remembered."""
         assert self._submit is not None, "start() first"
         for ready in await self._route(message, own_nick):
-            if self._handing[(ready.channel, ready.thread)]:
-                self._hand(ready)
-            else:
+            if isinstance(ready, InboundMessage) and not self._handing[_key(ready)]:
                 await self._submit(ready)
+            else:
+                self._hand(ready)
 
-    async def _route(self, message: InboundMessage, own_nick: str) -> list[InboundMessage]:
+    async def _route(self, message: InboundMessage, own_nick: str) -> list[Item]:
         # The broker away for a moment (a restart) must not end the intake; away
         # for longer than a takeover, the daemon gives up (exit 1, systemd restarts it).
         deadline = asyncio.get_running_loop().time() + self.takeover_seconds
@@ -189,9 +217,9 @@ class ClusterNode:
                 log.warning("cluster.route_failed", error=str(exc), action="retrying")
                 await asyncio.sleep(ROUTE_RETRY)
 
-    def _hand(self, message: InboundMessage) -> None:
-        self._handing[(message.channel, message.thread)] += 1
-        self._handoff.append(message)
+    def _hand(self, item: Item) -> None:
+        self._handing[_key(item)] += 1
+        self._handoff.append(item)
         self._handoff_ready.set()
 
     async def _hand_off(self) -> None:
@@ -200,15 +228,43 @@ class ClusterNode:
         while True:
             await self._handoff_ready.wait()
             while self._handoff:
-                message = self._handoff.popleft()
-                key = (message.channel, message.thread)
+                item = self._handoff.popleft()
+                key = _key(item)
                 try:
-                    await self._submit(message)
+                    if isinstance(item, InboundMessage):
+                        await self._submit(item)
+                    else:
+                        await self._report(item)
                 finally:
                     self._handing[key] -= 1
                     if not self._handing[key]:
                         del self._handing[key]
             self._handoff_ready.clear()
+
+    async def _report(self, run: InterruptedRun) -> None:
+        """The notice of a run the old holder cut off after a mutating call; its
+        prompts then count as answered (the single-daemon rule, moved)."""
+        assert self._wrapped is not None
+        assert self._publisher is not None
+        self._wrapped.note((run.channel, run.thread_id), run.prompt_ids)
+        await report_interrupted(run, self._wrapped, self._publisher, self._publish_timeout)
+
+    async def mutating_started(self, entry: AuditEntry) -> None:
+        """Record in the thread's entry, before the call goes out, that the current
+        run starts a mutating call (a daemon taking over then does not repeat it)."""
+        context = current_tool_use.get()
+        if context is None or self._wrapped is None:
+            return
+        run = self._wrapped.run(context.run_id)
+        if run is None:
+            return
+        (channel, thread), prompts = run
+        try:
+            await self.leases.mark_mutating(
+                channel, thread, context.run_id, prompts, (entry.tool, entry.arguments)
+            )
+        except ClusterError as exc:
+            log.error("cluster.mutating_not_recorded", thread=thread, error=str(exc))
 
     async def _beat(self) -> None:
         interval = self.takeover_seconds / 6
@@ -257,4 +313,27 @@ async def open_cluster(config: Config, store: Store) -> ClusterNode | None:
         max_scope_bytes=config.code_mode.limits().max_scope_dump,
         scope_retention=config.sessions.scope_retention_days * 86_400,
         state_dir=state_dir,
+        publish_timeout=config.runtime.publish_timeout,
     )
+
+
+def _key(item: Item) -> tuple[str, str]:
+    if isinstance(item, InboundMessage):
+        return item.channel, item.thread
+    return item.channel, item.thread_id
+
+
+def audited(node: ClusterNode | None, observer: AuditObserver) -> AuditObserver:
+    """``observer``, and in a cluster, each mutating call recorded in its thread's entry
+    first (:meth:`ClusterNode.mutating_started`)."""
+    if node is None:
+        return observer
+
+    async def observe(thread_id: str | None, entry: AuditEntry) -> None:
+        if entry.mutating and entry.outcome == "started":
+            await node.mutating_started(entry)
+        result = observer(thread_id, entry)
+        if result is not None:
+            await result
+
+    return observe

@@ -11,7 +11,9 @@ Every daemon of a cluster reads every message of its channels. For each one,
 - a thread another live daemon holds: remembered, not run;
 - a thread whose holder is no longer live: taken over (one contender wins),
   and its remembered prompts after the entry's ``answered`` go to the
-  runtime first, in thread order, then the message.
+  runtime first, in thread order, then the message. The prompts of a run
+  the old holder had cut off after starting a mutating call are not run
+  again: :attr:`ThreadRouter.cut_off` lists them for the interrupted notice.
 
 Remembered messages are dropped as soon as the entry says they were answered
 (:meth:`ThreadRouter.scan`, every few seconds), so memory holds only the
@@ -29,8 +31,9 @@ from collections.abc import Callable, Iterable
 
 import structlog
 
-from daemon.cluster.leases import Claim, Leases
+from daemon.cluster.leases import Claim, Leases, MutatingRun
 from daemon.runtime.ports import InboundMessage
+from sessions.model import InterruptedRun, StartedCall
 
 __all__ = ["ThreadRouter", "preferred"]
 
@@ -61,6 +64,8 @@ class ThreadRouter:
         self.live: set[str] = {self.member}
         self._beat_ok = time.monotonic()
         self.taken_over = 0  # threads taken over from a daemon that was gone
+        self._cut: dict[ThreadKey, MutatingRun] = {}  # taken over with a run cut off
+        self.notices: list[InterruptedRun] = []  # cut-off runs found while recovering
 
     @property
     def remembered(self) -> int:
@@ -85,7 +90,9 @@ class ThreadRouter:
             return False
         return True
 
-    async def route(self, message: InboundMessage, own_nick: str) -> list[InboundMessage]:
+    async def route(
+        self, message: InboundMessage, own_nick: str
+    ) -> list[InboundMessage | InterruptedRun]:
         """The messages to give the runtime now (in order); the rest is remembered."""
         key = (message.channel, message.thread)
         if message.sender == own_nick:
@@ -100,9 +107,9 @@ class ThreadRouter:
             if not message.text.lstrip().startswith("!"):
                 self._remember(key, message)
             return []
-        return [m for m in [*self._release(key), message] if m.id > claim.answered]
+        return self._runnable(key, [*self._release(key), message], claim)
 
-    async def scan(self, emit: Callable[[InboundMessage], None]) -> None:
+    async def scan(self, emit: Callable[[InboundMessage | InterruptedRun], None]) -> None:
         """Look at every thread with remembered messages: drop the answered ones,
         take over the threads of daemons that are gone. The prompts to run now go
         to ``emit`` as each thread is won, before anything else can be routed."""
@@ -112,9 +119,8 @@ class ThreadRouter:
             if claim is None:
                 continue
             if claim.owner == self.member:
-                for message in self._release(key):
-                    if message.id > claim.answered:
-                        emit(message)
+                for ready in self._runnable(key, self._release(key), claim):
+                    emit(ready)
                 continue
             kept = [m for m in self._remembered.get(key, []) if m.id > claim.answered]
             self._count -= len(self._remembered.pop(key, [])) - len(kept)
@@ -145,6 +151,8 @@ class ThreadRouter:
                 claim = await self._leases.take_over(channel, thread, claim)
                 if claim.owner == self.member:
                     self.taken_over += 1
+                    if claim.mutating is not None:
+                        self._cut[(channel, thread)] = claim.mutating
                     log.warning(
                         "cluster.thread_taken_over",
                         channel=channel,
@@ -156,6 +164,24 @@ class ThreadRouter:
         else:
             self._mine.discard((channel, thread))
         return claim
+
+    def _runnable(
+        self, key: ThreadKey, messages: list[InboundMessage], claim: Claim
+    ) -> list[InboundMessage | InterruptedRun]:
+        """What of a held thread's messages to run, in order: those not answered yet,
+        after the notice of a run the old holder cut off (whose prompts are not run)."""
+        fresh = [m for m in messages if m.id > claim.answered]
+        cut = self._cut.pop(key, None)
+        if cut is None or max(cut.prompts, default="") <= claim.answered:
+            return list(fresh)
+        run = InterruptedRun(
+            run_id=cut.run,
+            channel=key[0],
+            thread_id=key[1],
+            prompt_ids=cut.prompts,
+            calls=tuple(StartedCall(t, a, True, "unknown") for t, a in cut.calls),
+        )
+        return [run, *(m for m in fresh if m.id not in cut.prompts)]
 
     def _remember(self, key: ThreadKey, message: InboundMessage) -> None:
         held = self._remembered.setdefault(key, [])
@@ -182,7 +208,11 @@ class ThreadRouter:
         rest are remembered (their thread is held by another live daemon)."""
         keep: list[InboundMessage] = []
         for message in pending:
-            keep.extend(await self.route(message, own_nick=""))
+            for ready in await self.route(message, own_nick=""):
+                if isinstance(ready, InboundMessage):
+                    keep.append(ready)
+                else:
+                    self.notices.append(ready)
         kept = {m.id for m in keep}
         waiting = {m.id for held in self._remembered.values() for m in held}
         elsewhere = [m for m in pending if m.id not in kept and m.id not in waiting]

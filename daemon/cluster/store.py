@@ -50,7 +50,16 @@ class ClusterRuntimeStore:
         self._router = router
         self._finished = finished
         self._threads: dict[str, ThreadKey] = {}  # prompt id → its thread
-        self._runs: dict[str, ThreadKey] = {}  # run id → its thread, while it runs
+        self._runs: dict[str, tuple[ThreadKey, list[str]]] = {}  # while it runs: thread, prompts
+
+    def run(self, run_id: str) -> tuple[ThreadKey, list[str]] | None:
+        """A running run's thread and prompts."""
+        return self._runs.get(run_id)
+
+    def note(self, key: ThreadKey, prompt_ids: tuple[str, ...] | list[str]) -> None:
+        """Remember the thread of prompts not recorded here (a moved run's notice)."""
+        for prompt_id in prompt_ids:
+            self._threads[prompt_id] = key
 
     def _note(self, message: InboundMessage) -> None:
         if len(self._threads) >= _REMEMBERED_PROMPTS:
@@ -105,7 +114,7 @@ class ClusterRuntimeStore:
         self, run_id: str, channel: str, thread_id: str, prompt_ids: list[str]
     ) -> None:
         """The local run row; the run's thread remembered until it finishes."""
-        self._runs[run_id] = (channel, thread_id)
+        self._runs[run_id] = ((channel, thread_id), list(prompt_ids))
         await self._inner.start_run(run_id, channel, thread_id, prompt_ids)
 
     async def history(self, channel: str, thread_id: str) -> list[HistoryTurn]:
@@ -117,7 +126,8 @@ class ClusterRuntimeStore:
     ) -> None:
         """Locally; then, when the prompts ended, the thread's marker moves past them."""
         await self._inner.finish_run(run_id, result, prompt_ids, prompt_status)
-        key = self._runs.pop(run_id, None) or self._thread_of(prompt_ids)
+        run = self._runs.pop(run_id, None)
+        key = run[0] if run is not None else self._thread_of(prompt_ids)
         if prompt_status in ("done", "failed"):
             await self._answered(key, prompt_ids)
 
