@@ -27,7 +27,7 @@ from structlog.testing import capture_logs
 from daemon.app import audit_observer
 from daemon.backoff import Backoff
 from daemon.cli import main
-from daemon.code_mode import CodeModeToolExecutor
+from daemon.code_mode import CodeModeToolExecutor, engine
 from daemon.code_mode.limits import CodeModeLimits
 from daemon.config import load_config
 from daemon.errors import ConfigError
@@ -100,7 +100,8 @@ async def test_a_call_inside_its_slot_does_not_take_a_second_one() -> None:
         await executor.start()
         async with executor.call_slot("nap") as waited:
             assert waited == 0.0
-            out = await asyncio.wait_for(executor.call_tool("nap", {"seconds": 0}), 10)
+            async with asyncio.timeout(10):  # the same task: wait_for would run it in another
+                out = await executor.call_tool("nap", {"seconds": 0})
             assert out.content == "slept 0.0"
         # six 0.25 s naps, one at a time: the last waits about 1.25 s, past the 1 s
         # call_timeout, and still answers
@@ -174,6 +175,28 @@ async def test_code_mode_wait_for_a_slot_does_not_count_against_tool_timeout(cod
     assert out.audit is not None
     assert {call["outcome"] for call in out.audit["nested_calls"]} == {"ok"}
     assert max(call["queue_ms"] for call in out.audit["nested_calls"]) > 1000.0
+
+
+async def test_calls_waiting_behind_another_threads_calls_are_not_given_up(
+    code_mode, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The slot is held elsewhere (another thread's call) for longer than the engine's guard
+    on its own wait (tool_timeout plus a slack, here 0.3 s plus 0): the snippet's gathered
+    calls wait for it and then run, instead of the snippet being reset."""
+    monkeypatch.setattr(engine, "_WAIT_SLACK", 0.0)
+    inner = McpToolExecutor({"solo": server_entry("solo", max_concurrent=1)})
+    ex = code_mode(inner, [], tool_timeout=0.3)
+    await ex.start()
+    snippet = "await asyncio.gather(nap(seconds=0), nap(seconds=0))"
+    async with inner.call_slot("nap"):
+        task = asyncio.create_task(ex.call_tool("run_code", {"code": snippet}))
+        async with asyncio.timeout(30):
+            while inner.slots.waiting("solo") < 2:  # noqa: ASYNC110 - no event to wait on
+                await asyncio.sleep(0.01)
+        await asyncio.sleep(0.6)  # past the guard's 0.3 s, twice
+    out = await task
+    assert not out.is_error, out.content
+    assert json.loads(out.content) == ["slept 0.0", "slept 0.0"]
 
 
 async def test_a_server_without_a_limit_records_no_queue(code_mode) -> None:

@@ -235,7 +235,7 @@ class McpToolExecutor(BaseToolExecutor):
 
         Yields the milliseconds waited, or None when that server has no
         ``max_concurrent`` (or ``name`` is unknown); a ``call_tool(name)``
-        inside the ``async with`` uses this slot.
+        that the same task makes inside the ``async with`` uses this slot.
         """
         server = self._routes.get(name)
         return self._slots.hold(server if server is not None else "")

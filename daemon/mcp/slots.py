@@ -14,7 +14,8 @@ executor's ``call_timeout`` (direct mode). Code mode takes the slot itself
 :class:`daemon.tools.CallSlots`) and then calls ``call_tool`` inside it; a
 context variable tells ``call_tool`` that its task already holds that
 server's slot, so it does not wait for a second one (which, with a limit of
-1, would wait forever).
+1, would wait forever). It names the holding task too: a task started while
+a slot is held inherits the variable but not the slot.
 """
 
 from __future__ import annotations
@@ -28,8 +29,10 @@ from contextvars import ContextVar
 
 __all__ = ["ServerSlots"]
 
-# The server whose slot the current task holds, while it holds it.
-_HELD: ContextVar[str | None] = ContextVar("asyncai_mcp_slot_held", default=None)
+# The server whose slot the current task holds, and that task, while it holds it.
+_HELD: ContextVar[tuple[str, asyncio.Task[object] | None] | None] = ContextVar(
+    "asyncai_mcp_slot_held", default=None
+)
 # No limit, or the slot is already held: nothing to wait for.
 _NO_SLOT: AbstractAsyncContextManager[float | None] = contextlib.nullcontext(None)
 
@@ -62,7 +65,7 @@ class ServerSlots:
         when the server has no limit or this task already holds its slot.
         """
         semaphore = self._semaphores.get(server)
-        if semaphore is None or _HELD.get() == server:
+        if semaphore is None or _HELD.get() == (server, asyncio.current_task()):
             return _NO_SLOT
         return self._acquire(server, semaphore)
 
@@ -80,7 +83,7 @@ class ServerSlots:
         else:
             await semaphore.acquire()  # free: returns at once
         self._in_flight[server] += 1
-        token = _HELD.set(server)
+        token = _HELD.set((server, asyncio.current_task()))
         try:
             yield waited
         finally:
