@@ -370,3 +370,17 @@ async def test_nats_credentials_from_the_token_setting(
         with pytest.raises(UnauthorizedError, match="refused us"):
             await bad.connect(retry=False)
         await bad.close()
+
+
+async def test_concurrent_subscribes_of_one_channel_deliver_each_message_once(
+    transport: Transport,
+) -> None:
+    """Subscribing to one channel twice at once: one subscription, no duplicates."""
+    alice = await transport.client("alice")
+    bob = await transport.client("bob")
+    await asyncio.gather(bob.subscribe("#ops"), bob.subscribe("#ops"))
+    acks = [await alice.publish("#ops", f"m{i}") for i in range(3)]
+    await bob.subscribe("#other")
+    marker = await alice.publish("#other", "marker")
+    messages = await take(bob, 4)
+    assert [m.id for m in messages] == [*(a.id for a in acks), marker.id]

@@ -48,7 +48,6 @@ from channels.errors import (
     ChannelBrokenError,
     ChannelClosedError,
     ChannelConfigError,
-    ChannelTimeoutError,
     HubUnreachableError,
     ProtocolError,
     UnauthorizedError,
@@ -56,7 +55,13 @@ from channels.errors import (
 from channels.frames import ErrorCode, Message, Status, Subscribed
 from channels.names import is_nick
 from channels.nats import mapping
-from channels.nats.jetstream import Retention, StreamRef, consumer_config, ensure_stream
+from channels.nats.jetstream import (
+    Retention,
+    StreamRef,
+    answered_within,
+    consumer_config,
+    ensure_stream,
+)
 from channels.protocol import DEFAULT_MAX_FRAME, max_text_for
 
 __all__ = ["NatsChannel"]
@@ -147,6 +152,7 @@ class NatsChannel:
         self._inbox_ready = asyncio.Event()
         self._room = asyncio.Event()
         self._connect_lock = asyncio.Lock()
+        self._subscribing = asyncio.Lock()
         self._refusal: Exception | None = None  # an authorization error seen while dialing
 
     # -- lifecycle ------------------------------------------------------------------------
@@ -289,20 +295,8 @@ class NatsChannel:
         self._streams[channel] = stream
         return stream, info
 
-    @contextlib.asynccontextmanager
-    async def _deadline(self, what: str) -> AsyncIterator[None]:
-        try:
-            async with asyncio.timeout(self._ack_timeout):
-                yield
-        except TimeoutError as exc:
-            raise ChannelTimeoutError(
-                f"NATS did not answer for {what} within {self._ack_timeout:g}s"
-            ) from exc
-        except nats.js.errors.APIError as exc:
-            raise ProtocolError(ErrorCode.INTERNAL, f"NATS refused {what}: {exc}") from exc
-        except nats.errors.Error as exc:
-            self._check_usable()
-            raise ChannelBrokenError.of(self.url, exc) from exc
+    def _deadline(self, what: str) -> contextlib.AbstractAsyncContextManager[None]:
+        return answered_within(self._ack_timeout, what, self.url, self._check_usable)
 
     # -- the Channel interface ------------------------------------------------------------
 
@@ -377,6 +371,10 @@ class NatsChannel:
         restarts from the new ``since``.
         """
         check_subscribe(channel, since)
+        async with self._subscribing:  # one at a time: a channel never gets two readers
+            return await self._subscribe(channel, since)
+
+    async def _subscribe(self, channel: str, since: str | None) -> Subscribed:
         nc, js = await self._ensure_open()
         stream, info = await self._stream(channel)
         state = info.state
@@ -420,9 +418,10 @@ class NatsChannel:
     async def unsubscribe(self, channel: str) -> None:
         """Stop receiving ``channel`` (messages already in the inbox stay)."""
         self._check_usable()
-        reader = self._readers.pop(channel, None)
-        if reader is not None:
-            await self._stop(reader)
+        async with self._subscribing:
+            reader = self._readers.pop(channel, None)
+            if reader is not None:
+                await self._stop(reader)
 
     async def _stop(self, reader: _Reader) -> None:
         reader.last_id = "~"  # above every id: a callback still running delivers nothing

@@ -1,5 +1,6 @@
 """The JetStream side of :class:`~channels.nats.channel.NatsChannel`: a channel's stream
-(found, or created with the hub's retention) and where a consumer starts.
+(found, or created with the hub's retention), where a consumer starts, and how
+a JetStream call's failure becomes a channels error (:func:`answered_within`).
 
 Kept apart from the transport so that each stays one concern: this module
 talks to JetStream's API; the transport owns the connection, the readers and
@@ -9,6 +10,8 @@ the inbox.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -17,11 +20,11 @@ import nats.js.errors
 import structlog
 from nats.js import JetStreamContext, api
 
-from channels.errors import ProtocolError
+from channels.errors import ChannelBrokenError, ChannelTimeoutError, ProtocolError
 from channels.frames import ErrorCode
 from channels.nats import mapping
 
-__all__ = ["Retention", "StreamRef", "consumer_config", "ensure_stream"]
+__all__ = ["Retention", "StreamRef", "answered_within", "consumer_config", "ensure_stream"]
 
 log = structlog.get_logger("channels.nats")
 
@@ -110,3 +113,26 @@ def consumer_config(start: mapping.Start, state: api.StreamState) -> api.Consume
         config.deliver_policy = api.DeliverPolicy.BY_START_TIME
         config.opt_start_time = start.time
     return config
+
+
+@contextlib.asynccontextmanager
+async def answered_within(
+    seconds: float, what: str, url: str, check_usable: Callable[[], None]
+) -> AsyncIterator[None]:
+    """Bound a JetStream exchange and turn its failures into channels errors.
+
+    No answer in time: :class:`ChannelTimeoutError`; JetStream refused:
+    ``ProtocolError("internal")`` (the daemon retries those later); the
+    connection failed: whatever ``check_usable`` raises (closed, broken),
+    else :class:`ChannelBrokenError`.
+    """
+    try:
+        async with asyncio.timeout(seconds):
+            yield
+    except TimeoutError as exc:
+        raise ChannelTimeoutError(f"NATS did not answer for {what} within {seconds:g}s") from exc
+    except nats.js.errors.APIError as exc:
+        raise ProtocolError(ErrorCode.INTERNAL, f"NATS refused {what}: {exc}") from exc
+    except nats.errors.Error as exc:
+        check_usable()
+        raise ChannelBrokenError.of(url, exc) from exc
