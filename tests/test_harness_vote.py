@@ -11,7 +11,7 @@ import pytest
 from daemon.code_mode import CodeModeLimits, CodeModeToolExecutor
 from daemon.config import ModelConfig
 from daemon.model import OpenAiCompatibleBackend
-from daemon.model.harness import VOTE_TEMPERATURE, majority, may_rerun, vote_key
+from daemon.model.harness import REREAD, VOTE_TEMPERATURE, majority, may_rerun, vote_key
 from daemon.runtime.runs import Prompt, RunRequest
 from tests.fakes.executor import FakeToolExecutor
 from tests.fakes.fake_openai import FakeOpenAI, Reply
@@ -85,7 +85,9 @@ def inner_tools() -> FakeToolExecutor:
 
 
 @pytest.fixture
-async def code_mode(monty_pool: Any) -> AsyncIterator[tuple[CodeModeToolExecutor, FakeToolExecutor]]:
+async def code_mode(
+    monty_pool: Any,
+) -> AsyncIterator[tuple[CodeModeToolExecutor, FakeToolExecutor]]:
     inner = inner_tools()
     limits = CodeModeLimits(max_feed_duration=5.0, max_wall=30.0, tool_timeout=10.0)
     ex = CodeModeToolExecutor(inner, limits, pool=monty_pool)
@@ -120,7 +122,9 @@ async def test_two_samples_that_agree_answer_at_once(code_mode) -> None:
     fake, result = await run(ex, [block(ACME), block(ACME), "It is 162.75."])
     first, sample, answer = fake.requests
     assert sample["temperature"] == VOTE_TEMPERATURE
-    assert sample["messages"] == first["messages"]  # the question again, not the result
+    # the question again (not the result), with a request to read it word by word
+    assert sample["messages"][:-1] == first["messages"][:-1]
+    assert sample["messages"][-1]["content"] == f"{first['messages'][-1]['content']}\n\n{REREAD}"
     assert "162.75" in answer["messages"][-1]["content"]
     assert result.reply == "It is 162.75."
     assert result.metrics.vote_samples == 1
@@ -132,12 +136,22 @@ async def test_a_third_sample_breaks_a_tie_and_the_majority_is_the_answer(code_m
     fake, result = await run(ex, [block(ALL), block(ACME), block(ACME), "The total is 162.75."])
     assert len(fake.requests) == 4
     answer = fake.requests[-1]["messages"]
-    assert "162.75" in answer[-1]["content"] and "542.75" not in answer[-1]["content"]
+    assert "162.75" in answer[-1]["content"]
+    assert "542.75" not in answer[-1]["content"]
     assert answer[-2]["content"] == f"```python\n{ACME}\n```"  # the winner's code
     assert result.metrics.vote_samples == 2
     # every sample is in the transcript as a run_code call with its result
     uses = [b for r in result.records for b in _blocks(r) if b.get("type") == "tool_use"]
     assert len(uses) == 3
+
+
+async def test_a_tie_break_that_fails_is_drawn_again(code_mode) -> None:
+    ex, _ = code_mode
+    script = [block(ALL), block(ACME), block("1 / 0"), block(ACME), "162.75"]
+    fake, result = await run(ex, script)
+    assert len(fake.requests) == 5
+    assert "162.75" in fake.requests[-1]["messages"][-1]["content"]
+    assert result.metrics.vote_samples == 3
 
 
 async def test_no_majority_keeps_the_first_sample(code_mode) -> None:
@@ -158,10 +172,9 @@ async def test_a_snippet_with_a_mutating_call_is_not_sampled_again(code_mode) ->
 
 async def test_a_sample_that_would_mutate_is_not_run(code_mode) -> None:
     ex, inner = code_mode
-    fake, result = await run(
-        ex, [block(ACME), block("await cancel_order(customer='acme')"), "162.75"]
-    )
-    assert len(fake.requests) == 3
+    cancel = block("await cancel_order(customer='acme')")
+    fake, result = await run(ex, [block(ACME), cancel, cancel, cancel, "162.75"])
+    assert len(fake.requests) == 5  # two draws and one more, then the first stands
     assert [c[0] for c in inner.calls] == ["list_orders"]
     assert result.reply == "162.75"
 

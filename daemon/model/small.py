@@ -25,6 +25,7 @@ from daemon.model.harness import (
     MAX_FAILED_SNIPPETS,
     MAX_VOTE_SAMPLES,
     NO_OUTPUT,
+    REREAD,
     RETRY_TEMPERATURE,
     VOTE_TEMPERATURE,
     Signature,
@@ -220,14 +221,17 @@ async def _vote(
     if first is None or not may_rerun(code, ls.mutating):
         return code, text
     samples: list[tuple[str, str, str | None]] = [(code, text, first)]
-    while len(samples) < min(ls.samples, MAX_VOTE_SAMPLES):
+    wanted = min(ls.samples, MAX_VOTE_SAMPLES)
+    drawn = 1
+    # one failed draw is drawn again (a tie-break that times out decides nothing)
+    while len(samples) < wanted and drawn <= wanted:
         if len(samples) == 2 and samples[0][2] == samples[1][2]:
             break
+        drawn += 1
         sample = await _sample(endpoint, state, caller, ls, functions)
-        if sample is None:
-            break
-        samples.append(sample)
-    state.metrics.vote_samples += len(samples) - 1
+        if sample is not None:
+            samples.append(sample)
+    state.metrics.vote_samples += drawn - 1
     best = majority([key for _, _, key in samples])
     return samples[best][0], samples[best][1]
 
@@ -241,7 +245,11 @@ async def _sample(
 ) -> tuple[str, str, str | None] | None:
     """One more snippet for the question, run in the thread's scope and recorded
     like any block; None when the model wrote none or one that may not run."""
-    body: dict[str, Any] = {"model": endpoint.model_name, "messages": ls.messages[: ls.base]}
+    messages = ls.messages[: ls.base]
+    question = messages[-1]
+    if question.get("role") == "user" and isinstance(question.get("content"), str):
+        messages[-1] = {**question, "content": f"{question['content']}\n\n{REREAD}"}
+    body: dict[str, Any] = {"model": endpoint.model_name, "messages": messages}
     endpoint.sampling(body)
     body["stop"] = [CODE_STOP]
     body["temperature"] = max(endpoint.params.temperature or 0.0, VOTE_TEMPERATURE)

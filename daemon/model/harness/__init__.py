@@ -85,6 +85,7 @@ from daemon.model.harness.repair import (
 )
 from daemon.model.harness.vote import (
     MAX_VOTE_SAMPLES,
+    REREAD,
     VOTE_TEMPERATURE,
     majority,
     may_rerun,
@@ -99,6 +100,7 @@ __all__ = [
     "MAX_FAILED_SNIPPETS",
     "MAX_VOTE_SAMPLES",
     "NO_OUTPUT",
+    "REREAD",
     "RETRY_TEMPERATURE",
     "VOTE_TEMPERATURE",
     "WORKED_EXAMPLE",

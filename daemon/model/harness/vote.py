@@ -22,9 +22,14 @@ import math
 from collections import Counter
 from collections.abc import Iterable, Sequence
 
-__all__ = ["MAX_VOTE_SAMPLES", "VOTE_TEMPERATURE", "majority", "may_rerun", "vote_key"]
+__all__ = ["MAX_VOTE_SAMPLES", "REREAD", "VOTE_TEMPERATURE", "majority", "may_rerun", "vote_key"]
 
 VOTE_TEMPERATURE = 0.8  # warmer than a retry: the point is another reading
+#: Added to the question for a sample: a second reading, not a second copy.
+REREAD = (
+    "Before writing the code, read the question again word by word: the code must "
+    "compute exactly what it asks for, with every count, bound and filter it names."
+)
 MAX_VOTE_SAMPLES = 3  # samples in all, the first one included
 _MAX_ATOMS = 40  # a longer list is data, not an answer to vote on
 _MAX_TEXT = 200
