@@ -24,7 +24,8 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from daemon.app import audit_observer
+from channels.hub import Hub
+from daemon.app import Daemon, audit_observer, running
 from daemon.backoff import Backoff
 from daemon.cli import main
 from daemon.code_mode import CodeModeToolExecutor, engine
@@ -39,7 +40,9 @@ from daemon.tools import AuditEntry
 from sessions import RunMetrics, Store
 from sessions.ids import now_iso
 from sessions.testing import run_records
+from tests.fakes.fake_openai import FakeOpenAI, Reply
 from tests.fakes.runtime_helpers import msg
+from tests.test_daemon import Person, write_config
 
 TEST_SERVER = str(Path(__file__).parent / "fakes" / "mcp_test_server.py")
 quick_retry = Backoff(0.05, 0.2)  # a server that failed at start is tried again at once
@@ -319,6 +322,47 @@ async def test_retries_stop_when_the_executor_closes(tmp_path: Path) -> None:
     assert set(executor.failed_servers) == {"never"}
 
 
+async def test_code_mode_sees_a_late_server_at_the_next_run_not_mid_snippet(
+    tmp_path: Path, code_mode
+) -> None:
+    """A snippet that started before the server came up keeps the catalog it started with
+    (the new tool is a NameError there); the next run's description lists the tool, and
+    its snippet calls it."""
+    flag = tmp_path / "ready"
+    inner = McpToolExecutor(
+        {
+            "first": server_entry("first"),
+            "late": server_entry("late", "--require-file", str(flag), "--also", "late_hello"),
+        },
+        retry_backoff=quick_retry,
+    )
+    ex = code_mode(inner, [])
+    scope = ex.thread_scope("t")
+    with capture_logs() as logs:
+        await ex.start()
+        assert "late_hello" not in ex.definitions()[0].description
+        held = asyncio.create_task(
+            scope.call_tool(
+                "run_code",
+                {"code": "await barrier(key='hold', parties=2)\nawait late_hello()"},
+            )
+        )
+        async with asyncio.timeout(30):
+            while not any(e.get("line") == "barrier hold: arrival 1" for e in logs):  # noqa: ASYNC110
+                await asyncio.sleep(0.02)
+        flag.touch()
+        await until_logged(logs, "mcp.server_recovered", "late")
+    assert "late_hello" in ex.definitions()[0].description  # the next run's catalog
+    await inner.call_tool("barrier", {"key": "hold", "parties": 2})  # let the snippet go on
+    mid = await held
+    assert mid.is_error
+    assert "NameError" in mid.content
+    assert "late_hello" in mid.content
+    after = await scope.call_tool("run_code", {"code": "await late_hello()"})
+    assert not after.is_error, after.content
+    assert after.content == "late_hello from test server late"
+
+
 # -- the audit keeps the wait --------------------------------------------------------------
 
 
@@ -368,3 +412,41 @@ async def test_the_wait_reaches_the_audit_row_the_cli_and_the_transcript(
     text = capsys.readouterr().out
     assert "crowd({}) — ok, 1 B, queued 1250 ms" in text
     assert "echo({}) — ok, 2 B\n" in text
+
+
+# -- the daemon ----------------------------------------------------------------------------
+
+
+async def test_the_daemon_reports_a_failed_server_as_retried_and_offers_it_when_it_is_up(
+    tmp_path: Path,
+) -> None:
+    """daemon.ready names the server that failed and says it is being retried; once it
+    comes up, the next run's run_code description lists its tool (real hub, store,
+    servers and pool; the model is scripted)."""
+    flag = tmp_path / "ready"
+    async with Hub(tmp_path / "hub.db", host="127.0.0.1", port=0) as hub, FakeOpenAI() as fake:
+        path = write_config(
+            tmp_path / "asyncai.toml", hub_url=hub.url, model_url=fake.base_url, servers=False
+        )
+        with path.open("a") as config:
+            config.write(
+                f'[mcp_servers.late]\ncommand = "{sys.executable}"\n'
+                f'args = ["{TEST_SERVER}", "--require-file", "{flag}", "--also", "late_hello"]\n'
+            )
+        alice = Person(hub.url)
+        await alice.start()
+        try:
+            with capture_logs() as logs:
+                async with running(Daemon(load_config(path, environ={}), env={})):
+                    [ready] = [e for e in logs if e["event"] == "daemon.ready"]
+                    assert ready["failed_servers"] == ["late"]
+                    assert ready["failed_servers_action"] == "retrying with backoff"
+                    flag.touch()
+                    await until_logged(logs, "mcp.server_recovered", "late")
+                    fake.add(Reply("it is there"))
+                    _, reply = await alice.ask("is late_hello there?")
+                    assert reply.text == "it is there"
+        finally:
+            await alice.close()
+    [tool] = fake.requests[-1]["tools"]
+    assert "late_hello" in tool["function"]["description"]

@@ -4,7 +4,8 @@ The catalog comes from the inner executor's tools, the learned return shapes
 (:class:`~daemon.code_mode.learned.ShapeBook`, issue 19) and
 ``limits.catalog_budget``; the ``run_code`` definition from the catalog.
 Both are built when the executor starts, and again only when a shape was
-learned or refreshed since (the book's version moved), so the description
+learned or refreshed since (the book's version moved) or the inner tools grew
+(an MCP server that failed at start came up: ``tools_version``), so the description
 stays byte-identical from run to run otherwise. A snippet sees the catalog
 of the moment it starts, and its nested calls (:meth:`ToolOffer.calls`)
 show their results to the book.
@@ -31,7 +32,7 @@ class ToolOffer:
         self.shapes = ShapeBook(store)
         self._catalog: Catalog | None = None
         self._definition: ToolDefinition | None = None
-        self._built = -1  # the book's version they were built at
+        self._built: tuple[int, int] | None = None  # the versions they were built at
 
     async def start(self) -> Catalog:
         """Load the stored shapes, then build (the inner executor is started)."""
@@ -39,8 +40,12 @@ class ToolOffer:
         self._build()
         return self.catalog
 
+    def _versions(self) -> tuple[int, int]:
+        """The book's version and the inner tools' (an MCP executor's ``tools_version``)."""
+        return self.shapes.version, getattr(self._inner, "tools_version", 0)
+
     def _build(self) -> None:
-        self._built = self.shapes.version
+        self._built = self._versions()
         self._catalog = Catalog(
             self._inner.definitions(),
             observed=self.shapes.shape_for,
@@ -49,7 +54,7 @@ class ToolOffer:
         self._definition = run_code_definition(self._catalog, self._limits)
 
     def _fresh(self) -> None:
-        if self._catalog is None or self._built != self.shapes.version:
+        if self._catalog is None or self._built != self._versions():
             self._build()
 
     @property
