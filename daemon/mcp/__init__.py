@@ -2,8 +2,10 @@
 
 Holds the server spec and its one check (:mod:`daemon.mcp.spec`, what the
 config reads), the executor (:mod:`daemon.mcp.executor`: name → server
-routing), one server's connection and restarts (:mod:`daemon.mcp.connection`)
-and the stdio transport (:mod:`daemon.mcp.stdio`). This ``__init__`` imports
+routing, and retrying servers that failed at start), the per-server
+``max_concurrent`` slots (:mod:`daemon.mcp.slots`), one server's connection
+and restarts (:mod:`daemon.mcp.connection`) and the stdio transport
+(:mod:`daemon.mcp.stdio`). This ``__init__`` imports
 none of them, so that the config can read a spec without loading the mcp SDK:
 import ``McpToolExecutor`` from :mod:`daemon.mcp.executor`.
 
