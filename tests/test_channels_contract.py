@@ -384,3 +384,22 @@ async def test_concurrent_subscribes_of_one_channel_deliver_each_message_once(
     marker = await alice.publish("#other", "marker")
     messages = await take(bob, 4)
     assert [m.id for m in messages] == [*(a.id for a in acks), marker.id]
+
+
+async def test_a_publish_while_the_server_is_down_lands_once(transport: Transport) -> None:
+    """A publish made while the server is away waits, is stored once it is back, and is
+    delivered exactly once."""
+    alice = await transport.client("alice")
+    bob = await transport.client("bob")
+    await bob.subscribe("#ops")
+    await alice.publish("#ops", "before")
+    await take(bob, 1)
+    await transport.stop()
+    publishing = asyncio.create_task(alice.publish("#ops", "while down", client_id="down-1"))
+    await asyncio.sleep(0.2)  # let it try (and fail) at least once; no assert on timing
+    await transport.start()
+    async with asyncio.timeout(WAIT):
+        ack = await publishing
+    after = await alice.publish("#ops", "after")
+    messages = await take(bob, 2)
+    assert [(m.id, m.text) for m in messages] == [(ack.id, "while down"), (after.id, "after")]
