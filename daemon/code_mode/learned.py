@@ -92,6 +92,7 @@ class ShapeBook:
         self._store = store
         self._shapes: dict[tuple[str, str], tuple[str, dict[str, Any]]] = {}
         self._loaded = False
+        self._unsaved: list[LearnedShape] = []  # learned, not yet handed to the store
         self.version = 0  # bumped by every change: the catalog is built again
 
     async def load(self) -> None:
@@ -154,7 +155,14 @@ class ShapeBook:
         self._shapes[_key(d)] = (version, shape)
         self.version += 1
         server, tool = _key(d)
-        return LearnedShape(server, tool, version, shape, py_name, refreshed=current is not None)
+        learned = LearnedShape(server, tool, version, shape, py_name, refreshed=current is not None)
+        self._unsaved.append(learned)
+        return learned
+
+    async def flush(self) -> None:
+        """Store every shape learned since the last flush, whichever calls taught them."""
+        while self._unsaved:
+            await self.save(self._unsaved.pop(0))
 
     async def save(self, learned: LearnedShape) -> None:
         """Store ``learned``; a failure is logged, never raised."""

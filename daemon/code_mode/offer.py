@@ -94,8 +94,8 @@ class ToolOffer:
         )
 
     async def settle(self, learned: list[LearnedShape], notices: list[str] | None) -> None:
-        """Store the shapes a snippet's calls taught, and tell its thread (``notices``) once."""
-        for shape in learned:
-            await self.shapes.save(shape)
-            if notices is not None:
-                notices.append(shape_notice(shape))
+        """Store the shapes learned so far (an approved call's too), and tell the thread
+        (``notices``) once of those its snippet's calls (``learned``) taught."""
+        await self.shapes.flush()
+        if notices is not None:
+            notices.extend(shape_notice(shape) for shape in learned)
