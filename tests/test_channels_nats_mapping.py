@@ -148,3 +148,10 @@ def test_statuses_from_foreign_subjects_are_ignored():
 def test_credentials_from_the_token_setting(token, expected):
     """A token, USER:PASSWORD or a creds file path."""
     assert mapping.credentials(token) == expected
+
+
+def test_a_password_in_the_url_is_not_shown():
+    """Errors and logs name the server without the URL's password."""
+    assert mapping.shown_url("nats://alice:s3cret@10.0.0.1:4222") == "nats://alice:***@10.0.0.1:4222"
+    assert mapping.shown_url("nats://10.0.0.1:4222") == "nats://10.0.0.1:4222"
+    assert mapping.shown_url("nats://tok3n@10.0.0.1:4222") == "nats://tok3n@10.0.0.1:4222"

@@ -131,7 +131,8 @@ class NatsChannel:
             raise ValueError("inbox_size must be at least 2")
         if retention_count < 1 or retention_age <= 0:
             raise ValueError("retention_count and retention_age must be positive")
-        self.url = url
+        self._dial_url = url
+        self.url = mapping.shown_url(url)  # in errors and logs: no password
         self._nick = nick
         self._ack_timeout = ack_timeout
         self._connect_timeout = connect_timeout
@@ -210,7 +211,7 @@ class NatsChannel:
         self._refusal = None
         try:
             return await nats.connect(
-                self.url,
+                self._dial_url,
                 name=self._nick,
                 connect_timeout=self._connect_timeout,
                 max_reconnect_attempts=1,

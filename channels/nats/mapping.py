@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit, urlunsplit
 
 from channels.errors import ChannelConfigError
 from channels.frames import Message, Status
@@ -69,6 +70,7 @@ __all__ = [
     "message_subject",
     "msg_id",
     "sequence_of",
+    "shown_url",
     "start_for",
     "status_filter",
     "status_from",
@@ -315,3 +317,12 @@ def credentials(token: str | None) -> dict[str, Any]:
             raise ChannelConfigError("a NATS USER:PASSWORD token needs a user")
         return {"user": user, "password": password}
     return {"token": token}
+
+
+def shown_url(url: str) -> str:
+    """``url`` as errors and logs show it: a password in it becomes ``***``."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.netloc.rpartition("@")[2]
+    return urlunsplit(parts._replace(netloc=f"{parts.username}:***@{host}"))
