@@ -13,7 +13,9 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import nats
 import pytest
+from structlog.testing import capture_logs
 
 from channels.client import Channel, WebSocketChannel, exponential_backoff
 from channels.errors import (
@@ -403,3 +405,30 @@ async def test_a_publish_while_the_server_is_down_lands_once(transport: Transpor
     after = await alice.publish("#ops", "after")
     messages = await take(bob, 2)
     assert [(m.id, m.text) for m in messages] == [(ack.id, "while down"), (after.id, "after")]
+
+
+async def test_a_nats_stream_keeps_what_the_hubs_retention_options_say(tmp_path: Path) -> None:
+    """A stream NatsChannel creates has the hub's count and age limits (and a duplicate
+    window within the age); a ``since`` older than what it kept is logged as a gap."""
+    async with NatsServer(tmp_path / "nats") as server:
+        alice = NatsChannel(server.url, nick="alice", retention_count=3, retention_age=3600.0)
+        try:
+            acks = [await alice.publish("#ops", f"m{i}") for i in range(5)]
+            nc = await nats.connect(server.url)
+            try:
+                info = await nc.jetstream().stream_info("ATIRC_ops")
+            finally:
+                await nc.close()
+            assert info.config.max_msgs == 3
+            assert info.config.max_age == 3600.0
+            assert info.config.duplicate_window == 3600.0
+            assert info.config.subjects == ["atirc.ops.>"]
+            with capture_logs() as logs:
+                subscribed = await alice.subscribe("#ops", since=acks[0].id)
+            assert subscribed.oldest == acks[2].id
+            assert [e["event"] for e in logs if e["event"] == "channels.retention_gap"] == [
+                "channels.retention_gap"
+            ]
+            assert [m.text for m in await take(alice, 3)] == ["m2", "m3", "m4"]
+        finally:
+            await alice.close()
