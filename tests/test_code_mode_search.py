@@ -306,9 +306,9 @@ def test_helpers_reject_bad_arguments_clearly(
     with pytest.raises(CallRejected) as info:
         call_helper(catalog, helper, args, kwargs)
     assert message in info.value.message
-    answer = helper_result(catalog, helper, args, kwargs)
+    answer: dict[str, Any] = dict(helper_result(catalog, helper, args, kwargs))
     assert "exc_type" in answer
-    assert message in answer["message"]  # type: ignore[typeddict-item]  # the exception half
+    assert message in answer["message"]
 
 
 def test_the_helpers_exist_only_in_a_searchable_catalog_and_a_tool_of_that_name_wins() -> None:
@@ -329,3 +329,21 @@ def test_the_harness_takes_await_off_the_helpers_but_not_off_a_tool_of_that_name
     assert repairs == ["search_tools/describe called without await (they answer at once)"]
     code, _ = repair_code('await describe(x="a")', {"describe": (frozenset({"x"}), frozenset())})
     assert code == 'await describe(x="a")'
+
+
+@given(st.text(max_size=40), st.integers(min_value=-3, max_value=50))
+def test_any_query_gives_ranked_lines_or_a_clear_error(query: str, limit: int) -> None:
+    """Property: search_tools and describe answer any text with a value or a CallRejected."""
+    catalog = big_catalog()
+    for helper, args in (("search_tools", (query, limit)), ("describe", (query,))):
+        answer: dict[str, Any] = dict(helper_result(catalog, helper, args, {}))
+        if "exc_type" in answer:
+            assert answer["exc_type"] in {"TypeError", "ValueError", "NameError"}
+            continue
+        value = answer["return_value"]
+        if helper == "search_tools":
+            assert isinstance(value, list)
+            assert len(value) <= limit
+            assert all(line.split(": ", 1)[0] in catalog.entries for line in value)
+        else:
+            assert value.startswith("async def ")
