@@ -141,6 +141,14 @@ async def _recorded(dbs: list[Path], prompts: set[str]) -> None:
             await asyncio.sleep(0.05)
 
 
+def _started_run_in(daemon: DaemonProcess, thread: str) -> bool:
+    """Whether the daemon's log shows a run of ``thread`` starting."""
+    return any(
+        "runtime.run_started" in line and thread in line
+        for line in daemon.log.read_text().splitlines()
+    )
+
+
 def _answered_by(db: Path) -> set[str]:
     """The threads whose prompts this daemon answered (its own database)."""
     with contextlib.closing(sqlite3.connect(db)) as conn:
@@ -220,7 +228,7 @@ async def test_a_run_killed_after_a_mutating_call_is_not_repeated_by_the_daemon_
             # another process writes the file: there is no event to wait on, so poll it
             while not effects.exists():  # noqa: ASYNC110
                 await asyncio.sleep(0.02)
-        [holder] = [d for d in daemons if thread in d.log.read_text()]
+        [holder] = [d for d in daemons if _started_run_in(d, thread)]
         [other] = [d for d in daemons if d is not holder]
         holder.kill_all()
         await alice.answered([prompt])
@@ -234,3 +242,43 @@ async def test_a_run_killed_after_a_mutating_call_is_not_repeated_by_the_daemon_
         assert other.proc is not None
         other.proc.send_signal(15)
         assert await other.wait() == 0
+
+
+async def test_a_restarted_daemon_still_answers_what_the_dead_one_left(tmp_path: Path) -> None:
+    """b restarts while a holds a thread with a prompt in flight, then a dies: b read
+    that prompt again after its restart (its cursor waited before it) and answers it."""
+    release = asyncio.Event()
+
+    async def model(body: dict) -> Step:
+        if "slow" in user_text(body):
+            await release.wait()  # a holds the run here until it is killed
+        return Reply("answered " + user_text(body).split("\n")[0])
+
+    async with (
+        FakeOpenAI(fallback=model) as fake,
+        two_daemons(tmp_path, fake) as (alice, daemons),
+    ):
+        first, thread = await alice.say("hello")
+        await alice.answered([first])
+        homes = {d: d.config.parent for d in daemons}
+        await _recorded([homes[d] / "asyncai.db" for d in daemons], {first})
+        [holder] = [d for d in daemons if first in _done(homes[d] / "asyncai.db")]
+        [other] = [d for d in daemons if d is not holder]
+        slow, _ = await alice.say("slow one", thread=thread)
+        async with asyncio.timeout(WAIT):
+            while not any("slow" in user_text(r) for r in fake.requests):  # noqa: ASYNC110
+                await asyncio.sleep(0.02)
+        # more traffic after it moves b's cursor on (replies, its own threads) ...
+        later = [(await alice.say(f"hello {n}"))[0] for n in range(4)]
+        await alice.answered(later)
+        await _recorded([homes[d] / "asyncai.db" for d in daemons], set(later))
+        # ... but not past the prompt a has not answered: after a restart b reads it again
+        assert other.proc is not None
+        other.proc.send_signal(15)
+        assert await other.wait() == 0
+        await other.start()
+        holder.kill_all()
+        release.set()
+        await alice.answered([slow])
+        assert [m.text for m in alice.replies[slow]] == ["answered slow one"]
+        await _recorded([homes[other] / "asyncai.db"], {slow})

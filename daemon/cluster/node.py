@@ -1,12 +1,15 @@
 """One daemon's part in a cluster: its connection, leases, router, scopes and audit export.
 
 :class:`ClusterNode` is what :class:`daemon.app.Daemon` adds when
-``[channels] url`` is a ``nats://`` URL. It owns two background tasks:
+``[channels] url`` is a ``nats://`` URL. It owns three background tasks:
 
-- the heartbeat and scan, every ``takeover_seconds / 6``: the member key
-  rewritten, the live members read, the remembered prompts of other
-  daemons' threads checked (:meth:`daemon.cluster.router.ThreadRouter.scan`)
-  and those of a daemon that is gone handed to the runtime;
+- the heartbeat and scan, every ``takeover_seconds / 6`` from the moment it
+  joins: the member key rewritten, the live members read, and (once the
+  runtime runs) the remembered prompts of other daemons' threads checked
+  (:meth:`daemon.cluster.router.ThreadRouter.scan`);
+- the hand-off: prompts of taken-over threads (and the notices of runs cut
+  off after a mutating call) to the runtime, in thread order, so that the
+  heartbeat never waits for the runtime's back-pressure;
 - the audit exporter (:class:`daemon.cluster.audit.AuditExporter`).
 
 The member key lives ``2/3 × takeover_seconds`` after its last beat, so a
@@ -41,9 +44,10 @@ from daemon.cluster.scopes import ObjectScopeStore
 from daemon.cluster.store import ClusterRuntimeStore
 from daemon.config import Config
 from daemon.runtime.interrupted import report_interrupted
-from daemon.runtime.ports import InboundMessage, RuntimePublisher, RuntimeStore
+from daemon.runtime.ports import InboundMessage, RuntimePublisher
 from daemon.runtime.runs import current_tool_use
 from daemon.runtime.scopes import load_or_create_key
+from daemon.runtime.store import SessionsRuntimeStore
 from daemon.tools import AuditEntry, AuditObserver
 from sessions.model import InterruptedRun
 from sessions.store import Store
@@ -167,11 +171,17 @@ class ClusterNode:
         except BaseException:
             await nc.close()
             raise
+        # Beating from now on: starting the rest of the daemon (the pool, the MCP
+        # servers) may take longer than the key lives, and a daemon whose key is gone
+        # while it claims threads would lose them to the others at once.
+        node._tasks.append(asyncio.create_task(node._beat(), name="asyncai-cluster"))
         log.warning("cluster.joined", member=member, live=sorted(node.router.live))
         return node
 
-    def wrap(self, inner: RuntimeStore) -> ClusterRuntimeStore:
-        """The runtime's store reporting to the cluster."""
+    def wrap(self, inner: SessionsRuntimeStore) -> ClusterRuntimeStore:
+        """The runtime's store reporting to the cluster; its cursor kept before the
+        prompts other daemons have not answered yet (a restart reads them again)."""
+        inner.cursor_cap = self.router.cursor_cap
         self._wrapped = ClusterRuntimeStore(
             inner, self.leases, self.router, finished=self.exporter.kick
         )
@@ -188,7 +198,6 @@ class ClusterNode:
             self._hand(notice)
         self.router.notices.clear()
         for work, name in (
-            (self._beat(), "asyncai-cluster"),
             (self._hand_off(), "asyncai-cluster-handoff"),
             (self.exporter.run(), "asyncai-audit-export"),
         ):
@@ -272,7 +281,8 @@ class ClusterNode:
             await asyncio.sleep(interval)
             try:
                 await self.router.beat()
-                await self.router.scan(self._hand)
+                if self._submit is not None:  # started: taken-over prompts have a runtime
+                    await self.router.scan(self._hand)
             except ClusterError as exc:
                 log.warning("cluster.beat_failed", error=str(exc), action="retrying")
 

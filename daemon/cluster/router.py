@@ -66,6 +66,8 @@ class ThreadRouter:
         self.taken_over = 0  # threads taken over from a daemon that was gone
         self._cut: dict[ThreadKey, MutatingRun] = {}  # taken over with a run cut off
         self.notices: list[InterruptedRun] = []  # cut-off runs found while recovering
+        self._last_seen: dict[str, str] = {}  # channel → the newest message id routed
+        self._before: dict[str, tuple[str, str]] = {}  # remembered id → (channel, the id before)
 
     @property
     def remembered(self) -> int:
@@ -90,11 +92,24 @@ class ThreadRouter:
             return False
         return True
 
+    def cursor_cap(self, channel: str) -> str | None:
+        """The furthest the channel's cursor may move: the message before the oldest one
+        remembered (a restart must read it again); None: no limit; "": not at all."""
+        caps = [before for ch, before in self._before.values() if ch == channel]
+        return min(caps) if caps else None
+
     async def route(
-        self, message: InboundMessage, own_nick: str
+        self, message: InboundMessage, own_nick: str, *, live: bool = True
     ) -> list[InboundMessage | InterruptedRun]:
-        """The messages to give the runtime now (in order); the rest is remembered."""
+        """The messages to give the runtime now (in order); the rest is remembered.
+
+        ``live``: read from the channel now (not a prompt recovered from the
+        database), so the cursor must stay before it while it is remembered.
+        """
         key = (message.channel, message.thread)
+        before = self._last_seen.get(message.channel, "")
+        if live and message.id > before:
+            self._last_seen[message.channel] = message.id
         if message.sender == own_nick:
             return [message]  # the runtime skips it and moves the cursor
         if key in self._mine and self._trust_cache():
@@ -105,7 +120,7 @@ class ThreadRouter:
             claim = await self._acquire(message.channel, message.thread)
         if claim is None or claim.owner != self.member:
             if not message.text.lstrip().startswith("!"):
-                self._remember(key, message)
+                self._remember(key, message, before if live else None)
             return []
         return self._runnable(key, [*self._release(key), message], claim)
 
@@ -122,8 +137,10 @@ class ThreadRouter:
                 for ready in self._runnable(key, self._release(key), claim):
                     emit(ready)
                 continue
-            kept = [m for m in self._remembered.get(key, []) if m.id > claim.answered]
-            self._count -= len(self._remembered.pop(key, [])) - len(kept)
+            held = self._remembered.pop(key, [])
+            kept = [m for m in held if m.id > claim.answered]
+            self._forget(m for m in held if m.id <= claim.answered)
+            self._count -= len(held) - len(kept)
             if kept:
                 self._remembered[key] = kept
 
@@ -136,6 +153,8 @@ class ThreadRouter:
 
         None: nobody holds it and another live member should claim it.
         """
+        if time.monotonic() - self._beat_ok > self._leases.member_ttl / 4:
+            await self.beat()  # never claim with a key that may have expired meanwhile
         claim: Claim
         if not self._someone_else_claims((channel, thread)):
             claim = await self._leases.claim(channel, thread)  # or learn who holds it
@@ -183,20 +202,28 @@ class ThreadRouter:
         )
         return [run, *(m for m in fresh if m.id not in cut.prompts)]
 
-    def _remember(self, key: ThreadKey, message: InboundMessage) -> None:
+    def _remember(self, key: ThreadKey, message: InboundMessage, before: str | None) -> None:
         held = self._remembered.setdefault(key, [])
         if any(m.id == message.id for m in held):
             return  # a replay
         held.append(message)
+        if before is not None:
+            self._before[message.id] = (message.channel, before)
         self._count += 1
         while self._count > MAX_REMEMBERED:
             oldest = next(iter(self._remembered))
             dropped = self._remembered.pop(oldest)
+            self._forget(dropped)
             self._count -= len(dropped)
             log.error("cluster.remembered_dropped", thread=oldest[1], messages=len(dropped))
 
+    def _forget(self, messages: Iterable[InboundMessage]) -> None:
+        for message in messages:
+            self._before.pop(message.id, None)
+
     def _release(self, key: ThreadKey) -> list[InboundMessage]:
         held = self._remembered.pop(key, [])
+        self._forget(held)
         self._count -= len(held)
         return held
 
@@ -208,7 +235,7 @@ class ThreadRouter:
         rest are remembered (their thread is held by another live daemon)."""
         keep: list[InboundMessage] = []
         for message in pending:
-            for ready in await self.route(message, own_nick=""):
+            for ready in await self.route(message, own_nick="", live=False):
                 if isinstance(ready, InboundMessage):
                     keep.append(ready)
                 else:

@@ -24,7 +24,10 @@ class SessionsRuntimeStore:
 
     ``hold_cursor(channel)`` True keeps that channel's cursor where it is
     (:meth:`daemon.runtime.intake.ChunkJoiner.holds`: chunks of a prompt are
-    held in memory, and a restart must see them again).
+    held in memory, and a restart must see them again). :attr:`cursor_cap`,
+    when set, is the furthest id the channel's cursor may move to (None: no
+    limit): in a cluster, the message before the oldest prompt that another
+    daemon has not answered yet, so a restart reads that prompt again.
     """
 
     def __init__(
@@ -39,12 +42,18 @@ class SessionsRuntimeStore:
         self.history_turns = history_turns
         self.history_chars = history_chars
         self._hold_cursor = hold_cursor
+        self.cursor_cap: Callable[[str], str | None] | None = None
 
     def _held(self, channel: str) -> bool:
         return self._hold_cursor is not None and self._hold_cursor(channel)
 
+    def _capped(self, channel: str, message_id: str) -> str:
+        cap = self.cursor_cap(channel) if self.cursor_cap is not None else None
+        return message_id if cap is None else min(message_id, cap)
+
     async def record_prompt(self, message: InboundMessage) -> RecordOutcome:
         """Store the prompt and move the cursor to it (unless held), in one transaction."""
+        target = self._capped(message.channel, message.id)
         new = await self.store.record_prompt(
             message.channel,
             message.thread,
@@ -52,8 +61,10 @@ class SessionsRuntimeStore:
             message.sender,
             message.text,
             message.ts or now_iso(),
-            advance_cursor=not self._held(message.channel),
+            advance_cursor=not self._held(message.channel) and target == message.id,
         )
+        if target != message.id and target and not self._held(message.channel):
+            await self.store.set_cursor(message.channel, target)
         if new:
             return "new"
         stored = await self.store.get_prompts([message.id])
@@ -63,8 +74,9 @@ class SessionsRuntimeStore:
 
     async def advance_cursor(self, channel: str, message_id: str) -> None:
         """Move the channel's cursor forward (never back), unless it is held."""
-        if not self._held(channel):
-            await self.store.set_cursor(channel, message_id)
+        target = self._capped(channel, message_id)
+        if target and not self._held(channel):
+            await self.store.set_cursor(channel, target)
 
     async def knows_thread(self, channel: str, thread_id: str) -> bool:
         """Whether prompts of this thread were recorded (the daemon takes part in it)."""
