@@ -67,6 +67,13 @@ async def test_over_the_budget_a_scripted_model_finds_describes_and_calls_a_tool
     description = ex.definitions()[0].description
     assert "async def get_invoice" not in description
     assert "- get_invoice: Get one invoice: the amount billed for an order" in description
+    refused = await ex.call_tool("run_code", {"code": "describe = search_tools"})
+    assert refused.is_error
+    assert refused.content == (
+        "run_code rejected this snippet before running it: line 1 assigns to 'describe', which "
+        "is a built-in helper (search_tools, describe); rebinding it would break later "
+        "snippets. Use another name, e.g. 'describe_'."
+    )
     script = [
         ToolCalls(("run_code", {"code": FIND})),
         ToolCalls(("run_code", {"code": CALL})),
@@ -103,6 +110,7 @@ async def test_below_the_budget_every_stub_shows_and_there_are_no_helpers(make) 
     out = await ex.call_tool("run_code", {"code": 'describe("get_invoice")'})
     assert out.is_error
     assert "NameError: name 'describe' is not defined" in out.content
+    assert await run(ex, "describe = 2\ndescribe") == "2"  # no helper: a name like any other
 
 
 async def test_a_learned_shape_is_stored_and_back_after_a_restart(make, tmp_path: Path) -> None:

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from daemon.code_mode.catalog import CallRejected, Catalog
 from daemon.code_mode.description import run_code_description
+from daemon.code_mode.helpers import check_reserved
 from daemon.code_mode.learned import LearnedShape, ShapeBook, shape_notice
 from daemon.code_mode.schema import return_sketch
 from daemon.code_mode.search import (
@@ -347,3 +348,17 @@ def test_any_query_gives_ranked_lines_or_a_clear_error(query: str, limit: int) -
             assert all(line.split(": ", 1)[0] in catalog.entries for line in value)
         else:
             assert value.startswith("async def ")
+
+
+def test_the_search_helpers_are_reserved_only_when_given() -> None:
+    """Rebinding describe is refused over the budget (extra names), allowed below it."""
+    assert check_reserved("describe = 1") is None
+    assert check_reserved("def search_tools(q):\n    return q", ("search_tools", "describe")) == (
+        "run_code rejected this snippet before running it: line 1 defines a function named "
+        "'search_tools', which is a built-in helper (search_tools, describe); rebinding it would "
+        "break later snippets. Use another name, e.g. 'search_tools_'."
+    )
+    # the built-in helpers keep their message, word for word
+    assert "built-in helper (items, names, dig, count_by, to_json)" in (
+        check_reserved("names = []", ("search_tools", "describe")) or ""
+    )

@@ -375,7 +375,7 @@ class CodeModeToolExecutor(BaseToolExecutor):
         if restart:
             await state.discard("restart")
         try:
-            rejection = await hooks.vet_snippet(code, limits)
+            rejection = await hooks.vet_snippet(code, limits, self._offer.helpers)
         except Exception:
             # a broken check must not block every snippet; the sandbox still guards
             log.exception("code_mode.check_failed", thread=state.key)

@@ -201,9 +201,10 @@ def _is_reserved(name: str) -> bool:
     return name in RESERVED_NAMES or name.startswith(PRIVATE_PREFIX)
 
 
-def reserved_bindings(code: str) -> list[Binding]:
-    """The module-level bindings in ``code`` that would rebind a helper or private name."""
-    return [b for b in module_bindings(code) if _is_reserved(b.name)]
+def reserved_bindings(code: str, extra: tuple[str, ...] = ()) -> list[Binding]:
+    """The module-level bindings in ``code`` that would rebind a helper or private name
+    (or one of ``extra``: ``search_tools``/``describe`` of a large catalog, issue 19)."""
+    return [b for b in module_bindings(code) if _is_reserved(b.name) or b.name in extra]
 
 
 _HOW = {
@@ -219,12 +220,13 @@ _HOW = {
 }
 
 
-def check_reserved(code: str) -> str | None:
+def check_reserved(code: str, extra: tuple[str, ...] = ()) -> str | None:
     """Why ``code`` may not run (it rebinds a helper at module level), or None.
 
     The message names the helper, the line, and another name to use instead.
+    ``extra``: more helper names, here only (the search helpers of a large catalog).
     """
-    hits = reserved_bindings(code)
+    hits = reserved_bindings(code, extra)
     if not hits:
         return None
     b = hits[0]
@@ -234,8 +236,9 @@ def check_reserved(code: str) -> str | None:
             f"'{b.name}'; names starting with '{PRIVATE_PREFIX}' are reserved for asyncai. "
             "Use another name."
         )
+    helpers = RESERVED_NAMES if b.name in RESERVED_NAMES else extra
     return (
         f"run_code rejected this snippet before running it: line {b.line} {_HOW[b.kind]} "
-        f"'{b.name}', which is a built-in helper ({', '.join(RESERVED_NAMES)}); rebinding it "
+        f"'{b.name}', which is a built-in helper ({', '.join(helpers)}); rebinding it "
         f"would break later snippets. Use another name, e.g. '{b.name}_'."
     )

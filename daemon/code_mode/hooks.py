@@ -44,6 +44,7 @@ is parsed in a worker thread, a shorter one inline (the hop would cost more).
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeVar
 
@@ -78,9 +79,12 @@ def scope_preamble(limits: CodeModeLimits) -> str:
     return "\n".join(prelude(limits.preamble))
 
 
-def check_snippet(code: str) -> str | None:
-    """Rejects a snippet that rebinds a helper name at module level (A11), else None."""
-    return check_reserved(code)
+def check_snippet(code: str, extra: tuple[str, ...] = ()) -> str | None:
+    """Rejects a snippet that rebinds a helper name at module level (A11), else None.
+
+    ``extra``: helper names of this catalog besides the built-in ones (issue 19).
+    """
+    return check_reserved(code, extra)
 
 
 def too_large(code: str, max_bytes: int) -> str | None:
@@ -99,12 +103,12 @@ def too_large(code: str, max_bytes: int) -> str | None:
     )
 
 
-async def vet_snippet(code: str, limits: CodeModeLimits) -> str | None:
+async def vet_snippet(code: str, limits: CodeModeLimits, extra: tuple[str, ...] = ()) -> str | None:
     """The pre-run checks: the size limit, then :func:`check_snippet` (see :func:`_parsed`)."""
     refused = too_large(code, limits.max_snippet_bytes)
     if refused is not None:
         return refused
-    return await _parsed(check_snippet, code)
+    return await _parsed(functools.partial(check_snippet, extra=extra), code)
 
 
 # A thread hop costs 50-100 µs, more than parsing a short snippet, and the parse

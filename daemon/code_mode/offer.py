@@ -18,6 +18,7 @@ from daemon.code_mode.description import run_code_definition
 from daemon.code_mode.learned import LearnedShape, ShapeBook, shape_notice
 from daemon.code_mode.limits import CodeModeLimits
 from daemon.code_mode.nested import NestedCalls, StartedCall
+from daemon.code_mode.search import SEARCH_HELPERS, is_helper
 from daemon.tools import AuditObserver, ShapeStore, ToolDefinition, ToolExecutor
 
 __all__ = ["ToolOffer"]
@@ -70,6 +71,15 @@ class ToolOffer:
         self._fresh()
         assert self._catalog is not None
         return self._catalog
+
+    @property
+    def helpers(self) -> tuple[str, ...]:
+        """The search helpers the sandbox has now (none below the budget), which
+        a snippet may not rebind, like the built-in helpers."""
+        catalog = self.built
+        if catalog is None:
+            return ()
+        return tuple(name for name in SEARCH_HELPERS if is_helper(catalog, name))
 
     def definition(self) -> ToolDefinition:
         """The current ``run_code`` definition (built now if needed)."""
