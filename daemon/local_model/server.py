@@ -150,6 +150,12 @@ class LocalModelServer:
             *("--port", str(self.port)),
             *("--n_threads", str(self.n_threads)),
             *("--n_ctx", str(self.n_ctx)),
+            # llama-cpp-python's server keeps every prompt token's logits by default
+            # (logits_all=True): an n_ctx x n_vocab float32 array (8192 x 151936, 5 GB)
+            # whose pages fill as prompts reach deeper positions, the measured growth
+            # from 3 to 6.7 GB, and a vocabulary-sized projection per prompt token.
+            # Only logprobs need them, and asyncai never asks for logprobs.
+            *("--logits_all", "false"),
         ]
         if self.chat_format:
             argv += ["--chat_format", self.chat_format]
