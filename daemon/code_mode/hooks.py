@@ -108,7 +108,9 @@ async def vet_snippet(code: str, limits: CodeModeLimits, extra: tuple[str, ...] 
     refused = too_large(code, limits.max_snippet_bytes)
     if refused is not None:
         return refused
-    return await _parsed(functools.partial(check_snippet, extra=extra), code)
+    # the seam keeps its one-argument form when there is nothing extra to reserve
+    check = functools.partial(check_snippet, extra=extra) if extra else check_snippet
+    return await _parsed(check, code)
 
 
 # A thread hop costs 50-100 µs, more than parsing a short snippet, and the parse
