@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import sys
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -96,3 +98,58 @@ async def test_what_is_not_a_run_document_is_refused_and_the_rest_goes_on(
         assert (again.applied, again.refused) == (0, 0)  # the durable consumer resumes
         with pytest.raises(MalformedRunDocument):
             await collected.apply_run_rows({"v": 1, "run": "x", "tables": {}})
+
+
+async def test_audit_collect_command_follows_the_stream_into_a_database(
+    nc: Client, tmp_path: Path
+) -> None:
+    """`asyncai audit-collect --db PATH --once`: the runs land in PATH, `asyncai audit` sees them;
+    a broker that is not there is one line on stderr and exit status 1."""
+    js = nc.jetstream()
+    async with Store(tmp_path / "a.db") as a:
+        await _a_run(a, "000000000001", "000000000001", mutating=True)
+        await ensure_audit_stream(js)
+        assert await AuditExporter(js, a, tmp_path, interval=60).send_new() == 1
+    url = nc.connected_url
+    assert url is not None
+    collect_cmd = [
+        sys.executable,
+        "-m",
+        "daemon.cli",
+        "audit-collect",
+        "--db",
+        str(tmp_path / "all.db"),
+        "--url",
+        f"nats://{url.hostname}:{url.port}",
+        "--once",
+    ]
+    proc = await asyncio.create_subprocess_exec(
+        *collect_cmd, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == 0, err.decode()
+    assert out.decode().strip() == "applied 1 runs, refused 0"
+    audit = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "daemon.cli",
+        "audit",
+        "--db",
+        str(tmp_path / "all.db"),
+        "--json",
+        stdout=asyncio.subprocess.PIPE,
+    )
+    rows, _ = await asyncio.wait_for(audit.communicate(), 60)
+    [row] = [json.loads(line) for line in rows.decode().splitlines()]
+    assert (row["tool"], row["mutating"], row["thread_id"]) == ("scale", True, "000000000001")
+    nobody = await asyncio.create_subprocess_exec(
+        *collect_cmd[:-2],
+        "nats://127.0.0.1:1",
+        "--once",
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    _, err = await asyncio.wait_for(nobody.communicate(), 60)
+    assert nobody.returncode == 1
+    assert err.decode().startswith("asyncai audit-collect: cannot connect to the NATS broker")
+    assert len(err.decode().strip().splitlines()) == 1

@@ -39,12 +39,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # argparse has no
         help="the durable consumer: where this collector left off (default: audit-collect)",
     )
     parser.add_argument("--once", action="store_true", help="stop when the stream is caught up")
+    parser.add_argument("--verbose", action="store_true", help="log every step (NDJSON, stderr)")
     parser.set_defaults(func=_main)
 
 
 def _main(args: argparse.Namespace) -> int:
     from daemon.cluster.errors import ClusterError
+    from daemon.logging import configure_logging
     from sessions.errors import StoreError
+
+    configure_logging(args.verbose)  # NDJSON on stderr: warnings, or all with --verbose
 
     try:
         return asyncio.run(_collect(args))
