@@ -10,6 +10,7 @@ DESIGN.md's adaptation to pydantic-monty 1.4:
 | function call, invalid args               | the catalog's ``CallRejected`` (``TypeError``)|
 | function call past the nested-call budget | ``RuntimeError: nested tool call budget exceeded`` |
 | function call, unknown name               | ``NameError``                                 |
+| ``search_tools``/``describe`` (issue 19)  | their value at once (:mod:`search`), no tool call |
 | OS call ``import`` / ``import_stubs``     | ``resume_auto()`` (stdlib imports work)       |
 | OS call ``time.sleep`` / ``asyncio.sleep``| ``NotImplementedError`` (:data:`SLEEP_DENIED`)|
 | any other OS call                         | ``PermissionError: os access disabled ...``   |
