@@ -590,7 +590,7 @@ async def run_mode(
     from daemon.model import OpenAiCompatibleBackend
 
     inner = McpToolExecutor(env.servers, call_timeout=60.0)
-    executor = inner if mode == "direct" else CodeModeToolExecutor(inner, CodeModeLimits())
+    executor = inner if mode == "direct" else CodeModeToolExecutor(inner, limits_for(model))
     config = dataclasses.replace(model, tool_mode=mode)
     backend = OpenAiCompatibleBackend(config, executor, max_run_seconds=1800.0)
     outcomes = {} if outcomes is None else outcomes
@@ -655,7 +655,7 @@ async def startup(
 
     simple = {"command": sys.executable, "args": ["-m", "servers.simple"], "cwd": str(ROOT)}
     inner = McpToolExecutor({"simple": {**simple, "env": {"PYTHONPATH": str(ROOT)}}})
-    executor = CodeModeToolExecutor(inner, CodeModeLimits())
+    executor = CodeModeToolExecutor(inner, limits_for(model))
     config = dataclasses.replace(model, tool_mode="code", temperature=None)
     backend = OpenAiCompatibleBackend(config, executor, max_run_seconds=1800.0)
     rows: list[tuple[str, float, bool | None, str]] = []
@@ -695,6 +695,16 @@ def startup_table(rows: list[tuple[str, float, bool | None, str]]) -> str:
         right = "–" if ok is None else ("yes" if ok else "**no**")
         lines.append(f"| {what} | {seconds:.1f} | {right} |")
     return "\n".join(lines)
+
+
+def limits_for(model: ModelConfig) -> CodeModeLimits:
+    """Code mode's limits as the daemon sets them for ``model`` (the harness's own
+    catalog budget when it is on: daemon/executors.py)."""
+    from daemon.model import HARNESS_CATALOG_BUDGET, harness_on
+
+    if harness_on(model, model.model):
+        return CodeModeLimits(catalog_budget=HARNESS_CATALOG_BUDGET)
+    return CodeModeLimits()
 
 
 def _tool_inputs(records: list) -> list:

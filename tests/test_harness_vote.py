@@ -195,3 +195,31 @@ async def test_long_data_is_not_voted_on(code_mode) -> None:
 def _blocks(record: Any) -> list[dict]:
     content = record.message.get("content") if isinstance(record.message, dict) else None
     return [b for b in content if isinstance(b, dict)] if isinstance(content, list) else []
+
+
+# ---- the harness's catalog budget ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("model", "budget", "expected"),
+    [
+        (LOCAL, None, 16_000),  # the harness is on: stubs up to its own budget
+        ("gpt-4o", None, 6_000),  # the configured default
+        (LOCAL, 3_000, 3_000),  # a configured budget always wins
+    ],
+)
+async def test_the_harness_keeps_stubs_up_to_its_own_budget(
+    model: str, budget: int | None, expected: int
+) -> None:
+    from daemon.config import Config
+    from daemon.executors import build_tool_executor
+
+    config = Config()
+    config.model.model = model
+    config.code_mode.catalog_budget = budget
+    executor = build_tool_executor(config, inner=FakeToolExecutor())
+    assert isinstance(executor, CodeModeToolExecutor)
+    try:
+        assert executor.limits.catalog_budget == expected
+    finally:
+        await executor.aclose()

@@ -14,6 +14,6 @@ embedded model's name), ``daemon.runtime.runs`` (the request and result),
 (record rows); never ``daemon.cli``, ``daemon.app`` or the MCP executor.
 """
 
-from daemon.model.loop import OpenAiCompatibleBackend
+from daemon.model.loop import HARNESS_CATALOG_BUDGET, OpenAiCompatibleBackend, harness_on
 
-__all__ = ["OpenAiCompatibleBackend"]
+__all__ = ["HARNESS_CATALOG_BUDGET", "OpenAiCompatibleBackend", "harness_on"]

@@ -84,9 +84,22 @@ from daemon.tools import (
 )
 from sessions.model import RunMetrics
 
-__all__ = ["OpenAiCompatibleBackend"]
+__all__ = ["HARNESS_CATALOG_BUDGET", "OpenAiCompatibleBackend", "harness_on"]
 
 log = structlog.get_logger("asyncai.backend")
+
+#: The catalog budget with the harness on, when ``[code_mode] catalog_budget`` is
+#: not set: a 1.5B model drives the names-only index (search_tools, describe) so
+#: badly that it answered 0 of the bench's first 5 questions through it (10:40 UTC
+#: 2026-11-30, against 5 of 5 with stubs), and 16 000 characters of stubs (about
+#: 4 500 tokens) still fit its 8 192-token context beside the rules and a run.
+HARNESS_CATALOG_BUDGET = 16_000
+
+
+def harness_on(params: ModelConfig, model: str | None) -> bool:
+    """Whether the small-model harness is on: ``[model] harness``, else on for the
+    embedded local model only."""
+    return params.harness if params.harness is not None else model == DEFAULT_MODEL.alias
 
 
 class OpenAiCompatibleBackend:
@@ -121,8 +134,7 @@ class OpenAiCompatibleBackend:
             run_seconds = 900.0
         self.max_run_seconds = max_run_seconds if max_run_seconds is not None else run_seconds
         # the small-model harness: on by default for the embedded local model only
-        harness = self.params.harness
-        self.harness = harness if harness is not None else self._model_name == DEFAULT_MODEL.alias
+        self.harness = harness_on(self.params, self._model_name)
         self.executor = executor
         # direct mode: the policy for the model's own calls of mutating tools (code
         # mode asks it inside the sandbox, through the code-mode executor)
