@@ -9,7 +9,10 @@ import nats
 import pytest
 from nats.aio.client import Client
 
+from daemon.cluster.errors import ClusterError
 from daemon.cluster.leases import Leases, bucket_names, thread_key
+from daemon.cluster.router import ThreadRouter
+from daemon.runtime.ports import InboundMessage
 from tests.fakes.nats_server import NatsServer
 
 
@@ -102,3 +105,46 @@ async def test_a_member_that_keeps_beating_stays_alive_past_its_ttl(nc: Client) 
         await a.beat()
         await asyncio.sleep(0.25)
         assert await b.alive("a")
+
+
+async def test_after_a_gap_in_the_heartbeat_nothing_is_taken_over_for_a_ttl(
+    broker: NatsServer,
+) -> None:
+    """The broker restarts: a daemon whose beats failed does not take over the threads of
+    a member whose key expired meanwhile until that member had a whole TTL to beat again;
+    a member that never comes back loses its thread after that."""
+    nc = await nats.connect(broker.url, reconnect_time_wait=0.05, max_reconnect_attempts=-1)
+    try:
+        a, b = await _leases(nc, "a", ttl=1.0), await _leases(nc, "b", ttl=1.0)
+        router = ThreadRouter(b)
+        await a.beat()
+        await router.beat()
+        await a.claim("#c", "000000000001")
+        await broker.kill()
+        with pytest.raises(ClusterError):
+            await router.beat()  # the broker is away: the heartbeat has a gap
+        await broker.start()
+        while True:  # until the client is back (it reconnects by itself)
+            try:
+                await router.beat()
+                break
+            except ClusterError:
+                await asyncio.sleep(0.05)
+        while await b.alive("a"):  # noqa: ASYNC110 -- the broker expires it; nothing signals that
+            await asyncio.sleep(0.05)
+        message = InboundMessage("#c", "000000000002", "000000000001", "alice", "more")
+        assert await router.route(message, "asyncai") == []  # deferred, remembered
+        claim = await b.get("#c", "000000000001")
+        assert claim is not None
+        assert claim.owner == "a"
+        ready: list[object] = []
+        while not ready:  # b beats on; after a whole TTL without a gap, it takes over
+            await asyncio.sleep(0.2)
+            await router.beat()
+            await router.scan(ready.append)
+        assert ready == [message]
+        claim = await b.get("#c", "000000000001")
+        assert claim is not None
+        assert claim.owner == "b"
+    finally:
+        await nc.close()

@@ -16,10 +16,13 @@ import sqlite3
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import nats
 import pytest
 
 from channels.client import Message
 from channels.nats import NatsChannel
+from daemon.cluster.leases import Leases
+from daemon.cluster.node import MEMBER_FILE
 from daemon.runtime.interrupted import INTERRUPTED_HEAD, INTERRUPTED_TAIL
 from tests.fakes.fake_openai import FakeOpenAI, Reply, Step, ToolCalls
 from tests.fakes.nats_server import NatsServer
@@ -141,12 +144,19 @@ async def _recorded(dbs: list[Path], prompts: set[str]) -> None:
             await asyncio.sleep(0.05)
 
 
-def _started_run_in(daemon: DaemonProcess, thread: str) -> bool:
-    """Whether the daemon's log shows a run of ``thread`` starting."""
-    return any(
-        "runtime.run_started" in line and thread in line
-        for line in daemon.log.read_text().splitlines()
-    )
+async def _holder(daemons: list[DaemonProcess], url: str, thread: str) -> DaemonProcess:
+    """The daemon that holds ``thread``, as its entry in the threads bucket says."""
+    nc = await nats.connect(url)
+    try:
+        leases = Leases(nc.jetstream(), "asyncai", "observer", member_ttl=TAKEOVER * 2 / 3)
+        claim = await (await leases.open()).get("#ops", thread)
+    finally:
+        await nc.close()
+    assert claim is not None
+    [holder] = [
+        d for d in daemons if (d.config.parent / MEMBER_FILE).read_text().strip() == claim.owner
+    ]
+    return holder
 
 
 def _answered_by(db: Path) -> set[str]:
@@ -228,7 +238,7 @@ async def test_a_run_killed_after_a_mutating_call_is_not_repeated_by_the_daemon_
             # another process writes the file: there is no event to wait on, so poll it
             while not effects.exists():  # noqa: ASYNC110
                 await asyncio.sleep(0.02)
-        [holder] = [d for d in daemons if _started_run_in(d, thread)]
+        holder = await _holder(daemons, alice.channel.url, thread)
         [other] = [d for d in daemons if d is not holder]
         holder.kill_all()
         await alice.answered([prompt])

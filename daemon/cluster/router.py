@@ -15,6 +15,10 @@ Every daemon of a cluster reads every message of its channels. For each one,
   the old holder had cut off after starting a mutating call are not run
   again: :attr:`ThreadRouter.cut_off` lists them for the interrupted notice.
 
+A daemon whose heartbeat had a gap (the broker restarted, the network broke)
+takes nothing over until it has beaten without a gap for a whole member TTL:
+the others' keys may be missing only because they have not beaten again yet.
+
 Remembered messages are dropped as soon as the entry says they were answered
 (:meth:`ThreadRouter.scan`, every few seconds), so memory holds only the
 prompts other daemons have not answered yet; commands (``!stop``,
@@ -31,6 +35,7 @@ from collections.abc import Callable, Iterable
 
 import structlog
 
+from daemon.cluster.errors import ClusterError
 from daemon.cluster.leases import Claim, Leases, MutatingRun
 from daemon.runtime.ports import InboundMessage
 from sessions.model import InterruptedRun, StartedCall
@@ -63,6 +68,7 @@ class ThreadRouter:
         self._count = 0
         self.live: set[str] = {self.member}
         self._beat_ok = time.monotonic()
+        self._steady_since: float | None = None  # beating without a gap since then
         self.taken_over = 0  # threads taken over from a daemon that was gone
         self._cut: dict[ThreadKey, MutatingRun] = {}  # taken over with a run cut off
         self.notices: list[InterruptedRun] = []  # cut-off runs found while recovering
@@ -80,9 +86,24 @@ class ThreadRouter:
 
     async def beat(self) -> None:
         """The heartbeat, and the live members read again."""
-        await self._leases.beat()
-        self._beat_ok = time.monotonic()
-        self.live = await self._leases.live_members() | {self.member}
+        try:
+            await self._leases.beat()
+            members = await self._leases.live_members()
+        except ClusterError:
+            self._steady_since = None
+            raise
+        now = time.monotonic()
+        if self._steady_since is None:
+            self._steady_since = now
+        self._beat_ok = now
+        self.live = members | {self.member}
+
+    def _may_take_over(self) -> bool:
+        # After a gap in the heartbeat (the broker restarted, the network broke) the
+        # others' keys may be missing only because they have not beaten again yet:
+        # nothing is taken over until each of them has had a whole TTL to do so.
+        steady = self._steady_since
+        return steady is not None and time.monotonic() - steady >= self._leases.member_ttl
 
     def _trust_cache(self) -> bool:
         # Unable to beat for half the TTL: others may already count this daemon
@@ -166,6 +187,8 @@ class ThreadRouter:
         if claim.owner != self.member and claim.owner not in self.live:
             if await self._leases.alive(claim.owner):
                 self.live.add(claim.owner)  # joined since the last beat
+            elif not self._may_take_over():
+                log.info("cluster.takeover_deferred", thread=thread, owner=claim.owner)
             else:
                 claim = await self._leases.take_over(channel, thread, claim)
                 if claim.owner == self.member:
