@@ -14,6 +14,7 @@ answers this thread" as one value anybody can read.
 - :mod:`.router`: for each inbound message, run it here or remember it;
   taking over the threads of a daemon that is gone;
 - :mod:`.store`: the runtime's store, reporting answered prompts;
+- :mod:`.history`: a moved thread's earlier turns, read from the channel;
 - :mod:`.scopes`: REPL dumps in an object store, HMAC-signed;
 - :mod:`.audit`: each finished run's rows on ``asyncai.audit``, and the
   collector behind ``asyncai audit-collect``;

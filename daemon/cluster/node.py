@@ -38,6 +38,7 @@ from nats.aio.client import Client
 from daemon.cluster.audit import AuditExporter, ensure_audit_stream
 from daemon.cluster.connect import connect_nats
 from daemon.cluster.errors import ClusterError
+from daemon.cluster.history import stream_history
 from daemon.cluster.leases import Leases
 from daemon.cluster.router import ThreadRouter
 from daemon.cluster.scopes import ObjectScopeStore
@@ -45,7 +46,7 @@ from daemon.cluster.store import ClusterRuntimeStore
 from daemon.config import Config
 from daemon.runtime.interrupted import report_interrupted
 from daemon.runtime.ports import InboundMessage, RuntimePublisher
-from daemon.runtime.runs import current_tool_use
+from daemon.runtime.runs import HistoryTurn, current_tool_use
 from daemon.runtime.scopes import load_or_create_key
 from daemon.runtime.store import SessionsRuntimeStore
 from daemon.tools import AuditEntry, AuditObserver
@@ -113,6 +114,7 @@ class ClusterNode:
         publish_timeout: float = 60.0,
     ):
         self._nc = nc
+        self._nick = nick
         self._publish_timeout = publish_timeout
         self._wrapped: ClusterRuntimeStore | None = None
         self._publisher: RuntimePublisher | None = None
@@ -183,7 +185,7 @@ class ClusterNode:
         prompts other daemons have not answered yet (a restart reads them again)."""
         inner.cursor_cap = self.router.cursor_cap
         self._wrapped = ClusterRuntimeStore(
-            inner, self.leases, self.router, finished=self.exporter.kick
+            inner, self.leases, self.router, finished=self.exporter.kick, earlier=self._earlier
         )
         return self._wrapped
 
@@ -249,6 +251,9 @@ class ClusterNode:
                     if not self._handing[key]:
                         del self._handing[key]
             self._handoff_ready.clear()
+
+    async def _earlier(self, channel: str, thread: str, before: str) -> list[HistoryTurn]:
+        return await stream_history(self._js, channel, thread, before, self._nick)
 
     async def _report(self, run: InterruptedRun) -> None:
         """The notice of a run the old holder cut off after a mutating call; its

@@ -7,6 +7,8 @@ daemons must see:
 - after a run's prompts end (``done`` or ``failed``, so after the reply was
   published), the thread's ``answered`` marker moves to the newest of them,
   and the audit exporter is told that a run finished;
+- a thread that moved here gets its earlier turns from the channel's stream
+  (:mod:`daemon.cluster.history`), since none of them are in this database;
 - at start, the prompts the database has not answered are run only when the
   thread is (or becomes) this daemon's; those another daemon answered
   meanwhile are marked done here, those another live daemon holds wait in
@@ -15,11 +17,12 @@ daemons must see:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import structlog
 
 from daemon.cluster.errors import ClusterError
+from daemon.cluster.history import bounded
 from daemon.cluster.leases import Leases
 from daemon.cluster.router import ThreadRouter
 from daemon.runtime.ports import InboundMessage, PromptStatus, RecordOutcome, RuntimeStore
@@ -31,6 +34,8 @@ __all__ = ["ClusterRuntimeStore"]
 log = structlog.get_logger("asyncai.cluster")
 
 ThreadKey = tuple[str, str]
+# (channel, thread, before) → the thread's turns before that message, from elsewhere
+EarlierTurns = Callable[[str, str, str], Awaitable[list[HistoryTurn]]]
 _REMEMBERED_PROMPTS = 100_000  # prompt → thread lookups kept (bounded; see _thread_of)
 
 
@@ -44,11 +49,13 @@ class ClusterRuntimeStore:
         router: ThreadRouter,
         *,
         finished: Callable[[], None] | None = None,
+        earlier: EarlierTurns | None = None,
     ):
         self._inner = inner
         self._leases = leases
         self._router = router
         self._finished = finished
+        self._earlier = earlier
         self._threads: dict[str, ThreadKey] = {}  # prompt id → its thread
         self._runs: dict[str, tuple[ThreadKey, list[str]]] = {}  # while it runs: thread, prompts
 
@@ -118,8 +125,22 @@ class ClusterRuntimeStore:
         await self._inner.start_run(run_id, channel, thread_id, prompt_ids)
 
     async def history(self, channel: str, thread_id: str) -> list[HistoryTurn]:
-        """The local history of the thread."""
-        return await self._inner.history(channel, thread_id)
+        """The local history of the thread; for a thread that moved here (none of its
+        turns are local, but it began before this run), its turns read back from the
+        channel, within the same bounds."""
+        turns = await self._inner.history(channel, thread_id)
+        here = (channel, thread_id)
+        running = [p for key, prompts in self._runs.values() if key == here for p in prompts]
+        if turns or self._earlier is None or not running or thread_id >= min(running):
+            return turns
+        try:
+            earlier = await self._earlier(channel, thread_id, min(running))
+        except ClusterError as exc:
+            log.warning("cluster.history_not_read", thread=thread_id, error=str(exc))
+            return turns
+        max_turns = getattr(self._inner, "history_turns", 20)
+        max_chars = getattr(self._inner, "history_chars", 24_000)
+        return bounded(earlier, max_turns, max_chars)
 
     async def finish_run(
         self, run_id: str, result: RunResult, prompt_ids: list[str], prompt_status: PromptStatus

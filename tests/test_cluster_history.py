@@ -1,0 +1,59 @@
+"""A moved thread's earlier turns, read back from a real JetStream channel."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import nats
+import pytest
+from nats.aio.client import Client
+
+from channels.nats import NatsChannel
+from daemon.cluster.history import bounded, stream_history
+from daemon.runtime.runs import HistoryTurn
+from tests.fakes.nats_server import NatsServer
+
+
+@pytest.fixture
+async def broker() -> AsyncIterator[NatsServer]:
+    async with NatsServer() as server:
+        yield server
+
+
+async def test_the_turns_before_the_current_prompt_come_back_in_order(broker: NatsServer) -> None:
+    """Root, reply, a command, a long reply split in chunks, another thread's message, the
+    current prompt: the turns are the texts before it, chunks joined, commands left out."""
+    alice = NatsChannel(broker.url, nick="alice", max_text=20)
+    daemon = NatsChannel(broker.url, nick="asyncai", max_text=20)
+    nc: Client = await nats.connect(broker.url)
+    try:
+        root = await alice.publish("#ops", "set v to 7")
+        await daemon.publish("#ops", "done", thread=root.thread, reply_to=root.id)
+        await alice.publish("#ops", "!stop", thread=root.thread)
+        await alice.publish("#ops", "elsewhere")  # another thread
+        long = "a long answer that is split into chunks"
+        await daemon.publish("#ops", long, thread=root.thread, reply_to=root.id)
+        current = await alice.publish("#ops", "what is v?", thread=root.thread)
+        await alice.publish("#ops", "after it", thread=root.thread)
+        turns = await stream_history(nc.jetstream(), "#ops", root.thread, current.id, "asyncai")
+        assert turns == [
+            HistoryTurn("user", "set v to 7"),
+            HistoryTurn("assistant", "done"),
+            HistoryTurn("assistant", long),
+        ]
+        assert await stream_history(nc.jetstream(), "#ops", root.thread, root.id, "asyncai") == []
+        hub_id = "01JDXK3M2ZP7Q9R8S7T6V5W4X3"  # not an id of this stream: nothing to read
+        assert await stream_history(nc.jetstream(), "#ops", hub_id, current.id, "asyncai") == []
+    finally:
+        await nc.close()
+        await alice.close()
+        await daemon.close()
+
+
+def test_bounded_keeps_the_newest_turns_within_both_limits() -> None:
+    """At most N turns and C characters, the newest ones, in order."""
+    turns = [HistoryTurn("user", "x" * 10), HistoryTurn("assistant", "y" * 10)] * 3
+    assert bounded(turns, 20, 1000) == turns
+    assert bounded(turns, 2, 1000) == turns[-2:]
+    assert bounded(turns, 20, 25) == turns[-2:]
+    assert bounded(turns, 0, 1000) == []
