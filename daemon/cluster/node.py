@@ -45,7 +45,7 @@ from daemon.cluster.scopes import ObjectScopeStore
 from daemon.cluster.store import ClusterRuntimeStore
 from daemon.config import Config
 from daemon.runtime.interrupted import report_interrupted
-from daemon.runtime.ports import InboundMessage, RuntimePublisher
+from daemon.runtime.ports import InboundMessage, RuntimePublisher, mentions
 from daemon.runtime.runs import HistoryTurn, current_tool_use
 from daemon.runtime.scopes import load_or_create_key
 from daemon.runtime.store import SessionsRuntimeStore
@@ -115,6 +115,9 @@ class ClusterNode:
     ):
         self._nc = nc
         self._nick = nick
+        # the runtime's rules of who is answered ([channels] shared, allowed_senders)
+        self.shared_channels: frozenset[str] = frozenset()
+        self.allowed_senders: frozenset[str] | None = None
         self._publish_timeout = publish_timeout
         self._wrapped: ClusterRuntimeStore | None = None
         self._publisher: RuntimePublisher | None = None
@@ -207,7 +210,13 @@ class ClusterNode:
 
     async def feed(self, message: InboundMessage, own_nick: str) -> None:
         """One inbound message: to the runtime if its thread is this daemon's (behind
-        any taken-over prompts of the thread still being handed over), else remembered."""
+        any taken-over prompts of the thread still being handed over), else remembered.
+
+        A message no daemon answers (a sender outside ``allowed_senders``; in a
+        shared channel, no mention of the nick in a thread nobody holds) goes
+        to the runtime as it is, which ignores it: no thread is claimed for it
+        and no daemon remembers it.
+        """
         assert self._submit is not None, "start() first"
         for ready in await self._route(message, own_nick):
             if isinstance(ready, InboundMessage) and not self._handing[_key(ready)]:
@@ -221,12 +230,25 @@ class ClusterNode:
         deadline = asyncio.get_running_loop().time() + self.takeover_seconds
         while True:
             try:
+                if await self._unanswered(message, own_nick):
+                    self.router.seen(message)
+                    return [message]  # the runtime ignores it (and moves the cursor)
                 return await self.router.route(message, own_nick)
             except ClusterError as exc:
                 if asyncio.get_running_loop().time() > deadline:
                     raise
                 log.warning("cluster.route_failed", error=str(exc), action="retrying")
                 await asyncio.sleep(ROUTE_RETRY)
+
+    async def _unanswered(self, message: InboundMessage, own_nick: str) -> bool:
+        """Whether no daemon would answer ``message`` (the runtime's own rules)."""
+        if message.sender == own_nick:
+            return False  # routed: the router notes where the channel is
+        if self.allowed_senders is not None and message.sender not in self.allowed_senders:
+            return True
+        if message.channel not in self.shared_channels or mentions(message.text, own_nick):
+            return False
+        return await self.leases.get(message.channel, message.thread) is None
 
     def _hand(self, item: Item) -> None:
         self._handing[_key(item)] += 1
@@ -318,7 +340,7 @@ async def open_cluster(config: Config, store: Store) -> ClusterNode | None:
     if not is_cluster_url(config.channels.url):
         return None
     state_dir = config.sessions.db.parent
-    return await ClusterNode.open(
+    node = await ClusterNode.open(
         config.channels.url,
         store,
         token=config.channels.token,
@@ -330,6 +352,9 @@ async def open_cluster(config: Config, store: Store) -> ClusterNode | None:
         state_dir=state_dir,
         publish_timeout=config.runtime.publish_timeout,
     )
+    node.shared_channels = frozenset(config.channels.shared)
+    node.allowed_senders = frozenset(config.channels.allowed_senders) or None
+    return node
 
 
 def _key(item: Item) -> tuple[str, str]:

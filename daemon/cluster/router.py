@@ -119,6 +119,11 @@ class ThreadRouter:
         caps = [before for ch, before in self._before.values() if ch == channel]
         return min(caps) if caps else None
 
+    def seen(self, message: InboundMessage) -> None:
+        """A message of the channel that is not routed (no daemon answers it)."""
+        if message.id > self._last_seen.get(message.channel, ""):
+            self._last_seen[message.channel] = message.id
+
     async def route(
         self, message: InboundMessage, own_nick: str, *, live: bool = True
     ) -> list[InboundMessage | InterruptedRun]:
