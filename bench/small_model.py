@@ -780,6 +780,12 @@ async def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--python", default=sys.executable, help="Python with llama-cpp-python")
     parser.add_argument("--log", type=Path, help="the daemon's verbose NDJSON log goes here")
     parser.add_argument(
+        "--answer-samples",
+        type=int,
+        choices=(1, 2, 3),
+        help="[model] answer_samples: the harness's vote (1: off; default: the config's)",
+    )
+    parser.add_argument(
         "--no-startup",
         action="store_true",
         help="skip the startup phase (first reply after the warm-up, the banner's example)",
@@ -822,6 +828,8 @@ async def main(argv: list[str] | None = None) -> int:
         )
         if args.harness != "auto":
             model.harness = args.harness == "on"
+        if args.answer_samples is not None:
+            model.answer_samples = args.answer_samples
         started = datetime.datetime.now(datetime.UTC)
         results: dict[str, dict[str, Outcome]] = {}
 
@@ -833,6 +841,7 @@ async def main(argv: list[str] | None = None) -> int:
                             "date": started.isoformat(),
                             "model": model_name,
                             "harness": args.harness,
+                            "answer_samples": model.answer_samples,
                             "results": {
                                 m: {k: o.__dict__ for k, o in r.items()} for m, r in results.items()
                             },
@@ -873,7 +882,8 @@ async def main(argv: list[str] | None = None) -> int:
             memory.append((f"after {mode} mode", rss()))
         print(
             f"\nSmall-model benchmark, {started:%Y-%m-%d %H:%M} UTC, model {model_name} at "
-            f"{base_url}, harness {args.harness}, {len(suite)} questions\n"
+            f"{base_url}, harness {args.harness}, answer_samples {model.answer_samples}, "
+            f"{len(suite)} questions\n"
         )
         if results:
             print(table(suite, results))
