@@ -207,10 +207,8 @@ class KcpTools:
         self, workspace: Workspace = "root", kcp: Kcp = None
     ) -> CallToolResult:
         """
-        List the child workspaces of a workspace (their names and paths only,
-        not what runs in them: list_objects lists pods, deployments, nodes and
-        other objects). Each one's `path` is what the other tools take as
-        workspace=.
+        List the child workspaces of a workspace. Each one's `path` is what
+        the other tools take as workspace=.
         """
         with _tool_errors():
             data = await self.get_json(kcp, workspace, ["get", "workspaces.tenancy.kcp.io"])
