@@ -243,9 +243,7 @@ async def idle_memory(url: str, pid: int, count: int) -> tuple[int, int]:
 # -- the Channel interface: hub and NATS ------------------------------------------------------
 
 
-async def channel_pipelined(
-    make, count: int, window: int, size: int
-) -> dict[str, float]:
+async def channel_pipelined(make, count: int, window: int, size: int) -> dict[str, float]:
     """Msgs/s and publish→deliver latency with up to ``window`` publishes awaiting their ack."""
     sub: Channel = await make("sub")
     pub: Channel = await make("pub")

@@ -151,9 +151,7 @@ async def _hub(args: argparse.Namespace) -> int:
 # -- atirc pub / sub ----------------------------------------------------------------------
 
 
-def _client(
-    attempts: int | None, on_status: Callable[[Status], None] | None = None
-) -> AnyChannel:
+def _client(attempts: int | None, on_status: Callable[[Status], None] | None = None) -> AnyChannel:
     url = os.environ.get("ATIRC_URL") or DEFAULT_URL
     token = os.environ.get("ATIRC_TOKEN") or None
     nick = os.environ.get("ATIRC_NICK") or None

@@ -117,8 +117,7 @@ async def test_code_block_protocol_for_the_local_model(code_mode):
     # list_pods declares no output schema: the first run taught its shape, which its
     # stub shows from then on (issue 19); the rest of the system message is the same
     before = (
-        "async def list_pods(*, namespace: str) -> Any:\n"
-        '    """List the pods of a namespace."""'
+        'async def list_pods(*, namespace: str) -> Any:\n    """List the pods of a namespace."""'
     )
     after = (
         "async def list_pods(*, namespace: str) -> list[dict[str, Any]]:\n"

@@ -67,9 +67,7 @@ async def test_pub_wait_on_nats_prints_the_split_reply(nats_url, channels) -> No
         async for message in responder:
             if message.sender != "asyncai":
                 await responder.status("#ops", "thinking", thread=message.thread)
-                await responder.publish(
-                    "#ops", reply, thread=message.thread, reply_to=message.id
-                )
+                await responder.publish("#ops", reply, thread=message.thread, reply_to=message.id)
                 return
 
     async with asyncio.TaskGroup() as tg:

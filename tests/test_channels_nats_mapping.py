@@ -152,6 +152,8 @@ def test_credentials_from_the_token_setting(token, expected):
 
 def test_a_password_in_the_url_is_not_shown():
     """Errors and logs name the server without the URL's password."""
-    assert mapping.shown_url("nats://alice:s3cret@10.0.0.1:4222") == "nats://alice:***@10.0.0.1:4222"
+    assert (
+        mapping.shown_url("nats://alice:s3cret@10.0.0.1:4222") == "nats://alice:***@10.0.0.1:4222"
+    )
     assert mapping.shown_url("nats://10.0.0.1:4222") == "nats://10.0.0.1:4222"
     assert mapping.shown_url("nats://tok3n@10.0.0.1:4222") == "nats://tok3n@10.0.0.1:4222"

@@ -162,7 +162,5 @@ async def test_asyncai_approvals_on_an_empty_database(
         pass
     _, lines = await asyncio.to_thread(run_cli, capsys, "approvals", "--db", str(path))
     assert lines == ["no approval requests yet"]
-    _, lines = await asyncio.to_thread(
-        run_cli, capsys, "approvals", "--db", str(path), "--pending"
-    )
+    _, lines = await asyncio.to_thread(run_cli, capsys, "approvals", "--db", str(path), "--pending")
     assert lines == ["no pending approval requests"]

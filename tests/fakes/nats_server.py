@@ -129,6 +129,7 @@ class NatsServer:
 
 
 if __name__ == "__main__":  # pragma: no cover - a manual check: python -m tests.fakes.nats_server
+
     async def _main() -> None:
         async with NatsServer() as server:
             print(server.url, os.getpid())
