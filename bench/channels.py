@@ -24,6 +24,9 @@ Measured:
   storage), publish → deliver latency and msgs/s, in one table with the ratio.
   More rows for other set-ups (several daemons on one broker) go in
   ``CHANNEL_ROWS``' table the same way.
+- with NATS, the two-daemon throughput against one daemon (``bench/cluster.py``:
+  a scripted model at 200 ms per request, 120 prompts in 120 threads;
+  ``--no-cluster`` skips it).
 
 Bounded: every phase runs under a timeout, counts are fixed.
 """
@@ -442,6 +445,11 @@ async def run(args: argparse.Namespace) -> None:
         f"{after / 1024:.1f} MiB (+{delta / 1024:.1f} MiB, {delta / args.idle:.1f} KiB each)"
     )
     print_channel_table(channels)
+    if args.nats and args.cluster:
+        from bench.cluster import run as cluster_run
+
+        print("\nSeveral daemons on one broker (bench/cluster.py):")
+        await cluster_run(argparse.Namespace(prompts=120, delay=0.2, repeat=args.repeat))
 
 
 def main() -> None:
@@ -455,6 +463,12 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3, help="runs per measure (median)")
     parser.add_argument(
         "--no-nats", dest="nats", action="store_false", help="skip NATS (no nats-server)"
+    )
+    parser.add_argument(
+        "--no-cluster",
+        dest="cluster",
+        action="store_false",
+        help="skip the two-daemon throughput (bench/cluster.py)",
     )
     parser.add_argument("--bare-server", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
