@@ -313,7 +313,7 @@ class Daemon:
 
     def _clustered(self, store: SessionsRuntimeStore) -> RuntimeStore:
         """The runtime's store; in a cluster, one that tells the others what was answered."""
-        return store if self._cluster is None else self._cluster.wrap(store)
+        return store if self._cluster is None else self._cluster.wrap(store, self._desk)
 
     def _limiter(self) -> SenderLimiter | None:
         """The per-sender limits of ``[runtime]``, or None when both are unlimited."""

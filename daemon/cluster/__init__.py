@@ -16,6 +16,8 @@ answers this thread" as one value anybody can read.
 - :mod:`.store`: the runtime's store, reporting answered prompts;
 - :mod:`.history`: a moved thread's earlier turns, read from the channel;
 - :mod:`.scopes`: REPL dumps in an object store, HMAC-signed;
+- :mod:`.approvals`: runs paused for approval, their state in an object store
+  (signed the same way) and their decisions in the thread's entry, once;
 - :mod:`.audit`: each finished run's rows on ``asyncai.audit``, and the
   collector behind ``asyncai audit-collect``;
 - :mod:`.node`: one daemon's part, wired by :mod:`daemon.app`;
@@ -27,6 +29,7 @@ May import: ``daemon.errors``, ``daemon.tools``, ``daemon.logging``,
 ``daemon.app``.
 """
 
+from daemon.cluster.approvals import ClusterApprovals, PausedStates
 from daemon.cluster.audit import AuditExporter, collect
 from daemon.cluster.errors import ClusterError
 from daemon.cluster.leases import Claim, Leases
@@ -38,11 +41,13 @@ from daemon.cluster.store import ClusterRuntimeStore
 __all__ = [
     "AuditExporter",
     "Claim",
+    "ClusterApprovals",
     "ClusterError",
     "ClusterNode",
     "ClusterRuntimeStore",
     "Leases",
     "ObjectScopeStore",
+    "PausedStates",
     "ThreadRouter",
     "audited",
     "collect",

@@ -17,6 +17,13 @@ Two JetStream key-value buckets (:class:`Leases` owns both):
   call goes out): a daemon that takes the thread over must not run those
   prompts again, it posts the interrupted notice instead (the single-daemon
   rule of :mod:`daemon.runtime.interrupted`).
+- ``paused``: the run of the thread that waits for approval
+  (``{"approval", "run", "prompts", "decided"}``, written after its state
+  was put in the approvals object store, :mod:`.approvals`): a daemon that
+  takes the thread over loads that request instead of running its prompts
+  again. ``decided`` is set (revision-checked, so once across the daemons)
+  before the decided run goes on; an approval also writes ``mutating``
+  then, so a run cut off after it is not run again.
 
 Why one entry per thread and one heartbeat per daemon rather than a lease per
 thread renewed by its holder: renewing costs one write per held thread every
@@ -38,7 +45,7 @@ from nats.js.kv import KeyValue
 
 from daemon.cluster.errors import ClusterError
 
-__all__ = ["Claim", "Leases", "MutatingRun", "bucket_names", "thread_key"]
+__all__ = ["Claim", "Leases", "MutatingRun", "PausedEntry", "bucket_names", "thread_key"]
 
 _SAFE = re.compile(r"[A-Za-z0-9_-]+")
 
@@ -69,14 +76,34 @@ class MutatingRun:
 
 
 @dataclass(frozen=True)
+class PausedEntry:
+    """The thread's run that waits for approval ``approval`` (``decided``: "" while it waits)."""
+
+    approval: str
+    run: str
+    prompts: tuple[str, ...]
+    decided: str = ""
+
+    def as_json(self) -> dict[str, Any]:
+        """The entry's ``paused`` value."""
+        return {
+            "approval": self.approval,
+            "run": self.run,
+            "prompts": list(self.prompts),
+            "decided": self.decided,
+        }
+
+
+@dataclass(frozen=True)
 class Claim:
     """A thread's entry: who holds it, the newest prompt answered, the entry's revision,
-    and the run cut off after a mutating call, if any."""
+    the run cut off after a mutating call, if any, and the run waiting for approval."""
 
     owner: str
     answered: str
     revision: int
     mutating: MutatingRun | None = None
+    paused: PausedEntry | None = None
 
 
 def _decode(value: bytes | None, revision: int) -> Claim:
@@ -92,15 +119,33 @@ def _decode(value: bytes | None, revision: int) -> Claim:
             if run
             else None
         )
-        return Claim(str(data["owner"]), str(data.get("answered", "")), revision, mutating)
+        waits = data.get("paused")
+        paused = (
+            PausedEntry(
+                str(waits["approval"]),
+                str(waits["run"]),
+                tuple(str(p) for p in waits["prompts"]),
+                str(waits.get("decided") or ""),
+            )
+            if waits
+            else None
+        )
+        return Claim(str(data["owner"]), str(data.get("answered", "")), revision, mutating, paused)
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise ClusterError(f"a thread entry is not valid JSON with an owner: {value!r}") from exc
 
 
-def _encode(owner: str, answered: str, mutating: MutatingRun | None = None) -> bytes:
+def _encode(
+    owner: str,
+    answered: str,
+    mutating: MutatingRun | None = None,
+    paused: PausedEntry | None = None,
+) -> bytes:
     entry: dict[str, Any] = {"owner": owner, "answered": answered}
     if mutating is not None:
         entry["mutating"] = mutating.as_json()
+    if paused is not None:
+        entry["paused"] = paused.as_json()
     return json.dumps(entry).encode()
 
 
@@ -217,7 +262,9 @@ class Leases:
         key = thread_key(channel, thread)
         try:
             revision = await self._kv_threads.update(
-                key, _encode(self.member, old.answered, old.mutating), last=old.revision
+                key,
+                _encode(self.member, old.answered, old.mutating, old.paused),
+                last=old.revision,
             )
         except nats.js.errors.KeyWrongLastSequenceError:
             found = await self.get(channel, thread)
@@ -226,7 +273,7 @@ class Leases:
             return found
         except nats.errors.Error as exc:
             raise ClusterError(f"cannot take thread {thread} over: {exc}") from exc
-        return Claim(self.member, old.answered, revision, old.mutating)
+        return Claim(self.member, old.answered, revision, old.mutating, old.paused)
 
     async def mark_answered(self, channel: str, thread: str, through: str) -> None:
         """Record that the prompts of the thread up to ``through`` were answered.
@@ -250,12 +297,19 @@ class Leases:
             mutating = current.mutating
             if mutating is not None and max(mutating.prompts, default="") <= through:
                 mutating = None  # that run ended (answered, or its notice posted)
-            if current.answered >= through and mutating == current.mutating:
+            paused = current.paused
+            if paused is not None and max(paused.prompts, default="") <= through:
+                paused = None  # the paused run ended too
+            if (
+                current.answered >= through
+                and mutating == current.mutating
+                and paused == current.paused
+            ):
                 return
             try:
                 await self._kv_threads.update(
                     thread_key(channel, thread),
-                    _encode(current.owner, max(through, current.answered), mutating),
+                    _encode(current.owner, max(through, current.answered), mutating, paused),
                     last=current.revision,
                 )
                 return
@@ -283,7 +337,10 @@ class Leases:
             owner, answered = (current.owner, current.answered) if current else (self.member, "")
             before = current.mutating if current else None
             calls = before.calls if before is not None and before.run == run else ()
-            value = _encode(owner, answered, MutatingRun(run, tuple(prompts), (*calls, call)))
+            paused = current.paused if current else None
+            value = _encode(
+                owner, answered, MutatingRun(run, tuple(prompts), (*calls, call)), paused
+            )
             try:
                 if current is None:
                     await self._kv_threads.create(thread_key(channel, thread), value)
@@ -297,3 +354,65 @@ class Leases:
             except nats.errors.Error as exc:
                 raise ClusterError(f"cannot record a mutating call of {thread}: {exc}") from exc
         raise ClusterError(f"thread {thread}: its entry kept changing while a call was recorded")
+
+    async def mark_paused(self, channel: str, thread: str, paused: PausedEntry) -> bool:
+        """Point the thread's entry at its run waiting for approval (its state is stored
+        first). Revision-checked; False when the thread is not this daemon's."""
+        for _ in range(20):
+            current = await self.get(channel, thread)
+            if current is None or current.owner != self.member:
+                return False
+            value = _encode(current.owner, current.answered, current.mutating, paused)
+            try:
+                await self._kv_threads.update(
+                    thread_key(channel, thread), value, last=current.revision
+                )
+                return True
+            except nats.js.errors.KeyWrongLastSequenceError:
+                continue
+            except nats.errors.Error as exc:
+                raise ClusterError(f"cannot record the paused run of {thread}: {exc}") from exc
+        raise ClusterError(f"thread {thread}: its entry kept changing while a pause was recorded")
+
+    async def decide_paused(
+        self,
+        channel: str,
+        thread: str,
+        approval: str,
+        outcome: str,
+        calls: tuple[tuple[str, dict[str, Any]], ...] = (),
+    ) -> str:
+        """Record the decision on ``approval`` once across the daemons, before its run
+        goes on: "ok" (this call decided it), "moved" (another daemon holds the thread,
+        or it was decided already). Approved ``calls`` are written as ``mutating`` too.
+
+        An entry that points at no paused run (its pause could not be shared) is
+        decided by its holder alone.
+        """
+        for _ in range(20):
+            current = await self.get(channel, thread)
+            if current is None or current.owner != self.member:
+                return "moved"
+            paused = current.paused
+            if paused is not None and paused.approval == approval and paused.decided:
+                return "moved"
+            if paused is None or paused.approval != approval:
+                return "ok"  # not shared: nobody else can decide it
+            mutating = current.mutating
+            if outcome == "approved" and calls:
+                before = (
+                    mutating.calls if mutating is not None and mutating.run == paused.run else ()
+                )
+                mutating = MutatingRun(paused.run, paused.prompts, (*before, *calls))
+            decided = PausedEntry(paused.approval, paused.run, paused.prompts, outcome)
+            value = _encode(current.owner, current.answered, mutating, decided)
+            try:
+                await self._kv_threads.update(
+                    thread_key(channel, thread), value, last=current.revision
+                )
+                return "ok"
+            except nats.js.errors.KeyWrongLastSequenceError:
+                continue
+            except nats.errors.Error as exc:
+                raise ClusterError(f"cannot record the decision on {approval}: {exc}") from exc
+        raise ClusterError(f"thread {thread}: its entry kept changing while {approval} was decided")

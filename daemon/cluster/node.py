@@ -12,6 +12,11 @@
   heartbeat never waits for the runtime's back-pressure;
 - the audit exporter (:class:`daemon.cluster.audit.AuditExporter`).
 
+The requests of runs paused for approval are shared and decided through
+:class:`daemon.cluster.approvals.ClusterApprovals` (the desk's mirror, bound in
+:meth:`ClusterNode.wrap`); a taken-over thread's request is loaded into this
+daemon in the hand-off, before the thread's newer messages.
+
 The member key lives ``2/3 × takeover_seconds`` after its last beat, so a
 daemon that dies (SIGKILL, a lost host) is gone from the members bucket
 after at most that long, and its threads are taken over at the next scan of
@@ -35,15 +40,17 @@ from pathlib import Path
 import structlog
 from nats.aio.client import Client
 
+from daemon.cluster.approvals import ClusterApprovals, PausedStates
 from daemon.cluster.audit import AuditExporter, ensure_audit_stream
 from daemon.cluster.connect import connect_nats
 from daemon.cluster.errors import ClusterError
 from daemon.cluster.history import stream_history
 from daemon.cluster.leases import Leases
-from daemon.cluster.router import ThreadRouter
+from daemon.cluster.router import MovedApproval, Routed, ThreadRouter
 from daemon.cluster.scopes import ObjectScopeStore
 from daemon.cluster.store import ClusterRuntimeStore
 from daemon.config import Config
+from daemon.runtime.approvals import ApprovalDesk
 from daemon.runtime.interrupted import report_interrupted
 from daemon.runtime.ports import InboundMessage, RuntimePublisher, mentions
 from daemon.runtime.runs import HistoryTurn, current_tool_use
@@ -62,7 +69,7 @@ __all__ = [
     "open_cluster",
 ]
 
-Item = InboundMessage | InterruptedRun  # what the hand-off carries: prompts, and notices
+Item = Routed  # what the hand-off carries: prompts, notices, and moved approval requests
 
 log = structlog.get_logger("asyncai.cluster")
 
@@ -129,6 +136,11 @@ class ClusterNode:
             js, nick, scope_key, max_bytes=max_scope_bytes, retention_seconds=scope_retention
         )
         self.exporter = AuditExporter(js, store, state_dir, interval=takeover_seconds)
+        self.approvals = ClusterApprovals(
+            PausedStates(js, nick, scope_key, retention_seconds=scope_retention),
+            self.leases,
+            store,
+        )
         self._js = js
         self._tasks: list[asyncio.Task[None]] = []
         self._closed = False
@@ -171,6 +183,7 @@ class ClusterNode:
         try:
             await node.leases.open()
             await node.scopes.open()
+            await node.approvals.states.open()
             await ensure_audit_stream(node._js)
             await node.router.beat()
         except BaseException:
@@ -183,13 +196,18 @@ class ClusterNode:
         log.warning("cluster.joined", member=member, live=sorted(node.router.live))
         return node
 
-    def wrap(self, inner: SessionsRuntimeStore) -> ClusterRuntimeStore:
+    def wrap(
+        self, inner: SessionsRuntimeStore, desk: ApprovalDesk | None = None
+    ) -> ClusterRuntimeStore:
         """The runtime's store reporting to the cluster; its cursor kept before the
-        prompts other daemons have not answered yet (a restart reads them again)."""
+        prompts other daemons have not answered yet (a restart reads them again).
+        ``desk``'s requests are shared with the other daemons, decided once."""
         inner.cursor_cap = self.router.cursor_cap
         self._wrapped = ClusterRuntimeStore(
             inner, self.leases, self.router, finished=self.exporter.kick, earlier=self._earlier
         )
+        if desk is not None:
+            self.approvals.bind(desk, self._wrapped)
         return self._wrapped
 
     def start(
@@ -266,6 +284,8 @@ class ClusterNode:
                 try:
                     if isinstance(item, InboundMessage):
                         await self._submit(item)
+                    elif isinstance(item, MovedApproval):
+                        await self._adopt(item)
                     else:
                         await self._report(item)
                 finally:
@@ -276,6 +296,13 @@ class ClusterNode:
 
     async def _earlier(self, channel: str, thread: str, before: str) -> list[HistoryTurn]:
         return await stream_history(self._js, channel, thread, before, self._nick)
+
+    async def _adopt(self, moved: MovedApproval) -> None:
+        """A moved thread's request, loaded here; if it cannot be, its prompts run again."""
+        assert self._submit is not None
+        if not await self.approvals.adopt(moved):
+            for message in moved.prompts:
+                await self._submit(message)
 
     async def _report(self, run: InterruptedRun) -> None:
         """The notice of a run the old holder cut off after a mutating call; its
@@ -358,7 +385,7 @@ async def open_cluster(config: Config, store: Store) -> ClusterNode | None:
 
 
 def _key(item: Item) -> tuple[str, str]:
-    if isinstance(item, InboundMessage):
+    if isinstance(item, InboundMessage | MovedApproval):
         return item.channel, item.thread
     return item.channel, item.thread_id
 

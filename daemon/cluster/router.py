@@ -14,6 +14,9 @@ Every daemon of a cluster reads every message of its channels. For each one,
   runtime first, in thread order, then the message. The prompts of a run
   the old holder had cut off after starting a mutating call are not run
   again: :attr:`ThreadRouter.cut_off` lists them for the interrupted notice.
+  The prompts of a run that waits for approval (the entry's undecided
+  ``paused``) are not run again either: a :class:`MovedApproval` goes first,
+  and the request is loaded here (:mod:`.approvals`).
 
 A daemon whose heartbeat had a gap (the broker restarted, the network broke)
 takes nothing over until it has beaten without a gap for a whole member TTL:
@@ -32,19 +35,33 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
 import structlog
 
 from daemon.cluster.errors import ClusterError
-from daemon.cluster.leases import Claim, Leases, MutatingRun
+from daemon.cluster.leases import Claim, Leases, MutatingRun, PausedEntry
 from daemon.runtime.ports import InboundMessage
 from sessions.model import InterruptedRun, StartedCall
 
-__all__ = ["ThreadRouter", "preferred"]
+__all__ = ["MovedApproval", "Routed", "ThreadRouter", "preferred"]
 
 log = structlog.get_logger("asyncai.cluster")
 
 ThreadKey = tuple[str, str]
+
+
+@dataclass(frozen=True)
+class MovedApproval:
+    """A taken-over thread's run waiting for approval, with its remembered prompts."""
+
+    channel: str
+    thread: str
+    paused: PausedEntry
+    prompts: tuple[InboundMessage, ...]
+
+
+Routed = InboundMessage | InterruptedRun | MovedApproval  # what goes to the runtime's side
 MAX_REMEMBERED = 100_000  # messages of other daemons' threads kept at most (oldest dropped)
 
 
@@ -71,7 +88,8 @@ class ThreadRouter:
         self._steady_since: float | None = None  # beating without a gap since then
         self.taken_over = 0  # threads taken over from a daemon that was gone
         self._cut: dict[ThreadKey, MutatingRun] = {}  # taken over with a run cut off
-        self.notices: list[InterruptedRun] = []  # cut-off runs found while recovering
+        self._moved: dict[ThreadKey, PausedEntry] = {}  # taken over with a run paused
+        self.notices: list[InterruptedRun | MovedApproval] = []  # found while recovering
         self._last_seen: dict[str, str] = {}  # channel → the newest message id routed
         self._before: dict[str, tuple[str, str]] = {}  # remembered id → (channel, the id before)
 
@@ -126,7 +144,7 @@ class ThreadRouter:
 
     async def route(
         self, message: InboundMessage, own_nick: str, *, live: bool = True
-    ) -> list[InboundMessage | InterruptedRun]:
+    ) -> list[Routed]:
         """The messages to give the runtime now (in order); the rest is remembered.
 
         ``live``: read from the channel now (not a prompt recovered from the
@@ -150,7 +168,7 @@ class ThreadRouter:
             return []
         return self._runnable(key, [*self._release(key), message], claim)
 
-    async def scan(self, emit: Callable[[InboundMessage | InterruptedRun], None]) -> None:
+    async def scan(self, emit: Callable[[Routed], None]) -> None:
         """Look at every thread with remembered messages: drop the answered ones,
         take over the threads of daemons that are gone. The prompts to run now go
         to ``emit`` as each thread is won, before anything else can be routed."""
@@ -200,6 +218,8 @@ class ThreadRouter:
                     self.taken_over += 1
                     if claim.mutating is not None:
                         self._cut[(channel, thread)] = claim.mutating
+                    if claim.paused is not None and not claim.paused.decided:
+                        self._moved[(channel, thread)] = claim.paused
                     log.warning(
                         "cluster.thread_taken_over",
                         channel=channel,
@@ -214,13 +234,22 @@ class ThreadRouter:
 
     def _runnable(
         self, key: ThreadKey, messages: list[InboundMessage], claim: Claim
-    ) -> list[InboundMessage | InterruptedRun]:
+    ) -> list[Routed]:
         """What of a held thread's messages to run, in order: those not answered yet,
-        after the notice of a run the old holder cut off (whose prompts are not run)."""
+        after the notice of a run the old holder cut off (whose prompts are not run),
+        or the request its run waits for (whose prompts resume from it)."""
         fresh = [m for m in messages if m.id > claim.answered]
         cut = self._cut.pop(key, None)
+        paused = self._moved.pop(key, None)
+        first: list[Routed] = []
+        if paused is not None and max(paused.prompts, default="") > claim.answered:
+            waiting = tuple(m for m in fresh if m.id in paused.prompts)
+            first.append(MovedApproval(key[0], key[1], paused, waiting))
+            fresh = [m for m in fresh if m.id not in paused.prompts]
+            if cut is not None and cut.run == paused.run:
+                cut = None  # its calls before the pause ended; the request goes on here
         if cut is None or max(cut.prompts, default="") <= claim.answered:
-            return list(fresh)
+            return [*first, *fresh]
         run = InterruptedRun(
             run_id=cut.run,
             channel=key[0],
@@ -228,7 +257,7 @@ class ThreadRouter:
             prompt_ids=cut.prompts,
             calls=tuple(StartedCall(t, a, True, "unknown") for t, a in cut.calls),
         )
-        return [run, *(m for m in fresh if m.id not in cut.prompts)]
+        return [run, *first, *(m for m in fresh if m.id not in cut.prompts)]
 
     def _remember(self, key: ThreadKey, message: InboundMessage, before: str | None) -> None:
         held = self._remembered.setdefault(key, [])
@@ -262,13 +291,16 @@ class ThreadRouter:
         those it should run now, and those another daemon answered meanwhile; the
         rest are remembered (their thread is held by another live daemon)."""
         keep: list[InboundMessage] = []
+        resumed: set[str] = set()  # the prompts of a moved request: not answered elsewhere
         for message in pending:
             for ready in await self.route(message, own_nick="", live=False):
                 if isinstance(ready, InboundMessage):
                     keep.append(ready)
                 else:
                     self.notices.append(ready)
-        kept = {m.id for m in keep}
+                    if isinstance(ready, MovedApproval):
+                        resumed.update(ready.paused.prompts)
+        kept = {m.id for m in keep} | resumed
         waiting = {m.id for held in self._remembered.values() for m in held}
         elsewhere = [m for m in pending if m.id not in kept and m.id not in waiting]
         return keep, elsewhere

@@ -63,6 +63,11 @@ class ClusterRuntimeStore:
         """A running run's thread and prompts."""
         return self._runs.get(run_id)
 
+    def resuming(self, run_id: str, key: ThreadKey, prompt_ids: list[str]) -> None:
+        """A decided paused run goes on: its thread known until it finishes (its
+        mutating calls are recorded in the entry, like a run's that started here)."""
+        self._runs[run_id] = (key, list(prompt_ids))
+
     def note(self, key: ThreadKey, prompt_ids: tuple[str, ...] | list[str]) -> None:
         """Remember the thread of prompts not recorded here (a moved run's notice)."""
         for prompt_id in prompt_ids:

@@ -13,7 +13,11 @@
   the scheduler as a :class:`ResumeJob` (it takes a concurrency slot then, not
   while it waits);
 - :meth:`stop` is ``!stop`` on a paused run; :meth:`start` re-arms the expiry
-  of pending requests and resumes decisions not acted on after a restart.
+  of pending requests and resumes decisions not acted on after a restart;
+  :meth:`adopt` does the same for one request another daemon stored here.
+
+With several daemons an :class:`ApprovalMirror` (``daemon.cluster``) shares each
+request and takes each decision across the daemons first: once, wherever the thread is.
 
 Nothing is kept only in memory that a restart needs: the request, its
 decision and the run's grants are rows of the ``approvals`` table.
@@ -26,7 +30,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import structlog
 
@@ -47,7 +51,7 @@ from sessions.approvals import NewApproval, StoredApproval
 from sessions.ids import iso_utc
 from sessions.store import Store
 
-__all__ = ["ApprovalDesk", "ResumeFunction", "ResumeJob"]
+__all__ = ["ApprovalDesk", "ApprovalMirror", "ResumeFunction", "ResumeJob"]
 
 log = structlog.get_logger("asyncai.approvals")
 
@@ -55,6 +59,21 @@ ResumeFunction = Callable[[RunRequest, PausedRun, Mapping[int, Decision]], Await
 """Go on with a paused run: ``OpenAiCompatibleBackend.resume`` in the daemon."""
 
 Outcome = Literal["approved", "denied", "expired", "stopped"]
+Shared = Literal["ok", "moved", "retry"]
+RETRY_DECISION = 5.0  # seconds before an expiry the cluster could not record is tried again
+
+
+class ApprovalMirror(Protocol):
+    """Where the daemons of a cluster share requests and take decisions once."""
+
+    async def shared(self, request: NewApproval, prompt_ids: list[str]) -> None:
+        """The request was stored here: share it (a failure is logged, never raised)."""
+        ...
+
+    async def decide(self, request: StoredApproval, outcome: Outcome) -> Shared:
+        """Take the decision across the daemons first: "ok" (go on), "moved" (another
+        daemon holds the thread, or it was decided there), "retry" (the broker is away)."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -101,6 +120,8 @@ class ApprovalDesk:
         self._timers: dict[str, asyncio.Task[None]] = {}
         self._schedule: Callable[[ResumeJob], None] | None = None
         self._hold: Callable[[str, str], None] | None = None
+        self.mirror: ApprovalMirror | None = None  # several daemons: set by daemon.cluster
+        self._deciding = asyncio.Lock()
 
     def bind(
         self, *, schedule: Callable[[ResumeJob], None], hold: Callable[[str, str], None]
@@ -134,20 +155,21 @@ class ApprovalDesk:
         now = self._clock()
         expires = now + self.policy.expire_after
         conversation = {**result.paused.conversation, "pause_state": pause.state}
-        await self._store.add_approval(
-            NewApproval(
-                id=request_id,
-                run_id=run_id,
-                channel=channel,
-                thread_id=thread_id,
-                requested_by=requester,
-                expires=_iso(expires),
-                calls=[_call_json(c) for c in pause.calls],
-                conversation=conversation,
-                snapshot=pause.snapshot,
-                requested=_iso(now),
-            )
+        new = NewApproval(
+            id=request_id,
+            run_id=run_id,
+            channel=channel,
+            thread_id=thread_id,
+            requested_by=requester,
+            expires=_iso(expires),
+            calls=[_call_json(c) for c in pause.calls],
+            conversation=conversation,
+            snapshot=pause.snapshot,
+            requested=_iso(now),
         )
+        await self._store.add_approval(new)
+        if self.mirror is not None:  # before the id is published: any holder knows it then
+            await self.mirror.shared(new, [p.id for p in prompts])
         log.warning(
             "approvals.requested",
             request=request_id,
@@ -208,9 +230,12 @@ class ApprovalDesk:
         else:
             assert isinstance(parsed, Deny)
             outcome, scope, reason = "denied", "call", parsed.reason
-        if not await self._store.decide_approval(
-            request.id, outcome, by=message.sender, reason=reason or None, scope=scope
-        ):
+        decided_here = await self._decide(
+            request, outcome, by=message.sender, reason=reason or None, scope=scope, asked=message
+        )
+        if decided_here is None:
+            return True  # the cluster refused it; the thread was told why
+        if not decided_here:
             await self._say(
                 message.channel,
                 message.thread,
@@ -235,7 +260,10 @@ class ApprovalDesk:
         for request in await self._store.pending_approvals():
             if (request.channel, request.thread_id) != (channel, thread_id):
                 continue
-            if await self._store.decide_approval(request.id, "stopped", by=by):
+            decided_here = await self._decide(request, "stopped", by=by)
+            if decided_here is None:
+                return True  # the thread's run is another daemon's now, or later
+            if decided_here:
                 decided = await self._store.get_approval(request.id)
                 await self._hand_over(decided or request)
                 return True
@@ -251,11 +279,8 @@ class ApprovalDesk:
         """After a restart: keep paused threads busy, re-arm expiries, resume decisions
         taken but not acted on. Returns how many requests it found."""
         pending = await self._store.pending_approvals()
-        now = self._clock()
         for request in pending:
-            if self._hold is not None:
-                self._hold(request.channel, request.thread_id)
-            self._arm(request.id, _seconds(request.expires) - now)
+            self._restore(request)
         decided = await self._store.unresumed_decisions()
         for request in decided:
             if self._hold is not None:
@@ -264,6 +289,23 @@ class ApprovalDesk:
         if pending or decided:
             log.info("approvals.restored", pending=len(pending), decided=len(decided))
         return len(pending) + len(decided)
+
+    async def adopt(self, request_id: str) -> bool:
+        """A pending request another daemon stored here (its thread moved): its thread
+        kept busy, its expiry armed, so ``!approve ID`` resumes it here; False when
+        it is not pending."""
+        request = await self._store.get_approval(request_id)
+        if request is None or request.status != "pending":
+            return False
+        self._restore(request)
+        log.warning("approvals.adopted", request=request_id, thread=request.thread_id)
+        return True
+
+    def _restore(self, request: StoredApproval) -> None:
+        if self._hold is not None:
+            self._hold(request.channel, request.thread_id)
+        if request.id not in self._timers:
+            self._arm(request.id, _seconds(request.expires) - self._clock())
 
     async def close(self) -> None:
         """Cancel the expiry timers (the requests stay stored and are re-armed at start)."""
@@ -280,13 +322,21 @@ class ApprovalDesk:
             self._expire_later(request_id, max(0.0, delay)), name=f"approval {request_id}"
         )
         self._timers[request_id] = task
-        task.add_done_callback(lambda t: self._timers.pop(request_id, None))
+        task.add_done_callback(lambda t: self._timer_done(request_id, t))
+
+    def _timer_done(self, request_id: str, task: asyncio.Task[None]) -> None:
+        if self._timers.get(request_id) is task:  # not a timer armed again since
+            del self._timers[request_id]
 
     async def _expire_later(self, request_id: str, delay: float) -> None:
         await asyncio.sleep(delay)
         try:
-            if not await self._store.decide_approval(request_id, "expired", by="expiry"):
+            request = await self._store.get_approval(request_id)
+            if request is None or request.status != "pending":
                 return  # decided meanwhile
+            decided_here = await self._decide(request, "expired", by="expiry", retry=True)
+            if not decided_here:
+                return  # decided meanwhile, moved, or armed again
             request = await self._store.get_approval(request_id)
             if request is not None:
                 log.warning("approvals.expired", request=request_id)
@@ -294,6 +344,53 @@ class ApprovalDesk:
         except Exception:
             # the request stays pending in the store; the next start expires it
             log.exception("approvals.expiry_failed", request=request_id)
+
+    async def _decide(
+        self,
+        request: StoredApproval,
+        outcome: Outcome,
+        *,
+        by: str,
+        reason: str | None = None,
+        scope: Literal["call", "run"] | None = None,
+        asked: InboundMessage | None = None,
+        retry: bool = False,
+    ) -> bool | None:
+        """Record the decision once: with several daemons across them first, then here.
+        True: decided by this call; False: decided before; None: the cluster refused
+        it (another daemon holds the thread, or the broker did not answer: then the
+        thread is told, or with ``retry`` the expiry is armed again)."""
+        async with self._deciding:  # one decision at a time: an expiry and an !approve race
+            if self.mirror is not None:
+                shared = await self.mirror.decide(request, outcome)
+                if shared != "ok":
+                    if shared == "moved":
+                        await self._forget(request)
+                        text = f"Request {request.id} was already decided, or its thread moved."
+                    else:
+                        text = (
+                            f"Request {request.id} could not be decided now (the daemons' "
+                            "broker did not answer); please send the decision again."
+                        )
+                        if retry:
+                            self._arm(request.id, RETRY_DECISION)
+                    if asked is not None:
+                        await self._say(asked.channel, asked.thread, asked.id, text)
+                    return None
+            return await self._store.decide_approval(
+                request.id, outcome, by=by, reason=reason, scope=scope
+            )
+
+    async def _forget(self, request: StoredApproval) -> None:
+        """Another daemon holds the thread (or decided it): the local copy ends unresumed."""
+        timer = self._timers.pop(request.id, None)
+        if timer is not None and timer is not asyncio.current_task():
+            timer.cancel()
+        if await self._store.decide_approval(
+            request.id, "stopped", by="cluster", reason="the thread moved to another daemon"
+        ):
+            await self._store.mark_resumed(request.id)
+        log.warning("approvals.moved", request=request.id, thread=request.thread_id)
 
     async def _hand_over(self, request: StoredApproval) -> None:
         """Give the scheduler the job that goes on with the decided run."""
