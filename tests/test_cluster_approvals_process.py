@@ -1,0 +1,147 @@
+"""A run paused for approval moves with its thread: two real daemons on a real nats-server,
+the holder SIGKILLed while the request is pending, ``!approve ID`` with the original id
+answered by the daemon that took the thread over (issue 18)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import sqlite3
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import nats
+import pytest
+
+from daemon.cluster.leases import Claim, Leases
+from daemon.cluster.node import MEMBER_FILE
+from tests.fakes.fake_openai import FakeOpenAI, Reply, Step, ToolCalls
+from tests.fakes.nats_server import NatsServer
+from tests.fakes.notify import NotifySocket
+from tests.test_cluster_process import TAKEOVER, Watcher
+from tests.test_daemon import WAIT, write_config
+from tests.test_daemon_process import DaemonProcess
+
+pytestmark = pytest.mark.slow
+
+
+@contextlib.asynccontextmanager
+async def asking_daemons(
+    tmp_path: Path, fake: FakeOpenAI
+) -> AsyncIterator[tuple[NatsServer, Watcher, list[DaemonProcess]]]:
+    """A broker, two daemons (same nick, same scope.key, [approvals] as shipped: mutating
+    calls ask), alice."""
+    key = os.urandom(32)
+    async with NatsServer() as broker:
+        daemons: list[DaemonProcess] = []
+        for name in ("a", "b"):
+            home = tmp_path / name
+            home.mkdir()
+            (home / "scope.key").write_bytes(key)
+            (home / "scope.key").chmod(0o600)
+            config = write_config(
+                home / "asyncai.toml", hub_url=broker.url, model_url=fake.base_url
+            )
+            config.write_text(
+                config.read_text().replace('["#ops"]', f'["#ops"]\ntakeover_seconds = {TAKEOVER}')
+            )
+            daemons.append(DaemonProcess(config, NotifySocket(home / "notify.sock")))
+        alice = Watcher(broker.url)
+        try:
+            await asyncio.gather(*(d.start() for d in daemons))
+            await alice.start()
+            yield broker, alice, daemons
+        finally:
+            await alice.close()
+            for d in daemons:
+                d.kill_all()
+                if d.proc is not None:
+                    await d.wait()
+                await d.notify.close()
+
+
+async def _entry(url: str, thread: str) -> Claim:
+    nc = await nats.connect(url)
+    try:
+        leases = Leases(nc.jetstream(), "asyncai", "observer", member_ttl=TAKEOVER * 2 / 3)
+        claim = await (await leases.open()).get("#ops", thread)
+    finally:
+        await nc.close()
+    assert claim is not None
+    return claim
+
+
+def _member(daemon: DaemonProcess) -> str:
+    return (daemon.config.parent / MEMBER_FILE).read_text().strip()
+
+
+def _settled(db: Path, prompt: str, request: str) -> tuple[str, str, str | None] | None:
+    """(prompt status, request status, decided_by) once the prompt is done, else None."""
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        [[status]] = conn.execute("SELECT status FROM prompts WHERE id = ?", (prompt,)).fetchall()
+        [row] = conn.execute(
+            "SELECT status, decided_by FROM approvals WHERE id = ?", (request,)
+        ).fetchall()
+    return (status, *row) if status == "done" else None
+
+
+async def test_a_pending_approval_moves_and_the_original_id_resumes_it_once(
+    tmp_path: Path,
+) -> None:
+    """SIGKILL the holder while its run waits for approval; once the other daemon holds
+    the thread, ``!approve ID`` (the id the dead daemon published) resumes the stored
+    snapshot there: the call is made exactly once, the model is not asked the prompt
+    again, and the reply arrives."""
+    effects = tmp_path / "effects.txt"
+    code = f"r = await append_line(path={str(effects)!r}, line='once')\nr"
+
+    def model(body: dict) -> Step:
+        if body["messages"][-1]["role"] == "tool":
+            return Reply("Appended it once.")
+        return ToolCalls(("run_code", {"code": code}))
+
+    async with (
+        FakeOpenAI(fallback=model) as fake,
+        asking_daemons(tmp_path, fake) as (broker, alice, daemons),
+    ):
+        prompt, thread = await alice.say("append a line")
+        await alice.answered([prompt])
+        [asked] = alice.replies[prompt]
+        *_, approve, _deny = asked.text.splitlines()
+        assert approve.startswith("!approve ")
+        rid = approve.split()[1]
+        entry = await _entry(broker.url, thread)
+        assert entry.paused is not None
+        assert (entry.paused.approval, entry.paused.prompts) == (rid, (prompt,))
+        [holder] = [d for d in daemons if _member(d) == entry.owner]
+        [other] = [d for d in daemons if d is not holder]
+        assert not effects.exists()
+
+        holder.kill_all()
+        async with asyncio.timeout(WAIT):
+            # the broker's entry is the only witness of the takeover: poll it
+            while (await _entry(broker.url, thread)).owner != _member(other):  # noqa: ASYNC110
+                await asyncio.sleep(0.1)
+        await alice.say(f"!approve {rid}", thread=thread)
+        async with asyncio.timeout(WAIT):
+            while len(alice.replies[prompt]) < 2:  # noqa: ASYNC110 -- the watcher's list grows
+                await asyncio.sleep(0.05)
+        assert [m.text for m in alice.replies[prompt]] == [asked.text, "Appended it once."]
+        assert effects.read_text() == "once\n"  # exactly once
+        assert len(fake.requests) == 2  # the prompt, then the call's result: not asked again
+        assert fake.requests[-1]["messages"][-1]["content"] == "appended once"
+        db = other.config.parent / "asyncai.db"
+        async with asyncio.timeout(WAIT):
+            # the reply is published before the prompt is recorded done
+            while _settled(db, prompt, rid) is None:  # noqa: ASYNC110
+                await asyncio.sleep(0.05)
+        assert _settled(db, prompt, rid) == ("done", "approved", "alice")
+        settled = await _entry(broker.url, thread)
+        assert (settled.paused, settled.mutating, settled.answered) == (None, None, prompt)
+        await asyncio.sleep(TAKEOVER)  # nothing more comes: no second reply, no second call
+        assert len(alice.replies[prompt]) == 2
+        assert effects.read_text() == "once\n"
+        assert other.proc is not None
+        other.proc.send_signal(15)
+        assert await other.wait() == 0
