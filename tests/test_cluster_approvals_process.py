@@ -16,6 +16,7 @@ import pytest
 
 from daemon.cluster.leases import Claim, Leases
 from daemon.cluster.node import MEMBER_FILE
+from daemon.runtime.interrupted import INTERRUPTED_HEAD, INTERRUPTED_TAIL
 from tests.fakes.fake_openai import FakeOpenAI, Reply, Step, ToolCalls
 from tests.fakes.nats_server import NatsServer
 from tests.fakes.notify import NotifySocket
@@ -142,6 +143,55 @@ async def test_a_pending_approval_moves_and_the_original_id_resumes_it_once(
         await asyncio.sleep(TAKEOVER)  # nothing more comes: no second reply, no second call
         assert len(alice.replies[prompt]) == 2
         assert effects.read_text() == "once\n"
+        assert other.proc is not None
+        other.proc.send_signal(15)
+        assert await other.wait() == 0
+
+
+async def test_a_holder_killed_after_the_approval_was_taken_is_not_resumed_again(
+    tmp_path: Path,
+) -> None:
+    """``!approve`` taken and the approved call started, then the holder is SIGKILLed: the
+    decision is in the thread's entry, so the daemon taking over neither resumes the run
+    nor asks again; it posts the interrupted notice naming the call, made once."""
+    effects = tmp_path / "effects.txt"
+    code = f"await append_and_block(path={str(effects)!r})"
+
+    def model(body: dict) -> Step:
+        if body["messages"][-1]["role"] == "tool":
+            return Reply("never sent")
+        return ToolCalls(("run_code", {"code": code}))
+
+    async with (
+        FakeOpenAI(fallback=model) as fake,
+        asking_daemons(tmp_path, fake) as (broker, alice, daemons),
+    ):
+        prompt, thread = await alice.say("append and wait")
+        await alice.answered([prompt])
+        [asked] = alice.replies[prompt]
+        rid = asked.text.splitlines()[-2].split()[1]
+        entry = await _entry(broker.url, thread)
+        [holder] = [d for d in daemons if _member(d) == entry.owner]
+        await alice.say(f"!approve {rid}", thread=thread)
+        async with asyncio.timeout(WAIT):
+            # another process writes the file: there is no event to wait on, so poll it
+            while not effects.exists():  # noqa: ASYNC110
+                await asyncio.sleep(0.02)
+        decided = await _entry(broker.url, thread)
+        assert decided.paused is not None
+        assert decided.paused.decided == "approved"
+        holder.kill_all()
+        async with asyncio.timeout(WAIT):
+            while len(alice.replies[prompt]) < 2:  # noqa: ASYNC110 -- the watcher's list grows
+                await asyncio.sleep(0.05)
+        notice = alice.replies[prompt][1].text
+
+        head, call, tail = notice.splitlines()
+        assert (head, tail) == (INTERRUPTED_HEAD, INTERRUPTED_TAIL)
+        assert call.startswith("- append_and_block(path='/")
+        assert effects.read_text() == "called\n"  # exactly once
+        assert len(fake.requests) == 1  # never resumed, never asked again
+        [other] = [d for d in daemons if d is not holder]
         assert other.proc is not None
         other.proc.send_signal(15)
         assert await other.wait() == 0

@@ -14,10 +14,11 @@ When a daemon of a cluster pauses a run for approval (:mod:`daemon.runtime.appro
   request's id is published;
 - takes each decision (``!approve``, ``!deny``, ``!stop``, the expiry) in the
   thread's entry first, revision-checked: only the daemon holding the thread,
-  and only once, may decide; an approval writes the approved calls as the
-  entry's ``mutating`` at the same time, so a daemon that takes the thread
-  over after the call may have started posts the interrupted notice and never
-  resumes it a second time.
+  and only once, may decide. A daemon that takes the thread over after that
+  never resumes the run a second time: the approved calls are written to the
+  entry's ``mutating`` as they start (the resumed run is known to
+  :class:`~daemon.cluster.store.ClusterRuntimeStore`), so it posts the
+  interrupted notice then; before any started, it runs the prompts again.
 
 A daemon that takes a thread over whose entry points at an undecided request
 (:class:`MovedApproval`, from :mod:`.router`) loads the state, checks its MAC,
@@ -221,14 +222,9 @@ class ClusterApprovals:
 
     async def decide(self, request: StoredApproval, outcome: Outcome) -> Shared:
         """The decision in the thread's entry first (once, by its holder only)."""
-        calls = tuple((str(c["tool"]), dict(c["arguments"])) for c in request.calls)
         try:
             shared = await self._leases.decide_paused(
-                request.channel,
-                request.thread_id,
-                request.id,
-                outcome,
-                calls if outcome == "approved" else (),
+                request.channel, request.thread_id, request.id, outcome
             )
         except ClusterError as exc:
             log.warning("cluster.decision_not_recorded", request=request.id, error=str(exc))

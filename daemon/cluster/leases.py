@@ -22,8 +22,8 @@ Two JetStream key-value buckets (:class:`Leases` owns both):
   was put in the approvals object store, :mod:`.approvals`): a daemon that
   takes the thread over loads that request instead of running its prompts
   again. ``decided`` is set (revision-checked, so once across the daemons)
-  before the decided run goes on; an approval also writes ``mutating``
-  then, so a run cut off after it is not run again.
+  before the decided run goes on; it is then never resumed elsewhere, and
+  its approved calls are written to ``mutating`` as they start, like any run's.
 
 Why one entry per thread and one heartbeat per daemon rather than a lease per
 thread renewed by its holder: renewing costs one write per held thread every
@@ -380,11 +380,10 @@ class Leases:
         thread: str,
         approval: str,
         outcome: str,
-        calls: tuple[tuple[str, dict[str, Any]], ...] = (),
     ) -> str:
         """Record the decision on ``approval`` once across the daemons, before its run
         goes on: "ok" (this call decided it), "moved" (another daemon holds the thread,
-        or it was decided already). Approved ``calls`` are written as ``mutating`` too.
+        or it was decided already).
 
         An entry that points at no paused run (its pause could not be shared) is
         decided by its holder alone.
@@ -398,14 +397,8 @@ class Leases:
                 return "moved"
             if paused is None or paused.approval != approval:
                 return "ok"  # not shared: nobody else can decide it
-            mutating = current.mutating
-            if outcome == "approved" and calls:
-                before = (
-                    mutating.calls if mutating is not None and mutating.run == paused.run else ()
-                )
-                mutating = MutatingRun(paused.run, paused.prompts, (*before, *calls))
             decided = PausedEntry(paused.approval, paused.run, paused.prompts, outcome)
-            value = _encode(current.owner, current.answered, mutating, decided)
+            value = _encode(current.owner, current.answered, current.mutating, decided)
             try:
                 await self._kv_threads.update(
                     thread_key(channel, thread), value, last=current.revision
