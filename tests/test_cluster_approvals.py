@@ -4,6 +4,7 @@ decision is taken once across the daemons (issue 18)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -16,7 +17,7 @@ from daemon.approvals import ApprovalPolicy
 from daemon.cluster.approvals import ClusterApprovals, PausedRejected, PausedStates
 from daemon.cluster.approvals import approvals_bucket as bucket_name
 from daemon.cluster.leases import Leases, PausedEntry
-from daemon.cluster.router import MovedApproval
+from daemon.cluster.router import MovedApproval, ThreadRouter
 from daemon.runtime.approvals import ApprovalDesk, ResumeJob
 from daemon.runtime.ports import InboundMessage
 from daemon.runtime.runs import RunResult
@@ -223,6 +224,32 @@ async def test_tampered_or_misplaced_state_is_refused_and_not_adopted(
             await b.states.get("#ops", "T1", "k3x9ab")
         with pytest.raises(PausedRejected, match="no paused state"):
             await b.states.get("#ops", "T1", "nope")
+    finally:
+        await a.store.aclose()
+        await b.store.aclose()
+
+
+async def test_a_taken_over_threads_request_goes_before_its_prompts_and_they_are_not_rerun(
+    tmp_path: Path, nc: Client
+) -> None:
+    """The router taking a thread over from a daemon that is gone hands the moved request
+    first, with the paused run's prompt (not run again), then the thread's newer ones."""
+    a, b = await _paused_in_a(tmp_path, nc)
+    try:
+        leases = await Leases(nc.jetstream(), "asyncai", "b", member_ttl=0.2).open()
+        router = ThreadRouter(leases)
+        await router.beat()
+        await asyncio.sleep(0.25)  # steady for a whole key lifetime: takeovers allowed
+        await router.beat()
+        paused = InboundMessage("#ops", "M1", "T1", "alice", "append")
+        newer = InboundMessage("#ops", "M2", "T1", "alice", "and then?")
+        assert await router.route(paused, "asyncai") == [
+            MovedApproval("#ops", "T1", PausedEntry("k3x9ab", "R1", ("M1",)), (paused,))
+        ]
+        assert await router.route(newer, "asyncai") == [newer]
+        entry = await leases.get("#ops", "T1")
+        assert entry is not None
+        assert (entry.owner, entry.paused) == ("b", PausedEntry("k3x9ab", "R1", ("M1",)))
     finally:
         await a.store.aclose()
         await b.store.aclose()
