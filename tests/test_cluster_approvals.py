@@ -17,10 +17,12 @@ from daemon.approvals import ApprovalPolicy
 from daemon.cluster.approvals import ClusterApprovals, PausedRejected, PausedStates
 from daemon.cluster.approvals import approvals_bucket as bucket_name
 from daemon.cluster.leases import Leases, PausedEntry
+from daemon.cluster.node import ClusterNode
 from daemon.cluster.router import MovedApproval, ThreadRouter
 from daemon.runtime.approvals import ApprovalDesk, ResumeJob
 from daemon.runtime.ports import InboundMessage
 from daemon.runtime.runs import RunResult
+from daemon.runtime.store import SessionsRuntimeStore
 from sessions.approvals import NewApproval
 from sessions.store import Store
 from tests.fakes.nats_server import NatsServer
@@ -253,3 +255,35 @@ async def test_a_taken_over_threads_request_goes_before_its_prompts_and_they_are
     finally:
         await a.store.aclose()
         await b.store.aclose()
+
+
+async def test_a_run_resumed_after_a_restart_still_moves_the_threads_marker(
+    tmp_path: Path,
+) -> None:
+    """A run this process did not start (a paused run resumed after a restart) is looked
+    up in the database: its mutating calls and its answered prompts reach the entry."""
+    async with NatsServer() as broker, Store(tmp_path / "a.db") as store:
+        node = await ClusterNode.open(
+            broker.url,
+            store,
+            token=None,
+            nick="asyncai",
+            takeover_seconds=6.0,
+            scope_key=KEY,
+            max_scope_bytes=1 << 20,
+            scope_retention=0.0,
+            state_dir=tmp_path,
+        )
+        try:
+            wrapped = node.wrap(SessionsRuntimeStore(store))
+            await store.record_prompt("#ops", "T1", "M1", "alice", "append", "2026-11-30T08:00:00Z")
+            await store.start_run("R1", "#ops", "T1", ["M1"])  # by the process before
+            await node.leases.claim("#ops", "T1")
+            assert await wrapped.known_run("R1") == (("#ops", "T1"), ["M1"])
+            assert await wrapped.known_run("R9") is None
+            await wrapped.finish_run("R1", RunResult(reply="ok", status="done"), ["M1"], "done")
+            entry = await node.leases.get("#ops", "T1")
+            assert entry is not None
+            assert entry.answered == "M1"
+        finally:
+            await node.close()

@@ -57,6 +57,7 @@ from daemon.runtime.runs import HistoryTurn, current_tool_use
 from daemon.runtime.scopes import load_or_create_key
 from daemon.runtime.store import SessionsRuntimeStore
 from daemon.tools import AuditEntry, AuditObserver
+from sessions.errors import StoreError
 from sessions.model import InterruptedRun
 from sessions.store import Store
 
@@ -121,6 +122,7 @@ class ClusterNode:
         publish_timeout: float = 60.0,
     ):
         self._nc = nc
+        self._store = store
         self._nick = nick
         # the runtime's rules of who is answered ([channels] shared, allowed_senders)
         self.shared_channels: frozenset[str] = frozenset()
@@ -204,7 +206,12 @@ class ClusterNode:
         ``desk``'s requests are shared with the other daemons, decided once."""
         inner.cursor_cap = self.router.cursor_cap
         self._wrapped = ClusterRuntimeStore(
-            inner, self.leases, self.router, finished=self.exporter.kick, earlier=self._earlier
+            inner,
+            self.leases,
+            self.router,
+            finished=self.exporter.kick,
+            earlier=self._earlier,
+            stored=self._stored_run,
         )
         if desk is not None:
             self.approvals.bind(desk, self._wrapped)
@@ -294,6 +301,16 @@ class ClusterNode:
                         del self._handing[key]
             self._handoff_ready.clear()
 
+    async def _stored_run(self, run_id: str) -> tuple[tuple[str, str], list[str]] | None:
+        try:
+            prompts = await self._store.run_prompts(run_id)
+        except StoreError as exc:
+            log.warning("cluster.run_not_read", run_id=run_id, error=str(exc))
+            return None
+        if not prompts:
+            return None
+        return (prompts[0].channel, prompts[0].thread_id), [p.id for p in prompts]
+
     async def _earlier(self, channel: str, thread: str, before: str) -> list[HistoryTurn]:
         return await stream_history(self._js, channel, thread, before, self._nick)
 
@@ -318,7 +335,7 @@ class ClusterNode:
         context = current_tool_use.get()
         if context is None or self._wrapped is None:
             return
-        run = self._wrapped.run(context.run_id)
+        run = await self._wrapped.known_run(context.run_id)
         if run is None:
             return
         (channel, thread), prompts = run

@@ -36,6 +36,8 @@ log = structlog.get_logger("asyncai.cluster")
 ThreadKey = tuple[str, str]
 # (channel, thread, before) → the thread's turns before that message, from elsewhere
 EarlierTurns = Callable[[str, str, str], Awaitable[list[HistoryTurn]]]
+# run id → its thread and prompts, from the database (a run resumed after a restart)
+StoredRun = Callable[[str], Awaitable[tuple[ThreadKey, list[str]] | None]]
 _REMEMBERED_PROMPTS = 100_000  # prompt → thread lookups kept (bounded; see _thread_of)
 
 
@@ -50,18 +52,30 @@ class ClusterRuntimeStore:
         *,
         finished: Callable[[], None] | None = None,
         earlier: EarlierTurns | None = None,
+        stored: StoredRun | None = None,
     ):
         self._inner = inner
         self._leases = leases
         self._router = router
         self._finished = finished
         self._earlier = earlier
+        self._stored = stored
         self._threads: dict[str, ThreadKey] = {}  # prompt id → its thread
         self._runs: dict[str, tuple[ThreadKey, list[str]]] = {}  # while it runs: thread, prompts
 
     def run(self, run_id: str) -> tuple[ThreadKey, list[str]] | None:
         """A running run's thread and prompts."""
         return self._runs.get(run_id)
+
+    async def known_run(self, run_id: str) -> tuple[ThreadKey, list[str]] | None:
+        """:meth:`run`, or a run not started by this process (a paused run resumed after
+        a restart) read from the database and remembered until it finishes."""
+        run = self._runs.get(run_id)
+        if run is None and self._stored is not None:
+            run = await self._stored(run_id)
+            if run is not None:
+                self._runs[run_id] = run
+        return run
 
     def resuming(self, run_id: str, key: ThreadKey, prompt_ids: list[str]) -> None:
         """A decided paused run goes on: its thread known until it finishes (its
@@ -152,10 +166,13 @@ class ClusterRuntimeStore:
     ) -> None:
         """Locally; then, when the prompts ended, the thread's marker moves past them."""
         await self._inner.finish_run(run_id, result, prompt_ids, prompt_status)
-        run = self._runs.pop(run_id, None)
+        if prompt_status not in ("done", "failed"):
+            self._runs.pop(run_id, None)
+            return
+        run = await self.known_run(run_id)
+        self._runs.pop(run_id, None)
         key = run[0] if run is not None else self._thread_of(prompt_ids)
-        if prompt_status in ("done", "failed"):
-            await self._answered(key, prompt_ids)
+        await self._answered(key, prompt_ids)
 
     async def set_prompt_status(self, prompt_ids: list[str], status: PromptStatus) -> None:
         """Locally; prompts that ended move their thread's marker too."""
