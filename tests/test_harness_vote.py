@@ -108,6 +108,7 @@ ACME = "sum(o['amount'] for o in await list_orders() if o['customer'] == 'acme')
 async def run(ex: Any, script: list, **params: Any) -> tuple[FakeOpenAI, Any]:
     request = RunRequest("R1", "#ops", "T1", [], [Prompt("m1", "alice", "acme's total?")])
     async with FakeOpenAI(script) as fake:
+        params = {"answer_samples": 3, **params}
         config = ModelConfig(base_url=fake.base_url, api_key="k", model=LOCAL, **params)
         backend = OpenAiCompatibleBackend(config, ex)
         try:

@@ -8,6 +8,10 @@ sample decides by majority, and with no majority the first (the coldest)
 stands. Only results that are cheap to compare take part: a number, a
 short string, a short list or a small flat dict (:func:`vote_key`).
 
+Off by default (``[model] answer_samples = 1``): on the 20-question bench
+(2026-11-30) it changed no outcome and cost 36 more snippets; it stays for
+endpoints and questions where a second reading pays.
+
 Pure: the loop (``daemon.model.small``) draws and runs the samples; this
 module says which results are comparable, whether they agree, and which
 snippets may run again at all (:func:`may_rerun`: one that names a
