@@ -41,12 +41,12 @@ import nats.errors
 import nats.js.errors
 import structlog
 from nats.js import JetStreamContext
-from nats.js.api import ObjectStoreConfig
 from nats.js.object_store import ObjectStore
 
 from daemon.cluster.errors import ClusterError
-from daemon.cluster.leases import Leases, PausedEntry, thread_key
+from daemon.cluster.leases import Leases, PausedEntry, bucket_name, thread_key
 from daemon.cluster.router import MovedApproval
+from daemon.cluster.scopes import open_object_store
 from daemon.cluster.store import ClusterRuntimeStore
 from daemon.runtime.approvals import ApprovalDesk, Outcome, Shared
 from daemon.runtime.scopes import scope_mac
@@ -68,8 +68,7 @@ class PausedRejected(ClusterError):
 
 def approvals_bucket(nick: str) -> str:
     """The object store bucket of the paused runs of the daemons sharing ``nick``."""
-    safe = nick if nick.replace("_", "").replace("-", "").isalnum() else nick.encode().hex()
-    return f"asyncai_approvals_{safe}"
+    return bucket_name("approvals", nick)
 
 
 def _name(channel: str, thread: str, approval: str) -> str:
@@ -94,14 +93,9 @@ class PausedStates:
 
     async def open(self) -> PausedStates:
         """Create (or bind to) the bucket."""
-        try:
-            self._bucket = await self._js.create_object_store(
-                self._bucket_name, ObjectStoreConfig(ttl=self._retention or None)
-            )
-        except nats.js.errors.BadRequestError:
-            self._bucket = await self._js.object_store(self._bucket_name)  # another ttl rules
-        except nats.errors.Error as exc:
-            raise ClusterError(f"cannot open the approvals bucket: {exc}") from exc
+        self._bucket = await open_object_store(
+            self._js, self._bucket_name, self._retention, "approvals"
+        )
         return self
 
     @property

@@ -45,15 +45,29 @@ from nats.js.kv import KeyValue
 
 from daemon.cluster.errors import ClusterError
 
-__all__ = ["Claim", "Leases", "MutatingRun", "PausedEntry", "bucket_names", "thread_key"]
+__all__ = [
+    "Claim",
+    "Leases",
+    "MutatingRun",
+    "PausedEntry",
+    "bucket_name",
+    "bucket_names",
+    "thread_key",
+]
 
 _SAFE = re.compile(r"[A-Za-z0-9_-]+")
 
 
+def bucket_name(kind: str, nick: str) -> str:
+    """The ``kind`` bucket of the daemons sharing ``nick`` (a nick that is no
+    bucket name goes in hex)."""
+    safe = nick if _SAFE.fullmatch(nick) else nick.encode().hex()
+    return f"asyncai_{kind}_{safe}"
+
+
 def bucket_names(nick: str) -> tuple[str, str]:
     """The members and threads buckets of the daemons sharing ``nick``."""
-    safe = nick if _SAFE.fullmatch(nick) else nick.encode().hex()
-    return f"asyncai_members_{safe}", f"asyncai_threads_{safe}"
+    return bucket_name("members", nick), bucket_name("threads", nick)
 
 
 def thread_key(channel: str, thread: str) -> str:

@@ -28,18 +28,31 @@ from nats.js.api import ObjectStoreConfig
 from nats.js.object_store import ObjectStore
 
 from daemon.cluster.errors import ClusterError
+from daemon.cluster.leases import bucket_name
 from daemon.errors import ScopeRejected
 from daemon.runtime.scopes import monty_version, scope_mac
 from daemon.tools import StoredScopeDump
 from sessions.ids import now_iso
 
-__all__ = ["ObjectScopeStore", "scope_bucket"]
+__all__ = ["ObjectScopeStore", "open_object_store", "scope_bucket"]
 
 
 def scope_bucket(nick: str) -> str:
     """The object store bucket of the daemons sharing ``nick``."""
-    safe = nick if nick.replace("_", "").replace("-", "").isalnum() else nick.encode().hex()
-    return f"asyncai_scopes_{safe}"
+    return bucket_name("scopes", nick)
+
+
+async def open_object_store(
+    js: JetStreamContext, name: str, retention_seconds: float, what: str
+) -> ObjectStore:
+    """Create (or bind to) the object store ``name``; a bucket made by a daemon
+    with another retention keeps its own. ``what`` names it in the error."""
+    try:
+        return await js.create_object_store(name, ObjectStoreConfig(ttl=retention_seconds or None))
+    except nats.js.errors.BadRequestError:
+        return await js.object_store(name)  # another ttl rules
+    except nats.errors.Error as exc:
+        raise ClusterError(f"cannot open the {what} bucket: {exc}") from exc
 
 
 class ObjectScopeStore:
@@ -65,14 +78,9 @@ class ObjectScopeStore:
 
     async def open(self) -> ObjectScopeStore:
         """Create (or bind to) the bucket."""
-        try:
-            self._bucket = await self._js.create_object_store(
-                self._bucket_name, ObjectStoreConfig(ttl=self._retention or None)
-            )
-        except nats.js.errors.BadRequestError:
-            self._bucket = await self._js.object_store(self._bucket_name)  # another ttl rules
-        except nats.errors.Error as exc:
-            raise ClusterError(f"cannot open the scope bucket: {exc}") from exc
+        self._bucket = await open_object_store(
+            self._js, self._bucket_name, self._retention, "scope"
+        )
         return self
 
     @property
