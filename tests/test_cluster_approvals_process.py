@@ -6,75 +6,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import sqlite3
-from collections.abc import AsyncIterator
 from pathlib import Path
 
-import nats
 import pytest
 
-from daemon.cluster.leases import Claim, Leases
-from daemon.cluster.node import MEMBER_FILE
 from daemon.runtime.interrupted import INTERRUPTED_HEAD, INTERRUPTED_TAIL
 from tests.fakes.fake_openai import FakeOpenAI, Reply, Step, ToolCalls
-from tests.fakes.nats_server import NatsServer
-from tests.fakes.notify import NotifySocket
-from tests.test_cluster_process import TAKEOVER, Watcher
-from tests.test_daemon import WAIT, write_config
-from tests.test_daemon_process import DaemonProcess
+from tests.test_cluster_process import TAKEOVER, daemons_on_a_broker, member, thread_entry
+from tests.test_daemon import WAIT
 
 pytestmark = pytest.mark.slow
-
-
-@contextlib.asynccontextmanager
-async def asking_daemons(
-    tmp_path: Path, fake: FakeOpenAI
-) -> AsyncIterator[tuple[NatsServer, Watcher, list[DaemonProcess]]]:
-    """A broker, two daemons (same nick, same scope.key, [approvals] as shipped: mutating
-    calls ask), alice."""
-    key = os.urandom(32)
-    async with NatsServer() as broker:
-        daemons: list[DaemonProcess] = []
-        for name in ("a", "b"):
-            home = tmp_path / name
-            home.mkdir()
-            (home / "scope.key").write_bytes(key)
-            (home / "scope.key").chmod(0o600)
-            config = write_config(
-                home / "asyncai.toml", hub_url=broker.url, model_url=fake.base_url
-            )
-            config.write_text(
-                config.read_text().replace('["#ops"]', f'["#ops"]\ntakeover_seconds = {TAKEOVER}')
-            )
-            daemons.append(DaemonProcess(config, NotifySocket(home / "notify.sock")))
-        alice = Watcher(broker.url)
-        try:
-            await asyncio.gather(*(d.start() for d in daemons))
-            await alice.start()
-            yield broker, alice, daemons
-        finally:
-            await alice.close()
-            for d in daemons:
-                d.kill_all()
-                if d.proc is not None:
-                    await d.wait()
-                await d.notify.close()
-
-
-async def _entry(url: str, thread: str) -> Claim:
-    nc = await nats.connect(url)
-    try:
-        leases = Leases(nc.jetstream(), "asyncai", "observer", member_ttl=TAKEOVER * 2 / 3)
-        claim = await (await leases.open()).get("#ops", thread)
-    finally:
-        await nc.close()
-    assert claim is not None
-    return claim
-
-
-def _member(daemon: DaemonProcess) -> str:
-    return (daemon.config.parent / MEMBER_FILE).read_text().strip()
 
 
 def _settled(db: Path, prompt: str, request: str) -> tuple[str, str, str | None] | None:
@@ -104,7 +46,7 @@ async def test_a_pending_approval_moves_and_the_original_id_resumes_it_once(
 
     async with (
         FakeOpenAI(fallback=model) as fake,
-        asking_daemons(tmp_path, fake) as (broker, alice, daemons),
+        daemons_on_a_broker(tmp_path, fake) as (broker, alice, daemons),
     ):
         prompt, thread = await alice.say("append a line")
         await alice.answered([prompt])
@@ -112,17 +54,17 @@ async def test_a_pending_approval_moves_and_the_original_id_resumes_it_once(
         *_, approve, _deny = asked.text.splitlines()
         assert approve.startswith("!approve ")
         rid = approve.split()[1]
-        entry = await _entry(broker.url, thread)
+        entry = await thread_entry(broker.url, thread)
         assert entry.paused is not None
         assert (entry.paused.approval, entry.paused.prompts) == (rid, (prompt,))
-        [holder] = [d for d in daemons if _member(d) == entry.owner]
+        [holder] = [d for d in daemons if member(d) == entry.owner]
         [other] = [d for d in daemons if d is not holder]
         assert not effects.exists()
 
         holder.kill_all()
         async with asyncio.timeout(WAIT):
             # the broker's entry is the only witness of the takeover: poll it
-            while (await _entry(broker.url, thread)).owner != _member(other):  # noqa: ASYNC110
+            while (await thread_entry(broker.url, thread)).owner != member(other):  # noqa: ASYNC110
                 await asyncio.sleep(0.1)
         await alice.say(f"!approve {rid}", thread=thread)
         async with asyncio.timeout(WAIT):
@@ -138,7 +80,7 @@ async def test_a_pending_approval_moves_and_the_original_id_resumes_it_once(
             while _settled(db, prompt, rid) is None:  # noqa: ASYNC110
                 await asyncio.sleep(0.05)
         assert _settled(db, prompt, rid) == ("done", "approved", "alice")
-        settled = await _entry(broker.url, thread)
+        settled = await thread_entry(broker.url, thread)
         assert (settled.paused, settled.mutating, settled.answered) == (None, None, prompt)
         await asyncio.sleep(TAKEOVER)  # nothing more comes: no second reply, no second call
         assert len(alice.replies[prompt]) == 2
@@ -164,20 +106,20 @@ async def test_a_holder_killed_after_the_approval_was_taken_is_not_resumed_again
 
     async with (
         FakeOpenAI(fallback=model) as fake,
-        asking_daemons(tmp_path, fake) as (broker, alice, daemons),
+        daemons_on_a_broker(tmp_path, fake) as (broker, alice, daemons),
     ):
         prompt, thread = await alice.say("append and wait")
         await alice.answered([prompt])
         [asked] = alice.replies[prompt]
         rid = asked.text.splitlines()[-2].split()[1]
-        entry = await _entry(broker.url, thread)
-        [holder] = [d for d in daemons if _member(d) == entry.owner]
+        entry = await thread_entry(broker.url, thread)
+        [holder] = [d for d in daemons if member(d) == entry.owner]
         await alice.say(f"!approve {rid}", thread=thread)
         async with asyncio.timeout(WAIT):
             # another process writes the file: there is no event to wait on, so poll it
             while not effects.exists():  # noqa: ASYNC110
                 await asyncio.sleep(0.02)
-        decided = await _entry(broker.url, thread)
+        decided = await thread_entry(broker.url, thread)
         assert decided.paused is not None
         assert decided.paused.decided == "approved"
         holder.kill_all()

@@ -21,7 +21,7 @@ import pytest
 
 from channels.client import Message
 from channels.nats import NatsChannel
-from daemon.cluster.leases import Leases
+from daemon.cluster.leases import Claim, Leases
 from daemon.cluster.node import MEMBER_FILE
 from daemon.runtime.interrupted import INTERRUPTED_HEAD, INTERRUPTED_TAIL
 from tests.fakes.fake_openai import FakeOpenAI, Reply, Step, ToolCalls
@@ -91,10 +91,11 @@ class Watcher:
 
 
 @contextlib.asynccontextmanager
-async def two_daemons(
-    tmp_path: Path, fake: FakeOpenAI, *, servers: bool = False
-) -> AsyncIterator[tuple[Watcher, list[DaemonProcess]]]:
-    """A broker, two daemons (same nick, same scope.key) on it, alice."""
+async def daemons_on_a_broker(
+    tmp_path: Path, fake: FakeOpenAI, *, servers: bool = True, grace: float = 2.0, extra: str = ""
+) -> AsyncIterator[tuple[NatsServer, Watcher, list[DaemonProcess]]]:
+    """A broker, two daemons on it (same nick, same scope.key, ``takeover_seconds`` =
+    :data:`TAKEOVER`, ``extra`` appended to their config), alice."""
     key = os.urandom(32)
     async with NatsServer() as broker:
         daemons: list[DaemonProcess] = []
@@ -104,21 +105,22 @@ async def two_daemons(
             (home / "scope.key").write_bytes(key)
             (home / "scope.key").chmod(0o600)
             config = write_config(
-                home / "asyncai.toml", hub_url=broker.url, model_url=fake.base_url, servers=servers
+                home / "asyncai.toml",
+                hub_url=broker.url,
+                model_url=fake.base_url,
+                servers=servers,
+                grace=grace,
             )
             config.write_text(
-                config.read_text()
-                .replace('["#ops"]', f'["#ops"]\ntakeover_seconds = {TAKEOVER}')
-                .replace("shutdown_grace = 2.0", "shutdown_grace = 0.5")
-                # approvals would hold the call for a person; the tests are about the calls
-                + '\n[approvals]\nmode = "allow"\n'
+                config.read_text().replace('["#ops"]', f'["#ops"]\ntakeover_seconds = {TAKEOVER}')
+                + extra
             )
             daemons.append(DaemonProcess(config, NotifySocket(home / "notify.sock")))
         alice = Watcher(broker.url)
         try:
             await asyncio.gather(*(d.start() for d in daemons))
             await alice.start()
-            yield alice, daemons
+            yield broker, alice, daemons
         finally:
             await alice.close()
             for d in daemons:
@@ -126,6 +128,18 @@ async def two_daemons(
                 if d.proc is not None:
                     await d.wait()
                 await d.notify.close()
+
+
+@contextlib.asynccontextmanager
+async def two_daemons(
+    tmp_path: Path, fake: FakeOpenAI, *, servers: bool = False
+) -> AsyncIterator[tuple[Watcher, list[DaemonProcess]]]:
+    """A broker, two daemons on it, alice; approvals would hold a call for a person,
+    and these tests are about the calls: every call is allowed."""
+    async with daemons_on_a_broker(
+        tmp_path, fake, servers=servers, grace=0.5, extra='\n[approvals]\nmode = "allow"\n'
+    ) as (_broker, alice, daemons):
+        yield alice, daemons
 
 
 @pytest.fixture
@@ -149,8 +163,8 @@ async def _recorded(dbs: list[Path], prompts: set[str]) -> None:
             await asyncio.sleep(0.05)
 
 
-async def _holder(daemons: list[DaemonProcess], url: str, thread: str) -> DaemonProcess:
-    """The daemon that holds ``thread``, as its entry in the threads bucket says."""
+async def thread_entry(url: str, thread: str) -> Claim:
+    """``thread``'s entry in the threads bucket, read as an observer."""
     nc = await nats.connect(url)
     try:
         leases = Leases(nc.jetstream(), "asyncai", "observer", member_ttl=TAKEOVER * 2 / 3)
@@ -158,9 +172,18 @@ async def _holder(daemons: list[DaemonProcess], url: str, thread: str) -> Daemon
     finally:
         await nc.close()
     assert claim is not None
-    [holder] = [
-        d for d in daemons if (d.config.parent / MEMBER_FILE).read_text().strip() == claim.owner
-    ]
+    return claim
+
+
+def member(daemon: DaemonProcess) -> str:
+    """The member id a daemon process holds threads as."""
+    return (daemon.config.parent / MEMBER_FILE).read_text().strip()
+
+
+async def _holder(daemons: list[DaemonProcess], url: str, thread: str) -> DaemonProcess:
+    """The daemon that holds ``thread``, as its entry in the threads bucket says."""
+    claim = await thread_entry(url, thread)
+    [holder] = [d for d in daemons if member(d) == claim.owner]
     return holder
 
 
