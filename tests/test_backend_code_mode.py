@@ -14,13 +14,13 @@ from typing import Any
 
 import pytest
 
-from daemon.code_mode import CodeModeLimits, CodeModeToolExecutor
+from daemon.code_mode import CodeModeToolExecutor
 from daemon.config import ModelConfig
 from daemon.logging import configure_logging, reset_logging
 from daemon.model import OpenAiCompatibleBackend
 from daemon.runtime.runs import Prompt, RunRequest, current_tool_use
 from daemon.tools import AuditEntry
-from tests.fakes.executor import FakeToolExecutor
+from tests.fakes.executor import FakeToolExecutor, code_mode_over
 from tests.fakes.fake_openai import FakeOpenAI, ToolCalls
 
 PODS = [
@@ -58,12 +58,8 @@ async def code_mode(
     def observer(thread_id: str | None, entry: AuditEntry) -> None:
         seen.append((thread_id, entry, current_tool_use.get()))
 
-    limits = CodeModeLimits(max_feed_duration=5.0, max_wall=30.0, tool_timeout=10.0)
-    ex = CodeModeToolExecutor(inner, limits, pool=monty_pool, observer=observer)
-    try:
+    async with code_mode_over(inner, monty_pool, observer=observer) as ex:
         yield ex, inner, seen
-    finally:
-        await ex.aclose()
 
 
 def request(text: str, thread: str = "T1", run: str = "R1") -> RunRequest:

@@ -16,13 +16,13 @@ from typing import Any
 
 import pytest
 
-from daemon.code_mode import CodeModeLimits, CodeModeToolExecutor
+from daemon.code_mode import CodeModeToolExecutor
 from daemon.config import ModelConfig
 from daemon.model import OpenAiCompatibleBackend
 from daemon.model.harness import CODE_STOP, HARNESS_RULES, WORKED_EXAMPLE
 from daemon.model.prompts import FINAL_ROUND_PROMPT
 from daemon.runtime.runs import Prompt, RunRequest
-from tests.fakes.executor import FakeToolExecutor
+from tests.fakes.executor import FakeToolExecutor, code_mode_over
 from tests.fakes.fake_openai import FakeOpenAI, Reply, ToolCalls
 
 LOCAL = "qwen-coder-1.5b"  # the embedded model's name: the harness is on by default
@@ -52,12 +52,8 @@ async def code_mode(
 ) -> AsyncIterator[tuple[CodeModeToolExecutor, FakeToolExecutor]]:
     """Code mode over the fake tool on the shared pool."""
     inner = inner_tools()
-    limits = CodeModeLimits(max_feed_duration=5.0, max_wall=30.0, tool_timeout=10.0)
-    ex = CodeModeToolExecutor(inner, limits, pool=monty_pool)
-    try:
+    async with code_mode_over(inner, monty_pool) as ex:
         yield ex, inner
-    finally:
-        await ex.aclose()
 
 
 def request(text: str = QUESTION, thread: str = "T1", run: str = "R1") -> RunRequest:

@@ -8,12 +8,12 @@ from typing import Any
 
 import pytest
 
-from daemon.code_mode import CodeModeLimits, CodeModeToolExecutor
+from daemon.code_mode import CodeModeToolExecutor
 from daemon.config import ModelConfig
 from daemon.model import OpenAiCompatibleBackend
 from daemon.model.harness import REREAD, VOTE_TEMPERATURE, majority, may_rerun, vote_key
 from daemon.runtime.runs import Prompt, RunRequest
-from tests.fakes.executor import FakeToolExecutor
+from tests.fakes.executor import FakeToolExecutor, code_mode_over
 from tests.fakes.fake_openai import FakeOpenAI, Reply
 
 LOCAL = "qwen-coder-1.5b"
@@ -89,12 +89,8 @@ async def code_mode(
     monty_pool: Any,
 ) -> AsyncIterator[tuple[CodeModeToolExecutor, FakeToolExecutor]]:
     inner = inner_tools()
-    limits = CodeModeLimits(max_feed_duration=5.0, max_wall=30.0, tool_timeout=10.0)
-    ex = CodeModeToolExecutor(inner, limits, pool=monty_pool)
-    try:
+    async with code_mode_over(inner, monty_pool) as ex:
         yield ex, inner
-    finally:
-        await ex.aclose()
 
 
 def block(code: str) -> Reply:

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from daemon.code_mode import CodeModeLimits, CodeModeToolExecutor
+from daemon.code_mode import CodeModeToolExecutor
 from daemon.code_mode.catalog import CatalogSource
 from daemon.config import ModelConfig
 from daemon.model import OpenAiCompatibleBackend
@@ -23,7 +23,7 @@ from daemon.model.harness import (
 )
 from daemon.runtime.note import RestartNoteExecutor
 from daemon.runtime.runs import Prompt, RunRequest
-from tests.fakes.executor import FakeToolExecutor
+from tests.fakes.executor import FakeToolExecutor, code_mode_over
 from tests.fakes.fake_openai import FakeOpenAI
 
 
@@ -47,12 +47,8 @@ def inner_tools() -> FakeToolExecutor:
 @pytest.fixture
 async def noted(monty_pool: Any) -> AsyncIterator[RestartNoteExecutor]:
     """Code mode over the fake tools, wrapped as the daemon wraps it."""
-    limits = CodeModeLimits(max_feed_duration=5.0, max_wall=30.0, tool_timeout=10.0)
-    ex = CodeModeToolExecutor(inner_tools(), limits, pool=monty_pool)
-    try:
+    async with code_mode_over(inner_tools(), monty_pool) as ex:
         yield RestartNoteExecutor(ex)
-    finally:
-        await ex.aclose()
 
 
 def test_code_mode_and_its_wrapper_show_the_catalog() -> None:

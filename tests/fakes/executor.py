@@ -26,17 +26,41 @@ function runs; ``started``/``closed`` count lifecycle calls.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import json
 import types
 import typing
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from daemon.code_mode import CodeModeLimits, CodeModeToolExecutor
 from daemon.tools import BaseToolExecutor, ToolCallOutput, ToolDefinition, ToolTransportError
 
-__all__ = ["FakeTool", "FakeToolExecutor", "schema_from_signature"]
+__all__ = [
+    "MODEL_TEST_LIMITS",
+    "FakeTool",
+    "FakeToolExecutor",
+    "code_mode_over",
+    "schema_from_signature",
+]
+
+#: Code mode's limits in the model tests: a stuck snippet fails within seconds.
+MODEL_TEST_LIMITS = CodeModeLimits(max_feed_duration=5.0, max_wall=30.0, tool_timeout=10.0)
+
+
+@contextlib.asynccontextmanager
+async def code_mode_over(
+    inner: Any, pool: Any, **options: Any
+) -> AsyncIterator[CodeModeToolExecutor]:
+    """Code mode over ``inner`` on the shared Monty ``pool``, closed on exit."""
+    ex = CodeModeToolExecutor(inner, MODEL_TEST_LIMITS, pool=pool, **options)
+    try:
+        yield ex
+    finally:
+        await ex.aclose()
+
 
 ToolFunction = Callable[..., Awaitable[Any]]
 
