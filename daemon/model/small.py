@@ -146,19 +146,14 @@ async def after_block(
     max_rounds = endpoint.params.max_rounds
     code = call.arguments.get("code") if call.error is None else None
     ran = {"role": "assistant", "content": code_message(code or call.raw)}
-    text = output.content if output.content != "" else "(empty result)"
-    if not output.is_error:
-        text = prints_as_result(text)
-    elif isinstance(code, str):
+    text = _shown(output)
+    if output.is_error and isinstance(code, str):
         # the same error twice: a stronger hint (what to write instead) than the first
         hint = repeat_hint(text, _previous_error(state), functions) or retry_hint(
             code, text, functions
         )
         text = f"{text}\n{hint}" if hint else text
-    count_result(state.metrics, output, text, True)
-    result: dict[str, Any] = {"type": "tool_result", "tool_use_id": call.id, "content": text}
-    result["is_error"] = output.is_error
-    state.records.append(user_record([result], tool_use_result=output.audit))
+    _record_result(state, call, output, text)
     ls.next_call = 1
     failed = output.is_error or text == NO_OUTPUT
     if failed:
@@ -280,16 +275,25 @@ async def _sample(
     if output.pause is not None:  # an [approvals] rule asks about a read-only tool
         raise Paused(output.pause)
     ls.next_call = 1
+    text = _shown(output)
+    _record_result(state, call, output, text)
+    if output.is_error or text == NO_OUTPUT:
+        return None
+    return code, text, vote_key(text)
+
+
+def _shown(output: ToolCallOutput) -> str:
+    """A block's result as the model is shown it: printed output as the result."""
     text = output.content if output.content != "" else "(empty result)"
-    if not output.is_error:
-        text = prints_as_result(text)
+    return text if output.is_error else prints_as_result(text)
+
+
+def _record_result(state: RunState, call: ToolCall, output: ToolCallOutput, text: str) -> None:
+    """Count a block's result and record it as the ``tool_result`` of ``call``."""
     count_result(state.metrics, output, text, True)
     result: dict[str, Any] = {"type": "tool_result", "tool_use_id": call.id, "content": text}
     result["is_error"] = output.is_error
     state.records.append(user_record([result], tool_use_result=output.audit))
-    if output.is_error or text == NO_OUTPUT:
-        return None
-    return code, text, vote_key(text)
 
 
 async def _peek(caller: ToolExecutor, code: str, state: RunState) -> str | None:
