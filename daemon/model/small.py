@@ -53,6 +53,7 @@ from daemon.tools import ToolCallOutput, ToolExecutor
 
 __all__ = ["after_block", "code_blocks"]
 
+_RUN_CODE = {"run_code": "run_code"}  # a vote sample's call, by the model's name for it
 _PEEK_TIMEOUT = 30.0  # the harness's look at a snippet's variables (no tools are called)
 
 
@@ -118,17 +119,32 @@ async def code_blocks(
                 state.reply = quote_result(state.reply, ls.last_result)
             return
         mend_call(call, functions, state)
-        assistant = assistant_record(
-            response, "", [call.tool_use()], choice.finish_reason, endpoint.model_name
-        )
-        state.records.append(assistant)
-        ls.calls, ls.next_call, ls.assistant_uuid = [call], 0, assistant.uuid
-        output = await run_call(
-            caller, names, call, assistant.uuid, state, endpoint.params.tool_call_timeout
-        )
-        if output.pause is not None:
-            raise Paused(output.pause)
+        output = await _run_block(endpoint, state, caller, names, ls, call, response)
         await after_block(endpoint, state, caller, ls, call, output, functions)
+
+
+async def _run_block(
+    endpoint: ChatEndpoint,
+    state: RunState,
+    caller: ToolExecutor,
+    names: dict[str, str],
+    ls: LoopState,
+    call: ToolCall,
+    response: Any,
+) -> ToolCallOutput:
+    """Record the model's block as a ``run_code`` call and run it; a call that
+    needs an approval pauses the run (:class:`Paused`)."""
+    assistant = assistant_record(
+        response, "", [call.tool_use()], response.choices[0].finish_reason, endpoint.model_name
+    )
+    state.records.append(assistant)
+    ls.calls, ls.next_call, ls.assistant_uuid = [call], 0, assistant.uuid
+    output = await run_call(
+        caller, names, call, assistant.uuid, state, endpoint.params.tool_call_timeout
+    )
+    if output.pause is not None:  # in a vote sample: an [approvals] rule on a read-only tool
+        raise Paused(output.pause)
+    return output
 
 
 async def after_block(
@@ -259,21 +275,7 @@ async def _sample(
     if not isinstance(code, str) or not may_rerun(code, ls.mutating):
         return None
     state.metrics.code_blocks += 1
-    assistant = assistant_record(
-        response, "", [call.tool_use()], choice.finish_reason, endpoint.model_name
-    )
-    state.records.append(assistant)
-    ls.calls, ls.next_call, ls.assistant_uuid = [call], 0, assistant.uuid
-    output = await run_call(
-        caller,
-        {"run_code": "run_code"},
-        call,
-        assistant.uuid,
-        state,
-        endpoint.params.tool_call_timeout,
-    )
-    if output.pause is not None:  # an [approvals] rule asks about a read-only tool
-        raise Paused(output.pause)
+    output = await _run_block(endpoint, state, caller, _RUN_CODE, ls, call, response)
     ls.next_call = 1
     text = _shown(output)
     _record_result(state, call, output, text)
