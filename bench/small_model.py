@@ -355,6 +355,15 @@ def _n(number: str) -> str:
     return rf"(?<![\d.]){re.escape(number)}(?![\d]|\.\d)"
 
 
+#: The bundled http_get server, as ``asyncai up`` adds it (this checkout's code).
+SIMPLE_SERVER = {
+    "command": sys.executable,
+    "args": ["-m", "servers.simple"],
+    "env": {"PYTHONPATH": str(ROOT)},
+    "cwd": str(ROOT),
+}
+
+
 def questions(base_url: str) -> list[Question]:
     """The suite; ``base_url`` is the loopback HTTP server's."""
     ws = f"In kcp workspace {WS}"
@@ -556,12 +565,7 @@ async def environment():
                 },
                 "cwd": str(ROOT),
             },
-            "simple": {
-                "command": sys.executable,
-                "args": ["-m", "servers.simple"],
-                "env": {"PYTHONPATH": str(ROOT)},
-                "cwd": str(ROOT),
-            },
+            "simple": SIMPLE_SERVER,
             # the dev extra's mcp-server-time, next to this Python
             "time": {
                 "command": str(Path(sys.executable).parent / "mcp-server-time"),
@@ -653,8 +657,7 @@ async def startup(
     """The startup phase (:data:`STARTUP`): rows of (what, seconds, right, reply)."""
     from daemon.model import OpenAiCompatibleBackend
 
-    simple = {"command": sys.executable, "args": ["-m", "servers.simple"], "cwd": str(ROOT)}
-    inner = McpToolExecutor({"simple": {**simple, "env": {"PYTHONPATH": str(ROOT)}}})
+    inner = McpToolExecutor({"simple": SIMPLE_SERVER})
     executor = CodeModeToolExecutor(inner, limits_for(model))
     config = dataclasses.replace(model, tool_mode="code", temperature=None)
     backend = OpenAiCompatibleBackend(config, executor, max_run_seconds=1800.0)
