@@ -55,7 +55,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from daemon.cli.up import BANNER_QUESTION
 from daemon.code_mode import CodeModeLimits, CodeModeToolExecutor
-from daemon.config import ModelConfig
+from daemon.config import Config, ModelConfig
+from daemon.executors import code_mode_limits
 from daemon.logging import configure_logging
 from daemon.mcp.executor import McpToolExecutor
 from daemon.runtime.runs import Prompt, RunRequest
@@ -702,12 +703,8 @@ def startup_table(rows: list[tuple[str, float, bool | None, str]]) -> str:
 
 def limits_for(model: ModelConfig) -> CodeModeLimits:
     """Code mode's limits as the daemon sets them for ``model`` (the harness's own
-    catalog budget when it is on: daemon/executors.py)."""
-    from daemon.model import HARNESS_CATALOG_BUDGET, harness_on
-
-    if harness_on(model, model.model):
-        return CodeModeLimits(catalog_budget=HARNESS_CATALOG_BUDGET)
-    return CodeModeLimits()
+    catalog budget when it is on)."""
+    return code_mode_limits(Config(model=model))
 
 
 def _tool_inputs(records: list) -> list:

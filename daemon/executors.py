@@ -8,13 +8,22 @@ from __future__ import annotations
 
 import dataclasses
 
-from daemon.code_mode import CodeModeToolExecutor
+from daemon.code_mode import CodeModeLimits, CodeModeToolExecutor
 from daemon.config import Config
 from daemon.mcp.executor import McpToolExecutor
 from daemon.model import HARNESS_CATALOG_BUDGET, harness_on
 from daemon.tools import ApprovalGate, AuditObserver, ScopeStore, ShapeStore, ToolExecutor
 
-__all__ = ["build_mcp_executor", "build_tool_executor"]
+__all__ = ["build_mcp_executor", "build_tool_executor", "code_mode_limits"]
+
+
+def code_mode_limits(config: Config) -> CodeModeLimits:
+    """``[code_mode]``'s limits; with the small-model harness on and no
+    ``catalog_budget`` configured, the harness's own budget."""
+    limits = config.code_mode.limits()
+    if config.code_mode.catalog_budget is None and harness_on(config.model, config.model.model):
+        limits = dataclasses.replace(limits, catalog_budget=HARNESS_CATALOG_BUDGET)
+    return limits
 
 
 def build_tool_executor(
@@ -40,12 +49,9 @@ def build_tool_executor(
         inner = build_mcp_executor(config)
     if config.model.tool_mode == "direct":
         return inner
-    limits = config.code_mode.limits()
-    if config.code_mode.catalog_budget is None and harness_on(config.model, config.model.model):
-        limits = dataclasses.replace(limits, catalog_budget=HARNESS_CATALOG_BUDGET)
     return CodeModeToolExecutor(
         inner,
-        limits,
+        code_mode_limits(config),
         observer=observer,
         gate=gate,
         scopes=scopes,
