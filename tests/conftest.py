@@ -76,3 +76,17 @@ def _exit_now(status: int) -> NoReturn:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(status)
+
+
+@pytest.fixture(params=["direct", "snapshots"])
+def engine_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Run a test once per path a snippet can take (issue 17, ``daemon/code_mode/direct.py``).
+
+    ``direct``: eligible snippets take Monty's own host-call path (the
+    default); ``snapshots``: every snippet is driven snapshot by snapshot.
+    A module opts in with ``pytestmark = pytest.mark.usefixtures("engine_path")``:
+    its expectations then hold on both paths.
+    """
+    if request.param == "snapshots":
+        monkeypatch.setattr("daemon.code_mode.executor.eligible", lambda *_: False)
+    return str(request.param)

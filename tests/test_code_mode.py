@@ -26,6 +26,9 @@ from daemon.logging import configure_logging, reset_logging
 from daemon.tools import AuditEntry, ToolCallOutput, ToolTransportError
 from tests.fakes.executor import FakeToolExecutor
 
+# every expectation holds on both paths a snippet can take (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("engine_path")
+
 ROOT = str(Path(__file__).resolve().parents[1])
 TEST_LIMITS = {"max_feed_duration": 2.0, "max_wall": 20.0, "tool_timeout": 10.0}
 

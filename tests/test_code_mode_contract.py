@@ -40,6 +40,9 @@ from daemon.code_mode.nested import StartedCall
 from daemon.code_mode.pool import checkout_limits, pool_options
 from daemon.tools import CallOutcome, ToolCallOutput, ToolDefinition
 
+# every expectation holds on both paths a snippet can take (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("engine_path")
+
 
 def test_package_exports_only_the_executor_and_limits():
     """daemon.code_mode re-exports its two public names and nothing else."""

@@ -18,6 +18,9 @@ from daemon.code_mode.scope import ScopeState
 from daemon.tools import ToolCallOutput
 from tests.fakes.executor import FakeToolExecutor
 
+# every expectation holds on both paths a snippet can take (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("engine_path")
+
 TEST_LIMITS = {"max_feed_duration": 0.5, "max_wall": 20.0, "tool_timeout": 10.0}
 
 MakeExecutor = Callable[..., CodeModeToolExecutor]

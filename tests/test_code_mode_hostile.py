@@ -15,6 +15,9 @@ from daemon.code_mode import CodeModeLimits, CodeModeToolExecutor
 from daemon.tools import ToolCallOutput
 from tests.fakes.executor import FakeToolExecutor
 
+# every expectation holds on both paths a snippet can take (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("engine_path")
+
 LIMITS = CodeModeLimits(
     max_feed_duration=0.5,
     max_wall=20.0,

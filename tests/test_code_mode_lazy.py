@@ -18,6 +18,9 @@ from daemon.code_mode.nested import NestedCalls
 from daemon.tools import ToolCallOutput
 from tests.fakes.executor import FakeToolExecutor
 
+# every expectation holds on both paths a snippet can take (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("engine_path")
+
 MESSAGE_TAIL = f"returned a value the sandbox cannot take: {too_deep_message()}"
 TEST_LIMITS = {"max_feed_duration": 5.0, "max_wall": 20.0, "tool_timeout": 10.0}
 

@@ -22,18 +22,16 @@ DESIGN.md's adaptation to pydantic-monty 1.4:
 | future snapshot, every awaited call held  | dump the session; end with a ``Pause``        |
 | past ``max_suspensions`` suspensions      | stop; the checkout is discarded               |
 
-A nested call starts only when its id appears among a future snapshot's
-``pending_call_ids``, i.e. when the sandbox awaits it: gathered calls run
-concurrently, and a call that is never awaited never runs (the return
-contract then asks for ``await``). A lone awaited call with nothing else in
-flight (most calls) runs in the driving coroutine rather than as a task:
-the same call, fewer event-loop round trips (issue 17).
+A nested call starts only when the sandbox awaits it (its id is among a
+future snapshot's ``pending_call_ids``): gathered calls run concurrently, a
+call never awaited never runs (the return contract asks for ``await``). A
+snippet that awaits every call where it makes it runs instead on Monty's
+own host-call path, one round trip a call (:mod:`daemon.code_mode.direct`).
 
-Approvals (issue 13): with an :data:`~daemon.tools.ApprovalGate`, a call
-of a mutating tool is judged as the sandbox awaits it. A run whose
-awaited calls are all finished or held pauses: ``await session.dump()``
-holds the whole REPL, :func:`~daemon.code_mode.approval.pause_state` the
-engine's bookkeeping, and the caller gives the worker back.
+Approvals (issue 13): a call of a mutating tool is judged by the
+:data:`~daemon.tools.ApprovalGate` as the sandbox awaits it. A run whose
+awaited calls are all finished or held pauses: the session's dump and
+:func:`~daemon.code_mode.approval.pause_state` hold it; the worker goes back.
 :meth:`SnippetRun.resume` loads the dump into a fresh checkout, makes the
 approved calls, raises ``PermissionError`` at the denied ones, and drives on
 exactly as :meth:`SnippetRun.drive` does; it may pause again.
@@ -52,7 +50,7 @@ from __future__ import annotations
 import asyncio
 import typing
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import pydantic_monty
@@ -84,9 +82,11 @@ from daemon.code_mode.approval import (
 )
 from daemon.code_mode.catalog import CallRejected, Catalog
 from daemon.code_mode.convert import ConversionError, sandbox_text, to_json_value
+from daemon.code_mode.direct import OS_DENIED, SLEEP_DENIED, SLEEP_OS_CALLS, DirectFeed, DirectReset
 from daemon.code_mode.lazy import public_name, without_wrapper_frames
 from daemon.code_mode.limits import CodeModeLimits
 from daemon.code_mode.nested import NestedCalls
+from daemon.code_mode.outcome import SnippetOutcome
 from daemon.code_mode.prints import PrintSink
 from daemon.code_mode.search import helper_result, is_helper
 from daemon.tools import ApprovalGate, AuditEntry, Decision, Pause, Verdict
@@ -95,39 +95,12 @@ __all__ = ["OS_DENIED", "SLEEP_DENIED", "PrintSink", "SnippetOutcome", "SnippetR
 
 log = structlog.get_logger("asyncai.code_mode")
 
-OS_DENIED = "os access disabled in asyncai code mode"
-SLEEP_DENIED = (
-    "timed sleeps are not available in the asyncai sandbox (asyncio.sleep and time.sleep "
-    "cannot wait here). To run tool calls at the same time, await asyncio.gather(...); "
-    "to wait for something to change, end this snippet and check again in a later run_code call"
-)
 _AUTO_OS_CALLS = frozenset({"import", "import_stubs"})
-# the names under the checkout's sleep policy "call_host", and under the default one
-_SLEEP_OS_CALLS = frozenset({"time.sleep", "asyncio.sleep", "system.sleep", "system.async_sleep"})
 _EXC_TYPES = frozenset(typing.get_args(pydantic_monty.ExcType))
 # Tool calls are bounded by tool_timeout each; this only guards the engine's
 # own wait against a task that never settles.
 _WAIT_SLACK = 30.0
 _ALLOW = Verdict("allow")
-
-
-@dataclass
-class SnippetOutcome:
-    """How one snippet ended: its value and prints, or an error; and whether to reset."""
-
-    value: Any = None
-    prints: str = ""
-    error: str | None = None
-    reset: bool = False  # the checkout was discarded after this snippet
-    fresh: bool = False  # the snippet ran in a newly checked-out (empty) REPL
-    unawaited: list[str] = field(default_factory=list)
-    pause: Pause | None = None  # the snippet waits for approval; give the checkout back
-    denied: list[AuditEntry] = field(default_factory=list)  # refused calls, never made
-
-    @property
-    def ok(self) -> bool:
-        """Whether the snippet completed without an error."""
-        return self.error is None
 
 
 def _sandbox_function(name: str) -> Any:
@@ -144,6 +117,13 @@ def _exception(exc_type: str, message: str) -> ExternalExceptionData:
     known = typing.cast(ExcType, exc_type) if exc_type in _EXC_TYPES else "TypeError"
     # a lone surrogate would make pydantic-monty raise TypeError at the resume
     return {"exc_type": known, "message": sandbox_text(message)}
+
+
+@dataclass
+class _Done:
+    """A direct run's end, read like ``MontyComplete`` (which cannot be made here)."""
+
+    output: Any
 
 
 class _Reset(Exception):
@@ -191,13 +171,29 @@ class SnippetRun:
         """The snippet's text (known once :meth:`drive` or :meth:`resume` started)."""
         return self._code
 
-    async def drive(self, session: AsyncMontySession, code: str) -> SnippetOutcome:
-        """Run ``code`` to its end, an error or a pause; cancelling leaves the session unusable."""
+    async def drive(
+        self, session: AsyncMontySession, code: str, *, direct: bool = False
+    ) -> SnippetOutcome:
+        """Run ``code`` to its end, an error or a pause; cancelling leaves the session unusable.
+
+        ``direct``: the snippet may take Monty's own host-call path
+        (:func:`~daemon.code_mode.direct.direct_ok` said so); it never pauses.
+        """
         self._code = code
         sink = PrintSink(self._limits.max_print_bytes)
-        return await self._drive(
-            session, sink, lambda: session.feed_start(code, print_callback=sink)
-        )
+        if not direct:
+            return await self._drive(
+                session, sink, lambda: session.feed_start(code, print_callback=sink)
+            )
+        feed = DirectFeed(self._catalog, self._limits, self._nested, sink)
+
+        async def start() -> _Done:
+            try:
+                return _Done(await feed.run(session, code))
+            finally:
+                self.suspensions, self.nested_calls = feed.suspensions, feed.nested_calls
+
+        return await self._drive(session, sink, start)
 
     async def resume(
         self,
@@ -273,7 +269,7 @@ class SnippetRun:
         outcome = SnippetOutcome(denied=self._denied)
         try:
             snap = await start()
-            while not isinstance(snap, MontyComplete):
+            while not isinstance(snap, (MontyComplete, _Done)):
                 self.suspensions += 1
                 if self.suspensions > self._limits.max_suspensions:
                     raise _Reset(
@@ -299,7 +295,7 @@ class SnippetRun:
                     raise _Overflow(sink.message)
                 outcome.value = snap.output
                 outcome.unawaited = [c.py_name for c in self._pending.values()]
-        except _Reset as exc:
+        except (_Reset, DirectReset) as exc:
             outcome.error, outcome.reset = str(exc), True
         except _Overflow as exc:
             outcome.error = f"MemoryError: {exc}"
@@ -351,7 +347,7 @@ class SnippetRun:
         if snap.is_os_function:
             if name in _AUTO_OS_CALLS:
                 return await snap.resume_auto()
-            if name in _SLEEP_OS_CALLS:
+            if name in SLEEP_OS_CALLS:
                 return await snap.resume(_exception("NotImplementedError", SLEEP_DENIED))
             return await snap.resume(_exception("PermissionError", OS_DENIED))
         if is_helper(self._catalog, name):  # search_tools/describe: answered at once

@@ -30,18 +30,16 @@ Stored REPLs (issue 14): with ``scopes`` (a :class:`~daemon.tools.ScopeStore`),
 a thread's REPL is stored (:mod:`~daemon.code_mode.persistence`), when a
 snippet changed it, by ``checkpoint`` (after each run), ``checkpoint_all``
 and ``aclose`` (shutdown), and before an evicted scope is closed
-(:mod:`~daemon.code_mode.scopes`). A scope never live here (new, evicted,
-after a restart) loads it into its first checkout instead of the preamble:
-at its first snippet, or in ``restore_scope`` (before a run's note, so the
-note tells of it). ``restart``, a reset and ``reset()`` (``!reset``) empty
-the REPL for good: its stored dump is dropped, nothing is loaded.
+(:mod:`~daemon.code_mode.scopes`). A scope never live here loads it into its
+first checkout instead of the preamble (at its first snippet, or in
+``restore_scope`` before a run's note, so the note tells of it). ``restart``, a
+reset and ``reset()`` (``!reset``) empty the REPL for good: its dump is dropped.
 
 A paused snippet and the stored REPL are one state, the snapshot: the pause gives
 the checkout back and leaves the scope clean, so nothing is dumped over anything
 while it waits (there is no live REPL); ``resume`` loads the snapshot, never the
 stored dump; the resumed snippet makes the scope dirty, and the next checkpoint
-stores the REPL it left. A run made while paused loads the stored REPL like any
-first snippet; ``resume`` replaces it.
+stores the REPL it left. A run made while paused loads the stored REPL; ``resume`` replaces it.
 """
 
 from __future__ import annotations
@@ -57,13 +55,15 @@ from daemon.code_mode.approval import render_paused, stamping_observer
 from daemon.code_mode.catalog import Catalog
 from daemon.code_mode.contract import render_error, with_started_calls
 from daemon.code_mode.description import RUN_CODE
-from daemon.code_mode.engine import SnippetOutcome, SnippetRun
+from daemon.code_mode.direct import eligible
+from daemon.code_mode.engine import SnippetRun
 from daemon.code_mode.errors import SandboxUnavailable
 from daemon.code_mode.fresh import FreshScopes
 from daemon.code_mode.lazy import scope_source
 from daemon.code_mode.limits import CodeModeLimits
 from daemon.code_mode.nested import NestedCalls, StartedCall
 from daemon.code_mode.offer import ToolOffer
+from daemon.code_mode.outcome import SnippetOutcome
 from daemon.code_mode.persistence import ScopePersistence
 from daemon.code_mode.pool import close_pool, create_pool
 from daemon.code_mode.report import audit_json, render_outcome
@@ -461,6 +461,7 @@ class CodeModeToolExecutor(BaseToolExecutor):
         session, fresh = checked_out
         if fresh and (loaded := await self._scopes.restore(state, session)) != "empty":
             if loaded == "restored":
+                state.direct = False  # what its snippets defined is not known here
                 return session, False
             await state.discard(None)  # a failed load may have changed it: start on a fresh one
             return await self._open(state, nested)
@@ -474,6 +475,7 @@ class CodeModeToolExecutor(BaseToolExecutor):
                     error=f"the scope preamble failed, so the snippet did not run:\n{setup.error}",
                     reset=True,
                 )
+            state.direct = True
         return state.session or session, fresh  # prepare() may give the scope a warm spare
 
     async def _execute(self, state: ScopeState, code: str, nested: NestedCalls) -> SnippetOutcome:
@@ -482,8 +484,10 @@ class CodeModeToolExecutor(BaseToolExecutor):
             return opened
         session, fresh = opened
         state.dirty = True
-        run = SnippetRun(self._offer.catalog, self._limits, nested, gate=self._gate)
-        outcome = await run.drive(session, code)
+        catalog, gated = self._offer.catalog, self._gate is not None
+        state.direct = state.direct and eligible(code, catalog, gated)  # stays off (direct.py)
+        run = SnippetRun(catalog, self._limits, nested, gate=self._gate)
+        outcome = await run.drive(session, code, direct=state.direct)
         outcome.fresh = fresh
         return outcome
 

@@ -39,7 +39,7 @@ from daemon.code_mode.limits import CodeModeLimits
 from daemon.code_mode.pool import CLOSE_TIMEOUT, new_checkout
 
 if TYPE_CHECKING:
-    from daemon.code_mode.engine import SnippetOutcome
+    from daemon.code_mode.outcome import SnippetOutcome
     from daemon.code_mode.scope import ScopeState
 
 __all__ = ["FreshScopes"]

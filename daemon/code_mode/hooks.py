@@ -58,8 +58,8 @@ from daemon.code_mode.note import ScopeVariables, thread_note
 T = TypeVar("T")
 
 if TYPE_CHECKING:
-    from daemon.code_mode.engine import SnippetOutcome
     from daemon.code_mode.limits import CodeModeLimits
+    from daemon.code_mode.outcome import SnippetOutcome
     from daemon.code_mode.scope import ScopeState
 
 __all__ = [

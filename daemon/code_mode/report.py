@@ -14,7 +14,7 @@ import structlog
 
 from daemon.code_mode import hooks
 from daemon.code_mode.contract import RunCodeText, render_error, render_result
-from daemon.code_mode.engine import SnippetOutcome
+from daemon.code_mode.outcome import SnippetOutcome
 from daemon.tools import AuditEntry
 
 __all__ = ["audit_json", "render_outcome"]

@@ -44,6 +44,9 @@ class ScopeState:
     previous scope was evicted, so an empty store means its REPL was lost;
     ``notices`` are lines for the next note, said once. ``held`` says the
     REPL lives in a paused snippet's snapshot, which the next checkout loads.
+    ``direct`` says every snippet this REPL ran was eligible for Monty's own
+    host-call path (:mod:`daemon.code_mode.direct`): set by a new empty REPL,
+    cleared by an ineligible snippet or a REPL loaded from a dump.
     A checkout that will load nothing (neither ``restore`` nor ``held``) may
     be a warm spare (:mod:`daemon.code_mode.fresh`).
     """
@@ -59,6 +62,8 @@ class ScopeState:
         self.evicted = False
         self.held = False
         self.notices: list[str] = []
+        # every snippet of this REPL could take Monty's own host-call path (direct.py)
+        self.direct = False
 
     @property
     def running(self) -> bool:

@@ -1,0 +1,189 @@
+"""Which snippets take Monty's own host-call path, and what stays the snapshots' (issue 17).
+
+The rules are pure (:func:`direct_ok`, tested without I/O); the rest runs on
+the real pool. That both paths answer alike is checked by the modules that
+run under the ``engine_path`` fixture (tests/conftest.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+
+import pytest
+
+from daemon.code_mode import CodeModeLimits, CodeModeToolExecutor
+from daemon.code_mode import engine as engine_module
+from daemon.code_mode.direct import direct_ok, public_names
+from daemon.tools import AuditEntry, Verdict
+from tests.fakes.executor import FakeToolExecutor
+
+NAMES = public_names(["echo", "nap", "remove"])
+GATED = public_names(["remove"])
+TEST_LIMITS = {"max_feed_duration": 2.0, "max_wall": 20.0, "tool_timeout": 10.0}
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "x = await echo(value=1)",
+        "await _asyncai_tool_echo(value=1)",
+        "[await echo(value=i) for i in range(3)]",
+        "import asyncio\nawait asyncio.gather(*[echo(value=i) for i in range(3)])",
+        "await asyncio.gather(echo(value=1), nap(n=2), return_exceptions=True)",
+        "await gather(*(echo(value=i) for i in range(3)))",
+        "await asyncio.gather(*[echo(value=i) for i in await echo(value=[1])])",
+        "async def get(v):\n    return await echo(value=v)\nawait get(1)",
+        "print(len(await echo(value=1)))",
+        "x = 1\nx + 2",
+        "await remove(name='a')",  # no gate: nothing is gated
+    ],
+)
+def test_snippets_that_await_every_call_where_they_make_it_are_direct(code):
+    gated = GATED if "remove" not in code else frozenset()
+    assert direct_ok(code, NAMES, gated)
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "x = echo(value=1)",  # never awaited: it must not run
+        "f = echo",  # a function kept for later
+        "f = lambda: echo(value=1)",
+        "await x",  # may be a call an earlier snippet made
+        "calls = [echo(value=i) for i in range(3)]\nawait asyncio.gather(*calls)",
+        "await asyncio.gather(*[echo(value=i) for i in range(3) if nap])",
+        "await asyncio.wait([echo(value=1)])",
+        "asyncio.gather(echo(value=1))",  # the gather itself is not awaited
+        "await remove(name='a')",  # the gate may hold it: only the snapshots can pause
+        "await _asyncai_tool_remove(name='a')",
+        "await echo(value=1",  # does not parse: the snapshot path reports it
+    ],
+)
+def test_snippets_that_may_leave_a_call_unawaited_or_held_are_not(code):
+    assert not direct_ok(code, NAMES, GATED)
+
+
+@pytest.fixture
+def fake() -> FakeToolExecutor:
+    fake = FakeToolExecutor()
+
+    @fake.tool(read_only=True)
+    async def echo(*, value: int) -> dict:
+        """Return the value."""
+        return {"value": value}
+
+    @fake.tool(read_only=True)
+    async def nap(*, n: int) -> int:
+        """Sleep a long time unless cancelled."""
+        await asyncio.sleep(30)
+        return n
+
+    @fake.tool(read_only=True)
+    async def boom() -> dict:
+        """Fail."""
+        raise RuntimeError("boom")
+
+    @fake.tool()
+    async def remove(*, name: str) -> str:
+        """Delete something."""
+        return f"removed {name}"
+
+    return fake
+
+
+@pytest.fixture
+async def make_executor(monty_pool) -> AsyncIterator[Callable[..., CodeModeToolExecutor]]:
+    made: list[CodeModeToolExecutor] = []
+
+    def make(inner, limits=None, **kwargs) -> CodeModeToolExecutor:
+        limits = CodeModeLimits(**{**TEST_LIMITS, **(limits or {})})
+        ex = CodeModeToolExecutor(inner, limits, pool=monty_pool, **kwargs)
+        made.append(ex)
+        return ex
+
+    yield make
+    for ex in made:
+        await ex.aclose()
+
+
+@pytest.fixture
+def direct_runs(monkeypatch) -> list[str]:
+    """The snippets that ran on the direct path, in order."""
+    seen: list[str] = []
+    real = engine_module.DirectFeed.run
+
+    async def run(self, session, code):
+        seen.append(code)
+        return await real(self, session, code)
+
+    monkeypatch.setattr(engine_module.DirectFeed, "run", run)
+    return seen
+
+
+async def run(scope, code: str, **extra):
+    return await scope.call_tool("run_code", {"code": code, **extra})
+
+
+async def test_a_scope_leaves_the_direct_path_for_good_after_an_ineligible_snippet(
+    make_executor, fake, direct_runs
+):
+    """A function an ineligible snippet defined may leave a call unawaited: it still never runs."""
+    scope = make_executor(fake).thread_scope("t")
+    assert (await run(scope, "(await echo(value=1))['value']")).content == "1"
+    assert direct_runs == ["(await echo(value=1))['value']"]
+    await run(scope, "def make():\n    return echo(value=2)")
+    out = await run(scope, "made = make()\n'done'")
+    assert "await" in out.content  # the return contract asks for the await
+    assert [name for name, _ in fake.calls] == ["echo"]  # the unawaited call never ran
+    assert len(direct_runs) == 1
+    # a restart empties the REPL, and with it what the ineligible snippets left
+    assert (await run(scope, "(await echo(value=3))['value']", restart=True)).content == "3"
+    assert len(direct_runs) == 2
+
+
+async def test_a_gathered_call_still_in_flight_when_the_snippet_fails_is_cancelled(
+    make_executor, fake, direct_runs
+):
+    """Monty lets a host coroutine run on after its feed; the direct path cancels and audits it."""
+    seen: list[AuditEntry] = []
+    scope = make_executor(fake, observer=lambda _t, e: seen.append(e)).thread_scope("t")
+    out = await run(scope, "await asyncio.gather(nap(n=1), boom())")
+    assert direct_runs
+    assert out.is_error
+    assert "RuntimeError: boom" in out.content
+    ended = {e.tool: e.outcome for e in seen if e.outcome != "started"}
+    assert ended == {"nap": "cancelled", "boom": "error"}
+    assert (await run(scope, "'alive'")).content == "alive"
+
+
+async def test_a_loop_that_swallows_the_budget_error_is_still_stopped(
+    make_executor, fake, direct_runs
+):
+    """Past max_suspensions the direct feed is cancelled, whatever the snippet catches."""
+    scope = make_executor(fake, limits={"max_suspensions": 5}).thread_scope("t")
+    code = (
+        "n = 0\nwhile True:\n    try:\n        await echo(value=1)\n"
+        "    except Exception:\n        n += 1"
+    )
+    out = await run(scope, code)
+    assert direct_runs == [code]
+    assert out.is_error
+    assert "suspension budget exceeded" in out.content
+    assert "REPL state was reset" in out.content
+    assert (await run(scope, "'alive'")).content == "alive"
+
+
+async def test_with_a_gate_only_snippets_naming_a_gated_tool_take_the_snapshots(
+    make_executor, fake, direct_runs
+):
+    """Reads stay direct under an approval gate; a mutating call pauses as before."""
+    scope = make_executor(
+        fake, gate=lambda _d, _a: Verdict("ask", "a person decides")
+    ).thread_scope("t")
+    assert (await run(scope, "(await echo(value=5))['value']")).content == "5"
+    assert len(direct_runs) == 1
+    out = await run(scope, "await remove(name='x')")
+    assert out.pause is not None  # held for a person, not made
+    assert [name for name, _ in fake.calls] == ["echo"]
+    assert len(direct_runs) == 1
