@@ -6,13 +6,14 @@ busy machine slows both alike). Issue 17's targets:
 
 - a nested call: run_code with N awaited tool calls, minus N = 0, per call,
   against a feed with N awaits of an async external function that returns
-  at once, minus N = 0, per call (target ≤ 1.5×). Two more rows measure the
-  floor of any engine that, like ours, drives Monty's snapshots from Python
-  (it must: a call is judged, audited and maybe held for approval between
-  the sandbox's call and its await): the same loop through our wrapper,
-  answered by a minimal driver with nothing of ours (``future``, then the
-  result), and an unwrapped call answered by ``resume_auto()`` (the one
-  Python-visible path of a single round trip);
+  at once, minus N = 0, per call (target ≤ 1.5×). Such a snippet takes
+  Monty's own host-call path (``daemon/code_mode/direct.py``). The next row
+  is the same loop on the snapshot path, which a snippet takes when a call
+  may stay unawaited or need a person (here: a scope that once kept a tool
+  function in a variable); two more rows measure the floor of any driver of
+  the snapshots from Python: the loop through our wrapper answered by a
+  minimal driver with nothing of ours (``future``, then the result), and an
+  unwrapped call answered by ``resume_auto()``;
 - 1 MB JSON: ``rows = await get_rows()`` and a filtered count, against the
   tool returning the text and ``json.loads`` + the same count in the sandbox
   (≤ 1.5×);
@@ -196,10 +197,13 @@ async def main() -> None:
     await pool.__aenter__()
     executor = CodeModeToolExecutor(tools, limits, pool=pool)
     scope = executor.thread_scope("bench")
+    # a scope that kept a tool function in a variable stays on the snapshot path
+    snapshots = executor.thread_scope("bench-snapshots")
+    await snapshots.call_tool("run_code", {"code": "kept = echo"})
     raw = pool.checkout(limits={"max_suspensions": 2**62})
     session = await raw.__aenter__()
 
-    async def run(code: str) -> str:
+    async def run(code: str, scope: Any = scope) -> str:
         out = await scope.call_tool("run_code", {"code": code})
         if out.is_error:
             raise RuntimeError(out.content)
@@ -227,6 +231,8 @@ async def main() -> None:
             {
                 "ours_n": lambda: run(loop_calls),
                 "ours_0": lambda: run(loop_none),
+                "snap_n": lambda: run(loop_calls, snapshots),
+                "snap_0": lambda: run(loop_none, snapshots),
                 "raw_n": lambda: session.feed_run(loop_calls, external_lookup={"echo": raw_echo}),
                 "raw_0": lambda: session.feed_run(loop_none),
                 "floor_n": lambda: snapshot_floor(session, wrapped, raw_echo),
@@ -241,7 +247,7 @@ async def main() -> None:
             return (t[f"{name}_n"] - t[f"{name}_0"]) / CALLS
 
         ours_0, raw_0 = t["ours_0"], t["raw_0"]
-        ours_call, raw_call = per_call("ours"), per_call("raw")
+        ours_call, raw_call, snap_call = per_call("ours"), per_call("raw"), per_call("snap")
         floor_call, auto_call = per_call("floor"), per_call("auto")
 
         ours_code = f"rows = await get_rows()\n{COUNT}"
@@ -302,6 +308,7 @@ async def main() -> None:
     print("| measurement | code mode | raw Monty | ratio | target |")
     print("|---|---|---|---|---|")
     row(f"one nested call (per call, {CALLS} per snippet)", ours_call, raw_call, "µs", 1.5)
+    row("  on the snapshot path (a call may stay unawaited)", snap_call, raw_call, "µs", 1.5)
     row("  floor: our wrapper, a bare Python snapshot driver", floor_call, raw_call, "µs", 1.5)
     row("  floor: no wrapper, resume_auto() (one round trip)", auto_call, raw_call, "µs", 1.5)
     row("1 MB JSON tool result → filtered count", ours_json, raw_json, "ms", 1.5)
