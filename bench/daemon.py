@@ -12,6 +12,10 @@ from the parsed request to the written response).
 Two loads, after a warm-up:
 
 - one prompt at a time: the cost of one prompt on an idle daemon;
+- a steady stream: a prompt in a new thread every 20 ms, published on
+  schedule whether or not earlier ones were answered (an open loop), at
+  about half the rate the daemon drains, so prompts overlap but no queue
+  builds: the overhead under concurrency, without waiting for a run slot;
 - bursts of 100 threads at once, each published on its own connection and
   waited for: the daemon runs ``[runtime] max_concurrent_runs`` (4 by default)
   at a time and queues the rest, so a prompt's time includes its wait in that
@@ -54,6 +58,7 @@ from tests.fakes.fake_openai import FakeOpenAI, Reply
 THREADS = 100
 BURSTS = 3
 SEQUENTIAL = 50
+STREAM, STREAM_RATE = 200, 50.0  # prompts, per second: well under what the daemon drains
 WARM_UP = 10
 HUB_RATE = 10_000  # frames/s and burst per connection (the hub's default: 50/s, bursts of 200)
 WAIT = 60.0  # bound on one burst (a stuck daemon fails the benchmark, never hangs it)
@@ -154,6 +159,22 @@ async def ask(url: str, n: int) -> tuple[int, str, str, float, float]:
         await client.close()
 
 
+async def steady(url: str, replies: Replies, numbers: range, rate: float) -> list[Sample]:
+    """``numbers`` published one every ``1/rate`` seconds (an open loop), each waited for."""
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+
+    async def at(i: int, n: int) -> tuple[int, str, str, float, float]:
+        await asyncio.sleep(max(0.0, start + i / rate - loop.time()))
+        return await ask(url, n)
+
+    async with asyncio.TaskGroup() as tg:
+        tasks = [tg.create_task(at(i, n)) for i, n in enumerate(numbers)]
+    sent = [t.result() for t in tasks]
+    await replies.wait_for([thread for _, _, thread, _, _ in sent])
+    return [Sample(n, mid, replies.arrived[thread] - at, wall) for n, mid, thread, at, wall in sent]
+
+
 async def burst(url: str, replies: Replies, numbers: range) -> list[Sample]:
     """All of ``numbers`` at once, each waited for."""
     async with asyncio.TaskGroup() as tg:
@@ -224,6 +245,7 @@ async def main(hub_defaults: bool = False) -> None:
                 one_by_one = []
                 for n in range(SEQUENTIAL):
                     one_by_one += await burst(hub.url, replies, range(n, n + 1))
+                streamed = await steady(hub.url, replies, range(500, 500 + STREAM), STREAM_RATE)
                 concurrent = []
                 for b in range(BURSTS):
                     first = 1000 * (b + 1)
@@ -247,6 +269,7 @@ async def main(hub_defaults: bool = False) -> None:
         "|---|---|---|---|---|---|"
     )
     print(row("one prompt at a time", one_by_one, model.seconds, starts))
+    print(row(f"a new thread every {1e3 / STREAM_RATE:.0f} ms", streamed, model.seconds, starts))
     print(row(f"{THREADS} threads at once, {BURSTS} bursts", concurrent, model.seconds, starts))
 
 
