@@ -2,8 +2,9 @@
 
 Holds the executor and its REPL scopes (``executor``, ``scope``, ``scopes``,
 ``thread_scope``, ``pool``), the scopes stored across restarts (``persistence``),
-the snippet engine over a Monty session (``engine``) and its nested calls
-(``nested``), the catalog of inner tools as typed stubs (``catalog``,
+the snippet engine over a Monty session (``engine``, snapshot by snapshot;
+``direct``, on Monty's own host-call path; ``outcome``) and its nested calls
+(``nested``, ``deadlines``), the catalog of inner tools as typed stubs (``catalog``,
 ``schema``, ``description``; ``offer``: the catalog and ``run_code`` of the
 moment), ``search_tools``/``describe`` for a catalog over its budget
 (``search``), return shapes learned from results (``shapes``, ``learned``),
