@@ -177,9 +177,11 @@ async def main() -> None:
     tools = FakeToolExecutor()
 
     @tools.tool(read_only=True)
-    async def echo(*, value: int) -> dict:
+    async def echo(*, value: int) -> ToolCallOutput:
         """Return the value."""
-        return {"value": value}
+        # the result as an MCP client hands it over: text, not yet parsed (parsing it is
+        # ours); the in-memory executor's own json.dumps of a dict is the tool's cost
+        return ToolCallOutput(f'{{"value": {value}}}', False)
 
     @tools.tool(read_only=True)
     async def nap(*, n: int) -> int:
