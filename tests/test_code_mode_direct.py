@@ -17,6 +17,7 @@ from daemon.code_mode import engine as engine_module
 from daemon.code_mode.direct import direct_ok, public_names
 from daemon.tools import AuditEntry, Verdict
 from tests.fakes.executor import FakeToolExecutor
+from tests.fakes.scope_store import MemoryScopeStore
 
 NAMES = public_names(["echo", "nap", "remove"])
 GATED = public_names(["remove"])
@@ -187,3 +188,35 @@ async def test_with_a_gate_only_snippets_naming_a_gated_tool_take_the_snapshots(
     assert out.pause is not None  # held for a person, not made
     assert [name for name, _ in fake.calls] == ["echo"]
     assert len(direct_runs) == 1
+
+
+# -- a stored REPL says which path it may take -----------------------------------------
+
+
+async def test_a_stored_repl_keeps_its_path_across_a_restart(make_executor, fake, direct_runs):
+    """Eligible only: the restored REPL stays direct; after an ineligible snippet: snapshots."""
+    store = MemoryScopeStore()
+    first = make_executor(fake, scopes=store)
+    await run(first.thread_scope("fast"), "a = (await echo(value=1))['value']")
+    await run(first.thread_scope("slow"), "keep = echo")
+    await first.checkpoint_all()
+    seen = len(direct_runs)
+
+    second = make_executor(fake, scopes=store)  # a restart: same store, new executor
+    assert (await run(second.thread_scope("fast"), "a + 1")).content == "2"
+    assert len(direct_runs) == seen + 1
+    assert (await run(second.thread_scope("slow"), "(await keep(value=3))['value']")).content == "3"
+    assert len(direct_runs) == seen + 1  # the kept function may make any call: snapshots
+
+
+async def test_a_repl_stored_without_the_marker_takes_the_snapshots(
+    make_executor, fake, monty_pool, direct_runs
+):
+    """A dump from before the direct path (no marker) cannot vouch for its functions."""
+    store = MemoryScopeStore()
+    async with monty_pool.checkout() as session:
+        await session.feed_run("old = 41")
+        await store.save("old", await session.dump())
+    scope = make_executor(fake, scopes=store).thread_scope("old")
+    assert (await run(scope, "old + 1")).content == "42"
+    assert direct_runs == []

@@ -13,7 +13,13 @@ from daemon.code_mode import CodeModeLimits, CodeModeToolExecutor
 from daemon.code_mode.catalog import Catalog
 from daemon.code_mode.convert import too_deep_message
 from daemon.code_mode.helpers import HELPERS_SOURCE
-from daemon.code_mode.lazy import TEXT_MIN, public_name, scope_source, text_marker
+from daemon.code_mode.lazy import (
+    DIRECT_MARKER,
+    TEXT_MIN,
+    public_name,
+    scope_source,
+    text_marker,
+)
 from daemon.code_mode.nested import NestedCalls
 from daemon.tools import ToolCallOutput
 from tests.fakes.executor import FakeToolExecutor
@@ -112,7 +118,7 @@ def test_no_wrapper_hides_a_helper_builtin_or_preamble_name():
     assert source.startswith(preamble)
     added = source[len(preamble) :].splitlines()
     assert [line.split("(")[0] for line in added if line.startswith("def ")] == ["def get_rows"]
-    assert scope_source(preamble, ("items",)) == preamble
+    assert scope_source(preamble, ("items",)) == f"{preamble}\n{DIRECT_MARKER} = True\n"
 
 
 async def test_a_wrapped_call_answers_a_long_json_result_with_its_text():

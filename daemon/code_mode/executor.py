@@ -460,8 +460,7 @@ class CodeModeToolExecutor(BaseToolExecutor):
             return checked_out
         session, fresh = checked_out
         if fresh and (loaded := await self._scopes.restore(state, session)) != "empty":
-            if loaded == "restored":
-                state.direct = False  # what its snippets defined is not known here
+            if loaded == "restored":  # persistence read state.direct from the REPL
                 return session, False
             await state.discard(None)  # a failed load may have changed it: start on a fresh one
             return await self._open(state, nested)
@@ -475,7 +474,7 @@ class CodeModeToolExecutor(BaseToolExecutor):
                     error=f"the scope preamble failed, so the snippet did not run:\n{setup.error}",
                     reset=True,
                 )
-            state.direct = True
+            state.direct = state.marked = True
         return state.session or session, fresh  # prepare() may give the scope a warm spare
 
     async def _execute(self, state: ScopeState, code: str, nested: NestedCalls) -> SnippetOutcome:

@@ -46,9 +46,11 @@ from daemon.code_mode.helpers import PRELOADED_MODULES, PRIVATE_PREFIX, RESERVED
 from daemon.tools import ToolCallOutput
 
 __all__ = [
+    "DIRECT_MARKER",
     "RESULT_SOURCE",
     "TEXT_MIN",
     "TOOL_PREFIX",
+    "UNMARK_SOURCE",
     "public_name",
     "scope_source",
     "text_marker",
@@ -56,6 +58,11 @@ __all__ = [
     "wrappers_source",
 ]
 
+# True in every new scope; set False before a dump once a snippet was not eligible for
+# the direct path (daemon/code_mode/direct.py), so a loaded REPL says which it was
+# (Monty has no `del`).
+DIRECT_MARKER = "_asyncai_direct"
+UNMARK_SOURCE = f"{DIRECT_MARKER} = False"
 # Results at least this long go in as text: above about 1 KB parsing inside wins.
 TEXT_MIN = 4096
 TOOL_PREFIX = "_asyncai_tool_"
@@ -94,7 +101,7 @@ def wrappers_source(py_names: Iterable[str]) -> str:
 
 @functools.lru_cache(maxsize=8)
 def scope_source(preamble: str, tools: tuple[str, ...]) -> str:
-    """``preamble`` (the helpers and the operator's code), then the wrappers of ``tools``.
+    """``preamble`` (the helpers and the operator's code), the wrappers of ``tools``, the marker.
 
     A tool whose name the preamble binds keeps the preamble's meaning (as
     before wrappers: a bound name never reached the tool), so it gets none.
@@ -102,7 +109,8 @@ def scope_source(preamble: str, tools: tuple[str, ...]) -> str:
     """
     bound = {b.name for b in module_bindings(preamble)}
     wrapped = [t for t in tools if t not in bound]
-    return f"{preamble}\n{wrappers_source(wrapped)}" if wrapped else preamble
+    source = f"{preamble}\n{wrappers_source(wrapped)}" if wrapped else preamble
+    return f"{source}\n{DIRECT_MARKER} = True\n"
 
 
 # A traceback frame in a wrapper or in _asyncai_result (its line, its source line, and

@@ -13,10 +13,12 @@
 - :meth:`ScopePersistence.load`: into a fresh checkout, before anything
   else (Monty loads only into a fresh session). The dump already holds the
   helpers and the operator's preamble as they were when it was saved, so
-  the preamble is not run again. The names bound in the restored REPL
-  (``list(locals())``, less the helpers and the preamble's own names) seed
-  the variables note, which says the REPL was restored and when it was
-  saved. A dump the store rejects (``ScopeRejected``: its MAC, another
+  the preamble is not run again. Whether the REPL may take the direct path
+  (:mod:`~daemon.code_mode.direct`) is read from it: a scope that left it
+  sets :data:`~daemon.code_mode.lazy.DIRECT_MARKER` False before its dump. The
+  names bound in the restored REPL (``list(locals())``, less the helpers
+  and the preamble's own names) seed the variables note, which says the REPL
+  was restored and when it was saved. A dump the store rejects (``ScopeRejected``: its MAC, another
   Monty version, its size) or that Monty cannot load leaves the REPL empty,
   and the note says why in one line.
 
@@ -35,7 +37,7 @@ from pydantic_monty import AsyncMontySession
 
 from daemon.code_mode import hooks
 from daemon.code_mode.bindings import module_bindings
-from daemon.code_mode.lazy import scope_source
+from daemon.code_mode.lazy import DIRECT_MARKER, UNMARK_SOURCE, scope_source
 from daemon.code_mode.limits import CodeModeLimits
 from daemon.code_mode.note import (
     ScopeVariables,
@@ -85,6 +87,9 @@ class ScopePersistence:
         started = time.monotonic()
         try:
             async with asyncio.timeout(self._limits.request_timeout):
+                if state.marked and not state.direct:
+                    await session.feed_run(UNMARK_SOURCE)
+                    state.marked = False
                 data = await session.dump()
         except Exception as exc:
             # a dump that fails costs only the REPL's survival; the next run tries again
@@ -179,9 +184,12 @@ class ScopePersistence:
     async def _variables(self, state: ScopeState) -> ScopeVariables:
         """What the note lists of a restored REPL, probed (a failure costs only the note)."""
         variables = ScopeVariables()
+        state.direct = state.marked = False  # unless the REPL says otherwise
         try:
             async with asyncio.timeout(self._limits.request_timeout):
                 names = await state.probe(_NAMES_PROBE)
+                if DIRECT_MARKER in _strings(names):
+                    state.direct = state.marked = await state.probe(DIRECT_MARKER) is True
                 source = scope_source(hooks.scope_preamble(self._limits), self.tools)
                 preamble = {b.name for b in module_bindings(source)}
                 variables.remember(

@@ -45,8 +45,8 @@ class ScopeState:
     ``notices`` are lines for the next note, said once. ``held`` says the
     REPL lives in a paused snippet's snapshot, which the next checkout loads.
     ``direct`` says every snippet this REPL ran was eligible for Monty's own
-    host-call path (:mod:`daemon.code_mode.direct`): set by a new empty REPL,
-    cleared by an ineligible snippet or a REPL loaded from a dump.
+    host-call path (:mod:`daemon.code_mode.direct`): set by a new empty REPL
+    or a stored one that says so, cleared by an ineligible snippet.
     A checkout that will load nothing (neither ``restore`` nor ``held``) may
     be a warm spare (:mod:`daemon.code_mode.fresh`).
     """
@@ -62,8 +62,10 @@ class ScopeState:
         self.evicted = False
         self.held = False
         self.notices: list[str] = []
-        # every snippet of this REPL could take Monty's own host-call path (direct.py)
+        # every snippet of this REPL could take Monty's own host-call path (direct.py),
+        # and whether the REPL still binds lazy.DIRECT_MARKER, which says so to a dump
         self.direct = False
+        self.marked = False
 
     @property
     def running(self) -> bool:
