@@ -250,6 +250,25 @@ async def test_a_reply_that_restates_code_is_replaced_by_the_result(code_mode):
     assert result.metrics.reply_from_result is True
 
 
+async def test_a_reply_that_retells_the_worked_example_is_replaced_by_the_result(code_mode):
+    """After an empty result, a reply that retells the worked example's closing sentence
+    is no answer: the (empty) result is the reply."""
+    ex, _ = code_mode
+    empty = (
+        "pods = await list_pods(namespace='prod')\n[p for p in pods if p['status']['phase'] == 'x']"
+    )
+    retold = (
+        "The question names the store, and asks about pods: so the code lists the pods "
+        "in namespace prod, passing the store as an argument."
+    )
+    _, (result,) = await run_script(ex, [block(empty), retold], request())
+    assert (
+        result.reply
+        == "The result of run_code: (empty result: the last expression was an empty list)"
+    )
+    assert result.metrics.reply_from_result is True
+
+
 async def test_after_three_failed_snippets_the_model_answers(code_mode):
     """Three failures end the tries: the third result asks for an answer (which may say
     what went wrong); a JavaScript snippet's SyntaxError carries a hint to write Python."""
@@ -327,6 +346,90 @@ async def test_a_failure_shows_what_the_variables_really_hold(code_mode):
     assert "pods[0]['status']['phase'] == 'Failed'" in retry
     assert result.metrics.peeks == 1
     assert result.metrics.run_code_calls == 2  # the look is the harness's, not the model's
+
+
+async def test_a_key_some_items_lack_is_counted_and_its_dig_written(monty_pool):
+    """A KeyError on a key that only some items hold (a Pending pod has no
+    status.containerStatuses; here the first pod is one): the look at the variables
+    counts the items that have it, and the retry request writes the dig() that reads
+    it with a default, at its path from the item (not a test one level too high)."""
+    fake = FakeToolExecutor()
+
+    @fake.tool(read_only=True)
+    async def list_pods(*, namespace: str) -> dict:
+        """List the pods of a namespace."""
+        pods = [
+            {"metadata": {"name": f"pod-{i}"}, "status": {"phase": "Pending"}}
+            if i in (0, 5)
+            else {
+                "metadata": {"name": f"pod-{i}"},
+                "status": {"phase": "Running", "containerStatuses": [{"restartCount": i}]},
+            }
+            for i in range(8)
+        ]
+        return {"kind": "List", "items": pods}
+
+    guess = (
+        "pods = await list_pods(namespace='prod')\n"
+        "sum(p['status']['containerStatuses'][0]['restartCount'] for p in items(pods))"
+    )
+    fixed = (
+        "pods = await list_pods(namespace='prod')\n"
+        "sum(c['restartCount'] for p in items(pods) "
+        "for c in dig(p, 'status.containerStatuses', default=[]))"
+    )
+    async with code_mode_over(fake, monty_pool) as ex:
+        script = [block(guess), block(fixed), "The pods restarted 23 times."]
+        openai, (result,) = await run_script(ex, script, request())
+    retry = openai.requests[1]["messages"][-1]["content"]
+    assert "KeyError" in retry
+    assert "pods['items']: 6 of 8 items have ['status']['containerStatuses'] (a list)" in retry
+    assert (
+        "Hint: only 6 of the 8 items of pods['items'] have ['status']['containerStatuses']; "
+        "the other 2 do not"
+    ) in retry
+    assert (
+        "[x for item in items(pods) for x in dig(item, 'status.containerStatuses', default=[])]"
+    ) in retry
+    answer = openai.requests[2]["messages"][-1]["content"]
+    assert "23" in answer
+    assert result.metrics.peeks == 1
+
+
+async def test_a_snippet_failing_on_data_fetched_before_is_shown_that_data(code_mode):
+    """A snippet that fails on its first line, reading a variable an earlier snippet set,
+    assigned nothing: the look shows the variable it read, and a key no value holds is
+    said to be made up."""
+    ex, _ = code_mode
+    first = "pods = await list_pods(namespace='prod')\n[p['state'] for p in pods]"
+    second = "nodes = {n: 0 for n in pods[0]['nodes']}\nnodes"
+    script = [block(first), block(second), block(FILTER), "pod-0, pod-4 and pod-8."]
+    fake, (result,) = await run_script(ex, script, request())
+    retry = fake.requests[2]["messages"][-1]["content"]
+    assert "KeyError: nodes" in retry
+    assert "pods[0]['metadata']['name'] == 'pod-0'" in retry
+    assert "Hint: no value your variables hold has a key nodes" in retry
+    assert result.metrics.peeks == 2
+
+
+async def test_a_question_naming_a_url_no_snippet_fetched_gets_the_fetch(code_mode):
+    """The question names a URL and the failed snippet called something else: the retry
+    request writes the call of the catalog function that takes a url."""
+    ex, inner = code_mode
+
+    @inner.tool(read_only=True)
+    async def http_get(*, url: str) -> dict:
+        """Fetch a URL."""
+        return {"status": 200, "json": [{"id": 1}]}
+
+    url = "http://127.0.0.1:9/orders.json"
+    wrong = "orders = await list_pods(namespace='orders')\norders['total']"
+    right = f"r = await http_get(url='{url}')\nlen(r['json'])"
+    script = [block(wrong), block(right), "There is 1 order."]
+    fake, (result,) = await run_script(ex, script, request(f"How many orders are in {url}?"))
+    retry = fake.requests[1]["messages"][-1]["content"]
+    assert f"Hint: my question names {url}: fetch it with r = await http_get(url='{url}')." in retry
+    assert result.reply == "There is 1 order."
 
 
 async def test_an_empty_result_is_shown_with_the_data_once(code_mode):

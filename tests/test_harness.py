@@ -25,6 +25,7 @@ from daemon.model.harness import (
     catalog_signatures,
     code_message,
     compact_description,
+    echoes_example,
     error_signature,
     extract_code,
     hidden_fields,
@@ -32,9 +33,11 @@ from daemon.model.harness import (
     holds_none,
     is_code_only,
     key_hint,
+    missing_key,
     peek_code,
     prints_as_result,
     quote_result,
+    read_names,
     readable,
     recover_arguments,
     repair_code,
@@ -43,6 +46,7 @@ from daemon.model.harness import (
     retry_hint,
     system_prompt,
     text_tool_calls,
+    url_hint,
     value_atoms,
 )
 from daemon.tools import ToolDefinition
@@ -546,9 +550,124 @@ def test_a_missing_key_is_located_in_the_look_at_the_variables() -> None:
     hint = key_hint(TRACEBACK.format("KeyError: containerStatuses"), pods)
     assert hint is not None
     assert hint.startswith("Hint: containerStatuses is in the first item")
-    assert key_hint(TRACEBACK.format("KeyError: nowhere"), pods) is None
     assert key_hint(TRACEBACK.format("TypeError: x"), pods) is None
     assert key_hint(TRACEBACK.format("KeyError: components"), None) is None
+
+
+def test_a_counted_key_gets_its_dig_with_path_and_default() -> None:
+    """When the look counted the items holding a KeyError's key, the hint says how many
+    lack it and writes dig() with the path from the item and a default of the value's
+    kind; a key every item holds is located instead; the counted line wins over a
+    first-item path."""
+    error = TRACEBACK.format("KeyError: containerStatuses")
+    assert missing_key(error) == "containerStatuses"
+    assert missing_key(TRACEBACK.format("KeyError: 'phase'")) == "phase"
+    assert missing_key(TRACEBACK.format("KeyError: 0")) is None
+    assert missing_key(TRACEBACK.format("TypeError: x")) is None
+    first = "p['items'][0]['status']['containerStatuses'][0]['ready'] == 1\n"
+    counted = "p['items']: 10 of 12 items have ['status']['containerStatuses'] (a list)"
+    assert key_hint(error, first + counted) == (
+        "Hint: only 10 of the 12 items of p['items'] have ['status']['containerStatuses']; "
+        "the other 2 do not, so item['status']['containerStatuses'] fails on them. Read it "
+        "with dig(item, 'status.containerStatuses', default=[]), which gives [] for those: "
+        "[x for item in items(p) for x in dig(item, 'status.containerStatuses', default=[])]"
+    )
+    every = counted.replace("10 of", "12 of")
+    assert key_hint(error, every) == (
+        "Hint: every item of p['items'] has containerStatuses, at "
+        "item['status']['containerStatuses'] (for item in items(p)); your code looked for "
+        "it somewhere else."
+    )
+    # several lists: the one with items lacking the key; a dotted key is one segment
+    dotted = TRACEBACK.format("KeyError: 'app.kubernetes.io/name'")
+    lines = (
+        "a['x']: 2 of 2 items have ['labels']['app.kubernetes.io/name'] (a str)\n"
+        "rows: 3 of 5 items have ['labels']['app.kubernetes.io/name'] (a str)"
+    )
+    hint = key_hint(dotted, lines)
+    assert hint is not None
+    assert hint.startswith("Hint: only 3 of the 5 items of rows have")
+    assert hint.endswith(
+        "[dig(item, 'labels', 'app.kubernetes.io/name', default='') for item in rows]"
+    )
+
+
+def test_a_key_in_no_variable_is_said_to_be_nowhere_or_a_value() -> None:
+    """A KeyError's key that the look found in a dict outside a list is located there;
+    one that no path holds is made up (do not read it); one that is a value of the
+    data was used as a key of a dict the snippet fills (start it with .get)."""
+    looked = "r['status'] == 200\nr['json']['version'] == '1'\nr['json']: has 'components'"
+    assert key_hint(TRACEBACK.format("KeyError: components"), looked) == (
+        "Hint: components is not where your code looked; it is at r['json']['components']."
+    )
+    ws = "len(ws['workspaces']) == 2\nws['workspaces'][0]['name'] == 'app'"
+    assert key_hint(TRACEBACK.format("KeyError: nodes"), ws) == (
+        "Hint: no value your variables hold has a key nodes (see what they hold above): "
+        "do not read it. Use only the keys shown there, or get the data from another function."
+    )
+    csv = (
+        "r['status'] == 200\nr['body'] is a str of 5 lines (text, not parsed)\n"
+        "r['body'].splitlines()[:3] == ['item,stock', 'bolts,40', 'nuts,25']"
+    )
+    hint = key_hint(TRACEBACK.format("KeyError: stock"), csv)
+    assert hint is not None
+    assert hint.startswith("Hint: stock is only inside text (a str shown above")
+    pods = "len(p['items']) == 12\np['items'][0]['spec']['nodeName'] == 'node-a'"
+    hint = key_hint(TRACEBACK.format("KeyError: 'node-a'"), pods)
+    assert hint is not None
+    assert hint == (
+        "Hint: 'node-a' is a value in your data (p['items'][0]['spec']['nodeName'] == "
+        "'node-a'), not a key. To test for it, compare: item['nodeName'] == 'node-a'. To "
+        "count by it, a dict you fill starts empty: counts[k] = counts.get(k, 0) + 1, or "
+        "count_by(xs, 'a.b')."
+    )
+
+
+def test_a_url_in_the_question_that_no_call_fetched_gets_its_fetch_written() -> None:
+    """A question naming a URL, a snippet that called no function with a url parameter:
+    the hint writes the call (the first such function, the first URL, without the
+    sentence's punctuation); none once the snippet fetched it, none without a URL or a
+    function that takes one."""
+    fns = {
+        "http_get": (frozenset({"url"}), frozenset({"url"})),
+        "get_object": (frozenset({"name"}), frozenset({"name"})),
+    }
+    q = "What is the total of acme's orders in http://127.0.0.1:8000/orders.json?"
+    assert url_hint(q, "o = await get_object(name='orders')", fns) == (
+        "Hint: my question names http://127.0.0.1:8000/orders.json: fetch it with "
+        "r = await http_get(url='http://127.0.0.1:8000/orders.json')."
+    )
+    assert url_hint(q, "o = await http_get (url=u)", fns) is None
+    assert url_hint("What is the total of acme's orders?", "x", fns) is None
+    assert url_hint(q, "x", {"get_object": fns["get_object"]}) is None
+
+
+def test_the_names_a_snippet_reads_from_earlier_snippets() -> None:
+    """Names read but never bound in the snippet (data an earlier one fetched), first
+    read first, without builtins, modules, private names, lambda and loop variables
+    and the names to skip; at most ``limit``; none for code that does not parse."""
+    code = (
+        "counts = {n: 0 for n in names(ws['workspaces'][0]['nodes'])}\n"
+        "for pod in items(await list_objects(workspace='w')):\n"
+        "    counts[pod['spec']['nodeName']] += 1\n"
+        "best = max(counts.items(), key=lambda x: x[1])\n"
+        "json.dumps([best, _hidden, pods_before, len(ws)])"
+    )
+    skip = {"names", "items", "list_objects"}
+    assert read_names(code, skip) == ["ws", "pods_before"]
+    assert read_names(code, skip, limit=1) == ["ws"]
+    assert read_names("x = (", skip) == []
+
+
+def test_the_look_after_a_key_error_counts_the_items_holding_it() -> None:
+    """peek_code with a missing key adds the counting snippet for each name; without one
+    it is the plain look."""
+    plain = peek_code(["pods"])
+    counting = peek_code(["pods", "r"], missing="it's")
+    assert counting.startswith(plain.removesuffix("\n"))
+    assert "_peek_missing(pods, 'pods', \"it's\", _peek_out)" in counting
+    assert "_peek_missing(r, 'r', \"it's\", _peek_out)" in counting
+    assert "_peek_missing" not in plain
 
 
 def test_a_tool_result_is_counted_and_looped_over_by_its_items() -> None:
@@ -573,6 +692,61 @@ def test_a_tool_result_is_counted_and_looped_over_by_its_items() -> None:
     assert repairs == ["the items of a tool result counted or looped over, not its keys"]
     rebound = "events = await get_events(workspace='w')\nevents = [1]\nlen(events)"
     assert repair_code(rebound, ["get_events"]) == (rebound, [])
+
+
+def test_a_tool_result_handed_to_an_iterating_builtin_means_its_items() -> None:
+    """max/min/sorted/sum/list/any/... of a tool result (and map/filter/zip over one)
+    iterate its items, not the keys of its dict; other arguments stay."""
+    code = (
+        "ws = await list_workspaces(workspace='w')\n"
+        "a = max(ws, key=lambda w: len(w['name']))\n"
+        "b = sorted(ws, key=lambda w: w['name'], reverse=True)\n"
+        "c = list(filter(None, ws))\n"
+        "d = list(zip(ws, [1, 2]))\n"
+        "e = max(1, 2)\n"
+        "[a, b, c, d, e, any(ws)]"
+    )
+    fixed, repairs = repair_code(code, ["list_workspaces"])
+    assert fixed.splitlines()[1:] == [
+        "a = max(items(ws), key=lambda w: len(w['name']))",
+        "b = sorted(items(ws), key=lambda w: w['name'], reverse=True)",
+        "c = list(filter(None, items(ws)))",
+        "d = list(zip(items(ws), [1, 2]))",
+        "e = max(1, 2)",
+        "[a, b, c, d, e, any(items(ws))]",
+    ]
+    assert repairs == ["the items of a tool result counted or looped over, not its keys"]
+    starred = "ws = await list_workspaces(workspace='w')\nmax(*ws)"
+    assert repair_code(starred, ["list_workspaces"]) == (starred, [])
+
+
+def test_an_awaited_helper_is_called_without_await() -> None:
+    """``await count_by(...)`` (a helper answers at once: awaiting its dict fails) loses
+    its await; a catalog function of a helper's name, and other awaits, keep theirs."""
+    code = (
+        "ws = await list_workspaces(workspace='w')\n"
+        "c = await count_by(items(ws), 'spec.nodeName')\n"
+        "n = await names(ws)\n"
+        "c"
+    )
+    fixed, repairs = repair_code(code, ["list_workspaces"])
+    assert fixed.splitlines() == [
+        "ws = await list_workspaces(workspace='w')",
+        "c = count_by(items(ws), 'spec.nodeName')",
+        "n = names(ws)",
+        "c",
+    ]
+    assert repairs == ["helpers called without await (items, dig, count_by... answer at once)"]
+    own = "x = await dig(a='b')\nx"
+    assert repair_code(own, ["dig"]) == (own, [])
+
+
+def test_a_reply_repeating_six_words_of_the_worked_example_echoes_it() -> None:
+    """Six words in a row of the worked example (case and punctuation aside) make an
+    echo; an answer that shares a few words with it does not."""
+    assert echoes_example("THE QUESTION names the store; and asks about pods, so ...")
+    assert not echoes_example("The question is about the store: 3 open orders.")
+    assert not echoes_example("")
 
 
 def test_a_none_where_the_answer_should_be_is_suspect() -> None:

@@ -13,8 +13,10 @@ records are shaped as in the plain loop (``daemon.model.loop``).
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterable
 from typing import Any
 
+from daemon.code_mode.search import SEARCH_HELPERS
 from daemon.errors import ToolTransportError
 from daemon.model.calls import ToolCall, made_up_call, mend_call, parse_calls, text_calls
 from daemon.model.conversation import LoopState, Paused
@@ -22,6 +24,7 @@ from daemon.model.endpoint import ChatEndpoint
 from daemon.model.execute import run_call
 from daemon.model.harness import (
     CODE_STOP,
+    HELPER_NAMES,
     MAX_FAILED_SNIPPETS,
     MAX_VOTE_SAMPLES,
     NO_OUTPUT,
@@ -32,6 +35,7 @@ from daemon.model.harness import (
     answer_instruction,
     assigned_names,
     code_message,
+    echoes_example,
     extract_code,
     holds_none,
     is_code_only,
@@ -39,12 +43,15 @@ from daemon.model.harness import (
     key_hint,
     majority,
     may_rerun,
+    missing_key,
     peek_code,
     prints_as_result,
     quote_result,
+    read_names,
     repeat_hint,
     result_message,
     retry_hint,
+    url_hint,
     vote_key,
 )
 from daemon.model.prompts import EMPTY_REPLY
@@ -110,8 +117,12 @@ async def code_blocks(
                 assistant_record(response, content, [], choice.finish_reason, endpoint.model_name)
             )
             state.reply = content.strip() or EMPTY_REPLY
-            if ls.last_result is not None and (not content.strip() or is_code_only(content)):
-                # the model restated code or said nothing: the result is the answer
+            said = content.strip()
+            if ls.last_result is not None and (
+                not said or is_code_only(content) or echoes_example(content)
+            ):
+                # the model restated code, said nothing or retold the worked example:
+                # the result is the answer
                 state.reply = f"The result of run_code: {ls.last_result}"
                 state.metrics.reply_from_result = True
             elif ls.last_result is not None:
@@ -186,7 +197,7 @@ async def after_block(
     recheck = looks_empty and not ls.rechecked and more
     shapes = None
     if (retry or recheck) and isinstance(code, str):
-        shapes = await _peek(caller, code, state)
+        shapes = await _peek(caller, code, state, functions, missing_key(text) if failed else None)
     recheck = recheck and shapes is not None
     ls.rechecked = ls.rechecked or recheck
     located = key_hint(text, shapes) if failed else None  # where a missing key really is
@@ -195,6 +206,9 @@ async def after_block(
         code, text = await _vote(endpoint, state, caller, ls, code, text, functions)
         ls.last_result = text
         ran = {"role": "assistant", "content": code_message(code)}
+    if (retry or recheck) and isinstance(code, str):
+        fetch = url_hint(ls.question, code, functions)  # a URL the snippet never fetched
+        located = "\n".join(h for h in (located, fetch) if h) or None
     reply = result_message(
         f"{text}\n{located}" if located else text,
         ls.question,
@@ -298,15 +312,23 @@ def _record_result(state: RunState, call: ToolCall, output: ToolCallOutput, text
     state.records.append(user_record([result], tool_use_result=output.audit))
 
 
-async def _peek(caller: ToolExecutor, code: str, state: RunState) -> str | None:
-    """What the variables a failed (or empty-handed) snippet assigned hold now, as
-    short sketches from the same REPL scope; None when there is nothing to show."""
-    names = assigned_names(code)
+async def _peek(
+    caller: ToolExecutor,
+    code: str,
+    state: RunState,
+    skip: Iterable[str],
+    missing: str | None = None,
+) -> str | None:
+    """What the variables a failed (or empty-handed) snippet assigned, or read from an
+    earlier snippet, hold now, as short sketches from the same REPL scope; None when
+    there is nothing to show. ``skip`` are the catalog's functions (not data);
+    ``missing`` (a KeyError's key) adds how many items of each list hold it."""
+    names = assigned_names(code) + read_names(code, {*skip, *HELPER_NAMES, *SEARCH_HELPERS})
     if not names:
         return None
     try:
         async with asyncio.timeout(_PEEK_TIMEOUT):
-            output = await caller.call_tool("run_code", {"code": peek_code(names)})
+            output = await caller.call_tool("run_code", {"code": peek_code(names, missing)})
     except (TimeoutError, ToolTransportError):
         return None
     text = "" if output.is_error else prints_as_result(output.content)

@@ -28,6 +28,10 @@ each piece fixes one observed failure:
 | a wrong reading of the question (a filter dropped, "first | :mod:`vote`: a second sample   |
 | N" read as "below N") gives a confident wrong number      | for a short answer, a third on |
 |                                                           | a tie (:func:`vote_key`)       |
+| a key only some items have, read a level too high; a key  | :func:`key_hint` after a look  |
+| no value holds, read again and again                      | that counts the items with it  |
+| a URL in the question fetched with the wrong function     | :func:`url_hint`               |
+| a reply that retells the worked example                   | :func:`echoes_example`         |
 
 The backend (``daemon.model.loop``, the code-block loop in
 ``daemon.model.small``) applies them when ``[model] harness`` is on;
@@ -35,9 +39,10 @@ everything here is text in, text out, one module per job: ``prompts`` (the
 system message, built from the :class:`~daemon.code_mode.catalog.Catalog`),
 ``parsing`` (code blocks, broken arguments, calls written as text),
 ``repair`` (AST repairs of the code), ``feedback`` (what a result tells the
-model, and the value quoted in the answer), ``fields`` (result fields the
-stubs' sketches cut short), ``peek`` (the look at a failed snippet's
-variables) and ``vote`` (self-consistency for short answers).
+model, and the value quoted in the answer), ``keys`` (where a missing key
+really is), ``fields`` (result fields the stubs' sketches cut short),
+``peek`` (the look at a failed snippet's variables) and ``vote``
+(self-consistency for short answers).
 """
 
 from daemon.model.harness.feedback import (
@@ -46,16 +51,17 @@ from daemon.model.harness.feedback import (
     error_signature,
     holds_none,
     is_empty_result,
-    key_hint,
     prints_as_result,
     quote_result,
     readable,
     repeat_hint,
     result_message,
     retry_hint,
+    url_hint,
     value_atoms,
 )
 from daemon.model.harness.fields import hidden_fields, hidden_paths
+from daemon.model.harness.keys import key_hint, missing_key
 from daemon.model.harness.parsing import (
     code_message,
     extract_code,
@@ -66,6 +72,7 @@ from daemon.model.harness.parsing import (
 from daemon.model.harness.peek import (
     assigned_names,
     peek_code,
+    read_names,
 )
 from daemon.model.harness.prompts import (
     CODE_STOP,
@@ -77,6 +84,7 @@ from daemon.model.harness.prompts import (
     Signature,
     catalog_signatures,
     compact_description,
+    echoes_example,
     system_prompt,
 )
 from daemon.model.harness.repair import (
@@ -110,6 +118,7 @@ __all__ = [
     "catalog_signatures",
     "code_message",
     "compact_description",
+    "echoes_example",
     "error_signature",
     "extract_code",
     "hidden_fields",
@@ -120,9 +129,11 @@ __all__ = [
     "key_hint",
     "majority",
     "may_rerun",
+    "missing_key",
     "peek_code",
     "prints_as_result",
     "quote_result",
+    "read_names",
     "readable",
     "recover_arguments",
     "repair_code",
@@ -131,6 +142,7 @@ __all__ = [
     "retry_hint",
     "system_prompt",
     "text_tool_calls",
+    "url_hint",
     "value_atoms",
     "vote_key",
 ]

@@ -8,7 +8,7 @@ from __future__ import annotations
 import difflib
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable, Mapping
 
 from daemon.code_mode.hints import MISSING_MODULE_ADVICE
 
@@ -18,13 +18,13 @@ __all__ = [
     "error_signature",
     "holds_none",
     "is_empty_result",
-    "key_hint",
     "prints_as_result",
     "quote_result",
     "readable",
     "repeat_hint",
     "result_message",
     "retry_hint",
+    "url_hint",
     "value_atoms",
 ]
 
@@ -361,33 +361,24 @@ def _scalar(v: object) -> str:
     return json.dumps(v, ensure_ascii=False)
 
 
-def key_hint(error: str, shapes: str | None) -> str | None:
-    """Where a missing key really is, from the look at the variables (:func:`peek_code`).
+_URL = re.compile(r"https?://[^\s'\"<>`]+")
 
-    Asked for ``status["components"]`` of an ``http_get`` result, the model
-    needed ``status["json"]["components"]``: a path in the look that ends
-    with the key says where it lives. A path through a list's first item
-    means the key is there but missing in some other item (a Pending pod has
-    no ``containerStatuses``): then the way around is a default.
+
+def url_hint(
+    question: str, code: str, functions: Mapping[str, tuple[Collection[str], object]]
+) -> str | None:
+    """For a question that names a URL, when the failed snippet called no function with
+    a ``url`` parameter: which one fetches it, written out.
+
+    Asked for a total "in http://.../orders.json", the model listed kcp objects of
+    resource "orders" and read a configmap three times over; the URL never reached
+    the function that fetches it.
     """
-    sig = error_signature(error)
-    m = _KEY.match(sig or "")
-    if m is None or not shapes:
+    urls = [u.rstrip(".,;:!?)") for u in _URL.findall(question)]
+    fetchers = sorted(name for name, (params, _) in functions.items() if "url" in params)
+    if not urls or not fetchers:
         return None
-    key = m.group(1).strip("'\"")
-    found: list[str] = []
-    for line in shapes.splitlines():
-        for quoted in (f"[{key!r}]", f'["{key}"]'):
-            at = line.find(quoted)
-            if at >= 0:
-                path = line[: at + len(quoted)].removeprefix("len(")
-                if path not in found:
-                    found.append(path)
-    if not found:
+    if any(re.search(rf"\b{re.escape(f)}\s*\(", code) for f in fetchers):
         return None
-    if any("[0]" in path for path in found):
-        return (
-            f"Hint: {key} is in the first item ({found[0]}) but missing in another: "
-            f"skip items without it, or use dig(item, '...{key}', default=...)."
-        )
-    return f"Hint: {key} is not where your code looked; it is at {' and '.join(found[:2])}."
+    call = f"r = await {fetchers[0]}(url='{urls[0]}')"
+    return f"Hint: my question names {urls[0]}: fetch it with {call}."

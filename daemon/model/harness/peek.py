@@ -5,9 +5,10 @@ Monty snippet that prints their access paths and values (pure text, no I/O).
 from __future__ import annotations
 
 import ast
+import builtins
 from collections.abc import Iterable
 
-__all__ = ["assigned_names", "peek_code", "top_level_targets"]
+__all__ = ["assigned_names", "peek_code", "read_names", "top_level_targets"]
 
 
 def assigned_names(code: str, limit: int = 4) -> list[str]:
@@ -17,6 +18,53 @@ def assigned_names(code: str, limit: int = 4) -> list[str]:
     except (SyntaxError, ValueError, MemoryError, RecursionError):
         return []
     return top_level_targets(tree)[:limit]
+
+
+# Modules a snippet may use without importing them (preloaded, or an import the model
+# forgot): not data to look at.
+_MODULES = frozenset({"asyncio", "json", "re", "math", "datetime", "collections", "itertools"})
+
+
+def read_names(code: str, skip: Iterable[str] = (), limit: int = 2) -> list[str]:
+    """Names a snippet reads but never binds (data an earlier snippet fetched), in order,
+    without builtins, private names and ``skip`` (the functions and helpers).
+
+    The look after a failure showed only what the failed snippet assigned: one that
+    failed on its first line (``{n: 0 for n in names(ws['workspaces'][0]['nodes'])}``,
+    ``ws`` from the snippet before) had nothing to show, and the model read the same
+    missing key three times.
+    """
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        return []
+    bound: set[str] = set(skip) | _MODULES
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
+            bound.add(node.id)
+        elif isinstance(node, ast.arg):
+            bound.add(node.arg)
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            bound.add(node.name)
+        elif isinstance(node, ast.Import | ast.ImportFrom):
+            bound.update((a.asname or a.name).split(".")[0] for a in node.names)
+    found: list[str] = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Name) or not isinstance(node.ctx, ast.Load):
+            continue
+        name = node.id
+        if name in bound or name.startswith("_") or hasattr(builtins, name) or name in found:
+            continue
+        found.append(name)
+    found.sort(key=lambda n: _first_use(tree, n))
+    return found[:limit]
+
+
+def _first_use(tree: ast.Module, name: str) -> tuple[int, int]:
+    """Where ``name`` is first read in ``tree`` (line, column)."""
+    return min(
+        (n.lineno, n.col_offset) for n in ast.walk(tree) if isinstance(n, ast.Name) and n.id == name
+    )
 
 
 def top_level_targets(tree: ast.Module) -> list[str]:
@@ -73,9 +121,88 @@ try:
 except Exception:
     pass
 """
+# After a KeyError: in each list of the variables whose items hold the key (through
+# dicts, at the same relative path), how many items have it. The first item alone
+# does not say: a Pending pod has no status.containerStatuses, the Running ones do.
+# One line per such list, and one per dict outside a list that holds the key, parsed by
+# feedback.key_hint: `pods['items']: 10 of 12 items have ['status']['containerStatuses']
+# (a list)`, `r['json']: has 'components'`.
+_PEEK_MISSING = """\
+def _peek_find(x, key, depth):
+    if not isinstance(x, dict) or depth > 4:
+        return None
+    if key in x:
+        return [key]
+    for k in list(x)[:30]:
+        sub = _peek_find(x[k], key, depth + 1)
+        if sub is not None:
+            return [k] + sub
+    return None
+def _peek_at(x, rel):
+    for k in rel:
+        if not isinstance(x, dict) or k not in x or x[k] is None:
+            return None, False
+        x = x[k]
+    return x, True
+def _peek_kind(v):
+    if isinstance(v, bool):
+        return 'a bool'
+    if isinstance(v, (int, float)):
+        return 'a number'
+    if isinstance(v, str):
+        return 'a str'
+    if isinstance(v, (list, tuple)):
+        return 'a list'
+    if isinstance(v, dict):
+        return 'a dict'
+    return 'None'
+def _peek_missing(x, path, key, out, depth=0):
+    if len(out) >= 4 or depth > 6:
+        return
+    if isinstance(x, dict):
+        if key in x:
+            out.append(path + ': has ' + repr(key))
+            return
+        for k in list(x)[:30]:
+            _peek_missing(x[k], path + '[' + repr(k) + ']', key, out, depth + 1)
+    elif isinstance(x, (list, tuple)) and len(x) > 0:
+        rel = None
+        for it in x:
+            rel = _peek_find(it, key, 0)
+            if rel is not None:
+                break
+        if rel is None:
+            _peek_missing(x[0], path + '[0]', key, out, depth + 1)
+            return
+        have = 0
+        kind = None
+        for it in x:
+            v, found = _peek_at(it, rel)
+            if found:
+                have += 1
+                if kind is None:
+                    kind = _peek_kind(v)
+        shown = ''.join(['[' + repr(k) + ']' for k in rel])
+        counted = str(have) + ' of ' + str(len(x)) + ' items have '
+        out.append(path + ': ' + counted + shown + ' (' + kind + ')')
+"""
+_MISSING_ONE = """\
+try:
+    _peek_out = []
+    _peek_missing({name}, '{name}', {key!r}, _peek_out)
+    if _peek_out:
+        print('\\n'.join(_peek_out))
+except Exception:
+    pass
+"""
 
 
-def peek_code(names: Iterable[str]) -> str:
+def peek_code(names: Iterable[str], missing: str | None = None) -> str:
     """A snippet that prints each named variable's access paths and values (the first
-    item of each list), skipping names the failed snippet never set."""
-    return _PEEK_PATHS + "".join(_PEEK_ONE.format(name=n) for n in names)
+    item of each list), skipping names the failed snippet never set; with ``missing``
+    (the key of a KeyError), also how many items of each list that holds it have it."""
+    names = list(names)
+    code = _PEEK_PATHS + "".join(_PEEK_ONE.format(name=n) for n in names)
+    if missing is None:
+        return code
+    return code + _PEEK_MISSING + "".join(_MISSING_ONE.format(name=n, key=missing) for n in names)

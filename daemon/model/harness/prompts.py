@@ -8,6 +8,8 @@ only on its inputs, so a server's prompt-prefix cache stays valid.
 
 from __future__ import annotations
 
+import re
+
 from daemon.code_mode.catalog import Catalog
 from daemon.code_mode.description import catalog_section, helpers_section
 from daemon.model.harness.fields import hidden_fields
@@ -22,6 +24,7 @@ __all__ = [
     "Signature",
     "catalog_signatures",
     "compact_description",
+    "echoes_example",
     "system_prompt",
 ]
 
@@ -58,6 +61,28 @@ big = [o for o in items(orders) if o['total'] > 100]
 ```
 The question names the store, and asks about orders: so the code lists the orders, \
 passing the store as an argument."""
+
+_WORD = re.compile(r"\w+")
+_ECHO_WORDS = 6
+
+
+def _ngrams(text: str, n: int) -> set[tuple[str, ...]]:
+    words = _WORD.findall(text.casefold())
+    return {tuple(words[i : i + n]) for i in range(len(words) - n + 1)}
+
+
+_EXAMPLE_NGRAMS = _ngrams(WORKED_EXAMPLE, _ECHO_WORDS)
+
+
+def echoes_example(reply: str) -> bool:
+    """Whether a reply repeats six words in a row of :data:`WORKED_EXAMPLE`.
+
+    Asked for its answer after an empty result, a 1.5B model retold the worked
+    example's closing sentence ("The question names the store, and asks about
+    pods: ..."): that is no answer, and the result is quoted instead.
+    """
+    return not _ngrams(reply, _ECHO_WORDS).isdisjoint(_EXAMPLE_NGRAMS)
+
 
 # Generation stops after the code block's closing fence: what a small model writes
 # after it (explanations, invented results) only costs time.

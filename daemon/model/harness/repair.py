@@ -19,12 +19,15 @@ __all__ = ["HELPER_NAMES", "repair_code"]
 class _UnawaitHelpers(ast.NodeTransformer):
     """``await describe(...)`` → ``describe(...)``: the two search helpers of a large
     catalog (issue 19) answer at once, so awaiting their value is a TypeError, and
-    a model that awaits every function it is shown will await them too. A catalog
-    function of that name (which is awaited) keeps its ``await``."""
+    a model that awaits every function it is shown will await them too. So do the
+    helpers of every scope (:data:`HELPER_NAMES`): ``await count_by(...)`` failed
+    three times in a row ("'dict' object can't be awaited"). A catalog function of
+    that name (which is awaited) keeps its ``await``."""
 
     def __init__(self, tools: set[str]) -> None:
         self.tools = tools
         self.changed = False
+        self.helpers = False
 
     def visit_Await(self, node: ast.Await) -> ast.AST:
         self.generic_visit(node)
@@ -32,10 +35,13 @@ class _UnawaitHelpers(ast.NodeTransformer):
         if (
             isinstance(call, ast.Call)
             and isinstance(call.func, ast.Name)
-            and call.func.id in SEARCH_HELPERS
+            and call.func.id in (*SEARCH_HELPERS, *HELPER_NAMES)
             and call.func.id not in self.tools
         ):
-            self.changed = True
+            if call.func.id in SEARCH_HELPERS:
+                self.changed = True
+            else:
+                self.helpers = True
             return call
         return node
 
@@ -184,9 +190,19 @@ class _BoundGet(ast.NodeTransformer):
         return node
 
 
+# Builtins whose first argument is iterated: given a tool result (a dict), they see its
+# keys. ``max(workspaces, key=lambda w: ...)`` handed each key, a str, to the lambda,
+# and the TypeError that followed read like text to parse.
+_ITERATING = frozenset(
+    {"max", "min", "sorted", "sum", "list", "set", "tuple", "enumerate", "any", "all"}
+    | {"reversed"}
+)
+
+
 class _ResultLists(ast.NodeTransformer):
-    """``len(pods)`` and ``for p in pods``, where ``pods = await list_objects(...)``,
-    → ``len(items(pods))`` and ``for p in items(pods)``.
+    """``len(pods)``, ``for p in pods`` and ``max(pods, ...)`` (the builtins that iterate
+    their argument), where ``pods = await list_objects(...)``, → ``len(items(pods))``,
+    ``for p in items(pods)`` and ``max(items(pods), ...)``.
 
     A tool returns a dict (a list sits under "items"), so the length of the
     result is its number of keys: asked for the number of Warning events, the
@@ -207,8 +223,15 @@ class _ResultLists(ast.NodeTransformer):
 
     def visit_Call(self, node: ast.Call) -> ast.AST:
         self.generic_visit(node)
-        if isinstance(node.func, ast.Name) and node.func.id == "len" and len(node.args) == 1:
+        func = node.func.id if isinstance(node.func, ast.Name) else None
+        if func == "len" and len(node.args) == 1:
             node.args = [self._wrap(node.args[0])]
+        elif func in _ITERATING and node.args and not isinstance(node.args[0], ast.Starred):
+            node.args = [self._wrap(node.args[0]), *node.args[1:]]
+        elif func in ("map", "filter") and len(node.args) == 2:
+            node.args = [node.args[0], self._wrap(node.args[1])]
+        elif func == "zip":
+            node.args = [self._wrap(a) for a in node.args]
         return node
 
     def visit_For(self, node: ast.For) -> ast.AST:
@@ -287,6 +310,8 @@ def repair_code(
     tree = unawait.visit(tree)
     if unawait.changed:
         repairs.append("search_tools/describe called without await (they answer at once)")
+    if unawait.helpers:
+        repairs.append("helpers called without await (items, dig, count_by... answer at once)")
     if signatures:
         local = set(top_level_targets(tree)) | set(HELPER_NAMES) | set(SEARCH_HELPERS)
         local |= {

@@ -1,0 +1,148 @@
+"""Where a missing key really is: the hint after a ``KeyError``, from the harness's
+look at the snippet's variables (:func:`~daemon.model.harness.peek.peek_code`).
+Text in, text out.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+
+from daemon.model.harness.feedback import error_signature
+
+__all__ = ["key_hint", "missing_key"]
+
+_KEY = re.compile(r"^KeyError: (.+)$")
+
+
+def key_hint(error: str, shapes: str | None) -> str | None:
+    """Where a missing key really is, from the look at the variables (:func:`peek_code`).
+
+    Asked for ``status["components"]`` of an ``http_get`` result, the model
+    needed ``status["json"]["components"]``: a path in the look that ends
+    with the key says where it lives. A path through a list's first item
+    means the key is there but missing in some other item (a Pending pod has
+    no ``containerStatuses``): then the way around is a default. A look that
+    counted the items holding the key (``peek_code(names, missing=key)``) says
+    how many lack it and writes the ``dig`` with its path and default: told only
+    to skip such items, the model tested ``'containerStatuses' in pod``, a level
+    too high, and summed nothing.
+    """
+    key = missing_key(error)
+    if key is None or not shapes:
+        return None
+    counted = [c for c in map(_counted, shapes.splitlines()) if c is not None]
+    if counted:
+        return _counted_hint(key, *min(counted, key=lambda c: c[1] == c[2]))
+    found: list[str] = [
+        f"{m.group(1)}[{key!r}]"
+        for m in _HAS_LINE.finditer(shapes)
+        if m.group(2) in (repr(key), json.dumps(key))
+    ]
+    for line in shapes.splitlines():
+        for quoted in (f"[{key!r}]", f'["{key}"]'):
+            at = line.find(quoted)
+            if at >= 0:
+                path = line[: at + len(quoted)].removeprefix("len(")
+                if path not in found:
+                    found.append(path)
+    if not found:
+        return _nowhere_hint(key, shapes)
+    if any("[0]" in path for path in found):
+        return (
+            f"Hint: {key} is in the first item ({found[0]}) but missing in another: "
+            f"skip items without it, or use dig(item, '...{key}', default=...)."
+        )
+    return f"Hint: {key} is not where your code looked; it is at {' and '.join(found[:2])}."
+
+
+def _nowhere_hint(key: str, shapes: str) -> str:
+    """A KeyError's key that no path of the look holds: a value read as a key (``c['up']``
+    where ``c['status'] == 'up'``), or used as a key of a dict the snippet fills
+    (``counts[pod['spec']['nodeName']] += 1`` on an empty dict), or
+    a key the model made up (``ws['workspaces'][0]['nodes']``), read three times over
+    while the hint said only that it was missing; or a column of text not parsed yet
+    (a CSV body read as ``row['stock']``)."""
+    value = re.search(rf"^(.*)(\[[^\[\]]+\]) == {re.escape(repr(key))}$", shapes, re.MULTILINE)
+    if value:
+        return (
+            f"Hint: {key!r} is a value in your data ({value.group(1)}{value.group(2)} == "
+            f"{key!r}), not a key. To test for it, compare: item{value.group(2)} == {key!r}. "
+            "To count by it, a dict you fill starts empty: counts[k] = counts.get(k, 0) + 1, "
+            "or count_by(xs, 'a.b')."
+        )
+    word = re.compile(rf"\b{re.escape(key)}\b")
+    if any(word.search(line) for line in shapes.splitlines() if _TEXT_LINE.search(line)):
+        return (
+            f"Hint: {key} is only inside text (a str shown above by its first lines), not "
+            "a key: parse the text first: json.loads(text) for JSON; for CSV, rows = "
+            "[line.split(',') for line in text.splitlines()], whose first row names the columns."
+        )
+    return (
+        f"Hint: no value your variables hold has a key {key} (see what they hold above): "
+        "do not read it. Use only the keys shown there, or get the data from another "
+        "function."
+    )
+
+
+# The look's lines for text (daemon/model/harness/peek.py): its first lines, or its start.
+_TEXT_LINE = re.compile(r"\.splitlines\(\)\[:3\] == |\[:80\] == ")
+
+
+def missing_key(error: str) -> str | None:
+    """The key of the KeyError a failed snippet ended with (a str key), or None."""
+    m = _KEY.match(error_signature(error) or "")
+    if m is None:
+        return None
+    key = m.group(1).strip()
+    if len(key) >= 2 and key[0] == key[-1] and key[0] in "'\"":
+        key = key[1:-1]
+    return key if key and not key.lstrip("-").isdigit() else None
+
+
+# A line of the look at a KeyError's key (daemon/model/harness/peek.py):
+# `pods['items']: 10 of 12 items have ['status']['containerStatuses'] (a list)`.
+_COUNTED_LINE = re.compile(r"^(.+): (\d+) of (\d+) items have ((?:\[.+?\])+) \((a \w+|None)\)$")
+_SEGMENT = re.compile(r"\[(.+?)\]")
+_HAS_LINE = re.compile(r"^(.+): has (.+)$", re.MULTILINE)
+_ITEMS_OF = re.compile(r"^(\w+)\['items'\]$")
+_DEFAULTS = {"a list": "[]", "a dict": "{}", "a number": "0", "a str": "''", "a bool": "False"}
+
+
+def _counted(line: str) -> tuple[str, int, int, list[str], str] | None:
+    """``(list path, items with the key, items, relative path, kind)`` of a counted line."""
+    m = _COUNTED_LINE.match(line.strip())
+    if m is None:
+        return None
+    try:
+        rel = [ast.literal_eval(seg) for seg in _SEGMENT.findall(m.group(4))]
+    except (ValueError, SyntaxError):
+        return None
+    if not rel or not all(isinstance(k, str) for k in rel):
+        return None
+    return m.group(1), int(m.group(2)), int(m.group(3)), rel, m.group(5)
+
+
+def _counted_hint(key: str, path: str, have: int, total: int, rel: list[str], kind: str) -> str:
+    """The hint for a key some (or all) items of a list hold at ``rel``."""
+    m = _ITEMS_OF.match(path)
+    source = f"items({m.group(1)})" if m else path
+    args = repr(".".join(rel)) if not any("." in k for k in rel) else ", ".join(map(repr, rel))
+    shown = "".join(f"[{k!r}]" for k in rel)
+    if have == total:
+        return (
+            f"Hint: every item of {path} has {key}, at item{shown} "
+            f"(for item in {source}); your code looked for it somewhere else."
+        )
+    default = _DEFAULTS.get(kind, "None")
+    example = (
+        f"[x for item in {source} for x in dig(item, {args}, default=[])]"
+        if kind == "a list"
+        else f"[dig(item, {args}, default={default}) for item in {source}]"
+    )
+    return (
+        f"Hint: only {have} of the {total} items of {path} have {shown}; the other "
+        f"{total - have} do not, so item{shown} fails on them. Read it with "
+        f"dig(item, {args}, default={default}), which gives {default} for those: {example}"
+    )
