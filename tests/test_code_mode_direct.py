@@ -14,7 +14,7 @@ import pytest
 
 from daemon.code_mode import CodeModeLimits, CodeModeToolExecutor
 from daemon.code_mode import engine as engine_module
-from daemon.code_mode.direct import direct_ok, public_names
+from daemon.code_mode.direct import MAX_CHECKED_CHARS, direct_ok, public_names
 from daemon.tools import AuditEntry, Verdict
 from tests.fakes.executor import FakeToolExecutor
 from tests.fakes.scope_store import MemoryScopeStore
@@ -63,6 +63,13 @@ def test_snippets_that_await_every_call_where_they_make_it_are_direct(code):
 )
 def test_snippets_that_may_leave_a_call_unawaited_or_held_are_not(code):
     assert not direct_ok(code, NAMES, GATED)
+
+
+def test_a_snippet_too_long_to_parse_on_the_loop_takes_the_snapshots():
+    short = "x = await echo(value=1)\n"
+    assert direct_ok(short, NAMES, GATED)
+    long = short + "#" * MAX_CHECKED_CHARS
+    assert not direct_ok(long, NAMES, GATED)
 
 
 @pytest.fixture

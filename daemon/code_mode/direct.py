@@ -20,7 +20,8 @@ can arise, which :func:`direct_ok` decides from the snippet's syntax:
   awaited ``asyncio.gather(...)``/``gather(...)``;
 - it mentions no tool the approval gate may hold (when there is a gate);
 - every ``await`` it has awaits a call (``await x`` may hold a call made in
-  an earlier snippet, which only the snapshot path can refuse).
+  an earlier snippet, which only the snapshot path can refuse);
+- it is at most :data:`MAX_CHECKED_CHARS` long (parsed on the event loop).
 
 A scope keeps to the direct path only while every snippet it ran was
 eligible (:attr:`~daemon.code_mode.scope.ScopeState.direct`): a function an
@@ -56,6 +57,7 @@ from daemon.code_mode.prints import PrintSink
 from daemon.code_mode.search import helper_result, is_helper
 
 __all__ = [
+    "MAX_CHECKED_CHARS",
     "OS_DENIED",
     "SLEEP_DENIED",
     "SLEEP_OS_CALLS",
@@ -113,8 +115,15 @@ def direct_ok(code: str, names: frozenset[str], gated: frozenset[str]) -> bool:
     return _direct_ok(code, names, gated)
 
 
+# A longer snippet is not parsed here, on the event loop (the pre-run check parses long
+# ones in a thread): it takes the snapshots, whose cost per call matters less beside it.
+MAX_CHECKED_CHARS = 16_384
+
+
 @functools.lru_cache(maxsize=64)
 def _direct_ok(code: str, names: frozenset[str], gated: frozenset[str]) -> bool:
+    if len(code) > MAX_CHECKED_CHARS:
+        return False
     try:
         tree = compile(code, "<snippet>", "exec", flags=_FLAGS, dont_inherit=True)
         return _Checker(names, gated).ok(tree)
