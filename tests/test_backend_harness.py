@@ -19,7 +19,7 @@ import pytest
 from daemon.code_mode import CodeModeToolExecutor
 from daemon.config import ModelConfig
 from daemon.model import OpenAiCompatibleBackend
-from daemon.model.harness import CODE_STOP, HARNESS_RULES, WORKED_EXAMPLE
+from daemon.model.harness import CODE_STOP, HARNESS_RULES, WORKED_EXAMPLE, retry_seed
 from daemon.model.prompts import FINAL_ROUND_PROMPT
 from daemon.runtime.runs import Prompt, RunRequest
 from tests.fakes.executor import FakeToolExecutor, code_mode_over
@@ -229,6 +229,12 @@ async def test_a_failed_snippet_is_retried_warmer(code_mode):
     fake, (result,) = await run_script(ex, script, request())
     # greedy when no temperature is configured (a server's default would be random)
     assert [r.get("temperature") for r in fake.requests] == [0.0, 0.7, 0.7, 0.0]
+    # a retry is seeded by its own prompt: the same retry draws the same snippet
+    seeds = [r.get("seed") for r in fake.requests]
+    assert seeds[0] is None
+    assert seeds[3] is None
+    assert seeds[1:3] == [retry_seed(r["messages"]) for r in fake.requests[1:3]]
+    assert seeds[1] != seeds[2]  # another failure, another prompt
     assert [r.get("stop") for r in fake.requests] == [[CODE_STOP]] * 3 + [None]
     retry = fake.requests[1]["messages"][-1]["content"]
     assert retry.startswith("Your last attempt failed:\nTraceback")

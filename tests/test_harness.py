@@ -44,6 +44,7 @@ from daemon.model.harness import (
     repeat_hint,
     result_message,
     retry_hint,
+    retry_seed,
     system_prompt,
     text_tool_calls,
     url_hint,
@@ -758,3 +759,12 @@ def test_a_none_where_the_answer_should_be_is_suspect() -> None:
     assert not holds_none('{"node": "node-a", "count": 4}')
     assert not holds_none("null-ish text")
     assert not holds_none('{"a": {"b": null}}')  # deeper: a field, not the answer
+
+
+def test_a_retry_seed_is_a_function_of_the_prompt_alone():
+    """The same messages give the same seed (a run repeats); any change gives another."""
+    messages = [{"role": "system", "content": "rules"}, {"role": "user", "content": "q"}]
+    seed = retry_seed(messages)
+    assert seed == retry_seed([dict(m) for m in messages])
+    assert 0 <= seed < 2**32
+    assert retry_seed([*messages[:1], {"role": "user", "content": "q!"}]) != seed

@@ -51,6 +51,7 @@ from daemon.model.harness import (
     repeat_hint,
     result_message,
     retry_hint,
+    retry_seed,
     url_hint,
     vote_key,
 )
@@ -107,6 +108,7 @@ async def code_blocks(
             if ls.failures:  # at temperature 0 the failed snippet would come back as it was
                 warmer = max(endpoint.params.temperature or 0.0, RETRY_TEMPERATURE)
                 body["temperature"] = warmer
+                body.setdefault("seed", retry_seed(body["messages"]))
 
         response = await endpoint.complete(body, state.metrics, state.request.run_id, final=final)
         choice = response.choices[0]

@@ -21,7 +21,9 @@ each piece fixes one observed failure:
 | assignment or ``return`` (result None), stub redefinitions |                                |
 | ``print(x)`` last: the result is ``{"output": "x"}``      | :func:`prints_as_result`       |
 | at temperature 0 it resends the failing snippet verbatim  | :data:`RETRY_TEMPERATURE`,     |
-|                                                           | :data:`MAX_FAILED_SNIPPETS`    |
+|                                                           | :data:`MAX_FAILED_SNIPPETS`;   |
+|                                                           | :func:`retry_seed` (the same   |
+|                                                           | retry draws the same snippet)  |
 | after the result it restates the code, or invents facts   | :func:`result_message` (the    |
 |                                                           | result, then the question      |
 |                                                           | again, in the last message)    |
@@ -85,6 +87,7 @@ from daemon.model.harness.prompts import (
     catalog_signatures,
     compact_description,
     echoes_example,
+    retry_seed,
     system_prompt,
 )
 from daemon.model.harness.repair import (
@@ -140,6 +143,7 @@ __all__ = [
     "repeat_hint",
     "result_message",
     "retry_hint",
+    "retry_seed",
     "system_prompt",
     "text_tool_calls",
     "url_hint",

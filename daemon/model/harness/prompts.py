@@ -8,7 +8,10 @@ only on its inputs, so a server's prompt-prefix cache stays valid.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
+from typing import Any
 
 from daemon.code_mode.catalog import Catalog
 from daemon.code_mode.description import catalog_section, helpers_section
@@ -25,6 +28,7 @@ __all__ = [
     "catalog_signatures",
     "compact_description",
     "echoes_example",
+    "retry_seed",
     "system_prompt",
 ]
 
@@ -92,6 +96,18 @@ CODE_STOP = "\n```\n"
 # model resends the very same snippet. After this many failures it answers instead.
 RETRY_TEMPERATURE = 0.7
 MAX_FAILED_SNIPPETS = 3
+
+
+def retry_seed(messages: list[dict[str, Any]]) -> int:
+    """The sampling seed of a retry: a hash of the messages it sends.
+
+    llama.cpp's server draws every request from one random stream, so a change
+    anywhere earlier (another question's retry) turned a later retry right or
+    wrong over the very same prompt. Seeded by its prompt, the same retry draws
+    the same snippet: a run can be repeated, and a lever judged on one run.
+    """
+    text = json.dumps(messages, sort_keys=True, ensure_ascii=False, default=str)
+    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=4).digest(), "big")
 
 
 def compact_description(catalog: Catalog) -> str:
