@@ -63,10 +63,13 @@ __all__ = [
     "SLEEP_OS_CALLS",
     "DirectFeed",
     "DirectReset",
+    "cancel_all",
+    "checked_call",
     "direct_names",
     "direct_ok",
     "eligible",
     "public_names",
+    "suspension_budget_message",
 ]
 
 OS_DENIED = "os access disabled in asyncai code mode"
@@ -80,6 +83,49 @@ SLEEP_OS_CALLS = frozenset({"time.sleep", "asyncio.sleep", "system.sleep", "syst
 _FLAGS = ast.PyCF_ONLY_AST | ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
 # Where a gathered call may sit between itself and ``gather(...)``.
 _CONTAINERS = (ast.List, ast.Tuple, ast.Starred, ast.ListComp, ast.GeneratorExp)
+
+
+def suspension_budget_message(limits: CodeModeLimits) -> str:
+    """The error of a snippet past ``max_suspensions`` (both paths; the checkout is reset)."""
+    return (
+        "RuntimeError: suspension budget exceeded: more than "
+        f"{limits.max_suspensions:,} host round trips (tool calls, "
+        "awaits, name lookups) in one snippet"
+    )
+
+
+def checked_call(
+    catalog: Catalog,
+    limits: CodeModeLimits,
+    made: int,
+    entry: CatalogEntry,
+    args: tuple,
+    kwargs: Mapping[str, Any],
+) -> dict[str, Any]:
+    """The arguments of a call of ``entry`` as the snippet makes it, checked in order:
+    the catalog's validation, the nested-call budget (``made`` calls so far), their
+    conversion to JSON. A refusal is :class:`CallRejected`, raised in the sandbox (both paths).
+    """
+    arguments = catalog.validate(entry, args, kwargs)
+    if made >= limits.max_nested_calls:
+        raise CallRejected(
+            "RuntimeError",
+            f"nested tool call budget exceeded: at most "
+            f"{limits.max_nested_calls} tool calls per snippet",
+        )
+    try:
+        return to_json_value(arguments)
+    except ConversionError as exc:
+        raise CallRejected("ValueError", f"{entry.py_name}(): an argument: {exc}") from None
+
+
+async def cancel_all(tasks: Iterable[asyncio.Task[Any]]) -> None:
+    """Cancel ``tasks`` still running and wait for them to end (their audit says cancelled)."""
+    running = [t for t in tasks if not t.done()]
+    for task in running:
+        task.cancel()
+    if running:
+        await asyncio.gather(*running, return_exceptions=True)
 
 
 class DirectReset(Exception):
@@ -105,6 +151,12 @@ def eligible(code: str, catalog: Catalog, gate: bool) -> bool:
     return direct_ok(code, names, gated)
 
 
+# A longer snippet is not parsed here, on the event loop (the pre-run check parses long
+# ones in a thread): it takes the snapshots, whose cost per call matters less beside it.
+MAX_CHECKED_CHARS = 16_384
+
+
+@functools.lru_cache(maxsize=64)
 def direct_ok(code: str, names: frozenset[str], gated: frozenset[str]) -> bool:
     """Whether ``code`` may run on Monty's own host-call path (the module docstring's rules).
 
@@ -112,16 +164,6 @@ def direct_ok(code: str, names: frozenset[str], gated: frozenset[str]) -> bool:
     names); ``gated``: those of tools an approval gate judges. A snippet that
     does not parse is not eligible (the snapshot path reports its error).
     """
-    return _direct_ok(code, names, gated)
-
-
-# A longer snippet is not parsed here, on the event loop (the pre-run check parses long
-# ones in a thread): it takes the snapshots, whose cost per call matters less beside it.
-MAX_CHECKED_CHARS = 16_384
-
-
-@functools.lru_cache(maxsize=64)
-def _direct_ok(code: str, names: frozenset[str], gated: frozenset[str]) -> bool:
     if len(code) > MAX_CHECKED_CHARS:
         return False
     try:
@@ -264,11 +306,7 @@ class DirectFeed:
         """One more host round trip: refused past the budget or the print cap."""
         self.suspensions += 1
         if self.suspensions > self._limits.max_suspensions and self._blown is None:
-            self._blown = (
-                "RuntimeError: suspension budget exceeded: more than "
-                f"{self._limits.max_suspensions:,} host round trips (tool calls, "
-                "awaits, name lookups) in one snippet"
-            )
+            self._blown = suspension_budget_message(self._limits)
         if self._blown is not None:
             raise RuntimeError(self._blown)
         if self._sink.overflowed:
@@ -297,18 +335,11 @@ class DirectFeed:
         if entry is None:  # pragma: no cover - the lookup holds only catalog names
             raise NameError(f"name '{name}' is not defined")
         try:
-            arguments = self._catalog.validate(entry, args, kwargs)
+            arguments = checked_call(
+                self._catalog, self._limits, self.nested_calls, entry, args, kwargs
+            )
         except CallRejected as exc:
             return _raise({"exc_type": exc.exc_type, "message": sandbox_text(exc.message)})
-        if self.nested_calls >= self._limits.max_nested_calls:
-            raise RuntimeError(
-                f"nested tool call budget exceeded: at most "
-                f"{self._limits.max_nested_calls} tool calls per snippet"
-            )
-        try:
-            arguments = to_json_value(arguments)
-        except ConversionError as exc:
-            raise ValueError(sandbox_text(f"{name}(): an argument: {exc}")) from None
         self.nested_calls += 1
         return self._run(entry, arguments, wrapped)
 
@@ -331,12 +362,8 @@ class DirectFeed:
 
     async def _cancel_calls(self) -> None:
         """Drop calls still in flight (the snippet ended, failed or was stopped without them)."""
-        calls = [t for t in self._calls if not t.done()]
-        self._calls.clear()
-        for task in calls:
-            task.cancel()
-        if calls:
-            await asyncio.gather(*calls, return_exceptions=True)
+        calls, self._calls = self._calls, set()
+        await cancel_all(calls)
 
 
 _HELPERS = ("search_tools", "describe")

@@ -81,8 +81,17 @@ from daemon.code_mode.approval import (
     stamp,
 )
 from daemon.code_mode.catalog import CallRejected, Catalog
-from daemon.code_mode.convert import ConversionError, sandbox_text, to_json_value
-from daemon.code_mode.direct import OS_DENIED, SLEEP_DENIED, SLEEP_OS_CALLS, DirectFeed, DirectReset
+from daemon.code_mode.convert import sandbox_text
+from daemon.code_mode.direct import (
+    OS_DENIED,
+    SLEEP_DENIED,
+    SLEEP_OS_CALLS,
+    DirectFeed,
+    DirectReset,
+    cancel_all,
+    checked_call,
+    suspension_budget_message,
+)
 from daemon.code_mode.lazy import public_name, without_wrapper_frames
 from daemon.code_mode.limits import CodeModeLimits
 from daemon.code_mode.nested import NestedCalls
@@ -272,11 +281,7 @@ class SnippetRun:
             while not isinstance(snap, (MontyComplete, _Done)):
                 self.suspensions += 1
                 if self.suspensions > self._limits.max_suspensions:
-                    raise _Reset(
-                        "RuntimeError: suspension budget exceeded: more than "
-                        f"{self._limits.max_suspensions:,} host round trips (tool calls, "
-                        "awaits, name lookups) in one snippet"
-                    )
+                    raise _Reset(suspension_budget_message(self._limits))
                 if isinstance(snap, AsyncFunctionSnapshot):
                     if sink.overflowed:
                         snap = await snap.resume(_exception("MemoryError", sink.message))
@@ -357,21 +362,12 @@ class SnippetRun:
         if entry is None:
             return await snap.resume(_exception("NameError", f"name '{name}' is not defined"))
         try:
-            arguments = self._catalog.validate(entry, tuple(snap.args), dict(snap.kwargs))
+            arguments = checked_call(
+                self._catalog, self._limits, self.nested_calls, entry, tuple(snap.args), snap.kwargs
+            )
         except CallRejected as exc:
             return await snap.resume(_exception(exc.exc_type, exc.message))
-        if self.nested_calls >= self._limits.max_nested_calls:
-            return await snap.resume(
-                _exception(
-                    "RuntimeError",
-                    f"nested tool call budget exceeded: at most "
-                    f"{self._limits.max_nested_calls} tool calls per snippet",
-                )
-            )
-        try:
-            made = MadeCall(entry, name, to_json_value(arguments))
-        except ConversionError as exc:
-            return await snap.resume(_exception("ValueError", f"{name}(): an argument: {exc}"))
+        made = MadeCall(entry, name, arguments)
         self.nested_calls += 1
         self._pending[snap.call_id] = made
         if wrapped:
@@ -490,7 +486,4 @@ class SnippetRun:
         """Drop calls still in flight (the snippet ended or was stopped without them)."""
         tasks = list(self._tasks.values())
         self._tasks.clear()
-        for task in tasks:
-            task.cancel()
-        if tasks:
-            await asyncio.gather(*tasks, return_exceptions=True)
+        await cancel_all(tasks)
