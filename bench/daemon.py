@@ -159,26 +159,21 @@ async def ask(url: str, n: int) -> tuple[int, str, str, float, float]:
         await client.close()
 
 
-async def steady(url: str, replies: Replies, numbers: range, rate: float) -> list[Sample]:
-    """``numbers`` published one every ``1/rate`` seconds (an open loop), each waited for."""
+async def burst(
+    url: str, replies: Replies, numbers: range, rate: float | None = None
+) -> list[Sample]:
+    """All of ``numbers`` at once, or one every ``1/rate`` seconds (an open loop: on
+    schedule whether or not earlier ones were answered); each waited for."""
     loop = asyncio.get_running_loop()
     start = loop.time()
 
     async def at(i: int, n: int) -> tuple[int, str, str, float, float]:
-        await asyncio.sleep(max(0.0, start + i / rate - loop.time()))
+        if rate is not None:
+            await asyncio.sleep(max(0.0, start + i / rate - loop.time()))
         return await ask(url, n)
 
     async with asyncio.TaskGroup() as tg:
         tasks = [tg.create_task(at(i, n)) for i, n in enumerate(numbers)]
-    sent = [t.result() for t in tasks]
-    await replies.wait_for([thread for _, _, thread, _, _ in sent])
-    return [Sample(n, mid, replies.arrived[thread] - at, wall) for n, mid, thread, at, wall in sent]
-
-
-async def burst(url: str, replies: Replies, numbers: range) -> list[Sample]:
-    """All of ``numbers`` at once, each waited for."""
-    async with asyncio.TaskGroup() as tg:
-        tasks = [tg.create_task(ask(url, n)) for n in numbers]
     sent = [t.result() for t in tasks]
     await replies.wait_for([thread for _, _, thread, _, _ in sent])
     return [Sample(n, mid, replies.arrived[thread] - at, wall) for n, mid, thread, at, wall in sent]
@@ -245,7 +240,7 @@ async def main(hub_defaults: bool = False) -> None:
                 one_by_one = []
                 for n in range(SEQUENTIAL):
                     one_by_one += await burst(hub.url, replies, range(n, n + 1))
-                streamed = await steady(hub.url, replies, range(500, 500 + STREAM), STREAM_RATE)
+                streamed = await burst(hub.url, replies, range(500, 500 + STREAM), STREAM_RATE)
                 concurrent = []
                 for b in range(BURSTS):
                     first = 1000 * (b + 1)
