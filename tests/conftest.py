@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, NoReturn
 import pytest
 
 if TYPE_CHECKING:
+    from nats.aio.client import Client
     from pydantic_monty import AsyncMonty
 
 _monty_pool_started = pytest.StashKey[bool]()
@@ -90,3 +91,16 @@ def engine_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch)
     if request.param == "snapshots":
         monkeypatch.setattr("daemon.code_mode.executor.eligible", lambda *_: False)
     return str(request.param)
+
+
+@pytest.fixture
+async def nc() -> AsyncIterator[Client]:
+    """A client of a real nats-server with JetStream (tests/fakes/nats_server.py), closed after."""
+    import nats
+
+    from tests.fakes.nats_server import NatsServer
+
+    async with NatsServer() as server:
+        client = await nats.connect(server.url)
+        yield client
+        await client.close()

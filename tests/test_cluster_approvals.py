@@ -6,10 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
 from pathlib import Path
 
-import nats
 import pytest
 from nats.aio.client import Client
 
@@ -41,14 +39,6 @@ CALLS = [
 ]
 CONVERSATION = {"messages": [{"role": "user", "content": "append"}], "pause_state": {"n": 1}}
 SNAPSHOT = b"\x00monty\xffsnapshot\n"
-
-
-@pytest.fixture
-async def nc() -> AsyncIterator[Client]:
-    async with NatsServer() as server:
-        client = await nats.connect(server.url)
-        yield client
-        await client.close()
 
 
 def _request(rid: str = "k3x9ab") -> NewApproval:

@@ -6,10 +6,8 @@ import asyncio
 import json
 import sys
 import uuid
-from collections.abc import AsyncIterator
 from pathlib import Path
 
-import nats
 import pytest
 from nats.aio.client import Client
 
@@ -24,15 +22,6 @@ from sessions.model import RunMetrics
 from sessions.replica import MalformedRunDocument
 from sessions.store import Store
 from sessions.testing import run_records, tool_call_row
-from tests.fakes.nats_server import NatsServer
-
-
-@pytest.fixture
-async def nc() -> AsyncIterator[Client]:
-    async with NatsServer() as server:
-        client = await nats.connect(server.url)
-        yield client
-        await client.close()
 
 
 async def _a_run(store: Store, thread: str, prompt_id: str, *, mutating: bool = False) -> str:

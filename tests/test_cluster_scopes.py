@@ -3,25 +3,14 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 
-import nats
 import pytest
 from nats.aio.client import Client
 
 from daemon.cluster.scopes import ObjectScopeStore, scope_bucket
 from daemon.errors import ScopeRejected
-from tests.fakes.nats_server import NatsServer
 
 KEY = b"k" * 32
-
-
-@pytest.fixture
-async def nc() -> AsyncIterator[Client]:
-    async with NatsServer() as server:
-        client = await nats.connect(server.url)
-        yield client
-        await client.close()
 
 
 async def _store(nc: Client, key: bytes = KEY, max_bytes: int = 1 << 20) -> ObjectScopeStore:
