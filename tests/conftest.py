@@ -96,6 +96,7 @@ def engine_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch)
 @pytest.fixture
 async def nc() -> AsyncIterator[Client]:
     """A client of a real nats-server with JetStream (tests/fakes/nats_server.py), closed after."""
+    # imported here: only the tests that use a broker pay for it
     import nats
 
     from tests.fakes.nats_server import NatsServer
