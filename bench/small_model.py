@@ -64,6 +64,9 @@ from daemon.runtime.runs import Prompt, RunRequest
 ROOT = Path(__file__).resolve().parents[1]
 FAKES = ROOT / "tests" / "fakes"
 WS = "root:shop"
+# The loopback HTTP server's port, in the URLs of six questions: fixed (a dev server's
+# usual one, chosen before any run), so every run asks the very same prompts.
+HTTP_PORT = 8000
 
 # ---- fixture data --------------------------------------------------------------------------
 
@@ -533,8 +536,14 @@ class Env:
 
 
 @contextlib.asynccontextmanager
-async def environment():
-    """Fixtures, the kubectl filter, a reachable kcp 'server', and the HTTP server."""
+async def environment(http_port: int = 0):
+    """Fixtures, the kubectl filter, a reachable kcp 'server', and the HTTP server.
+
+    The HTTP server listens on ``http_port`` (0: any free port). Its URL is in
+    six questions' text, so a port that changes from run to run changes their
+    prompts, and with them a small model's generations: a fixed port makes a
+    run repeatable.
+    """
     with tempfile.TemporaryDirectory(prefix="asyncai-bench-") as tmp:
         root = Path(tmp)
         write_fixtures(root / "fixtures")
@@ -550,7 +559,7 @@ async def environment():
         kcps.mkdir()
         port = listener.getsockname()[1]
         (kcps / "shop.kubeconfig").write_text(kubeconfig(f"https://127.0.0.1:{port}/clusters/root"))
-        http = await asyncio.start_server(_serve_http, "127.0.0.1", 0)
+        http = await asyncio.start_server(_serve_http, "127.0.0.1", http_port)
         http_port = http.sockets[0].getsockname()[1]
         path = os.pathsep.join([str(bin_dir), os.path.dirname(sys.executable), "/usr/bin", "/bin"])
         servers = {
@@ -790,6 +799,13 @@ async def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="skip the startup phase (first reply after the warm-up, the banner's example)",
     )
+    parser.add_argument(
+        "--http-port",
+        type=int,
+        default=HTTP_PORT,
+        help=f"the loopback HTTP server's port, in six questions' text (default {HTTP_PORT}; "
+        "0: any free port)",
+    )
     args = parser.parse_args(argv)
     log_file = args.log.open("a") if args.log else None
     configure_logging(bool(log_file), log_file)
@@ -813,7 +829,10 @@ async def main(argv: list[str] | None = None) -> int:
             base_url, model_name = server.base_url, server.model
         if not model_name:
             parser.error("--model is required with --base-url")
-        env = await stack.enter_async_context(environment())
+        try:
+            env = await stack.enter_async_context(environment(args.http_port))
+        except OSError as exc:
+            parser.error(f"--http-port {args.http_port}: {exc.strerror}; pass another, or 0")
         suite = questions(env.http_base)
         if args.only:
             wanted = set(args.only.split(","))
