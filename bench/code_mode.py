@@ -53,7 +53,7 @@ from pydantic_monty import (
 )
 
 from daemon.code_mode import CodeModeLimits, CodeModeToolExecutor
-from daemon.code_mode.lazy import wrappers_source
+from daemon.code_mode.lazy import snapshot_wrappers_source, wrappers_source
 from daemon.code_mode.pool import close_pool, pool_options
 from daemon.logging import configure_logging
 from daemon.tools import ToolCallOutput
@@ -221,9 +221,10 @@ async def main() -> None:
         return json.loads(payload)
 
     try:
-        # `wecho` is our wrapper (daemon/code_mode/lazy.py) around the host function
+        # `wecho` is the snapshot path's wrapper (daemon/code_mode/lazy.py) around the host function
         await session.feed_run(
-            f"import json\nimport json as _asyncai_json\n{wrappers_source(['wecho'])}"
+            f"import json\nimport json as _asyncai_json\n{wrappers_source(['wecho'])}\n"
+            f"{snapshot_wrappers_source(('wecho',))}"
         )
         loop_calls = f"for i in range({CALLS}):\n    await echo(value=i)\n{CALLS}"
         loop_none = f"for i in range({CALLS}):\n    i\n{CALLS}"

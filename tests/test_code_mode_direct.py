@@ -150,6 +150,21 @@ async def test_a_scope_leaves_the_direct_path_for_good_after_an_ineligible_snipp
     assert len(direct_runs) == 2
 
 
+async def test_leaving_the_direct_path_changes_only_the_wrappers_still_bound(
+    make_executor, fake, direct_runs
+):
+    """The snapshot path's wrappers replace the direct ones, not a function the snippets
+    defined under a tool's name; a call never awaited is then named."""
+    scope = make_executor(fake).thread_scope("t")
+    await run(scope, "def echo(value):\n    return value * 2")
+    assert len(direct_runs) == 1
+    assert (await run(scope, "f = nap\necho(value=4)")).content == "8"
+    out = await run(scope, "pending = nap(n=1)\n'done'")
+    assert "nap() was called without `await`" in out.content
+    assert fake.calls == []
+    assert len(direct_runs) == 1
+
+
 async def test_a_gathered_call_still_in_flight_when_the_snippet_fails_is_cancelled(
     make_executor, fake, direct_runs
 ):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import AsyncIterator, Callable
 
 import pytest
@@ -18,6 +19,7 @@ from daemon.code_mode.lazy import (
     TEXT_MIN,
     public_name,
     scope_source,
+    snapshot_wrappers_source,
     text_marker,
 )
 from daemon.code_mode.nested import NestedCalls
@@ -117,8 +119,15 @@ def test_no_wrapper_hides_a_helper_builtin_or_preamble_name():
     source = scope_source(preamble, ("items", "len", "json", "mine", "get_rows"))
     assert source.startswith(preamble)
     added = source[len(preamble) :].splitlines()
-    assert [line.split("(")[0] for line in added if line.startswith("def ")] == ["def get_rows"]
+    defined = [line.split("(")[0] for line in added if "def " in line and "_asyncai" not in line]
+    assert defined == ["async def get_rows"]
     assert scope_source(preamble, ("items",)) == f"{preamble}\n{DIRECT_MARKER} = True\n"
+    # leaving the direct path: no helper or builtin name; `mine` only if its wrapper is there
+    swap = snapshot_wrappers_source(("items", "len", "json", "mine", "get_rows"))
+    assert [line.strip().split("(")[0] for line in swap.splitlines() if "def " in line] == [
+        "def mine",
+        "def get_rows",
+    ]
 
 
 async def test_a_wrapped_call_answers_a_long_json_result_with_its_text():
@@ -191,12 +200,13 @@ async def test_tracebacks_show_the_snippets_frames_not_the_wrappers(executor):
     out = await scope.call_tool("run_code", {"code": "x = 1\nawait rows(limit=1)"})
     assert out.is_error
     assert "_asyncai" not in out.content
-    assert out.content.splitlines()[1:5] == [
-        '  File "<python-input-1>", line 2, in <module>',
-        "    await rows(limit=1)",
-        "          ~~~~~~~~~~~~~",
-        "TypeError: rows() got an unexpected keyword argument 'limit'; accepted: (none)",
-    ]
+    frame, line, marker, error = out.content.splitlines()[1:5]
+    # the snapshot path's first snippet comes after the feed that changed the wrappers
+    assert re.fullmatch(r'  File "<python-input-[12]>", line 2, in <module>', frame)
+    assert line == "    await rows(limit=1)"
+    # the direct path's wrapper makes the call where the snippet awaits it
+    assert marker in ("          ~~~~~~~~~~~~~", "    ~~~~~~~~~~~~~~~~~~~")
+    assert error == "TypeError: rows() got an unexpected keyword argument 'limit'; accepted: (none)"
     out = await scope.call_tool("run_code", {"code": "await deep_big()"})
     assert "_asyncai" not in out.content
     assert f"RuntimeError: tool deep_big {MESSAGE_TAIL}" in out.content.splitlines()

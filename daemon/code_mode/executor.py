@@ -484,7 +484,8 @@ class CodeModeToolExecutor(BaseToolExecutor):
         session, fresh = opened
         state.dirty = True
         catalog, gated = self._offer.catalog, self._gate is not None
-        state.direct = state.direct and eligible(code, catalog, gated)  # stays off (direct.py)
+        if state.direct and not eligible(code, catalog, gated):  # for good (direct.py)
+            await state.leave_direct(tuple(catalog.entries))
         run = SnippetRun(catalog, self._limits, nested, gate=self._gate)
         outcome = await run.drive(session, code, direct=state.direct)
         outcome.fresh = fresh

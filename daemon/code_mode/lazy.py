@@ -12,16 +12,35 @@ That needs sandbox code between the call and the snippet: every new scope
 defines, after the helpers, one wrapper per catalog tool
 (:func:`wrappers_source`)::
 
+    async def get_rows(*args, **kwargs):
+        value = await _asyncai_tool_get_rows(*args, **kwargs)
+        if type(value) is not tuple:
+            return value
+        return _asyncai_text(value)
+
+The host function ``_asyncai_tool_get_rows`` is the tool as before (the
+engine maps the name back). When the host answered with the marker
+``(text, too_deep_message)``, ``_asyncai_text`` returns ``json.loads(text)``.
+Anything else passes through unchanged, so a scope without wrappers (stored
+before them, or a tool added since) simply gets parsed values.
+
+Such a wrapper makes the call only when it is awaited, and awaits it where
+it makes it: Monty's own host-call path (:mod:`~daemon.code_mode.direct`)
+takes that in one round trip, at about the cost of an unwrapped call (a
+call made in one sandbox frame and awaited in another costs ~20 µs more;
+``bench/code_mode.py``). The snapshot path needs the call made where the
+snippet makes it, so that a call never awaited is named in the error
+(spec A11). So the first snippet that leaves the direct path
+(:meth:`ScopeState.leave_direct <daemon.code_mode.scope.ScopeState.leave_direct>`)
+first turns the scope's wrappers into (:func:`snapshot_wrappers_source`)::
+
     def get_rows(*args, **kwargs):
         return _asyncai_result(_asyncai_tool_get_rows(*args, **kwargs))
 
-The host function ``_asyncai_tool_get_rows`` is the tool as before (the
-engine maps the name back), so the call is made when the snippet calls it
-and runs when it awaits it; ``_asyncai_result`` awaits it and, when the host
-answered with the marker ``(text, too_deep_message)``, returns
-``json.loads(text)``. Anything else passes through unchanged, so a scope
-without wrappers (stored before them, or a tool added since) simply gets
-parsed values.
+whose call is made when the snippet calls it and runs when it awaits it;
+``_asyncai_result`` awaits it and reads the marker as above. Only a name
+still bound to its first wrapper (:data:`WRAPPERS`, by identity) is
+redefined: a function the snippets defined under a tool's name stays.
 
 The snippet sees the same values either way. The host sends text only when
 the sandbox's ``json.loads`` gives what the host's would (:func:`text_marker`):
@@ -51,33 +70,44 @@ __all__ = [
     "TEXT_MIN",
     "TOOL_PREFIX",
     "UNMARK_SOURCE",
+    "WRAPPERS",
     "public_name",
     "scope_source",
+    "snapshot_wrappers_lookup",
+    "snapshot_wrappers_source",
     "text_marker",
     "without_wrapper_frames",
     "wrappers_source",
 ]
 
-# True in every new scope; set False before a dump once a snippet was not eligible for
-# the direct path (daemon/code_mode/direct.py), so a loaded REPL says which it was
-# (Monty has no `del`).
+# True in every new scope; set False when a snippet was not eligible for the direct path
+# (daemon/code_mode/direct.py), with the wrappers' change, or else before a dump, so a
+# loaded REPL says which it was (Monty has no `del`).
 DIRECT_MARKER = "_asyncai_direct"
 UNMARK_SOURCE = f"{DIRECT_MARKER} = False"
 # Results at least this long go in as text: above about 1 KB parsing inside wins.
 TEXT_MIN = 4096
 TOOL_PREFIX = "_asyncai_tool_"
 
+# A dict of every wrapper a new scope defined, by name: a name still bound to its own
+# is turned into the snapshot path's (snapshot_wrappers_source).
+WRAPPERS = "_asyncai_wrappers"
+
 RESULT_SOURCE = """\
-async def _asyncai_result(call):
-    value = await call
-    if type(value) is not tuple:
-        return value
+def _asyncai_text(value):
     try:
         return _asyncai_json.loads(value[0])
     except ValueError as exc:
         if "recursion limit" in str(exc):
             raise RuntimeError(value[1])
         return value[0]
+
+
+async def _asyncai_result(call):
+    value = await call
+    if type(value) is not tuple:
+        return value
+    return _asyncai_text(value)
 """
 
 
@@ -86,17 +116,48 @@ async def _asyncai_result(call):
 _UNWRAPPED = frozenset({*RESERVED_NAMES, *PRELOADED_MODULES, *dir(builtins)})
 
 
+def _wrapped(py_names: Iterable[str]) -> list[str]:
+    return [n for n in py_names if n not in _UNWRAPPED and not n.startswith(PRIVATE_PREFIX)]
+
+
 def wrappers_source(py_names: Iterable[str]) -> str:
-    """The sandbox source of ``_asyncai_result`` and one wrapper per tool name."""
+    """The sandbox source of the result readers and one (direct path) wrapper per tool name."""
+    names = _wrapped(py_names)
     parts = [RESULT_SOURCE]
-    for name in py_names:
-        if name in _UNWRAPPED or name.startswith(PRIVATE_PREFIX):
-            continue
+    for name in names:
         parts.append(
-            f"def {name}(*args, **kwargs):\n"
-            f"    return _asyncai_result({TOOL_PREFIX}{name}(*args, **kwargs))\n"
+            f"async def {name}(*args, **kwargs):\n"
+            f"    value = await {TOOL_PREFIX}{name}(*args, **kwargs)\n"
+            "    if type(value) is not tuple:\n"
+            "        return value\n"
+            "    return _asyncai_text(value)\n"
         )
+    parts.append(f"{WRAPPERS} = {{{', '.join(f'{n!r}: {n}' for n in names)}}}\n")
     return "\n\n".join(parts)
+
+
+@functools.lru_cache(maxsize=8)
+def snapshot_wrappers_source(py_names: tuple[str, ...]) -> str:
+    """The sandbox source that leaves the direct path: the snapshot path's wrapper for every
+    name still bound to its direct one, then :data:`DIRECT_MARKER` False.
+
+    Fed with :func:`snapshot_wrappers_lookup`, so a name the REPL does not bind
+    (a tool added since, a REPL stored before the wrappers) is left alone.
+    """
+    parts = []
+    for name in _wrapped(py_names):
+        parts.append(
+            f"if {WRAPPERS}.get({name!r}) is {name}:\n"
+            f"    def {name}(*args, **kwargs):\n"
+            f"        return _asyncai_result({TOOL_PREFIX}{name}(*args, **kwargs))\n"
+        )
+    parts.append(UNMARK_SOURCE)
+    return "\n".join(parts)
+
+
+def snapshot_wrappers_lookup(py_names: tuple[str, ...]) -> dict[str, object]:
+    """The ``external_lookup`` of :func:`snapshot_wrappers_source`: names the REPL lacks."""
+    return {WRAPPERS: {}, **dict.fromkeys(_wrapped(py_names), False)}
 
 
 @functools.lru_cache(maxsize=8)
@@ -113,17 +174,18 @@ def scope_source(preamble: str, tools: tuple[str, ...]) -> str:
     return f"{source}\n{DIRECT_MARKER} = True\n"
 
 
-# A traceback frame in a wrapper or in _asyncai_result (its line, its source line, and
-# the marker line under it when there is one): internals the snippet never wrote.
+# A traceback frame in a wrapper or a result reader (its line, its source line, and the
+# marker line under it when there is one): internals the snippet never wrote.
 _WRAPPER_FRAME = re.compile(
-    r'  File "[^"\n]*", line \d+, in (?:_asyncai_result|\w+(?=\n    return _asyncai_result\())\n'
+    r'  File "[^"\n]*", line \d+, in (?:_asyncai_result|_asyncai_text|'
+    r"\w+(?=\n    (?:return _asyncai_(?:result|text)\(|value = await _asyncai_tool_)))\n"
     r"    [^\n]*\n(?:[ ~^]*[~^][ ~^]*\n)?"
 )
 
 
 def without_wrapper_frames(traceback: str) -> str:
     """``traceback`` without the frames of the wrappers, as if the snippet called the tool."""
-    if "_asyncai_result" not in traceback:
+    if "_asyncai_" not in traceback:
         return traceback
     return _WRAPPER_FRAME.sub("", traceback)
 

@@ -14,6 +14,7 @@ from typing import Any
 import structlog
 from pydantic_monty import AsyncMonty, AsyncMontySession
 
+from daemon.code_mode.lazy import snapshot_wrappers_lookup, snapshot_wrappers_source
 from daemon.code_mode.limits import CodeModeLimits
 from daemon.code_mode.note import ScopeVariables
 from daemon.code_mode.pool import CLOSE_TIMEOUT, new_checkout
@@ -123,6 +124,29 @@ class ScopeState:
         except Exception as exc:
             # the checkout is gone either way; the pool replaces a dead worker
             log.warning("code_mode.checkout_close_failed", thread=self.key, error=repr(exc))
+
+    async def leave_direct(self, tools: tuple[str, ...]) -> None:
+        """A snippet not eligible for the direct path is next: this REPL leaves it for good.
+
+        Its tool wrappers become the snapshot path's (``tools``: the catalog's
+        Python names; :mod:`daemon.code_mode.lazy`), and the marker says so to
+        a dump. A failure is logged: the snippet still runs, though a call it
+        never awaits would not be named (the marker is then set before the dump).
+        """
+        self.direct = False
+        if not self.marked or self.session is None:
+            return
+        try:
+            await self.session.feed_run(
+                snapshot_wrappers_source(tools),
+                external_lookup=snapshot_wrappers_lookup(tools),
+                print_callback=lambda _stream, _text: None,
+                os=_deny_os,
+            )
+        except Exception as exc:
+            log.warning("code_mode.leave_direct_failed", thread=self.key, error=repr(exc))
+            return
+        self.marked = False
 
     async def probe(self, code: str) -> Any:
         """Run a tool-free snippet in this REPL and return its value (for hooks).
