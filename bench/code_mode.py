@@ -206,6 +206,9 @@ async def main() -> None:
     session = await raw.__aenter__()
 
     async def run(code: str, scope: Any = scope) -> str:
+        # the in-memory executor logs every call, for tests; an MCP server's client keeps
+        # nothing, and a log growing by thousands of objects would tax our rows with GC
+        tools.calls.clear()
         out = await scope.call_tool("run_code", {"code": code})
         if out.is_error:
             raise RuntimeError(out.content)

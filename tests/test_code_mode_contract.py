@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import fields
 from typing import Any
 
 import pytest
@@ -36,9 +37,10 @@ from daemon.code_mode.engine import PrintSink
 from daemon.code_mode.helpers import HELPERS_SOURCE
 from daemon.code_mode.hooks import scope_preamble
 from daemon.code_mode.limits import CodeModeLimits
-from daemon.code_mode.nested import StartedCall
+from daemon.code_mode.nested import StartedCall, _entry
 from daemon.code_mode.pool import checkout_limits, pool_options
-from daemon.tools import CallOutcome, ToolCallOutput, ToolDefinition
+from daemon.code_mode.report import audit_json
+from daemon.tools import AuditEntry, CallOutcome, ToolCallOutput, ToolDefinition
 
 # every expectation holds on both paths a snippet can take (tests/conftest.py)
 pytestmark = pytest.mark.usefixtures("engine_path")
@@ -381,3 +383,26 @@ def test_many_calls_fold_read_only_ones_first_and_keep_the_mutating_ones():
     cut = started_calls_report(calls * 10, 300)
     assert len(cut) <= 300
     assert cut.endswith("calls cut)")
+
+
+def test_nested_audit_entries_are_the_dataclasss_own():
+    """The entries NestedCalls fills in directly are AuditEntry's own, field by field, and
+    the audit JSON of one is its as_json()."""
+    call = StartedCall("k", "list_objects", {"kcp": "a"}, True)
+    call.queue_ms = 1.5
+    made = _entry(call, "2026-01-01T00:00:00.000Z", 2.5, "error", True, 7)
+    assert made == AuditEntry(
+        tool="list_objects",
+        arguments={"kcp": "a"},
+        is_error=True,
+        bytes=7,
+        mutating=True,
+        started="2026-01-01T00:00:00.000Z",
+        duration_ms=2.5,
+        outcome="error",
+        key="k",
+        queue_ms=1.5,
+    )
+    assert list(vars(made)) == [f.name for f in fields(AuditEntry)]
+    assert audit_json([made]) == {"nested_calls": [made.as_json()]}
+    assert _entry(call, "t", 0.0, "started").as_json()["is_error"] is False

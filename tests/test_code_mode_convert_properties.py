@@ -9,6 +9,7 @@ JSON that encodes to UTF-8.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import pytest
@@ -18,6 +19,7 @@ from hypothesis import strategies as st
 from daemon.code_mode.convert import (
     MAX_DEPTH,
     ConversionError,
+    _to_json,
     dumps_compact,
     log_content,
     nested_value,
@@ -75,6 +77,27 @@ def test_out_of_the_sandbox_a_value_or_a_clear_error(value):
         return  # the clear error: its text is pinned in test_the_depth_limit_is_exact
     _strict_json(converted)
     dumps_compact(value).encode("utf-8")
+
+
+class _Flag(int):
+    """An int subclass, like a sandbox enum: converts to a plain int."""
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(KEYS, SCALARS | st.integers().map(_Flag), max_size=5))
+def test_flat_arguments_convert_as_the_walk_converts_them(value):
+    """The shortcut for one level of scalars (tool arguments) gives what the walk gives:
+    the same dict, surrogates replaced, NaN as text, plain ints, or the same error."""
+    try:
+        walked: Any = _to_json(value, 0)
+    except ConversionError as exc:
+        with pytest.raises(ConversionError, match=re.escape(str(exc))):
+            to_json_value(value)
+        return
+    converted = to_json_value(value)
+    assert converted is not value
+    assert json.dumps(converted) == json.dumps(walked)
+    assert [type(v) for v in converted.values()] == [type(v) for v in walked.values()]
 
 
 @settings(max_examples=300, deadline=None)

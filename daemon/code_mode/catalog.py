@@ -60,6 +60,16 @@ __all__ = [
 ]
 
 
+class _Keywords:
+    """An entry's parameters by Python name and by MCP name, and the required ones."""
+
+    def __init__(self, entry: CatalogEntry):
+        self.entry = entry
+        self.by_py = {p.py_name: p for p in entry.params}
+        self.by_mcp = {p.name: p for p in entry.params}
+        self.required = tuple(p for p in entry.params if p.required)
+
+
 class CallRejected(Exception):
     """A nested call failed validation; raised in the sandbox as ``exc_type(message)``."""
 
@@ -274,6 +284,8 @@ class Catalog:
             py = _unique(python_name(d.name), taken)
             self.entries[py] = _entry(py, d, observed(d) if observed is not None else None)
         self._stubs = "\n\n".join(e.stub() for e in self.entries.values())
+        # each entry's keywords, made once instead of per call (validate)
+        self._keywords: dict[str, _Keywords] = {}
         self.budget = budget
         self.searchable = budget is not None and len(self._stubs) > budget
 
@@ -292,8 +304,10 @@ class Catalog:
         f = entry.py_name
         if args:
             raise CallRejected("TypeError", f"{f}() takes keyword arguments only")
-        by_py = {p.py_name: p for p in entry.params}
-        by_mcp = {p.name: p for p in entry.params}
+        keywords = self._keywords.get(f)
+        if keywords is None or keywords.entry is not entry:
+            keywords = self._keywords[f] = _Keywords(entry)
+        by_py, by_mcp = keywords.by_py, keywords.by_mcp
         out: dict[str, Any] = {}
         for key, value in kwargs.items():
             param = by_py.get(key) or by_mcp.get(key)
@@ -309,8 +323,8 @@ class Catalog:
             if value is None and not param.required:
                 continue
             out[param.name] = value
-        for p in entry.params:
-            if p.required and p.name not in out:
+        for p in keywords.required:
+            if p.name not in out:
                 raise CallRejected(
                     "TypeError", f"{f}() missing required keyword argument '{p.py_name}'"
                 )

@@ -290,8 +290,11 @@ class DirectFeed:
     # A host function that returns a coroutine is awaited like an ``async def`` one; checking
     # before the coroutine exists raises a refused call where it is made, as the snapshots do.
     def _tool(self, name: str, wrapped: bool) -> Callable[..., Any]:
+        entry, call = self._catalog.lookup(name), self._call
+        assert entry is not None  # the lookup holds only catalog names
+
         def tool(*args: Any, **kwargs: Any) -> Any:
-            return self._call(name, wrapped, args, kwargs)
+            return call(entry, wrapped, args, kwargs)
 
         return tool
 
@@ -319,7 +322,7 @@ class DirectFeed:
         raise PermissionError(OS_DENIED)
 
     def _call(
-        self, name: str, wrapped: bool, args: tuple, kwargs: dict[str, Any]
+        self, entry: CatalogEntry, wrapped: bool, args: tuple, kwargs: dict[str, Any]
     ) -> Coroutine[Any, Any, Any]:
         """The checks the engine makes when a call is made; then the call, to be awaited."""
         try:
@@ -331,9 +334,6 @@ class DirectFeed:
             # inside a host function runs on in the worker: hold the sandbox at this
             # call while the feed is stopped from a task of its own.
             return self._stop()
-        entry = self._catalog.lookup(name)
-        if entry is None:  # pragma: no cover - the lookup holds only catalog names
-            raise NameError(f"name '{name}' is not defined")
         try:
             arguments = checked_call(
                 self._catalog, self._limits, self.nested_calls, entry, args, kwargs
