@@ -325,15 +325,22 @@ class DirectFeed:
         self, entry: CatalogEntry, wrapped: bool, args: tuple, kwargs: dict[str, Any]
     ) -> Coroutine[Any, Any, Any]:
         """The checks the engine makes when a call is made; then the call, to be awaited."""
-        try:
-            self._count()
-        except RuntimeError:
-            if self._blown is None:
-                raise
-            # A snippet may catch the error and loop on, and a feed cancelled from
-            # inside a host function runs on in the worker: hold the sandbox at this
-            # call while the feed is stopped from a task of its own.
-            return self._stop()
+        if (
+            self.suspensions < self._limits.max_suspensions
+            and self._blown is None
+            and not self._sink.overflowed
+        ):
+            self.suspensions += 1  # _count(), inline: nearly every call
+        else:
+            try:
+                self._count()
+            except RuntimeError:
+                if self._blown is None:
+                    raise
+                # A snippet may catch the error and loop on, and a feed cancelled from
+                # inside a host function runs on in the worker: hold the sandbox at this
+                # call while the feed is stopped from a task of its own.
+                return self._stop()
         try:
             arguments = checked_call(
                 self._catalog, self._limits, self.nested_calls, entry, args, kwargs
@@ -341,7 +348,7 @@ class DirectFeed:
         except CallRejected as exc:
             return _raise({"exc_type": exc.exc_type, "message": sandbox_text(exc.message)})
         self.nested_calls += 1
-        return self._run(entry, arguments, wrapped)
+        return self._nested.value(entry, arguments, text=wrapped, calls=self._calls)
 
     async def _stop(self) -> None:
         task = asyncio.current_task()
@@ -350,15 +357,6 @@ class DirectFeed:
         if self._feed is not None:
             self._feed.cancel()
         await asyncio.Event().wait()
-
-    async def _run(self, entry: CatalogEntry, arguments: dict, wrapped: bool) -> Any:
-        task = asyncio.current_task()
-        if task is not None:
-            self._calls.add(task)
-        try:
-            return _raise(await self._nested.run(entry, arguments, text=wrapped))
-        finally:
-            self._calls.discard(task)
 
     async def _cancel_calls(self) -> None:
         """Drop calls still in flight (the snippet ended, failed or was stopped without them)."""

@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import itertools
 import logging
 import os
 import time
@@ -67,7 +68,7 @@ from daemon.code_mode.convert import (
     sandbox_text,
 )
 from daemon.code_mode.deadlines import Deadlines
-from daemon.code_mode.lazy import text_marker
+from daemon.code_mode.lazy import TEXT_MIN, text_marker
 from daemon.code_mode.learned import LearnedShape, ShapeBook
 from daemon.code_mode.limits import CodeModeLimits
 from daemon.tools import (
@@ -91,18 +92,25 @@ SHAPE_CHECKS = 3
 _UNSET = object()
 
 
-_second: tuple[int, str] = (-1, "")  # the last whole second _utc_now formatted
+_second: tuple[int, str] = (-1, "")  # the last whole second _utc formatted
 
 
-def _utc_now() -> str:
-    """Now as ISO 8601 with milliseconds, ``Z``: formatting a whole second once is a
-    third of the cost of ``datetime.now(UTC).isoformat(...)`` on every call."""
+def _utc(now: float) -> str:
+    """``now`` (a ``time.time()``) as ISO 8601 with milliseconds, ``Z``: formatting a whole
+    second once is a third of the cost of ``datetime.isoformat(...)`` on every call."""
     global _second
-    now = time.time()
     whole = int(now)
     if whole != _second[0]:
         _second = (whole, datetime.fromtimestamp(whole, UTC).strftime("%Y-%m-%dT%H:%M:%S"))
     return f"{_second[1]}.{min(int((now - whole) * 1000), 999):03d}Z"
+
+
+class _ToolFailed(RuntimeError):
+    """A call that failed: the ``RuntimeError`` the sandbox gets (Monty sends the nearest
+    builtin type), its message without lone surrogates."""
+
+    def __init__(self, message: str):
+        super().__init__(sandbox_text(message))
 
 
 def _runtime_error(message: str) -> ExternalExceptionData:
@@ -206,10 +214,27 @@ class NestedCalls:
         self._deadlines = Deadlines(limits.tool_timeout)
         # results of a tool that fit its learned shape, in this run_code (see _observe)
         self._fitted: dict[str, int] = {}
-        self.entries: list[AuditEntry] = []
+        self._entries: list[AuditEntry] = []
+        # calls ended but not yet made entries: (call, time.time() at start, seconds it
+        # took, outcome, is_error, bytes); without an observer nobody reads an entry
+        # before the run ends, and making them then, together, is off each call's way
+        self._ended: list[tuple[StartedCall, float, float, CallOutcome, bool, int]] = []
+        # a key per call: random per run_code, then counted (os.urandom is a system call)
+        self._key_prefix, self._serial = os.urandom(8).hex(), itertools.count()
         # shared when several NestedCalls serve one snippet (approved calls after a
         # resume), so the report lists every call in the order it started
         self.started: list[StartedCall] = started if started is not None else []
+
+    @property
+    def entries(self) -> list[AuditEntry]:
+        """The final entry of each call, in the order calls ended (the transcript's audit)."""
+        if self._ended:
+            ended, self._ended = self._ended, []
+            self._entries.extend(
+                _entry(call, _utc(stamp), round(seconds * 1000, 3), outcome, is_error, nbytes)
+                for call, stamp, seconds, outcome, is_error, nbytes in ended
+            )
+        return self._entries
 
     async def run(
         self, entry: CatalogEntry, arguments: dict, *, text: bool = False
@@ -219,87 +244,122 @@ class NestedCalls:
         ``text``: the call came through a scope's wrapper, so a large JSON
         result may go in as text for the sandbox to parse (:mod:`~daemon.code_mode.lazy`).
         """
+        try:
+            return {"return_value": await self.value(entry, arguments, text=text)}
+        except _ToolFailed as exc:
+            return _runtime_error(str(exc))
+
+    async def value(
+        self,
+        entry: CatalogEntry,
+        arguments: dict,
+        *,
+        text: bool = False,
+        calls: set[asyncio.Task[Any]] | None = None,
+    ) -> Any:
+        """:meth:`run` for Monty's own host-call path: the value, or what the sandbox
+        raises (a ``RuntimeError``) raised; ``calls`` holds the call's task while it runs.
+
+        One coroutine for the whole call: in place, each frame less is a few
+        percent of our cost of a small call.
+        """
         task = asyncio.current_task()
         assert task is not None
-        definition = entry.definition
-        tool, mutating = definition.name, definition.mutating
-        key = os.urandom(16).hex()  # random, like a uuid4 hex, at a fifth of the cost
-        call = StartedCall(key, tool, arguments, mutating)
-        self.started.append(call)
-        started, t0 = _utc_now(), time.monotonic()
-        logger = self._loggers.get(mutating, _UNSET)
-        if logger is _UNSET:
-            logger = self._loggers[mutating] = _logger(mutating)
-        if logger is not None:
-            _log(logger, "mcp.tool_call", mutating, via="code_mode", tool=tool, arguments=arguments)
-        output: ToolCallOutput | None = None
-        expired = [False]  # set when tool_timeout ran out
+        if calls is not None:
+            calls.add(task)
         try:
-            if self._slot is None:  # most servers: no slot to wait for (and no context to enter)
-                if self._observer is not None:
-                    await self._notify(_entry(call, started, 0.0, "started"))
-                # _timed, inline: most calls take this way, and a coroutine less is 3% of them
-                token = self._deadlines.start(task, expired)
-                try:
-                    output = await self._inner.call_tool(tool, arguments)
-                except asyncio.CancelledError:
-                    if expired[0] and task.uncancel() == 0:
-                        raise TimeoutError from None
-                    raise
-                finally:
-                    self._deadlines.done(token)
-            else:
-                # a server's max_concurrent: the wait for a slot is not part of tool_timeout
-                call.queued = True
-                async with self._slot(tool) as queue_ms:
-                    call.queued, call.queue_ms = False, queue_ms
-                    if queue_ms:  # it waited: the call itself starts now
-                        started, t0 = _utc_now(), time.monotonic()
-                    # the started row lands before the call is made: a crash leaves the evidence
+            definition = entry.definition
+            tool, mutating = definition.name, definition.mutating
+            key = f"{self._key_prefix}{next(self._serial):016x}"  # 32 hex digits, like a uuid4's
+            call = StartedCall(key, tool, arguments, mutating)
+            self.started.append(call)
+            stamp, t0 = time.time(), time.monotonic()
+            logger = self._loggers.get(mutating, _UNSET)
+            if logger is _UNSET:
+                logger = self._loggers[mutating] = _logger(mutating)
+            if logger is not None:
+                _log(
+                    logger,
+                    "mcp.tool_call",
+                    mutating,
+                    via="code_mode",
+                    tool=tool,
+                    arguments=arguments,
+                )
+            output: ToolCallOutput | None = None
+            expired = [False]  # set when tool_timeout ran out
+            try:
+                if (
+                    self._slot is None
+                ):  # most servers: no slot to wait for (and no context to enter)
                     if self._observer is not None:
-                        await self._notify(_entry(call, started, 0.0, "started"))
-                    output = await self._timed(task, tool, arguments, expired)
-        except asyncio.CancelledError:
-            if call.queued:  # dropped while it waited for a slot: never made
-                now = time.monotonic()
-                call.queued, call.queue_ms, t0 = False, round((now - t0) * 1000, 3), now
-            # dropped: max_wall, the snippet ended first, a reset, or the run was stopped
-            await self._finish(call, started, t0, "cancelled", 0, "call dropped", logger)
-            raise
-        except TimeoutError:
-            if not expired[0]:
-                message = f"tool error: {tool} raised TimeoutError"
-            else:
-                message = f"tool {tool} timed out after {self._limits.tool_timeout:g}s"
-            await self._finish(call, started, t0, "error", 0, message, logger)
-            return _runtime_error(message)
-        except ToolTransportError as exc:
-            message = f"tool error: {exc}"
-            await self._finish(call, started, t0, "error", 0, message, logger)
-            return _runtime_error(message)
-        except Exception as exc:
-            # a broken inner executor must not take the snippet down with it
-            log.exception("code_mode.inner_failed", tool=tool)
-            message = f"tool error: {type(exc).__name__}: {exc}"
-            await self._finish(call, started, t0, "error", 0, message, logger)
-            return _runtime_error(message)
+                        await self._notify(_entry(call, _utc(stamp), 0.0, "started"))
+                    # _timed, inline: most calls take this way, and a coroutine less is 3% of them
+                    token = self._deadlines.start(task, expired)
+                    try:
+                        output = await self._inner.call_tool(tool, arguments)
+                    except asyncio.CancelledError:
+                        if expired[0] and task.uncancel() == 0:
+                            raise TimeoutError from None
+                        raise
+                    finally:
+                        self._deadlines.done(token)
+                else:
+                    # a server's max_concurrent: the wait for a slot is not part of tool_timeout
+                    call.queued = True
+                    async with self._slot(tool) as queue_ms:
+                        call.queued, call.queue_ms = False, queue_ms
+                        if queue_ms:  # it waited: the call itself starts now
+                            stamp, t0 = time.time(), time.monotonic()
+                        # the started row lands before the call is made: a crash leaves the evidence
+                        if self._observer is not None:
+                            await self._notify(_entry(call, _utc(stamp), 0.0, "started"))
+                        output = await self._timed(task, tool, arguments, expired)
+            except asyncio.CancelledError:
+                if call.queued:  # dropped while it waited for a slot: never made
+                    now = time.monotonic()
+                    call.queued, call.queue_ms, t0 = False, round((now - t0) * 1000, 3), now
+                # dropped: max_wall, the snippet ended first, a reset, or the run was stopped
+                await self._finish(call, stamp, t0, "cancelled", 0, "call dropped", logger)
+                raise
+            except TimeoutError:
+                if not expired[0]:
+                    message = f"tool error: {tool} raised TimeoutError"
+                else:
+                    message = f"tool {tool} timed out after {self._limits.tool_timeout:g}s"
+                await self._finish(call, stamp, t0, "error", 0, message, logger)
+                raise _ToolFailed(message) from None
+            except ToolTransportError as exc:
+                message = f"tool error: {exc}"
+                await self._finish(call, stamp, t0, "error", 0, message, logger)
+                raise _ToolFailed(message) from None
+            except Exception as exc:
+                # a broken inner executor must not take the snippet down with it
+                log.exception("code_mode.inner_failed", tool=tool)
+                message = f"tool error: {type(exc).__name__}: {exc}"
+                await self._finish(call, stamp, t0, "error", 0, message, logger)
+                raise _ToolFailed(message) from None
 
-        if output.is_error:
-            await self._finish(call, started, t0, "error", result_bytes(output), output, logger)
-            return _runtime_error(output.content or f"tool {tool} failed")
-        marker = text_marker(output, tool) if text else None
-        try:
-            value = marker if marker is not None else nested_value(output)
-        except ConversionError as exc:
-            message = f"tool {tool} returned a value the sandbox cannot take: {exc}"
-            await self._finish(call, started, t0, "error", 0, message, logger)
-            return _runtime_error(message)
-        if self._shapes is not None and self._fitted.get(tool, 0) < SHAPE_CHECKS:
-            self._observe(entry, output, None if marker is not None else value)
-        ended = self._end(call, started, t0, "ok", result_bytes(output), output, logger)
-        if self._observer is not None:
-            await self._notify(ended)
-        return {"return_value": value}
+            if output.is_error:
+                await self._finish(call, stamp, t0, "error", result_bytes(output), output, logger)
+                raise _ToolFailed(output.content or f"tool {tool} failed")
+            marker = text_marker(output, tool) if text and len(output.content) >= TEXT_MIN else None
+            try:
+                value = marker if marker is not None else nested_value(output)
+            except ConversionError as exc:
+                message = f"tool {tool} returned a value the sandbox cannot take: {exc}"
+                await self._finish(call, stamp, t0, "error", 0, message, logger)
+                raise _ToolFailed(message) from None
+            if self._shapes is not None and self._fitted.get(tool, 0) < SHAPE_CHECKS:
+                self._observe(entry, output, None if marker is not None else value)
+            ended = self._end(call, stamp, t0, "ok", result_bytes(output), output, logger)
+            if ended is not None:
+                await self._notify(ended)
+            return value
+
+        finally:
+            if calls is not None:
+                calls.discard(task)
 
     async def _timed(
         self, task: asyncio.Task[Any], tool: str, arguments: dict, expired: list[bool]
@@ -337,7 +397,7 @@ class NestedCalls:
     async def _finish(
         self,
         call: StartedCall,
-        started: str,
+        stamp: float,
         t0: float,
         outcome: CallOutcome,
         nbytes: int,
@@ -345,27 +405,26 @@ class NestedCalls:
         logger: Any | None,
     ) -> None:
         """End ``call`` (:meth:`_end`) and show its entry to the observer."""
-        entry = self._end(call, started, t0, outcome, nbytes, content, logger)
-        if self._observer is not None:
+        entry = self._end(call, stamp, t0, outcome, nbytes, content, logger)
+        if entry is not None:
             await self._notify(entry)
 
     def _end(
         self,
         call: StartedCall,
-        started: str,
+        stamp: float,
         t0: float,
         outcome: CallOutcome,
         nbytes: int,
         content: str | ToolCallOutput,
         logger: Any | None,
-    ) -> AuditEntry:
-        """End ``call``: its audit entry and its log line (``content``: the result or what
-        went wrong; decoded only when the line is logged)."""
+    ) -> AuditEntry | None:
+        """End ``call``: its log line (``content``: the result or what went wrong; decoded
+        only when the line is logged) and its audit entry, made now when there is an
+        observer to show it to (returned), else when :attr:`entries` is read."""
         call.outcome = outcome
         is_error = outcome != "ok"
-        duration_ms = round((time.monotonic() - t0) * 1000, 3)
-        entry = _entry(call, started, duration_ms, outcome, is_error, nbytes)
-        self.entries.append(entry)
+        seconds = time.monotonic() - t0
         if logger is not None:
             _log(
                 logger,
@@ -378,6 +437,11 @@ class NestedCalls:
                 bytes=nbytes,
                 content=log_content(content) if isinstance(content, ToolCallOutput) else content,
             )
+        if self._observer is None:
+            self._ended.append((call, stamp, seconds, outcome, is_error, nbytes))
+            return None
+        entry = _entry(call, _utc(stamp), round(seconds * 1000, 3), outcome, is_error, nbytes)
+        self.entries.append(entry)
         return entry
 
     def waiting_for_slot(self) -> bool:
