@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from daemon.code_mode.convert import (
     MAX_DEPTH,
     ConversionError,
+    _loads,
     _to_json,
     dumps_compact,
     log_content,
@@ -134,6 +135,28 @@ def test_any_tool_text_is_a_value_or_a_clear_error(text):
     except ConversionError:
         return
     json.dumps(got, ensure_ascii=False).encode("utf-8")
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.recursive(
+        st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
+        lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner),
+        max_leaves=8,
+    ),
+    st.sampled_from(["", " ", "\n", "\t", "\ufeff", "x", "]", "\u00a0"]),
+    st.sampled_from(["", " ", "\r\n", "x", "}", ",", "\u00a0"]),
+)
+def test_tool_text_parses_as_json_loads_parses_it(value, before, after):
+    """The scanner's shortcut gives json.loads's value, or json.loads's error."""
+    text = before + json.dumps(value) + after
+    try:
+        expected = json.loads(text)
+    except ValueError as exc:
+        with pytest.raises(type(exc)):
+            _loads(text)
+        return
+    assert json.dumps(_loads(text)) == json.dumps(expected)
 
 
 @pytest.mark.parametrize("kind", ["list", "dict"])

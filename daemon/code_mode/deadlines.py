@@ -15,6 +15,8 @@ the next one. Expiry cancels the call's task and marks it, so the call's
 from __future__ import annotations
 
 import asyncio
+import time
+from collections.abc import Callable
 from typing import Any
 
 __all__ = ["Deadlines"]
@@ -27,12 +29,19 @@ class Deadlines:
         self._timeout = timeout
         self._due: dict[object, tuple[float, asyncio.Task[Any], list[bool]]] = {}
         self._timer: asyncio.TimerHandle | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._clock: Callable[[], float] = time.monotonic
 
     def start(self, task: asyncio.Task[Any], expired: list[bool]) -> object:
         """Watch ``task`` from now (expiry sets ``expired[0]``); the token for :meth:`done`."""
-        loop = asyncio.get_running_loop()
+        loop = self._loop
+        if loop is None:
+            loop = self._loop = asyncio.get_running_loop()
+            # asyncio's own clock is time.monotonic, behind a Python method: a call saved
+            if type(loop).time is not asyncio.BaseEventLoop.time:
+                self._clock = loop.time
         token = object()
-        deadline = loop.time() + self._timeout
+        deadline = self._clock() + self._timeout
         self._due[token] = (deadline, task, expired)
         if self._timer is None:
             self._timer = loop.call_at(deadline, self._fire)
