@@ -8,13 +8,17 @@ run under the ``engine_path`` fixture (tests/conftest.py).
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import AsyncIterator, Callable
 
 import pytest
 
 from daemon.code_mode import CodeModeLimits, CodeModeToolExecutor
 from daemon.code_mode import engine as engine_module
+from daemon.code_mode import nested as nested_module
+from daemon.code_mode.catalog import Catalog
 from daemon.code_mode.direct import MAX_CHECKED_CHARS, direct_ok, public_names
+from daemon.code_mode.nested import NestedCalls
 from daemon.tools import AuditEntry, Verdict
 from tests.fakes.executor import FakeToolExecutor
 from tests.fakes.scope_store import MemoryScopeStore
@@ -242,3 +246,23 @@ async def test_a_repl_stored_without_the_marker_takes_the_snapshots(
     scope = make_executor(fake, scopes=store).thread_scope("old")
     assert (await run(scope, "old + 1")).content == "42"
     assert direct_runs == []
+
+
+async def test_a_call_with_its_log_lines_off_is_audited_alike(fake, monkeypatch):
+    """With info off and no observer a call takes the short way; its entry is the same."""
+    entry = Catalog(fake.definitions()).lookup("echo")
+    assert entry is not None
+    logged = NestedCalls(fake, CodeModeLimits(), thread_id=None)
+    assert await logged.value(entry, {"value": 1}) == {"value": 1}
+    monkeypatch.setattr(nested_module, "_logger", lambda _mutating: None)
+    quiet = NestedCalls(fake, CodeModeLimits(), thread_id=None)
+    assert await quiet.value(entry, {"value": 1}) == {"value": 1}
+    assert [call.outcome for call in quiet.started] == ["ok"]
+    (a,), (b,) = logged.entries, quiet.entries
+    for made in (a, b):
+        assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", made.started)
+        assert made.duration_ms >= 0
+        assert re.fullmatch(r"[0-9a-f]{32}", made.key)
+    fields = ("tool", "arguments", "is_error", "bytes", "mutating", "outcome", "queue_ms")
+    assert [getattr(b, f) for f in fields] == [getattr(a, f) for f in fields]
+    assert a.key != b.key
