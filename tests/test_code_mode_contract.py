@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import fields
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -37,7 +38,7 @@ from daemon.code_mode.engine import PrintSink
 from daemon.code_mode.helpers import HELPERS_SOURCE
 from daemon.code_mode.hooks import scope_preamble
 from daemon.code_mode.limits import CodeModeLimits
-from daemon.code_mode.nested import StartedCall, _entry
+from daemon.code_mode.nested import StartedCall, _entry, _utc
 from daemon.code_mode.pool import checkout_limits, pool_options
 from daemon.code_mode.report import audit_json
 from daemon.tools import AuditEntry, CallOutcome, ToolCallOutput, ToolDefinition
@@ -406,3 +407,12 @@ def test_nested_audit_entries_are_the_dataclasss_own():
     assert list(vars(made)) == [f.name for f in fields(AuditEntry)]
     assert audit_json([made]) == {"nested_calls": [made.as_json()]}
     assert _entry(call, "t", 0.0, "started").as_json()["is_error"] is False
+
+
+@pytest.mark.parametrize("ms", [0, 1, 42, 500, 998, 999])
+@pytest.mark.parametrize("whole", [0, 1_764_514_000, 4_102_444_799])
+def test_audit_times_are_iso_8601_in_utc_to_the_millisecond(whole, ms):
+    """An audit entry's start reads as datetime's own ISO 8601 of the moment, in ms, Z."""
+    moment = whole + ms / 1000 + 0.0004
+    expected = datetime.fromtimestamp(moment, UTC).isoformat(timespec="milliseconds")
+    assert _utc(moment) == expected.replace("+00:00", "Z")
