@@ -18,6 +18,7 @@ from daemon.code_mode import engine as engine_module
 from daemon.code_mode import nested as nested_module
 from daemon.code_mode.catalog import Catalog
 from daemon.code_mode.direct import MAX_CHECKED_CHARS, direct_ok, public_names
+from daemon.code_mode.lazy import DIRECT_MARKER, RESULT_SOURCE, TOOL_PREFIX
 from daemon.code_mode.nested import NestedCalls
 from daemon.tools import AuditEntry, Verdict
 from tests.fakes.executor import FakeToolExecutor
@@ -246,6 +247,31 @@ async def test_a_repl_stored_without_the_marker_takes_the_snapshots(
     scope = make_executor(fake, scopes=store).thread_scope("old")
     assert (await run(scope, "old + 1")).content == "42"
     assert direct_runs == []
+
+
+async def test_a_repl_stored_with_the_first_wrappers_runs_and_leaves_the_direct_path(
+    make_executor, fake, monty_pool, direct_runs
+):
+    """A dump whose wrappers make the call where the snippet calls it (before they were
+    async) stays direct while it may, then leaves it as any scope does."""
+    store = MemoryScopeStore()
+    old_wrappers = "".join(
+        f"def {name}(*args, **kwargs):\n"
+        f"    return _asyncai_result({TOOL_PREFIX}{name}(*args, **kwargs))\n"
+        for name in ("echo", "nap")
+    )
+    async with monty_pool.checkout() as session:
+        await session.feed_run(
+            f"import json as _asyncai_json\n{RESULT_SOURCE}\n{old_wrappers}\n{DIRECT_MARKER} = True"
+        )
+        await store.save("old", await session.dump())
+    scope = make_executor(fake, scopes=store).thread_scope("old")
+    assert (await run(scope, "(await echo(value=2))['value']")).content == "2"
+    assert len(direct_runs) == 1
+    out = await run(scope, "pending = nap(n=1)\n'done'")
+    assert "nap() was called without `await`" in out.content
+    assert [name for name, _ in fake.calls] == ["echo"]
+    assert len(direct_runs) == 1
 
 
 async def test_a_call_with_its_log_lines_off_is_audited_alike(fake, monkeypatch):
