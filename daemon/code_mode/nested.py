@@ -267,8 +267,8 @@ class NestedCalls:
         text: bool = False,
         calls: set[asyncio.Task[Any]] | None = None,
     ) -> Any:
-        """:meth:`run` for Monty's own host-call path: the value, or what the sandbox
-        raises (a ``RuntimeError``) raised; ``calls`` holds the call's task while it runs.
+        """:meth:`run` for Monty's own host-call path: the value, or the sandbox's
+        ``RuntimeError`` raised; ``calls`` holds the call's task while it runs.
 
         One coroutine for the whole call: in place, each frame less is a few
         percent of our cost of a small call.
@@ -299,9 +299,8 @@ class NestedCalls:
             output: ToolCallOutput | None = None
             expired = [False]  # set when tool_timeout ran out
             try:
-                if (
-                    self._slot is None
-                ):  # most servers: no slot to wait for (and no context to enter)
+                # most servers: no slot to wait for (and no context to enter)
+                if self._slot is None:
                     if self._observer is not None:
                         await self._notify(_entry(call, _utc(stamp), 0.0, "started"))
                     # _timed, inline: most calls take this way, and a coroutine less is 3% of them
