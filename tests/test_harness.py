@@ -759,6 +759,11 @@ def test_a_none_where_the_answer_should_be_is_suspect() -> None:
     assert not holds_none('{"node": "node-a", "count": 4}')
     assert not holds_none("null-ish text")
     assert not holds_none('{"a": {"b": null}}')  # deeper: a field, not the answer
+    # printed text: a None an f-string printed, not the word in a sentence or a string
+    assert holds_none("The node running the most pods is None with 2 pods.")
+    assert holds_none("node: None")
+    assert not holds_none("None of the pods failed.")
+    assert not holds_none("the value 'None' is a literal; NoneType; Nonexistent")
 
 
 def test_a_retry_seed_is_a_function_of_the_prompt_alone():

@@ -47,8 +47,10 @@ from daemon.model.harness import (
     HARNESS_SYSTEM_PROMPT,
     WORKED_EXAMPLE,
     Signature,
+    Topic,
     answer_instruction,
     catalog_signatures,
+    catalog_topics,
     compact_description,
     system_prompt,
 )
@@ -58,13 +60,7 @@ from daemon.model.prompts import (
     EMPTY_REPLY,
     FINAL_ROUND_PROMPT,
 )
-from daemon.model.records import (
-    RunState,
-    assistant_record,
-    count_result,
-    log_summary,
-    user_record,
-)
+from daemon.model.records import RunState, assistant_record, count_result, log_summary, user_record
 from daemon.model.small import after_block, code_blocks
 from daemon.runtime.runs import (
     PausedRun,
@@ -196,7 +192,9 @@ class OpenAiCompatibleBackend:
             if output.pause is not None:
                 raise Paused(output.pause)
             if ls.mode == "small":
-                await after_block(self._endpoint, run, ctx.caller, ls, call, output, ctx.functions)
+                await after_block(
+                    self._endpoint, run, ctx.caller, ls, call, output, ctx.functions, ctx.topics
+                )
             else:
                 self._record_result(ctx, run, ls, call, output)
                 ls.next_call += 1
@@ -292,12 +290,11 @@ class OpenAiCompatibleBackend:
         code_mode = [d.name for d in definitions] == ["run_code"]
         catalog = self.executor.catalog if isinstance(self.executor, CatalogSource) else None
         small = self.harness and code_mode
-        functions = catalog_signatures(catalog) if small and catalog is not None else {}
-        mutating = sorted(
-            name
-            for name, entry in (catalog.entries.items() if small and catalog is not None else ())
-            if entry.definition.mutating
-        )
+        harnessed = catalog if small else None  # the catalog the harness reads
+        functions = catalog_signatures(harnessed) if harnessed is not None else {}
+        topics = catalog_topics(harnessed) if harnessed is not None else {}
+        entries = harnessed.entries.items() if harnessed is not None else ()
+        mutating = sorted(name for name, entry in entries if entry.definition.mutating)
         return _Context(
             caller=scope if scope is not None else self.executor,
             thread=request.thread_id if request is not None and scope is not None else None,
@@ -307,6 +304,7 @@ class OpenAiCompatibleBackend:
             code_mode=code_mode,
             small=small,
             functions=functions,
+            topics=topics,
             mutating=mutating,
             description=(
                 compact_description(catalog)
@@ -351,7 +349,9 @@ class OpenAiCompatibleBackend:
 
     async def _continue(self, ctx: _Context, run: RunState, ls: LoopState) -> None:
         if ls.mode == "small":
-            await code_blocks(self._endpoint, run, ctx.caller, ctx.names, ls, ctx.functions)
+            await code_blocks(
+                self._endpoint, run, ctx.caller, ctx.names, ls, ctx.functions, ctx.topics
+            )
             return
         await self._calls(ctx, run, ls)  # what is left of a resumed message's calls
         max_rounds = self.params.max_rounds
@@ -495,5 +495,6 @@ class _Context:
     code_mode: bool
     small: bool
     functions: dict[str, Signature]
+    topics: dict[str, Topic]  # what each catalog function is about (the harness's hints)
     mutating: list[str]  # catalog functions of mutating tools (the harness's vote skips them)
     description: str

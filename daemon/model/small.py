@@ -13,7 +13,7 @@ records are shaped as in the plain loop (``daemon.model.loop``).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from daemon.code_mode.search import SEARCH_HELPERS
@@ -32,6 +32,7 @@ from daemon.model.harness import (
     RETRY_TEMPERATURE,
     VOTE_TEMPERATURE,
     Signature,
+    Topic,
     answer_instruction,
     assigned_names,
     code_message,
@@ -52,6 +53,7 @@ from daemon.model.harness import (
     result_message,
     retry_hint,
     retry_seed,
+    topic_hint,
     url_hint,
     vote_key,
 )
@@ -72,6 +74,7 @@ async def code_blocks(
     names: dict[str, str],
     ls: LoopState,
     functions: dict[str, Signature],
+    topics: Mapping[str, Topic] | None = None,
 ) -> None:
     """The harness's code-block protocol for small models (code mode).
 
@@ -133,7 +136,7 @@ async def code_blocks(
             return
         mend_call(call, functions, state)
         output = await _run_block(endpoint, state, caller, names, ls, call, response)
-        await after_block(endpoint, state, caller, ls, call, output, functions)
+        await after_block(endpoint, state, caller, ls, call, output, functions, topics)
 
 
 async def _run_block(
@@ -168,9 +171,11 @@ async def after_block(
     call: ToolCall,
     output: ToolCallOutput,
     functions: dict[str, Signature],
+    topics: Mapping[str, Topic] | None = None,
 ) -> None:
     """Record a block's result and choose the next message: a retry, a look at the
-    data, or the request for the answer."""
+    data, or the request for the answer. ``topics`` (the catalog's, by function)
+    let a retry name the function the question is about."""
     messages = ls.messages
     max_rounds = endpoint.params.max_rounds
     code = call.arguments.get("code") if call.error is None else None
@@ -208,8 +213,13 @@ async def after_block(
         code, text = await _vote(endpoint, state, caller, ls, code, text, functions)
         ls.last_result = text
         ran = {"role": "assistant", "content": code_message(code)}
+    start = None  # the call a new block should start with
     if (retry or recheck) and isinstance(code, str):
         fetch = url_hint(ls.question, code, functions)  # a URL the snippet never fetched
+        topic = topic_hint(ls.question, code, topics) if fetch is None and topics else None
+        if topic is not None:  # the question is about another function's data: what the
+            fetch, start = topic  # called one returned (keys and all) only misleads
+            located = shapes = None
         located = "\n".join(h for h in (located, fetch) if h) or None
     reply = result_message(
         f"{text}\n{located}" if located else text,
@@ -218,6 +228,7 @@ async def after_block(
         retry=retry or recheck,
         shapes=shapes,
         empty=recheck,
+        start=start,
     )
     ls.answering = not (retry or recheck)
     # A retry follows the question alone, with the feedback: shown its failed

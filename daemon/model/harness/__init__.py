@@ -33,6 +33,8 @@ each piece fixes one observed failure:
 | a key only some items have, read a level too high; a key  | :func:`key_hint` after a look  |
 | no value holds, read again and again                      | that counts the items with it  |
 | a URL in the question fetched with the wrong function     | :func:`url_hint`               |
+| the function named like a word of the question, not the   | :func:`topic_hint`: the one    |
+| one holding what it asks about (workspaces for pods)      | whose stub covers its words    |
 | a reply that retells the worked example                   | :func:`echoes_example`         |
 
 The backend (``daemon.model.loop``, the code-block loop in
@@ -43,7 +45,8 @@ system message, built from the :class:`~daemon.code_mode.catalog.Catalog`),
 ``repair`` (AST repairs of the code), ``feedback`` (what a result tells the
 model, and the value quoted in the answer), ``keys`` (where a missing key
 really is), ``fields`` (result fields the stubs' sketches cut short),
-``peek`` (the look at a failed snippet's variables) and ``vote``
+``peek`` (the look at a failed snippet's variables), ``topics`` (which
+function a question is about) and ``vote``
 (self-consistency for short answers).
 """
 
@@ -94,6 +97,7 @@ from daemon.model.harness.repair import (
     HELPER_NAMES,
     repair_code,
 )
+from daemon.model.harness.topics import Topic, catalog_topics, topic_hint
 from daemon.model.harness.vote import (
     MAX_VOTE_SAMPLES,
     REREAD,
@@ -116,9 +120,11 @@ __all__ = [
     "VOTE_TEMPERATURE",
     "WORKED_EXAMPLE",
     "Signature",
+    "Topic",
     "answer_instruction",
     "assigned_names",
     "catalog_signatures",
+    "catalog_topics",
     "code_message",
     "compact_description",
     "echoes_example",
@@ -146,6 +152,7 @@ __all__ = [
     "retry_seed",
     "system_prompt",
     "text_tool_calls",
+    "topic_hint",
     "url_hint",
     "value_atoms",
     "vote_key",

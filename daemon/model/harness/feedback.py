@@ -55,6 +55,7 @@ def result_message(
     retry: bool,
     shapes: str | None = None,
     empty: bool = False,
+    start: str | None = None,
 ) -> str:
     """The user message that carries a run_code result back in the code-block protocol.
 
@@ -67,7 +68,8 @@ def result_message(
     (repeated) question, so the last thing the model reads is the data and
     what to do with it. ``shapes`` (from :func:`peek_code`) shows what the
     snippet's variables really hold: a small model guesses keys, and the
-    traceback alone does not tell it the right ones.
+    traceback alone does not tell it the right ones. ``start``: the call a new
+    block should start with (:func:`~daemon.model.harness.topics.topic_hint`).
     """
     shown = result if len(result) <= _RESULT_SHOWN else result[:_RESULT_SHOWN] + " …"
     seen = (
@@ -77,16 +79,18 @@ def result_message(
         else ""
     )
     q = question.strip()
+    block = f"a new ```python block that starts with {start}" if start else None
     if failed and retry:
-        return (
-            f"Your last attempt failed:\n{shown}{seen}\n\nWrite a new ```python block that "
-            f"answers my question, using the keys shown above: {q}"
-        )
+        ask = f"Write {block} and answers" if block else "Write a new ```python block that answers"
+        using = "" if block else ", using the keys shown above"
+        return f"Your last attempt failed:\n{shown}{seen}\n\n{ask} my question{using}: {q}"
     if empty and retry:
+        ask = (
+            f"write {block}" if block else "write a new ```python block, using the keys shown above"
+        )
         return (
             f"Your last attempt returned {shown}{seen}\n\nIf nothing matches, answer my "
-            "question in words. Otherwise write a new ```python block, using the keys shown "
-            f"above. My question: {q}"
+            f"question in words. Otherwise {ask}. My question: {q}"
         )
     if failed:
         return f"The code failed:\n{shown}\n\n{answer_instruction(question)}"
@@ -122,8 +126,12 @@ def is_empty_result(text: str) -> bool:
     return text.startswith("(empty result")
 
 
+_PRINTED_NONE = re.compile(r"(?<![\w'\"])None(?![\w'\"]| of\b)")
+
+
 def holds_none(text: str) -> bool:
-    """Whether a JSON result answers with ``null``: ``{"node": null, "count": 2}``.
+    """Whether a result answers with ``null`` (``{"node": null, "count": 2}``), or
+    printed a ``None`` (``busiest node: None``).
 
     Asked for the busiest node, the model counted a key its data did not
     have and reported the node ``None``; like an empty result, a ``None``
@@ -132,7 +140,9 @@ def holds_none(text: str) -> bool:
     try:
         value = json.loads(text)
     except ValueError:
-        return False
+        # printed text: an f-string that printed a None ("the busiest node is None
+        # with 2 pods"); "None of them" is English, not a value
+        return _PRINTED_NONE.search(text) is not None
     if isinstance(value, dict):
         return any(v is None for v in value.values())
     if isinstance(value, list):
