@@ -17,14 +17,17 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
+import openai
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from openai.types.chat import ChatCompletion
 
 from daemon.config import Config, ModelConfig, RuntimeConfig
 from daemon.errors import ConfigError
 from daemon.logging import REDACTED, configure_logging, reset_logging
 from daemon.model import OpenAiCompatibleBackend
+from daemon.model.endpoint import ChatEndpoint
 from daemon.model.prompts import (
     CODE_MODE_SYSTEM_PROMPT,
     DIRECT_SYSTEM_PROMPT,
@@ -33,6 +36,7 @@ from daemon.model.prompts import (
 from daemon.model.response import completion_problem
 from daemon.runtime.runs import HistoryTurn, Prompt, RunRequest, ToolUseContext, current_tool_use
 from daemon.tools import BaseToolExecutor, ToolCallOutput, ToolDefinition, ToolTransportError
+from sessions.model import RunMetrics
 from tests.fakes.backoff import RecordingBackoff
 from tests.fakes.executor import FakeToolExecutor
 from tests.fakes.fake_openai import Error, FakeOpenAI, Hold, Raw, Reply, ToolCalls
@@ -718,3 +722,27 @@ async def test_a_malformed_response_fails_the_run_with_a_reply_and_is_not_retrie
     )
     assert result.reply == f"Sorry, this run failed: {result.error}"
     assert (waits, result.metrics.rounds, len(fake.requests)) == ([], 0, 1)
+
+
+async def test_the_endpoint_sends_the_body_as_given_and_reads_a_completion():
+    """ChatEndpoint posts the loop's body itself (no SDK re-walk of it: issue 17), with the
+    key; the answer is the SDK's ChatCompletion, its tool calls objects, its usage counted."""
+    body = {
+        "model": "fake-model",
+        "messages": [{"role": "user", "content": "héllo ✓"}],
+        "tools": [{"type": "function", "function": {"name": "f", "parameters": {"x": [1, None]}}}],
+        "temperature": 0.5,
+    }
+    async with FakeOpenAI([ToolCalls(("f", {"a": 1}))]) as fake:
+        client = openai.AsyncOpenAI(base_url=fake.base_url, api_key=KEY, max_retries=0)
+        params = ModelConfig(base_url=fake.base_url, api_key=KEY, model="fake-model")
+        endpoint = ChatEndpoint(client, params, "fake-model", RecordingBackoff())
+        metrics = RunMetrics()
+        response = await endpoint.complete(body, metrics, "run-1")
+        await client.close()
+    assert fake.requests == [body]
+    assert fake.headers[0]["authorization"] == f"Bearer {KEY}"
+    assert isinstance(response, ChatCompletion)
+    call = response.choices[0].message.tool_calls[0]
+    assert (call.function.name, json.loads(call.function.arguments)) == ("f", {"a": 1})
+    assert (metrics.rounds, metrics.prompt_tokens, metrics.completion_tokens) == (1, 10, 5)
