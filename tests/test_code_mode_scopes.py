@@ -137,6 +137,27 @@ async def test_a_restart_restores_the_repl_and_the_note_says_when_it_was_saved(f
         await close_pool(pool)
 
 
+async def test_a_thread_with_nothing_stored_takes_no_worker_before_its_first_snippet(
+    make_executor, store
+):
+    """restore_scope with nothing stored: no checkout (a run that calls no tool costs the
+    pool nothing, issue 17) and no note; the first snippet then starts fresh, helpers set up;
+    an evicted thread whose REPL could not be stored is told so, as before."""
+    ex = make_executor(store, max_scopes=1)
+    await ex.restore_scope("t")
+    assert ex.worker_pid("t") is None
+    assert ex.context_note("t") is None
+    assert (await run(ex, "t", "dig({'a': {'b': 2}}, 'a', 'b')")).content == "2"
+    assert ex.worker_pid("t") is not None
+
+    store.fail_saves = True
+    await run(ex, "u", "y = 1")  # evicts "t"; its save fails, so nothing of it is stored
+    await ex.restore_scope("t")
+    assert ex.worker_pid("t") is None
+    assert ex.context_note("t") == reset_note("evicted")
+    assert "NameError" in (await run(ex, "t", "x")).content
+
+
 async def test_aclose_stores_what_changed_since_the_last_checkpoint(make_executor, store):
     """Shutdown (checkpoint_all, and aclose itself) stores a REPL the daemon did not checkpoint."""
     first = make_executor(store)

@@ -251,8 +251,8 @@ class CodeModeToolExecutor(BaseToolExecutor):
     async def restore_scope(self, thread_id: str) -> None:
         """Load the thread's stored REPL now, so the next :meth:`context_note` tells of it.
 
-        Only for a scope never live here (else nothing); it does what the
-        first snippet would (restore, else the preamble), keeping the checkout.
+        Only for a scope never live here with a stored REPL (else nothing, and no
+        worker taken); it restores as the first snippet would, keeping the checkout.
         Raises :class:`SandboxUnavailable` as :meth:`call_tool` would.
         """
         if self._scopes.persistence is None:
@@ -260,7 +260,7 @@ class CodeModeToolExecutor(BaseToolExecutor):
         await self.start()
         state = self._scopes.touch(thread_id)
         async with state.lock:
-            if state.session is not None or not state.restore:
+            if state.session is not None or not await self._scopes.may_load(state):
                 return
             nested = self._nested_calls(state, self._observer)
 

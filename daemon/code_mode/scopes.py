@@ -139,6 +139,29 @@ class ScopeTable:
         await self.settle(state.key)
         return await self.persistence.load(state, session)
 
+    async def may_load(self, state: ScopeState) -> bool:
+        """Whether ``state``'s first checkout may load a stored REPL (see :meth:`restore`).
+
+        When the store holds none, the scope is settled as :meth:`restore`
+        would leave it (``state.restore`` off; an evicted thread's note says
+        its REPL is gone) without a checkout: a run that calls no tool never
+        takes a worker (issue 17). True when the store could not say: the
+        load proper tells why.
+        """
+        if self.persistence is None or not state.restore or state.key is None:
+            return False
+        await self.settle(state.key)
+        try:
+            stored = await self.persistence.store.load(state.key)
+        except Exception:
+            return True  # restore() reads it again, and its notice says why it cannot load
+        if stored is not None:
+            return True
+        state.restore = False
+        if state.evicted:
+            state.reset_reason = "evicted"
+        return False
+
     async def checkpoint(self, thread_id: str) -> None:
         """Store the thread's REPL if the table holds it, it is idle and a snippet changed it."""
         state = self._scopes.get(thread_id)
