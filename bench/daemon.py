@@ -1,9 +1,16 @@
 """Benchmark the daemon's own overhead per prompt, beyond the model and the tools.
 
-Everything is real and in this process (the atirc hub on 127.0.0.1:0, the
-daemon with its store, runtime, code-mode executor and Monty pool) except the
-model: the scripted server of ``tests/fakes/fake_openai.py`` answers every
-request at once with a short text, so no tool runs. Prints a Markdown table:
+Everything is real (the atirc hub on 127.0.0.1:0, the daemon with its store,
+runtime, code-mode executor and Monty pool) except the model: the scripted
+server of ``tests/fakes/fake_openai.py`` answers every request at once with a
+short text, so no tool runs. The daemon runs as it ships, ``asyncai serve``
+in a process of its own (on uvloop when installed); the hub, the model and
+the people (one connection per prompt) share this process, so the table
+measures the daemon rather than the hub and the clients competing with it
+for one event loop (``--in-process`` puts the daemon in this process and
+loop too, as the benchmark did before). The daemon's CPU per prompt (its
+process's user + system time over the load, over the prompts) is the
+column that says how many prompts a second it can drain. Prints a Markdown table:
 publish → reply as a person sees it (from just before ``publish`` to the
 reply's arrival on a subscribed connection), p50 and p99, raw and minus the
 model's own time for that prompt (the fake server's handling of its request,
@@ -27,7 +34,9 @@ caps a burst (two frames a prompt: a status and the reply), and the table
 would measure the hub's limit, not the daemon; ``--hub-defaults`` shows that.
 
 The goal (issue 17) is a p99 overhead of at most 20 ms. Run:
-``.venv/bin/python bench/daemon.py [--hub-defaults]`` (about 15 seconds).
+``.venv/bin/python bench/daemon.py [--hub-defaults] [--in-process] [--profile FILE]``
+(about 15 seconds); ``--profile FILE`` runs the daemon's process under
+cProfile and writes its stats to FILE (read them with ``pstats``).
 """
 
 from __future__ import annotations
@@ -35,8 +44,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime
+import math
 import os
 import re
+import signal
 import sqlite3
 import statistics
 import sys
@@ -55,6 +66,7 @@ from daemon.config import load_config
 from daemon.logging import configure_logging
 from tests.fakes.fake_openai import FakeOpenAI, Reply
 
+ROOT = Path(__file__).resolve().parents[1]
 THREADS = 100
 BURSTS = 3
 SEQUENTIAL = 50
@@ -97,6 +109,89 @@ class TimedModel(FakeOpenAI):
             if found and message.get("role") == "user":
                 n = int(found.group(1))
                 self.seconds[n] = self.seconds.get(n, 0.0) + spent
+
+
+class DaemonProcess:
+    """``asyncai serve --config FILE`` in its own process, until :meth:`stop`."""
+
+    def __init__(self, config: Path, profile: str | None = None):
+        self.config = config
+        self.profile = profile
+        self.proc: asyncio.subprocess.Process | None = None
+        self.stderr: list[bytes] = []  # its log lines (warnings and errors: not --verbose)
+        self._reader: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        """Start it and return once it logs ``daemon.ready`` (subscribed; bounded by ``WAIT``)."""
+        profiler = ["-m", "cProfile", "-o", self.profile] if self.profile else []
+        self.proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            *profiler,
+            "-m",
+            "daemon.cli",
+            "serve",
+            "--config",
+            str(self.config),
+            cwd=ROOT,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        assert self.proc.stderr is not None
+        async with asyncio.timeout(WAIT):
+            while b'"daemon.ready"' not in (line := await self.proc.stderr.readline()):
+                if not line:
+                    raise RuntimeError(
+                        "the daemon exited before it was ready:\n"
+                        + b"".join(self.stderr).decode(errors="replace")
+                    )
+                self.stderr.append(line)
+        self._reader = asyncio.create_task(self._drain())
+
+    async def _drain(self) -> None:
+        assert self.proc is not None
+        assert self.proc.stderr is not None
+        while line := await self.proc.stderr.readline():
+            self.stderr.append(line)
+
+    def cpu(self) -> float:
+        """Its CPU seconds so far, user and system (``/proc``: 10 ms resolution)."""
+        assert self.proc is not None
+        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    async def stop(self) -> None:
+        """SIGTERM (a clean stop, which writes the profile), then wait for it to exit."""
+        if self.proc is None or self.proc.returncode is not None:
+            return
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            async with asyncio.timeout(WAIT):
+                await self.proc.wait()
+        except TimeoutError:
+            self.proc.kill()
+            await self.proc.wait()
+        if self._reader is not None:
+            await asyncio.gather(self._reader, return_exceptions=True)
+
+
+class InProcess:
+    """The daemon in this process and event loop (``--in-process``): no CPU of its own."""
+
+    def __init__(self, config: Path):
+        self.daemon = Daemon(load_config(config, environ={}), env={})
+
+    async def start(self) -> None:
+        """Start it (subscribed when this returns)."""
+        await self.daemon.start()
+
+    def cpu(self) -> float:
+        """Not measurable apart from the hub and the clients: NaN."""
+        return float("nan")
+
+    async def stop(self) -> None:
+        """Close it."""
+        await self.daemon.aclose()
 
 
 class Replies:
@@ -197,7 +292,13 @@ def percentile(values: list[float], p: float) -> float:
     return ordered[max(0, min(len(ordered) - 1, round(p / 100 * len(ordered)) - 1))]
 
 
-def row(name: str, samples: list[Sample], model: dict[int, float], starts: dict[str, float]) -> str:
+def row(
+    name: str,
+    samples: list[Sample],
+    model: dict[int, float],
+    starts: dict[str, float],
+    cpu: float,
+) -> str:
     """A table row: raw, the model's share, the overhead (raw minus model), and its split
     at the run's start (before it: the hub, the intake, the store, the wait for a run slot)."""
     raw = [s.seconds for s in samples]
@@ -211,11 +312,14 @@ def row(name: str, samples: list[Sample], model: dict[int, float], starts: dict[
 
     return (
         f"| {name} (n={len(samples)}) | {p50_p99(raw)} | {statistics.median(own) * 1e3:.2f} ms "
-        f"| **{p50_p99(over)}** | {p50_p99(queued)} | {p50_p99(rest)} |"
+        f"| **{p50_p99(over)}** | {p50_p99(queued)} | {p50_p99(rest)} "
+        f"| {'–' if math.isnan(cpu) else f'{cpu / len(samples) * 1e3:.1f} ms'} |"
     )
 
 
-async def main(hub_defaults: bool = False) -> None:
+async def main(
+    hub_defaults: bool = False, in_process: bool = False, profile: str | None = None
+) -> None:
     """Start hub, model and daemon; measure; print the table."""
     configure_logging(verbose=False)
     started = time.perf_counter()
@@ -231,42 +335,69 @@ async def main(hub_defaults: bool = False) -> None:
                 CONFIG.format(model_url=model.base_url, hub_url=hub.url, db=base / "asyncai.db")
             )
             config = load_config(config_path, environ={})
-            daemon = Daemon(config, env={})
+            daemon = InProcess(config_path) if in_process else DaemonProcess(config_path, profile)
             await daemon.start()
             replies = Replies(hub.url)
+            cpu: dict[str, float] = {}
+
+            async def load(name: str, numbers: range, rate: float | None = None) -> list[Sample]:
+                before = daemon.cpu()
+                samples = await burst(hub.url, replies, numbers, rate)
+                cpu[name] = cpu.get(name, 0.0) + daemon.cpu() - before
+                return samples
+
             try:
                 await replies.start()
                 await burst(hub.url, replies, range(-WARM_UP, 0))  # pool, store, sockets
                 one_by_one = []
                 for n in range(SEQUENTIAL):
-                    one_by_one += await burst(hub.url, replies, range(n, n + 1))
-                streamed = await burst(hub.url, replies, range(500, 500 + STREAM), STREAM_RATE)
+                    one_by_one += await load("one", range(n, n + 1))
+                streamed = await load("stream", range(500, 500 + STREAM), STREAM_RATE)
                 concurrent = []
                 for b in range(BURSTS):
                     first = 1000 * (b + 1)
-                    concurrent += await burst(hub.url, replies, range(first, first + THREADS))
+                    concurrent += await load("bursts", range(first, first + THREADS))
             finally:
                 await replies.aclose()
-                await daemon.aclose()
+                await daemon.stop()
             runs = config.runtime.max_concurrent_runs
             starts = run_starts(base / "asyncai.db")
     elapsed = time.perf_counter() - started
 
+    where = "in this process" if in_process else "in its own process"
     print(
         f"daemon overhead per prompt ({datetime.date.today().isoformat()}, "
-        f"{os.cpu_count()} CPUs, scripted model answering at once, no tools, "
+        f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}, the daemon {where}, "
+        f"scripted model answering at once, no tools, "
         f"max_concurrent_runs = {runs}, hub rate limit "
         f"{'50/s, bursts of 200' if hub_defaults else f'{HUB_RATE}/s'}, {elapsed:.0f} s)\n"
     )
     print(
         "| load | publish → reply p50 / p99 | model p50 | overhead p50 / p99 "
-        "| of it, publish → run start | of it, run start → reply |\n"
-        "|---|---|---|---|---|---|"
+        "| of it, publish → run start | of it, run start → reply | daemon CPU per prompt |\n"
+        "|---|---|---|---|---|---|---|"
     )
-    print(row("one prompt at a time", one_by_one, model.seconds, starts))
-    print(row(f"a new thread every {1e3 / STREAM_RATE:.0f} ms", streamed, model.seconds, starts))
-    print(row(f"{THREADS} threads at once, {BURSTS} bursts", concurrent, model.seconds, starts))
+    print(row("one prompt at a time", one_by_one, model.seconds, starts, cpu["one"]))
+    stream = f"a new thread every {1e3 / STREAM_RATE:.0f} ms"
+    print(row(stream, streamed, model.seconds, starts, cpu["stream"]))
+    print(
+        row(
+            f"{THREADS} threads at once, {BURSTS} bursts",
+            concurrent,
+            model.seconds,
+            starts,
+            cpu["bursts"],
+        )
+    )
 
 
 if __name__ == "__main__":
-    asyncio.run(main(hub_defaults="--hub-defaults" in sys.argv[1:]))
+    args = sys.argv[1:]
+    profile_to = args[args.index("--profile") + 1] if "--profile" in args else None
+    asyncio.run(
+        main(
+            hub_defaults="--hub-defaults" in args,
+            in_process="--in-process" in args,
+            profile=profile_to,
+        )
+    )
