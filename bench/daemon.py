@@ -10,7 +10,8 @@ measures the daemon rather than the hub and the clients competing with it
 for one event loop (``--in-process`` puts the daemon in this process and
 loop too, as the benchmark did before). The daemon's CPU per prompt (its
 process's user + system time over the load, over the prompts) is the
-column that says how many prompts a second it can drain. Prints a Markdown table:
+column that says how many prompts a second it can drain (with its Monty
+workers' CPU: they are its processes too). Prints a Markdown table:
 publish → reply as a person sees it (from just before ``publish`` to the
 reply's arrival on a subscribed connection), p50 and p99, raw and minus the
 model's own time for that prompt (the fake server's handling of its request,
@@ -155,10 +156,18 @@ class DaemonProcess:
             self.stderr.append(line)
 
     def cpu(self) -> float:
-        """Its CPU seconds so far, user and system (``/proc``: 10 ms resolution)."""
+        """CPU seconds so far, user and system, of it and its live children (the Monty
+        pool's workers; ``/proc``, 10 ms resolution)."""
         assert self.proc is not None
-        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        total, pids = 0, [self.proc.pid]
+        while pids:
+            pid = pids.pop()
+            with contextlib.suppress(OSError):  # a worker may exit meanwhile
+                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+                total += int(fields[11]) + int(fields[12])
+                for task in Path(f"/proc/{pid}/task").iterdir():
+                    pids += [int(c) for c in (task / "children").read_text().split()]
+        return total / os.sysconf("SC_CLK_TCK")
 
     async def stop(self) -> None:
         """SIGTERM (a clean stop, which writes the profile), then wait for it to exit."""
@@ -338,12 +347,14 @@ async def main(
             daemon = InProcess(config_path) if in_process else DaemonProcess(config_path, profile)
             await daemon.start()
             replies = Replies(hub.url)
-            cpu: dict[str, float] = {}
+            cpu: dict[str, float] = {}  # the daemon's CPU seconds per load
+            ours: dict[str, float] = {}  # this process's (hub, model, people)
 
             async def load(name: str, numbers: range, rate: float | None = None) -> list[Sample]:
-                before = daemon.cpu()
+                before, here = daemon.cpu(), time.process_time()
                 samples = await burst(hub.url, replies, numbers, rate)
                 cpu[name] = cpu.get(name, 0.0) + daemon.cpu() - before
+                ours[name] = ours.get(name, 0.0) + time.process_time() - here
                 return samples
 
             try:
@@ -389,6 +400,13 @@ async def main(
             cpu["bursts"],
         )
     )
+
+    if not in_process:
+        print(
+            f"\nThis process (the hub, the model and the people) at the same time: "
+            f"{ours['one'] / SEQUENTIAL * 1e3:.1f}, {ours['stream'] / STREAM * 1e3:.1f} and "
+            f"{ours['bursts'] / (THREADS * BURSTS) * 1e3:.1f} ms CPU per prompt."
+        )
 
 
 if __name__ == "__main__":
