@@ -15,7 +15,9 @@ workers' CPU: they are its processes too). Prints a Markdown table:
 publish → reply as a person sees it (from just before ``publish`` to the
 reply's arrival on a subscribed connection), p50 and p99, raw and minus the
 model's own time for that prompt (the fake server's handling of its request,
-from the parsed request to the written response).
+from the parsed request to the written response, in CPU time of this thread:
+on a busy machine the write that wakes the daemon may hand it the core, and
+wall time would count the daemon's own work as the model's).
 
 Two loads, after a warm-up:
 
@@ -102,9 +104,9 @@ class TimedModel(FakeOpenAI):
         self.seconds: dict[int, float] = {}  # prompt number → the model's time, summed
 
     async def _serve(self, step: Any, request: dict, writer: asyncio.StreamWriter) -> None:
-        t0 = time.perf_counter()
+        t0 = time.thread_time()
         await super()._serve(step, request, writer)
-        spent = time.perf_counter() - t0
+        spent = time.thread_time() - t0
         for message in request.get("messages", []):
             found = PROMPT.search(str(message.get("content") or ""))
             if found and message.get("role") == "user":
