@@ -158,6 +158,21 @@ async def test_a_thread_with_nothing_stored_takes_no_worker_before_its_first_sni
     assert "NameError" in (await run(ex, "t", "x")).content
 
 
+async def test_restore_scope_reads_a_stored_repl_once(make_executor, store):
+    """restore_scope reads the store to know whether there is a REPL, and loads what it read
+    (with a cluster's store, a read is a fetch over NATS)."""
+    first = make_executor(store)
+    await run(first, "t", "x = 41")
+    await first.checkpoint("t")
+    store.loads.clear()  # the first snippet looked too, and found nothing
+    second = make_executor(store)
+    await second.restore_scope("t")
+    assert store.loads == ["t"]
+    assert restored_note(SAVED_AT) in (second.context_note("t") or "")
+    assert (await run(second, "t", "x + 1")).content == "42"
+    assert store.loads == ["t"]
+
+
 async def test_aclose_stores_what_changed_since_the_last_checkpoint(make_executor, store):
     """Shutdown (checkpoint_all, and aclose itself) stores a REPL the daemon did not checkpoint."""
     first = make_executor(store)

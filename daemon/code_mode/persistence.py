@@ -138,8 +138,10 @@ class ScopePersistence:
         """
         key = state.key
         assert key is not None
+        stored, state.fetched = state.fetched, None
         try:
-            stored = await self.store.load(key)
+            if stored is None:
+                stored = await self.store.load(key)
         except ScopeRejected as exc:
             return self._not_restored(state, exc.reason, "empty")
         except Exception as exc:

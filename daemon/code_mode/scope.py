@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 from pydantic_monty import AsyncMonty, AsyncMontySession
@@ -18,6 +18,9 @@ from daemon.code_mode.lazy import snapshot_wrappers_lookup, snapshot_wrappers_so
 from daemon.code_mode.limits import CodeModeLimits
 from daemon.code_mode.note import ScopeVariables
 from daemon.code_mode.pool import CLOSE_TIMEOUT, new_checkout
+
+if TYPE_CHECKING:
+    from daemon.tools import StoredScopeDump
 
 __all__ = ["Ahead", "ScopeState"]
 
@@ -49,7 +52,8 @@ class ScopeState:
     host-call path (:mod:`daemon.code_mode.direct`): set by a new empty REPL
     or a stored one that says so, cleared by an ineligible snippet.
     A checkout that will load nothing (neither ``restore`` nor ``held``) may
-    be a warm spare (:mod:`daemon.code_mode.fresh`).
+    be a warm spare (:mod:`daemon.code_mode.fresh`). ``fetched`` is the dump
+    read to know whether there is one, kept for the load that follows.
     """
 
     def __init__(self, key: str | None):
@@ -62,6 +66,7 @@ class ScopeState:
         self.restore = key is not None
         self.evicted = False
         self.held = False
+        self.fetched: StoredScopeDump | None = None
         self.notices: list[str] = []
         # every snippet of this REPL could take Monty's own host-call path (direct.py),
         # and whether the REPL still binds lazy.DIRECT_MARKER, which says so to a dump

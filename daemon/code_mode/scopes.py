@@ -156,6 +156,7 @@ class ScopeTable:
         except Exception:
             return True  # restore() reads it again, and its notice says why it cannot load
         if stored is not None:
+            state.fetched = stored  # for the load that follows: not read twice
             return True
         state.restore = False
         if state.evicted:

@@ -31,6 +31,7 @@ class MemoryScopeStore:
         self.fail_saves = False
         self.saves: list[tuple[str, int]] = []  # (thread id, bytes)
         self.drops: list[str] = []
+        self.loads: list[str] = []  # thread ids, one per load asked for
 
     async def save(self, thread_id: str, data: bytes) -> None:
         """Keep ``data``, stamped :data:`SAVED_AT`; raises OSError when ``fail_saves``."""
@@ -41,6 +42,7 @@ class MemoryScopeStore:
 
     async def load(self, thread_id: str) -> StoredScopeDump | None:
         """The stored dump, None, or ScopeRejected for a thread in ``reject``."""
+        self.loads.append(thread_id)
         if thread_id in self.reject:
             raise ScopeRejected(self.reject[thread_id])
         return self.dumps.get(thread_id)
