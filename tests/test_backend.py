@@ -746,3 +746,21 @@ async def test_the_endpoint_sends_the_body_as_given_and_reads_a_completion():
     call = response.choices[0].message.tool_calls[0]
     assert (call.function.name, json.loads(call.function.arguments)) == ("f", {"a": 1})
     assert (metrics.rounds, metrics.prompt_tokens, metrics.completion_tokens) == (1, 10, 5)
+
+
+async def test_a_completion_off_the_spec_where_the_loop_does_not_read_is_read_as_the_sdk_does():
+    """No id, object, created or model, a tool call without ``type``: pydantic's check of
+    the spec fails, so the endpoint builds it unchecked, as the SDK does, and the run goes on."""
+    call = {"id": "c1", "function": {"name": "f", "arguments": '{"a": 1}'}}
+    body = json.dumps({"choices": [{"message": {"content": "", "tool_calls": [call]}}]})
+    async with FakeOpenAI([Raw(body)]) as fake:
+        client = openai.AsyncOpenAI(base_url=fake.base_url, api_key=KEY, max_retries=0)
+        params = ModelConfig(base_url=fake.base_url, api_key=KEY, model="fake-model")
+        endpoint = ChatEndpoint(client, params, "fake-model", RecordingBackoff())
+        metrics = RunMetrics()
+        response = await endpoint.complete({"model": "fake-model", "messages": []}, metrics, "r")
+        await client.close()
+    assert isinstance(response, ChatCompletion)
+    message = response.choices[0].message
+    assert (message.content, message.tool_calls[0].function.name) == ("", "f")
+    assert (metrics.rounds, metrics.prompt_tokens) == (1, 0)

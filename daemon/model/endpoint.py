@@ -19,6 +19,7 @@ import json
 from typing import Any
 
 import openai
+import pydantic
 import structlog
 from openai.types.chat import ChatCompletion
 
@@ -85,8 +86,7 @@ class ChatEndpoint:
                         f"the model endpoint {self.params.base_url} sent a malformed response: "
                         f"{problem}"
                     )
-                # as the SDK's own parse does (construct: nested models, nothing validated)
-                response = ChatCompletion.construct(**json.loads(content))
+                response = _completion(content)
                 metrics.rounds += 1
                 usage = response.usage
                 if usage is not None:
@@ -138,6 +138,20 @@ class ChatEndpoint:
                 f"(it usually ends in /v1) and the model name {self.model_name!r}"
             )
         return f"the model endpoint {url} rejected the request (HTTP {code}: {detail})"
+
+
+def _completion(content: bytes) -> ChatCompletion:
+    """The SDK's object for a body :func:`completion_problem` passed.
+
+    Validated from the JSON by pydantic's core when the body follows the
+    spec (about 5 µs, where the SDK's own lenient construction takes about
+    90); a body off the spec in what the loop does not read (no ``created``,
+    a tool call without ``type``) is built as the SDK builds it, unchecked.
+    """
+    try:
+        return ChatCompletion.model_validate_json(content)
+    except pydantic.ValidationError:
+        return ChatCompletion.construct(**json.loads(content))
 
 
 def _cause(exc: BaseException) -> str:
