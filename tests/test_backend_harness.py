@@ -19,7 +19,13 @@ import pytest
 from daemon.code_mode import CodeModeToolExecutor
 from daemon.config import ModelConfig
 from daemon.model import OpenAiCompatibleBackend
-from daemon.model.harness import CODE_STOP, HARNESS_RULES, WORKED_EXAMPLE, retry_seed
+from daemon.model.harness import (
+    CODE_STOP,
+    HARNESS_RULES,
+    MAX_FAILED_SNIPPETS,
+    WORKED_EXAMPLE,
+    retry_seed,
+)
 from daemon.model.prompts import FINAL_ROUND_PROMPT
 from daemon.runtime.runs import Prompt, RunRequest
 from tests.fakes.executor import FakeToolExecutor, code_mode_over
@@ -275,16 +281,18 @@ async def test_a_reply_that_retells_the_worked_example_is_replaced_by_the_result
     assert result.metrics.reply_from_result is True
 
 
-async def test_after_three_failed_snippets_the_model_answers(code_mode):
-    """Three failures end the tries: the third result asks for an answer (which may say
-    what went wrong); a JavaScript snippet's SyntaxError carries a hint to write Python."""
+async def test_after_the_last_failed_snippet_the_model_answers(code_mode):
+    """MAX_FAILED_SNIPPETS failures end the tries: the last result asks for an answer
+    (which may say what went wrong); a JavaScript snippet's SyntaxError carries a hint to
+    write Python."""
     ex, _ = code_mode
     js = block("let n = 1; let m = n + 1;")
-    script = [js, js, js, "I could not find out: my code was not valid Python."]
+    answer = "I could not find out: my code was not valid Python."
+    script = [js] * MAX_FAILED_SNIPPETS + [answer]
     fake, (result,) = await run_script(ex, script, request())
-    assert len(fake.requests) == 4
+    assert len(fake.requests) == MAX_FAILED_SNIPPETS + 1
     assert "JavaScript" in fake.requests[1]["messages"][-1]["content"]
-    answer_request = fake.requests[3]
+    answer_request = fake.requests[-1]
     assert "stop" not in answer_request
     assert answer_request["messages"][-1]["content"].startswith("The code failed:")
     assert "Answer my question now" in answer_request["messages"][-1]["content"]

@@ -773,3 +773,21 @@ def test_a_retry_seed_is_a_function_of_the_prompt_alone():
     assert seed == retry_seed([dict(m) for m in messages])
     assert 0 <= seed < 2**32
     assert retry_seed([*messages[:1], {"role": "user", "content": "q!"}]) != seed
+
+
+def test_a_max_whose_key_gives_dicts_gets_what_a_key_must_give() -> None:
+    """max(pods, key=lambda p: count_by(...)) compared dicts, three times in a row: the
+    hint says a key gives a number, and how to take the top of count_by's dict."""
+    error = (
+        "Traceback (most recent call last):\n"
+        "TypeError: '>' not supported between instances of 'dict' and 'dict'"
+    )
+    code = "top = max(items(pods), key=lambda p: count_by(p, 'status.phase'))\ntop"
+    hint = retry_hint(code, error, ["list_pods"])
+    assert hint is not None
+    assert hint.startswith("Hint: a key= of max(), min() or sorted() returned a dict")
+    assert "max(counts.items(), key=lambda kv: kv[1])" in hint
+    none = error.replace("'dict' and 'dict'", "'NoneType' and 'int'")
+    assert "gave None" in (retry_hint(code, none, ["list_pods"]) or "")
+    # the same error with no key= (sorted() of dicts): not this hint
+    assert retry_hint("sorted(items(pods))", error, ["list_pods"]) is None

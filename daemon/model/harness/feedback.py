@@ -156,6 +156,11 @@ _JAVASCRIPT = re.compile(
 
 
 _UNDEFINED = re.compile(r"NameError: name '(\w+)' is not defined")
+# max(pods, key=lambda p: count_by(...)): the keys were dicts
+_UNORDERED = re.compile(
+    r"TypeError: '[<>]=?' not supported between instances of '(\w+)' and '(\w+)'"
+)
+_ORDERING = re.compile(r"\b(max|min|sorted)\(.*\bkey\s*=")
 # Standard modules the sandbox has (daemon/code_mode/hints.py), named without an import.
 _MODULES = frozenset(
     {"json", "re", "math", "datetime", "collections", "itertools", "functools", "time"}
@@ -187,6 +192,19 @@ def retry_hint(code: str, error: str, functions: Iterable[str] = ()) -> str | No
             f"Hint: there is no function {m.group(1)}{nearest}. The functions are: "
             + ", ".join(known)
             + "."
+        )
+    if (m := _UNORDERED.search(error)) and _ORDERING.search(code):
+        if "NoneType" in m.groups():
+            return (
+                "Hint: for some items the key= of max(), min() or sorted() gave None: use "
+                "dig(item, 'a.b', default=0) in the key, or skip the items without the field."
+            )
+        kind = m.group(1) if m.group(1) == m.group(2) else f"{m.group(1)} or {m.group(2)}"
+        return (
+            f"Hint: a key= of max(), min() or sorted() returned a {kind}, and those cannot be "
+            "compared: the key must give a number (or a str) for each item, such as "
+            "key=lambda p: sum(c['n'] for c in dig(p, 'a.b', default=[])). count_by() gives "
+            "a dict {value: count}: take max(counts.items(), key=lambda kv: kv[1]) of it."
         )
     if "SyntaxError" in error and _JAVASCRIPT.search(code):
         return (
