@@ -140,8 +140,13 @@ class AuditExporter:
     async def run(self) -> None:
         """Send new runs after each :meth:`kick` or ``interval``, until cancelled."""
         while True:
+            # asyncio.timeout, not wait_for: on 3.11, wait_for whose inner wait ends as
+            # the task is cancelled returns instead of raising, and the cancel is lost
+            # (a kick at the end of a daemon's last run left the shutdown waiting on
+            # this loop for ever; tests/test_cluster_approvals_process.py, under load)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self._interval)
+                async with asyncio.timeout(self._interval):
+                    await self._wake.wait()
             await asyncio.sleep(self._gather)  # a burst of runs is one round, not one each
             self._wake.clear()
             try:
