@@ -30,7 +30,7 @@ import structlog
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, StreamConfig
 
-from daemon.cluster.errors import ClusterError
+from daemon.cluster.errors import ClusterError, honour_cancel
 from sessions.errors import StoreError
 from sessions.replica import MalformedRunDocument
 from sessions.store import Store
@@ -140,6 +140,7 @@ class AuditExporter:
     async def run(self) -> None:
         """Send new runs after each :meth:`kick` or ``interval``, until cancelled."""
         while True:
+            honour_cancel()  # one the NATS client swallowed in the last send
             # asyncio.timeout, not wait_for: on 3.11, wait_for whose inner wait ends as
             # the task is cancelled returns instead of raising, and the cancel is lost
             # (a kick at the end of a daemon's last run left the shutdown waiting on

@@ -9,10 +9,26 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from daemon.errors import AsyncaiError
 
-__all__ = ["ClusterError"]
+__all__ = ["ClusterError", "honour_cancel"]
 
 
 class ClusterError(AsyncaiError):
     """A cluster operation on the NATS broker failed; the message says which one."""
+
+
+def honour_cancel() -> None:
+    """Raise the CancelledError of a cancel that the NATS client swallowed.
+
+    On Python 3.11, ``asyncio.wait_for`` (which nats-py's requests use) returns
+    instead of raising when its inner future ends as the task is cancelled
+    (gh-86296); a cluster loop then went on, and the daemon's shutdown waited
+    for it for ever (tests/test_cluster_process.py, about one full cluster run
+    in three). Each cluster loop calls this once a round, so it stops at the next.
+    """
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError

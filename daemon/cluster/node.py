@@ -43,7 +43,7 @@ from nats.aio.client import Client
 from daemon.cluster.approvals import ClusterApprovals, PausedStates
 from daemon.cluster.audit import AuditExporter, ensure_audit_stream
 from daemon.cluster.connect import connect_nats
-from daemon.cluster.errors import ClusterError
+from daemon.cluster.errors import ClusterError, honour_cancel
 from daemon.cluster.history import stream_history
 from daemon.cluster.leases import Leases
 from daemon.cluster.router import MovedApproval, Routed, ThreadRouter
@@ -284,6 +284,7 @@ class ClusterNode:
         """Taken-over prompts to the runtime, in order; never blocks the heartbeat."""
         assert self._submit is not None
         while True:
+            honour_cancel()
             await self._handoff_ready.wait()
             while self._handoff:
                 item = self._handoff.popleft()
@@ -349,6 +350,7 @@ class ClusterNode:
     async def _beat(self) -> None:
         interval = self.takeover_seconds / 6
         while True:
+            honour_cancel()
             await asyncio.sleep(interval)
             try:
                 await self.router.beat()
@@ -364,7 +366,11 @@ class ClusterNode:
         self._closed = True
         for task in self._tasks:
             task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._tasks:
+            # bounded: a task that swallowed its cancel must not hold the shutdown
+            _, pending = await asyncio.wait(self._tasks, timeout=CLOSE_TIMEOUT)
+            if pending:
+                log.error("cluster.tasks_not_stopped", tasks=[repr(t) for t in pending])
         try:
             async with asyncio.timeout(CLOSE_TIMEOUT):
                 await self.exporter.send_new()
@@ -372,7 +378,8 @@ class ClusterNode:
         except (ClusterError, TimeoutError, OSError) as exc:
             log.warning("cluster.leave_failed", error=f"{type(exc).__name__}: {exc}")
         with contextlib.suppress(Exception):
-            await self._nc.close()
+            async with asyncio.timeout(CLOSE_TIMEOUT):
+                await self._nc.close()
 
 
 async def open_cluster(config: Config, store: Store) -> ClusterNode | None:
