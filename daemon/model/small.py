@@ -202,10 +202,16 @@ async def after_block(
     # at the data
     looks_empty = is_empty_result(text) or holds_none(text)
     recheck = looks_empty and not ls.rechecked and more
-    shapes = None
+    shapes = fetch = start = None  # start: the call a new block should start with
     if (retry or recheck) and isinstance(code, str):
-        shapes = await _peek(caller, code, state, functions, missing_key(text) if failed else None)
-    recheck = recheck and shapes is not None
+        fetch = url_hint(ls.question, code, functions)  # a URL the snippet never fetched
+        topic = topic_hint(ls.question, code, topics) if fetch is None and topics else None
+        if topic is not None:  # the question is about another function's data: what the
+            fetch, start = topic  # called one returned (keys and all) only misleads: no look
+        else:
+            missing = missing_key(text) if failed else None
+            shapes = await _peek(caller, code, state, functions, missing)
+    recheck = recheck and (shapes is not None or start is not None)
     ls.rechecked = ls.rechecked or recheck
     located = key_hint(text, shapes) if failed else None  # where a missing key really is
     if not (failed or recheck or ls.voted) and isinstance(code, str) and ls.samples > 1:
@@ -213,13 +219,7 @@ async def after_block(
         code, text = await _vote(endpoint, state, caller, ls, code, text, functions)
         ls.last_result = text
         ran = {"role": "assistant", "content": code_message(code)}
-    start = None  # the call a new block should start with
-    if (retry or recheck) and isinstance(code, str):
-        fetch = url_hint(ls.question, code, functions)  # a URL the snippet never fetched
-        topic = topic_hint(ls.question, code, topics) if fetch is None and topics else None
-        if topic is not None:  # the question is about another function's data: what the
-            fetch, start = topic  # called one returned (keys and all) only misleads
-            located = shapes = None
+    if retry or recheck:
         located = "\n".join(h for h in (located, fetch) if h) or None
     reply = result_message(
         f"{text}\n{located}" if located else text,
