@@ -16,10 +16,10 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from daemon.code_mode.catalog import Catalog
+from daemon.code_mode.catalog import Catalog, CatalogEntry
 from daemon.code_mode.schema import SKETCH_MAX_DEPTH, schema_type, unwrap_result
 
-__all__ = ["hidden_fields", "hidden_paths"]
+__all__ = ["entry_hidden_paths", "hidden_fields", "hidden_paths"]
 
 _INDEXES = "ijklmn"
 _MAX_PATHS = 24  # per group of functions: the section stays a few hundred tokens
@@ -51,15 +51,21 @@ def _walk(schema: Any, path: str, depth: int, elided: bool, lists: int, out: lis
         out.append(f"{path}: {schema_type(schema)}")
 
 
+def entry_hidden_paths(entry: CatalogEntry) -> list[str]:
+    """The result fields ``entry``'s ``Returns:`` sketch cuts short (:func:`hidden_paths`);
+    none without a sketch of a declared schema."""
+    schema = entry.definition.output_schema
+    if entry.sketch is None or not isinstance(schema, Mapping):
+        return []
+    return hidden_paths(unwrap_result(schema, entry.definition.name))
+
+
 def hidden_fields(catalog: Catalog) -> str:
     """A section naming, per function, the result fields its ``Returns:`` line cut short;
     empty when every sketch is whole."""
     groups: dict[tuple[str, ...], list[str]] = {}
     for name, entry in catalog.entries.items():
-        schema = entry.definition.output_schema
-        if entry.sketch is None or not isinstance(schema, Mapping):
-            continue
-        paths = tuple(hidden_paths(unwrap_result(schema, entry.definition.name)))
+        paths = tuple(entry_hidden_paths(entry))
         if paths:
             groups.setdefault(paths, []).append(name)
     if not groups:

@@ -25,14 +25,14 @@ catalog's own text.
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from daemon.code_mode.catalog import Catalog
-from daemon.code_mode.schema import unwrap_result
-from daemon.model.harness.fields import hidden_paths
+from daemon.model.harness.fields import entry_hidden_paths
 
 __all__ = ["MIN_GAIN", "Topic", "catalog_topics", "question_words", "topic_hint", "words"]
 
@@ -89,24 +89,26 @@ def question_words(question: str) -> frozenset[str]:
     return words(_NAMED.sub(" ", _URL.sub(" ", question)))
 
 
+@functools.lru_cache(maxsize=4)
 def catalog_topics(catalog: Catalog) -> dict[str, Topic]:
     """Each catalog function's :class:`Topic`, in the catalog's order: the words of its
-    stub and of the result fields its sketch cuts short (a pod's ``restartCount``)."""
+    stub and of the result fields its sketch cuts short (a pod's ``restartCount``).
+
+    Cached by the catalog itself (about 0.9 ms for the bundled kcp, ``http_get`` and
+    time tools, at every run's start otherwise): a changed catalog is a new object
+    (:class:`~daemon.code_mode.offer.ToolOffer` rebuilds it), so a hit is never stale.
+    Callers must not change the dict.
+    """
     out = {}
     for name, entry in catalog.entries.items():
-        stub = entry.stub()
-        schema = entry.definition.output_schema
-        if entry.sketch is not None and isinstance(schema, Mapping):
-            stub += "\n" + "\n".join(hidden_paths(unwrap_result(schema, entry.definition.name)))
+        stub = "\n".join([entry.stub(), *entry_hidden_paths(entry)])
         match = _EXAMPLE.search(stub)
-        example = match.group(1).strip() if match else None
-        # an example's string values are illustrations ("web-1"), not what it is about
-        text = stub[: match.start()] + stub[match.end() :] if match else stub
-        if example is not None:
-            text += "\n" + _STRING.sub(" ", example)
-        if example is None:  # the call with its required arguments to fill in
+        if match:  # an example's string values are illustrations ("web-1"), not its topic
+            example = match.group(1).strip()
+            text = f"{stub[: match.start()]}{stub[match.end() :]}\n{_STRING.sub(' ', example)}"
+        else:  # the call with its required arguments to fill in
             needed = [p.py_name for p in entry.params if p.required]
-            example = f"await {name}({', '.join(f'{p}=...' for p in needed)})"
+            example, text = f"await {name}({', '.join(f'{p}=...' for p in needed)})", stub
         out[name] = Topic(words(text), example, len(entry.required))
     return out
 
