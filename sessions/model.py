@@ -98,6 +98,7 @@ class RunMetrics:
     harness_repairs: int = 0  # fixes the harness made to a snippet before running it
     code_blocks: int = 0  # code blocks the harness ran (small-model protocol)
     peeks: int = 0  # looks the harness took at a snippet's variables
+    key_fixes: int = 0  # snippets the harness ran again with a key read where it is
     vote_samples: int = 0  # extra snippets drawn to check a short answer (harness)
     reply_from_result: bool = False  # the reply is the last result: the model gave none
     harness_gave_up: bool = False  # the harness stopped after failed snippets
@@ -126,6 +127,7 @@ EXTRA_METRICS = (
     "harness_repairs",
     "code_blocks",
     "peeks",
+    "key_fixes",
     "vote_samples",
     "reply_from_result",
     "harness_gave_up",

@@ -514,14 +514,15 @@ async def test_an_invented_function_gets_the_list_of_real_ones(code_mode):
 async def test_text_is_shown_as_lines_and_the_same_error_twice_gets_a_stronger_hint(code_mode):
     """Text indexed as if it were parsed: the retry shows the value is a str and its first
     lines; the same error on the next snippet brings the stronger hint, which says to
-    parse the text first."""
+    parse the text first. Text the look shows as CSV gets the CSV reader instead
+    (tests/test_backend_harness_keys.py)."""
     ex, _ = code_mode
-    bad = block("body = 'item,stock\\nbolts,120\\nnuts,45'\nbody['item']")
+    bad = block("body = 'item stock\\nbolts 120\\nnuts 45'\nbody['item']")
     script = [bad, bad, block(FILTER), "pod-0, pod-4 and pod-8."]
     fake, (result,) = await run_script(ex, script, request())
     first, second = (fake.requests[i]["messages"][-1]["content"] for i in (1, 2))
     assert "body is a str of 3 lines (text, not parsed)" in first
-    assert "body.splitlines()[:3] == ['item,stock', 'bolts,120', 'nuts,45']" in first
+    assert "body.splitlines()[:3] == ['item stock', 'bolts 120', 'nuts 45']" in first
     assert "the same error as last time" not in first
     assert "Hint: the same error as last time. That value is a str (text)" in second
     assert result.reply == "pod-0, pod-4 and pod-8."

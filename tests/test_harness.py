@@ -610,7 +610,16 @@ def test_a_key_in_no_variable_is_said_to_be_nowhere_or_a_value() -> None:
         "r['status'] == 200\nr['body'] is a str of 5 lines (text, not parsed)\n"
         "r['body'].splitlines()[:3] == ['item,stock', 'bolts,40', 'nuts,25']"
     )
-    hint = key_hint(TRACEBACK.format("KeyError: stock"), csv)
+    assert key_hint(TRACEBACK.format("KeyError: stock"), csv) == (
+        "Hint: r['body'] is CSV text (its first line is 'item,stock'), not JSON: do not "
+        "json.loads it. Parse it with `import csv` and rows = "
+        "list(csv.DictReader(r['body'].splitlines())): one dict per line, keyed by 'item', "
+        "'stock'; the values are str, so compare numbers as int(row['stock'])."
+    )
+    logs = "r['body'] is a str of 9 lines (text, not parsed)\nr['body'].splitlines()[:3] == " + (
+        "['10:00 ERROR stock low', '10:01 INFO ok', '10:02 INFO ok']"
+    )
+    hint = key_hint(TRACEBACK.format("KeyError: stock"), logs)
     assert hint is not None
     assert hint.startswith("Hint: stock is only inside text (a str shown above")
     pods = "len(p['items']) == 12\np['items'][0]['spec']['nodeName'] == 'node-a'"

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterable, Mapping
+from types import SimpleNamespace
 from typing import Any
 
 from daemon.code_mode.search import SEARCH_HELPERS
@@ -41,6 +42,7 @@ from daemon.model.harness import (
     holds_none,
     is_code_only,
     is_empty_result,
+    key_fix,
     key_hint,
     majority,
     may_rerun,
@@ -55,6 +57,7 @@ from daemon.model.harness import (
     retry_seed,
     topic_hint,
     url_hint,
+    value_hint,
     vote_key,
 )
 from daemon.model.prompts import EMPTY_REPLY
@@ -65,6 +68,11 @@ __all__ = ["after_block", "code_blocks"]
 
 _RUN_CODE = {"run_code": "run_code"}  # a vote sample's call, by the model's name for it
 _PEEK_TIMEOUT = 30.0  # the harness's look at a snippet's variables (no tools are called)
+MAX_KEY_FIXES = 2  # reruns of a run's snippets with a key read where it is (key_fix)
+# The assistant turn of a snippet the harness ran again itself: no model request, no tokens.
+_HARNESS_TURN = SimpleNamespace(
+    id=None, model=None, usage=None, choices=[SimpleNamespace(finish_reason="tool_calls")]
+)
 
 
 async def code_blocks(
@@ -180,7 +188,7 @@ async def after_block(
     max_rounds = endpoint.params.max_rounds
     code = call.arguments.get("code") if call.error is None else None
     ran = {"role": "assistant", "content": code_message(code or call.raw)}
-    text = _shown(output)
+    text = plain = _shown(output)
     if output.is_error and isinstance(code, str):
         # the same error twice: a stronger hint (what to write instead) than the first
         hint = repeat_hint(text, _previous_error(state), functions) or retry_hint(
@@ -211,9 +219,24 @@ async def after_block(
         else:
             missing = missing_key(text) if failed else None
             shapes = await _peek(caller, code, state, functions, missing)
+    if failed and retry and shapes and isinstance(code, str) and ls.key_fixes < MAX_KEY_FIXES:
+        fixed = key_fix(code, text, shapes)
+        if fixed is not None and may_rerun(code, ls.mutating):
+            # the look found the key one path below where the snippet read it: read it
+            # there and run again, without a model round (not a failure of the model's)
+            ls.key_fixes += 1
+            ls.failures -= 1
+            state.metrics.key_fixes += 1
+            again = made_up_call("run_code", {"code": fixed}, state)
+            output = await _run_block(endpoint, state, caller, _RUN_CODE, ls, again, _HARNESS_TURN)
+            await after_block(endpoint, state, caller, ls, again, output, functions, topics)
+            return
     recheck = recheck and (shapes is not None or start is not None)
     ls.rechecked = ls.rechecked or recheck
     located = key_hint(text, shapes) if failed else None  # where a missing key really is
+    if failed and located is None and isinstance(code, str):
+        located = value_hint(code, plain, shapes)  # what a value the snippet misread is
+        text = plain if located else text  # it says more than the traceback's hint
     if not (failed or recheck or ls.voted) and isinstance(code, str) and ls.samples > 1:
         ls.voted = True
         code, text = await _vote(endpoint, state, caller, ls, code, text, functions)

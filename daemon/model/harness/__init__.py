@@ -32,6 +32,8 @@ each piece fixes one observed failure:
 |                                                           | a tie (:func:`vote_key`)       |
 | a key only some items have, read a level too high; a key  | :func:`key_hint` after a look  |
 | no value holds, read again and again                      | that counts the items with it  |
+| a key read a level off (``r['components']``, not          | :func:`key_fix`: read where    |
+| ``r['json']['components']``): a round, and new mistakes   | the look found it, run again   |
 | a URL in the question fetched with the wrong function     | :func:`url_hint`               |
 | the function named like a word of the question, not the   | :func:`topic_hint`: the one    |
 | one holding what it asks about (workspaces for pods)      | whose stub covers its words    |
@@ -66,7 +68,7 @@ from daemon.model.harness.feedback import (
     value_atoms,
 )
 from daemon.model.harness.fields import hidden_fields, hidden_paths
-from daemon.model.harness.keys import key_hint, missing_key
+from daemon.model.harness.keys import key_fix, key_hint, missing_key, value_hint
 from daemon.model.harness.parsing import (
     code_message,
     extract_code,
@@ -135,6 +137,7 @@ __all__ = [
     "holds_none",
     "is_code_only",
     "is_empty_result",
+    "key_fix",
     "key_hint",
     "majority",
     "may_rerun",
@@ -155,5 +158,6 @@ __all__ = [
     "topic_hint",
     "url_hint",
     "value_atoms",
+    "value_hint",
     "vote_key",
 ]

@@ -11,7 +11,7 @@ import re
 
 from daemon.model.harness.feedback import error_signature
 
-__all__ = ["key_hint", "missing_key"]
+__all__ = ["key_fix", "key_hint", "missing_key", "value_hint"]
 
 _KEY = re.compile(r"^KeyError: (.+)$")
 
@@ -74,7 +74,7 @@ def _nowhere_hint(key: str, shapes: str) -> str:
         )
     word = re.compile(rf"\b{re.escape(key)}\b")
     if any(word.search(line) for line in shapes.splitlines() if _TEXT_LINE.search(line)):
-        return (
+        return _csv_hint(shapes) or (
             f"Hint: {key} is only inside text (a str shown above by its first lines), not "
             "a key: parse the text first: json.loads(text) for JSON; for CSV, rows = "
             "[line.split(',') for line in text.splitlines()], whose first row names the columns."
@@ -146,3 +146,143 @@ def _counted_hint(key: str, path: str, have: int, total: int, rel: list[str], ki
         f"{total - have} do not, so item{shown} fails on them. Read it with "
         f"dig(item, {args}, default={default}), which gives {default} for those: {example}"
     )
+
+
+# Lines of the look that name a path: `r['json']: has 'components'` (a missing key's
+# search), `len(r['json']['components']) == 4` (a list), `r['json']['version'] == '2.7.1'`.
+_PATH_LINE = re.compile(r"^(len\()?(\w+(?:\[[^\[\]]+\])*)\)?(: has | == )(.*)$")
+
+
+def key_fix(code: str, error: str, shapes: str | None) -> str | None:
+    """The failed snippet with ``v['k']`` read where the look found ``k``, or None.
+
+    After ``KeyError: 'components'`` on ``status['components']``, the look at the
+    variables showed ``status['json']: has 'components'``: the model's meaning is
+    plain, and one more round for it to copy the path cost 10-20 s and often a
+    new mistake (the next snippet dropped its filter). So the harness reads the key
+    where it is and runs the snippet again, no model round. Only where that is
+    certain: the key lives under exactly one path below the value read (not
+    through a list's first item, which would say nothing of the other items), and
+    only a plain variable's subscripts (``v['a']['k']``) move. A ``KeyError:
+    'items'`` (the model's name for "the list", from kubernetes) moves to the one
+    list the value holds one level down, as the ``items()`` helper finds it.
+    """
+    key = missing_key(error)
+    if key is None or not shapes:
+        return None
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        return None
+    holders: set[str] = set()  # paths whose dict holds the key
+    lists: set[str] = set()  # paths of lists
+    quoted = f"[{key!r}]"
+    for m in map(_PATH_LINE.match, shapes.splitlines()):
+        if m is None:
+            continue
+        length, path, sep, rest = m.groups()
+        if sep == ": has " and rest == repr(key):
+            holders.add(path)
+        elif path.endswith(quoted):
+            holders.add(path[: -len(quoted)])
+        if length and sep == " == ":
+            lists.add(path)
+    fixer = _KeyFix(key, holders, lists)
+    fixer.visit(tree)
+    return ast.unparse(ast.fix_missing_locations(tree)) if fixer.changed else None
+
+
+class _KeyFix(ast.NodeTransformer):
+    """``base[key]`` → ``base[...][key]`` where the look put ``key`` (see :func:`key_fix`)."""
+
+    def __init__(self, key: str, holders: set[str], lists: set[str]) -> None:
+        self.key = key
+        self.holders = holders
+        self.lists = lists
+        self.changed = False
+
+    def visit_Subscript(self, node: ast.Subscript) -> ast.AST:
+        self.generic_visit(node)
+        s = node.slice
+        if not (isinstance(s, ast.Constant) and s.value == self.key and _plain(node.value)):
+            return node
+        base = ast.unparse(node.value)
+        below = {p for p in self.holders if _below(base, p)}
+        if len(below) == 1:
+            moved = ast.parse(below.pop(), mode="eval").body
+            self.changed = True
+            return ast.copy_location(ast.Subscript(value=moved, slice=s, ctx=node.ctx), node)
+        depth = base.count("[") + 1
+        one_list = {p for p in self.lists if _below(base, p) and p.count("[") == depth}
+        if not below and self.key == "items" and len(one_list) == 1:
+            self.changed = True
+            return ast.copy_location(ast.parse(one_list.pop(), mode="eval").body, node)
+        return node
+
+
+def _plain(node: ast.expr) -> bool:
+    """Whether ``node`` is a variable or its constant subscripts (``r``, ``r['json']``)."""
+    while isinstance(node, ast.Subscript):
+        if not isinstance(node.slice, ast.Constant):
+            return False
+        node = node.value
+    return isinstance(node, ast.Name)
+
+
+def _below(base: str, path: str) -> bool:
+    """Whether ``path`` lies below ``base``, not through a list's first item."""
+    return path.startswith(base + "[") and "[0]" not in path[len(base) :]
+
+
+_TEXT_LINES = re.compile(r"^(\w+(?:\[[^\[\]]+\])*)\.splitlines\(\)\[:3\] == (\[.*\])$", re.M)
+_DICT_ITEMS = re.compile(r"\b(\w+)\.items\(\)")
+_PARSE_ERROR = re.compile(r"JSONDecodeError|string indices must be integers|'str' object")
+
+
+def value_hint(code: str, error: str, shapes: str | None) -> str | None:
+    """What a value really is, when the snippet treated it as something else, from the
+    look at the variables; None when the look does not say.
+
+    - Text parsed as JSON (``JSONDecodeError``) or indexed as data, where the look
+      shows it is CSV (a first line of comma-separated names): told "json.loads
+      for JSON; for CSV, split the lines", a 1.5B model chose ``json.loads`` of a
+      CSV body three times over. The hint names the format, from the first line,
+      and the one line that parses it.
+    - ``pods.items()`` on a result that holds its list at ``pods['items']``: the
+      dict method gives ``(key, value)`` pairs (``('kind', 'List')``), and the
+      model indexed those as pods, then was told to parse text.
+    """
+    if not shapes or not _PARSE_ERROR.search(error):
+        return None
+    for m in _DICT_ITEMS.finditer(code):
+        name = m.group(1)
+        if f"len({name}['items']) == " in shapes:
+            return (
+                f"Hint: {name}.items() is the dict method: it gives the (key, value) pairs "
+                f"of {name} itself, not its list. The list is {name}['items']: "
+                f"for item in {name}['items'] (or items({name}))."
+            )
+    return _csv_hint(shapes)
+
+
+def _csv_hint(shapes: str) -> str | None:
+    """How to parse the first CSV text the look shows (a first line of comma-separated
+    names, not JSON), or None when it shows none."""
+    for m in _TEXT_LINES.finditer(shapes):
+        path = m.group(1)
+        try:
+            lines = ast.literal_eval(m.group(2))
+        except (ValueError, SyntaxError):
+            continue
+        first = lines[0] if lines and isinstance(lines[0], str) else ""
+        if "," not in first or first.lstrip()[:1] in ("{", "["):
+            continue
+        columns = [c.strip() for c in first.split(",")]
+        return (
+            f"Hint: {path} is CSV text (its first line is {first!r}), not JSON: do not "
+            f"json.loads it. Parse it with `import csv` and rows = "
+            f"list(csv.DictReader({path}.splitlines())): one dict per line, keyed by "
+            f"{', '.join(map(repr, columns[:4]))}; the values are str, so compare numbers "
+            f"as int(row[{columns[-1]!r}])."
+        )
+    return None

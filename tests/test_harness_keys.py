@@ -1,0 +1,112 @@
+"""``key_fix`` and ``value_hint``: pure text in, text out (no I/O)."""
+
+from __future__ import annotations
+
+import ast
+
+from daemon.model.harness import key_fix, value_hint
+
+LOOK = (
+    "r['status'] == 200\n"
+    "r['json']['version'] == '2.7.1'\n"
+    "len(r['json']['components']) == 4\n"
+    "r['json']['components'][0]['name'] == 'db'\n"
+    "r['json']: has 'components'"
+)
+ERROR = 'Traceback (most recent call last):\n  File "<python-input-1>"\nKeyError: {}'
+
+
+def test_a_key_found_under_one_path_is_read_there() -> None:
+    """Every ``r['components']`` moves to ``r['json']['components']``; reads of other
+    keys, loop variables and a real key of ``r`` stay."""
+    code = (
+        "r = await http_get(url='u')\n"
+        "ok = r['status'] == 200\n"
+        "[c['name'] for c in r['components'] if c['status'] == 'down'] + [len(r['components'])]"
+    )
+    fixed = key_fix(code, ERROR.format("components"), LOOK)
+    assert fixed is not None
+    assert "r['json']['components']" in fixed
+    assert "r['components']" not in fixed
+    assert "r['status'] == 200" in fixed
+    assert "c['status'] == 'down'" in fixed
+    ast.parse(fixed)
+    assert key_fix(code, ERROR.format("'components'"), LOOK) == fixed  # a quoted key
+
+
+def test_a_key_read_in_a_value_path_is_found_from_a_value_line() -> None:
+    """A key the look shows only as a value line's last segment is found too."""
+    fixed = key_fix("r['version']", ERROR.format("version"), LOOK)
+    assert fixed == "r['json']['version']"
+
+
+def test_no_fix_when_the_key_is_ambiguous_missing_or_behind_a_first_item() -> None:
+    """Two paths hold the key, none does, or the only one runs through a list's first
+    item (which says nothing of the others), or the read is not a variable's plain
+    subscript, or the error is not a KeyError: no rewrite."""
+    two = LOOK + "\nr['meta']['components'] == 3"
+    assert key_fix("r['components']", ERROR.format("components"), two) is None
+    assert key_fix("r['nodes']", ERROR.format("nodes"), LOOK) is None
+    first = "len(p['items']) == 2\np['items'][0]['status']['phase'] == 'Running'"
+    assert key_fix("p['phase']", ERROR.format("phase"), first) is None
+    assert key_fix("f(r)['components']", ERROR.format("components"), LOOK) is None
+    assert key_fix("r['components']", "TypeError: x", LOOK) is None
+    assert key_fix("r['components'", ERROR.format("components"), LOOK) is None
+    assert key_fix("r['components']", ERROR.format("components"), None) is None
+
+
+def test_items_moves_to_the_one_list_below_the_value() -> None:
+    """``r['items']`` where ``r`` holds one list one level down reads that list; with
+    two lists, or a key of that name elsewhere, it does not guess."""
+    look = "r['status'] == 200\nlen(r['json']) == 4\nr['json'][0]['id'] == 'o-1'"
+    assert key_fix("sum(o['a'] for o in r['items'])", ERROR.format("items"), look) == (
+        "sum((o['a'] for o in r['json']))"
+    )
+    two = look + "\nlen(r['errors']) == 0"
+    assert key_fix("r['items']", ERROR.format("items"), two) is None
+    assert key_fix("r['rows']", ERROR.format("rows"), look) is None
+
+
+CSV = (
+    "inv['status'] == 200\ninv['body'] is a str of 5 lines (text, not parsed)\n"
+    "inv['body'].splitlines()[:3] == ['item,stock', 'bolts,120', 'nuts,45']"
+)
+
+
+def test_csv_text_is_named_and_its_reader_written() -> None:
+    """A parse error on text the look shows as CSV: the hint names the format and writes
+    the reader with the text's path and a number column's int()."""
+    hint = value_hint("json.loads(inv['body'])", "json.JSONDecodeError: Expecting value", CSV)
+    assert hint == (
+        "Hint: inv['body'] is CSV text (its first line is 'item,stock'), not JSON: do not "
+        "json.loads it. Parse it with `import csv` and rows = "
+        "list(csv.DictReader(inv['body'].splitlines())): one dict per line, keyed by "
+        "'item', 'stock'; the values are str, so compare numbers as int(row['stock'])."
+    )
+    err = "TypeError: string indices must be integers, not 'str'"
+    assert value_hint("inv['body']['stock']", err, CSV) == hint
+
+
+def test_no_value_hint_for_json_text_other_errors_or_no_look() -> None:
+    """Text that starts like JSON or has no commas is not called CSV; an error that is
+    not a parse or str-as-data error, or no look, gives no hint."""
+    js = "t is a str of 3 lines (text, not parsed)\nt.splitlines()[:3] == ['[{\"a\": 1,', '}', ']']"
+    assert value_hint("json.loads(t)", "json.JSONDecodeError: x", js) is None
+    logs = "t is a str of 3 lines (text, not parsed)\nt.splitlines()[:3] == ['a b', 'c', 'd']"
+    assert value_hint("t['x']", "TypeError: string indices must be integers", logs) is None
+    assert value_hint("json.loads(inv['body'])", "ZeroDivisionError: x", CSV) is None
+    assert value_hint("json.loads(inv['body'])", "json.JSONDecodeError: x", None) is None
+
+
+def test_dict_items_of_a_list_result_is_told_where_the_list_is() -> None:
+    """``pods.items()`` where the look shows ``pods['items']`` is a list: the hint says
+    the method gives the dict's pairs and where the list is."""
+    look = "len(pods['items']) == 12\npods['items'][0]['metadata']['name'] == 'web-1'"
+    code = "max(pods.items(), key=lambda kv: kv[1]['status'])"
+    err = "TypeError: string indices must be integers, not 'str'"
+    assert value_hint(code, err, look) == (
+        "Hint: pods.items() is the dict method: it gives the (key, value) pairs of pods "
+        "itself, not its list. The list is pods['items']: for item in pods['items'] "
+        "(or items(pods))."
+    )
+    assert value_hint("counts.items()", err, look) is None
