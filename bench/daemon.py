@@ -36,9 +36,18 @@ default, 50 frames/s in bursts of 200, the daemon's one connection is what
 caps a burst (two frames a prompt: a status and the reply), and the table
 would measure the hub's limit, not the daemon; ``--hub-defaults`` shows that.
 
+The floor, in the same run, loads interleaved (``bench/relay.py``, each in its
+own process): a do-nothing relay of the daemon's libraries (websockets in, one
+``AsyncOpenAI`` post as the daemon posts, one ``aiosqlite`` transaction in WAL,
+the reply out; every prompt at once), and an echo (websockets alone: the hub
+and this process). Found on 2 cores (2026-11-30): the relay spends 2.2-3 ms
+of CPU per prompt, this process 3-5 ms, so the relay's own burst p99 is
+360-600 ms and the echo's about 100 ms: a burst p99 of 20 ms is out of reach
+here with these libraries (it needs about 0.2 ms of CPU a prompt in all).
+
 The goal (issue 17) is a p99 overhead of at most 20 ms. Run:
 ``.venv/bin/python bench/daemon.py [--hub-defaults] [--in-process] [--profile FILE]``
-(about 15 seconds); ``--profile FILE`` runs the daemon's process under
+(about 25 seconds); ``--profile FILE`` runs the daemon's process under
 cProfile and writes its stats to FILE (read them with ``pstats``).
 """
 
@@ -78,6 +87,9 @@ WARM_UP = 10
 HUB_RATE = 10_000  # frames/s and burst per connection (the hub's default: 50/s, bursts of 200)
 WAIT = 60.0  # bound on one burst (a stuck daemon fails the benchmark, never hangs it)
 PROMPT = re.compile(r"bench prompt (\d+)")
+FLOORS = {"floor": "#floor", "echo": "#echo"}  # the relay's and the echo's channels
+WHO = ("daemon", *FLOORS)
+FIRST = {"daemon": 0, "floor": 100_000, "echo": 200_000}  # where their prompt numbers start
 
 CONFIG = """
 [model]
@@ -115,26 +127,28 @@ class TimedModel(FakeOpenAI):
 
 
 class DaemonProcess:
-    """``asyncai serve --config FILE`` in its own process, until :meth:`stop`."""
+    """``asyncai serve --config FILE`` in its own process, until :meth:`stop` (or, with
+    ``argv`` and ``ready``, another command that logs ``ready`` once subscribed)."""
 
-    def __init__(self, config: Path, profile: str | None = None):
-        self.config = config
-        self.profile = profile
+    def __init__(
+        self,
+        config: Path,
+        profile: str | None = None,
+        argv: list[str] | None = None,
+        ready: bytes = b'"daemon.ready"',
+    ):
+        profiler = ["-m", "cProfile", "-o", profile] if profile else []
+        self.argv = argv or [*profiler, "-m", "daemon.cli", "serve", "--config", str(config)]
+        self.ready = ready
         self.proc: asyncio.subprocess.Process | None = None
         self.stderr: list[bytes] = []  # its log lines (warnings and errors: not --verbose)
         self._reader: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
-        """Start it and return once it logs ``daemon.ready`` (subscribed; bounded by ``WAIT``)."""
-        profiler = ["-m", "cProfile", "-o", self.profile] if self.profile else []
+        """Start it and return once it logs ``ready`` (subscribed; bounded by ``WAIT``)."""
         self.proc = await asyncio.create_subprocess_exec(
             sys.executable,
-            *profiler,
-            "-m",
-            "daemon.cli",
-            "serve",
-            "--config",
-            str(self.config),
+            *self.argv,
             cwd=ROOT,
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.DEVNULL,
@@ -142,10 +156,10 @@ class DaemonProcess:
         )
         assert self.proc.stderr is not None
         async with asyncio.timeout(WAIT):
-            while b'"daemon.ready"' not in (line := await self.proc.stderr.readline()):
+            while self.ready not in (line := await self.proc.stderr.readline()):
                 if not line:
                     raise RuntimeError(
-                        "the daemon exited before it was ready:\n"
+                        f"{self.argv} exited before it was ready:\n"
                         + b"".join(self.stderr).decode(errors="replace")
                     )
                 self.stderr.append(line)
@@ -206,10 +220,12 @@ class InProcess:
 
 
 class Replies:
-    """One subscriber on #ops: when each thread's first reply from the daemon arrived."""
+    """One subscriber on ``channel``: when each thread's first reply from ``sender`` arrived."""
 
-    def __init__(self, url: str):
-        self.client = WebSocketChannel(url, nick="bench-reader")
+    def __init__(self, url: str, channel: str = "#ops", sender: str = "asyncai"):
+        self.client = WebSocketChannel(url, nick=f"bench-reader-{channel[1:]}")
+        self.channel = channel
+        self.sender = sender
         self.arrived: dict[str, float] = {}  # thread → perf_counter at arrival
         self._changed = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -217,12 +233,12 @@ class Replies:
     async def start(self) -> None:
         """Connect, subscribe and read in the background (until :meth:`aclose`)."""
         await self.client.connect()
-        await self.client.subscribe("#ops")
+        await self.client.subscribe(self.channel)
         self._task = asyncio.create_task(self._read())
 
     async def _read(self) -> None:
         async for message in self.client:
-            if message.sender == "asyncai" and message.thread not in self.arrived:
+            if message.sender == self.sender and message.thread not in self.arrived:
                 self.arrived[message.thread] = time.perf_counter()
                 self._changed.set()
 
@@ -250,8 +266,8 @@ class Sample:
     sent_wall: float
 
 
-async def ask(url: str, n: int) -> tuple[int, str, str, float, float]:
-    """Publish prompt ``n`` in a new thread on its own connection.
+async def ask(url: str, n: int, channel: str) -> tuple[int, str, str, float, float]:
+    """Publish prompt ``n`` in a new thread of ``channel`` on its own connection.
 
     ``(n, message id, thread, sent at (perf_counter), sent at (wall clock))``.
     """
@@ -259,7 +275,7 @@ async def ask(url: str, n: int) -> tuple[int, str, str, float, float]:
     await client.connect()
     try:
         sent, wall = time.perf_counter(), time.time()
-        ack = await client.publish("#ops", f"bench prompt {n}")
+        ack = await client.publish(channel, f"bench prompt {n}")
         return n, ack.id, ack.thread, sent, wall
     finally:
         await client.close()
@@ -276,7 +292,7 @@ async def burst(
     async def at(i: int, n: int) -> tuple[int, str, str, float, float]:
         if rate is not None:
             await asyncio.sleep(max(0.0, start + i / rate - loop.time()))
-        return await ask(url, n)
+        return await ask(url, n, replies.channel)
 
     async with asyncio.TaskGroup() as tg:
         tasks = [tg.create_task(at(i, n)) for i, n in enumerate(numbers)]
@@ -303,6 +319,21 @@ def percentile(values: list[float], p: float) -> float:
     return ordered[max(0, min(len(ordered) - 1, round(p / 100 * len(ordered)) - 1))]
 
 
+def overhead(samples: list[Sample], model: dict[int, float]) -> list[float]:
+    """Each prompt's publish → reply minus the model's own time for it."""
+    return [s.seconds - model.get(s.n, 0.0) for s in samples]
+
+
+def p50_p99(values: list[float]) -> str:
+    """``p50 / p99 ms``."""
+    return f"{statistics.median(values) * 1e3:.1f} / {percentile(values, 99) * 1e3:.1f} ms"
+
+
+def per_prompt(cpu: float, n: int) -> str:
+    """CPU seconds over ``n`` prompts, in ms (– when not measurable)."""
+    return "–" if math.isnan(cpu) else f"{cpu / n * 1e3:.1f} ms"
+
+
 def row(
     name: str,
     samples: list[Sample],
@@ -314,24 +345,45 @@ def row(
     at the run's start (before it: the hub, the intake, the store, the wait for a run slot)."""
     raw = [s.seconds for s in samples]
     own = [model.get(s.n, 0.0) for s in samples]
-    over = [r - m for r, m in zip(raw, own, strict=True)]
+    over = overhead(samples, model)
     queued = [max(0.0, starts[s.message_id] - s.sent_wall) for s in samples]
     rest = [o - q for o, q in zip(over, queued, strict=True)]
-
-    def p50_p99(values: list[float]) -> str:
-        return f"{statistics.median(values) * 1e3:.1f} / {percentile(values, 99) * 1e3:.1f} ms"
-
     return (
         f"| {name} (n={len(samples)}) | {p50_p99(raw)} | {statistics.median(own) * 1e3:.2f} ms "
         f"| **{p50_p99(over)}** | {p50_p99(queued)} | {p50_p99(rest)} "
-        f"| {'–' if math.isnan(cpu) else f'{cpu / len(samples) * 1e3:.1f} ms'} |"
+        f"| {per_prompt(cpu, len(samples))} |"
+    )
+
+
+def floor_row(
+    name: str,
+    samples: dict[str, list[Sample]],
+    model: dict[int, float],
+    cpu: dict[str, float],
+) -> str:
+    """A row of the floors' table: the relay's and the echo's overhead and CPU per prompt,
+    and the daemon's over the relay's (``samples`` and ``cpu`` by who)."""
+    over = {who: overhead(taken, model) for who, taken in samples.items()}
+    per = {who: cpu[who] / len(samples[who]) for who in samples}
+
+    def ratio(a: float, b: float) -> str:
+        return "–" if math.isnan(a) or b <= 0 else f"{a / b:.1f}x"
+
+    ours, floor = over["daemon"], over["floor"]
+    return (
+        f"| {name} (n={len(samples['floor'])}) | **{p50_p99(floor)}** "
+        f"| {per_prompt(cpu['floor'], len(samples['floor']))} | {p50_p99(over['echo'])} "
+        f"| {per_prompt(cpu['echo'], len(samples['echo']))} "
+        f"| {ratio(statistics.median(ours), statistics.median(floor))}, "
+        f"{ratio(percentile(ours, 99), percentile(floor, 99))}, "
+        f"{ratio(per['daemon'], per['floor'])} |"
     )
 
 
 async def main(
     hub_defaults: bool = False, in_process: bool = False, profile: str | None = None
 ) -> None:
-    """Start hub, model and daemon; measure; print the table."""
+    """Start hub, model, daemon and relay; measure them interleaved; print the tables."""
     configure_logging(verbose=False)
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="asyncai-bench-") as tmp:
@@ -347,37 +399,64 @@ async def main(
             )
             config = load_config(config_path, environ={})
             daemon = InProcess(config_path) if in_process else DaemonProcess(config_path, profile)
-            await daemon.start()
-            replies = Replies(hub.url)
-            cpu: dict[str, float] = {}  # the daemon's CPU seconds per load
-            ours: dict[str, float] = {}  # this process's (hub, model, people)
+            procs: dict[str, DaemonProcess | InProcess] = {"daemon": daemon}
+            to: dict[str, Replies] = {"daemon": Replies(hub.url)}
+            for who, channel in FLOORS.items():
+                relay = [str(ROOT / "bench" / "relay.py"), hub.url, channel, model.base_url]
+                procs[who] = DaemonProcess(
+                    config_path,
+                    argv=[*relay, str(base / f"{who}.db"), who],
+                    ready=b'"relay.ready"',
+                )
+                to[who] = Replies(hub.url, channel, "relay")
+            # (who, load) → CPU seconds of the daemon or the relay, and of this process
+            cpu: dict[tuple[str, str], float] = {}
+            ours: dict[tuple[str, str], float] = {}
 
-            async def load(name: str, numbers: range, rate: float | None = None) -> list[Sample]:
-                before, here = daemon.cpu(), time.process_time()
-                samples = await burst(hub.url, replies, numbers, rate)
-                cpu[name] = cpu.get(name, 0.0) + daemon.cpu() - before
-                ours[name] = ours.get(name, 0.0) + time.process_time() - here
-                return samples
-
+            taken: dict[tuple[str, str], list[Sample]] = {}
+            schedule = [
+                *(("one", range(n, n + 1), None) for n in range(SEQUENTIAL)),
+                ("stream", range(500, 500 + STREAM), STREAM_RATE),
+                *(
+                    ("bursts", range(f, f + THREADS), None)
+                    for f in range(1000, 1000 * (BURSTS + 1), 1000)
+                ),
+            ]
             try:
-                await replies.start()
-                await burst(hub.url, replies, range(-WARM_UP, 0))  # pool, store, sockets
-                one_by_one = []
-                for n in range(SEQUENTIAL):
-                    one_by_one += await load("one", range(n, n + 1))
-                streamed = await load("stream", range(500, 500 + STREAM), STREAM_RATE)
-                concurrent = []
-                for b in range(BURSTS):
-                    first = 1000 * (b + 1)
-                    concurrent += await load("bursts", range(first, first + THREADS))
+                for who in WHO:
+                    await procs[who].start()
+                    await to[who].start()
+                    first = FIRST[who]  # a warm-up: pool, store, sockets
+                    await burst(hub.url, to[who], range(first - WARM_UP, first))
+                # interleaved, the daemon then the floors, so all see the same machine
+                for key, numbers, rate in schedule:
+                    for who in WHO:
+                        first = FIRST[who]
+                        before, here = procs[who].cpu(), time.process_time()
+                        samples = await burst(
+                            hub.url,
+                            to[who],
+                            range(numbers.start + first, numbers.stop + first),
+                            rate,
+                        )
+                        cpu[who, key] = cpu.get((who, key), 0.0) + procs[who].cpu() - before
+                        ours[who, key] = ours.get((who, key), 0.0) + time.process_time() - here
+                        taken.setdefault((who, key), []).extend(samples)
             finally:
-                await replies.aclose()
-                await daemon.stop()
+                for who in WHO:
+                    await to[who].aclose()
+                    await procs[who].stop()
             runs = config.runtime.max_concurrent_runs
             starts = run_starts(base / "asyncai.db")
     elapsed = time.perf_counter() - started
 
     where = "in this process" if in_process else "in its own process"
+    stream = f"a new thread every {1e3 / STREAM_RATE:.0f} ms"
+    loads = [
+        ("one", "one prompt at a time", SEQUENTIAL),
+        ("stream", stream, STREAM),
+        ("bursts", f"{THREADS} threads at once, {BURSTS} bursts", THREADS * BURSTS),
+    ]
     print(
         f"daemon overhead per prompt ({datetime.date.today().isoformat()}, "
         f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}, the daemon {where}, "
@@ -390,25 +469,32 @@ async def main(
         "| of it, publish → run start | of it, run start → reply | daemon CPU per prompt |\n"
         "|---|---|---|---|---|---|---|"
     )
-    print(row("one prompt at a time", one_by_one, model.seconds, starts, cpu["one"]))
-    stream = f"a new thread every {1e3 / STREAM_RATE:.0f} ms"
-    print(row(stream, streamed, model.seconds, starts, cpu["stream"]))
-    print(
-        row(
-            f"{THREADS} threads at once, {BURSTS} bursts",
-            concurrent,
-            model.seconds,
-            starts,
-            cpu["bursts"],
-        )
-    )
+    for key, name, _ in loads:
+        print(row(name, taken["daemon", key], model.seconds, starts, cpu["daemon", key]))
 
-    if not in_process:
-        print(
-            f"\nThis process (the hub, the model and the people) at the same time: "
-            f"{ours['one'] / SEQUENTIAL * 1e3:.1f}, {ours['stream'] / STREAM * 1e3:.1f} and "
-            f"{ours['bursts'] / (THREADS * BURSTS) * 1e3:.1f} ms CPU per prompt."
+    print(
+        "\nThe floor, the same loads interleaved with the daemon's: a do-nothing relay in "
+        "its own process (bench/relay.py: websockets in, one AsyncOpenAI post, one aiosqlite "
+        "transaction, the reply out; every prompt at once, no run slots), and an echo "
+        "(websockets in, the prompt's text out: the hub and this process alone)\n"
+    )
+    print(
+        "| load | relay overhead p50 / p99 | relay CPU per prompt | echo p50 / p99 "
+        "| echo CPU per prompt | daemon/relay: overhead p50, p99, CPU |\n"
+        "|---|---|---|---|---|---|"
+    )
+    for key, name, _ in loads:
+        by_who = {who: taken[who, key] for who in WHO}
+        print(floor_row(name, by_who, model.seconds, {who: cpu[who, key] for who in WHO}))
+    print(
+        "\nThis process (the hub, the model and the people) at the same time, ms CPU per "
+        "prompt: "
+        + "; ".join(
+            f"{name}: " + ", ".join(f"{ours[who, key] / n * 1e3:.1f} ({who})" for who in WHO)
+            for key, name, n in loads
         )
+        + "."
+    )
 
 
 if __name__ == "__main__":
