@@ -167,3 +167,19 @@ async def test_dict_items_of_a_list_result_is_told_where_the_list_is(code_mode):
     assert "Hint: pods.items() is the dict method" in retry
     assert "The list is pods['items']" in retry
     assert "Parse the text first" not in retry
+
+
+async def test_a_question_about_a_fetched_url_gets_no_other_function_as_its_topic(code_mode):
+    """The question names a URL, and its words ("service", "restart") match another
+    function's stub better than the fetch's: once the snippet fetched the URL, the retry
+    is about that URL's data: it shows the data and names no other function."""
+    ex, _ = code_mode
+    question = "Which service must restart, by the report at http://127.0.0.1:9/status?"
+    bad = "s = await fetch(url='/status')\nlen(s['pods'])"
+    script = [block(bad), block("len(s['json']['components'])"), "3."]
+    fake, _ = await run_script(ex, script, request(question))
+    retry = fake.requests[1]["messages"][-1]["content"]
+    assert "KeyError: pods" in retry
+    assert "What your variables hold now" in retry
+    assert "restart(" not in retry
+    assert "Hint: my question is about" not in retry

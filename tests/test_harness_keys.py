@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ast
 
-from daemon.model.harness import key_fix, value_hint
+from daemon.model.harness import fetched_url, key_fix, value_hint
 
 LOOK = (
     "r['status'] == 200\n"
@@ -110,3 +110,14 @@ def test_dict_items_of_a_list_result_is_told_where_the_list_is() -> None:
         "(or items(pods))."
     )
     assert value_hint("counts.items()", err, look) is None
+
+
+def test_fetched_url_needs_a_url_in_the_question_and_a_fetch_of_it() -> None:
+    """True only when the question names a URL and the code calls a function that takes
+    a url (by its name, as a call)."""
+    fns = {"http_get": (frozenset({"url"}), None), "list_pods": (frozenset({"ns"}), None)}
+    q = "Which items are low in http://127.0.0.1:8000/inventory.csv?"
+    assert fetched_url(q, "r = await http_get(url='x')", fns)
+    assert not fetched_url(q, "r = await list_pods(ns='x')", fns)
+    assert not fetched_url(q, "http_get_result = 1", fns)
+    assert not fetched_url("Which items are low?", "r = await http_get(url='x')", fns)

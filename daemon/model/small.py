@@ -39,6 +39,7 @@ from daemon.model.harness import (
     code_message,
     echoes_example,
     extract_code,
+    fetched_url,
     holds_none,
     is_code_only,
     is_empty_result,
@@ -213,7 +214,8 @@ async def after_block(
     shapes = fetch = start = None  # start: the call a new block should start with
     if (retry or recheck) and isinstance(code, str):
         fetch = url_hint(ls.question, code, functions)  # a URL the snippet never fetched
-        topic = topic_hint(ls.question, code, topics) if fetch is None and topics else None
+        asked_url = fetched_url(ls.question, code, functions)  # the URL's data it is about
+        topic = None if fetch or asked_url or not topics else topic_hint(ls.question, code, topics)
         if topic is not None:  # the question is about another function's data: what the
             fetch, start = topic  # called one returned (keys and all) only misleads: no look
         else:

@@ -16,6 +16,7 @@ __all__ = [
     "NO_OUTPUT",
     "answer_instruction",
     "error_signature",
+    "fetched_url",
     "holds_none",
     "is_empty_result",
     "prints_as_result",
@@ -410,3 +411,20 @@ def url_hint(
         return None
     call = f"r = await {fetchers[0]}(url='{urls[0]}')"
     return f"Hint: my question names {urls[0]}: fetch it with {call}."
+
+
+def fetched_url(
+    question: str, code: str, functions: Mapping[str, tuple[Collection[str], object]]
+) -> bool:
+    """Whether the question names a URL and ``code`` calls a function with a ``url``
+    parameter: the data the question is about is that URL's, whatever its words say.
+
+    Asked how many days passed between two releases "by the dates in
+    http://.../releases.json", the snippet fetched it and failed on a key; the
+    question's "between" and "days" matched convert_time's stub, the retry was
+    asked to start with convert_time, and the model made the dates up.
+    """
+    if not _URL.search(question):
+        return False
+    fetchers = [name for name, (params, _) in functions.items() if "url" in params]
+    return any(re.search(rf"\b{re.escape(f)}\s*\(", code) for f in fetchers)
