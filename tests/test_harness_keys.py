@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ast
 
-from daemon.model.harness import fetched_url, key_fix, value_hint
+from daemon.model.harness import fetched_url, key_fix, key_hint, value_hint
 
 LOOK = (
     "r['status'] == 200\n"
@@ -121,3 +121,36 @@ def test_fetched_url_needs_a_url_in_the_question_and_a_fetch_of_it() -> None:
     assert not fetched_url(q, "r = await list_pods(ns='x')", fns)
     assert not fetched_url(q, "http_get_result = 1", fns)
     assert not fetched_url("Which items are low?", "r = await http_get(url='x')", fns)
+
+
+PODS_LOOK = (
+    "pods['kind'] == 'List'\n"
+    "len(pods['items']) == 12\n"
+    "pods['items'][0]['metadata']['name'] == 'web-1'\n"
+    "pods['items'][0]['metadata']['namespace'] == 'web'\n"
+    "pods['items'][0]['status']['phase'] == 'Running'\n"
+    "pods: has 'items'"
+)
+
+
+def test_a_loop_variable_read_as_something_else_is_told_what_one_item_is() -> None:
+    """``w['items']`` for ``w`` in ``items(pods)``: each item is a pod, shaped like
+    ``pods['items'][0]``; the hint lists its keys instead of sending the model to
+    ``pods['items']``, which its loop already reads. Without the code, or for a key
+    of the item, or a loop over something the look does not show, the usual hint."""
+    code = "[w['path'] for w in items(pods) if any(o for o in items(w['items']))]"
+    hint = key_hint(ERROR.format("items"), PODS_LOOK, code)
+    assert hint == (
+        "Hint: w is one item of items(pods), shaped like pods['items'][0] (the first): its "
+        "keys are metadata, status, and items is not one of them. Read what you need from "
+        "those keys, as the list of what your variables hold shows under pods['items'][0]."
+    )
+    loop = "for p in pods['items']:\n    x = p['items']"
+    assert key_hint(ERROR.format("items"), PODS_LOOK, loop) == hint.replace("w is", "p is").replace(
+        "items(pods)", "pods['items']"
+    )
+    usual = "Hint: items is not where your code looked; it is at pods['items']."
+    assert key_hint(ERROR.format("items"), PODS_LOOK) == usual
+    assert key_hint(ERROR.format("items"), PODS_LOOK, "[w['items'] for w in other]") == usual
+    deeper = "[w['x']['items'] for w in items(pods)]"
+    assert key_hint(ERROR.format("items"), PODS_LOOK, deeper) == usual

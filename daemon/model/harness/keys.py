@@ -16,7 +16,7 @@ __all__ = ["key_fix", "key_hint", "missing_key", "value_hint"]
 _KEY = re.compile(r"^KeyError: (.+)$")
 
 
-def key_hint(error: str, shapes: str | None) -> str | None:
+def key_hint(error: str, shapes: str | None, code: str | None = None) -> str | None:
     """Where a missing key really is, from the look at the variables (:func:`peek_code`).
 
     Asked for ``status["components"]`` of an ``http_get`` result, the model
@@ -27,7 +27,8 @@ def key_hint(error: str, shapes: str | None) -> str | None:
     counted the items holding the key (``peek_code(names, missing=key)``) says
     how many lack it and writes the ``dig`` with its path and default: told only
     to skip such items, the model tested ``'containerStatuses' in pod``, a level
-    too high, and summed nothing.
+    too high, and summed nothing. A key read of a loop variable (``code`` given)
+    that its items do not have says what one item is (:func:`_item_hint`).
     """
     key = missing_key(error)
     if key is None or not shapes:
@@ -35,6 +36,8 @@ def key_hint(error: str, shapes: str | None) -> str | None:
     counted = [c for c in map(_counted, shapes.splitlines()) if c is not None]
     if counted:
         return _counted_hint(key, *min(counted, key=lambda c: c[1] == c[2]))
+    if code is not None and (item := _item_hint(code, key, shapes)):
+        return item
     found: list[str] = [
         f"{m.group(1)}[{key!r}]"
         for m in _HAS_LINE.finditer(shapes)
@@ -286,3 +289,88 @@ def _csv_hint(shapes: str) -> str | None:
             f"as int(row[{columns[-1]!r}])."
         )
     return None
+
+
+def _item_hint(code: str, key: str, shapes: str) -> str | None:
+    """For ``v[key]`` where ``v`` runs over a list the look shows (``for v in items(x)``,
+    ``x['items']``, ``x``) and its first item has no such key: what one item is.
+
+    Asked which namespaces hold a Failed pod, the model wrote ``for w in
+    items(pods)`` and read ``w['items']``, as if each item were a namespace holding
+    pods; told "items is at pods['items']", it wrote the same loop again.
+    """
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        return None
+    loops: dict[str, ast.expr] = {}
+    for node in ast.walk(tree):
+        loop = isinstance(node, ast.comprehension | ast.For | ast.AsyncFor)
+        if loop and isinstance(node.target, ast.Name):  # type: ignore[attr-defined]
+            loops.setdefault(node.target.id, node.iter)  # type: ignore[attr-defined]
+    for node in ast.walk(tree):
+        if not (
+            isinstance(node, ast.Subscript)
+            and isinstance(node.value, ast.Name)
+            and node.value.id in loops
+            and isinstance(node.slice, ast.Constant)
+            and node.slice.value == key
+        ):
+            continue
+        var, over = node.value.id, loops[node.value.id]
+        first = _first_item(over, shapes)
+        if first is None:
+            continue
+        keys = _keys_at(first, shapes)
+        if not keys or key in keys:
+            continue
+        shown = ", ".join(keys[:8])
+        return (
+            f"Hint: {var} is one item of {ast.unparse(over)}, shaped like {first} (the "
+            f"first): its keys are {shown}, and {key} is not one of them. Read what you "
+            f"need from those keys, as the list of what your variables hold shows under "
+            f"{first}."
+        )
+    return None
+
+
+def _first_item(over: ast.expr, shapes: str) -> str | None:
+    """The look's path of the first item a loop runs over (``items(x)``, ``x['items']``,
+    ``x``), or None when the look shows no such list."""
+    if (
+        isinstance(over, ast.Call)
+        and isinstance(over.func, ast.Name)
+        and over.func.id == "items"
+        and len(over.args) == 1
+    ):
+        inner = over.args[0]
+        if not _plain(inner):
+            return None
+        base = ast.unparse(inner)
+        for path in (f"{base}['items']", base):
+            if f"len({path}) == " in shapes:
+                return f"{path}[0]"
+        return None
+    if not _plain(over):
+        return None
+    path = ast.unparse(over)
+    return f"{path}[0]" if f"len({path}) == " in shapes else None
+
+
+def _keys_at(path: str, shapes: str) -> list[str]:
+    """The keys the look shows right under ``path`` (a dict), in order."""
+    found: list[str] = []
+    for line in shapes.splitlines():
+        rest = line.removeprefix("len(")
+        if not rest.startswith(path + "["):
+            continue
+        m = _SEGMENT.match(rest[len(path) :])
+        if m is None:
+            continue
+        try:
+            k = ast.literal_eval(m.group(1))
+        except (ValueError, SyntaxError):
+            continue
+        if isinstance(k, str) and k not in found:
+            found.append(k)
+    return found
