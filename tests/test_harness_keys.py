@@ -154,3 +154,23 @@ def test_a_loop_variable_read_as_something_else_is_told_what_one_item_is() -> No
     assert key_hint(ERROR.format("items"), PODS_LOOK, "[w['items'] for w in other]") == usual
     deeper = "[w['x']['items'] for w in items(pods)]"
     assert key_hint(ERROR.format("items"), PODS_LOOK, deeper) == usual
+
+
+def test_a_loop_over_items_of_a_response_finds_its_one_list() -> None:
+    """``items(orders)`` of an HTTP response reads its one list (``orders['json']``);
+    the hint shows that list's first item; two lists, or one two levels down, say
+    nothing."""
+    look = (
+        "orders['status'] == 200\nlen(orders['json']) == 4\n"
+        "orders['json'][0]['id'] == 'o-1'\norders['json'][0]['amount'] == 120.5"
+    )
+    code = "sum(o['total'] for o in items(orders))"
+    assert key_hint(ERROR.format("total"), look, code) == (
+        "Hint: o is one item of items(orders), shaped like orders['json'][0] (the first): "
+        "its keys are id, amount, and total is not one of them. Read what you need from "
+        "those keys, as the list of what your variables hold shows under orders['json'][0]."
+    )
+    two = look + "\nlen(orders['errors']) == 0"
+    assert "o is one item" not in (key_hint(ERROR.format("total"), two, code) or "")
+    deep = look.replace("orders['json']", "orders['json']['rows']")
+    assert "o is one item" not in (key_hint(ERROR.format("total"), deep, code) or "")

@@ -350,11 +350,21 @@ def _first_item(over: ast.expr, shapes: str) -> str | None:
         for path in (f"{base}['items']", base):
             if f"len({path}) == " in shapes:
                 return f"{path}[0]"
-        return None
+        # items() of a dict without "items": its one list value (an HTTP response's json)
+        below = {
+            m.group(1)
+            for m in _LEN_LINE.finditer(shapes)
+            if m.group(1).startswith(base + "[") and _ONE_SEGMENT.fullmatch(m.group(1)[len(base) :])
+        }
+        return f"{below.pop()}[0]" if len(below) == 1 else None
     if not _plain(over):
         return None
     path = ast.unparse(over)
     return f"{path}[0]" if f"len({path}) == " in shapes else None
+
+
+_LEN_LINE = re.compile(r"^len\((.+)\) == \d+$", re.MULTILINE)
+_ONE_SEGMENT = re.compile(r"\[[^\[\]]+\]")
 
 
 def _keys_at(path: str, shapes: str) -> list[str]:
