@@ -32,6 +32,15 @@ ORDERS = {"status": 200, "json": [{"id": "o-1", "amount": 120.5}, {"id": "o-2", 
 INVENTORY = {"status": 200, "body": "item,stock\nbolts,120\nnuts,45\nwashers,8\n"}
 PODS = {"kind": "List", "items": [{"metadata": {"name": "web-1"}, "restarts": 3}]}
 
+WORKLOADS = {
+    "kind": "List",
+    "items": [
+        {"metadata": {"name": "a"}, "status": {"phase": "Pending"}},
+        {"metadata": {"name": "b"}, "status": {"containerStatuses": [{"restartCount": 2}] * 2}},
+        {"metadata": {"name": "c"}, "status": {"containerStatuses": [{"restartCount": 3}]}},
+    ],
+}
+
 
 def tools() -> FakeToolExecutor:
     """Read-only tools with the shapes of an HTTP response and a kubernetes list, and a
@@ -47,6 +56,11 @@ def tools() -> FakeToolExecutor:
     async def list_pods() -> dict:
         """List the pods."""
         return PODS
+
+    @fake.tool(read_only=True)
+    async def list_workloads() -> dict:
+        """List the workloads with their container statuses (a Pending one has none)."""
+        return WORKLOADS
 
     @fake.tool(read_only=False, destructive=True)
     async def restart(*, url: str) -> dict:
@@ -183,3 +197,27 @@ async def test_a_question_about_a_fetched_url_gets_no_other_function_as_its_topi
     assert "What your variables hold now" in retry
     assert "restart(" not in retry
     assert "Hint: my question is about" not in retry
+
+
+async def test_a_key_some_items_lack_is_read_with_dig_where_it_is_iterated(code_mode):
+    """The most restarts, summed over ``p['status']['containerStatuses']`` in a
+    ``key=lambda p``: a Pending item has none; the look counts 2 of 3, and the harness
+    runs the snippet again with ``dig(p, 'status.containerStatuses', default=[])``."""
+    ex, _ = code_mode
+    code = (
+        "w = await list_workloads()\nbest = max(items(w), key=lambda p: "
+        "sum(c['restartCount'] for c in p['status']['containerStatuses']))\n"
+        "best['metadata']['name']"
+    )
+    fake, (result,) = await run_script(ex, [block(code), "b, with 4."], request())
+    assert len(fake.requests) == 2
+    assert fake.requests[1]["messages"][-1]["content"].startswith("The code returned:\nb\n")
+    assert result.metrics.key_fixes == 1
+    tool_uses = [
+        b["input"]["code"]
+        for r in result.records
+        if r.type == "assistant"
+        for b in r.message["content"]
+        if b.get("type") == "tool_use"
+    ]
+    assert "dig(p, 'status.containerStatuses', default=[])" in tool_uses[1]

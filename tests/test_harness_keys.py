@@ -174,3 +174,40 @@ def test_a_loop_over_items_of_a_response_finds_its_one_list() -> None:
     assert "o is one item" not in (key_hint(ERROR.format("total"), two, code) or "")
     deep = look.replace("orders['json']", "orders['json']['rows']")
     assert "o is one item" not in (key_hint(ERROR.format("total"), deep, code) or "")
+
+
+COUNTED = (
+    "len(pods['items']) == 12\n"
+    "pods['items'][0]['status']['phase'] == 'Pending'\n"
+    "pods['items']: 10 of 12 items have ['status']['containerStatuses'] (a list)"
+)
+
+
+def test_a_key_some_items_lack_is_read_with_dig_where_nothing_is_certain() -> None:
+    """Iterated, measured or summed, a list some items lack reads as [] (a loop, a
+    comprehension, a ``key=lambda``, len()); compared with a name, a field reads as
+    None. Indexed further, compared with [] or ordered, it is left to the hint."""
+    err = ERROR.format("containerStatuses")
+    lam = "max(items(pods), key=lambda p: sum(c['n'] for c in p['status']['containerStatuses']))"
+    assert key_fix(lam, err, COUNTED) == (
+        "max(items(pods), key=lambda p: sum((c['n'] for c in "
+        "dig(p, 'status.containerStatuses', default=[]))))"
+    )
+    loop = "for p in pods['items']:\n    n = len(p['status']['containerStatuses'])"
+    assert key_fix(loop, err, COUNTED) == (
+        "for p in pods['items']:\n    n = len(dig(p, 'status.containerStatuses', default=[]))"
+    )
+    indexed = "[p['status']['containerStatuses'][0] for p in items(pods)]"
+    assert key_fix(indexed, err, COUNTED) is None
+    empty = "[p for p in items(pods) if p['status']['containerStatuses'] == []]"
+    assert key_fix(empty, err, COUNTED) is None
+    other = "[q['status']['containerStatuses'] for q in other for p in items(pods)]"
+    assert key_fix(other, err, COUNTED) is None
+    lists = "['status']['containerStatuses'] (a list)"
+    phase = COUNTED.replace(lists, "['status']['phase'] (a str)")
+    perr = ERROR.format("phase")
+    assert key_fix("[p for p in items(pods) if p['status']['phase'] == 'Failed']", perr, phase) == (
+        "[p for p in items(pods) if dig(p, 'status.phase', default=None) == 'Failed']"
+    )
+    assert key_fix("[p for p in items(pods) if p['status']['phase'] > 'F']", perr, phase) is None
+    assert key_fix("[p for p in items(pods) if p['status']['phase'] == '']", perr, phase) is None

@@ -69,7 +69,8 @@ from daemon.model.harness.feedback import (
     value_atoms,
 )
 from daemon.model.harness.fields import hidden_fields, hidden_paths
-from daemon.model.harness.keys import key_fix, key_hint, missing_key, value_hint
+from daemon.model.harness.keyfix import key_fix
+from daemon.model.harness.keys import key_hint, missing_key, value_hint
 from daemon.model.harness.parsing import (
     code_message,
     extract_code,

@@ -11,7 +11,7 @@ import re
 
 from daemon.model.harness.feedback import error_signature
 
-__all__ = ["key_fix", "key_hint", "missing_key", "value_hint"]
+__all__ = ["key_hint", "missing_key", "value_hint"]
 
 _KEY = re.compile(r"^KeyError: (.+)$")
 
@@ -151,78 +151,6 @@ def _counted_hint(key: str, path: str, have: int, total: int, rel: list[str], ki
     )
 
 
-# Lines of the look that name a path: `r['json']: has 'components'` (a missing key's
-# search), `len(r['json']['components']) == 4` (a list), `r['json']['version'] == '2.7.1'`.
-_PATH_LINE = re.compile(r"^(len\()?(\w+(?:\[[^\[\]]+\])*)\)?(: has | == )(.*)$")
-
-
-def key_fix(code: str, error: str, shapes: str | None) -> str | None:
-    """The failed snippet with ``v['k']`` read where the look found ``k``, or None.
-
-    After ``KeyError: 'components'`` on ``status['components']``, the look at the
-    variables showed ``status['json']: has 'components'``: the model's meaning is
-    plain, and one more round for it to copy the path cost 10-20 s and often a
-    new mistake (the next snippet dropped its filter). So the harness reads the key
-    where it is and runs the snippet again, no model round. Only where that is
-    certain: the key lives under exactly one path below the value read (not
-    through a list's first item, which would say nothing of the other items), and
-    only a plain variable's subscripts (``v['a']['k']``) move. A ``KeyError:
-    'items'`` (the model's name for "the list", from kubernetes) moves to the one
-    list the value holds one level down, as the ``items()`` helper finds it.
-    """
-    key = missing_key(error)
-    if key is None or not shapes:
-        return None
-    try:
-        tree = ast.parse(code)
-    except (SyntaxError, ValueError, MemoryError, RecursionError):
-        return None
-    holders: set[str] = set()  # paths whose dict holds the key
-    lists: set[str] = set()  # paths of lists
-    quoted = f"[{key!r}]"
-    for m in map(_PATH_LINE.match, shapes.splitlines()):
-        if m is None:
-            continue
-        length, path, sep, rest = m.groups()
-        if sep == ": has " and rest == repr(key):
-            holders.add(path)
-        elif path.endswith(quoted):
-            holders.add(path[: -len(quoted)])
-        if length and sep == " == ":
-            lists.add(path)
-    fixer = _KeyFix(key, holders, lists)
-    fixer.visit(tree)
-    return ast.unparse(ast.fix_missing_locations(tree)) if fixer.changed else None
-
-
-class _KeyFix(ast.NodeTransformer):
-    """``base[key]`` → ``base[...][key]`` where the look put ``key`` (see :func:`key_fix`)."""
-
-    def __init__(self, key: str, holders: set[str], lists: set[str]) -> None:
-        self.key = key
-        self.holders = holders
-        self.lists = lists
-        self.changed = False
-
-    def visit_Subscript(self, node: ast.Subscript) -> ast.AST:
-        self.generic_visit(node)
-        s = node.slice
-        if not (isinstance(s, ast.Constant) and s.value == self.key and _plain(node.value)):
-            return node
-        base = ast.unparse(node.value)
-        below = {p for p in self.holders if _below(base, p)}
-        if len(below) == 1:
-            moved = ast.parse(below.pop(), mode="eval").body
-            self.changed = True
-            return ast.copy_location(ast.Subscript(value=moved, slice=s, ctx=node.ctx), node)
-        depth = base.count("[") + 1
-        one_list = {p for p in self.lists if _below(base, p) and p.count("[") == depth}
-        if not below and self.key == "items" and len(one_list) == 1:
-            self.changed = True
-            return ast.copy_location(ast.parse(one_list.pop(), mode="eval").body, node)
-        return node
-
-
 def _plain(node: ast.expr) -> bool:
     """Whether ``node`` is a variable or its constant subscripts (``r``, ``r['json']``)."""
     while isinstance(node, ast.Subscript):
@@ -230,11 +158,6 @@ def _plain(node: ast.expr) -> bool:
             return False
         node = node.value
     return isinstance(node, ast.Name)
-
-
-def _below(base: str, path: str) -> bool:
-    """Whether ``path`` lies below ``base``, not through a list's first item."""
-    return path.startswith(base + "[") and "[0]" not in path[len(base) :]
 
 
 _TEXT_LINES = re.compile(r"^(\w+(?:\[[^\[\]]+\])*)\.splitlines\(\)\[:3\] == (\[.*\])$", re.M)
@@ -303,11 +226,7 @@ def _item_hint(code: str, key: str, shapes: str) -> str | None:
         tree = ast.parse(code)
     except (SyntaxError, ValueError, MemoryError, RecursionError):
         return None
-    loops: dict[str, ast.expr] = {}
-    for node in ast.walk(tree):
-        loop = isinstance(node, ast.comprehension | ast.For | ast.AsyncFor)
-        if loop and isinstance(node.target, ast.Name):  # type: ignore[attr-defined]
-            loops.setdefault(node.target.id, node.iter)  # type: ignore[attr-defined]
+    loops = loop_sources(tree)
     for node in ast.walk(tree):
         if not (
             isinstance(node, ast.Subscript)
@@ -332,6 +251,31 @@ def _item_hint(code: str, key: str, shapes: str) -> str | None:
             f"{first}."
         )
     return None
+
+
+_KEYED = frozenset({"max", "min", "sorted"})
+
+
+def loop_sources(tree: ast.AST) -> dict[str, ast.expr]:
+    """Each variable that runs over a list, and that list's expression: loop and
+    comprehension targets, and the one parameter of a ``key=lambda`` of max(),
+    min() or sorted() (``max(items(pods), key=lambda p: ...)``)."""
+    loops: dict[str, ast.expr] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.comprehension | ast.For | ast.AsyncFor):
+            if isinstance(node.target, ast.Name):
+                loops.setdefault(node.target.id, node.iter)
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in _KEYED
+            and node.args
+        ):
+            for kw in node.keywords:
+                fn = kw.value
+                if kw.arg == "key" and isinstance(fn, ast.Lambda) and len(fn.args.args) == 1:
+                    loops.setdefault(fn.args.args[0].arg, node.args[0])
+    return loops
 
 
 def _first_item(over: ast.expr, shapes: str) -> str | None:
