@@ -3,7 +3,8 @@
 ``StoreConnections`` holds two aiosqlite connections per database file and
 process: one writer, whose writes an ``asyncio.Lock`` serializes so each
 logical change is exactly one transaction (``BEGIN IMMEDIATE`` …
-``COMMIT``, rolled back on any error or cancellation), and one reader
+``COMMIT``, rolled back on any error or cancellation; the hot ones run whole
+on aiosqlite's thread as one job, ``_batch``), and one reader
 (``query_only``), which in WAL mode reads beside the writer without waiting
 for it. Other processes (``asyncai audit`` while the daemon runs) open their
 own; ``busy_timeout`` makes them queue briefly for the write lock instead of
@@ -25,12 +26,12 @@ from __future__ import annotations
 import asyncio
 import os
 import sqlite3
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager, suppress
 from importlib import metadata
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, Generic, Self, TypeVar
 
 import aiosqlite
 
@@ -54,6 +55,8 @@ DEFAULT_BUSY_TIMEOUT = 5.0
 
 # How long a failed connect's worker thread may take to stop (it has nothing to close).
 _JOIN_TIMEOUT = 5.0
+
+T = TypeVar("T")
 
 
 def _package_version() -> str:
@@ -95,6 +98,45 @@ async def _connect_joined(pending: aiosqlite.Connection) -> aiosqlite.Connection
             with suppress(Exception):
                 await asyncio.to_thread(thread.join, _JOIN_TIMEOUT)
         raise
+
+
+class _Abandoned(Exception):
+    """A batch whose caller was cancelled before it committed: rolled back instead."""
+
+
+class _Batch(Generic[T]):
+    """One write run whole on the writer's thread: ``work`` on its ``sqlite3.Connection``,
+    between ``BEGIN IMMEDIATE`` and ``COMMIT`` when ``transaction``, rolled back there on
+    any exception. ``cancelled`` is set (from the event loop) when its caller was
+    cancelled: checked after the ``BEGIN`` (which may have waited for another process)
+    and before the ``COMMIT``, it rolls the batch back as the cancelled
+    ``_transaction`` did."""
+
+    def __init__(
+        self, db: aiosqlite.Connection, work: Callable[[sqlite3.Connection], T], transaction: bool
+    ):
+        self.db = db
+        self.work = work
+        self.transaction = transaction
+        self.cancelled = False
+
+    def __call__(self) -> T:
+        conn = self.db._conn  # on aiosqlite's thread, the only one that may use it
+        if not self.transaction:
+            return self.work(conn)
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            if self.cancelled:
+                raise _Abandoned
+            result = self.work(conn)
+            if self.cancelled:
+                raise _Abandoned
+            conn.commit()
+        except BaseException:
+            with suppress(sqlite3.Error):
+                conn.rollback()
+            raise
+        return result
 
 
 class StoreConnections:
@@ -226,6 +268,43 @@ class StoreConnections:
                 with suppress(sqlite3.Error):
                     await asyncio.shield(db.rollback())
                 raise
+
+    async def _batch(
+        self,
+        action: str,
+        work: Callable[[sqlite3.Connection], T],
+        *,
+        transaction: bool = True,
+    ) -> T:
+        """``work(conn)`` as ONE write transaction, run whole on the writer's thread.
+
+        The same transaction as :meth:`_transaction` (serialized with every
+        other write, ``BEGIN IMMEDIATE`` … ``COMMIT``, rolled back on any
+        exception or a cancellation that lands before the commit), in one
+        hand-off to aiosqlite's thread instead of one per statement (a prompt's
+        three write transactions took 19 of them; each costs the event loop a
+        queue put and a wake-up: bench/daemon.py). ``work`` runs on that
+        thread, so it must not touch the event loop. ``transaction=False``
+        runs it in autocommit mode (for one statement).
+
+        aiosqlite has no public way to run a function on its thread;
+        ``Connection._execute`` is how each of its own methods queues its call
+        (``tests/test_sessions_batch.py`` fails if it goes).
+        """
+        async with self._lock:
+            db = self._writer
+            if db is None:
+                raise StoreClosedError(f"the store {self.path} is not open")
+            batch = _Batch(db, work, transaction)
+            with driver_errors(action):
+                try:
+                    result: T = await db._execute(batch)
+                except asyncio.CancelledError:
+                    # The job runs on; the thread takes jobs in order, so the next
+                    # writer's runs after its rollback (or its commit, if it was there).
+                    batch.cancelled = True
+                    raise
+                return result
 
     @asynccontextmanager
     async def _statement(self, action: str) -> AsyncIterator[aiosqlite.Connection]:

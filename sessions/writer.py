@@ -4,16 +4,18 @@
 claiming prompts, starting and finishing runs, committing the nested-call
 audit row by row, recovering after a restart and advancing channel
 cursors. Each public method is exactly one transaction (or one
-autocommitted statement) on the writer connection.
+autocommitted statement) on the writer connection; those of every prompt
+(recording it, starting and finishing its run, the cursor) run whole on
+the writer's thread in one job (``StoreConnections._batch``), their
+statements in the plain functions below.
 """
 
 from __future__ import annotations
 
 import json
+import sqlite3
 from collections.abc import Iterable, Sequence
 from typing import Any
-
-import aiosqlite
 
 from .connection import StoreConnections, canonical_timestamp
 from .errors import StoreError
@@ -42,19 +44,55 @@ def _dumps(value: Any) -> str:
     return text
 
 
+def _scalar(conn: sqlite3.Connection, sql: str, params: Sequence[Any] = ()) -> Any:
+    row = conn.execute(sql, params).fetchone()
+    return row[0] if row else None
+
+
+def _ensure_thread(conn: sqlite3.Connection, channel: str, thread_id: str) -> str:
+    key = thread_key(channel, thread_id)
+    now = now_iso()
+    conn.execute(
+        "INSERT INTO threads (id, channel, thread_id, session_id, created, last_active)"
+        " VALUES (?, ?, ?, ?, ?, ?)"
+        " ON CONFLICT (id) DO UPDATE SET last_active = excluded.last_active",
+        (key, channel, thread_id, session_id(channel, thread_id), now, now),
+    )
+    return key
+
+
+def _claim(conn: sqlite3.Connection, ids: list[str], run_id: str) -> int:
+    now = now_iso()
+    cursor = conn.executemany(
+        "UPDATE prompts SET status = 'running', run_id = ?, updated = ?"
+        " WHERE id = ? AND status != 'done'",
+        [(run_id, now, prompt_id) for prompt_id in ids],
+    )
+    return cursor.rowcount
+
+
+def _mark(conn: sqlite3.Connection, ids: list[str], status: str) -> int:
+    now = now_iso()
+    cursor = conn.executemany(
+        "UPDATE prompts SET status = ?, updated = ? WHERE id = ?",
+        [(status, now, prompt_id) for prompt_id in ids],
+    )
+    return cursor.rowcount
+
+
+def _advance_cursor(conn: sqlite3.Connection, channel: str, message_id: str) -> bool:
+    cursor = conn.execute(
+        "INSERT INTO cursors (channel, message_id, updated) VALUES (?, ?, ?)"
+        " ON CONFLICT (channel) DO UPDATE"
+        " SET message_id = excluded.message_id, updated = excluded.updated"
+        " WHERE excluded.message_id > cursors.message_id",
+        (channel, message_id, now_iso()),
+    )
+    return cursor.rowcount == 1
+
+
 class StoreWriter(StoreConnections):
     """Every write the store makes, each one transaction on the serialized writer."""
-
-    async def _ensure_thread(self, db: aiosqlite.Connection, channel: str, thread_id: str) -> str:
-        key = thread_key(channel, thread_id)
-        now = now_iso()
-        await db.execute(
-            "INSERT INTO threads (id, channel, thread_id, session_id, created, last_active)"
-            " VALUES (?, ?, ?, ?, ?, ?)"
-            " ON CONFLICT (id) DO UPDATE SET last_active = excluded.last_active",
-            (key, channel, thread_id, session_id(channel, thread_id), now, now),
-        )
-        return key
 
     # ---- prompts ---------------------------------------------------------
 
@@ -76,55 +114,43 @@ class StoreWriter(StoreConnections):
         moves to ``message_id`` in the same transaction (never backwards).
         """
         ts = canonical_timestamp(ts, f"prompt {message_id} ts")
-        async with self._transaction(f"recording prompt {message_id}") as db:
-            if await self._scalar(db, "SELECT 1 FROM prompts WHERE id = ?", (message_id,)):
+
+        def record(conn: sqlite3.Connection) -> bool:
+            if _scalar(conn, "SELECT 1 FROM prompts WHERE id = ?", (message_id,)):
                 new = False
             else:
-                key = await self._ensure_thread(db, channel, thread_id)
+                key = _ensure_thread(conn, channel, thread_id)
                 now = now_iso()
-                await db.execute(
+                conn.execute(
                     "INSERT INTO prompts (id, thread, sender, text, ts, received, status, updated)"
                     " VALUES (?, ?, ?, ?, ?, ?, 'queued', ?)",
                     (message_id, key, sender, text, ts, now, now),
                 )
                 new = True
             if advance_cursor:
-                await self._advance_cursor(db, channel, message_id)
+                _advance_cursor(conn, channel, message_id)
             return new
+
+        return await self._batch(f"recording prompt {message_id}", record)
 
     async def claim_prompts(self, ids: Iterable[str], run_id: str) -> int:
         """Mark prompts ``running`` under ``run_id`` (which must be started); return how many.
 
         Prompts already ``done`` are left alone: a prompt is answered once.
         """
-        async with self._transaction(f"claiming prompts for run {run_id}") as db:
-            return await self._claim(db, list(ids), run_id)
-
-    @staticmethod
-    async def _claim(db: aiosqlite.Connection, ids: list[str], run_id: str) -> int:
-        now = now_iso()
-        cursor = await db.executemany(
-            "UPDATE prompts SET status = 'running', run_id = ?, updated = ?"
-            " WHERE id = ? AND status != 'done'",
-            [(run_id, now, prompt_id) for prompt_id in ids],
+        listed = list(ids)
+        return await self._batch(
+            f"claiming prompts for run {run_id}", lambda conn: _claim(conn, listed, run_id)
         )
-        return cursor.rowcount
 
     async def mark_prompts(self, ids: Iterable[str], status: PromptStatus) -> int:
         """Set the status of these prompts; return how many exist."""
         if status not in PROMPT_STATUSES:
             raise StoreError(f"unknown prompt status {status!r}")
-        async with self._transaction(f"marking prompts {status}") as db:
-            return await self._mark(db, list(ids), status)
-
-    @staticmethod
-    async def _mark(db: aiosqlite.Connection, ids: list[str], status: str) -> int:
-        now = now_iso()
-        cursor = await db.executemany(
-            "UPDATE prompts SET status = ?, updated = ? WHERE id = ?",
-            [(status, now, prompt_id) for prompt_id in ids],
+        listed = list(ids)
+        return await self._batch(
+            f"marking prompts {status}", lambda conn: _mark(conn, listed, status)
         )
-        return cursor.rowcount
 
     async def requeue_prompts(self, ids: Iterable[str]) -> int:
         """Put unfinished prompts back to ``queued`` with no run (a run was cancelled)."""
@@ -183,14 +209,17 @@ class StoreWriter(StoreConnections):
     ) -> None:
         """Write the run row (status ``running``) and claim ``prompt_ids`` for it, at once."""
         ids = list(prompt_ids)
-        async with self._transaction(f"starting run {run_id}") as db:
-            key = await self._ensure_thread(db, channel, thread_id)
-            await db.execute(
+
+        def start(conn: sqlite3.Connection) -> None:
+            key = _ensure_thread(conn, channel, thread_id)
+            conn.execute(
                 "INSERT INTO runs (id, thread, started, status) VALUES (?, ?, ?, 'running')",
                 (run_id, key, now_iso()),
             )
             if ids:
-                await self._claim(db, ids, run_id)
+                _claim(conn, ids, run_id)
+
+        await self._batch(f"starting run {run_id}", start)
 
     async def add_tool_call(self, row: ToolCallRow) -> int:
         """Commit one nested call's audit row now (it survives a crash mid-run); return its id.
@@ -290,19 +319,18 @@ class StoreWriter(StoreConnections):
         extra = _dumps(counters) if counters else None
         ids = list(prompt_ids)
         now = now_iso()
-        async with self._transaction(f"finishing run {run_id}") as db:
-            found = list(
-                await db.execute_fetchall(
-                    "SELECT r.thread, th.session_id FROM runs r"
-                    " JOIN threads th ON th.id = r.thread WHERE r.id = ?",
-                    (run_id,),
-                )
-            )
-            if not found:
+
+        def finish(conn: sqlite3.Connection) -> None:
+            found = conn.execute(
+                "SELECT r.thread, th.session_id FROM runs r"
+                " JOIN threads th ON th.id = r.thread WHERE r.id = ?",
+                (run_id,),
+            ).fetchone()
+            if found is None:
                 raise StoreError(f"finishing run {run_id}: no such run (start it first)")
-            key, session = found[0]
-            parent = await self._scalar(
-                db,
+            key, session = found
+            parent = _scalar(
+                conn,
                 "SELECT uuid FROM records WHERE thread = ? ORDER BY seq DESC LIMIT 1",
                 (key,),
             )
@@ -324,13 +352,13 @@ class StoreWriter(StoreConnections):
                     )
                 )
                 parent = uuid
-            await db.executemany(
+            conn.executemany(
                 "INSERT INTO records (uuid, parent_uuid, thread, session_id, run_id, type,"
                 " timestamp, message, tool_use_result, cwd, version)"
                 " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 rows,
             )
-            await db.execute(
+            conn.execute(
                 "UPDATE runs SET finished = ?, status = ?, rounds = ?, run_code_calls = ?,"
                 " nested_calls = ?, bytes_in = ?, bytes_out = ?, final_round_forced = ?,"
                 " prompt_tokens = ?, completion_tokens = ?, extra = ?, error = ? WHERE id = ?",
@@ -350,8 +378,10 @@ class StoreWriter(StoreConnections):
                     run_id,
                 ),
             )
-            await self._mark(db, ids, prompt_status)
-            await db.execute("UPDATE threads SET last_active = ? WHERE id = ?", (now, key))
+            _mark(conn, ids, prompt_status)
+            conn.execute("UPDATE threads SET last_active = ? WHERE id = ?", (now, key))
+
+        await self._batch(f"finishing run {run_id}", finish)
 
     # ---- cursors ---------------------------------------------------------
 
@@ -360,8 +390,11 @@ class StoreWriter(StoreConnections):
 
         Message ids are sortable (ULID-style), so "back" is text order.
         """
-        async with self._statement(f"setting the cursor of {channel}") as db:
-            return await self._advance_cursor(db, channel, message_id)
+        return await self._batch(
+            f"setting the cursor of {channel}",
+            lambda conn: _advance_cursor(conn, channel, message_id),
+            transaction=False,
+        )
 
     async def first_start_cursor(self, message_id: str) -> str:
         """The cursor of the daemon's first start: ``message_id`` when none is stored
@@ -409,14 +442,3 @@ class StoreWriter(StoreConnections):
                 (CURSOR_SPACE, space, now_iso()),
             )
         return dropped
-
-    @staticmethod
-    async def _advance_cursor(db: aiosqlite.Connection, channel: str, message_id: str) -> bool:
-        cursor = await db.execute(
-            "INSERT INTO cursors (channel, message_id, updated) VALUES (?, ?, ?)"
-            " ON CONFLICT (channel) DO UPDATE"
-            " SET message_id = excluded.message_id, updated = excluded.updated"
-            " WHERE excluded.message_id > cursors.message_id",
-            (channel, message_id, now_iso()),
-        )
-        return cursor.rowcount == 1
