@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sqlite3
 import subprocess
 import sys
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -14,7 +16,7 @@ import pytest
 from daemon.cli import main
 from daemon.cli.sessions import MAX_LIMIT
 from sessions import RunMetrics, Store
-from sessions.ids import parse_since
+from sessions.ids import parse_since, thread_key
 from sessions.store import DEFAULT_DB_PATH
 from sessions.testing import run_records, tool_call_row
 
@@ -59,6 +61,14 @@ async def db(tmp_path_factory: pytest.TempPathFactory) -> Path:
                         )
                     )
             await store.finish_run(run, "done", records, RunMetrics(rounds=2), [prompt], "done")
+    # last_active is the wall clock to the millisecond, and runs this short may end in
+    # one: the order the threads were last active in is the order of CALLS, as written
+    with closing(sqlite3.connect(path)) as conn, conn:
+        for started, (channel, thread) in sorted((c[6], c[1:3]) for c in CALLS):
+            at = parse_since(started)
+            conn.execute(
+                "UPDATE threads SET last_active = ? WHERE id = ?", (at, thread_key(channel, thread))
+            )
     return path
 
 
