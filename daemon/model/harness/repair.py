@@ -266,6 +266,87 @@ def _tool_results(tree: ast.Module, functions: set[str]) -> set[str]:
     return {name for name, ok in bound.items() if ok}
 
 
+def _inline_helpers(tree: ast.Module) -> list[str]:
+    """Inline each helper function the snippet defines and calls once, as
+    ``v = await f()`` (or ``v = f()``), with no arguments: its body runs at the top
+    level and its ``return`` value is assigned to ``v``. Returns the helpers'
+    names.
+
+    A 1.5B model wraps a fetch in ``async def get_releases(): r = await
+    http_get(...); return r["releases"]``. When that fails, the data lives in the
+    function's locals: the look at the variables (and the key fix after it) sees
+    nothing, and the retry made the dates up. Only a plain helper moves: a body
+    with one ``return``, at its end; no ``global``, ``yield`` or nested ``def``;
+    no local name that the rest of the snippet uses.
+    """
+    defs = {
+        stmt.name: stmt
+        for stmt in tree.body
+        if isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef) and _plain_helper(stmt)
+    }
+    inlined: list[str] = []
+    for name, fn in defs.items():
+        uses = [n for n in ast.walk(tree) if isinstance(n, ast.Name) and n.id == name]
+        if len(uses) != 1:
+            continue
+        at = next((i for i, stmt in enumerate(tree.body) if _calls_once(stmt, fn)), None)
+        if at is None:
+            continue
+        local = {
+            n.id for n in ast.walk(fn) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)
+        }
+        outside = {
+            n.id
+            for stmt in tree.body
+            if stmt is not fn and stmt is not tree.body[at]
+            for n in ast.walk(stmt)
+            if isinstance(n, ast.Name)
+        }
+        if local & outside:
+            continue
+        call, last = tree.body[at], fn.body[-1]
+        if not (isinstance(call, ast.Assign) and isinstance(last, ast.Return) and last.value):
+            continue  # (never: _calls_once and _plain_helper said so)
+        body = [*fn.body[:-1], ast.Assign(targets=call.targets, value=last.value)]
+        tree.body[at : at + 1] = body
+        tree.body.remove(fn)
+        inlined.append(name)
+    return inlined
+
+
+def _plain_helper(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    """No parameters or decorators; one ``return <value>``, last; no ``global``,
+    ``nonlocal``, ``yield`` or nested function."""
+    a = fn.args
+    if fn.decorator_list or a.args or a.posonlyargs or a.kwonlyargs or a.vararg or a.kwarg:
+        return False
+    last = fn.body[-1] if fn.body else None
+    if not (isinstance(last, ast.Return) and last.value is not None):
+        return False
+    banned = (ast.Return, ast.Global, ast.Nonlocal, ast.Yield, ast.YieldFrom, ast.Lambda)
+    scopes = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+    nodes = [n for stmt in fn.body[:-1] for n in ast.walk(stmt)]
+    return not any(isinstance(n, (banned, scopes)) for n in nodes)
+
+
+def _calls_once(stmt: ast.stmt, fn: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    """Whether ``stmt`` is ``v = await fn()`` (``v = fn()`` for a plain def)."""
+    if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1):
+        return False
+    value = stmt.value
+    if isinstance(fn, ast.AsyncFunctionDef):
+        if not isinstance(value, ast.Await):
+            return False
+        value = value.value
+    return (
+        isinstance(value, ast.Call)
+        and isinstance(value.func, ast.Name)
+        and value.func.id == fn.name
+        and not value.args
+        and not value.keywords
+    )
+
+
 def repair_code(
     code: str, functions: Iterable[str] | dict[str, Signature] = ()
 ) -> tuple[str, list[str]]:
@@ -298,6 +379,9 @@ def repair_code(
     if len(body) != len(tree.body):
         repairs.append("dropped redefinitions or imports of the sandbox functions")
         tree.body = body
+    inlined = _inline_helpers(tree)
+    if inlined:
+        repairs.append("inlined helper functions called once: " + ", ".join(inlined))
     rebound = {n for n in top_level_targets(tree) if n in HELPER_NAMES}
     if rebound:
         tree = _RenameHelpers(rebound).visit(tree)
