@@ -11,9 +11,10 @@ logging):
   ``daemon/model/endpoint.py`` does (the SDK's ``post`` with ``cast_to=bytes``,
   the answer validated by ``ChatCompletion.model_validate_json``);
 - writes one transcript row with ``aiosqlite`` in one write transaction
-  (``BEGIN IMMEDIATE`` … ``COMMIT`` under an ``asyncio.Lock``), on a database
-  opened as ``sessions.connection`` opens the store's (autocommit, WAL,
-  ``synchronous=NORMAL``, ``busy_timeout``, ``foreign_keys``);
+  (``BEGIN IMMEDIATE``, the ``INSERT``, ``COMMIT``) run whole on aiosqlite's
+  thread in one job, as the store runs its own (``StoreConnections._batch``),
+  on a database opened as ``sessions.connection`` opens the store's
+  (autocommit, WAL, ``synchronous=NORMAL``, ``busy_timeout``, ``foreign_keys``);
 - publishes the reply (without waiting for its ack).
 
 With ``echo`` as the fifth argument it only receives and publishes (the
@@ -72,7 +73,6 @@ class Relay:
         self.channel = channel
         self.db = db
         self.echo = echo
-        self.lock = asyncio.Lock()  # one write transaction at a time, as the store's writer
         self.client = openai.AsyncOpenAI(
             base_url=model_url, api_key="bench-key", max_retries=0, timeout=60.0
         )
@@ -88,18 +88,22 @@ class Relay:
             "/chat/completions", body=body, cast_to=bytes, options={"timeout": 60.0}
         )
         reply = ChatCompletion.model_validate_json(content).choices[0].message.content or ""
-        async with self.lock:
-            await self.db.execute("BEGIN IMMEDIATE")
-            try:
-                await self.db.execute(
-                    "INSERT INTO transcript (id, thread, prompt, reply) VALUES (?, ?, ?, ?)",
-                    (frame["id"], frame["thread"], frame["text"], reply),
-                )
-                await self.db.commit()
-            except BaseException:
-                await asyncio.shield(self.db.rollback())
-                raise
+        row = (frame["id"], frame["thread"], frame["text"], reply)
+        await self.db._execute(self.write, row)  # one job; the thread runs them in turn
         await self.publish(frame, reply)
+
+    def write(self, row: tuple[str, str, str, str]) -> None:
+        """The transaction, on aiosqlite's thread."""
+        conn = self.db._conn
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            conn.execute(
+                "INSERT INTO transcript (id, thread, prompt, reply) VALUES (?, ?, ?, ?)", row
+            )
+            conn.commit()
+        except BaseException:
+            conn.rollback()
+            raise
 
     async def publish(self, frame: dict, reply: str) -> None:
         """The reply in the prompt's thread."""
