@@ -9,7 +9,13 @@ from __future__ import annotations
 import ast
 import re
 
-from daemon.model.harness.keys import _counted, _first_item, _plain, loop_sources, missing_key
+from daemon.model.harness.keys import (
+    counted_line,
+    first_item_path,
+    loop_sources,
+    missing_key,
+    plain_path,
+)
 
 __all__ = ["key_fix"]
 
@@ -78,7 +84,7 @@ class _KeyFix(ast.NodeTransformer):
     def visit_Subscript(self, node: ast.Subscript) -> ast.AST:
         self.generic_visit(node)
         s = node.slice
-        if not (isinstance(s, ast.Constant) and s.value == self.key and _plain(node.value)):
+        if not (isinstance(s, ast.Constant) and s.value == self.key and plain_path(node.value)):
             return node
         base = ast.unparse(node.value)
         below = {p for p in self.holders if _below(base, p)}
@@ -115,7 +121,7 @@ class _DigFix(ast.NodeTransformer):
     def __init__(self, key: str, tree: ast.Module, shapes: str) -> None:
         self.counted = [
             (path, rel, kind)
-            for path, have, total, rel, kind in filter(None, map(_counted, shapes.splitlines()))
+            for path, have, total, rel, kind in filter(None, map(counted_line, shapes.splitlines()))
             if 0 < have < total and rel and rel[-1] == key
         ]
         self.shapes = shapes
@@ -131,7 +137,7 @@ class _DigFix(ast.NodeTransformer):
             return self.generic_visit(node)
         var, rel = chain
         over = self.loops.get(var)
-        first = _first_item(over, self.shapes) if over is not None else None
+        first = first_item_path(over, self.shapes) if over is not None else None
         for path, counted_rel, kind in self.counted:
             if first != f"{path}[0]" or rel != counted_rel:
                 continue

@@ -11,7 +11,16 @@ import re
 
 from daemon.model.harness.feedback import error_signature
 
-__all__ = ["key_hint", "missing_key", "value_hint"]
+# counted_line, first_item_path, loop_sources and plain_path serve harness/keyfix.py too
+__all__ = [
+    "counted_line",
+    "first_item_path",
+    "key_hint",
+    "loop_sources",
+    "missing_key",
+    "plain_path",
+    "value_hint",
+]
 
 _KEY = re.compile(r"^KeyError: (.+)$")
 
@@ -33,7 +42,7 @@ def key_hint(error: str, shapes: str | None, code: str | None = None) -> str | N
     key = missing_key(error)
     if key is None or not shapes:
         return None
-    counted = [c for c in map(_counted, shapes.splitlines()) if c is not None]
+    counted = [c for c in map(counted_line, shapes.splitlines()) if c is not None]
     if counted:
         return _counted_hint(key, *min(counted, key=lambda c: c[1] == c[2]))
     if code is not None and (item := _item_hint(code, key, shapes)):
@@ -113,7 +122,7 @@ _ITEMS_OF = re.compile(r"^(\w+)\['items'\]$")
 _DEFAULTS = {"a list": "[]", "a dict": "{}", "a number": "0", "a str": "''", "a bool": "False"}
 
 
-def _counted(line: str) -> tuple[str, int, int, list[str], str] | None:
+def counted_line(line: str) -> tuple[str, int, int, list[str], str] | None:
     """``(list path, items with the key, items, relative path, kind)`` of a counted line."""
     m = _COUNTED_LINE.match(line.strip())
     if m is None:
@@ -151,7 +160,7 @@ def _counted_hint(key: str, path: str, have: int, total: int, rel: list[str], ki
     )
 
 
-def _plain(node: ast.expr) -> bool:
+def plain_path(node: ast.expr) -> bool:
     """Whether ``node`` is a variable or its constant subscripts (``r``, ``r['json']``)."""
     while isinstance(node, ast.Subscript):
         if not isinstance(node.slice, ast.Constant):
@@ -237,7 +246,7 @@ def _item_hint(code: str, key: str, shapes: str) -> str | None:
         ):
             continue
         var, over = node.value.id, loops[node.value.id]
-        first = _first_item(over, shapes)
+        first = first_item_path(over, shapes)
         if first is None:
             continue
         keys = _keys_at(first, shapes)
@@ -278,7 +287,7 @@ def loop_sources(tree: ast.AST) -> dict[str, ast.expr]:
     return loops
 
 
-def _first_item(over: ast.expr, shapes: str) -> str | None:
+def first_item_path(over: ast.expr, shapes: str) -> str | None:
     """The look's path of the first item a loop runs over (``items(x)``, ``x['items']``,
     ``x``), or None when the look shows no such list."""
     if (
@@ -288,7 +297,7 @@ def _first_item(over: ast.expr, shapes: str) -> str | None:
         and len(over.args) == 1
     ):
         inner = over.args[0]
-        if not _plain(inner):
+        if not plain_path(inner):
             return None
         base = ast.unparse(inner)
         for path in (f"{base}['items']", base):
@@ -301,7 +310,7 @@ def _first_item(over: ast.expr, shapes: str) -> str | None:
             if m.group(1).startswith(base + "[") and _ONE_SEGMENT.fullmatch(m.group(1)[len(base) :])
         }
         return f"{below.pop()}[0]" if len(below) == 1 else None
-    if not _plain(over):
+    if not plain_path(over):
         return None
     path = ast.unparse(over)
     return f"{path}[0]" if f"len({path}) == " in shapes else None
