@@ -211,3 +211,19 @@ def test_a_key_some_items_lack_is_read_with_dig_where_nothing_is_certain() -> No
     )
     assert key_fix("[p for p in items(pods) if p['status']['phase'] > 'F']", perr, phase) is None
     assert key_fix("[p for p in items(pods) if p['status']['phase'] == '']", perr, phase) is None
+
+
+def test_a_key_inside_text_gets_the_text_hint_before_the_item_hint() -> None:
+    """``x['stock']`` for ``x`` in ``items(inv)``, where ``inv`` is a response whose body is
+    CSV text naming that column: the CSV hint, not "x has no key stock"."""
+    look = (
+        "len(rows) == 1\nrows[0]['status'] == 200\n"
+        "rows[0]['body'] is a str of 5 lines (text, not parsed)\n"
+        "rows[0]['body'].splitlines()[:3] == ['item,stock', 'bolts,120', 'nuts,45']"
+    )
+    hint = key_hint(ERROR.format("stock"), look, "min(rows, key=lambda x: x['stock'])")
+    assert hint is not None
+    assert hint.startswith("Hint: rows[0]['body'] is CSV text (its first line is 'item,stock')")
+    other = key_hint(ERROR.format("price"), look, "min(rows, key=lambda x: x['price'])")
+    assert other is not None
+    assert other.startswith("Hint: x is one item of rows, shaped like rows[0]")

@@ -45,8 +45,8 @@ def key_hint(error: str, shapes: str | None, code: str | None = None) -> str | N
     counted = [c for c in map(counted_line, shapes.splitlines()) if c is not None]
     if counted:
         return _counted_hint(key, *min(counted, key=lambda c: c[1] == c[2]))
-    if code is not None and (item := _item_hint(code, key, shapes)):
-        return item
+    if code is not None and not _in_text(key, shapes) and (item := _item_hint(code, key, shapes)):
+        return item  # (a key inside text is a column to parse: the text hint says how)
     found: list[str] = [
         f"{m.group(1)}[{key!r}]"
         for m in _HAS_LINE.finditer(shapes)
@@ -84,8 +84,7 @@ def _nowhere_hint(key: str, shapes: str) -> str:
             "To count by it, a dict you fill starts empty: counts[k] = counts.get(k, 0) + 1, "
             "or count_by(xs, 'a.b')."
         )
-    word = re.compile(rf"\b{re.escape(key)}\b")
-    if any(word.search(line) for line in shapes.splitlines() if _TEXT_LINE.search(line)):
+    if _in_text(key, shapes):
         return _csv_hint(shapes) or (
             f"Hint: {key} is only inside text (a str shown above by its first lines), not "
             "a key: parse the text first: json.loads(text) for JSON; for CSV, rows = "
@@ -96,6 +95,12 @@ def _nowhere_hint(key: str, shapes: str) -> str:
         "do not read it. Use only the keys shown there, or get the data from another "
         "function."
     )
+
+
+def _in_text(key: str, shapes: str) -> bool:
+    """Whether ``key`` is a word of a text the look shows (a CSV column's name)."""
+    word = re.compile(rf"\b{re.escape(key)}\b")
+    return any(word.search(line) for line in shapes.splitlines() if _TEXT_LINE.search(line))
 
 
 # The look's lines for text (daemon/model/harness/peek.py): its first lines, or its start.
