@@ -455,11 +455,12 @@ async def test_cancelled_while_waiting_for_the_lock_of_another_process(store: St
             await task
     finally:
         other.close()
-    # the BEGIN that went through after the cancel was rolled back, so this can begin
+    # the BEGIN that went through after the cancel ended (rolled back, or committed
+    # whole when the batch passed its last check before the cancel reached it: the
+    # batch runs on aiosqlite's thread while this test holds the loop), so this can begin
     await store.set_cursor("#ops", "01A")
-    assert raw(store.path, "SELECT status, (SELECT count(*) FROM records) FROM runs") == [
-        ("running", 0)
-    ]
+    state = raw(store.path, "SELECT status, (SELECT count(*) FROM records) FROM runs")
+    assert state in ([("running", 0)], [("done", 1)])
 
 
 # ---- history and cursors -----------------------------------------------------
