@@ -227,20 +227,3 @@ def test_a_key_inside_text_gets_the_text_hint_before_the_item_hint() -> None:
     other = key_hint(ERROR.format("price"), look, "min(rows, key=lambda x: x['price'])")
     assert other is not None
     assert other.startswith("Hint: x is one item of rows, shaped like rows[0]")
-
-
-def test_the_item_hint_writes_out_the_fields_the_question_names() -> None:
-    """The first item's fields whose keys are words of the question (stemmed:
-    "namespaces" names ``namespace``) are written with the loop variable and their
-    values; a question naming none adds nothing."""
-    code = "[w['path'] for w in items(pods) if any(o for o in items(w['items']))]"
-    question = "Which namespaces have a pod in phase Failed?"
-    hint = key_hint(ERROR.format("items"), PODS_LOOK, code, question)
-    assert hint is not None
-    assert (
-        "My question's words are in its fields w['metadata']['namespace'] == 'web' and "
-        "w['status']['phase'] == 'Running'. Read what"
-    ) in hint
-    plain = key_hint(ERROR.format("items"), PODS_LOOK, code, "Which are listed?")
-    assert plain is not None
-    assert "My question's words" not in plain

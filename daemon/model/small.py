@@ -236,8 +236,7 @@ async def after_block(
     recheck = recheck and (shapes is not None or start is not None)
     ls.rechecked = ls.rechecked or recheck
     # where a missing key really is
-    snippet = code if isinstance(code, str) else None
-    located = key_hint(text, shapes, snippet, ls.question) if failed else None
+    located = key_hint(text, shapes, code if isinstance(code, str) else None) if failed else None
     if failed and located is None and isinstance(code, str):
         located = value_hint(code, plain, shapes)  # what a value the snippet misread is
         text = plain if located else text  # it says more than the traceback's hint

@@ -10,7 +10,6 @@ import json
 import re
 
 from daemon.model.harness.feedback import error_signature
-from daemon.model.harness.topics import question_words, words
 
 # counted_line, first_item_path, loop_sources and plain_path serve harness/keyfix.py too
 __all__ = [
@@ -26,9 +25,7 @@ __all__ = [
 _KEY = re.compile(r"^KeyError: (.+)$")
 
 
-def key_hint(
-    error: str, shapes: str | None, code: str | None = None, question: str = ""
-) -> str | None:
+def key_hint(error: str, shapes: str | None, code: str | None = None) -> str | None:
     """Where a missing key really is, from the look at the variables (:func:`peek_code`).
 
     Asked for ``status["components"]`` of an ``http_get`` result, the model
@@ -40,8 +37,7 @@ def key_hint(
     how many lack it and writes the ``dig`` with its path and default: told only
     to skip such items, the model tested ``'containerStatuses' in pod``, a level
     too high, and summed nothing. A key read of a loop variable (``code`` given)
-    that its items do not have says what one item is (:func:`_item_hint`), and
-    which of its fields the ``question``'s words name.
+    that its items do not have says what one item is (:func:`_item_hint`).
     """
     key = missing_key(error)
     if key is None or not shapes:
@@ -49,11 +45,7 @@ def key_hint(
     counted = [c for c in map(counted_line, shapes.splitlines()) if c is not None]
     if counted:
         return _counted_hint(key, *min(counted, key=lambda c: c[1] == c[2]))
-    if (
-        code is not None
-        and not _in_text(key, shapes)
-        and (item := _item_hint(code, key, shapes, question))
-    ):
+    if code is not None and not _in_text(key, shapes) and (item := _item_hint(code, key, shapes)):
         return item  # (a key inside text is a column to parse: the text hint says how)
     found: list[str] = [
         f"{m.group(1)}[{key!r}]"
@@ -236,16 +228,13 @@ def _csv_hint(shapes: str) -> str | None:
     return None
 
 
-def _item_hint(code: str, key: str, shapes: str, question: str = "") -> str | None:
+def _item_hint(code: str, key: str, shapes: str) -> str | None:
     """For ``v[key]`` where ``v`` runs over a list the look shows (``for v in items(x)``,
     ``x['items']``, ``x``) and its first item has no such key: what one item is.
 
     Asked which namespaces hold a Failed pod, the model wrote ``for w in
     items(pods)`` and read ``w['items']``, as if each item were a namespace holding
-    pods; told "items is at pods['items']", it wrote the same loop again. Told
-    the item's keys, it kept ``w['items']`` too: so the fields of the first item
-    whose names are words of the question (``w['metadata']['namespace']``,
-    ``w['status']['phase']``) are written out, with their values.
+    pods; told "items is at pods['items']", it wrote the same loop again.
     """
     try:
         tree = ast.parse(code)
@@ -269,29 +258,13 @@ def _item_hint(code: str, key: str, shapes: str, question: str = "") -> str | No
         if not keys or key in keys:
             continue
         shown = ", ".join(keys[:8])
-        asked = _asked_fields(var, first, shapes, question_words(question))
-        named = f" My question's words are in its fields {' and '.join(asked)}." if asked else ""
         return (
             f"Hint: {var} is one item of {ast.unparse(over)}, shaped like {first} (the "
-            f"first): its keys are {shown}, and {key} is not one of them.{named} Read what "
-            f"you need from those keys, as the list of what your variables hold shows under "
+            f"first): its keys are {shown}, and {key} is not one of them. Read what you "
+            f"need from those keys, as the list of what your variables hold shows under "
             f"{first}."
         )
     return None
-
-
-def _asked_fields(var: str, first: str, shapes: str, asked: frozenset[str]) -> list[str]:
-    """The look's value lines under ``first`` whose keys are words of the question, as
-    ``var[...] == value`` (at most four)."""
-    found: list[str] = []
-    for line in shapes.splitlines():
-        if not line.startswith(first + "[") or " == " not in line:
-            continue
-        rest = line[len(first) :]
-        segments = _SEGMENT.findall(rest.split(" == ", 1)[0])
-        if any(asked & words(seg) for seg in segments):
-            found.append(f"{var}{rest}")
-    return found[:4]
 
 
 _KEYED = frozenset({"max", "min", "sorted"})
