@@ -78,6 +78,17 @@ async def code_mode(monty_pool: Any) -> AsyncIterator[tuple[CodeModeToolExecutor
         yield ex, inner
 
 
+def ran_codes(result: Any) -> list[str]:
+    """The code of every run_code call in a run's transcript, in order."""
+    return [
+        b["input"]["code"]
+        for r in result.records
+        if r.type == "assistant"
+        for b in r.message["content"]
+        if b.get("type") == "tool_use"
+    ]
+
+
 DOWN = (
     "s = await fetch(url='/status')\n"
     "down = [c['name'] for c in s['components'] if c['status'] == 'down']\ndown"
@@ -100,13 +111,7 @@ async def test_a_key_one_path_off_is_read_where_it_is_without_a_model_round(code
     assert result.metrics.run_code_calls == 2
     assert result.metrics.harness_gave_up is False
     assert inner.calls_to("fetch") == [{"url": "/status"}] * 2
-    codes = [
-        b["input"]["code"]
-        for r in result.records
-        if r.type == "assistant"
-        for b in r.message["content"]
-        if b.get("type") == "tool_use"
-    ]
+    codes = ran_codes(result)
     assert codes[0] == DOWN
     assert "s['json']['components']" in codes[1]
 
@@ -213,11 +218,4 @@ async def test_a_key_some_items_lack_is_read_with_dig_where_it_is_iterated(code_
     assert len(fake.requests) == 2
     assert fake.requests[1]["messages"][-1]["content"].startswith("The code returned:\nb\n")
     assert result.metrics.key_fixes == 1
-    tool_uses = [
-        b["input"]["code"]
-        for r in result.records
-        if r.type == "assistant"
-        for b in r.message["content"]
-        if b.get("type") == "tool_use"
-    ]
-    assert "dig(p, 'status.containerStatuses', default=[])" in tool_uses[1]
+    assert "dig(p, 'status.containerStatuses', default=[])" in ran_codes(result)[1]
