@@ -7,22 +7,18 @@ certain, the harness reads it there instead of asking the model to.
 from __future__ import annotations
 
 import ast
-import re
 
 from daemon.model.harness.keys import (
     counted_line,
     first_item_path,
+    key_paths,
+    list_paths,
     loop_sources,
     missing_key,
     plain_path,
 )
 
 __all__ = ["key_fix"]
-
-
-# Lines of the look that name a path: `r['json']: has 'components'` (a missing key's
-# search), `len(r['json']['components']) == 4` (a list), `r['json']['version'] == '2.7.1'`.
-_PATH_LINE = re.compile(r"^(len\()?(\w+(?:\[[^\[\]]+\])*)\)?(: has | == )(.*)$")
 
 
 def key_fix(code: str, error: str, shapes: str | None) -> str | None:
@@ -49,19 +45,14 @@ def key_fix(code: str, error: str, shapes: str | None) -> str | None:
         tree = ast.parse(code)
     except (SyntaxError, ValueError, MemoryError, RecursionError):
         return None
-    holders: set[str] = set()  # paths whose dict holds the key
-    lists: set[str] = set()  # paths of lists
-    quoted = f"[{key!r}]"
-    for m in map(_PATH_LINE.match, shapes.splitlines()):
-        if m is None:
-            continue
-        length, path, sep, rest = m.groups()
-        if sep == ": has " and rest == repr(key):
-            holders.add(path)
-        elif path.endswith(quoted):
-            holders.add(path[: -len(quoted)])
-        if length and sep == " == ":
-            lists.add(path)
+    # the paths whose dict holds the key (each path to it, less its last segment)
+    holders = {
+        path[: -len(quoted)]
+        for path in key_paths(key, shapes)
+        for quoted in (f"[{key!r}]", f'["{key}"]')
+        if path.endswith(quoted)
+    }
+    lists = list_paths(shapes)
     fixer = _KeyFix(key, holders, lists)
     fixer.visit(tree)
     if not fixer.changed:

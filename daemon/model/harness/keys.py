@@ -11,11 +11,14 @@ import re
 
 from daemon.model.harness.feedback import error_signature
 
-# counted_line, first_item_path, loop_sources and plain_path serve harness/keyfix.py too
+# counted_line, first_item_path, key_paths, list_paths, loop_sources and plain_path
+# serve harness/keyfix.py too
 __all__ = [
     "counted_line",
     "first_item_path",
     "key_hint",
+    "key_paths",
+    "list_paths",
     "loop_sources",
     "missing_key",
     "plain_path",
@@ -47,6 +50,21 @@ def key_hint(error: str, shapes: str | None, code: str | None = None) -> str | N
         return _counted_hint(key, *min(counted, key=lambda c: c[1] == c[2]))
     if code is not None and not _in_text(key, shapes) and (item := _item_hint(code, key, shapes)):
         return item  # (a key inside text is a column to parse: the text hint says how)
+    found = key_paths(key, shapes)
+    if not found:
+        return _nowhere_hint(key, shapes)
+    if any("[0]" in path for path in found):
+        return (
+            f"Hint: {key} is in the first item ({found[0]}) but missing in another: "
+            f"skip items without it, or use dig(item, '...{key}', default=...)."
+        )
+    return f"Hint: {key} is not where your code looked; it is at {' and '.join(found[:2])}."
+
+
+def key_paths(key: str, shapes: str) -> list[str]:
+    """The look's paths that end with ``key`` (``r['json']['components']``), in order:
+    from its lines that hold a dict with the key (``r['json']: has 'components'``) and
+    from every path line the key is a segment of."""
     found: list[str] = [
         f"{m.group(1)}[{key!r}]"
         for m in _HAS_LINE.finditer(shapes)
@@ -59,14 +77,12 @@ def key_hint(error: str, shapes: str | None, code: str | None = None) -> str | N
                 path = line[: at + len(quoted)].removeprefix("len(")
                 if path not in found:
                     found.append(path)
-    if not found:
-        return _nowhere_hint(key, shapes)
-    if any("[0]" in path for path in found):
-        return (
-            f"Hint: {key} is in the first item ({found[0]}) but missing in another: "
-            f"skip items without it, or use dig(item, '...{key}', default=...)."
-        )
-    return f"Hint: {key} is not where your code looked; it is at {' and '.join(found[:2])}."
+    return found
+
+
+def list_paths(shapes: str) -> set[str]:
+    """The paths of the lists the look shows (``len(r['json']) == 4``)."""
+    return set(_LEN_LINE.findall(shapes))
 
 
 def _nowhere_hint(key: str, shapes: str) -> str:
