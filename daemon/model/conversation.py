@@ -55,7 +55,6 @@ class LoopState:
     failures: int = 0
     answering: bool = False
     rechecked: bool = False
-    key_fixes: int = 0  # snippets run again with a key read where it is (harness)
     last_result: str | None = None
     samples: int = 1  # snippets drawn for a short answer ([model] answer_samples)
     voted: bool = False  # the vote for this run's answer was taken

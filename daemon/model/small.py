@@ -221,12 +221,12 @@ async def after_block(
         else:
             missing = missing_key(text) if failed else None
             shapes = await _peek(caller, code, state, functions, missing)
-    if failed and retry and shapes and isinstance(code, str) and ls.key_fixes < MAX_KEY_FIXES:
+    fixes = state.metrics.key_fixes  # this run's (a paused run keeps its metrics)
+    if failed and retry and shapes and isinstance(code, str) and fixes < MAX_KEY_FIXES:
         fixed = key_fix(code, text, shapes)
         if fixed is not None and may_rerun(code, ls.mutating):
             # the look found the key one path below where the snippet read it: read it
             # there and run again, without a model round (not a failure of the model's)
-            ls.key_fixes += 1
             ls.failures -= 1
             state.metrics.key_fixes += 1
             again = made_up_call("run_code", {"code": fixed}, state)
