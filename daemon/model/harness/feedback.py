@@ -404,10 +404,8 @@ def url_hint(
     the function that fetches it.
     """
     urls = [u.rstrip(".,;:!?)") for u in _URL.findall(question)]
-    fetchers = sorted(name for name, (params, _) in functions.items() if "url" in params)
-    if not urls or not fetchers:
-        return None
-    if any(re.search(rf"\b{re.escape(f)}\s*\(", code) for f in fetchers):
+    fetchers = _fetchers(functions)
+    if not urls or not fetchers or _calls_any(code, fetchers):
         return None
     call = f"r = await {fetchers[0]}(url='{urls[0]}')"
     return f"Hint: my question names {urls[0]}: fetch it with {call}."
@@ -424,7 +422,14 @@ def fetched_url(
     question's "between" and "days" matched convert_time's stub, the retry was
     asked to start with convert_time, and the model made the dates up.
     """
-    if not _URL.search(question):
-        return False
-    fetchers = [name for name, (params, _) in functions.items() if "url" in params]
-    return any(re.search(rf"\b{re.escape(f)}\s*\(", code) for f in fetchers)
+    return _URL.search(question) is not None and _calls_any(code, _fetchers(functions))
+
+
+def _fetchers(functions: Mapping[str, tuple[Collection[str], object]]) -> list[str]:
+    """The functions that take a ``url``, by name."""
+    return sorted(name for name, (params, _) in functions.items() if "url" in params)
+
+
+def _calls_any(code: str, names: Iterable[str]) -> bool:
+    """Whether ``code`` calls one of ``names`` (as written: ``name(``)."""
+    return any(re.search(rf"\b{re.escape(n)}\s*\(", code) for n in names)
