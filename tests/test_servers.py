@@ -421,3 +421,40 @@ async def test_http_get_body_over_max_bytes_is_an_error(simple_open: McpToolExec
     assert "more than the limit of 1000 bytes (the server's --max-bytes)" in over.content
     assert not whole.is_error
     assert whole.structured["body"] == "y" * 1000
+
+
+#: Cloud metadata endpoints, spelled every way a URL may: plain, as one integer, in
+#: hex, in octal, with short parts, and carried inside IPv6.
+METADATA_URLS = (
+    "http://169.254.169.254/latest/meta-data/",
+    "http://100.100.100.200/latest/meta-data/",  # Alibaba Cloud
+    "http://192.0.0.192/opc/v2/instance/",  # Oracle Cloud
+    "http://[fd00:ec2::254]/latest/meta-data/",  # AWS over IPv6
+    "http://2852039166/",
+    "http://0xA9FEA9FE/",
+    "http://0251.0376.0251.0376/",
+    "http://169.254.43518/",
+    "http://1684301000/",  # 100.100.100.200
+    "http://3221225664/",  # 192.0.0.192
+    "http://[::ffff:169.254.169.254]/",
+    "http://[::169.254.169.254]/",
+    "http://[64:ff9b::a9fe:a9fe]/",
+    "http://[2002:a9fe:a9fe::]/",
+    "http://[2001:0:a9fe:a9fe::1]/",
+    "http://[::ffff:100.100.100.200]/",
+    "http://[64:ff9b::c000:c0]/",
+)
+
+
+async def test_http_get_never_fetches_a_metadata_endpoint_with_or_without_deny_private(
+    ex: McpToolExecutor, simple_open: McpToolExecutor
+) -> None:
+    """Through the real server over stdio, with --deny-private and without it: every
+    cloud metadata endpoint in every spelling is an error naming it as metadata."""
+    for executor in (ex, simple_open):
+        for url in METADATA_URLS:
+            out = await executor.call_tool("http_get", {"url": url})
+            assert out.is_error, url
+            assert "is a link-local or cloud metadata address, which is never fetched" in (
+                out.content
+            ), (url, out.content)

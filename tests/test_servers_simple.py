@@ -23,7 +23,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from servers.simple.fetch import FetchError, fetch
-from servers.simple.policy import embedded_ipv4, parse_ip, refusal
+from servers.simple.policy import embedded_ipv4, literal_ip, parse_ip, refusal
 from servers.simple.server import build_server, parsed_json
 from tests.fakes.loopback_http import Handler, serving
 
@@ -47,6 +47,21 @@ POLICY_TABLE: dict[str, tuple[str, str]] = {
     "2001:0:a9fe:a9fe::1": (LINK_LOCAL, LINK_LOCAL),  # Teredo server
     "2001:0:808:808::5601:5601": (LINK_LOCAL, LINK_LOCAL),  # Teredo client (inverted)
     "2600::5efe:a9fe:a9fe": (LINK_LOCAL, LINK_LOCAL),  # ISATAP interface id
+    # the metadata endpoints outside link-local, plain and carried: refused either way
+    "100.100.100.200": (LINK_LOCAL, LINK_LOCAL),  # Alibaba Cloud
+    "192.0.0.192": (LINK_LOCAL, LINK_LOCAL),  # Oracle Cloud
+    "::ffff:100.100.100.200": (LINK_LOCAL, LINK_LOCAL),
+    "::ffff:192.0.0.192": (LINK_LOCAL, LINK_LOCAL),
+    "::100.100.100.200": (LINK_LOCAL, LINK_LOCAL),  # IPv4-compatible
+    "64:ff9b::6464:64c8": (LINK_LOCAL, LINK_LOCAL),  # NAT64 of 100.100.100.200
+    "64:ff9b::c000:c0": (LINK_LOCAL, LINK_LOCAL),  # NAT64 of 192.0.0.192
+    "2002:6464:64c8::": (LINK_LOCAL, LINK_LOCAL),  # 6to4 of 100.100.100.200
+    "2002:c000:c0::1": (LINK_LOCAL, LINK_LOCAL),  # 6to4 of 192.0.0.192
+    "2001:0:c000:c0::1": (LINK_LOCAL, LINK_LOCAL),  # Teredo, server 192.0.0.192
+    "fd00:ec2::254%1": (LINK_LOCAL, LINK_LOCAL),
+    # their neighbours are only private
+    "100.100.100.201": (OK, PRIVATE),
+    "192.0.0.191": (OK, PRIVATE),
     # not globally routable: allowed by default, refused with --deny-private
     "127.0.0.1": (OK, PRIVATE),
     "10.1.2.3": (OK, PRIVATE),
@@ -278,6 +293,68 @@ async def test_names_resolving_to_refused_addresses_are_refused(port: int) -> No
         await fetch(
             f"http://internal.test:{port}/ok", deny_private=True, resolver=resolver_for("10.0.0.1")
         )
+
+
+#: 169.254.169.254 as ``inet_aton`` (so getaddrinfo, and browsers) also read it.
+METADATA_SPELLINGS = (
+    "2852039166",
+    "0xA9FEA9FE",
+    "0xa9fea9fe",
+    "0251.0376.0251.0376",
+    "169.254.43518",
+    "169.16689662",
+    "0xa9.0xfe.0xa9.0xfe",
+    "0251.254.169.0376",
+)
+
+
+@pytest.mark.parametrize("host", METADATA_SPELLINGS)
+def test_every_spelling_of_an_ipv4_host_is_that_address(host: str) -> None:
+    """A host in any of inet_aton's forms is read as the address it spells; a name
+    (even one of hex digits, or with junk after a space) is not an address."""
+    assert literal_ip(host) == ipaddress.IPv4Address("169.254.169.254")
+    assert literal_ip("::ffff:169.254.169.254") == ipaddress.IPv6Address("::ffff:a9fe:a9fe")
+    for name in ("example.com", "deadbeef", "a9fe.a9fe", "1.2.3.4 x", "", "1.2.3.4.5"):
+        assert literal_ip(name) is None, name
+
+
+async def test_metadata_addresses_are_refused_in_every_spelling_without_a_lookup() -> None:
+    """Without --deny-private: every metadata endpoint, spelled as an integer, in hex,
+    in octal, with short parts, or carried in IPv6, is refused before any lookup;
+    a resolver that would answer a harmless address is never asked."""
+    calls: list[str] = []
+    harmless = resolver_for("127.0.0.1", calls=calls)
+    hosts = [
+        *METADATA_SPELLINGS,
+        "100.100.100.200",
+        "1684301000",  # 100.100.100.200
+        "0x64.0x64.100.200",
+        "192.0.0.192",
+        "3221225664",  # 192.0.0.192
+        "0300.0.0.0300",
+        "[fd00:ec2::254]",
+        "[::ffff:169.254.169.254]",
+        "[::169.254.169.254]",
+        "[64:ff9b::a9fe:a9fe]",
+        "[2002:a9fe:a9fe::]",
+        "[2001:0:a9fe:a9fe::1]",
+        "[::ffff:100.100.100.200]",
+        "[64:ff9b::c000:c0]",
+    ]
+    for host in hosts:
+        with pytest.raises(FetchError, match="link-local or cloud metadata address") as refused:
+            await fetch(f"http://{host}/latest/meta-data/", resolver=harmless, timeout=5)
+        assert "refused to fetch" in str(refused.value), host
+    assert calls == []
+
+
+async def test_names_resolving_to_any_metadata_endpoint_are_refused() -> None:
+    """A name whose lookup answers a metadata endpoint (in any family or form) is
+    refused after the lookup, without --deny-private, naming what it resolved to."""
+    for address in ("100.100.100.200", "192.0.0.192", "fd00:ec2::254", "64:ff9b::a9fe:a9fe"):
+        with pytest.raises(FetchError, match="link-local or cloud metadata address") as refused:
+            await fetch("http://metadata.test/", resolver=resolver_for(address), timeout=5)
+        assert f"metadata.test resolves to {address}" in str(refused.value)
 
 
 async def test_connection_goes_to_the_checked_address(port: int) -> None:

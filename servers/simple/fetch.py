@@ -1,6 +1,7 @@
 """GET one URL on asyncio, checking every address first.
 
-The host is resolved once, every address it resolves to is checked against
+The host is resolved once (a host that spells an address, in any of
+``inet_aton``'s forms, is that address: no lookup), every address it resolves to is checked against
 the policy (one refused address refuses the request), and the connection goes
 to a checked address, never through a second lookup: a DNS answer that changes
 between the check and the connect (rebinding) cannot reach a refused address.
@@ -38,7 +39,7 @@ from urllib.parse import quote, urljoin, urlsplit
 
 import h11
 
-from servers.simple.policy import parse_ip, refusal
+from servers.simple.policy import literal_ip, parse_ip, refusal
 
 __all__ = ["DEFAULT_MAX_BYTES", "DEFAULT_TIMEOUT", "FetchError", "Resolver", "Response", "fetch"]
 
@@ -171,16 +172,15 @@ async def _resolve_checked(
     host: str, port: int, deny_private: bool, resolver: Resolver
 ) -> list[tuple[int, str]]:
     """Every address of ``host``, each checked; one refusal refuses them all."""
-    try:
-        literal = parse_ip(host)
-    except ValueError:
+    literal = literal_ip(host)
+    if literal is None:
         try:
             infos = await resolver(host, port)
         except (socket.gaierror, UnicodeError) as exc:
             raise FetchError(f"cannot resolve {host}: {exc}") from exc
-    else:  # an address in the URL needs no lookup, so no executor thread
+    else:  # an address in the URL (in any spelling) needs no lookup, so no executor thread
         family = socket.AF_INET6 if literal.version == 6 else socket.AF_INET
-        infos = [(family, socket.SOCK_STREAM, 6, "", (host, port))]
+        infos = [(family, socket.SOCK_STREAM, 6, "", (str(literal), port))]
     addresses: list[tuple[int, str]] = []
     for family, _type, _proto, _canon, sockaddr in infos:
         ip = parse_ip(sockaddr[0])

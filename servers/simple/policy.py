@@ -1,9 +1,13 @@
 """Which addresses ``http_get`` may connect to. Pure functions, no I/O.
 
-Always refused: link-local addresses (169.254.0.0/16 and fe80::/10, where the
-cloud metadata endpoints live, e.g. 169.254.169.254) and AWS's IPv6 metadata
-address fd00:ec2::254, also when carried inside an IPv6 address (see
-:func:`embedded_ipv4`).
+Always refused, with or without ``deny_private``: link-local addresses
+(169.254.0.0/16 and fe80::/10, where most cloud metadata endpoints live, e.g.
+169.254.169.254) and the metadata endpoints outside them
+(:data:`METADATA_ADDRESSES`: Alibaba's 100.100.100.200, Oracle's 192.0.0.192,
+AWS's IPv6 fd00:ec2::254), also when carried inside an IPv6 address (see
+:func:`embedded_ipv4`). An IPv4 host spelled the old ``inet_aton`` way
+(``2852039166``, ``0xA9FEA9FE``, ``0251.0376.0251.0376``, ``169.254.43518``)
+is that address (:func:`literal_ip`), checked like any other.
 
 With ``deny_private`` also refused: every address that is not globally
 routable and multicast. The ranges are written out here from the IANA
@@ -17,14 +21,27 @@ translation of an IPv4 address, which is then judged by that IPv4 address.
 from __future__ import annotations
 
 import ipaddress
+import socket
 from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network
 
-__all__ = ["embedded_ipv4", "parse_ip", "refusal"]
+__all__ = ["METADATA_ADDRESSES", "embedded_ipv4", "literal_ip", "parse_ip", "refusal"]
 
 IPAddress = IPv4Address | IPv6Address
 
-#: AWS's IMDS over IPv6; a unique-local address, so not caught as link-local.
-METADATA_ADDRESSES = frozenset({ipaddress.ip_address("fd00:ec2::254")})
+#: Cloud metadata endpoints outside the link-local ranges: refused even without
+#: ``deny_private`` (the link-local ones, 169.254.169.254 among them, are refused
+#: as link-local). Each is also in a range ``deny_private`` refuses.
+METADATA_ADDRESSES: frozenset[IPv4Address | IPv6Address] = frozenset(
+    ipaddress.ip_address(a)
+    for a in (
+        "100.100.100.200",  # Alibaba Cloud (inside carrier-grade NAT 100.64.0.0/10)
+        "192.0.0.192",  # Oracle Cloud (inside IETF protocol assignments 192.0.0.0/24)
+        "fd00:ec2::254",  # AWS's IMDS over IPv6 (unique-local)
+    )
+)
+#: The characters of an IPv4 address in ``inet_aton``'s spellings (decimal, octal,
+#: hex parts; one to four of them).
+_ATON_CHARS = frozenset("0123456789abcdefxABCDEFX.")
 
 _V4_LINK_LOCAL = IPv4Network("169.254.0.0/16")
 _V6_LINK_LOCAL = IPv6Network("fe80::/10")
@@ -75,6 +92,30 @@ _ISATAP_MARKERS = (b"\x00\x00\x5e\xfe", b"\x02\x00\x5e\xfe")  # interface id ::[
 def parse_ip(text: str) -> IPAddress:
     """An address from ``getaddrinfo`` (an IPv6 one may carry ``%scope``)."""
     return ipaddress.ip_address(text)
+
+
+def literal_ip(host: str) -> IPAddress | None:
+    """The address a URL's host spells, or None for a name to resolve.
+
+    Besides what ``ipaddress`` reads, an IPv4 address in any of the forms the
+    C library's ``inet_aton`` (and so ``getaddrinfo``, and browsers) take: one
+    to four parts, each decimal, octal (``0`` first) or hex (``0x``), the last
+    filling the remaining bytes (``2852039166``, ``0xA9FEA9FE``,
+    ``0251.0376.0251.0376``, ``169.254.43518`` are all 169.254.169.254). Read
+    here, not left to a resolver, so no resolver (an injected one, another C
+    library) can take such a host for a name; ``inet_aton`` is the reading the
+    system's own lookup gives it.
+    """
+    try:
+        return ipaddress.ip_address(host)
+    except ValueError:
+        pass
+    if not host or not set(host) <= _ATON_CHARS or not host[0].isdigit():
+        return None  # a name (glibc's inet_aton also takes "1.2.3.4 junk": not here)
+    try:
+        return IPv4Address(socket.inet_aton(host))
+    except OSError:
+        return None
 
 
 def _rfc6052_ipv4(packed: bytes, prefix_length: int) -> IPv4Address:
@@ -129,9 +170,11 @@ def _is_translation(ip: IPv6Address) -> bool:
 
 
 def _is_link_local(ip: IPAddress) -> bool:
+    """Link-local or a cloud metadata endpoint: never fetched."""
     if isinstance(ip, IPv4Address):
-        return ip in _V4_LINK_LOCAL
-    return IPv6Address(int(ip)) in _V6_LINK_LOCAL or IPv6Address(int(ip)) in METADATA_ADDRESSES
+        return ip in _V4_LINK_LOCAL or ip in METADATA_ADDRESSES
+    plain = IPv6Address(int(ip))  # without a scope id
+    return plain in _V6_LINK_LOCAL or plain in METADATA_ADDRESSES
 
 
 def _is_not_global(ip: IPAddress) -> bool:
