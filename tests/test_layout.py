@@ -121,12 +121,19 @@ def test_the_standalone_packages_import_nothing_of_the_others(
 
 # What each part of daemon/ may import besides itself: what its package
 # docstring says. ``daemon.X`` is a subpackage or a top-level module.
-SHARED = {"daemon.errors", "daemon.tools", "daemon.backoff", "daemon.logging"}
+SHARED = {
+    "daemon.errors",
+    "daemon.tools",
+    "daemon.backoff",
+    "daemon.logging",
+    "daemon.crashpoints",
+}
 MAY_IMPORT = {
     "daemon.errors": set(),
     "daemon.tools": {"daemon.errors"},
     "daemon.backoff": set(),
     "daemon.logging": set(),
+    "daemon.crashpoints": set(),
     "daemon.local_model": {"daemon.errors"},
     "daemon.code_mode": SHARED,
     "daemon.mcp": SHARED,

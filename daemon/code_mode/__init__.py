@@ -14,8 +14,8 @@ the value conversion and return contract
 and its resumption (``approval``), the result's text and audit (``report``),
 and the limits.
 
-May import: ``daemon.errors``, ``daemon.tools``, ``daemon.logging`` and
-pydantic-monty; nothing else of daemon/ (it knows tools only through the
+May import: ``daemon.errors``, ``daemon.tools``, ``daemon.logging``,
+``daemon.crashpoints`` and pydantic-monty; nothing else of daemon/ (it knows tools only through the
 ``ToolExecutor`` interface).
 """
 

@@ -48,6 +48,7 @@ from daemon.code_mode.note import (
     restored_note,
 )
 from daemon.code_mode.scope import ScopeState
+from daemon.crashpoints import crash_point
 from daemon.errors import ScopeRejected
 from daemon.tools import ScopeStore
 
@@ -174,6 +175,7 @@ class ScopePersistence:
             saved_at=stored.saved_at,
             ms=round((time.monotonic() - started) * 1000, 1),
         )
+        crash_point("scope_restored")
         return "restored"
 
     def _not_restored(self, state: ScopeState, reason: str, result: LoadResult) -> LoadResult:

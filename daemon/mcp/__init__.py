@@ -9,8 +9,8 @@ and restarts (:mod:`daemon.mcp.connection`) and the stdio transport
 none of them, so that the config can read a spec without loading the mcp SDK:
 import ``McpToolExecutor`` from :mod:`daemon.mcp.executor`.
 
-May import: ``daemon.errors``, ``daemon.tools``, ``daemon.backoff``, pydantic
-and the mcp SDK; nothing else of daemon/.
+May import: ``daemon.errors``, ``daemon.tools``, ``daemon.backoff``,
+``daemon.crashpoints``, pydantic and the mcp SDK; nothing else of daemon/.
 """
 
 __all__: list[str] = []

@@ -53,6 +53,7 @@ from mcp import types as mcp_types
 from pydantic import ValidationError
 
 from daemon.backoff import Backoff
+from daemon.crashpoints import crash_point
 from daemon.errors import ToolTransportError
 from daemon.mcp.connection import DEFAULT_BACKOFF, ServerConnection
 from daemon.mcp.slots import ServerSlots
@@ -259,6 +260,7 @@ class McpToolExecutor(BaseToolExecutor):
             async with asyncio.timeout(self._call_timeout):
                 session = await conn.session()
                 result = await session.call_tool(name, arguments)
+            crash_point("call_answered")
         except TimeoutError as exc:
             raise ToolTransportError(
                 f"tool {name!r} on MCP server {server!r} timed out after {self._call_timeout:g}s",

@@ -32,6 +32,8 @@ from mcp import types as mcp_types
 from mcp.os.posix.utilities import terminate_posix_process_tree
 from mcp.shared.message import SessionMessage
 
+from daemon.crashpoints import armed, crash_point
+
 __all__ = ["BASE_ENV_VARS", "StdioProcess", "minimal_environment", "resolve_command"]
 
 #: Variables of the daemon's environment every server inherits; everything else
@@ -269,6 +271,8 @@ class StdioProcess:
                 async for message in write_reader:
                     data = message.message.model_dump_json(by_alias=True, exclude_unset=True)
                     await self._process.stdin.send(data.encode() + b"\n")
+                    if armed() is not None and _is_tool_call(message):
+                        crash_point("call_sent")  # the request is in the server's pipe
         except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
             # The server stopped reading: end the session's read side so no
             # request waits forever for an answer that cannot come.
@@ -345,3 +349,8 @@ async def _wait_exit(process: anyio.abc.Process, seconds: float) -> bool:
         await process.wait()
         return True
     return process.returncode is not None
+
+
+def _is_tool_call(message: SessionMessage) -> bool:
+    """Whether ``message`` is a ``tools/call`` request (the ``call_sent`` crash point)."""
+    return getattr(message.message, "method", None) == "tools/call"

@@ -12,8 +12,8 @@ limits (:mod:`daemon.runtime.limits`), the nested-call audit rows
 (:mod:`daemon.runtime.audit`) and systemd's watchdog
 (:mod:`daemon.runtime.watchdog`).
 
-May import: ``daemon.errors``, ``daemon.tools``, ``daemon.code_mode.note`` (the
-note's words), ``channels`` and ``sessions``; never ``daemon.model``,
+May import: ``daemon.errors``, ``daemon.tools``, ``daemon.crashpoints``,
+``daemon.code_mode.note`` (the note's words), ``channels`` and ``sessions``; never ``daemon.model``,
 ``daemon.mcp`` or ``daemon.cli``.
 """
 

@@ -43,6 +43,7 @@ from daemon.approvals import (
     parse_decision,
     request_text,
 )
+from daemon.crashpoints import crash_point
 from daemon.runtime.deliver import publish_quietly
 from daemon.runtime.ports import InboundMessage, RuntimePublisher, reply_client_id
 from daemon.runtime.runs import PausedRun, Prompt, RunRequest, RunResult, current_tool_use
@@ -170,6 +171,7 @@ class ApprovalDesk:
         await self._store.add_approval(new)
         if self.mirror is not None:  # before the id is published: any holder knows it then
             await self.mirror.shared(new, [p.id for p in prompts])
+        crash_point("approval_stored")
         log.warning(
             "approvals.requested",
             request=request_id,

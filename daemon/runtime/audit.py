@@ -11,6 +11,7 @@ import asyncio
 
 import structlog
 
+from daemon.crashpoints import crash_point
 from daemon.runtime.runs import current_tool_use
 from daemon.tools import AuditEntry, AuditObserver
 from sessions.errors import StoreError
@@ -67,6 +68,7 @@ def audit_observer(store: Store) -> AuditObserver:
             insert = asyncio.create_task(store.add_tool_call(row), name=f"audit {entry.tool}")
             started[entry.key] = insert
             await asyncio.shield(insert)
+            crash_point("audit_started")
             return
         pending = started.pop(entry.key, None) if entry.key else None
         row_id: int | None = None
@@ -79,5 +81,6 @@ def audit_observer(store: Store) -> AuditObserver:
             await store.add_tool_call(row)
         else:
             await store.complete_tool_call(row_id, row)
+        crash_point("audit_completed")
 
     return observe

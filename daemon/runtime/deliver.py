@@ -21,6 +21,7 @@ from dataclasses import replace
 
 import structlog
 
+from daemon.crashpoints import crash_point
 from daemon.runtime.ports import (
     InboundMessage,
     PublishRefused,
@@ -90,6 +91,7 @@ async def deliver(
                 reply_to=prompts[-1].id,
                 client_id=reply_client_id(channel, prompts[-1].id),
             )
+        crash_point("reply_published")
     except PublishRefused as exc:
         bound.error("runtime.reply_refused", error=str(exc), action="prompts marked failed")
         await publish_quietly(
@@ -112,6 +114,7 @@ async def deliver(
         await store.finish_run(run_id, result, ids, "queued")
         return
     await store.finish_run(run_id, result, ids, "done" if result.status == "done" else "failed")
+    crash_point("run_finished")
     bound.info("runtime.run_finished", status=result.status, reply_id=ack)
 
 

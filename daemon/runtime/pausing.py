@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 import structlog
 
+from daemon.crashpoints import crash_point
 from daemon.runtime.approvals import ApprovalDesk, ResumeJob
 from daemon.runtime.ports import InboundMessage
 from daemon.runtime.runs import RunResult
@@ -69,6 +70,7 @@ class PausedRuns:
         except Exception:
             bound.exception("runtime.pause_failed")
             return False
+        crash_point("approval_published")  # stored, and asked in the thread
         thread.paused = True
         bound.info("runtime.run_paused", request=request_id)
         return True
@@ -86,6 +88,7 @@ class PausedRuns:
 
     def _schedule_resume(self, job: ResumeJob) -> None:
         """A decided paused run goes on in its thread when a slot is free."""
+        crash_point("decision_recorded")  # the desk recorded it (or its expiry) first
         key = (job.channel, job.thread_id)
         thread = self._threads.get(key)
         if thread is None:

@@ -52,6 +52,7 @@ from collections.abc import Callable, Iterable
 
 import structlog
 
+from daemon.crashpoints import crash_point
 from daemon.runtime.approvals import ApprovalDesk, ResumeJob
 from daemon.runtime.commands import RESET_COMMAND, STOP_COMMAND, ResetFunction, ThreadCommands
 from daemon.runtime.complete import complete
@@ -186,6 +187,7 @@ class Runtime(PausedRuns, ThreadCommands):
         if self._closing:
             return False
         outcome = await self._store.record_prompt(message)
+        crash_point("prompt_recorded")
         if outcome == "finished" or message.id in self._known_ids:
             return False  # a replay of something answered or already scheduled
         self._enqueue(message)
@@ -346,12 +348,14 @@ class Runtime(PausedRuns, ThreadCommands):
             if not prompts:
                 return  # every sender of the run is over a limit: no run
             ids = [m.id for m in prompts]
+            crash_point("run_started")
             bound.info("runtime.run_started", prompts=ids)
         else:
             # Taken before the run goes on: a crash from here on is an interruption
             # (recovery's rule), never a second resume that repeats approved calls.
             assert self._approvals is not None
             await self._approvals.resumed(job.request_id)
+            crash_point("resume_started")
             bound.info("runtime.run_resumed", request=job.request_id, outcome=job.outcome)
         deadline: asyncio.Timeout | None = None
         try:
@@ -359,6 +363,7 @@ class Runtime(PausedRuns, ThreadCommands):
             if job is not None:
                 async with deadline:
                     result = await job.run()
+                crash_point("model_answered")
             else:
                 history = await self._store.history(thread.channel, thread.thread_id)
                 request = RunRequest(
@@ -370,6 +375,7 @@ class Runtime(PausedRuns, ThreadCommands):
                 )
                 async with deadline:
                     result = await self._run(request)
+                crash_point("model_answered")
         except asyncio.CancelledError:
             # Cancelled by !stop or by shutdown: only the model run may be cut off.
             # Recording it (and the stop note) runs to its end even if another
