@@ -41,6 +41,7 @@ __all__ = [
     "pause_state",
     "pending_calls",
     "policy_denial",
+    "refused_entry",
     "render_paused",
     "restore_state",
     "stamp",
@@ -230,12 +231,19 @@ def stamping_observer(observer: AuditObserver | None, decision: Decision) -> Aud
 
 def denied_entry(call: MadeCall, kind: str, by: str, wait_ms: float | None) -> AuditEntry:
     """The audit entry of a call that was refused and so never made."""
+    return refused_entry(call.entry, call.arguments, kind, by, wait_ms)
+
+
+def refused_entry(
+    entry: CatalogEntry, arguments: dict[str, Any], kind: str, by: str, wait_ms: float | None
+) -> AuditEntry:
+    """The audit entry of a call of ``entry`` that was refused and so never made."""
     return AuditEntry(
-        tool=call.entry.tool_name,
-        arguments=call.arguments,
+        tool=entry.tool_name,
+        arguments=arguments,
         is_error=True,
         bytes=0,
-        mutating=call.entry.definition.mutating,
+        mutating=entry.definition.mutating,
         started=datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
         duration_ms=0.0,
         outcome="error",

@@ -18,10 +18,17 @@ can arise, which :func:`direct_ok` decides from the snippet's syntax:
   mentions is called, and that call is the operand of an ``await``, or an
   element (a list, a tuple, a starred or comprehension element) of an
   awaited ``asyncio.gather(...)``/``gather(...)``;
-- it mentions no tool the approval gate may hold (when there is a gate);
+- when the approval gate may hold a tool: it mentions no such tool, no
+  ``_asyncai_`` name, and none of :data:`DYNAMIC_NAMES` (``eval``,
+  ``locals()``… reach a function by a name built at run time);
 - every ``await`` it has awaits a call (``await x`` may hold a call made in
   an earlier snippet, which only the snapshot path can refuse);
 - it is at most :data:`MAX_CHECKED_CHARS` long (parsed on the event loop).
+
+These rules only choose the path, they never grant a call: every call asks
+the gate where it is made, in :class:`~daemon.code_mode.nested.NestedCalls`,
+and a call the gate would hold for a person is refused on this path
+(``PermissionError``), never made (issue 26).
 
 A scope keeps to the direct path only while every snippet it ran was
 eligible (:attr:`~daemon.code_mode.scope.ScopeState.direct`): a function an
@@ -50,6 +57,7 @@ from pydantic_monty import AsyncMontySession
 
 from daemon.code_mode.catalog import CallRejected, Catalog, CatalogEntry
 from daemon.code_mode.convert import ConversionError, sandbox_text, to_json_value
+from daemon.code_mode.helpers import PRIVATE_PREFIX
 from daemon.code_mode.lazy import TOOL_PREFIX
 from daemon.code_mode.limits import CodeModeLimits
 from daemon.code_mode.nested import NestedCalls
@@ -57,6 +65,7 @@ from daemon.code_mode.prints import PrintSink
 from daemon.code_mode.search import helper_result, is_helper
 
 __all__ = [
+    "DYNAMIC_NAMES",
     "MAX_CHECKED_CHARS",
     "OS_DENIED",
     "SLEEP_DENIED",
@@ -80,6 +89,9 @@ SLEEP_DENIED = (
 )
 SLEEP_OS_CALLS = frozenset({"time.sleep", "asyncio.sleep", "system.sleep", "system.async_sleep"})
 
+# Builtins that reach a function by a name given as text (``eval("append_" + "line")``,
+# ``locals()["append_line"]``): with a gate, a snippet naming one takes the snapshots.
+DYNAMIC_NAMES = frozenset({"eval", "exec", "locals", "globals", "vars", "getattr", "dir"})
 _FLAGS = ast.PyCF_ONLY_AST | ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
 # Where a gathered call may sit between itself and ``gather(...)``.
 _CONTAINERS = (ast.List, ast.Tuple, ast.Starred, ast.ListComp, ast.GeneratorExp)
@@ -190,11 +202,11 @@ class _Checker:
                 nodes.append(child)
             if isinstance(node, ast.Await) and not isinstance(node.value, ast.Call):
                 return False
-            if (
-                isinstance(node, ast.Name)
-                and node.id in self._names
-                and (node.id in self._gated or not self._awaited_call(node))
-            ):
+            if not isinstance(node, ast.Name):
+                continue
+            if node.id in self._names and (node.id in self._gated or not self._awaited_call(node)):
+                return False
+            if self._gated and (node.id in DYNAMIC_NAMES or node.id.startswith(PRIVATE_PREFIX)):
                 return False
         return True
 

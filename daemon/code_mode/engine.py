@@ -29,7 +29,9 @@ snippet that awaits every call where it makes it runs instead on Monty's
 own host-call path, one round trip a call (:mod:`daemon.code_mode.direct`).
 
 Approvals (issue 13): a call of a mutating tool is judged by the
-:data:`~daemon.tools.ApprovalGate` as the sandbox awaits it. A run whose
+:data:`~daemon.tools.ApprovalGate` of its :class:`NestedCalls` as the sandbox
+awaits it, to hold it for a person (``ask``); the call asks the gate again
+where it is made (issue 26: a refusal is :class:`NestedCalls`'s). A run whose
 awaited calls are all finished or held pauses: the session's dump and
 :func:`~daemon.code_mode.approval.pause_state` hold it; the worker goes back.
 :meth:`SnippetRun.resume` loads the dump into a fresh checkout, makes the
@@ -76,7 +78,6 @@ from daemon.code_mode.approval import (
     denied_entry,
     pause_state,
     pending_calls,
-    policy_denial,
     restore_state,
     stamp,
 )
@@ -98,7 +99,7 @@ from daemon.code_mode.nested import NestedCalls
 from daemon.code_mode.outcome import SnippetOutcome
 from daemon.code_mode.prints import PrintSink
 from daemon.code_mode.search import helper_result, is_helper
-from daemon.tools import ApprovalGate, AuditEntry, Decision, Pause, Verdict
+from daemon.tools import AuditEntry, Decision, Pause
 
 __all__ = ["OS_DENIED", "SLEEP_DENIED", "PrintSink", "SnippetOutcome", "SnippetRun"]
 
@@ -109,7 +110,6 @@ _EXC_TYPES = frozenset(typing.get_args(pydantic_monty.ExcType))
 # Tool calls are bounded by tool_timeout each; this only guards the engine's
 # own wait against a task that never settles.
 _WAIT_SLACK = 30.0
-_ALLOW = Verdict("allow")
 
 
 def _sandbox_function(name: str) -> Any:
@@ -146,8 +146,8 @@ class _Overflow(Exception):
 class SnippetRun:
     """Drives one snippet (or the scope preamble) through a checked-out session.
 
-    ``gate`` judges each awaited call of a mutating tool (None: every call
-    runs). One instance drives one run: :meth:`drive` a new snippet, or
+    ``nested``'s gate judges each awaited call of a mutating tool (none: every
+    call runs). One instance drives one run: :meth:`drive` a new snippet, or
     :meth:`resume` a paused one.
     """
 
@@ -156,13 +156,10 @@ class SnippetRun:
         catalog: Catalog,
         limits: CodeModeLimits,
         nested: NestedCalls,
-        *,
-        gate: ApprovalGate | None = None,
     ):
         self._catalog = catalog
         self._limits = limits
         self._nested = nested
-        self._gate = gate
         self.suspensions = 0
         self.nested_calls = 0
         self._code = ""
@@ -392,12 +389,12 @@ class SnippetRun:
                     "RuntimeError", "this call was made in an earlier snippet; call it again"
                 )
                 continue
-            verdict = self._verdict(call)
+            # to know whether to hold it; the call asks again where it is made (NestedCalls)
+            verdict = self._nested.verdict(call.entry, call.arguments)
             if verdict.action == "allow":
                 starting.append((cid, call))
             elif verdict.action == "deny":
-                results[cid] = _exception("PermissionError", policy_denial(verdict.reason))
-                self._denied.append(denied_entry(call, "denied", "policy", None))
+                results[cid] = await self._nested.refuse(call.entry, call.arguments, verdict)
             else:
                 call.why = verdict.reason
                 self._held[cid] = call
@@ -441,16 +438,6 @@ class SnippetRun:
                 del self._tasks[cid]
                 results[cid] = task.result()
         return await snap.resume(results)
-
-    def _verdict(self, call: MadeCall) -> Verdict:
-        if self._gate is None or not call.entry.definition.mutating:
-            return _ALLOW
-        try:
-            return self._gate(call.entry.definition, call.arguments)
-        except Exception:
-            # fail closed: a broken policy must not let a mutating call through
-            log.exception("code_mode.gate_failed", tool=call.entry.tool_name)
-            return Verdict("deny", "the approval check failed, so the call was not made")
 
     async def _pause(self, session: AsyncMontySession, sink: PrintSink) -> Pause:
         """Dump the suspended session with the bookkeeping to resume it."""

@@ -61,7 +61,7 @@ from daemon.code_mode.errors import SandboxUnavailable
 from daemon.code_mode.fresh import FreshScopes
 from daemon.code_mode.lazy import scope_source
 from daemon.code_mode.limits import CodeModeLimits
-from daemon.code_mode.nested import NestedCalls, StartedCall
+from daemon.code_mode.nested import NestedCalls
 from daemon.code_mode.offer import ToolOffer
 from daemon.code_mode.outcome import SnippetOutcome
 from daemon.code_mode.persistence import ScopePersistence
@@ -262,7 +262,7 @@ class CodeModeToolExecutor(BaseToolExecutor):
         async with state.lock:
             if state.session is not None or not await self._scopes.may_load(state):
                 return
-            nested = self._nested_calls(state, self._observer)
+            nested = self._nested_calls(state)
 
             async def open_scope() -> SnippetOutcome:
                 opened = await self._open(state, nested)
@@ -310,7 +310,7 @@ class CodeModeToolExecutor(BaseToolExecutor):
                 audit=audit_json([]),
             )
         async with state.lock:
-            nested = self._nested_calls(state, self._observer)
+            nested = self._nested_calls(state)
             output = await self._run_locked(state, code, restart is True, nested)
         # a scope that was running may have kept the LRU over its size
         self._scopes.evict_overflow()
@@ -334,18 +334,17 @@ class CodeModeToolExecutor(BaseToolExecutor):
         await self.start()
         state = self._private if thread_id is None else self._scopes.touch(thread_id)
         async with state.lock:
-            nested = self._nested_calls(state, self._observer)
+            nested = self._nested_calls(state)
             state.restore = False  # the snapshot is the REPL, never the stored dump
             if state.session is not None:
                 state.note = None  # a run made while paused: its names are not the paused REPL's
             await state.discard(None)
-            run = SnippetRun(self._offer.catalog, self._limits, nested, gate=self._gate)
+            run = SnippetRun(self._offer.catalog, self._limits, nested)
 
             def nested_for(decision: Decision) -> NestedCalls:
-                # approved calls join the snippet's list of started calls
-                return self._nested_calls(
-                    state, stamping_observer(self._observer, decision), started=nested.started
-                )
+                # approved calls join the snippet's started calls; a person decided: no gate
+                observer = stamping_observer(self._observer, decision)
+                return self._offer.calls(state.key, observer, nested.started, None)
 
             async def resume_run() -> SnippetOutcome:
                 checked_out = await self._checkout(state)
@@ -359,14 +358,9 @@ class CodeModeToolExecutor(BaseToolExecutor):
         self._scopes.evict_overflow()
         return output
 
-    def _nested_calls(
-        self,
-        state: ScopeState,
-        observer: AuditObserver | None,
-        *,
-        started: list[StartedCall] | None = None,
-    ) -> NestedCalls:
-        return self._offer.calls(state.key, observer, started)
+    def _nested_calls(self, state: ScopeState) -> NestedCalls:
+        """The nested calls of one run in ``state``: audited, and asking the gate at each call."""
+        return self._offer.calls(state.key, self._observer, None, self._gate)
 
     async def _run_locked(
         self, state: ScopeState, code: str, restart: bool, nested: NestedCalls
@@ -420,7 +414,7 @@ class CodeModeToolExecutor(BaseToolExecutor):
         self, state: ScopeState, code: str, outcome: SnippetOutcome, nested: NestedCalls
     ) -> ToolCallOutput:
         """The tool result of a run that ended or paused (after the hook, when it ended)."""
-        audit = audit_json(nested.entries, outcome.denied)
+        audit = audit_json(nested.entries, [*nested.refused, *outcome.denied])
         await self._offer.settle(nested.learned, state.notices if state.key else None)
         for entry in outcome.denied:  # refused calls have an audit row too, with the decision
             await nested.record(entry)
@@ -486,7 +480,7 @@ class CodeModeToolExecutor(BaseToolExecutor):
         catalog, gated = self._offer.catalog, self._gate is not None
         if state.direct and not eligible(code, catalog, gated):  # for good (direct.py)
             await state.leave_direct(tuple(catalog.entries))
-        run = SnippetRun(catalog, self._limits, nested, gate=self._gate)
+        run = SnippetRun(catalog, self._limits, nested)
         outcome = await run.drive(session, code, direct=state.direct)
         outcome.fresh = fresh
         return outcome

@@ -20,10 +20,15 @@ string argument). The helpers call each other and ``json`` through private
 ``to_json``.
 
 :func:`check_reserved` rejects, before it runs, a snippet that rebinds a
-helper name (or a private ``_asyncai_`` name) at module level.
+helper name at module level, or names a private ``_asyncai_`` name anywhere
+in its text (issue 26: the scope's own ``_asyncai_wrappers`` held every tool;
+strings and comments count too, as ``eval`` and ``locals()[...]`` take names
+as text). The approval gate at each call is what keeps any other route harmless.
 """
 
 from __future__ import annotations
+
+import re
 
 from daemon.code_mode.bindings import Binding, module_bindings
 
@@ -218,27 +223,37 @@ _HOW = {
     "match": "captures in a match pattern",
     "global": "declares global",
 }
+# A private name anywhere in a snippet's text (not inside a longer identifier).
+_PRIVATE_USE = re.compile(rf"(?<!\w){PRIVATE_PREFIX}\w*")
 
 
 def check_reserved(code: str, extra: tuple[str, ...] = ()) -> str | None:
-    """Why ``code`` may not run (it rebinds a helper at module level), or None.
+    """Why ``code`` may not run, or None: it rebinds a helper at module level, or it
+    names a private ``_asyncai_`` name anywhere (a binding is told first).
 
     The message names the helper, the line, and another name to use instead.
     ``extra``: more helper names, here only (the search helpers of a large catalog).
     """
     hits = reserved_bindings(code, extra)
     if not hits:
-        return None
+        used = _PRIVATE_USE.search(code) if PRIVATE_PREFIX in code else None
+        if used is None:
+            return None
+        return _private(code.count("\n", 0, used.start()) + 1, "uses the name", used.group())
     b = hits[0]
     if b.name.startswith(PRIVATE_PREFIX):
-        return (
-            f"run_code rejected this snippet before running it: line {b.line} {_HOW[b.kind]} "
-            f"'{b.name}'; names starting with '{PRIVATE_PREFIX}' are reserved for asyncai. "
-            "Use another name."
-        )
+        return _private(b.line, _HOW[b.kind], b.name)
     helpers = RESERVED_NAMES if b.name in RESERVED_NAMES else extra
     return (
         f"run_code rejected this snippet before running it: line {b.line} {_HOW[b.kind]} "
         f"'{b.name}', which is a built-in helper ({', '.join(helpers)}); rebinding it "
         f"would break later snippets. Use another name, e.g. '{b.name}_'."
+    )
+
+
+def _private(line: int, how: str, name: str) -> str:
+    return (
+        f"run_code rejected this snippet before running it: line {line} {how} "
+        f"'{name}'; names starting with '{PRIVATE_PREFIX}' are reserved for asyncai. "
+        "Use another name."
     )

@@ -1,4 +1,8 @@
-"""Nested tool calls: one sandbox call → one inner ``call_tool``, logged and audited.
+"""Nested tool calls: one sandbox call → one inner ``call_tool``, gated, logged and audited.
+
+Kept as one piece, though long: every path's call goes through :meth:`NestedCalls.value`,
+so what a call must pass (the approval gate) and leave behind (the audit, the
+log) is kept where it leaves the sandbox, not split over modules a path could skip.
 
 Each call is bounded by ``limits.tool_timeout`` and answered into the sandbox
 per spec 0004's nested-result table. When the inner executor bounds a
@@ -26,6 +30,16 @@ the inner call is made (so a crash leaves the evidence that it began), and
 the final entry as it ends. Calls are logged as ``mcp.tool_call`` /
 ``mcp.tool_result`` with ``via="code_mode"``: at ``info``, or at ``warning``
 with ``mutating=True`` when the tool may change something (A6: always on).
+
+The approval gate (issue 26) is asked here, where the call leaves the
+sandbox, whatever path brought it (the snapshot engine, Monty's direct
+host-call path, a wrapper, an alias): a call of a mutating tool runs only on
+``allow``; an approved call resumed after a pause carries the person's
+decision instead (its ``NestedCalls`` has no gate). ``deny``, and ``ask``
+(only the engine can hold a call for a person; :mod:`~daemon.code_mode.direct`
+keeps such snippets off its path), raise :class:`CallRefused`, a
+``PermissionError`` in the sandbox, before anything is made; the refusal is
+audited (``decision="denied"``, ``decided_by="policy"``) in :attr:`NestedCalls.refused`.
 
 How a call ended, as :attr:`NestedCalls.started` and the audit keep it:
 
@@ -59,6 +73,7 @@ from typing import Any
 import structlog
 from pydantic_monty import ExternalExceptionData, ExternalSettledResult
 
+from daemon.code_mode.approval import refused_entry
 from daemon.code_mode.catalog import CatalogEntry
 from daemon.code_mode.convert import (
     ConversionError,
@@ -72,6 +87,7 @@ from daemon.code_mode.lazy import TEXT_MIN, text_marker
 from daemon.code_mode.learned import LearnedShape, ShapeBook
 from daemon.code_mode.limits import CodeModeLimits
 from daemon.tools import (
+    ApprovalGate,
     AuditEntry,
     AuditObserver,
     CallOutcome,
@@ -79,9 +95,10 @@ from daemon.tools import (
     ToolCallOutput,
     ToolExecutor,
     ToolTransportError,
+    Verdict,
 )
 
-__all__ = ["NestedCalls", "StartedCall"]
+__all__ = ["CallRefused", "NestedCalls", "StartedCall"]
 
 log = structlog.get_logger("asyncai.code_mode")
 
@@ -90,6 +107,7 @@ OBSERVER_TIMEOUT = 10.0
 # How often a tool's results fit its learned shape in one run_code before no more are checked.
 SHAPE_CHECKS = 3
 _UNSET = object()
+_ALLOW = Verdict("allow")
 
 
 _second: tuple[int, str] = (-1, "")  # the last whole second _utc formatted
@@ -115,6 +133,10 @@ class _ToolFailed(RuntimeError):
 
     def __init__(self, message: str):
         super().__init__(sandbox_text(message))
+
+
+class CallRefused(PermissionError):
+    """The approval gate refused a call, so it was not made: ``PermissionError`` in the sandbox."""
 
 
 def _runtime_error(message: str) -> ExternalExceptionData:
@@ -212,8 +234,11 @@ class NestedCalls:
         observer: AuditObserver | None = None,
         started: list[StartedCall] | None = None,
         shapes: ShapeBook | None = None,
+        gate: ApprovalGate | None = None,
     ):
         self._inner = inner
+        self._gate = gate  # asked of every mutating call (None: approved calls, or no policy)
+        self.refused: list[AuditEntry] = []  # calls the gate refused, never made
         self._shapes = shapes
         self.learned: list[LearnedShape] = []  # shapes these calls taught (issue 19)
         self._limits = limits
@@ -258,6 +283,37 @@ class NestedCalls:
             return {"return_value": await self.value(entry, arguments, text=text)}
         except _ToolFailed as exc:
             return _runtime_error(str(exc))
+        except CallRefused as exc:
+            return {"exc_type": "PermissionError", "message": str(exc)}
+
+    def verdict(self, entry: CatalogEntry, arguments: dict) -> Verdict:
+        """The gate's verdict on a call (``allow`` without a gate or for a read-only tool);
+        a gate that fails says ``deny``: a broken policy must not let a call through."""
+        definition = entry.definition
+        if self._gate is None or not definition.mutating:
+            return _ALLOW
+        try:
+            return self._gate(definition, arguments)
+        except Exception:
+            log.exception("code_mode.gate_failed", tool=definition.name)
+            return Verdict("deny", "the approval check failed, so the call was not made")
+
+    async def refuse(
+        self, entry: CatalogEntry, arguments: dict, verdict: Verdict
+    ) -> ExternalExceptionData:
+        """Audit a call the gate did not allow (it is not made); its ``PermissionError``."""
+        if verdict.action == "deny":
+            message = verdict.reason.strip() or "denied by the approval policy"
+        else:  # ask: only the snapshot engine can hold a call for a person
+            message = (
+                f"{entry.definition.qualified_name} needs a person's approval, which this "
+                "call cannot wait for, so it was not made"
+            )
+        log.warning("code_mode.call_refused", tool=entry.tool_name, reason=message)
+        refused = refused_entry(entry, arguments, "denied", "policy", None)
+        self.refused.append(refused)
+        await self._notify(refused)
+        return {"exc_type": "PermissionError", "message": sandbox_text(message)}
 
     async def value(
         self,
@@ -268,11 +324,16 @@ class NestedCalls:
         calls: set[asyncio.Task[Any]] | None = None,
     ) -> Any:
         """:meth:`run` for Monty's own host-call path: the value, or the sandbox's
-        ``RuntimeError`` raised; ``calls`` holds the call's task while it runs.
+        ``RuntimeError`` (:class:`CallRefused`: ``PermissionError``) raised; ``calls``
+        holds the call's task while it runs.
 
         One coroutine for the whole call: in place, each frame less is a few
         percent of our cost of a small call.
         """
+        if self._gate is not None and entry.definition.mutating:
+            verdict = self.verdict(entry, arguments)
+            if verdict.action != "allow":
+                raise CallRefused((await self.refuse(entry, arguments, verdict))["message"])
         task = asyncio.current_task()
         assert task is not None
         if calls is not None:

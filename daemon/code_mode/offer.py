@@ -19,7 +19,7 @@ from daemon.code_mode.learned import LearnedShape, ShapeBook, shape_notice
 from daemon.code_mode.limits import CodeModeLimits
 from daemon.code_mode.nested import NestedCalls, StartedCall
 from daemon.code_mode.search import SEARCH_HELPERS, is_helper
-from daemon.tools import AuditObserver, ShapeStore, ToolDefinition, ToolExecutor
+from daemon.tools import ApprovalGate, AuditObserver, ShapeStore, ToolDefinition, ToolExecutor
 
 __all__ = ["ToolOffer"]
 
@@ -92,8 +92,10 @@ class ToolOffer:
         thread_id: str | None,
         observer: AuditObserver | None,
         started: list[StartedCall] | None,
+        gate: ApprovalGate | None,
     ) -> NestedCalls:
-        """The nested calls of one ``run_code`` call; what they return teaches :attr:`shapes`."""
+        """The nested calls of one ``run_code`` call, each asking ``gate`` where it is made;
+        what they return teaches :attr:`shapes`."""
         return NestedCalls(
             self._inner,
             self._limits,
@@ -101,6 +103,7 @@ class ToolOffer:
             observer=observer,
             started=started,
             shapes=self.shapes,
+            gate=gate,
         )
 
     async def settle(self, learned: list[LearnedShape], notices: list[str] | None) -> None:
