@@ -32,7 +32,7 @@ from pydantic_monty import AsyncFunctionSnapshot, AsyncFutureSnapshot, AsyncMont
 from daemon.code_mode import CodeModeLimits, CodeModeToolExecutor
 from daemon.code_mode.pool import close_pool, create_pool
 from daemon.logging import configure_logging
-from daemon.tools import Decision, ToolDefinition, Verdict
+from daemon.tools import Decision, ThreadKey, ToolDefinition, Verdict
 from tests.fakes.executor import FakeToolExecutor
 
 ROUNDS = {"small": 30, "big": 8}
@@ -75,7 +75,7 @@ async def paused_dump_and_load(pool: AsyncMonty, setup: str) -> tuple[int, float
 
 async def pause_and_resume(executor: CodeModeToolExecutor, kind: str) -> tuple[int, float, float]:
     """Snapshot size, and median seconds to the paused result and from resume() to the result."""
-    thread = f"bench-{kind}"
+    thread = ThreadKey("#bench", f"bench-{kind}")
     scope = executor.thread_scope(thread)
     out = await scope.call_tool("run_code", {"code": SETUP[kind]})
     assert not out.is_error, out.content

@@ -56,7 +56,7 @@ from daemon.code_mode import CodeModeLimits, CodeModeToolExecutor
 from daemon.code_mode.lazy import snapshot_wrappers_source, wrappers_source
 from daemon.code_mode.pool import close_pool, pool_options
 from daemon.logging import configure_logging
-from daemon.tools import ToolCallOutput
+from daemon.tools import ThreadKey, ToolCallOutput
 from tests.fakes.executor import FakeToolExecutor
 
 CALLS = 100  # nested calls per timed snippet
@@ -198,9 +198,9 @@ async def main() -> None:
     pool = AsyncMonty(**pool_options(limits))
     await pool.__aenter__()
     executor = CodeModeToolExecutor(tools, limits, pool=pool)
-    scope = executor.thread_scope("bench")
+    scope = executor.thread_scope(ThreadKey("#t", "bench"))
     # a scope that kept a tool function in a variable stays on the snapshot path
-    snapshots = executor.thread_scope("bench-snapshots")
+    snapshots = executor.thread_scope(ThreadKey("#t", "bench-snapshots"))
     await snapshots.call_tool("run_code", {"code": "kept = echo"})
     raw = pool.checkout(limits={"max_suspensions": 2**62})
     session = await raw.__aenter__()
@@ -281,7 +281,7 @@ async def main() -> None:
 
         firsts, raw_firsts = [], []
         for i in range(THREADS):
-            thread = executor.thread_scope(f"thread-{i}")
+            thread = executor.thread_scope(ThreadKey("#t", f"thread-{i}"))
             await asyncio.sleep(SETTLE)
             firsts.append(await timed(lambda: thread.call_tool("run_code", {"code": "1"})))  # noqa: B023 - awaited at once
             await asyncio.sleep(SETTLE)
@@ -289,7 +289,7 @@ async def main() -> None:
         first, raw_first_s = statistics.median(firsts), statistics.median(raw_firsts)
         await raw.__aexit__(None, None, None)
         host_rss = rss_kib()
-        pids = [executor.worker_pid(f"thread-{i}") for i in range(THREADS)]
+        pids = [executor.worker_pid(ThreadKey("#t", f"thread-{i}")) for i in range(THREADS)]
         workers = [rss_kib(p) for p in pids if p is not None]
         # every worker of the pool: the scopes', the warm spare, and idle ones
         pool_workers = [rss_kib(p) for p in child_pids()]

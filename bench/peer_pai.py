@@ -46,7 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.code_mode import make_rows  # the same 1 MB of rows on both sides
 from daemon.code_mode import CodeModeLimits, CodeModeToolExecutor
 from daemon.logging import configure_logging
-from daemon.tools import ToolCallOutput
+from daemon.tools import ThreadKey, ToolCallOutput
 from tests.fakes.executor import FakeToolExecutor
 
 try:
@@ -165,7 +165,7 @@ class Ours:
             return ToolCallOutput(payload, False)
 
         self.executor = CodeModeToolExecutor(tools, CodeModeLimits())
-        self.warm = self.executor.thread_scope("peer-warm")
+        self.warm = self.executor.thread_scope(ThreadKey("#t", "peer-warm"))
         self._cold = 0
 
     async def start(self) -> None:
@@ -177,7 +177,7 @@ class Ours:
         scope = self.warm
         if scenario.cold:
             self._cold += 1
-            scope = self.executor.thread_scope(f"peer-cold-{self._cold}")
+            scope = self.executor.thread_scope(ThreadKey("#t", f"peer-cold-{self._cold}"))
         total, out = 0.0, Outcome(0.0, "", False)
         for code in scenario.codes:
             out = await self._call(scope, code)

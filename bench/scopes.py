@@ -80,9 +80,9 @@ async def one_run(
 ) -> float:
     """Seconds of one run as ``Daemon._run`` makes it: restore, run, checkpoint."""
     t0 = time.perf_counter()
-    await executor.restore_scope(request.thread_id)
+    await executor.restore_scope(request.thread)
     result = await backend.run(request)
-    await executor.checkpoint(request.thread_id)
+    await executor.checkpoint(request.thread)
     elapsed = time.perf_counter() - t0
     assert result.reply == "done", result.reply
     return elapsed

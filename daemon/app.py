@@ -433,12 +433,12 @@ class Daemon:
         assert self._noted is not None
         persistent = self._executor if isinstance(self._executor, PersistentScopes) else None
         if persistent is not None:
-            await persistent.restore_scope(request.thread_id)
-        self._noted.before_run(request.thread_id, had_earlier_runs=bool(request.history))
+            await persistent.restore_scope(request.thread)
+        self._noted.before_run(request.thread, had_earlier_runs=bool(request.history))
         async with self._progress(request):
             result = await self._backend.run(request)
         if persistent is not None:
-            await persistent.checkpoint(request.thread_id)
+            await persistent.checkpoint(request.thread)
         return result
 
     async def _resume(
@@ -450,7 +450,7 @@ class Daemon:
                 request, paused.conversation, paused.pause, decisions
             )
         if isinstance(self._executor, PersistentScopes):
-            await self._executor.checkpoint(request.thread_id)
+            await self._executor.checkpoint(request.thread)
         return result
 
     def _progress(self, request: RunRequest) -> contextlib.AbstractAsyncContextManager[RunProgress]:

@@ -10,8 +10,13 @@ Approvals (issue 13) cross the same boundary as values: an
 a :class:`Pause` (the pending calls, and the Monty snapshot in code mode),
 and the run is resumed later with one :class:`Decision` per pending call.
 
+A conversation thread is named by a :class:`ThreadKey`, its channel and its
+thread id (issue 26): a thread id alone is only unique within its channel,
+so every per-thread thing here (a REPL scope, its note, its stored dump) is
+looked up by both, and a prompt of one channel never reaches another's.
+
 REPL persistence (issue 14): code mode dumps a thread's REPL into a
-:class:`ScopeStore` (bytes per thread id, with the time they were saved)
+:class:`ScopeStore` (bytes per :class:`ThreadKey`, with the time they were saved)
 and loads it back into a fresh worker after an eviction or a restart; an
 executor that does so is :class:`PersistentScopes`, which the daemon
 drives (a checkpoint after each run and at shutdown, a restore before a
@@ -26,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Literal, NamedTuple, Protocol, runtime_checkable
 
 from daemon.errors import ScopeRejected, ToolTransportError
 
@@ -46,12 +51,28 @@ __all__ = [
     "ShapeRecord",
     "ShapeStore",
     "StoredScopeDump",
+    "ThreadKey",
     "ToolCallOutput",
     "ToolDefinition",
     "ToolExecutor",
     "ToolTransportError",
     "Verdict",
 ]
+
+
+class ThreadKey(NamedTuple):
+    """A conversation thread: its channel and its thread id (the id of its root message).
+
+    A thread id is unique only within its channel, as the sessions tables
+    key threads, so every scope, note and stored dump is found by both. A
+    tuple, so it equals the runtime's ``(channel, thread_id)`` keys.
+    """
+
+    channel: str
+    thread_id: str
+
+    def __str__(self) -> str:
+        return f"{self.channel} {self.thread_id}"
 
 
 @dataclass(frozen=True)
@@ -173,7 +194,10 @@ class AuditEntry:
 
 
 AuditObserver = Callable[[str | None, AuditEntry], Awaitable[None] | None]
-"""``observer(thread_id, entry)``, sync or async, called as each nested call ends."""
+"""``observer(thread_id, entry)``, sync or async, called as each nested call ends.
+
+``thread_id`` is for the observer's logs only; the run (and so the channel)
+a call belongs to is ``current_tool_use``'s, set by the backend."""
 
 
 @runtime_checkable
@@ -192,11 +216,11 @@ class ToolExecutor(Protocol):
         """Call one tool. Raises :class:`ToolTransportError` when it cannot be made."""
         ...
 
-    def thread_scope(self, thread_id: str) -> ToolExecutor | None:
+    def thread_scope(self, thread: ThreadKey) -> ToolExecutor | None:
         """An executor bound to one conversation thread, or None (the default)."""
         ...
 
-    def context_note(self, thread_id: str) -> str | None:
+    def context_note(self, thread: ThreadKey) -> str | None:
         """Text to append to the newest user message of the thread's next run."""
         ...
 
@@ -227,7 +251,7 @@ class Resumable(Protocol):
     """An executor that can go on with a tool call it ended in a :class:`Pause`."""
 
     async def resume(
-        self, thread_id: str | None, pause: Pause, decisions: Mapping[int, Decision]
+        self, thread: ThreadKey | None, pause: Pause, decisions: Mapping[int, Decision]
     ) -> ToolCallOutput:
         """Make (approved) or refuse (denied) the pending calls and finish the call."""
         ...
@@ -249,11 +273,11 @@ class ScopeStore(Protocol):
     the same Monty dump version.
     """
 
-    async def save(self, thread_id: str, data: bytes) -> None:
+    async def save(self, thread: ThreadKey, data: bytes) -> None:
         """Store ``data`` as the thread's REPL, replacing any earlier one; raises on failure."""
         ...
 
-    async def load(self, thread_id: str) -> StoredScopeDump | None:
+    async def load(self, thread: ThreadKey) -> StoredScopeDump | None:
         """The thread's stored REPL, or None when nothing is stored.
 
         Raises :class:`ScopeRejected` (with the reason in one line) for a
@@ -262,7 +286,7 @@ class ScopeStore(Protocol):
         """
         ...
 
-    async def drop(self, thread_id: str) -> None:
+    async def drop(self, thread: ThreadKey) -> None:
         """Forget the thread's stored REPL (nothing stored: nothing to do)."""
         ...
 
@@ -307,11 +331,11 @@ class ShapeStore(Protocol):
 class PersistentScopes(Protocol):
     """An executor whose thread REPLs survive eviction and restart (code mode with a store)."""
 
-    async def restore_scope(self, thread_id: str) -> None:
+    async def restore_scope(self, thread: ThreadKey) -> None:
         """Load the thread's stored REPL now, if it is not live, so the next note tells of it."""
         ...
 
-    async def checkpoint(self, thread_id: str) -> None:
+    async def checkpoint(self, thread: ThreadKey) -> None:
         """Store the thread's REPL if a snippet changed it since it was last stored."""
         ...
 
@@ -319,7 +343,7 @@ class PersistentScopes(Protocol):
         """:meth:`checkpoint` every live REPL (at shutdown, before ``aclose``)."""
         ...
 
-    async def reset(self, thread_id: str) -> None:
+    async def reset(self, thread: ThreadKey) -> None:
         """Drop the thread's REPL and its stored dump (``!reset``).
 
         The next snippet starts empty and loads nothing.
@@ -333,11 +357,11 @@ class BaseToolExecutor:
     async def start(self) -> None:
         """Nothing to start."""
 
-    def thread_scope(self, thread_id: str) -> ToolExecutor | None:
+    def thread_scope(self, thread: ThreadKey) -> ToolExecutor | None:
         """No per-thread scope."""
         return None
 
-    def context_note(self, thread_id: str) -> str | None:
+    def context_note(self, thread: ThreadKey) -> str | None:
         """No note."""
         return None
 

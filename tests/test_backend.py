@@ -35,7 +35,13 @@ from daemon.model.prompts import (
 )
 from daemon.model.response import completion_problem
 from daemon.runtime.runs import HistoryTurn, Prompt, RunRequest, ToolUseContext, current_tool_use
-from daemon.tools import BaseToolExecutor, ToolCallOutput, ToolDefinition, ToolTransportError
+from daemon.tools import (
+    BaseToolExecutor,
+    ThreadKey,
+    ToolCallOutput,
+    ToolDefinition,
+    ToolTransportError,
+)
 from sessions.model import RunMetrics
 from tests.fakes.backoff import RecordingBackoff
 from tests.fakes.executor import FakeToolExecutor
@@ -55,21 +61,21 @@ class CodeLikeExecutor(BaseToolExecutor):
     def __init__(self, answer: Callable[[str], Any] | None = None):
         self.answer = answer or (lambda code: ToolCallOutput("42", False))
         self.calls: list[tuple[str | None, str, dict, ToolUseContext | None]] = []
-        self.notes: dict[str, str] = {}
-        self.scopes_made: list[str] = []
+        self.notes: dict[str, str] = {}  # by thread id
+        self.scopes_made: list[ThreadKey] = []
 
     def definitions(self) -> list[ToolDefinition]:
         """Exactly run_code."""
         return [RUN_CODE]
 
-    def thread_scope(self, thread_id: str) -> _Scope:
+    def thread_scope(self, thread: ThreadKey) -> _Scope:
         """A scope that tags its calls with the thread id."""
-        self.scopes_made.append(thread_id)
-        return _Scope(self, thread_id)
+        self.scopes_made.append(thread)
+        return _Scope(self, thread.thread_id)
 
-    def context_note(self, thread_id: str) -> str | None:
-        """The note set for the thread, if any."""
-        return self.notes.get(thread_id)
+    def context_note(self, thread: ThreadKey) -> str | None:
+        """The note set for the thread id, if any."""
+        return self.notes.get(thread.thread_id)
 
     async def call_tool(self, name: str, arguments: dict) -> ToolCallOutput:
         """An unscoped call."""
@@ -213,7 +219,7 @@ async def test_current_tool_use_names_the_run_and_the_assistant_record():
         result = await backend.run(req)
     ((thread, _, _, ctx),) = ex.calls
     assert thread == "T7"  # the thread's scope answered, not the shared executor
-    assert ex.scopes_made == ["T7"]
+    assert ex.scopes_made == [ThreadKey("#ops", "T7")]
     assert ctx == ToolUseContext(
         run_id=req.run_id,
         thread_id="T7",

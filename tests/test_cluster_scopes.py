@@ -7,8 +7,9 @@ import json
 import pytest
 from nats.aio.client import Client
 
-from daemon.cluster.scopes import ObjectScopeStore, scope_bucket
+from daemon.cluster.scopes import ObjectScopeStore, scope_bucket, scope_object
 from daemon.errors import ScopeRejected
+from daemon.tools import ThreadKey
 
 KEY = b"k" * 32
 
@@ -22,53 +23,57 @@ async def _store(nc: Client, key: bytes = KEY, max_bytes: int = 1 << 20) -> Obje
 async def test_a_dump_saved_by_one_daemon_loads_in_another(nc: Client) -> None:
     """Two stores on one bucket (two daemons): what one saves, the other loads, intact."""
     one, two = await _store(nc), await _store(nc)
-    assert await two.load("000000000001") is None
-    await one.save("000000000001", b"\x00dump\nbytes")
-    loaded = await two.load("000000000001")
+    assert await two.load(ThreadKey("#ops", "000000000001")) is None
+    await one.save(ThreadKey("#ops", "000000000001"), b"\x00dump\nbytes")
+    loaded = await two.load(ThreadKey("#ops", "000000000001"))
     assert loaded is not None
     assert loaded.data == b"\x00dump\nbytes"
-    await one.save("000000000001", b"newer")  # replaces
-    again = await two.load("000000000001")
+    await one.save(ThreadKey("#ops", "000000000001"), b"newer")  # replaces
+    again = await two.load(ThreadKey("#ops", "000000000001"))
     assert again is not None
     assert again.data == b"newer"
-    await two.drop("000000000001")
-    assert await one.load("000000000001") is None
-    await two.drop("000000000001")  # nothing stored: nothing to do
+    await two.drop(ThreadKey("#ops", "000000000001"))
+    assert await one.load(ThreadKey("#ops", "000000000001")) is None
+    await two.drop(ThreadKey("#ops", "000000000001"))  # nothing stored: nothing to do
 
 
 async def test_changed_bytes_a_moved_dump_and_another_key_are_refused(nc: Client) -> None:
     """The MAC covers the bytes and the thread; a daemon with another key refuses the dump."""
     store = await _store(nc)
-    await store.save("000000000002", b"genuine")
+    await store.save(ThreadKey("#ops", "000000000002"), b"genuine")
     bucket = await nc.jetstream().object_store(scope_bucket("asyncai"))
-    raw = bytes((await bucket.get("000000000002")).data or b"")
-    await bucket.put("000000000002", raw.replace(b"genuine", b"forged!"))
+    raw = bytes((await bucket.get(scope_object(ThreadKey("#ops", "000000000002")))).data or b"")
+    await bucket.put(
+        scope_object(ThreadKey("#ops", "000000000002")), raw.replace(b"genuine", b"forged!")
+    )
     with pytest.raises(ScopeRejected, match="MAC does not match"):
-        await store.load("000000000002")
-    await bucket.put("000000000003", raw)  # the genuine bytes under another thread
+        await store.load(ThreadKey("#ops", "000000000002"))
+    await bucket.put(
+        scope_object(ThreadKey("#ops", "000000000003")), raw
+    )  # the genuine bytes under another thread
     with pytest.raises(ScopeRejected, match="MAC does not match"):
-        await store.load("000000000003")
-    await store.save("000000000004", b"genuine")
+        await store.load(ThreadKey("#ops", "000000000003"))
+    await store.save(ThreadKey("#ops", "000000000004"), b"genuine")
     with pytest.raises(ScopeRejected, match=r"another scope\.key"):
-        await (await _store(nc, key=b"o" * 32)).load("000000000004")
+        await (await _store(nc, key=b"o" * 32)).load(ThreadKey("#ops", "000000000004"))
 
 
 async def test_bad_headers_other_versions_and_big_dumps_are_refused(nc: Client) -> None:
     """Every refusal is ScopeRejected with its reason in one line, never another error."""
     store = await _store(nc)
     bucket = await nc.jetstream().object_store(scope_bucket("asyncai"))
-    await bucket.put("t1", b"no header at all")
+    await bucket.put(scope_object(ThreadKey("#ops", "t1")), b"no header at all")
     with pytest.raises(ScopeRejected, match="header"):
-        await store.load("t1")
-    await bucket.put("t2", json.dumps({"v": 1}).encode() + b"\nx")
+        await store.load(ThreadKey("#ops", "t1"))
+    await bucket.put(scope_object(ThreadKey("#ops", "t2")), json.dumps({"v": 1}).encode() + b"\nx")
     with pytest.raises(ScopeRejected, match="header"):
-        await store.load("t2")
+        await store.load(ThreadKey("#ops", "t2"))
     other = await ObjectScopeStore(
         nc.jetstream(), "asyncai", KEY, max_bytes=100, version="9.9.9"
     ).open()
-    await other.save("t3", b"dump")
+    await other.save(ThreadKey("#ops", "t3"), b"dump")
     with pytest.raises(ScopeRejected, match=r"pydantic-monty 9\.9\.9"):
-        await store.load("t3")
-    await store.save("t4", b"x" * 200)
+        await store.load(ThreadKey("#ops", "t3"))
+    await store.save(ThreadKey("#ops", "t4"), b"x" * 200)
     with pytest.raises(ScopeRejected, match=r"over code_mode\.max_scope_dump"):
-        await other.load("t4")
+        await other.load(ThreadKey("#ops", "t4"))

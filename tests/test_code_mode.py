@@ -23,7 +23,7 @@ from daemon.code_mode import CodeModeLimits, CodeModeToolExecutor
 from daemon.code_mode.description import RUN_CODE_SCHEMA
 from daemon.code_mode.errors import SandboxUnavailable
 from daemon.logging import configure_logging, reset_logging
-from daemon.tools import AuditEntry, ToolCallOutput, ToolTransportError
+from daemon.tools import AuditEntry, ThreadKey, ToolCallOutput, ToolTransportError
 from tests.fakes.executor import FakeToolExecutor
 
 # every expectation holds on both paths a snippet can take (tests/conftest.py)
@@ -97,7 +97,7 @@ async def test_definitions_are_exactly_run_code(make_executor, fake):
 
 async def test_gather_of_two_tools_filters_to_one_small_value(make_executor, fake):
     """Two gathered calls, filtered in the sandbox; both reach the inner executor and the audit."""
-    scope = make_executor(fake).thread_scope("t")
+    scope = make_executor(fake).thread_scope(ThreadKey("#t", "t"))
     out = await run(
         scope,
         "pods, events = await asyncio.gather(\n"
@@ -284,7 +284,7 @@ async def test_infinite_loop_hits_the_time_limit_and_the_scope_serves_the_next_s
     make_executor, fake
 ):
     """while True: pass ends with a time-limit error; the scope is reset and works."""
-    scope = make_executor(fake, max_feed_duration=1.0).thread_scope("t")
+    scope = make_executor(fake, max_feed_duration=1.0).thread_scope(ThreadKey("#t", "t"))
     await run(scope, "kept = 1")
     out = await run(scope, "while True:\n    pass")
     assert out.is_error
@@ -299,14 +299,14 @@ async def test_repl_state_persists_restart_clears_it_and_new_scopes_start_empty(
 ):
     """State lives across calls in one scope; restart clears it; other threads never see it."""
     ex = make_executor(fake)
-    a, b = ex.thread_scope("a"), ex.thread_scope("b")
+    a, b = ex.thread_scope(ThreadKey("#t", "a")), ex.thread_scope(ThreadKey("#t", "b"))
     assert (await run(a, "x = 41\ndef inc(v):\n    return v + 1")).content.startswith("(no output")
     assert (await run(a, "inc(x)")).content == "42"
     assert "NameError" in (await run(b, "x")).content
     out = await run(a, "x", restart=True)
     assert out.is_error
     assert "NameError" in out.content
-    assert (await run(ex.thread_scope("a"), "y = 1\ny")).content == "1"
+    assert (await run(ex.thread_scope(ThreadKey("#t", "a")), "y = 1\ny")).content == "1"
 
 
 async def test_unscoped_calls_share_a_private_scope(make_executor, fake):
@@ -314,7 +314,7 @@ async def test_unscoped_calls_share_a_private_scope(make_executor, fake):
     ex = make_executor(fake)
     await run(ex, "private = 'p'")
     assert (await run(ex, "private")).content == "p"
-    assert "NameError" in (await run(ex.thread_scope("t"), "private")).content
+    assert "NameError" in (await run(ex.thread_scope(ThreadKey("#t", "t")), "private")).content
 
 
 async def test_positional_arguments_are_a_type_error(make_executor, fake):
@@ -384,12 +384,12 @@ async def test_ninth_thread_evicts_the_least_recently_used_scope(make_executor, 
     """With 8 scopes, a 9th thread closes the least recently used one; the others keep state."""
     ex = make_executor(fake)
     for i in range(8):
-        await run(ex.thread_scope(f"t{i}"), f"v = {i}")
-    await run(ex.thread_scope("t0"), "v")  # t0 becomes the most recently used
-    await run(ex.thread_scope("t8"), "v = 8")
-    assert "NameError" in (await run(ex.thread_scope("t1"), "v")).content
-    assert (await run(ex.thread_scope("t0"), "v")).content == "0"
-    assert (await run(ex.thread_scope("t8"), "v")).content == "8"
+        await run(ex.thread_scope(ThreadKey("#t", f"t{i}")), f"v = {i}")
+    await run(ex.thread_scope(ThreadKey("#t", "t0")), "v")  # t0 becomes the most recently used
+    await run(ex.thread_scope(ThreadKey("#t", "t8")), "v = 8")
+    assert "NameError" in (await run(ex.thread_scope(ThreadKey("#t", "t1")), "v")).content
+    assert (await run(ex.thread_scope(ThreadKey("#t", "t0")), "v")).content == "0"
+    assert (await run(ex.thread_scope(ThreadKey("#t", "t8")), "v")).content == "8"
 
 
 async def test_a_running_scope_is_never_evicted(make_executor):
@@ -405,25 +405,25 @@ async def test_a_running_scope_is_never_evicted(make_executor):
         return 2
 
     ex = make_executor(tools, max_scopes=2)
-    a = ex.thread_scope("a")
+    a = ex.thread_scope(ThreadKey("#t", "a"))
     running = asyncio.create_task(run(a, "before = 40\nbefore + await wait_here()"))
     async with asyncio.timeout(10):
         await entered.wait()
-    assert (await run(ex.thread_scope("b"), "w = 'b'\nw")).content == "b"
+    assert (await run(ex.thread_scope(ThreadKey("#t", "b")), "w = 'b'\nw")).content == "b"
     # a third scope: "a" is the least recently used but running, so "b" goes
-    assert (await run(ex.thread_scope("c"), "w = 'c'\nw")).content == "c"
+    assert (await run(ex.thread_scope(ThreadKey("#t", "c")), "w = 'c'\nw")).content == "c"
     release.set()
     assert (await running).content == "42"
-    assert (await run(ex.thread_scope("a"), "before")).content == "40"
-    assert (await run(ex.thread_scope("c"), "w")).content == "c"
-    assert "NameError" in (await run(ex.thread_scope("b"), "w")).content
+    assert (await run(ex.thread_scope(ThreadKey("#t", "a")), "before")).content == "40"
+    assert (await run(ex.thread_scope(ThreadKey("#t", "c")), "w")).content == "c"
+    assert "NameError" in (await run(ex.thread_scope(ThreadKey("#t", "b")), "w")).content
 
 
 async def test_allocation_past_max_memory_is_a_memory_error_then_the_scope_works(
     make_executor, fake
 ):
     """The heap cap stops a runaway allocation; the scope is reset and serves the next call."""
-    scope = make_executor(fake, max_memory=64 * 1024 * 1024).thread_scope("t")
+    scope = make_executor(fake, max_memory=64 * 1024 * 1024).thread_scope(ThreadKey("#t", "t"))
     out = await run(scope, 'x = []\nwhile True:\n    x.append("a" * 10000)')
     assert out.is_error
     assert "MemoryError" in out.content
@@ -443,7 +443,7 @@ async def test_killed_worker_gives_an_error_result_then_recovers(make_executor):
         await release.wait()
         return 1
 
-    scope = make_executor(tools).thread_scope("t")
+    scope = make_executor(tools).thread_scope(ThreadKey("#t", "t"))
     await run(scope, "kept = 1")
     pid = scope.worker_pid
     assert pid is not None
@@ -478,7 +478,7 @@ async def test_max_wall_drops_in_flight_calls_and_resets(make_executor):
     observed: list[AuditEntry] = []
     scope = make_executor(
         tools, max_wall=1.0, observer=lambda _thread, entry: observed.append(entry)
-    ).thread_scope("t")
+    ).thread_scope(ThreadKey("#t", "t"))
     await run(scope, "kept = 1")
     out = await run(scope, "await hang()")
     assert out.is_error
@@ -507,7 +507,7 @@ async def test_cancelled_run_drops_its_calls_and_the_scope_recovers(make_executo
             raise
         return 0
 
-    scope = make_executor(tools).thread_scope("t")
+    scope = make_executor(tools).thread_scope(ThreadKey("#t", "t"))
     await run(scope, "kept = 1")
     task = asyncio.create_task(run(scope, "await hang()"))
     async with asyncio.timeout(10):
@@ -539,7 +539,7 @@ async def test_tool_timeout_raises_in_the_snippet(make_executor):
 
 async def test_print_cap_is_a_memory_error_that_keeps_the_scope(make_executor, fake):
     """Too much print() output fails the snippet but keeps its REPL."""
-    scope = make_executor(fake, max_print_bytes=1000).thread_scope("t")
+    scope = make_executor(fake, max_print_bytes=1000).thread_scope(ThreadKey("#t", "t"))
     await run(scope, "kept = 'yes'")
     out = await run(scope, 'for i in range(1000):\n    print("x" * 50)')
     assert out.is_error
@@ -551,7 +551,7 @@ async def test_print_cap_is_a_memory_error_that_keeps_the_scope(make_executor, f
 
 async def test_suspension_budget_resets_the_scope(make_executor, fake):
     """More host round trips than max_suspensions stops the snippet and resets the REPL."""
-    scope = make_executor(fake, max_suspensions=5).thread_scope("t")
+    scope = make_executor(fake, max_suspensions=5).thread_scope(ThreadKey("#t", "t"))
     out = await run(scope, 'for i in range(10):\n    await get_events(kcp="k")')
     assert out.is_error
     assert "suspension budget exceeded" in out.content
@@ -587,7 +587,7 @@ async def test_observer_sees_every_nested_call_sync_async_or_failing(make_execut
         seen.append((thread_id, entry))
 
     out = await run(
-        make_executor(fake, observer=async_observer).thread_scope("th"),
+        make_executor(fake, observer=async_observer).thread_scope(ThreadKey("#t", "th")),
         'await get_events(kcp="k")\nawait delete_object(name="n")\n"ok"',
     )
     assert out.content == "ok"
@@ -651,7 +651,7 @@ async def test_executor_without_a_pool_starts_lazily_and_closes_cleanly(fake):
     """Without pool=, the executor starts its inner executor and its own pool, then closes both."""
     ex = CodeModeToolExecutor(fake, CodeModeLimits(max_scopes=1))
     assert fake.started == 0
-    assert (await run(ex.thread_scope("t"), "6 * 7")).content == "42"
+    assert (await run(ex.thread_scope(ThreadKey("#t", "t")), "6 * 7")).content == "42"
     assert fake.started == 1
     await ex.aclose()
     assert fake.closed == 1
@@ -671,7 +671,7 @@ async def test_two_calls_on_one_scope_take_turns(make_executor):
         await release.wait()
         return 2
 
-    scope = make_executor(tools).thread_scope("t")
+    scope = make_executor(tools).thread_scope(ThreadKey("#t", "t"))
     first = asyncio.create_task(run(scope, "a = 1\na = await wait_here()\na"))
     async with asyncio.timeout(10):
         await entered.wait()
@@ -686,11 +686,13 @@ async def test_two_calls_on_one_scope_take_turns(make_executor):
 _EXIT_SCRIPT = """
 import asyncio
 from daemon.code_mode import CodeModeLimits, CodeModeToolExecutor
+from daemon.tools import ThreadKey
 from tests.fakes.executor import FakeToolExecutor
 
 async def main():
     ex = CodeModeToolExecutor(FakeToolExecutor(), CodeModeLimits(max_scopes=1))
-    out = await ex.thread_scope("t").call_tool("run_code", {"code": "sum(range(10))"})
+    scope = ex.thread_scope(ThreadKey("#t", "t"))
+    out = await scope.call_tool("run_code", {"code": "sum(range(10))"})
     await ex.aclose()
     print(out.content)
 
@@ -743,9 +745,9 @@ async def test_issue_three_seams_are_called(make_executor, fake, monkeypatch):
         hooks, "context_note", lambda scope, evicted: scope.note if scope is not None else None
     )
     ex = make_executor(fake)
-    scope = ex.thread_scope("t")
+    scope = ex.thread_scope(ThreadKey("#t", "t"))
     assert (await run(scope, "HELPER")).content == "h"
-    assert ex.context_note("t") == "probe says ['h']"
+    assert ex.context_note(ThreadKey("#t", "t")) == "probe says ['h']"
     out = await run(scope, "HELPER = 1")
     assert (out.is_error, out.content) == (True, "rejected: rebinds HELPER")
     out = await run(scope, "{}['k']")

@@ -27,6 +27,7 @@ from daemon.tools import (
     Decision,
     Pause,
     PendingCall,
+    ThreadKey,
     ToolCallOutput,
     ToolDefinition,
     Verdict,
@@ -116,7 +117,9 @@ async def test_a_call_that_needs_approval_pauses_the_snippet_and_is_not_made(mak
     """The gate says ask: the run ends with a Pause listing the call; the tool is not called."""
     gate = Gate("ask", "not read-only")
     executor = make_executor(fake, gate)
-    out = await run(executor.thread_scope("t"), 'x = 5\nawait delete_object(name="a")')
+    out = await run(
+        executor.thread_scope(ThreadKey("#t", "t")), 'x = 5\nawait delete_object(name="a")'
+    )
     assert out.pause is not None, out.content
     assert not out.is_error
     assert "waiting for approval" in out.content
@@ -128,7 +131,7 @@ async def test_a_call_that_needs_approval_pauses_the_snippet_and_is_not_made(mak
     assert out.pause.snapshot
     assert fake.calls == []
     assert gate.seen == [("delete_object", {"name": "a"})]
-    assert executor.worker_pid("t") is None  # the paused run holds no worker
+    assert executor.worker_pid(ThreadKey("#t", "t")) is None  # the paused run holds no worker
 
 
 async def test_gather_runs_the_read_only_call_and_pauses_both_mutating_calls_in_one_pause(
@@ -140,7 +143,7 @@ async def test_gather_runs_the_read_only_call_and_pauses_both_mutating_calls_in_
     seen: list[AuditEntry] = []
     gate = Gate()
     executor = make_executor(fake, gate, observer=lambda _t, entry: seen.append(entry))
-    scope = executor.thread_scope("t")
+    scope = executor.thread_scope(ThreadKey("#t", "t"))
     out = await run(
         scope,
         'x = 5\nprint("before")\n'
@@ -154,7 +157,7 @@ async def test_gather_runs_the_read_only_call_and_pauses_both_mutating_calls_in_
     assert [e["tool"] for e in out.audit["nested_calls"]] == ["list_items"]
     assert [name for name, _ in gate.seen] == ["delete_object", "delete_object"]
 
-    done = await executor.resume("t", out.pause, approve(out.pause))
+    done = await executor.resume(ThreadKey("#t", "t"), out.pause, approve(out.pause))
     assert done.pause is None
     assert not done.is_error, done.content
     assert json.loads(done.content) == {
@@ -176,9 +179,9 @@ async def test_gather_runs_the_read_only_call_and_pauses_both_mutating_calls_in_
 async def test_a_denied_call_raises_permission_error_and_is_never_made(make_executor, fake):
     """Denied: the snippet sees PermissionError("denied by NICK: reason"); no call is made."""
     executor = make_executor(fake, Gate())
-    out = await run(executor.thread_scope("t"), 'await delete_object(name="a")')
+    out = await run(executor.thread_scope(ThreadKey("#t", "t")), 'await delete_object(name="a")')
     assert out.pause is not None
-    done = await executor.resume("t", out.pause, deny(out.pause))
+    done = await executor.resume(ThreadKey("#t", "t"), out.pause, deny(out.pause))
     assert done.is_error
     assert done.pause is None
     assert "PermissionError: denied by bob: not today" in done.content
@@ -196,7 +199,7 @@ async def test_a_snippet_that_catches_the_denial_continues(make_executor, fake):
     """An expired request raises the caller's wording; the snippet catches it and goes on."""
     executor = make_executor(fake, Gate())
     out = await run(
-        executor.thread_scope("t"),
+        executor.thread_scope(ThreadKey("#t", "t")),
         'try:\n    r = await delete_object(name="a")\nexcept PermissionError as e:\n'
         "    r = str(e)\n"
         "[r, len(await list_items())]",
@@ -204,7 +207,7 @@ async def test_a_snippet_that_catches_the_denial_continues(make_executor, fake):
     assert out.pause is not None
     (call,) = out.pause.calls
     expired = Decision(False, "expiry", "the request expired after 600 s", 600_000.0, "expired")
-    done = await executor.resume("t", out.pause, {call.call_id: expired})
+    done = await executor.resume(ThreadKey("#t", "t"), out.pause, {call.call_id: expired})
     assert not done.is_error, done.content
     assert json.loads(done.content) == ["denied: the request expired after 600 s", 3]
     assert fake.calls == [("list_items", {})]
@@ -213,7 +216,9 @@ async def test_a_snippet_that_catches_the_denial_continues(make_executor, fake):
 async def test_resume_after_a_restart_needs_only_the_snapshot(make_executor, fake):
     """The executor and its pool are gone; a new executor on a new pool resumes the pause."""
     first = make_executor(fake, Gate())
-    out = await run(first.thread_scope("t"), 'x = 5\nr = await delete_object(name="a")\n[x, r]')
+    out = await run(
+        first.thread_scope(ThreadKey("#t", "t")), 'x = 5\nr = await delete_object(name="a")\n[x, r]'
+    )
     assert out.pause is not None
     await first.aclose()
     pause = Pause(
@@ -224,7 +229,7 @@ async def test_resume_after_a_restart_needs_only_the_snapshot(make_executor, fak
     await pool.__aenter__()
     try:
         second = make_executor(fake, Gate(), pool=pool)
-        done = await second.resume("t", pause, approve(pause))
+        done = await second.resume(ThreadKey("#t", "t"), pause, approve(pause))
         assert json.loads(done.content) == [5, "deleted a"], done.content
         assert made(fake, "delete_object") == [{"name": "a"}]
         await second.aclose()
@@ -235,7 +240,7 @@ async def test_resume_after_a_restart_needs_only_the_snapshot(make_executor, fak
 async def test_a_snippet_can_pause_twice(make_executor, fake):
     """A later mutating call pauses the resumed snippet again; prints from both parts are kept."""
     executor = make_executor(fake, Gate())
-    scope = executor.thread_scope("t")
+    scope = executor.thread_scope(ThreadKey("#t", "t"))
     out = await run(
         scope,
         'print("one")\na = await delete_object(name="a")\n'
@@ -243,11 +248,13 @@ async def test_a_snippet_can_pause_twice(make_executor, fake):
     )
     assert out.pause is not None
     assert out.pause.calls[0].tool == "delete_object"
-    again = await executor.resume("t", out.pause, approve(out.pause))
+    again = await executor.resume(ThreadKey("#t", "t"), out.pause, approve(out.pause))
     assert again.pause is not None, again.content
     assert again.pause.calls[0].tool == "create_object"
     assert made(fake, "create_object") == []
-    done = await executor.resume("t", again.pause, approve(again.pause, by="carol"))
+    done = await executor.resume(
+        ThreadKey("#t", "t"), again.pause, approve(again.pause, by="carol")
+    )
     assert json.loads(done.content) == {
         "output": "one\ntwo\n",
         "result": ["deleted a", "created b"],
@@ -259,29 +266,31 @@ async def test_a_held_call_without_a_decision_pauses_again(make_executor, fake):
     """Deciding one of two held calls runs it; the snippet pauses again before the other."""
     executor = make_executor(fake, Gate())
     out = await run(
-        executor.thread_scope("t"),
+        executor.thread_scope(ThreadKey("#t", "t")),
         'await asyncio.gather(delete_object(name="a"), delete_object(name="b"))',
     )
     assert out.pause is not None
     first, second = out.pause.calls
-    again = await executor.resume("t", out.pause, {first.call_id: Decision(True, "alice")})
+    again = await executor.resume(
+        ThreadKey("#t", "t"), out.pause, {first.call_id: Decision(True, "alice")}
+    )
     assert again.pause is not None, again.content
     assert [c.call_id for c in again.pause.calls] == [second.call_id]
     assert made(fake, "delete_object") == [{"name": "a"}]
-    done = await executor.resume("t", again.pause, approve(again.pause))
+    done = await executor.resume(ThreadKey("#t", "t"), again.pause, approve(again.pause))
     assert json.loads(done.content) == ["deleted a", "deleted b"]
 
 
 async def test_a_run_while_paused_gets_a_fresh_repl_and_the_resume_still_works(make_executor, fake):
     """A stray run_code on the paused thread works on a fresh checkout; resume replaces it."""
     executor = make_executor(fake, Gate())
-    scope = executor.thread_scope("t")
+    scope = executor.thread_scope(ThreadKey("#t", "t"))
     out = await run(scope, 'x = 5\nawait delete_object(name="a")\nx')
     assert out.pause is not None
     stray = await run(scope, "1 + 1")
     assert stray.content == "2"
     assert stray.pause is None
-    done = await executor.resume("t", out.pause, approve(out.pause))
+    done = await executor.resume(ThreadKey("#t", "t"), out.pause, approve(out.pause))
     assert done.content == "5"
     assert (await run(scope, "x")).content == "5"
 
@@ -298,7 +307,7 @@ async def test_the_private_scope_pauses_and_resumes(make_executor, fake):
 async def test_without_a_gate_mutating_calls_run_as_before(make_executor, fake):
     """gate=None: nothing pauses, nothing is asked."""
     executor = make_executor(fake)
-    out = await run(executor.thread_scope("t"), 'await delete_object(name="a")')
+    out = await run(executor.thread_scope(ThreadKey("#t", "t")), 'await delete_object(name="a")')
     assert (out.content, out.pause, out.is_error) == ("deleted a", None, False)
     assert "denied_calls" not in out.audit
 
@@ -308,7 +317,7 @@ async def test_a_gate_deny_raises_permission_error_at_once(make_executor, fake):
     gate = Gate("deny", "[approvals] deny matches *.delete_object")
     executor = make_executor(fake, gate)
     out = await run(
-        executor.thread_scope("t"),
+        executor.thread_scope(ThreadKey("#t", "t")),
         'listed = await list_items()\nawait delete_object(name="a")',
     )
     assert out.pause is None
@@ -326,7 +335,7 @@ async def test_a_failing_gate_denies_the_call(make_executor, fake):
         raise KeyError("policy bug")
 
     executor = make_executor(fake, broken)
-    out = await run(executor.thread_scope("t"), 'await delete_object(name="a")')
+    out = await run(executor.thread_scope(ThreadKey("#t", "t")), 'await delete_object(name="a")')
     assert out.is_error
     assert "PermissionError: the approval check failed" in out.content
     assert fake.calls == []
@@ -336,7 +345,7 @@ async def test_a_call_never_awaited_is_never_judged(make_executor, fake):
     """The gate is asked as the sandbox awaits a call, so an un-awaited call is never judged."""
     gate = Gate()
     executor = make_executor(fake, gate)
-    out = await run(executor.thread_scope("t"), 'c = delete_object(name="a")\n1')
+    out = await run(executor.thread_scope(ThreadKey("#t", "t")), 'c = delete_object(name="a")\n1')
     assert out.is_error
     assert "await" in out.content
     assert gate.seen == []

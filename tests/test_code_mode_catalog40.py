@@ -20,6 +20,7 @@ from daemon.config import ModelConfig
 from daemon.mcp.executor import McpToolExecutor
 from daemon.model import OpenAiCompatibleBackend
 from daemon.runtime.runs import Prompt, RunRequest
+from daemon.tools import ThreadKey
 from sessions import Store
 from tests.fakes.fake_openai import FakeOpenAI, ToolCalls
 
@@ -120,7 +121,7 @@ async def test_a_learned_shape_is_stored_and_back_after_a_restart(make, tmp_path
         ex = make(store=store, catalog_budget=100_000)
         await ex.start()
         first = ex.definitions()[0].description
-        scope = ex.thread_scope("T1")
+        scope = ex.thread_scope(ThreadKey("#t", "T1"))
         assert json.loads(await run(scope, CALL)) == ["invoice-4", "pending", "owner4"]
         sketch = (
             '{"id": str, "name": str, "status": str, "region": str, '
@@ -136,7 +137,7 @@ async def test_a_learned_shape_is_stored_and_back_after_a_restart(make, tmp_path
             '(e.g. \'invoice-3\')."""',
             f'(e.g. \'invoice-3\').\n    Returns (observed): {sketch}\n    """',
         )
-        assert ex.context_note("T1") == (
+        assert ex.context_note(ThreadKey("#t", "T1")) == (
             f"[run_code: the result shape of get_invoice (it declares none) was learned: "
             f"Returns (observed): {sketch}]\n[run_code variables still in scope: inv: dict[6]]"
         )
@@ -162,19 +163,19 @@ async def test_a_result_that_no_longer_fits_refreshes_the_shape(make, tmp_path: 
     """The server changes what it returns (same version): the shape is merged, said once."""
     async with Store(tmp_path / "a.db") as store:
         ex = make(store=store)
-        await run(ex.thread_scope("T1"), 'await get_ticket(id="ticket-1")')
+        await run(ex.thread_scope(ThreadKey("#t", "T1")), 'await get_ticket(id="ticket-1")')
         await ex.aclose()
         wide = make("--shape", "wide", store=store)
-        scope = wide.thread_scope("T1")
+        scope = wide.thread_scope(ThreadKey("#t", "T1"))
         await run(scope, 'await get_ticket(id="ticket-2")')
-        note = wide.context_note("T1") or ""
+        note = wide.context_note(ThreadKey("#t", "T1")) or ""
         assert note.startswith(
             "[run_code: the result shape of get_ticket (it declares none) changed; its stub now "
             'says Returns (observed): {"id": str, "name": str, "status": str, "region": str, '
             '"owner": {"name": str, "email": str}, "tags": [str], "revision": int}]'
         )
         await run(scope, 'await get_ticket(id="ticket-3")')  # fits the merged shape now
-        assert wide.context_note("T1") is None
+        assert wide.context_note(ThreadKey("#t", "T1")) is None
         (row,) = await store.load_shapes()
         assert json.loads(row.shape)["required"] == ["id", "name", "status", "region", "tags"]
 

@@ -20,7 +20,7 @@ from daemon.code_mode.catalog import Catalog
 from daemon.code_mode.direct import MAX_CHECKED_CHARS, direct_ok, public_names
 from daemon.code_mode.lazy import DIRECT_MARKER, RESULT_SOURCE, TOOL_PREFIX
 from daemon.code_mode.nested import NestedCalls
-from daemon.tools import AuditEntry, Verdict
+from daemon.tools import AuditEntry, ThreadKey, Verdict
 from tests.fakes.executor import FakeToolExecutor
 from tests.fakes.scope_store import MemoryScopeStore
 
@@ -146,7 +146,7 @@ async def test_a_scope_leaves_the_direct_path_for_good_after_an_ineligible_snipp
     make_executor, fake, direct_runs
 ):
     """A function an ineligible snippet defined may leave a call unawaited: it still never runs."""
-    scope = make_executor(fake).thread_scope("t")
+    scope = make_executor(fake).thread_scope(ThreadKey("#t", "t"))
     assert (await run(scope, "(await echo(value=1))['value']")).content == "1"
     assert direct_runs == ["(await echo(value=1))['value']"]
     await run(scope, "def make():\n    return echo(value=2)")
@@ -164,7 +164,7 @@ async def test_leaving_the_direct_path_changes_only_the_wrappers_still_bound(
 ):
     """The snapshot path's wrappers replace the direct ones, not a function the snippets
     defined under a tool's name; a call never awaited is then named."""
-    scope = make_executor(fake).thread_scope("t")
+    scope = make_executor(fake).thread_scope(ThreadKey("#t", "t"))
     await run(scope, "def echo(value):\n    return value * 2")
     assert len(direct_runs) == 1
     assert (await run(scope, "f = nap\necho(value=4)")).content == "8"
@@ -179,7 +179,9 @@ async def test_a_gathered_call_still_in_flight_when_the_snippet_fails_is_cancell
 ):
     """Monty lets a host coroutine run on after its feed; the direct path cancels and audits it."""
     seen: list[AuditEntry] = []
-    scope = make_executor(fake, observer=lambda _t, e: seen.append(e)).thread_scope("t")
+    scope = make_executor(fake, observer=lambda _t, e: seen.append(e)).thread_scope(
+        ThreadKey("#t", "t")
+    )
     out = await run(scope, "await asyncio.gather(nap(n=1), boom())")
     assert direct_runs
     assert out.is_error
@@ -193,7 +195,7 @@ async def test_a_loop_that_swallows_the_budget_error_is_still_stopped(
     make_executor, fake, direct_runs
 ):
     """Past max_suspensions the direct feed is cancelled, whatever the snippet catches."""
-    scope = make_executor(fake, limits={"max_suspensions": 5}).thread_scope("t")
+    scope = make_executor(fake, limits={"max_suspensions": 5}).thread_scope(ThreadKey("#t", "t"))
     code = (
         "n = 0\nwhile True:\n    try:\n        await echo(value=1)\n"
         "    except Exception:\n        n += 1"
@@ -212,7 +214,7 @@ async def test_with_a_gate_only_snippets_naming_a_gated_tool_take_the_snapshots(
     """Reads stay direct under an approval gate; a mutating call pauses as before."""
     scope = make_executor(
         fake, gate=lambda _d, _a: Verdict("ask", "a person decides")
-    ).thread_scope("t")
+    ).thread_scope(ThreadKey("#t", "t"))
     assert (await run(scope, "(await echo(value=5))['value']")).content == "5"
     assert len(direct_runs) == 1
     out = await run(scope, "await remove(name='x')")
@@ -228,15 +230,17 @@ async def test_a_stored_repl_keeps_its_path_across_a_restart(make_executor, fake
     """Eligible only: the restored REPL stays direct; after an ineligible snippet: snapshots."""
     store = MemoryScopeStore()
     first = make_executor(fake, scopes=store)
-    await run(first.thread_scope("fast"), "a = (await echo(value=1))['value']")
-    await run(first.thread_scope("slow"), "keep = echo")
+    await run(first.thread_scope(ThreadKey("#t", "fast")), "a = (await echo(value=1))['value']")
+    await run(first.thread_scope(ThreadKey("#t", "slow")), "keep = echo")
     await first.checkpoint_all()
     seen = len(direct_runs)
 
     second = make_executor(fake, scopes=store)  # a restart: same store, new executor
-    assert (await run(second.thread_scope("fast"), "a + 1")).content == "2"
+    assert (await run(second.thread_scope(ThreadKey("#t", "fast")), "a + 1")).content == "2"
     assert len(direct_runs) == seen + 1
-    assert (await run(second.thread_scope("slow"), "(await keep(value=3))['value']")).content == "3"
+    assert (
+        await run(second.thread_scope(ThreadKey("#t", "slow")), "(await keep(value=3))['value']")
+    ).content == "3"
     assert len(direct_runs) == seen + 1  # the kept function may make any call: snapshots
 
 
@@ -247,8 +251,8 @@ async def test_a_repl_stored_without_the_marker_takes_the_snapshots(
     store = MemoryScopeStore()
     async with monty_pool.checkout() as session:
         await session.feed_run("old = 41")
-        await store.save("old", await session.dump())
-    scope = make_executor(fake, scopes=store).thread_scope("old")
+        await store.save(ThreadKey("#t", "old"), await session.dump())
+    scope = make_executor(fake, scopes=store).thread_scope(ThreadKey("#t", "old"))
     assert (await run(scope, "old + 1")).content == "42"
     assert direct_runs == []
 
@@ -268,8 +272,8 @@ async def test_a_repl_stored_with_the_first_wrappers_runs_and_leaves_the_direct_
         await session.feed_run(
             f"import json as _asyncai_json\n{RESULT_SOURCE}\n{old_wrappers}\n{DIRECT_MARKER} = True"
         )
-        await store.save("old", await session.dump())
-    scope = make_executor(fake, scopes=store).thread_scope("old")
+        await store.save(ThreadKey("#t", "old"), await session.dump())
+    scope = make_executor(fake, scopes=store).thread_scope(ThreadKey("#t", "old"))
     assert (await run(scope, "(await echo(value=2))['value']")).content == "2"
     assert len(direct_runs) == 1
     out = await run(scope, "pending = nap(n=1)\n'done'")

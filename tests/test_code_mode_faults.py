@@ -15,7 +15,7 @@ from daemon.code_mode import CodeModeLimits, CodeModeToolExecutor
 from daemon.code_mode.engine import SLEEP_DENIED, SnippetOutcome
 from daemon.code_mode.hooks import after_snippet, too_large
 from daemon.code_mode.scope import ScopeState
-from daemon.tools import ToolCallOutput
+from daemon.tools import ThreadKey, ToolCallOutput
 from tests.fakes.executor import FakeToolExecutor
 
 # every expectation holds on both paths a snippet can take (tests/conftest.py)
@@ -93,7 +93,7 @@ def test_too_large_counts_utf8_bytes():
 
 async def test_a_snippet_over_max_snippet_bytes_is_refused_before_it_runs(make_executor, fake):
     """A snippet over the limit gets a clear error, runs nothing, and the REPL is kept."""
-    scope = make_executor(fake, max_snippet_bytes=1000).thread_scope("t")
+    scope = make_executor(fake, max_snippet_bytes=1000).thread_scope(ThreadKey("#t", "t"))
     await run(scope, "kept = 'yes'")
     out = await run(scope, 'kept = "no"\nawait get_events(kcp="k")\n' + "#" * 2000)
     assert out.is_error
@@ -110,7 +110,7 @@ async def test_big_pathological_snippets_do_not_stall_the_event_loop(make_execut
     identifier on a line that does not parse); one is dense code that takes
     CPython's parser about a second. A ticker on the loop keeps ticking.
     """
-    scope = make_executor(fake).thread_scope("t")
+    scope = make_executor(fake).thread_scope(ThreadKey("#t", "t"))
     snippets = [
         "a" * 250_000 + "\n)",
         "f(g(h(1)))\n" * 23_000,
@@ -151,7 +151,7 @@ async def test_a_probe_that_would_sleep_leaves_the_next_snippet_working(make_exe
     snippet failed once. The probe now runs without OS access, and a probe
     that ends its checkout anyway discards it.
     """
-    scope = make_executor(fake).thread_scope("t")
+    scope = make_executor(fake).thread_scope(ThreadKey("#t", "t"))
     await run(scope, "a = 1")
     code = (
         "import time\ndef len(x):\n    for i in range(5):\n        time.sleep(10)\n"
@@ -185,7 +185,7 @@ async def test_print_overflow_just_before_a_tool_call_keeps_the_scope(make_execu
 
     The call is not made: the snippet gets the MemoryError where it calls.
     """
-    scope = make_executor(fake, max_print_bytes=1000).thread_scope("t")
+    scope = make_executor(fake, max_print_bytes=1000).thread_scope(ThreadKey("#t", "t"))
     await run(scope, "kept = 'yes'")
     out = await run(scope, "print('x' * 2000)\nawait get_events(kcp='k')")
     assert out.is_error
@@ -200,7 +200,7 @@ async def test_print_overflow_just_before_a_tool_call_keeps_the_scope(make_execu
 
 async def test_a_deeply_nested_snippet_value_is_an_error_result(make_executor, fake):
     """A 10 000-deep value is an error result the model reads; the REPL keeps it."""
-    scope = make_executor(fake).thread_scope("t")
+    scope = make_executor(fake).thread_scope(ThreadKey("#t", "t"))
     out = await run(scope, "x = []\nfor i in range(10000):\n    x = [x]\nx")
     assert out.is_error
     assert "nested more than 200 levels deep" in out.content
@@ -211,7 +211,7 @@ async def test_a_deeply_nested_snippet_value_is_an_error_result(make_executor, f
 @pytest.mark.parametrize("tool", ["deep_text", "deep_structured"])
 async def test_a_deeply_nested_tool_result_is_a_catchable_error(make_executor, fake, tool):
     """A tool result too deep for the sandbox raises a catchable RuntimeError there."""
-    scope = make_executor(fake).thread_scope("t")
+    scope = make_executor(fake).thread_scope(ThreadKey("#t", "t"))
     await run(scope, "kept = 'yes'")
     out = await run(
         scope, f"try:\n    await {tool}()\nexcept RuntimeError as e:\n    r = str(e)\nr"
@@ -224,7 +224,7 @@ async def test_a_deeply_nested_tool_result_is_a_catchable_error(make_executor, f
 
 async def test_a_tool_error_with_a_lone_surrogate_is_a_catchable_runtime_error(make_executor, fake):
     """The error text arrives with U+FFFD in place of the surrogate, as a RuntimeError."""
-    scope = make_executor(fake).thread_scope("t")
+    scope = make_executor(fake).thread_scope(ThreadKey("#t", "t"))
     out = await run(
         scope, "try:\n    await surrogate_error()\nexcept RuntimeError as e:\n    r = str(e)\nr"
     )

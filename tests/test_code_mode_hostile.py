@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from daemon.code_mode import CodeModeLimits, CodeModeToolExecutor
-from daemon.tools import ToolCallOutput
+from daemon.tools import ThreadKey, ToolCallOutput
 from tests.fakes.executor import FakeToolExecutor
 
 # every expectation holds on both paths a snippet can take (tests/conftest.py)
@@ -117,7 +117,7 @@ async def executor(monty_pool) -> AsyncIterator[CodeModeToolExecutor]:
 @pytest.mark.parametrize("code", HOSTILE.values(), ids=HOSTILE.keys())
 async def test_a_hostile_snippet_gets_a_readable_result_and_the_thread_goes_on(executor, code):
     """The result is text within the limit (an error or a harmless value); the REPL works after."""
-    scope = executor.thread_scope("t")
+    scope = executor.thread_scope(ThreadKey("#t", "t"))
     out = await scope.call_tool("run_code", {"code": code})
     assert isinstance(out.content, str)
     assert out.content
@@ -125,7 +125,7 @@ async def test_a_hostile_snippet_gets_a_readable_result_and_the_thread_goes_on(e
     assert len(out.content) <= 2 * LIMITS.max_result_chars
     after = await scope.call_tool("run_code", {"code": "ok = 40 + 2\nok"})
     assert (after.content, after.is_error) == ("42", False)
-    assert executor.context_note("t") is not None
+    assert executor.context_note(ThreadKey("#t", "t")) is not None
 
 
 @pytest.mark.parametrize(
@@ -144,5 +144,5 @@ async def test_a_hostile_snippet_gets_a_readable_result_and_the_thread_goes_on(e
 )
 async def test_an_escape_or_a_bomb_is_an_error(executor, code):
     """Escapes and bombs never succeed quietly: the model sees an error."""
-    out = await executor.thread_scope("t").call_tool("run_code", {"code": code})
+    out = await executor.thread_scope(ThreadKey("#t", "t")).call_tool("run_code", {"code": code})
     assert out.is_error

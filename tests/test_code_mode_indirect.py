@@ -26,7 +26,7 @@ import pytest
 
 from daemon.approvals import ApprovalPolicy
 from daemon.code_mode import CodeModeLimits, CodeModeToolExecutor
-from daemon.tools import AuditEntry, ToolCallOutput
+from daemon.tools import AuditEntry, ThreadKey, ToolCallOutput
 from tests.fakes.executor import FakeToolExecutor
 from tests.fakes.scope_store import MemoryScopeStore
 
@@ -168,7 +168,7 @@ async def run_form(
         observer=lambda _thread, entry: seen.append(entry),
     )
     executors.append(executor)
-    scope = executor.thread_scope("t")
+    scope = executor.thread_scope(ThreadKey("#t", "t"))
     *before, last = form.runs
     for code in before:
         out = await scope.call_tool("run_code", {"code": code})
@@ -232,7 +232,9 @@ async def test_a_call_the_gate_would_hold_on_the_direct_path_is_refused_not_made
     before = CodeModeToolExecutor(fake, LIMITS, pool=monty_pool, scopes=store)
     executors.append(before)
     define = "async def later():\n    return await append_line(line='x')\n1"
-    assert (await before.thread_scope("t").call_tool("run_code", {"code": define})).content == "1"
+    assert (
+        await before.thread_scope(ThreadKey("#t", "t")).call_tool("run_code", {"code": define})
+    ).content == "1"
     await before.checkpoint_all()
 
     seen: list[AuditEntry] = []
@@ -245,7 +247,9 @@ async def test_a_call_the_gate_would_hold_on_the_direct_path_is_refused_not_made
         observer=lambda _thread, entry: seen.append(entry),
     )
     executors.append(after)
-    out = await after.thread_scope("t").call_tool("run_code", {"code": "await later()"})
+    out = await after.thread_scope(ThreadKey("#t", "t")).call_tool(
+        "run_code", {"code": "await later()"}
+    )
     assert appended(fake) == []
     assert out.is_error
     assert out.pause is None

@@ -23,7 +23,7 @@ from daemon.code_mode.lazy import (
     text_marker,
 )
 from daemon.code_mode.nested import NestedCalls
-from daemon.tools import ToolCallOutput
+from daemon.tools import ThreadKey, ToolCallOutput
 from tests.fakes.executor import FakeToolExecutor
 
 # every expectation holds on both paths a snippet can take (tests/conftest.py)
@@ -158,7 +158,7 @@ async def test_a_wrapped_call_answers_a_long_json_result_with_its_text():
 
 async def test_the_snippet_sees_the_same_values_as_from_the_host(executor):
     """Rows parsed in the sandbox equal CPython's json.loads, types included."""
-    scope = executor.thread_scope("t")
+    scope = executor.thread_scope(ThreadKey("#t", "t"))
     assert json.loads(await run(scope, "await rows()")) == ROWS
     types = await run(
         scope,
@@ -174,7 +174,7 @@ async def test_the_snippet_sees_the_same_values_as_from_the_host(executor):
 async def test_unparsable_text_arrives_as_str_and_deep_json_raises_the_hosts_error(executor):
     """Text that is not JSON is a str; JSON past 200 levels raises the same RuntimeError
     whether the sandbox (long text) or the host (short text) found it."""
-    scope = executor.thread_scope("t")
+    scope = executor.thread_scope(ThreadKey("#t", "t"))
     got = await run(scope, "v = await not_json()\n[type(v).__name__, len(v)]")
     assert json.loads(got) == ["str", len(NOT_JSON)]
     catch = "try:\n    await {}()\nexcept RuntimeError as e:\n    r = str(e)\nr"
@@ -188,7 +188,7 @@ async def test_unparsable_text_arrives_as_str_and_deep_json_raises_the_hosts_err
 
 async def test_constants_and_surrogates_keep_the_hosts_reading(executor):
     """NaN stays a float NaN; an escaped lone surrogate arrives as U+FFFD."""
-    scope = executor.thread_scope("t")
+    scope = executor.thread_scope(ThreadKey("#t", "t"))
     got = await run(scope, "v = await nan_big()\n[v[0] != v[0], len(v)]")
     assert json.loads(got) == [True, 61]
     assert await run(scope, "(await surrogate_big())[0]") == "\ufffd"
@@ -196,7 +196,7 @@ async def test_constants_and_surrogates_keep_the_hosts_reading(executor):
 
 async def test_tracebacks_show_the_snippets_frames_not_the_wrappers(executor):
     """A call rejected or failing through a wrapper reads as if the snippet called the tool."""
-    scope = executor.thread_scope("t")
+    scope = executor.thread_scope(ThreadKey("#t", "t"))
     out = await scope.call_tool("run_code", {"code": "x = 1\nawait rows(limit=1)"})
     assert out.is_error
     assert "_asyncai" not in out.content

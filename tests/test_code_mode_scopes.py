@@ -29,6 +29,7 @@ from daemon.tools import (
     Decision,
     PersistentScopes,
     StoredScopeDump,
+    ThreadKey,
     ToolCallOutput,
     ToolDefinition,
     Verdict,
@@ -39,6 +40,8 @@ from tests.fakes.scope_store import SAVED_AT, MemoryScopeStore
 TEST_LIMITS = {"max_feed_duration": 2.0, "max_wall": 20.0, "tool_timeout": 10.0}
 
 MakeExecutor = Callable[..., CodeModeToolExecutor]
+
+T = ThreadKey("#t", "t")  # the thread most tests use
 
 
 @pytest.fixture
@@ -78,8 +81,9 @@ async def make_executor(monty_pool, fake) -> AsyncIterator[MakeExecutor]:
 
 
 async def run(executor: CodeModeToolExecutor, thread: str, code: str) -> ToolCallOutput:
-    """One run_code call in ``thread``'s scope."""
-    return await executor.thread_scope(thread).call_tool("run_code", {"code": code})
+    """One run_code call in the scope of ``thread`` (an id in the channel ``#t``)."""
+    scope = executor.thread_scope(ThreadKey("#t", thread))
+    return await scope.call_tool("run_code", {"code": code})
 
 
 def ask(definition: ToolDefinition, arguments: dict) -> Verdict:
@@ -96,11 +100,13 @@ async def test_an_evicted_scope_is_stored_and_restored_when_its_thread_comes_bac
     assert (await run(ex, "a", "x = 41\ndef inc(v):\n    return v + 1\nx")).content == "41"
     await run(ex, "b", "y = 1")
     await run(ex, "c", "z = 1")  # evicts "a": stored before its checkout is closed
-    assert ex.worker_pid("a") is None
-    assert "a" in store.dumps
+    assert ex.worker_pid(ThreadKey("#t", "a")) is None
+    assert ThreadKey("#t", "a") in store.dumps
     back = await run(ex, "a", "inc(x)")
     assert back.content == "42", back.content
-    assert "restored from the save of 2026-11-30 14:05:12 UTC" in (ex.context_note("a") or "")
+    assert "restored from the save of 2026-11-30 14:05:12 UTC" in (
+        ex.context_note(ThreadKey("#t", "a")) or ""
+    )
 
 
 async def test_a_restart_restores_the_repl_and_the_note_says_when_it_was_saved(fake, store):
@@ -112,8 +118,8 @@ async def test_a_restart_restores_the_repl_and_the_note_says_when_it_was_saved(f
     try:
         first = CodeModeToolExecutor(fake, limits, pool=pool, scopes=store)
         await run(first, "t", "x = 41\nrows = [1, 2, 3]")
-        await first.checkpoint("t")
-        assert [t for t, _ in store.saves] == ["t"]
+        await first.checkpoint(T)
+        assert [t for t, _ in store.saves] == [T]
         await first.aclose()
     finally:
         await close_pool(pool)
@@ -122,13 +128,13 @@ async def test_a_restart_restores_the_repl_and_the_note_says_when_it_was_saved(f
     await pool.__aenter__()
     try:
         second = CodeModeToolExecutor(fake, limits, pool=pool, scopes=store)
-        assert second.context_note("t") is None  # not loaded yet: nothing known
-        await second.restore_scope("t")
-        assert second.context_note("t") == (
+        assert second.context_note(T) is None  # not loaded yet: nothing known
+        await second.restore_scope(T)
+        assert second.context_note(T) == (
             f"{restored_note(SAVED_AT)}\n[run_code variables still in scope: x: int, rows: list[3]]"
         )
         assert (
-            second.context_note("t") == "[run_code variables still in scope: x: int, rows: list[3]]"
+            second.context_note(T) == "[run_code variables still in scope: x: int, rows: list[3]]"
         )
         out = await run(second, "t", "x + len(rows) + dig({'a': {'b': 2}}, 'a', 'b')")
         assert out.content == "46", out.content
@@ -144,17 +150,17 @@ async def test_a_thread_with_nothing_stored_takes_no_worker_before_its_first_sni
     pool nothing, issue 17) and no note; the first snippet then starts fresh, helpers set up;
     an evicted thread whose REPL could not be stored is told so, as before."""
     ex = make_executor(store, max_scopes=1)
-    await ex.restore_scope("t")
-    assert ex.worker_pid("t") is None
-    assert ex.context_note("t") is None
+    await ex.restore_scope(T)
+    assert ex.worker_pid(T) is None
+    assert ex.context_note(T) is None
     assert (await run(ex, "t", "dig({'a': {'b': 2}}, 'a', 'b')")).content == "2"
-    assert ex.worker_pid("t") is not None
+    assert ex.worker_pid(T) is not None
 
     store.fail_saves = True
     await run(ex, "u", "y = 1")  # evicts "t"; its save fails, so nothing of it is stored
-    await ex.restore_scope("t")
-    assert ex.worker_pid("t") is None
-    assert ex.context_note("t") == reset_note("evicted")
+    await ex.restore_scope(T)
+    assert ex.worker_pid(T) is None
+    assert ex.context_note(T) == reset_note("evicted")
     assert "NameError" in (await run(ex, "t", "x")).content
 
 
@@ -163,14 +169,14 @@ async def test_restore_scope_reads_a_stored_repl_once(make_executor, store):
     (with a cluster's store, a read is a fetch over NATS)."""
     first = make_executor(store)
     await run(first, "t", "x = 41")
-    await first.checkpoint("t")
+    await first.checkpoint(T)
     store.loads.clear()  # the first snippet looked too, and found nothing
     second = make_executor(store)
-    await second.restore_scope("t")
-    assert store.loads == ["t"]
-    assert restored_note(SAVED_AT) in (second.context_note("t") or "")
+    await second.restore_scope(T)
+    assert store.loads == [T]
+    assert restored_note(SAVED_AT) in (second.context_note(T) or "")
     assert (await run(second, "t", "x + 1")).content == "42"
-    assert store.loads == ["t"]
+    assert store.loads == [T]
 
 
 async def test_aclose_stores_what_changed_since_the_last_checkpoint(make_executor, store):
@@ -186,11 +192,11 @@ async def test_a_rejected_dump_leaves_the_repl_empty_and_the_note_says_why(make_
     """ScopeRejected from the store: the thread starts empty (helpers set up), one line says why."""
     first = make_executor(store)
     await run(first, "t", "x = 41")
-    await first.checkpoint("t")
-    store.reject["t"] = "its MAC does not match"
+    await first.checkpoint(T)
+    store.reject[T] = "its MAC does not match"
     second = make_executor(store)
-    await second.restore_scope("t")
-    assert second.context_note("t") == (
+    await second.restore_scope(T)
+    assert second.context_note(T) == (
         "[run_code REPL is empty: the saved REPL was not restored: its MAC does not match; "
         "fetch again what you need.]"
     )
@@ -201,29 +207,29 @@ async def test_a_rejected_dump_leaves_the_repl_empty_and_the_note_says_why(make_
 async def test_bytes_monty_cannot_load_leave_the_repl_empty_with_the_reason(make_executor, store):
     """Garbage bytes (load_session raises): a fresh checkout with the helpers, the reason noted;
     the first snippet loads it when restore_scope was not called, and the next note tells."""
-    store.dumps["t"] = StoredScopeDump(b"garbage", SAVED_AT)
+    store.dumps[T] = StoredScopeDump(b"garbage", SAVED_AT)
     ex = make_executor(store)
     out = await run(ex, "t", "y = [dig({'a': {'b': 2}}, 'a', 'b')]\ny")
     assert out.content == "[2]", out.content
     why = "RuntimeError: protocol violation: failed to load session: not a monty dump"
-    assert ex.context_note("t") == (
+    assert ex.context_note(T) == (
         f"{not_restored_note(why)}\n[run_code variables still in scope: y: list[1]]"
     )
-    await ex.checkpoint("t")  # the bad bytes are replaced by the REPL as it is
-    assert store.dumps["t"].data != b"garbage"
+    await ex.checkpoint(T)  # the bad bytes are replaced by the REPL as it is
+    assert store.dumps[T].data != b"garbage"
 
 
 async def test_a_scope_over_max_scope_dump_is_not_stored_and_the_note_says_so(make_executor, store):
     """Over the limit: nothing stored (an older dump is dropped), the next note says why."""
     ex = make_executor(store, max_scope_dump=1024)  # the helpers alone dump to more
     await run(ex, "t", "x = 1")
-    store.dumps["t"] = StoredScopeDump(b"an older, smaller REPL", SAVED_AT)
+    store.dumps[T] = StoredScopeDump(b"an older, smaller REPL", SAVED_AT)
     with capture_logs() as logs:
-        await ex.checkpoint("t")
+        await ex.checkpoint(T)
     assert store.saves == []
-    assert "t" not in store.dumps
+    assert T not in store.dumps
     assert [e["event"] for e in logs] == ["code_mode.scope_too_large"]
-    note = ex.context_note("t") or ""
+    note = ex.context_note(T) or ""
     size = format_size(logs[0]["bytes"])
     assert note.splitlines() == [
         f"[run_code REPL ({size}) is over code_mode.max_scope_dump (1 KiB) and was not saved: "
@@ -238,37 +244,37 @@ async def test_a_failing_save_is_logged_and_never_raised(make_executor, store):
     await run(ex, "t", "x = 1")
     store.fail_saves = True
     with capture_logs() as logs:
-        await ex.checkpoint("t")
+        await ex.checkpoint(T)
     assert [e["event"] for e in logs] == ["code_mode.scope_save_failed"]
     store.fail_saves = False
-    await ex.checkpoint("t")
-    assert [t for t, _ in store.saves] == ["t"]
+    await ex.checkpoint(T)
+    assert [t for t, _ in store.saves] == [T]
 
 
 async def test_checkpoint_stores_only_what_changed(make_executor, store):
     """A second checkpoint without a snippet in between stores nothing."""
     ex = make_executor(store)
     await run(ex, "t", "x = 1")
-    await ex.checkpoint("t")
-    await ex.checkpoint("t")
+    await ex.checkpoint(T)
+    await ex.checkpoint(T)
     await ex.checkpoint_all()
-    await ex.checkpoint("never-seen")
-    assert [t for t, _ in store.saves] == ["t"]
+    await ex.checkpoint(ThreadKey("#t", "never-seen"))
+    assert [t for t, _ in store.saves] == [T]
 
 
 async def test_reset_drops_the_repl_and_its_stored_dump(make_executor, store):
     """!reset: the live REPL and the stored dump are gone; nothing comes back after a restart."""
     ex = make_executor(store)
     await run(ex, "t", "x = 1")
-    await ex.checkpoint("t")
-    await ex.reset("t")
-    assert "t" not in store.dumps
-    assert ex.context_note("t") == reset_note("reset")
+    await ex.checkpoint(T)
+    await ex.reset(T)
+    assert T not in store.dumps
+    assert ex.context_note(T) == reset_note("reset")
     assert "NameError" in (await run(ex, "t", "x")).content
     await run(ex, "u", "u = 1")
     await ex.aclose()  # stores "t" (empty, helpers only) and "u"
     again = make_executor(store)
-    await again.reset("u")  # a thread not live here: only its dump is dropped
+    await again.reset(ThreadKey("#t", "u"))  # a thread not live here: only its dump is dropped
     assert "NameError" in (await run(again, "u", "u")).content
 
 
@@ -276,10 +282,10 @@ async def test_restart_argument_empties_the_repl_and_drops_the_stale_dump(make_e
     """run_code(restart=True) empties the REPL for good: the next checkpoint drops the dump."""
     ex = make_executor(store)
     await run(ex, "t", "x = 1")
-    await ex.checkpoint("t")
-    out = await ex.thread_scope("t").call_tool("run_code", {"code": "1", "restart": True})
+    await ex.checkpoint(T)
+    out = await ex.thread_scope(T).call_tool("run_code", {"code": "1", "restart": True})
     assert out.content == "1"
-    await ex.checkpoint("t")
+    await ex.checkpoint(T)
     again = make_executor(store)
     assert "NameError" in (await run(again, "t", "x")).content
 
@@ -289,10 +295,10 @@ async def test_without_a_store_nothing_changes(make_executor):
     ex = make_executor(max_scopes=1)
     await run(ex, "a", "x = 1")
     await run(ex, "b", "y = 1")
-    await ex.restore_scope("a")
-    await ex.checkpoint("b")
+    await ex.restore_scope(ThreadKey("#t", "a"))
+    await ex.checkpoint(ThreadKey("#t", "b"))
     await ex.checkpoint_all()
-    assert ex.context_note("a") == reset_note("evicted")
+    assert ex.context_note(ThreadKey("#t", "a")) == reset_note("evicted")
     assert "NameError" in (await run(ex, "a", "x")).content
 
 
@@ -301,26 +307,26 @@ async def test_a_paused_snippet_and_the_stored_repl_are_one_state(make_executor,
     after a restart resume loads the snapshot, not that dump; the resumed REPL is then stored."""
     first = make_executor(store, gate=ask)
     await run(first, "t", "y = 1")
-    await first.checkpoint("t")
-    before = store.dumps["t"]
+    await first.checkpoint(T)
+    before = store.dumps[T]
     out = await run(first, "t", 'x = 5\nr = await delete_object(name="a")\nx = x + 1\n[x, r]')
     assert out.pause is not None
-    assert first.worker_pid("t") is None  # nothing live to dump
-    await first.checkpoint("t")
+    assert first.worker_pid(T) is None  # nothing live to dump
+    await first.checkpoint(T)
     await first.checkpoint_all()
-    assert store.dumps["t"] is before
+    assert store.dumps[T] is before
     stray = await run(first, "t", "stray = y")  # loads nothing: the scope was live here
     assert "NameError" in stray.content
     await run(first, "t", "stray = 2")
     await first.aclose()
-    assert store.dumps["t"] is not before  # the stray REPL
+    assert store.dumps[T] is not before  # the stray REPL
 
     second = make_executor(store, gate=ask)
     decisions = {c.call_id: Decision(True, "alice") for c in out.pause.calls}
-    done = await second.resume("t", out.pause, decisions)
+    done = await second.resume(T, out.pause, decisions)
     assert json.loads(done.content) == [6, "deleted a"], done.content
     assert "NameError" in (await run(second, "t", "stray")).content  # the snapshot, not the dump
-    await second.checkpoint("t")
+    await second.checkpoint(T)
 
     third = make_executor(store)
     assert json.loads((await run(third, "t", "[x, r, y]")).content) == [6, "deleted a", 1]
@@ -331,13 +337,13 @@ async def test_a_resumed_snippet_makes_the_scope_dirty(make_executor, store):
     ex = make_executor(store, gate=ask)
     out = await run(ex, "t", 'r = await delete_object(name="a")')
     assert out.pause is not None
-    await ex.checkpoint("t")
+    await ex.checkpoint(T)
     assert store.saves == []
     decisions = {c.call_id: Decision(True, "alice") for c in out.pause.calls}
-    done = await ex.resume("t", out.pause, decisions)
+    done = await ex.resume(T, out.pause, decisions)
     assert done.content == "(no output; the last expression was None)", done.content
-    await ex.checkpoint("t")
-    assert [t for t, _ in store.saves] == ["t"]
+    await ex.checkpoint(T)
+    assert [t for t, _ in store.saves] == [T]
 
 
 # -- the note texts ------------------------------------------------------------

@@ -36,7 +36,7 @@ from daemon.executors import build_mcp_executor
 from daemon.mcp.executor import McpToolExecutor
 from daemon.runtime.runs import ToolUseContext, current_tool_use
 from daemon.runtime.store import SessionsRuntimeStore
-from daemon.tools import AuditEntry
+from daemon.tools import AuditEntry, ThreadKey
 from sessions import RunMetrics, Store
 from sessions.ids import now_iso
 from sessions.testing import run_records
@@ -142,7 +142,7 @@ async def test_code_mode_gather_of_twenty_waits_its_turn_and_audits_the_wait(cod
     observed: list[AuditEntry] = []
     inner = McpToolExecutor({"four": server_entry("four", max_concurrent=4)})
     ex = code_mode(inner, observed)
-    out = await ex.thread_scope("t").call_tool(
+    out = await ex.thread_scope(ThreadKey("#t", "t")).call_tool(
         "run_code",
         {
             "code": "peaks = await asyncio.gather("
@@ -337,7 +337,7 @@ async def test_code_mode_sees_a_late_server_at_the_next_run_not_mid_snippet(
         retry_backoff=quick_retry,
     )
     ex = code_mode(inner, [])
-    scope = ex.thread_scope("t")
+    scope = ex.thread_scope(ThreadKey("#t", "t"))
     with capture_logs() as logs:
         await ex.start()
         assert "late_hello" not in ex.definitions()[0].description

@@ -34,6 +34,7 @@ from daemon.runtime.scheduler import (
     reply_client_id,
 )
 from daemon.runtime.store import SessionsRuntimeStore
+from daemon.tools import ThreadKey
 from sessions.model import StartedCall
 from sessions.store import Store
 from tests.fakes.runtime_helpers import NICK, FakePublisher, ScriptedModel, msg
@@ -484,16 +485,16 @@ async def test_complete_finishes_its_work_then_passes_the_cancellation_on():
 async def test_reset_empties_an_idle_threads_repl_and_says_so(parts):
     """`!reset` in an idle thread calls the executor's reset and replies; nothing runs."""
     store, pub, model = parts
-    resets: list[str] = []
+    resets: list[ThreadKey] = []
 
-    async def reset(thread_id: str) -> None:
-        resets.append(thread_id)
+    async def reset(thread: ThreadKey) -> None:
+        resets.append(thread)
 
     rt = Runtime(store=store, publisher=pub, run=model, reset=reset)
     command = msg("!reset")
     assert not await rt.submit(command)
     await pub.wait_for(1)
-    assert resets == [command.thread]
+    assert resets == [ThreadKey(command.channel, command.thread)]
     assert pub.sent[0].text == RESET_DONE
     assert model.requests == []
     assert recorded_prompts(store) == []
@@ -503,10 +504,10 @@ async def test_reset_empties_an_idle_threads_repl_and_says_so(parts):
 async def test_reset_of_a_busy_thread_asks_to_stop_first(parts):
     """While the thread's run goes on, `!reset` changes nothing and says why."""
     store, pub, model = parts
-    resets: list[str] = []
+    resets: list[ThreadKey] = []
 
-    async def reset(thread_id: str) -> None:
-        resets.append(thread_id)
+    async def reset(thread: ThreadKey) -> None:
+        resets.append(thread)
 
     rt = Runtime(store=store, publisher=pub, run=model, reset=reset)
     m = msg("long job")

@@ -10,7 +10,8 @@ import pytest
 
 from daemon.errors import ConfigError, ScopeRejected
 from daemon.runtime.scopes import KEY_FILE, SignedScopeStore, load_or_create_key, scope_mac
-from sessions import Store
+from daemon.tools import ThreadKey
+from sessions import Store, StoreError
 
 KEY = b"k" * 32
 
@@ -26,61 +27,73 @@ async def store(tmp_path: Path):
 async def test_a_dump_comes_back_as_it_was_saved(store: Store) -> None:
     """Save then load: the same bytes, with the time they were saved."""
     scopes = SignedScopeStore(store, KEY, max_bytes=1024, version="1.4.0")
-    await scopes.save("T1", b"\x00dump\xff")
-    loaded = await scopes.load("T1")
+    await scopes.save(ThreadKey("#ops", "T1"), b"\x00dump\xff")
+    loaded = await scopes.load(ThreadKey("#ops", "T1"))
     assert loaded is not None
     assert loaded.data == b"\x00dump\xff"
     assert loaded.saved_at.endswith("Z")
-    assert await scopes.load("T9") is None  # nothing recorded, nothing stored
-    await scopes.drop("T1")
-    assert await scopes.load("T1") is None
+    assert await scopes.load(ThreadKey("#ops", "T9")) is None  # nothing recorded, nothing stored
+    await scopes.drop(ThreadKey("#ops", "T1"))
+    assert await scopes.load(ThreadKey("#ops", "T1")) is None
 
 
 async def test_a_changed_byte_is_refused(store: Store) -> None:
     """A flipped byte in the stored dump: ScopeRejected, never loaded."""
     scopes = SignedScopeStore(store, KEY, max_bytes=1024, version="1.4.0")
-    await scopes.save("T1", b"abcdef")
+    await scopes.save(ThreadKey("#ops", "T1"), b"abcdef")
     stored = await store.load_scope("#ops", "T1")
     assert stored is not None
     await store.save_scope(
         "#ops", "T1", monty_version="1.4.0", data=b"abcdeF", mac=stored.mac, dumped=stored.dumped
     )
     with pytest.raises(ScopeRejected, match="MAC does not match"):
-        await scopes.load("T1")
+        await scopes.load(ThreadKey("#ops", "T1"))
 
 
 async def test_a_dump_under_another_key_or_thread_is_refused(store: Store) -> None:
     """The MAC binds the key and the thread: a copied dump does not verify."""
     await store.record_prompt("#ops", "T2", "M2", "alice", "x", "2026-11-30T08:00:00Z")
     other = SignedScopeStore(store, b"o" * 32, max_bytes=1024, version="1.4.0")
-    await other.save("T1", b"data")
+    await other.save(ThreadKey("#ops", "T1"), b"data")
     with pytest.raises(ScopeRejected, match="MAC"):
-        await SignedScopeStore(store, KEY, max_bytes=1024, version="1.4.0").load("T1")
-    mac_for_t1 = scope_mac(KEY, "1.4.0", "T1", b"data")
+        await SignedScopeStore(store, KEY, max_bytes=1024, version="1.4.0").load(
+            ThreadKey("#ops", "T1")
+        )
+    mac_for_t1 = scope_mac(KEY, "1.4.0", ThreadKey("#ops", "T1"), b"data")
     await store.save_scope("#ops", "T2", monty_version="1.4.0", data=b"data", mac=mac_for_t1)
     with pytest.raises(ScopeRejected, match="MAC"):
-        await SignedScopeStore(store, KEY, max_bytes=1024, version="1.4.0").load("T2")
+        await SignedScopeStore(store, KEY, max_bytes=1024, version="1.4.0").load(
+            ThreadKey("#ops", "T2")
+        )
 
 
 async def test_a_dump_of_another_monty_version_is_refused(store: Store) -> None:
     """Monty loads only its own dump version: say which versions, do not load."""
-    await SignedScopeStore(store, KEY, max_bytes=1024, version="1.3.9").save("T1", b"old")
+    await SignedScopeStore(store, KEY, max_bytes=1024, version="1.3.9").save(
+        ThreadKey("#ops", "T1"), b"old"
+    )
     with pytest.raises(ScopeRejected, match=r"saved by pydantic-monty 1\.3\.9.*runs 1\.4\.0"):
-        await SignedScopeStore(store, KEY, max_bytes=1024, version="1.4.0").load("T1")
+        await SignedScopeStore(store, KEY, max_bytes=1024, version="1.4.0").load(
+            ThreadKey("#ops", "T1")
+        )
 
 
 async def test_a_dump_over_the_limit_is_refused(store: Store) -> None:
     """A limit lowered since the save: the dump is not loaded."""
-    await SignedScopeStore(store, KEY, max_bytes=1024, version="1.4.0").save("T1", b"x" * 100)
+    await SignedScopeStore(store, KEY, max_bytes=1024, version="1.4.0").save(
+        ThreadKey("#ops", "T1"), b"x" * 100
+    )
     with pytest.raises(ScopeRejected, match=r"over code_mode\.max_scope_dump"):
-        await SignedScopeStore(store, KEY, max_bytes=10, version="1.4.0").load("T1")
+        await SignedScopeStore(store, KEY, max_bytes=10, version="1.4.0").load(
+            ThreadKey("#ops", "T1")
+        )
 
 
 async def test_saving_for_an_unknown_thread_is_refused(store: Store) -> None:
     """No thread row, no dump."""
     scopes = SignedScopeStore(store, KEY, max_bytes=1024, version="1.4.0")
-    with pytest.raises(ScopeRejected, match="no thread 'T9'"):
-        await scopes.save("T9", b"x")
+    with pytest.raises(StoreError, match="no such thread"):
+        await scopes.save(ThreadKey("#ops", "T9"), b"x")
 
 
 def test_the_key_is_made_once_private_and_kept(tmp_path: Path) -> None:

@@ -1,6 +1,6 @@
 """The tool interface: the mutating rule and executor defaults."""
 
-from daemon.tools import BaseToolExecutor, ToolDefinition
+from daemon.tools import BaseToolExecutor, ThreadKey, ToolDefinition
 
 
 def _tool(read_only, destructive):
@@ -24,6 +24,6 @@ async def test_base_executor_defaults():
     """An executor without scopes or notes returns None for both."""
     ex = BaseToolExecutor()
     await ex.start()
-    assert ex.thread_scope("t") is None
-    assert ex.context_note("t") is None
+    assert ex.thread_scope(ThreadKey("#t", "t")) is None
+    assert ex.context_note(ThreadKey("#t", "t")) is None
     await ex.aclose()

@@ -8,8 +8,8 @@ When a daemon of a cluster pauses a run for approval (:mod:`daemon.runtime.appro
   snapshot, model conversation, id, expiry; and the run's rows: thread, run,
   prompts, audited calls, as :mod:`sessions.replica` exports them), signed
   like the REPL dumps (HMAC-SHA256 under the shared ``scope.key``,
-  :func:`daemon.runtime.scopes.scope_mac`, over the channel, thread and
-  request id), under the name ``<thread key>.<request id>``;
+  :func:`daemon.runtime.scopes.keyed_mac`, over a domain, the channel,
+  thread and request id, and the body), under the name ``<thread key>.<request id>``;
 - then points the thread's entry at it (``paused``, :mod:`.leases`), before the
   request's id is published;
 - takes each decision (``!approve``, ``!deny``, ``!stop``, the expiry) in the
@@ -49,7 +49,7 @@ from daemon.cluster.router import MovedApproval
 from daemon.cluster.scopes import open_object_store
 from daemon.cluster.store import ClusterRuntimeStore
 from daemon.runtime.approvals import ApprovalDesk, Outcome, Shared
-from daemon.runtime.scopes import scope_mac
+from daemon.runtime.scopes import keyed_mac
 from sessions.approvals import NewApproval, StoredApproval
 from sessions.errors import StoreError
 from sessions.store import Store
@@ -76,7 +76,8 @@ def _name(channel: str, thread: str, approval: str) -> str:
 
 
 def _mac(key: bytes, channel: str, thread: str, approval: str, body: bytes) -> str:
-    return scope_mac(key, _MAC_DOMAIN, f"{channel}\0{thread}\0{approval}", body)
+    name = f"{channel}\0{thread}\0{approval}".encode("utf-8", "surrogatepass")
+    return keyed_mac(key, _MAC_DOMAIN.encode(), name, body)
 
 
 class PausedStates:

@@ -2,15 +2,16 @@
 
 :class:`ObjectScopeStore` is the cluster's :class:`daemon.tools.ScopeStore`:
 the same HMAC-SHA256 as :class:`daemon.runtime.scopes.SignedScopeStore` (over
-the Monty version, the thread and the bytes, :func:`scope_mac`) under the
+the Monty version, the thread's channel and id, and the bytes, :func:`scope_mac`) under the
 same ``scope.key``. Every daemon of a cluster must have the same key: the
 operator installs one ``scope.key`` (32 bytes, mode 0600, refused when others
 can read it) in each daemon's state directory. A daemon with another key
 refuses a moved dump as altered, and its variables note says so.
 
 An object is one JSON header line (``{"v": monty version, "mac": hex,
-"saved": iso}``) and the dump's bytes after it. Objects are named by the
-thread id, which a NATS channel makes unique (a stream sequence). The
+"saved": iso}``) and the dump's bytes after it. An object is named by its
+thread's channel and thread id (:func:`scope_object`, the sessions store's
+thread key): a thread id is unique only within its channel (issue 26). The
 bucket's ``ttl`` is ``sessions.scope_retention_days``: the broker prunes old
 dumps itself.
 """
@@ -31,15 +32,20 @@ from daemon.cluster.errors import ClusterError
 from daemon.cluster.leases import bucket_name
 from daemon.errors import ScopeRejected
 from daemon.runtime.scopes import monty_version, scope_mac
-from daemon.tools import StoredScopeDump
-from sessions.ids import now_iso
+from daemon.tools import StoredScopeDump, ThreadKey
+from sessions.ids import now_iso, thread_key
 
-__all__ = ["ObjectScopeStore", "open_object_store", "scope_bucket"]
+__all__ = ["ObjectScopeStore", "open_object_store", "scope_bucket", "scope_object"]
 
 
 def scope_bucket(nick: str) -> str:
     """The object store bucket of the daemons sharing ``nick``."""
     return bucket_name("scopes", nick)
+
+
+def scope_object(thread: ThreadKey) -> str:
+    """The object name of ``thread``'s dump: ``channel/thread id`` (the id quoted)."""
+    return thread_key(thread.channel, thread.thread_id)
 
 
 async def open_object_store(
@@ -89,28 +95,28 @@ class ObjectScopeStore:
             raise ClusterError("the scope store is not open")
         return self._bucket
 
-    async def save(self, thread_id: str, data: bytes) -> None:
+    async def save(self, thread: ThreadKey, data: bytes) -> None:
         """Store the thread's dump with its MAC, replacing the one before."""
         header = {
             "v": self._version,
-            "mac": scope_mac(self._key, self._version, thread_id, data),
+            "mac": scope_mac(self._key, self._version, thread, data),
             "saved": now_iso(),
         }
         try:
-            await self._store.put(thread_id, json.dumps(header).encode() + b"\n" + data)
+            await self._store.put(scope_object(thread), json.dumps(header).encode() + b"\n" + data)
         except nats.errors.Error as exc:
-            raise ClusterError(f"cannot save the REPL of thread {thread_id}: {exc}") from exc
+            raise ClusterError(f"cannot save the REPL of thread {thread}: {exc}") from exc
 
-    async def load(self, thread_id: str) -> StoredScopeDump | None:
+    async def load(self, thread: ThreadKey) -> StoredScopeDump | None:
         """The thread's dump if it is intact and loadable; None when none; else ScopeRejected."""
         try:
-            result = await self._store.get(thread_id)
+            result = await self._store.get(scope_object(thread))
         except nats.js.errors.ObjectNotFoundError:
             return None
         except nats.js.errors.ObjectDeletedError:
             return None
         except nats.errors.Error as exc:
-            raise ClusterError(f"cannot load the REPL of thread {thread_id}: {exc}") from exc
+            raise ClusterError(f"cannot load the REPL of thread {thread}: {exc}") from exc
         raw = bytes(result.data or b"")
         head, sep, data = raw.partition(b"\n")
         try:
@@ -123,7 +129,7 @@ class ObjectScopeStore:
                 f"it is {len(data):,} bytes, over code_mode.max_scope_dump "
                 f"({self._max_bytes:,} bytes)"
             )
-        if not hmac.compare_digest(scope_mac(self._key, version, thread_id, data), mac):
+        if not hmac.compare_digest(scope_mac(self._key, version, thread, data), mac):
             raise ScopeRejected(
                 "its MAC does not match: the stored bytes were changed, "
                 "or the daemon that saved it has another scope.key"
@@ -134,11 +140,11 @@ class ObjectScopeStore:
             )
         return StoredScopeDump(data, saved)
 
-    async def drop(self, thread_id: str) -> None:
+    async def drop(self, thread: ThreadKey) -> None:
         """Forget the thread's dump (none stored: nothing to do)."""
         try:
-            await self._store.delete(thread_id)
+            await self._store.delete(scope_object(thread))
         except (nats.js.errors.ObjectNotFoundError, nats.js.errors.ObjectDeletedError):
             return
         except nats.errors.Error as exc:
-            raise ClusterError(f"cannot drop the REPL of thread {thread_id}: {exc}") from exc
+            raise ClusterError(f"cannot drop the REPL of thread {thread}: {exc}") from exc

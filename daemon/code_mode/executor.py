@@ -5,10 +5,10 @@ It wraps any inner :class:`~daemon.tools.ToolExecutor` and exposes only
 Built synchronously, it starts lazily: the first call (or ``start()``)
 starts the inner executor and the pool.
 
-Scopes (spec A10, DESIGN.md): ``thread_scope(thread_id)`` returns the
-thread's REPL, one checkout each, kept in an LRU of ``max_scopes``. The
-evicted scope's checkout is closed before the next checkout; a scope with a
-snippet running is never evicted (the LRU overshoots until it ends).
+Scopes (spec A10, DESIGN.md): ``thread_scope(thread)`` returns the REPL of a
+:class:`~daemon.tools.ThreadKey` (channel and thread id), one checkout each, in
+an LRU of ``max_scopes``. The evicted scope's checkout is closed before the next
+checkout; a scope with a snippet running is never evicted (the LRU overshoots).
 
 One ``run_code`` call, in order: ``restart`` (discard the checkout), the pre-run
 checks (``hooks.vet_snippet``: the size limit, then ``hooks.check_snippet`` off the
@@ -78,6 +78,7 @@ from daemon.tools import (
     Pause,
     ScopeStore,
     ShapeStore,
+    ThreadKey,
     ToolCallOutput,
     ToolDefinition,
     ToolExecutor,
@@ -190,30 +191,29 @@ class CodeModeToolExecutor(BaseToolExecutor):
         await self.start()
         return await self._run(self._private, name, arguments)
 
-    def thread_scope(self, thread_id: str) -> ThreadScope:
-        """The REPL scope of ``thread_id`` (an LRU of ``max_scopes``).
+    def thread_scope(self, thread: ThreadKey) -> ThreadScope:
+        """The REPL scope of ``thread``, its channel and thread id (an LRU of ``max_scopes``).
 
-        Synchronous: the scope checks out its worker on its first call.
-        Touching a scope makes it the most recently used; a new scope may
-        evict the least recently used idle one.
+        Synchronous: the scope checks out its worker on its first call. Touching a
+        scope makes it the most recently used; a new one may evict the LRU idle one.
         """
-        self._scopes.touch(thread_id)
-        return ThreadScope(self, thread_id)
+        self._scopes.touch(thread)
+        return ThreadScope(self, thread)
 
     @property
     def live_scopes(self) -> int:
         """How many thread scopes the LRU holds now (systemd's STATUS= line)."""
         return len(self._scopes)
 
-    def context_note(self, thread_id: str) -> str | None:
+    def context_note(self, thread: ThreadKey) -> str | None:
         """The note for the thread's next run (the variables note, from the hook).
 
         Says the scope's notices (restored, not restored, not saved) once.
         With a store, a thread not live here has no note: its next run may
         restore it (call :meth:`restore_scope` first to know).
         """
-        state = self._scopes.get(thread_id)
-        note = hooks.context_note(state, evicted=self._scopes.lost(thread_id))
+        state = self._scopes.get(thread)
+        note = hooks.context_note(state, evicted=self._scopes.lost(thread))
         if state is not None:
             state.notices = []
         return note
@@ -235,20 +235,20 @@ class CodeModeToolExecutor(BaseToolExecutor):
 
     # -- scopes --------------------------------------------------------------
 
-    def worker_pid(self, thread_id: str) -> int | None:
-        """The pid of the worker holding ``thread_id``'s REPL, if checked out (diagnostics)."""
-        state = self._scopes.get(thread_id)
+    def worker_pid(self, thread: ThreadKey) -> int | None:
+        """The pid of the worker holding ``thread``'s REPL, if checked out (diagnostics)."""
+        state = self._scopes.get(thread)
         return state.worker_pid if state is not None else None
 
-    async def call_in_scope(self, thread_id: str, name: str, arguments: dict) -> ToolCallOutput:
-        """Run ``name`` in ``thread_id``'s REPL (what :class:`ThreadScope` calls)."""
+    async def call_in_scope(self, thread: ThreadKey, name: str, arguments: dict) -> ToolCallOutput:
+        """Run ``name`` in ``thread``'s REPL (what :class:`ThreadScope` calls)."""
         await self.start()
         # no await between touching the scope and locking it: an idle scope is evictable
-        return await self._run(self._scopes.touch(thread_id), name, arguments)
+        return await self._run(self._scopes.touch(thread), name, arguments)
 
     # -- stored REPLs (issue 14) -----------------------------------------------
 
-    async def restore_scope(self, thread_id: str) -> None:
+    async def restore_scope(self, thread: ThreadKey) -> None:
         """Load the thread's stored REPL now, so the next :meth:`context_note` tells of it.
 
         Only for a scope never live here with a stored REPL (else nothing, and no
@@ -258,7 +258,7 @@ class CodeModeToolExecutor(BaseToolExecutor):
         if self._scopes.persistence is None:
             return
         await self.start()
-        state = self._scopes.touch(thread_id)
+        state = self._scopes.touch(thread)
         async with state.lock:
             if state.session is not None or not await self._scopes.may_load(state):
                 return
@@ -270,7 +270,7 @@ class CodeModeToolExecutor(BaseToolExecutor):
 
             await self._bounded(state, open_scope)
 
-    async def checkpoint(self, thread_id: str) -> None:
+    async def checkpoint(self, thread: ThreadKey) -> None:
         """Store the thread's REPL if a snippet changed it since it was last stored.
 
         Call after each run of the thread. Does nothing without a store, for
@@ -278,20 +278,20 @@ class CodeModeToolExecutor(BaseToolExecutor):
         checkpoint follows). A REPL over ``max_scope_dump`` is not stored and
         its next note says so; a failure is logged, never raised.
         """
-        await self._scopes.checkpoint(thread_id)
+        await self._scopes.checkpoint(thread)
 
     async def checkpoint_all(self) -> None:
         """:meth:`checkpoint` every thread's REPL, evicted ones not yet closed too (shutdown)."""
         await self._scopes.checkpoint_all()
 
-    async def reset(self, thread_id: str) -> None:
+    async def reset(self, thread: ThreadKey) -> None:
         """``!reset``: close the thread's REPL and drop its stored dump.
 
         The next snippet starts empty and loads nothing. Waits for a snippet
         running in the thread to end. A drop that fails is logged.
         """
-        await self._scopes.reset(thread_id)
-        log.info("code_mode.scope_reset", thread=thread_id)
+        await self._scopes.reset(thread)
+        log.info("code_mode.scope_reset", channel=thread.channel, thread=thread.thread_id)
 
     # -- one run_code call -----------------------------------------------------
 
@@ -317,9 +317,9 @@ class CodeModeToolExecutor(BaseToolExecutor):
         return output
 
     async def resume(
-        self, thread_id: str | None, pause: Pause, decisions: Mapping[int, Decision]
+        self, thread: ThreadKey | None, pause: Pause, decisions: Mapping[int, Decision]
     ) -> ToolCallOutput:
-        """Continue the snippet that ``pause`` stopped, in ``thread_id``'s scope (None: private).
+        """Continue the snippet that ``pause`` stopped, in ``thread``'s scope (None: private).
 
         ``decisions`` maps each held call's ``call_id`` to its decision; see
         :meth:`SnippetRun.resume <daemon.code_mode.engine.SnippetRun.resume>`
@@ -332,7 +332,7 @@ class CodeModeToolExecutor(BaseToolExecutor):
         The result is like :meth:`call_tool`'s, and may carry a new pause.
         """
         await self.start()
-        state = self._private if thread_id is None else self._scopes.touch(thread_id)
+        state = self._private if thread is None else self._scopes.touch(thread)
         async with state.lock:
             nested = self._nested_calls(state)
             state.restore = False  # the snapshot is the REPL, never the stored dump
@@ -344,7 +344,7 @@ class CodeModeToolExecutor(BaseToolExecutor):
             def nested_for(decision: Decision) -> NestedCalls:
                 # approved calls join the snippet's started calls; a person decided: no gate
                 observer = stamping_observer(self._observer, decision)
-                return self._offer.calls(state.key, observer, nested.started, None)
+                return self._offer.calls(state.thread_id, observer, nested.started, None)
 
             async def resume_run() -> SnippetOutcome:
                 checked_out = await self._checkout(state)
@@ -360,7 +360,7 @@ class CodeModeToolExecutor(BaseToolExecutor):
 
     def _nested_calls(self, state: ScopeState) -> NestedCalls:
         """The nested calls of one run in ``state``: audited, and asking the gate at each call."""
-        return self._offer.calls(state.key, self._observer, None, self._gate)
+        return self._offer.calls(state.thread_id, self._observer, None, self._gate)
 
     async def _run_locked(
         self, state: ScopeState, code: str, restart: bool, nested: NestedCalls
@@ -423,7 +423,7 @@ class CodeModeToolExecutor(BaseToolExecutor):
             return ToolCallOutput(text, False, audit=audit, pause=outcome.pause)
         await self._after_snippet(state, code, outcome)
         rendered = render_outcome(
-            outcome, max_result_chars=self._limits.max_result_chars, thread=state.key
+            outcome, max_result_chars=self._limits.max_result_chars, thread=state.thread_id
         )
         # a failed snippet ends with the calls it started, so none is repeated blindly
         rendered = with_started_calls(rendered, nested.started, self._limits.max_result_chars)

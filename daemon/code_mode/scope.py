@@ -2,7 +2,7 @@
 
 ``ScopeState`` is the REPL itself (the checkout, its lock, why it is empty);
 the executor (:mod:`daemon.code_mode.executor`) keeps them in an LRU keyed by
-thread id and hands out ``ThreadScope`` handles.
+:class:`~daemon.tools.ThreadKey` (channel and thread id) and hands out ``ThreadScope`` handles.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from daemon.code_mode.note import ScopeVariables
 from daemon.code_mode.pool import CLOSE_TIMEOUT, new_checkout
 
 if TYPE_CHECKING:
-    from daemon.tools import StoredScopeDump
+    from daemon.tools import StoredScopeDump, ThreadKey
 
 __all__ = ["Ahead", "ScopeState"]
 
@@ -56,7 +56,7 @@ class ScopeState:
     read to know whether there is one, kept for the load that follows.
     """
 
-    def __init__(self, key: str | None):
+    def __init__(self, key: ThreadKey | None):
         self.key = key
         self.lock = asyncio.Lock()
         self.session: AsyncMontySession | None = None
@@ -72,6 +72,11 @@ class ScopeState:
         # and whether the REPL still binds lazy.DIRECT_MARKER, which says so to a dump
         self.direct = False
         self.marked = False
+
+    @property
+    def thread_id(self) -> str | None:
+        """The thread id of the scope's key (None: the private scope), for logs and the audit."""
+        return self.key.thread_id if self.key is not None else None
 
     @property
     def running(self) -> bool:

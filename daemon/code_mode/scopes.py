@@ -1,15 +1,17 @@
 """The thread scopes of one executor: an LRU of ``max_scopes`` REPLs, evicted and stored.
 
 :class:`ScopeTable` holds a :class:`~daemon.code_mode.scope.ScopeState` per
-thread id, most recently used last. A new scope may push the least
-recently used idle one out; a scope with a snippet running is never
-evicted (the table overshoots until it ends). An evicted scope's REPL is
+thread, keyed by :class:`~daemon.tools.ThreadKey` (its channel and thread id:
+a thread id alone would let one channel's prompt reach another's REPL), most
+recently used last. A new scope may push the least recently used idle one
+out; a scope with a snippet running is never evicted (the table overshoots
+until it ends). An evicted scope's REPL is
 stored, when there is a store (issue 14, :mod:`daemon.code_mode.persistence`),
 before the executor's next checkout (:meth:`ScopeTable.close_evicted`), and
 its checkout is closed in the background from then on (issue 17); the
 thread's next scope then loads it.
 
-Without a store, evicted thread ids are remembered (a bounded number) so the
+Without a store, evicted threads are remembered (a bounded number) so the
 thread's next note can say its REPL is gone.
 """
 
@@ -24,13 +26,14 @@ from pydantic_monty import AsyncMontySession
 from daemon.code_mode.limits import CodeModeLimits
 from daemon.code_mode.persistence import LoadResult, ScopePersistence
 from daemon.code_mode.scope import ScopeState
+from daemon.tools import ThreadKey
 
 __all__ = ["ScopeTable"]
 
 log = structlog.get_logger("asyncai.code_mode")
 
-# Thread ids whose scope was evicted, remembered so the next run can say the
-# REPL is empty; bounded because thread ids are unbounded over a daemon's life.
+# Threads whose scope was evicted, remembered so the next run can say the
+# REPL is empty; bounded because threads are unbounded over a daemon's life.
 _EVICTED_MEMORY = 1024
 
 
@@ -40,37 +43,37 @@ class ScopeTable:
     def __init__(self, limits: CodeModeLimits, persistence: ScopePersistence | None):
         self._limits = limits
         self.persistence = persistence
-        self._scopes: OrderedDict[str, ScopeState] = OrderedDict()
+        self._scopes: OrderedDict[ThreadKey, ScopeState] = OrderedDict()
         self._to_close: list[ScopeState] = []
-        self._evicting: dict[str, ScopeState] = {}  # victims until their REPL is stored
+        self._evicting: dict[ThreadKey, ScopeState] = {}  # victims until their REPL is stored
         self._closing: set[asyncio.Task[None]] = set()  # evicted checkouts being closed
-        self._evicted: OrderedDict[str, None] = OrderedDict()
+        self._evicted: OrderedDict[ThreadKey, None] = OrderedDict()
 
     def __len__(self) -> int:
         return len(self._scopes)
 
-    def get(self, thread_id: str) -> ScopeState | None:
+    def get(self, thread: ThreadKey) -> ScopeState | None:
         """The thread's scope if the table holds it, without touching it."""
-        return self._scopes.get(thread_id)
+        return self._scopes.get(thread)
 
-    def lost(self, thread_id: str) -> bool:
+    def lost(self, thread: ThreadKey) -> bool:
         """Whether the thread's REPL was evicted and not stored (its next run starts empty)."""
-        return thread_id in self._evicted and self.persistence is None
+        return thread in self._evicted and self.persistence is None
 
-    def touch(self, thread_id: str) -> ScopeState:
+    def touch(self, thread: ThreadKey) -> ScopeState:
         """The thread's scope, made the most recently used; a new one may evict another."""
-        state = self._scopes.get(thread_id)
+        state = self._scopes.get(thread)
         if state is None:
-            state = ScopeState(thread_id)
+            state = ScopeState(thread)
             state.restore = self.persistence is not None  # nothing is stored without a store
-            if thread_id in self._evicted:
-                del self._evicted[thread_id]
+            if thread in self._evicted:
+                del self._evicted[thread]
                 if self.persistence is None:
                     state.reset_reason = "evicted"
                 else:
                     state.evicted = True  # "evicted" only if nothing was stored
-            self._scopes[thread_id] = state
-        self._scopes.move_to_end(thread_id)
+            self._scopes[thread] = state
+        self._scopes.move_to_end(thread)
         self.evict_overflow(keep=state)
         return state
 
@@ -89,7 +92,9 @@ class ScopeTable:
             self._evicted[victim.key] = None
             while len(self._evicted) > _EVICTED_MEMORY:
                 self._evicted.popitem(last=False)
-            log.info("code_mode.scope_evicted", thread=victim.key)
+            log.info(
+                "code_mode.scope_evicted", channel=victim.key.channel, thread=victim.key.thread_id
+            )
 
     async def close_evicted(self) -> None:
         """Store (with a store) the REPLs of evicted scopes, and start closing their checkouts.
@@ -118,10 +123,10 @@ class ScopeTable:
         while self._closing:
             await asyncio.wait(list(self._closing))
 
-    async def settle(self, thread_id: str) -> None:
+    async def settle(self, thread: ThreadKey) -> None:
         """Return once the thread's evicted scope, if any, is stored and closed."""
         await self.close_evicted()
-        victim = self._evicting.get(thread_id)
+        victim = self._evicting.get(thread)
         if victim is not None:
             async with victim.lock:  # another task is storing it
                 pass
@@ -163,9 +168,9 @@ class ScopeTable:
             state.reset_reason = "evicted"
         return False
 
-    async def checkpoint(self, thread_id: str) -> None:
+    async def checkpoint(self, thread: ThreadKey) -> None:
         """Store the thread's REPL if the table holds it, it is idle and a snippet changed it."""
-        state = self._scopes.get(thread_id)
+        state = self._scopes.get(thread)
         if self.persistence is None or state is None or state.running or not state.dirty:
             return
         async with state.lock:  # not running: taken at once, so it cannot be evicted meanwhile
@@ -175,27 +180,32 @@ class ScopeTable:
         """:meth:`checkpoint` every scope, store the evicted ones not yet closed, and
         wait for their checkouts to close (so it may come before closing the pool)."""
         if self.persistence is not None:
-            for thread_id in list(self._scopes):
-                await self.checkpoint(thread_id)
+            for thread in list(self._scopes):
+                await self.checkpoint(thread)
             await self.close_evicted()
         await self.drain()
 
-    async def reset(self, thread_id: str) -> None:
+    async def reset(self, thread: ThreadKey) -> None:
         """Empty the thread's REPL for good: close its checkout, drop its stored dump."""
-        state = self._scopes.get(thread_id)
+        state = self._scopes.get(thread)
         if state is not None:
             async with state.lock:
                 await state.discard("restart")
                 state.notices = []
-        self._evicted.pop(thread_id, None)
+        self._evicted.pop(thread, None)
         if self.persistence is None:
             return
-        await self.settle(thread_id)
+        await self.settle(thread)
         try:
-            await self.persistence.store.drop(thread_id)
+            await self.persistence.store.drop(thread)
         except Exception as exc:
             # a live scope still starts empty (restore is off); one not live may load it
-            log.warning("code_mode.scope_drop_failed", thread=thread_id, error=repr(exc))
+            log.warning(
+                "code_mode.scope_drop_failed",
+                channel=thread.channel,
+                thread=thread.thread_id,
+                error=repr(exc),
+            )
         else:
             if state is not None:
                 state.dirty = False

@@ -1,15 +1,22 @@
 """``ThreadScope``: the handle a conversation thread gets on its code-mode REPL.
 
-It holds only the thread id and asks its parent (a :class:`ScopeHost`, in
-practice :class:`~daemon.code_mode.executor.CodeModeToolExecutor`) on every
-call, so a handle outlives the scope's eviction.
+It holds only the thread (a :class:`~daemon.tools.ThreadKey`) and asks its
+parent (a :class:`ScopeHost`, in practice
+:class:`~daemon.code_mode.executor.CodeModeToolExecutor`) on every call, so a
+handle outlives the scope's eviction.
 """
 
 from __future__ import annotations
 
 from typing import Protocol
 
-from daemon.tools import BaseToolExecutor, ToolCallOutput, ToolDefinition, ToolExecutor
+from daemon.tools import (
+    BaseToolExecutor,
+    ThreadKey,
+    ToolCallOutput,
+    ToolDefinition,
+    ToolExecutor,
+)
 
 __all__ = ["ScopeHost", "ThreadScope"]
 
@@ -25,19 +32,19 @@ class ScopeHost(Protocol):
         """Start the inner executor and the pool."""
         ...
 
-    async def call_in_scope(self, thread_id: str, name: str, arguments: dict) -> ToolCallOutput:
-        """Run ``name`` in ``thread_id``'s REPL."""
+    async def call_in_scope(self, thread: ThreadKey, name: str, arguments: dict) -> ToolCallOutput:
+        """Run ``name`` in ``thread``'s REPL."""
         ...
 
-    def thread_scope(self, thread_id: str) -> ToolExecutor | None:
+    def thread_scope(self, thread: ThreadKey) -> ToolExecutor | None:
         """The handle of another thread's scope."""
         ...
 
-    def context_note(self, thread_id: str) -> str | None:
+    def context_note(self, thread: ThreadKey) -> str | None:
         """The note for the thread's next run."""
         ...
 
-    def worker_pid(self, thread_id: str) -> int | None:
+    def worker_pid(self, thread: ThreadKey) -> int | None:
         """The pid of the worker holding the thread's REPL, if checked out."""
         ...
 
@@ -47,14 +54,14 @@ class ThreadScope(BaseToolExecutor):
 
     Offers the same single ``run_code`` tool; its variables persist across
     calls and runs of the thread until eviction, ``restart`` or a reset. It
-    holds only the thread id and looks its state up on every call, so a handle
+    holds only the thread and looks its state up on every call, so a handle
     outlives an eviction and simply finds an empty REPL next time. The parent
     executor owns everything: ``aclose()`` here does nothing.
     """
 
-    def __init__(self, parent: ScopeHost, thread_id: str):
+    def __init__(self, parent: ScopeHost, thread: ThreadKey):
         self._parent = parent
-        self.thread_id = thread_id
+        self.thread = thread
 
     def definitions(self) -> list[ToolDefinition]:
         """Exactly ``[run_code]``, as the parent offers it."""
@@ -66,20 +73,20 @@ class ThreadScope(BaseToolExecutor):
 
     async def call_tool(self, name: str, arguments: dict) -> ToolCallOutput:
         """Run ``run_code`` in this thread's REPL."""
-        return await self._parent.call_in_scope(self.thread_id, name, arguments)
+        return await self._parent.call_in_scope(self.thread, name, arguments)
 
-    def thread_scope(self, thread_id: str) -> ToolExecutor | None:
+    def thread_scope(self, thread: ThreadKey) -> ToolExecutor | None:
         """Another thread's scope, from the parent."""
-        return self._parent.thread_scope(thread_id)
+        return self._parent.thread_scope(thread)
 
-    def context_note(self, thread_id: str) -> str | None:
-        """The parent's note for ``thread_id``."""
-        return self._parent.context_note(thread_id)
+    def context_note(self, thread: ThreadKey) -> str | None:
+        """The parent's note for ``thread``."""
+        return self._parent.context_note(thread)
 
     @property
     def worker_pid(self) -> int | None:
         """The pid of the worker holding this thread's REPL, if checked out (diagnostics)."""
-        return self._parent.worker_pid(self.thread_id)
+        return self._parent.worker_pid(self.thread)
 
     async def aclose(self) -> None:
         """Nothing: the parent executor owns the checkout and closes it."""

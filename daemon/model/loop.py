@@ -62,18 +62,13 @@ from daemon.model.prompts import (
 )
 from daemon.model.records import RunState, assistant_record, count_result, log_summary, user_record
 from daemon.model.small import after_block, code_blocks
-from daemon.runtime.runs import (
-    PausedRun,
-    RunRequest,
-    RunResult,
-    ToolUseContext,
-    current_tool_use,
-)
+from daemon.runtime.runs import PausedRun, RunRequest, RunResult, ToolUseContext, current_tool_use
 from daemon.tools import (
     ApprovalGate,
     Decision,
     Pause,
     Resumable,
+    ThreadKey,
     ToolCallOutput,
     ToolDefinition,
     ToolExecutor,
@@ -284,7 +279,7 @@ class OpenAiCompatibleBackend:
         """What every leg of a run needs of the executor (the same after a restart);
         without a request, the executor itself (no thread scope)."""
         await self.executor.start()
-        scope = self.executor.thread_scope(request.thread_id) if request is not None else None
+        scope = self.executor.thread_scope(request.thread) if request is not None else None
         definitions = self.executor.definitions()
         tools, names = tool_params(definitions)
         code_mode = [d.name for d in definitions] == ["run_code"]
@@ -297,7 +292,7 @@ class OpenAiCompatibleBackend:
         mutating = sorted(name for name, entry in entries if entry.definition.mutating)
         return _Context(
             caller=scope if scope is not None else self.executor,
-            thread=request.thread_id if request is not None and scope is not None else None,
+            thread=request.thread if request is not None and scope is not None else None,
             tools=tools,
             names=names,
             definitions={d.name: d for d in definitions},
@@ -330,7 +325,7 @@ class OpenAiCompatibleBackend:
     def _begin(self, ctx: _Context, run: RunState) -> LoopState:
         """The first messages of a run: system, history, the prompts (and the note)."""
         request = run.request
-        note = self.executor.context_note(request.thread_id)
+        note = self.executor.context_note(request.thread)
         prompt_text = "\n\n".join(p.text for p in request.prompts)
         user_text = f"{prompt_text}\n\n{note}" if note else prompt_text
         messages: list[dict[str, Any]] = [{"role": "system", "content": self._system_prompt(ctx)}]
@@ -488,7 +483,7 @@ class _Context:
     """The executor's side of a run: who to call, under which names."""
 
     caller: ToolExecutor
-    thread: str | None  # the REPL scope's thread; None when the executor has no scopes
+    thread: ThreadKey | None  # the REPL scope's thread; None when the executor has no scopes
     tools: list[dict[str, Any]]
     names: dict[str, str]
     definitions: dict[str, ToolDefinition]

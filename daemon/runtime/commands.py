@@ -19,6 +19,7 @@ from daemon.runtime.approvals import ApprovalDesk
 from daemon.runtime.deliver import publish_quietly
 from daemon.runtime.pausing import ThreadKey, ThreadRun
 from daemon.runtime.ports import InboundMessage, RuntimeOptions, RuntimePublisher, RuntimeStore
+from daemon.tools import ThreadKey as ScopeKey  # pausing's ThreadKey is the plain tuple
 
 __all__ = ["RESET_COMMAND", "STOP_COMMAND", "ResetFunction", "ThreadCommands"]
 
@@ -30,8 +31,11 @@ STOP_COMMAND = "!stop"
 RESET_COMMAND = "!reset"
 """A message whose whole text is this empties the thread's REPL and its saved copy."""
 
-ResetFunction = Callable[[str], Awaitable[None]]
-"""Drop a thread's REPL and its stored dump: the code-mode executor's ``reset``."""
+ResetFunction = Callable[[ScopeKey], Awaitable[None]]
+"""Drop a thread's REPL and its stored dump: the code-mode executor's ``reset``.
+
+It is handed the channel with the thread id: ``!reset`` in one channel never
+empties the REPL of a thread of the same id in another."""
 
 RESET_DONE = "The REPL of this thread was reset: its variables and their saved copy are gone."
 RESET_BUSY = "This thread has a run going on: !stop it first, then !reset."
@@ -105,7 +109,7 @@ class ThreadCommands:
             text = RESET_NONE
         else:
             try:
-                await self._reset(message.thread)
+                await self._reset(ScopeKey(message.channel, message.thread))
             except Exception as exc:
                 log.exception("runtime.reset_failed", channel=message.channel)
                 text = f"The REPL could not be reset: {type(exc).__name__}: {exc}"

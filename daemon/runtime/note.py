@@ -7,6 +7,8 @@ would reach for variables that no longer exist. :class:`RestartNoteExecutor`
 wraps the executor the backend is handed and adds the executor's own reset
 note to the first run of every thread that had runs before this process
 started (its history is not empty), unless the executor has a note itself.
+Threads are :class:`~daemon.tools.ThreadKey` values (channel and thread id),
+as the executor keys its scopes.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from daemon.tools import (
     Decision,
     Pause,
     Resumable,
+    ThreadKey,
     ToolCallOutput,
     ToolDefinition,
     ToolExecutor,
@@ -38,25 +41,25 @@ class RestartNoteExecutor:
 
     def __init__(self, inner: ToolExecutor):
         self.inner = inner
-        self._seen: OrderedDict[str, None] = OrderedDict()
-        self._empty: set[str] = set()
+        self._seen: OrderedDict[ThreadKey, None] = OrderedDict()
+        self._empty: set[ThreadKey] = set()
 
-    def before_run(self, thread_id: str, *, had_earlier_runs: bool) -> None:
+    def before_run(self, thread: ThreadKey, *, had_earlier_runs: bool) -> None:
         """Call before each run: the first run of a thread with earlier runs gets the note."""
-        if thread_id in self._seen:
-            self._seen.move_to_end(thread_id)
+        if thread in self._seen:
+            self._seen.move_to_end(thread)
             return
-        self._seen[thread_id] = None
+        self._seen[thread] = None
         while len(self._seen) > _SEEN_MEMORY:
             self._seen.popitem(last=False)
         if had_earlier_runs:
-            self._empty.add(thread_id)
+            self._empty.add(thread)
 
-    def context_note(self, thread_id: str) -> str | None:
+    def context_note(self, thread: ThreadKey) -> str | None:
         """The executor's note; else, once after a restart, that the REPL is empty."""
-        note = self.inner.context_note(thread_id)
-        if thread_id in self._empty:
-            self._empty.discard(thread_id)
+        note = self.inner.context_note(thread)
+        if thread in self._empty:
+            self._empty.discard(thread)
             return note or reset_note("reset")
         return note
 
@@ -77,17 +80,17 @@ class RestartNoteExecutor:
         """Call on the inner executor."""
         return await self.inner.call_tool(name, arguments)
 
-    def thread_scope(self, thread_id: str) -> ToolExecutor | None:
+    def thread_scope(self, thread: ThreadKey) -> ToolExecutor | None:
         """The inner executor's scope of the thread."""
-        return self.inner.thread_scope(thread_id)
+        return self.inner.thread_scope(thread)
 
     async def resume(
-        self, thread_id: str | None, pause: Pause, decisions: Mapping[int, Decision]
+        self, thread: ThreadKey | None, pause: Pause, decisions: Mapping[int, Decision]
     ) -> ToolCallOutput:
         """Resume a paused call on the inner executor (code mode's)."""
         if not isinstance(self.inner, Resumable):
             raise ToolTransportError("this executor cannot resume a paused call")
-        return await self.inner.resume(thread_id, pause, decisions)
+        return await self.inner.resume(thread, pause, decisions)
 
     async def aclose(self) -> None:
         """Close the inner executor."""

@@ -13,7 +13,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from daemon.tools import Pause
+from daemon.tools import Pause, ThreadKey
 from sessions.model import Record, RunMetrics
 
 __all__ = [
@@ -54,6 +54,11 @@ class RunRequest:
     thread_id: str
     history: list[HistoryTurn]
     prompts: list[Prompt]
+
+    @property
+    def thread(self) -> ThreadKey:
+        """The run's thread, its channel and thread id: what its REPL scope is keyed by."""
+        return ThreadKey(self.channel, self.thread_id)
 
 
 RunStatus = Literal["done", "failed", "interrupted", "paused"]

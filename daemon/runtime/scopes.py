@@ -4,8 +4,9 @@ Monty does not authenticate what it loads (a dump must come from a trusted
 source), so every dump is stored with an HMAC-SHA256 under a key the daemon
 makes on its first start (``scope.key``, 32 random bytes, mode 0600, in the
 state directory beside the database) and checked before it is handed back.
-The MAC covers the Monty version, the thread and the bytes, so a dump can
-neither be altered nor moved to another thread. A dump made by another
+The MAC covers the Monty version, the thread's channel and id and the
+bytes, so a dump can neither be altered nor moved to another thread, nor to
+a thread of the same id in another channel (issue 26). A dump made by another
 pydantic-monty version, or larger than ``code_mode.max_scope_dump``, is
 refused too; each refusal is :class:`~daemon.errors.ScopeRejected` with the
 reason in one line, which the variables note shows.
@@ -22,15 +23,20 @@ from importlib import metadata
 from pathlib import Path
 
 from daemon.errors import ConfigError, ScopeRejected
-from daemon.tools import StoredScopeDump
-from sessions.errors import ThreadLookupError
+from daemon.tools import StoredScopeDump, ThreadKey
 from sessions.store import Store
 
-__all__ = ["KEY_FILE", "SignedScopeStore", "load_or_create_key", "monty_version", "scope_mac"]
+__all__ = [
+    "KEY_FILE",
+    "SignedScopeStore",
+    "keyed_mac",
+    "load_or_create_key",
+    "monty_version",
+    "scope_mac",
+]
 
 KEY_FILE = "scope.key"
 KEY_BYTES = 32
-_REMEMBERED_THREADS = 10_000  # thread → channel lookups kept (a few MB at most)
 
 
 def monty_version() -> str:
@@ -38,10 +44,19 @@ def monty_version() -> str:
     return metadata.version("pydantic-monty")
 
 
-def scope_mac(key: bytes, version: str, thread_id: str, data: bytes) -> str:
-    """HMAC-SHA256 over the version, the thread and the dump, hex."""
+def scope_mac(key: bytes, version: str, thread: ThreadKey, data: bytes) -> str:
+    """HMAC-SHA256 over the version, the thread's channel and id, and the dump, hex."""
+    return keyed_mac(key, version.encode(), _text(thread.channel), _text(thread.thread_id), data)
+
+
+def _text(value: str) -> bytes:
+    return value.encode("utf-8", "surrogatepass")
+
+
+def keyed_mac(key: bytes, *parts: bytes) -> str:
+    """HMAC-SHA256 over ``parts``, each prefixed with its length, hex."""
     mac = hmac.new(key, digestmod=hashlib.sha256)
-    for part in (version.encode(), thread_id.encode("utf-8", "surrogatepass"), data):
+    for part in parts:
         mac.update(len(part).to_bytes(8, "big"))  # length-prefixed: no ambiguous joins
         mac.update(part)
     return mac.hexdigest()
@@ -80,45 +95,28 @@ def load_or_create_key(state_dir: Path) -> bytes:
 
 
 class SignedScopeStore:
-    """:class:`daemon.tools.ScopeStore` over the sessions ``Store``, with MACs."""
+    """:class:`daemon.tools.ScopeStore` over the sessions ``Store``, with MACs.
+
+    Keyed by :class:`~daemon.tools.ThreadKey`: the scopes table keys a dump by
+    its thread's (channel, thread id), and the MAC covers both.
+    """
 
     def __init__(self, store: Store, key: bytes, *, max_bytes: int, version: str | None = None):
         self._store = store
         self._key = key
         self._max_bytes = max_bytes
         self._version = version or monty_version()
-        # a thread's channel never changes: look it up once, not at every save and load
-        self._threads: dict[str, tuple[str, str]] = {}
 
-    async def _where(self, thread_id: str) -> tuple[str, str] | None:
-        where = self._threads.get(thread_id)
-        if where is None:
-            try:
-                where = await self._store.resolve_thread(thread_id)
-            except ThreadLookupError:
-                return None
-            if len(self._threads) >= _REMEMBERED_THREADS:
-                self._threads.clear()  # bounded: a forgotten thread is looked up again
-            self._threads[thread_id] = where
-        return where
-
-    async def save(self, thread_id: str, data: bytes) -> None:
+    async def save(self, thread: ThreadKey, data: bytes) -> None:
         """Store the thread's dump with its MAC (the thread must have been recorded)."""
-        where = await self._where(thread_id)
-        if where is None:
-            raise ScopeRejected(f"no thread {thread_id!r} is recorded to save its REPL under")
-        channel, thread = where
-        mac = scope_mac(self._key, self._version, thread_id, data)
+        mac = scope_mac(self._key, self._version, thread, data)
         await self._store.save_scope(
-            channel, thread, monty_version=self._version, data=data, mac=mac
+            thread.channel, thread.thread_id, monty_version=self._version, data=data, mac=mac
         )
 
-    async def load(self, thread_id: str) -> StoredScopeDump | None:
+    async def load(self, thread: ThreadKey) -> StoredScopeDump | None:
         """The thread's dump if it is ours, intact and loadable; else ScopeRejected."""
-        where = await self._where(thread_id)
-        if where is None:
-            return None
-        stored = await self._store.load_scope(*where)
+        stored = await self._store.load_scope(thread.channel, thread.thread_id)
         if stored is None:
             return None
         if stored.size > self._max_bytes:
@@ -126,7 +124,7 @@ class SignedScopeStore:
                 f"it is {stored.size:,} bytes, over code_mode.max_scope_dump "
                 f"({self._max_bytes:,} bytes)"
             )
-        expected = scope_mac(self._key, stored.monty_version, thread_id, stored.data)
+        expected = scope_mac(self._key, stored.monty_version, thread, stored.data)
         if not hmac.compare_digest(expected, stored.mac):
             raise ScopeRejected("its MAC does not match: the stored bytes were changed")
         if stored.monty_version != self._version:
@@ -136,8 +134,6 @@ class SignedScopeStore:
             )
         return StoredScopeDump(stored.data, stored.dumped)
 
-    async def drop(self, thread_id: str) -> None:
+    async def drop(self, thread: ThreadKey) -> None:
         """Forget the thread's dump."""
-        where = await self._where(thread_id)
-        if where is not None:
-            await self._store.drop_scope(*where)
+        await self._store.drop_scope(thread.channel, thread.thread_id)

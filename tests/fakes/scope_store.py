@@ -1,4 +1,4 @@
-"""An in-memory :class:`~daemon.tools.ScopeStore`: thread REPL dumps in a dict.
+"""An in-memory :class:`~daemon.tools.ScopeStore`: thread REPL dumps in a dict by ``ThreadKey``.
 
 For tests of stored REPLs (issue 14) without SQLite::
 
@@ -14,7 +14,7 @@ record the calls, in order.
 from __future__ import annotations
 
 from daemon.errors import ScopeRejected
-from daemon.tools import StoredScopeDump
+from daemon.tools import StoredScopeDump, ThreadKey
 
 __all__ = ["SAVED_AT", "MemoryScopeStore"]
 
@@ -26,28 +26,28 @@ class MemoryScopeStore:
     """Stores dumps in memory; rejects and fails on demand."""
 
     def __init__(self) -> None:
-        self.dumps: dict[str, StoredScopeDump] = {}
-        self.reject: dict[str, str] = {}
+        self.dumps: dict[ThreadKey, StoredScopeDump] = {}
+        self.reject: dict[ThreadKey, str] = {}
         self.fail_saves = False
-        self.saves: list[tuple[str, int]] = []  # (thread id, bytes)
-        self.drops: list[str] = []
-        self.loads: list[str] = []  # thread ids, one per load asked for
+        self.saves: list[tuple[ThreadKey, int]] = []  # (thread, bytes)
+        self.drops: list[ThreadKey] = []
+        self.loads: list[ThreadKey] = []  # threads, one per load asked for
 
-    async def save(self, thread_id: str, data: bytes) -> None:
+    async def save(self, thread: ThreadKey, data: bytes) -> None:
         """Keep ``data``, stamped :data:`SAVED_AT`; raises OSError when ``fail_saves``."""
         if self.fail_saves:
             raise OSError("disk full")
-        self.saves.append((thread_id, len(data)))
-        self.dumps[thread_id] = StoredScopeDump(bytes(data), SAVED_AT)
+        self.saves.append((thread, len(data)))
+        self.dumps[thread] = StoredScopeDump(bytes(data), SAVED_AT)
 
-    async def load(self, thread_id: str) -> StoredScopeDump | None:
+    async def load(self, thread: ThreadKey) -> StoredScopeDump | None:
         """The stored dump, None, or ScopeRejected for a thread in ``reject``."""
-        self.loads.append(thread_id)
-        if thread_id in self.reject:
-            raise ScopeRejected(self.reject[thread_id])
-        return self.dumps.get(thread_id)
+        self.loads.append(thread)
+        if thread in self.reject:
+            raise ScopeRejected(self.reject[thread])
+        return self.dumps.get(thread)
 
-    async def drop(self, thread_id: str) -> None:
+    async def drop(self, thread: ThreadKey) -> None:
         """Forget the thread's dump."""
-        self.drops.append(thread_id)
-        self.dumps.pop(thread_id, None)
+        self.drops.append(thread)
+        self.dumps.pop(thread, None)
