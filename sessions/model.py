@@ -159,7 +159,8 @@ class SenderRun:
     """One run that answered a sender's prompts: when it started and the tokens it used."""
 
     started: str  # ISO 8601, UTC (the store's format)
-    tokens: int  # prompt + completion tokens (0 while it runs)
+    tokens: int  # prompt + completion tokens spent so far
+    answered: bool = True  # False: cut off, its prompts went on to a later run
 
 
 class HistoryText(NamedTuple):

@@ -201,22 +201,29 @@ class StoreQueries(StoreConnections):
         return builder.result()
 
     async def sender_runs(self, sender: str, since: str) -> list[SenderRun]:
-        """Runs started at or after ``since`` that answered a prompt of ``sender``, oldest first.
+        """Runs started at or after ``since`` for prompts of ``sender``, oldest first.
 
         A run that answered several senders' prompts (coalesced) is one of
-        each sender's runs, with all its tokens. A prompt put back to
-        ``queued`` by a cancelled run belongs to its next run, not that one.
+        each sender's runs, with all its tokens. Every run started for the
+        sender is there with the tokens it spent, however it ended (stopped,
+        paused, cut off); ``answered`` is False for one whose prompts were
+        put back to ``queued`` (by a shutdown, a crash, or a reply that could
+        not be published) and so wait for, or went on to, a later run, which
+        the run limit counts instead.
         """
         since = canonical_timestamp(since, "since")
         rows = await self._read(
             f"reading the runs of {sender}",
-            "SELECT r.started, r.prompt_tokens + r.completion_tokens FROM runs r"
-            " WHERE r.started >= ? AND EXISTS"
-            " (SELECT 1 FROM prompts p WHERE p.run_id = r.id AND p.sender = ?)"
-            " ORDER BY r.started",
-            (since, sender),
+            "SELECT r.started, r.prompt_tokens + r.completion_tokens,"
+            " EXISTS (SELECT 1 FROM prompts p WHERE p.run_id = r.id AND p.sender = s.sender"
+            " AND p.status != 'queued')"
+            " FROM run_senders s JOIN runs r ON r.id = s.run_id"
+            " WHERE s.sender = ? AND s.started >= ? ORDER BY s.started",
+            (sender, since),
         )
-        return [SenderRun(started=row[0], tokens=int(row[1])) for row in rows]
+        return [
+            SenderRun(started=row[0], tokens=int(row[1]), answered=bool(row[2])) for row in rows
+        ]
 
     async def get_cursor(self, channel: str) -> str | None:
         """The last message id handled on ``channel``, or None."""

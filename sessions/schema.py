@@ -236,11 +236,36 @@ async def _tools(db: aiosqlite.Connection) -> None:
         await db.execute(statement)
 
 
+_RUN_SENDERS = [
+    # Whose prompts each run was started for (issue 26): the per-sender token
+    # limit counts a run's tokens for its senders however the run ended. A
+    # prompt's own ``run_id`` moves to the next run when a cut-off run's prompt
+    # is run again, so it cannot say this. Keyed for the limit's read: one
+    # sender's runs since a moment.
+    """CREATE TABLE run_senders (
+        sender  TEXT NOT NULL,
+        started TEXT NOT NULL,
+        run_id  TEXT NOT NULL REFERENCES runs (id),
+        PRIMARY KEY (sender, started, run_id)
+    ) WITHOUT ROWID""",
+    # the runs so far: their senders as their prompts name them now
+    "INSERT OR IGNORE INTO run_senders (sender, started, run_id)"
+    " SELECT DISTINCT p.sender, r.started, r.id FROM prompts p JOIN runs r ON r.id = p.run_id",
+]
+
+
+async def _run_senders(db: aiosqlite.Connection) -> None:
+    """The senders each run was started for."""
+    for statement in _RUN_SENDERS:
+        await db.execute(statement)
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "initial_schema", _initial_schema),
     Migration(2, "approvals", _approvals),
     Migration(3, "scopes", _scopes),
     Migration(4, "tools", _tools),
+    Migration(5, "run_senders", _run_senders),
 )
 SCHEMA_VERSION = MIGRATIONS[-1].version
 

@@ -68,7 +68,15 @@ def _claim(conn: sqlite3.Connection, ids: list[str], run_id: str) -> int:
         " WHERE id = ? AND status != 'done'",
         [(run_id, now, prompt_id) for prompt_id in ids],
     )
-    return cursor.rowcount
+    claimed = cursor.rowcount
+    # The run's senders stay its senders, wherever their prompts go next.
+    conn.executemany(
+        "INSERT OR IGNORE INTO run_senders (sender, started, run_id)"
+        " SELECT p.sender, r.started, r.id FROM prompts p JOIN runs r ON r.id = p.run_id"
+        " WHERE p.id = ? AND p.run_id = ?",
+        [(prompt_id, run_id) for prompt_id in ids],
+    )
+    return claimed
 
 
 def _mark(conn: sqlite3.Connection, ids: list[str], status: str) -> int:
@@ -221,6 +229,20 @@ class StoreWriter(StoreConnections):
 
         await self._batch(f"starting run {run_id}", start)
 
+    async def add_run_tokens(self, run_id: str, prompt_tokens: int, completion_tokens: int) -> None:
+        """Add one model response's tokens to the run's row now, as they are spent.
+
+        So a run that is stopped, paused, cut off at shutdown or killed still
+        counts them (the per-sender token limit reads them); :meth:`finish_run`
+        never lowers them.
+        """
+        async with self._statement(f"adding the tokens of run {run_id}") as db:
+            await db.execute(
+                "UPDATE runs SET prompt_tokens = prompt_tokens + ?,"
+                " completion_tokens = completion_tokens + ? WHERE id = ?",
+                (prompt_tokens, completion_tokens, run_id),
+            )
+
     async def add_tool_call(self, row: ToolCallRow) -> int:
         """Commit one nested call's audit row now (it survives a crash mid-run); return its id.
 
@@ -298,7 +320,9 @@ class StoreWriter(StoreConnections):
         Records are chained in the order given: the first one's
         ``parentUuid`` is the thread's last record, each next one's the
         record before it. On any failure nothing of this call lands; the
-        tool-call rows committed during the run stay.
+        tool-call rows committed during the run stay. The token counts never
+        go down: what :meth:`add_run_tokens` added as the run went stays when
+        ``metrics`` knows less (a stopped run's).
         """
         if status not in RUN_STATUSES or status == "running":
             raise StoreError(f"a run cannot finish as {status!r}")
@@ -361,7 +385,8 @@ class StoreWriter(StoreConnections):
             conn.execute(
                 "UPDATE runs SET finished = ?, status = ?, rounds = ?, run_code_calls = ?,"
                 " nested_calls = ?, bytes_in = ?, bytes_out = ?, final_round_forced = ?,"
-                " prompt_tokens = ?, completion_tokens = ?, extra = ?, error = ? WHERE id = ?",
+                " prompt_tokens = max(prompt_tokens, ?),"
+                " completion_tokens = max(completion_tokens, ?), extra = ?, error = ? WHERE id = ?",
                 (
                     now,
                     status,

@@ -676,7 +676,7 @@ async def test_migration_2_keeps_old_audit_rows_with_their_outcome(tmp_path: Pat
     path = tmp_path / "a.db"
     async with Store(path, migrations=MIGRATIONS[:1]) as old:
         await old.record_prompt("#ops", "T1", "M1", "a", "x", "2026-11-29T18:00:00Z")
-        await old.start_run("R1", "#ops", "T1", ["M1"])
+        await old.start_run("R1", "#ops", "T1")  # claiming M1 writes a later table
     # rows as version 1 wrote them (today's add_tool_call writes the new columns too)
     with closing(sqlite3.connect(path)) as db, db:
         db.executemany(
@@ -786,3 +786,59 @@ async def test_a_run_paused_for_approval_is_left_alone_by_recovery(store: Store)
         assert await store.pending_prompts() == []
         assert await store.interrupted_runs() == []
         assert [c.outcome for c in await store.started_calls("R1")] == ["started"]
+
+
+# ---- tokens as they are spent, and whose they are (issue 26) -----------------------
+
+
+async def test_tokens_added_as_spent_are_never_lowered_by_the_runs_end(store: Store):
+    """add_run_tokens lands each response's tokens on the run row at once; a finish
+    with metrics that know fewer (a stopped run's) keeps them, one that knows more wins."""
+    await store.record_prompt("#ops", "T1", "M1", "alice", "x", "2026-11-29T18:00:00Z")
+    await store.start_run("R1", "#ops", "T1", ["M1"])
+    await store.add_run_tokens("R1", 90_000, 10_000)
+    await store.add_run_tokens("R1", 5, 1)
+    tokens = "SELECT prompt_tokens, completion_tokens FROM runs WHERE id = 'R1'"
+    assert raw(store.path, tokens) == [(90_005, 10_001)]
+    await store.finish_run("R1", "interrupted", [], RunMetrics(), ["M1"], "failed")
+    assert raw(store.path, tokens) == [(90_005, 10_001)]
+    await store.record_prompt("#ops", "T2", "M2", "alice", "y", "2026-11-29T18:00:01Z")
+    await store.start_run("R2", "#ops", "T2", ["M2"])
+    await store.add_run_tokens("R2", 10, 1)
+    metrics = RunMetrics(prompt_tokens=30, completion_tokens=3)
+    await store.finish_run("R2", "done", [], metrics, ["M2"], "done")
+    assert raw(store.path, tokens.replace("R1", "R2")) == [(30, 3)]
+
+
+async def test_a_cut_off_runs_tokens_stay_its_senders_when_the_prompt_runs_again(store: Store):
+    """A run cut off by a restart keeps its tokens for its sender after its prompt went
+    on to the next run; only that next run counts as the sender's run."""
+    await store.record_prompt("#ops", "T1", "M1", "alice", "x", "2026-11-29T18:00:00Z")
+    await store.record_prompt("#ops", "T1", "M2", "bob", "y", "2026-11-29T18:00:01Z")
+    await store.start_run("R1", "#ops", "T1", ["M1", "M2"])
+    await store.add_run_tokens("R1", 100_000, 0)
+    assert await store.recover() == ["R1"]  # the daemon died; the prompts queue again
+    await store.start_run("R2", "#ops", "T1", ["M1"])
+    await store.finish_run("R2", "done", [], RunMetrics(prompt_tokens=7), ["M1"], "done")
+    alice = await store.sender_runs("alice", "2000-01-01T00:00:00Z")
+    assert [(r.tokens, r.answered) for r in alice] == [(100_000, False), (7, True)]
+    bob = await store.sender_runs("bob", "2000-01-01T00:00:00Z")
+    assert [(r.tokens, r.answered) for r in bob] == [(100_000, False)]
+    assert await store.sender_runs("carol", "2000-01-01T00:00:00Z") == []
+
+
+async def test_migration_5_finds_the_senders_of_the_runs_so_far(tmp_path: Path):
+    """A version-4 database's runs get their senders from their prompts, so the limits
+    read the same runs as before the upgrade."""
+    path = tmp_path / "a.db"
+    async with Store(path, migrations=MIGRATIONS[:4]) as old:
+        await old.record_prompt("#ops", "T1", "M1", "alice", "x", "2026-11-29T18:00:00Z")
+        await old.record_prompt("#ops", "T1", "M2", "bob", "y", "2026-11-29T18:00:01Z")
+        await old.start_run("R1", "#ops", "T1")
+    with closing(sqlite3.connect(path)) as db, db:
+        db.execute("UPDATE prompts SET run_id = 'R1', status = 'done'")
+        db.execute("UPDATE runs SET prompt_tokens = 40, status = 'done' WHERE id = 'R1'")
+    async with Store(path) as store:
+        runs = await store.sender_runs("bob", "2000-01-01T00:00:00Z")
+    assert [(r.tokens, r.answered) for r in runs] == [(40, True)]
+    assert raw(path, "SELECT name FROM schema_migrations WHERE version = 5") == [("run_senders",)]

@@ -143,6 +143,10 @@ class ClusterRuntimeStore:
         self._runs[run_id] = ((channel, thread_id), list(prompt_ids))
         await self._inner.start_run(run_id, channel, thread_id, prompt_ids)
 
+    async def add_run_tokens(self, run_id: str, prompt_tokens: int, completion_tokens: int) -> None:
+        """Locally, as they are spent."""
+        await self._inner.add_run_tokens(run_id, prompt_tokens, completion_tokens)
+
     async def history(self, channel: str, thread_id: str) -> list[HistoryTurn]:
         """The local history of the thread; for a thread that moved here (none of its
         turns are local, but it began before this run), its turns read back from the

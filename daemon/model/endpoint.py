@@ -9,7 +9,8 @@ once. A 200 whose body the loop cannot read (not JSON, ``message: null``,
 once too: a server that sends one is not fixed by asking again. Each retry
 is logged (``model.request_retry``, a warning, logger ``asyncai.backend``).
 Each request is reported as the run's progress ("thinking", or "answering"
-for a ``final`` round: :mod:`daemon.runtime.progress`).
+for a ``final`` round: :mod:`daemon.runtime.progress`), and each response's
+token usage as the run's spending as it arrives (:mod:`daemon.runtime.usage`).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from daemon.config import ModelConfig
 from daemon.errors import BackendError
 from daemon.model.response import completion_problem
 from daemon.runtime.progress import model_request
+from daemon.runtime.usage import tokens_spent
 from sessions.model import RunMetrics
 
 __all__ = ["ChatEndpoint"]
@@ -92,6 +94,8 @@ class ChatEndpoint:
                 if usage is not None:
                     metrics.prompt_tokens += usage.prompt_tokens or 0
                     metrics.completion_tokens += usage.completion_tokens or 0
+                    # on the run's row now: a run stopped later still counts them
+                    await tokens_spent(usage.prompt_tokens or 0, usage.completion_tokens or 0)
                 return response
             except (TimeoutError, openai.APITimeoutError) as exc:
                 problem = f"did not answer within {limit:g} s"

@@ -8,7 +8,8 @@ sessions store (:mod:`daemon.runtime.store`), the channel adapters
 (:mod:`daemon.runtime.note`), the notice of a run not run again after an
 interruption (:mod:`daemon.runtime.interrupted`), the shield around the
 reply and the run's record (:mod:`daemon.runtime.complete`), the per-sender
-limits (:mod:`daemon.runtime.limits`), the nested-call audit rows
+limits (:mod:`daemon.runtime.limits`) and the tokens a run spends
+(:mod:`daemon.runtime.usage`), the nested-call audit rows
 (:mod:`daemon.runtime.audit`) and systemd's watchdog
 (:mod:`daemon.runtime.watchdog`).
 

@@ -6,11 +6,19 @@ runs table, so a restart does not reset them:
 
 - a sender's runs are the runs that answered at least one of their prompts
   and started within the last hour (a coalesced run that answered two
-  senders counts once for each of them, whatever its status);
-- a sender's tokens are the prompt and completion tokens of those runs that
-  started within the last 24 hours (all of a coalesced run's tokens count
-  for each of its senders). A run is not cut off when it goes over: the
-  limit stops the next one.
+  senders counts once for each of them, whatever its status; a run cut off
+  by a shutdown or a crash, whose prompts a later run answers, is not one);
+- a sender's tokens are the prompt and completion tokens of every run
+  started for their prompts within the last 24 hours, however it ended:
+  stopped, paused for approval, cut off at shutdown or by a crash (all of a
+  coalesced run's tokens count for each of its senders). The tokens are
+  durable as they are spent: each model response's usage is added to the
+  run's row as it arrives (:mod:`daemon.runtime.usage`). A run is not cut
+  off when it goes over: the limit stops the next one.
+
+The counts are read through :class:`SenderUsage` and written through the
+runtime's store (``add_run_tokens``): a cluster can put a shared counter
+behind both.
 
 The prompts of a sender who reached a limit are not run: they are marked
 ``failed`` and the thread gets one line saying which limit and when it frees
@@ -94,7 +102,7 @@ def limit_reached(
 ) -> LimitReached | None:
     """The first limit ``sender`` has reached, given their runs of the last day (oldest
     first), or None. Pure: the store reads and the clock are the caller's."""
-    recent = [r for r in runs if _moment(r.started) >= now - RUN_WINDOW]
+    recent = [r for r in runs if r.answered and _moment(r.started) >= now - RUN_WINDOW]
     cap = limits.max_runs_per_hour
     if cap is not None and len(recent) >= cap:
         # Free once enough of the oldest have left the window to be under the cap.

@@ -129,6 +129,10 @@ class RuntimeStore(Protocol):
         """Write the run row and mark its prompts running."""
         ...
 
+    async def add_run_tokens(self, run_id: str, prompt_tokens: int, completion_tokens: int) -> None:
+        """Add one model response's tokens to the run's row now (durable as spent)."""
+        ...
+
     async def history(self, channel: str, thread_id: str) -> list[HistoryTurn]:
         """The thread's earlier user and assistant text, within the history bounds."""
         ...
@@ -140,7 +144,9 @@ class RuntimeStore(Protocol):
         prompt_ids: list[str],
         prompt_status: PromptStatus,
     ) -> None:
-        """In one transaction: records, metrics, the run's status and its prompts' status."""
+        """In one transaction: records, metrics, the run's status and its prompts' status.
+
+        The run's token counts never go down (see :meth:`add_run_tokens`)."""
         ...
 
     async def set_prompt_status(self, prompt_ids: list[str], status: PromptStatus) -> None:

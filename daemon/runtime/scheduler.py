@@ -37,6 +37,8 @@ Rules (DESIGN.md, "Runtime: threads and runs"):
   (the daemon stops its watchdog pings then).
 - Per-sender limits (:mod:`daemon.runtime.limits`), when configured, are
   checked as a run starts: a sender over one gets a one-line reply instead.
+  Every run's tokens reach its row as they are spent, whatever ends the run
+  (:mod:`daemon.runtime.usage`).
 - :meth:`Runtime.shutdown`: stop taking prompts, give active runs a grace
   period, cancel the rest and record them interrupted. Their prompts go back
   to ``queued``, so the next start answers them (no prompt is lost).
@@ -73,6 +75,7 @@ from daemon.runtime.ports import (
     reply_client_id,
 )
 from daemon.runtime.runs import Prompt, RunRequest, RunResult
+from daemon.runtime.usage import TokenMeter, metering
 
 # The ports are re-exported: callers and tests import them from here too.
 __all__ = [
@@ -358,31 +361,33 @@ class Runtime(PausedRuns, ThreadCommands):
             crash_point("resume_started")
             bound.info("runtime.run_resumed", request=job.request_id, outcome=job.outcome)
         deadline: asyncio.Timeout | None = None
+        meter = TokenMeter(self._store, run_id)  # tokens on the run row as they are spent
         try:
             deadline = asyncio.timeout(self._options.max_run_seconds)
-            if job is not None:
-                async with deadline:
-                    result = await job.run()
-                crash_point("model_answered")
-            else:
-                history = await self._store.history(thread.channel, thread.thread_id)
-                request = RunRequest(
-                    run_id=run_id,
-                    channel=thread.channel,
-                    thread_id=thread.thread_id,
-                    history=history,
-                    prompts=[Prompt(m.id, m.sender, m.text) for m in prompts],
-                )
-                async with deadline:
-                    result = await self._run(request)
-                crash_point("model_answered")
+            with metering(meter):
+                if job is not None:
+                    async with deadline:
+                        result = await job.run()
+                else:
+                    history = await self._store.history(thread.channel, thread.thread_id)
+                    request = RunRequest(
+                        run_id=run_id,
+                        channel=thread.channel,
+                        thread_id=thread.thread_id,
+                        history=history,
+                        prompts=[Prompt(m.id, m.sender, m.text) for m in prompts],
+                    )
+                    async with deadline:
+                        result = await self._run(request)
+            crash_point("model_answered")
         except asyncio.CancelledError:
             # Cancelled by !stop or by shutdown: only the model run may be cut off.
             # Recording it (and the stop note) runs to its end even if another
-            # cancellation arrives; then the cancel goes on.
+            # cancellation arrives; then the cancel goes on. Its tokens count.
             stopped_by = thread.stopped_by
             interrupted = RunResult(
                 reply="",
+                metrics=meter.metrics(),
                 status="interrupted",
                 error=f"stopped by {stopped_by}" if stopped_by else "daemon shutting down",
             )

@@ -114,6 +114,10 @@ class SessionsRuntimeStore:
         """The run row, with its prompts claimed as running."""
         await self.store.start_run(run_id, channel, thread_id, prompt_ids)
 
+    async def add_run_tokens(self, run_id: str, prompt_tokens: int, completion_tokens: int) -> None:
+        """One model response's tokens, on the run's row now."""
+        await self.store.add_run_tokens(run_id, prompt_tokens, completion_tokens)
+
     async def history(self, channel: str, thread_id: str) -> list[HistoryTurn]:
         """Earlier user and assistant text of the thread, within the configured bounds."""
         turns = await self.store.history(
