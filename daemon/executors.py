@@ -12,6 +12,7 @@ from daemon.code_mode import CodeModeLimits, CodeModeToolExecutor
 from daemon.config import Config
 from daemon.mcp.executor import McpToolExecutor
 from daemon.model import HARNESS_CATALOG_BUDGET, harness_on
+from daemon.runtime.audit import AuditedExecutor
 from daemon.tools import ApprovalGate, AuditObserver, ScopeStore, ShapeStore, ToolExecutor
 
 __all__ = ["build_mcp_executor", "build_tool_executor", "code_mode_limits"]
@@ -40,7 +41,8 @@ def build_tool_executor(
     ``inner`` replaces the ``McpToolExecutor`` built from ``config.mcp_servers``
     (``asyncai ask`` keeps a handle on it to check the servers started).
     ``observer`` is passed to the code-mode executor (called as each nested
-    call starts and ends, for the durable audit); ``gate`` is the approval
+    call starts and ends, for the durable audit), or in direct mode wraps
+    ``inner`` in an :class:`~daemon.runtime.audit.AuditedExecutor`; ``gate`` is the approval
     policy it asks before a mutating call; ``scopes`` keeps each thread's REPL
     across evictions and restarts; ``shapes`` the return shapes learned from
     tools without an output schema. Nothing starts until first use.
@@ -48,7 +50,8 @@ def build_tool_executor(
     if inner is None:
         inner = build_mcp_executor(config)
     if config.model.tool_mode == "direct":
-        return inner
+        # the model calls the tools itself: each call audited as it starts and ends
+        return inner if observer is None else AuditedExecutor(inner, observer)
     return CodeModeToolExecutor(
         inner,
         code_mode_limits(config),

@@ -57,6 +57,7 @@ __all__ = [
     "ToolExecutor",
     "ToolTransportError",
     "Verdict",
+    "not_recorded",
 ]
 
 
@@ -194,10 +195,24 @@ class AuditEntry:
 
 
 AuditObserver = Callable[[str | None, AuditEntry], Awaitable[None] | None]
-"""``observer(thread_id, entry)``, sync or async, called as each nested call ends.
+"""``observer(thread_id, entry)``, sync or async, called as each call starts and ends.
 
 ``thread_id`` is for the observer's logs only; the run (and so the channel)
-a call belongs to is ``current_tool_use``'s, set by the backend."""
+a call belongs to is ``current_tool_use``'s, set by the backend. It returns
+once the entry is recorded durably. For the ``started`` entry of a mutating
+call, raising (or not returning in time) means "not recorded": the call is
+then not made (issue 26), and the caller reads :func:`not_recorded`.
+"""
+
+
+def not_recorded(tool: str, error: BaseException) -> str:
+    """The error a snippet (or, in direct mode, the model) reads for a mutating call
+    that was not made because recording its start failed with ``error``."""
+    reason = "no answer in time" if isinstance(error, TimeoutError) else f"{error}"
+    return (
+        f"{tool} was not called: the call could not be recorded in the audit ({reason}), "
+        "and a call that can change something is made only once it is recorded"
+    )
 
 
 @runtime_checkable

@@ -198,19 +198,25 @@ def _runs(db: Path, thread: str) -> list[tuple[str, str, str | None]]:
         ).fetchall()
 
 
-async def test_sigkill_during_a_mutating_call_is_not_repeated_after_restart(world):
+@pytest.mark.parametrize("mode", ["code", "direct"])
+async def test_sigkill_during_a_mutating_call_is_not_repeated_after_restart(world, mode):
     """Killed with SIGKILL while a mutating tool call is in flight, started again: the
     prompt is not run again (the tool ran exactly once), and the thread gets the
-    interrupted notice naming the call, whose outcome is unknown."""
+    interrupted notice naming the call, whose outcome is unknown. In direct tool mode
+    too (the model calls the tool itself): the call's audit row is written as it starts."""
     hub, fake, alice, daemon, tmp = world
     config = write_config(
         tmp / "asyncai.toml", hub_url=hub.url, model_url=fake.base_url, servers=True
     )
     # approvals would hold the call for a person; this test is about the call itself
-    config.write_text(config.read_text() + '\n[approvals]\nmode = "allow"\n')
+    text = config.read_text() + '\n[approvals]\nmode = "allow"\n'
+    config.write_text(text.replace("retries = 0", f'retries = 0\ntool_mode = "{mode}"'))
     effects = tmp / "effects.txt"
-    code = f"await append_and_block(path={str(effects)!r})"
-    fake.add(ToolCalls(("run_code", {"code": code})), Reply("never sent"))
+    if mode == "code":
+        code = f"await append_and_block(path={str(effects)!r})"
+        fake.add(ToolCalls(("run_code", {"code": code})), Reply("never sent"))
+    else:
+        fake.add(ToolCalls(("append_and_block", {"path": str(effects)})), Reply("never sent"))
     first = daemon()
     await first.start()
     mid, thread = await alice.say("delete the old config map")

@@ -26,8 +26,9 @@ learned from them are in :attr:`NestedCalls.learned` (issue 19).
 Every call that reaches the inner executor, finished or dropped, becomes one
 :class:`daemon.tools.AuditEntry` (spec A7). The optional observer sees each
 call twice, with the same ``key``: an entry with outcome ``started`` before
-the inner call is made (so a crash leaves the evidence that it began), and
-the final entry as it ends. Calls are logged as ``mcp.tool_call`` /
+the inner call is made (so a crash leaves the evidence that it began; a
+mutating call whose start it could not record is not made), and the final
+entry as it ends. Calls are logged as ``mcp.tool_call`` /
 ``mcp.tool_result`` with ``via="code_mode"``: at ``info``, or at ``warning``
 with ``mutating=True`` when the tool may change something (A6: always on).
 
@@ -96,6 +97,7 @@ from daemon.tools import (
     ToolExecutor,
     ToolTransportError,
     Verdict,
+    not_recorded,
 )
 
 __all__ = ["CallRefused", "NestedCalls", "StartedCall"]
@@ -363,7 +365,7 @@ class NestedCalls:
                 # most servers: no slot to wait for (and no context to enter)
                 if self._slot is None:
                     if self._observer is not None:
-                        await self._notify(_entry(call, _utc(stamp), 0.0, "started"))
+                        await self._record_start(call, stamp)
                     # _timed, inline: most calls take this way, and a coroutine less is 3% of them
                     token = self._deadlines.start(task, expired)
                     try:
@@ -383,7 +385,7 @@ class NestedCalls:
                             stamp, t0 = time.time(), time.monotonic()
                         # the started row lands before the call is made: a crash leaves the evidence
                         if self._observer is not None:
-                            await self._notify(_entry(call, _utc(stamp), 0.0, "started"))
+                            await self._record_start(call, stamp)
                         output = await self._timed(task, tool, arguments, expired)
             except asyncio.CancelledError:
                 if call.queued:  # dropped while it waited for a slot: never made
@@ -392,6 +394,8 @@ class NestedCalls:
                 # dropped: max_wall, the snippet ended first, a reset, or the run was stopped
                 await self._finish(call, stamp, t0, "cancelled", 0, "call dropped", logger)
                 raise
+            except _ToolFailed:
+                raise  # its start could not be recorded: not made (_record_start)
             except TimeoutError:
                 if not expired[0]:
                     message = f"tool error: {tool} raised TimeoutError"
@@ -526,8 +530,20 @@ class NestedCalls:
         """Audit a call this object did not make (refused, so never made)."""
         await self._notify(entry)
 
-    async def _notify(self, entry: AuditEntry) -> None:
-        """Hand ``entry`` to the observer, bounded; its failure is logged, never raised."""
+    async def _record_start(self, call: StartedCall, stamp: float) -> None:
+        """The call's ``started`` entry to the observer, before the call is made: a
+        mutating call whose start is not recorded (the observer raised, or said
+        nothing in :data:`OBSERVER_TIMEOUT`) is not made (:func:`not_recorded`)."""
+        try:
+            await self._notify(_entry(call, _utc(stamp), 0.0, "started"), strict=call.mutating)
+        except Exception as exc:
+            log.error("code_mode.mutating_not_recorded", tool=call.tool, error=repr(exc))
+            call.outcome = "error"
+            await self._notify(_entry(call, _utc(stamp), 0.0, "error", True))
+            raise _ToolFailed(not_recorded(call.tool, exc)) from None
+
+    async def _notify(self, entry: AuditEntry, *, strict: bool = False) -> None:
+        """Hand ``entry`` to the observer, bounded; its failure is logged (raised if ``strict``)."""
         if self._observer is None:
             return
         try:
@@ -536,5 +552,7 @@ class NestedCalls:
                 if inspect.isawaitable(maybe):
                     await maybe
         except Exception:
+            if strict:
+                raise
             # the audit sink failing must not break the snippet; the log keeps the entry
             log.exception("code_mode.observer_failed", tool=entry.tool, entry=entry)

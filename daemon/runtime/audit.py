@@ -1,24 +1,43 @@
-"""The durable audit of nested tool calls: one ``tool_calls`` row per call, as it happens.
+"""The durable audit of tool calls: one ``tool_calls`` row per call, as it happens.
 
 The code-mode executor reports each nested call as it starts and as it ends;
 :func:`audit_observer` turns those reports into rows of the sessions store,
-so a crash mid-call leaves the row of what had begun.
+so a crash mid-call leaves the row of what had begun. In direct tool mode
+(the model calls the MCP tools itself) :class:`AuditedExecutor` makes the
+same two reports around each call, with the same rule: a mutating call is
+made only once its ``started`` row is committed (issue 26), so recovery's
+no-re-run rule and the interrupted notice hold in both modes.
 """
 
 from __future__ import annotations
 
 import asyncio
+import inspect
+import time
+import uuid
+from datetime import UTC, datetime
 
 import structlog
 
 from daemon.crashpoints import crash_point
 from daemon.runtime.runs import current_tool_use
-from daemon.tools import AuditEntry, AuditObserver
+from daemon.tools import (
+    AuditEntry,
+    AuditObserver,
+    CallOutcome,
+    ToolCallOutput,
+    ToolDefinition,
+    ToolExecutor,
+    not_recorded,
+)
 from sessions.errors import StoreError
 from sessions.model import ToolCallRow
 from sessions.store import Store
 
-__all__ = ["audit_observer"]
+__all__ = ["AuditedExecutor", "audit_observer"]
+
+# The bound on recording one entry (what code mode gives its observer too).
+OBSERVER_TIMEOUT = 10.0
 
 log = structlog.get_logger("asyncai.daemon")
 
@@ -46,6 +65,8 @@ def audit_observer(store: Store) -> AuditObserver:
         context = current_tool_use.get()
         if context is None:
             log.warning("daemon.audit_without_run", thread=thread_id, tool=entry.tool)
+            if entry.mutating and entry.outcome == "started":
+                raise StoreError(f"no run to record the call of {entry.tool} under")
             return
         row = ToolCallRow(
             run_id=context.run_id,
@@ -84,3 +105,93 @@ def audit_observer(store: Store) -> AuditObserver:
         crash_point("audit_completed")
 
     return observe
+
+
+class AuditedExecutor:
+    """Direct mode's executor: ``inner``'s calls reported to ``observer`` as they start and end.
+
+    The started entry goes first; for a mutating tool the call is made only
+    when the observer returned (within :data:`OBSERVER_TIMEOUT`), else the
+    model gets an error result saying the call was not recorded and not
+    made. Everything else is ``inner``'s.
+    """
+
+    def __init__(self, inner: ToolExecutor, observer: AuditObserver):
+        self.inner = inner
+        self._observer = observer
+        self._tools: dict[str, ToolDefinition] = {}
+
+    def definitions(self) -> list[ToolDefinition]:
+        """The inner executor's tools."""
+        return self.inner.definitions()
+
+    async def start(self) -> None:
+        """Start the inner executor."""
+        await self.inner.start()
+
+    def thread_scope(self, thread_id: str) -> ToolExecutor | None:
+        """None: direct mode has no thread scopes."""
+        return None
+
+    def context_note(self, thread_id: str) -> str | None:
+        """The inner executor's note."""
+        return self.inner.context_note(thread_id)
+
+    async def aclose(self) -> None:
+        """Close the inner executor."""
+        await self.inner.aclose()
+
+    def _mutating(self, name: str) -> bool:
+        definition = self._tools.get(name)
+        if definition is None:
+            self._tools = {d.name: d for d in self.inner.definitions()}
+            definition = self._tools.get(name)
+        # a tool no server lists is not made by any; counted as mutating all the same
+        return definition is None or definition.mutating
+
+    async def call_tool(self, name: str, arguments: dict) -> ToolCallOutput:
+        """Record the start, make the call, record how it ended."""
+        context = current_tool_use.get()
+        thread = context.thread_id if context is not None else None
+        mutating = self._mutating(name)
+        key = uuid.uuid4().hex
+        stamp = datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+        t0 = time.monotonic()
+
+        def entry(outcome: CallOutcome, is_error: bool = False, size: int = 0) -> AuditEntry:
+            ms = 0.0 if outcome == "started" else round((time.monotonic() - t0) * 1000, 3)
+            return AuditEntry(name, arguments, is_error, size, mutating, stamp, ms, outcome, key)
+
+        try:
+            await self._report(thread, entry("started"))
+        except Exception as exc:
+            if mutating:
+                log.error("daemon.mutating_not_recorded", tool=name, error=repr(exc))
+                await self._report_quietly(thread, entry("error", True))
+                return ToolCallOutput(f"Error: {not_recorded(name, exc)}.", is_error=True)
+            log.exception("daemon.audit_failed", tool=name)
+        try:
+            output = await self.inner.call_tool(name, arguments)
+        except (asyncio.CancelledError, TimeoutError):
+            await self._report_quietly(thread, entry("cancelled", True))
+            raise
+        except Exception:
+            await self._report_quietly(thread, entry("error", True))
+            raise
+        size = len(output.content.encode())
+        ended = entry("error" if output.is_error else "ok", output.is_error, size)
+        await self._report_quietly(thread, ended)
+        return output
+
+    async def _report(self, thread: str | None, entry: AuditEntry) -> None:
+        async with asyncio.timeout(OBSERVER_TIMEOUT):
+            maybe = self._observer(thread, entry)
+            if inspect.isawaitable(maybe):
+                await maybe
+
+    async def _report_quietly(self, thread: str | None, entry: AuditEntry) -> None:
+        """The end of a call: a failure to record it is logged (the call was made)."""
+        try:
+            await asyncio.shield(self._report(thread, entry))
+        except Exception:
+            log.exception("daemon.audit_failed", tool=entry.tool, outcome=entry.outcome)
