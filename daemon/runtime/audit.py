@@ -28,6 +28,7 @@ from daemon.tools import (
     ToolCallOutput,
     ToolDefinition,
     ToolExecutor,
+    ThreadKey,
     not_recorded,
 )
 from sessions.errors import StoreError
@@ -129,13 +130,13 @@ class AuditedExecutor:
         """Start the inner executor."""
         await self.inner.start()
 
-    def thread_scope(self, thread_id: str) -> ToolExecutor | None:
+    def thread_scope(self, thread: ThreadKey) -> ToolExecutor | None:
         """None: direct mode has no thread scopes."""
         return None
 
-    def context_note(self, thread_id: str) -> str | None:
+    def context_note(self, thread: ThreadKey) -> str | None:
         """The inner executor's note."""
-        return self.inner.context_note(thread_id)
+        return self.inner.context_note(thread)
 
     async def aclose(self) -> None:
         """Close the inner executor."""
