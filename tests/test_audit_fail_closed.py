@@ -20,7 +20,7 @@ import pytest
 
 from daemon.runtime.audit import AuditedExecutor, audit_observer
 from daemon.runtime.runs import ToolUseContext, current_tool_use
-from daemon.tools import AuditEntry
+from daemon.tools import AuditEntry, ThreadKey
 from sessions.store import Store
 from tests.fakes.executor import FakeToolExecutor, code_mode_over
 
@@ -88,7 +88,7 @@ seen = await read_file(path="/x")
 
 async def _code_mode(inner: FakeToolExecutor, pool, observer) -> str:
     async with code_mode_over(inner, pool, observer=observer) as ex:
-        scope = ex.thread_scope(THREAD)
+        scope = ex.thread_scope(ThreadKey("#ops", THREAD))
         assert scope is not None
         with in_run():
             out = await scope.call_tool("run_code", {"code": SNIPPET})

@@ -25,10 +25,10 @@ from daemon.tools import (
     AuditEntry,
     AuditObserver,
     CallOutcome,
+    ThreadKey,
     ToolCallOutput,
     ToolDefinition,
     ToolExecutor,
-    ThreadKey,
     not_recorded,
 )
 from sessions.errors import StoreError
