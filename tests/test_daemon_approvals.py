@@ -189,6 +189,31 @@ async def test_stop_while_pending_ends_the_run_without_the_call(world):
     assert (approval.status, approval.decided_by) == ("stopped", "alice")
 
 
+async def test_stop_of_a_paused_run_needs_the_right_to_decide(world):
+    """bob, who may not decide alice's request, cannot end it with !stop either: he
+    gets the same one line as for !deny, the request stays pending, and alice's
+    !approve still makes the call."""
+    daemon, fake, alice, bob, tmp = world
+    target = tmp / "stop-right.txt"
+    fake.add(
+        ToolCalls(("run_code", {"code": f"await erase(path={str(target)!r})"})),
+        Reply("Erased."),
+    )
+    mid, asked = await alice.ask("erase it")
+    rid = request_id(asked.text)
+    await bob.say("!stop", thread=mid)
+    [_, refusal] = await alice.reply_in(mid, 2)
+    assert refusal.text == f"bob may not decide request {rid}: only alice may."
+    approval = await daemon.store.get_approval(rid)
+    assert approval is not None
+    assert approval.status == "pending"
+    [prompt] = await daemon.store.get_prompts([mid])
+    assert prompt.status == "running"
+    _, reply = await alice.ask(f"!approve {rid}", thread=mid)
+    assert reply.text == "Erased."
+    assert lines_of(target) == ["erased"]
+
+
 async def test_a_prompt_during_the_wait_queues_and_runs_after_the_decision(world):
     """The thread stays busy while its run waits; a new prompt runs after it."""
     _, fake, alice, _, tmp = world

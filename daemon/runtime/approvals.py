@@ -1,5 +1,9 @@
 """The runtime's side of approvals: store a paused run, take decisions, resume it.
 
+One piece, though long: requests, decisions, ``!stop`` and expiry all go
+through one desk's shared state (its expiry timers, the runs' grants, and the
+lock that lets exactly one decision of a request win).
+
 :class:`ApprovalDesk` sits beside the scheduler (:mod:`daemon.runtime.scheduler`):
 
 - as the :data:`~daemon.tools.ApprovalGate` it applies ``[approvals]`` to each
@@ -12,9 +16,10 @@
   and nothing runs; a decision is recorded once and the run is handed back to
   the scheduler as a :class:`ResumeJob` (it takes a concurrency slot then, not
   while it waits);
-- :meth:`stop` is ``!stop`` on a paused run; :meth:`start` re-arms the expiry
-  of pending requests and resumes decisions not acted on after a restart;
-  :meth:`adopt` does the same for one request another daemon stored here.
+- :meth:`stop` is ``!stop`` on a paused run (the same right as a decision);
+  :meth:`start` re-arms the expiry of pending requests and resumes decisions
+  not acted on after a restart; :meth:`adopt` does the same for one request
+  another daemon stored here.
 
 With several daemons an :class:`ApprovalMirror` (``daemon.cluster``) shares each
 request and takes each decision across the daemons first: once, wherever the thread is.
@@ -216,14 +221,7 @@ class ApprovalDesk:
                 f"Request {request.id} was already {request.status}{who}.",
             )
             return True
-        if not self.policy.may_decide(message.sender, request.requested_by):
-            await self._say(
-                message.channel,
-                message.thread,
-                message.id,
-                f"{message.sender} may not decide request {request.id}: only "
-                f"{self.policy.who_decides(request.requested_by)} may.",
-            )
+        if await self._refused(message, request):
             return True
         if isinstance(parsed, Approve):
             outcome: Outcome = "approved"
@@ -256,13 +254,17 @@ class ApprovalDesk:
         await self._hand_over(decided or request)
         return True
 
-    async def stop(self, channel: str, thread_id: str, by: str) -> bool:
-        """``!stop`` on a paused run of this thread: the request ends as stopped, and the
-        run is handed back to end there; False when the thread has no pending request."""
+    async def stop(self, message: InboundMessage) -> bool:
+        """``!stop`` (``message``) on a paused run of its thread: the request ends as
+        stopped, and the run is handed back to end there; False when the thread has no
+        pending request. Stopping decides the request, so it needs the right to decide:
+        anyone else gets the one line ``!deny`` would give them, and nothing stops."""
         for request in await self._store.pending_approvals():
-            if (request.channel, request.thread_id) != (channel, thread_id):
+            if (request.channel, request.thread_id) != (message.channel, message.thread):
                 continue
-            decided_here = await self._decide(request, "stopped", by=by)
+            if await self._refused(message, request):
+                return True
+            decided_here = await self._decide(request, "stopped", by=message.sender)
             if decided_here is None:
                 return True  # the thread's run is another daemon's now, or later
             if decided_here:
@@ -270,6 +272,19 @@ class ApprovalDesk:
                 await self._hand_over(decided or request)
                 return True
         return False
+
+    async def _refused(self, message: InboundMessage, request: StoredApproval) -> bool:
+        """Whether the sender of ``message`` may not decide ``request`` (then told so)."""
+        if self.policy.may_decide(message.sender, request.requested_by):
+            return False
+        await self._say(
+            message.channel,
+            message.thread,
+            message.id,
+            f"{message.sender} may not decide request {request.id}: only "
+            f"{self.policy.who_decides(request.requested_by)} may.",
+        )
+        return True
 
     async def resumed(self, request_id: str) -> None:
         """The scheduler finished (or paused again) the resumed run: the decision is used."""

@@ -1,8 +1,9 @@
 """The commands a person types in a thread: ``!stop`` and ``!reset``.
 
 Mixed into :class:`daemon.runtime.scheduler.Runtime`. ``!stop`` cancels the
-thread's active run (or ends its run paused for approval) and drops what
-queued behind it; the thread gets a short "stopped" reply. ``!reset`` empties
+thread's active run (or ends its run paused for approval, which needs the
+right to decide its request, as ``!deny`` does) and drops what queued behind
+it; the thread gets a short "stopped" reply. ``!reset`` empties
 the REPL of an idle thread, its saved copy included (issue 14); a busy
 thread is told to stop first. Decisions on approvals (``!approve``,
 ``!deny``) are the :class:`~daemon.runtime.approvals.ApprovalDesk`'s.
@@ -65,10 +66,10 @@ class ThreadCommands:
             thread is not None
             and thread.paused
             and self._approvals is not None
-            and await self._approvals.stop(message.channel, message.thread, message.sender)
+            and await self._approvals.stop(message)
         ):
             log.info("runtime.stop_paused", channel=message.channel, thread=message.thread)
-            return  # the paused run ends with the stop note; what queued runs after it
+            return  # ended with the stop note (what queued runs after it), or refused
         if thread is None or (thread.active is None and not thread.queued):
             log.info("runtime.stop_ignored", channel=message.channel, thread=message.thread)
             return
