@@ -58,7 +58,7 @@ from channels.nats import NatsChannel
 from channels.notify import notify
 from channels.transport import id_space, open_channel
 from daemon.approvals import ApprovalPolicy
-from daemon.cluster import ClusterNode, audited, open_cluster
+from daemon.cluster import ClusterNode, audited, fenced, open_cluster
 from daemon.config import Config
 from daemon.errors import AsyncaiError
 from daemon.executors import build_mcp_executor, build_tool_executor
@@ -262,7 +262,7 @@ class Daemon:
                 config.channels.url, token=config.channels.token, nick=config.channels.nick
             )
         await self._connect()
-        publisher = ChannelPublisher(self._channel, config.channels.nick)
+        publisher = fenced(self._cluster, ChannelPublisher(self._channel, config.channels.nick))
         self._desk = ApprovalDesk(
             store=self._store,
             publisher=publisher,

@@ -52,12 +52,14 @@ async def test_the_first_claim_wins_and_the_second_contender_sees_the_winner(nc:
     assert stored.owner == claims[0].owner
 
 
-async def test_answered_moves_forward_only_and_keeps_the_owner(nc: Client) -> None:
-    """The marker of answered prompts never goes back; the owner stays who it was."""
+async def test_answered_moves_forward_only_and_only_by_the_holder(nc: Client) -> None:
+    """The marker of answered prompts never goes back; a daemon that does not hold the
+    thread does not move it (it published nothing there, issue 26 §2.6)."""
     a, b = await _leases(nc, "a"), await _leases(nc, "b")
     await a.claim("#c", "1")
-    await b.mark_answered("#c", "1", "000000000005")
-    await a.mark_answered("#c", "1", "000000000003")
+    assert await a.mark_answered("#c", "1", "000000000005")
+    assert await a.mark_answered("#c", "1", "000000000003")  # already past it
+    assert not await b.mark_answered("#c", "1", "000000000007")
     claim = await b.get("#c", "1")
     assert claim is not None
     assert (claim.owner, claim.answered) == ("a", "000000000005")

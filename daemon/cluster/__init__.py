@@ -14,6 +14,8 @@ answers this thread" as one value anybody can read.
 - :mod:`.router`: for each inbound message, run it here or remember it;
   taking over the threads of a daemon that is gone;
 - :mod:`.store`: the runtime's store, reporting answered prompts;
+- :mod:`.fence`: a daemon that lost a thread (its lease lapsed) publishes
+  nothing in it; its mutating calls are fenced in :mod:`.leases`;
 - :mod:`.history`: a moved thread's earlier turns, read from the channel;
 - :mod:`.scopes`: REPL dumps in an object store, HMAC-signed;
 - :mod:`.approvals`: runs paused for approval, their state in an object store
@@ -33,7 +35,7 @@ from daemon.cluster.approvals import ClusterApprovals, PausedStates
 from daemon.cluster.audit import AuditExporter, collect
 from daemon.cluster.errors import ClusterError
 from daemon.cluster.leases import Claim, Leases
-from daemon.cluster.node import ClusterNode, audited, is_cluster_url, open_cluster
+from daemon.cluster.node import ClusterNode, audited, fenced, is_cluster_url, open_cluster
 from daemon.cluster.router import ThreadRouter
 from daemon.cluster.scopes import ObjectScopeStore
 from daemon.cluster.store import ClusterRuntimeStore
@@ -51,6 +53,7 @@ __all__ = [
     "ThreadRouter",
     "audited",
     "collect",
+    "fenced",
     "is_cluster_url",
     "open_cluster",
 ]

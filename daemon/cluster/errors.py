@@ -4,7 +4,10 @@
 
     daemon.errors.AsyncaiError
     └── ClusterError            the NATS broker failed a cluster operation (leases,
-                                scopes, audit); carries what was being done
+        │                       scopes, audit); carries what was being done
+        └── ThreadMoved         another daemon holds the thread now (this one's
+                                lease lapsed: a stall, a partition); it makes no
+                                more calls and publishes nothing in it
 """
 
 from __future__ import annotations
@@ -13,11 +16,23 @@ import asyncio
 
 from daemon.errors import AsyncaiError
 
-__all__ = ["ClusterError", "honour_cancel"]
+__all__ = ["ClusterError", "ThreadMoved", "honour_cancel"]
 
 
 class ClusterError(AsyncaiError):
     """A cluster operation on the NATS broker failed; the message says which one."""
+
+
+class ThreadMoved(ClusterError):
+    """This daemon no longer holds the thread: another one took it over."""
+
+    def __init__(self, thread: str, owner: str):
+        super().__init__(
+            f"thread {thread} is held by another daemon now ({owner}): "
+            "this daemon's lease lapsed and it took the thread over"
+        )
+        self.thread = thread
+        self.owner = owner
 
 
 def honour_cancel() -> None:

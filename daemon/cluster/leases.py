@@ -11,12 +11,16 @@ Two JetStream key-value buckets (:class:`Leases` owns both):
   claimed with ``create`` (only one contender can win) and taken over from a
   member that is no longer live with a revision-checked ``update`` (again,
   only one wins). ``answered`` is the id of the newest prompt of the thread
-  whose reply was published: a daemon that takes the thread over runs only
-  the prompts after it. ``mutating`` is the run that started a mutating call
-  and has not finished (``{"run", "prompts", "calls"}``, written before the
-  call goes out): a daemon that takes the thread over must not run those
-  prompts again, it posts the interrupted notice instead (the single-daemon
-  rule of :mod:`daemon.runtime.interrupted`).
+  whose reply was published (moved by the holder only): a daemon that takes
+  the thread over runs only the prompts after it. ``mutating`` is the run
+  that started a mutating call and has not finished (``{"run", "prompts",
+  "calls"}``, written before the call goes out): a daemon that takes the
+  thread over must not run those prompts again, it posts the interrupted
+  notice instead (the single-daemon rule of :mod:`daemon.runtime.interrupted`).
+  Writing it is the fence of a mutating call: a revision-checked update that
+  names this daemon as the owner, refused (:class:`ThreadMoved`) once another
+  daemon took the thread over, so a daemon whose lease lapsed while its
+  snippet ran makes no call after that.
 - ``paused``: the run of the thread that waits for approval
   (``{"approval", "run", "prompts", "decided"}``, written after its state
   was put in the approvals object store, :mod:`.approvals`): a daemon that
@@ -43,7 +47,7 @@ from nats.js import JetStreamContext
 from nats.js.api import KeyValueConfig
 from nats.js.kv import KeyValue
 
-from daemon.cluster.errors import ClusterError
+from daemon.cluster.errors import ClusterError, ThreadMoved
 
 __all__ = [
     "Claim",
@@ -289,12 +293,14 @@ class Leases:
             raise ClusterError(f"cannot take thread {thread} over: {exc}") from exc
         return Claim(self.member, old.answered, revision, old.mutating, old.paused)
 
-    async def mark_answered(self, channel: str, thread: str, through: str) -> None:
+    async def mark_answered(self, channel: str, thread: str, through: str) -> bool:
         """Record that the prompts of the thread up to ``through`` were answered.
 
-        Revision-checked and retried, never moving ``answered`` back; the
-        owner is left as it is (a daemon that lost the thread while its run
-        was finishing still records what it answered).
+        Revision-checked and retried, never moving ``answered`` back. Only
+        the holder moves it: a daemon that lost the thread published nothing
+        in it (:mod:`.fence`), so it answered nothing, and its marker would
+        clear the ``mutating`` run of the daemon that now answers those
+        prompts. Returns whether the marker is at ``through`` now.
         """
         for _ in range(20):
             current = await self.get(channel, thread)
@@ -303,7 +309,7 @@ class Leases:
                     await self._kv_threads.create(
                         thread_key(channel, thread), _encode(self.member, through)
                     )
-                    return
+                    return True
                 except nats.js.errors.KeyWrongLastSequenceError:
                     continue
                 except nats.errors.Error as exc:
@@ -319,14 +325,16 @@ class Leases:
                 and mutating == current.mutating
                 and paused == current.paused
             ):
-                return
+                return True
+            if current.owner != self.member:
+                return False
             try:
                 await self._kv_threads.update(
                     thread_key(channel, thread),
                     _encode(current.owner, max(through, current.answered), mutating, paused),
                     last=current.revision,
                 )
-                return
+                return True
             except nats.js.errors.KeyWrongLastSequenceError:
                 continue
             except nats.errors.Error as exc:
@@ -344,10 +352,16 @@ class Leases:
         """Record that ``run`` (answering ``prompts``) starts the mutating ``call``.
 
         Written before the call goes out, revision-checked and retried; the
-        run's earlier calls stay listed.
+        run's earlier calls stay listed. This is also the fence (issue 26
+        §2.6): the write is an update of the revision in which this daemon is
+        the owner, so it fails if another daemon took the thread over since.
+        :class:`ThreadMoved` when another daemon holds the thread: the call
+        must not be made.
         """
         for _ in range(20):
             current = await self.get(channel, thread)
+            if current is not None and current.owner != self.member:
+                raise ThreadMoved(thread, current.owner)
             owner, answered = (current.owner, current.answered) if current else (self.member, "")
             before = current.mutating if current else None
             calls = before.calls if before is not None and before.run == run else ()

@@ -43,7 +43,8 @@ from nats.aio.client import Client
 from daemon.cluster.approvals import ClusterApprovals, PausedStates
 from daemon.cluster.audit import AuditExporter, ensure_audit_stream
 from daemon.cluster.connect import connect_nats
-from daemon.cluster.errors import ClusterError, honour_cancel
+from daemon.cluster.errors import ClusterError, ThreadMoved, honour_cancel
+from daemon.cluster.fence import FencedPublisher
 from daemon.cluster.history import stream_history
 from daemon.cluster.leases import Leases
 from daemon.cluster.router import MovedApproval, Routed, ThreadRouter
@@ -65,6 +66,7 @@ __all__ = [
     "MEMBER_FILE",
     "ClusterNode",
     "audited",
+    "fenced",
     "is_cluster_url",
     "member_id",
     "open_cluster",
@@ -332,7 +334,12 @@ class ClusterNode:
 
     async def mutating_started(self, entry: AuditEntry) -> None:
         """Record in the thread's entry, before the call goes out, that the current
-        run starts a mutating call (a daemon taking over then does not repeat it)."""
+        run starts a mutating call (a daemon taking over then does not repeat it).
+
+        The fence of the call: :class:`ThreadMoved` when another daemon holds
+        the thread now (this one's lease lapsed while the snippet ran), and
+        code mode then does not make the call.
+        """
         context = current_tool_use.get()
         if context is None or self._wrapped is None:
             return
@@ -344,6 +351,16 @@ class ClusterNode:
             await self.leases.mark_mutating(
                 channel, thread, context.run_id, prompts, (entry.tool, entry.arguments)
             )
+        except ThreadMoved as exc:
+            log.error(
+                "cluster.call_fenced",
+                channel=channel,
+                thread=thread,
+                run_id=context.run_id,
+                tool=entry.tool,
+                owner=exc.owner,
+            )
+            raise
         except ClusterError as exc:
             log.error("cluster.mutating_not_recorded", thread=thread, error=str(exc))
 
@@ -412,6 +429,12 @@ def _key(item: Item) -> tuple[str, str]:
     if isinstance(item, InboundMessage | MovedApproval):
         return item.channel, item.thread
     return item.channel, item.thread_id
+
+
+def fenced(node: ClusterNode | None, publisher: RuntimePublisher) -> RuntimePublisher:
+    """``publisher``, and in a cluster, publishing in a thread only while this daemon
+    holds it (:class:`daemon.cluster.fence.FencedPublisher`)."""
+    return publisher if node is None else FencedPublisher(publisher, node.leases)
 
 
 def audited(node: ClusterNode | None, observer: AuditObserver) -> AuditObserver:

@@ -96,7 +96,9 @@ class ClusterRuntimeStore:
         if key is None or not prompt_ids:
             return
         try:
-            await self._leases.mark_answered(key[0], key[1], max(prompt_ids))
+            if not await self._leases.mark_answered(key[0], key[1], max(prompt_ids)):
+                # it lost the thread: the holder answers these prompts (and moves the marker)
+                log.warning("cluster.answered_not_marked", thread=key[1], reason="thread moved")
         except ClusterError as exc:
             # The reply is out and recorded here; a daemon taking the thread over
             # may run these prompts again, and the channel drops the repeated reply.

@@ -8,7 +8,8 @@ with the same key are waiting, so gathered calls must really overlap),
 so a test can kill the daemon mid-call), ``append_line`` (mutating) and
 ``erase`` (destructive), both writing a line to a file, for the approvals,
 ``crowd`` (counts its calls in flight and lets them through in groups, for the
-``max_concurrent`` tests) and ``nap`` (sleeps), and ``--also NAME`` adds a tool
+``max_concurrent`` tests), ``nap`` (sleeps) and ``wait_file`` (returns once a
+file exists, so a test decides when a snippet goes on), and ``--also NAME`` adds a tool
 called NAME, to make a duplicate of another server's tool. ``--require-file
 PATH`` makes the server exit at start (status 3) while PATH does not exist: a
 server that fails at start and later comes back.
@@ -97,6 +98,18 @@ def build(label: str, also: list[str]) -> MCPServer:
         """Sleep `seconds`, then say so."""
         await asyncio.sleep(seconds)
         return f"slept {seconds}"
+
+    @server.tool(structured_output=False, annotations=ToolAnnotations(read_only_hint=True))
+    async def wait_file(path: str) -> str:
+        """Wait until a file exists at `path` (a test creates it), then say so."""
+        try:
+            async with asyncio.timeout(BARRIER_TIMEOUT):
+                # another process makes the file: there is no event to wait on (a stat is quick)
+                while not os.path.exists(path):  # noqa: ASYNC110, ASYNC240
+                    await asyncio.sleep(0.02)
+        except TimeoutError:
+            raise ToolError(f"{path} did not appear within {BARRIER_TIMEOUT:g}s") from None
+        return f"found {path}"
 
     @server.tool(structured_output=False)
     def crash(code: int = 7) -> str:
