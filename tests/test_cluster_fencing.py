@@ -145,7 +145,7 @@ async def test_a_stalled_holder_makes_no_call_and_no_reply_after_the_takeover(
             while "running" in _runs(old_db):  # noqa: ASYNC110 -- another process's database
                 await asyncio.sleep(0.05)
         fenced = fake.requests[3]["messages"][-1]["content"]
-        assert "append_line: the call was not recorded and not made" in fenced
+        assert "append_line was not called" in fenced
         assert "held by another daemon now" in fenced
         assert effects.read_text() == "once\n"  # exactly one call reached the server
         assert [m.text for m in alice.replies[prompt]] == ["done: appended once"]
