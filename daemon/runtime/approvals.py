@@ -1,6 +1,6 @@
 """The runtime's side of approvals: store a paused run, take decisions, resume it.
 
-One piece, though long: requests, decisions, ``!stop`` and expiry all go
+Kept as one piece, though long: requests, decisions, ``!stop`` and expiry all go
 through one desk's shared state (its expiry timers, the runs' grants, and the
 lock that lets exactly one decision of a request win).
 
