@@ -37,9 +37,17 @@ from typing import Any
 import structlog
 
 from channels.client import DEFAULT_URL, PublishAck
-from channels.errors import ChannelConfigError, ChannelError
+from channels.errors import ChannelConfigError, ChannelError, ProtocolError
 from channels.hub import DEFAULT_HOST, DEFAULT_PORT, Hub
-from channels.protocol import DEFAULT_MAX_FRAME, Message, Status, encode, is_channel, is_id
+from channels.protocol import (
+    DEFAULT_MAX_FRAME,
+    ErrorCode,
+    Message,
+    Status,
+    encode,
+    is_channel,
+    is_id,
+)
 from channels.statusline import StatusLine
 from channels.tokens import load_tokens
 from channels.transport import AnyChannel, open_channel
@@ -211,7 +219,17 @@ async def _pub(args: argparse.Namespace, isatty: Callable[[], bool] | None = Non
         if args.wait is not None:
             # Subscribe first, so a fast reply cannot slip by before we listen.
             await channel.subscribe(args.channel)
-        ack = await channel.publish(args.channel, text, thread=args.thread)
+        try:
+            ack = await channel.publish(args.channel, text, thread=args.thread)
+        except ProtocolError as exc:
+            if exc.code != ErrorCode.BAD_THREAD:
+                raise
+            print(
+                f"atirc: refused: {exc.message}; --thread must name a thread of "
+                f"{args.channel} (its root message's id), or leave it out to start one",
+                file=sys.stderr,
+            )
+            return EXIT_ERROR
         print(ack.id, flush=True)
         if args.wait is None:
             return 0

@@ -43,6 +43,7 @@ class ErrorCode(StrEnum):
     BAD_CHANNEL = "bad_channel"  # channel name syntax: "#" + 1-64 of [A-Za-z0-9_.-]
     UNAUTHORIZED = "unauthorized"  # hello first (no token), or a nick that is not yours
     RATE_LIMITED = "rate_limited"  # over the per-connection rate: slow down and retry
+    BAD_THREAD = "bad_thread"  # the thread has a message in another channel: not yours to post in
     INTERNAL = "internal"  # the hub failed (its store): retry later
 
 

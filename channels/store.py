@@ -11,7 +11,14 @@ Schema (``PRAGMA user_version`` counts the migrations applied)::
              sender TEXT,               -- the hub's view of who published it
              text TEXT, more INTEGER,   -- more: a split text continues
              client_id TEXT)            -- idempotency key, unique per sender
-    index (channel, id); unique index (sender, client_id)
+    index (channel, id); unique index (sender, client_id); index (thread)
+
+A thread belongs to one channel (issue 26): a publish whose ``thread`` has a
+retained message in another channel (its root, whose id is the thread's id,
+or any message in it) is refused, not stored (:class:`Refused`). A thread
+with no retained message (never seen, or pruned) is taken as given: the
+daemon keys a thread by channel and id, so such a thread is new in its
+channel and reaches nothing of another.
 
 Retention: messages older than ``retention_age`` seconds go, and each channel
 keeps at most ``retention_count``. A ``client_id`` is remembered as long as its
@@ -27,7 +34,7 @@ import asyncio
 import contextlib
 import sqlite3
 import time
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,7 +44,7 @@ from channels.errors import HubStoreError
 from channels.ids import IdGenerator, id_for_time, id_timestamp
 from channels.protocol import Message
 
-__all__ = ["MessageStore", "NewMessage", "Stored"]
+__all__ = ["MessageStore", "NewMessage", "Refused", "Stored"]
 
 
 async def _m1_messages(db: aiosqlite.Connection) -> None:
@@ -62,7 +69,15 @@ async def _m1_messages(db: aiosqlite.Connection) -> None:
     )
 
 
-MIGRATIONS: Sequence[Callable[[aiosqlite.Connection], Awaitable[None]]] = (_m1_messages,)
+async def _m2_thread_index(db: aiosqlite.Connection) -> None:
+    # the thread check of every publish in a thread (issue 26) looks messages up by thread
+    await db.execute("CREATE INDEX messages_by_thread ON messages (thread)")
+
+
+MIGRATIONS: Sequence[Callable[[aiosqlite.Connection], Awaitable[None]]] = (
+    _m1_messages,
+    _m2_thread_index,
+)
 """Applied in order from a blank file; ``user_version`` is how many ran."""
 
 
@@ -102,6 +117,13 @@ class Stored:
 
     message: Message
     duplicate: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Refused:
+    """A publish that was not stored, and why (``reason``, for the ``bad_thread`` error)."""
+
+    reason: str
 
 
 _COLUMNS = "channel, id, thread, reply_to, sender, text, more"
@@ -201,15 +223,50 @@ class MessageStore:
             raise HubStoreError("the hub's store is not open")
         return which
 
-    async def store(self, batch: Sequence[NewMessage]) -> list[Stored]:
+    async def store(self, batch: Sequence[NewMessage]) -> list[Stored | Refused]:
         """Store a batch in one transaction; ids are assigned here, in batch order.
 
         A publish whose ``(sender, client_id)`` is stored already, or earlier in
         the same batch, is not stored again: it gets the first message back
-        with ``duplicate=True``. The common case (nothing seen before) costs
-        two hops to the connection's thread: the insert and the commit.
+        with ``duplicate=True``. A publish in a thread of another channel is
+        :class:`Refused`. The common case (nothing seen before, no thread)
+        costs two hops to the connection's thread: the insert and the commit.
         """
         db = self._db(self._writer)
+        assert self._ids is not None
+        try:
+            refused = await self._foreign_threads(db, batch)
+        except sqlite3.Error as exc:
+            raise HubStoreError(f"checking the threads of {len(batch)} publish(es): {exc}") from exc
+        accepted = [item for item in batch if (item.channel, item.thread) not in refused]
+        stored = await self._insert(db, accepted) if accepted else iter(())
+        return [
+            Refused(refused[(item.channel, item.thread)])
+            if (item.channel, item.thread) in refused
+            else next(stored)
+            for item in batch
+        ]
+
+    @staticmethod
+    async def _foreign_threads(
+        db: aiosqlite.Connection, batch: Sequence[NewMessage]
+    ) -> dict[tuple[str, str | None], str]:
+        """The batch's ``(channel, thread)`` pairs whose thread has a message in another
+        channel, each with the reason it is refused (which names no other channel)."""
+        refused: dict[tuple[str, str | None], str] = {}
+        for channel, thread in {(i.channel, i.thread) for i in batch if i.thread is not None}:
+            rows = await db.execute_fetchall(
+                "SELECT 1 FROM messages WHERE (id = ? OR thread = ?) AND channel != ? LIMIT 1",
+                (thread, thread, channel),
+            )
+            if rows:
+                refused[(channel, thread)] = f"thread {thread} is not a thread of {channel}"
+        return refused
+
+    async def _insert(
+        self, db: aiosqlite.Connection, batch: Sequence[NewMessage]
+    ) -> Iterator[Stored]:
+        """Store the accepted publishes (see :meth:`store`); their results, in batch order."""
         assert self._ids is not None
         fresh: list[Message] = []
         for item in batch:
@@ -255,7 +312,7 @@ class MessageStore:
                 results.append(Stored(message, duplicate=False))
             else:
                 results.append(Stored(first, duplicate=True))
-        return results
+        return iter(results)
 
     @staticmethod
     async def _known(

@@ -112,6 +112,21 @@ async def hub_and_sub(hubs, clients):
     return hub, sub
 
 
+async def test_pub_into_a_thread_of_another_channel_is_refused_clearly(hub_and_sub, clients):
+    """Issue 26: ``--thread`` naming an #ops thread in a publish to #pub: the hub refuses
+    it (bad_thread), and atirc says so in one line and exits 1; nothing is published."""
+    hub, sub = hub_and_sub
+    ops = await clients.connect(hub.url, nick="alice")
+    root = await ops.publish("#ops", "a thread of #ops")
+    code, out, err = await _atirc("pub", "#pub", "in?", "--thread", root.id, env=_env(hub.url))
+    assert (code, out) == (1, "")
+    assert err == (
+        f"atirc: refused: thread {root.id} is not a thread of #pub; --thread must name a "
+        "thread of #pub (its root message's id), or leave it out to start one\n"
+    )
+    assert [m.id for m in await take(sub, 1)] == [root.id]  # only alice's root in #ops
+
+
 async def test_pub_wait_prints_the_reply(hub_and_sub, clients):
     """--wait prints the first reply in the thread, a split reply joined back together."""
     hub, _ = hub_and_sub

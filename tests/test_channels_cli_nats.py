@@ -58,6 +58,20 @@ async def test_pub_on_nats_prints_the_id_and_is_delivered(nats_url, channels) ->
     assert (message.sender, message.text, message.thread) == ("cli", "hello over NATS", message.id)
 
 
+async def test_pub_on_nats_into_a_thread_of_another_channel_is_refused(nats_url, channels) -> None:
+    """Issue 26: on NATS the mapping refuses a thread of another channel's stream
+    (bad_thread) before anything is stored; atirc says so in one line and exits 1."""
+    watcher = await _client(nats_url, "watcher", channels)
+    root = await watcher.publish("#ops", "a thread of #ops")
+    code, out, err = await _atirc("pub", "#pub", "in?", "--thread", root.id, env=_env(nats_url))
+    assert (code, out) == (1, "")
+    assert err.startswith(f"atirc: refused: thread {root.id} is not a thread of #pub;")
+    reader = NatsChannel(nats_url, nick="reader", ack_timeout=WAIT)
+    channels.append(reader)
+    subscribed = await reader.subscribe("#pub", since=ZERO_ID)
+    assert subscribed.head is None  # nothing was stored in #pub
+
+
 async def test_pub_wait_on_nats_prints_the_split_reply(nats_url, channels) -> None:
     """``--wait`` gets the responder's reply in the thread, its chunks joined."""
     responder = await _client(nats_url, "asyncai", channels)

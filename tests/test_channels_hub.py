@@ -92,6 +92,34 @@ async def test_round_trip(hub, clients):
     assert (echo.id, echo.thread, echo.reply_to, echo.sender) == (reply.id, ack.id, ack.id, "bob")
 
 
+async def test_a_thread_of_another_channel_is_refused_with_bad_thread(hub, clients):
+    """Issue 26: a publish in #pub naming an #ops thread (its root, or a reply's thread)
+    gets a bad_thread error frame, is neither stored nor delivered, and the connection
+    stays up; the thread's own channel, and a thread the hub never saw, are accepted."""
+    alice = await clients.connect(hub.url, nick="alice")
+    mallory = await clients.connect(hub.url, nick="mallory")
+    watcher = await clients.connect(hub.url, nick="watcher")
+    await watcher.subscribe("#pub")
+    root = await alice.publish("#ops", "the secret is in a variable")
+    await alice.publish("#ops", "and in a reply", thread=root.thread)
+    with pytest.raises(ProtocolError) as info:
+        await mallory.publish("#pub", "let me in", thread=root.thread)
+    assert info.value.code == "bad_thread"
+    assert info.value.message == f"thread {root.thread} is not a thread of #pub"  # no #ops
+    raw = await RawClient.connect(hub.url, nick="raw")
+    await raw.send(
+        {"type": "publish", "channel": "#pub", "text": "t", "client_id": "c1", "thread": root.id}
+    )
+    error = await raw.recv()
+    assert (error["type"], error["code"], error["client_id"]) == ("error", "bad_thread", "c1")
+    fresh = await mallory.publish("#pub", "a thread of my own")  # the connection stays up
+    unknown = await mallory.publish("#pub", "a thread nobody saw", thread="0" * 25 + "1")
+    assert unknown.thread == "0" * 25 + "1"  # today's behaviour: taken as given
+    assert (await alice.publish("#ops", "mine", thread=root.thread)).thread == root.id
+    assert [m.id for m in await take(watcher, 2)] == [fresh.id, unknown.id]
+    await raw.close()
+
+
 async def test_two_subscribers_and_channels_stay_apart(hub, clients):
     """Every subscriber of a channel gets each message once; other channels get nothing."""
     pub = await clients.connect(hub.url, nick="pub")

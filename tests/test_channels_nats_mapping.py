@@ -108,6 +108,26 @@ def test_a_stored_message_becomes_a_message_frame():
     assert (foreign.thread, foreign.sender, foreign.text) == (foreign.id, "?", "\ufffd")
 
 
+def test_a_thread_of_another_stream_is_not_a_thread_of_this_channel():
+    """Issue 26: a thread id of another stream (another channel) has a problem, and a
+    stored message naming one starts its own thread; this stream's ids and ids of no
+    stream (a hub's, a made-up one) are taken as given."""
+    other = mapping.stream_epoch("ATIRC_pub", CREATED)
+    ours, theirs = mapping.message_id(EPOCH, 7), mapping.message_id(other, 7)
+    assert mapping.thread_problem(EPOCH, "#ops", ours) is None
+    assert (
+        mapping.thread_problem(EPOCH, "#ops", theirs) == f"thread {theirs} is not a thread of #ops"
+    )
+    hub_id = IdGenerator().new()
+    assert mapping.thread_problem(EPOCH, "#ops", hub_id) is None
+    stored = datetime(2026, 11, 30, 10, 1, 2, tzinfo=UTC)
+    headers = {"Atirc-Thread": theirs, "Atirc-From": "eve"}
+    smuggled = mapping.message_from("#ops", EPOCH, 8, headers, b"x", stored)
+    assert smuggled.thread == smuggled.id == mapping.message_id(EPOCH, 8)
+    kept = mapping.message_from("#ops", EPOCH, 9, {"Atirc-Thread": ours}, b"x", stored)
+    assert kept.thread == ours
+
+
 def test_a_long_text_is_chunked_like_the_hub_client_does():
     """Chunks fit, join back, and carry ``ID``, ``ID.1``… with ``more`` but on the last."""
     text = "line of text\n" * 100

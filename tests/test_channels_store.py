@@ -9,7 +9,7 @@ import pytest
 
 from channels.errors import HubStoreError
 from channels.ids import ZERO_ID
-from channels.store import MessageStore, NewMessage
+from channels.store import MessageStore, NewMessage, Refused, Stored
 
 
 def _new(client_id: str, text: str = "t", sender: str = "alice", channel: str = "#c") -> NewMessage:
@@ -28,7 +28,7 @@ async def store(tmp_path):
 async def test_a_blank_file_is_migrated_to_wal(store):
     """Opening creates the directory and the schema, in WAL mode, and records the version."""
     with closing(sqlite3.connect(store.path)) as db:
-        assert db.execute("PRAGMA user_version").fetchone() == (1,)
+        assert db.execute("PRAGMA user_version").fetchone() == (2,)
         assert db.execute("PRAGMA journal_mode").fetchone() == ("wal",)
         tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
     assert tables == {"messages"}
@@ -46,6 +46,25 @@ async def test_duplicates_in_and_across_batches(store):
     rows = await store.after("#c", ZERO_ID, 10)
     assert [m.text for m in rows] == ["t", "t", "t"]
     assert [m.id for m in rows] == sorted(m.id for m in rows)
+
+
+async def test_a_thread_of_another_channel_is_refused_in_its_batch(store):
+    """Issue 26: in one batch, a publish in a thread whose root (or a reply) is in another
+    channel is Refused and not stored; the others are stored, results in batch order."""
+    [root] = await store.store([_new("r", channel="#ops")])
+    ops = root.message.thread
+    results = await store.store(
+        [
+            _new("a", channel="#pub"),
+            NewMessage("#pub", "in", "eve", "b", thread=ops, reply_to=None, more=False),
+            NewMessage("#ops", "ok", "bob", "c", thread=ops, reply_to=None, more=False),
+        ]
+    )
+    assert isinstance(results[1], Refused)
+    assert results[1].reason == f"thread {ops} is not a thread of #pub"
+    assert [type(r) for r in results] == [Stored, Refused, Stored]
+    assert [m.text for m in await store.after("#pub", ZERO_ID, 10)] == ["t"]
+    assert [m.text for m in await store.after("#ops", ZERO_ID, 10)] == ["t", "ok"]
 
 
 async def test_threads_default_to_the_root_id(store):

@@ -177,10 +177,14 @@ class Dispatcher:
 
 
 def _acked(conn: Connection, client_id: str, future: asyncio.Future[Message]) -> None:
-    """Answer a publish once the writer is done with it: ``ack``, or an ``internal`` error."""
+    """Answer a publish once the writer is done with it: ``ack``, the refusal's error
+    (``bad_thread``), or an ``internal`` error."""
     if future.cancelled():
         return
     exc = future.exception()
+    if isinstance(exc, ProtocolError):
+        conn.send(ErrorFrame(exc.code, exc.message, client_id=client_id))
+        return
     if exc is not None:
         conn.send(
             ErrorFrame(

@@ -4,7 +4,9 @@ Publishes queue up (bounded: when the store falls behind, readers wait, and
 TCP pushes back on the clients); the writer task stores up to
 :data:`WRITE_BATCH` of them per transaction, hands each newly stored message
 to ``deliver`` (the fan-out) in id order, then resolves each publish's
-future with its stored message (the first copy's, for a duplicate).
+future with its stored message (the first copy's, for a duplicate), or with
+a ``bad_thread`` :class:`~channels.errors.ProtocolError` for a publish in a
+thread of another channel (:class:`~channels.store.Refused`).
 """
 
 from __future__ import annotations
@@ -15,10 +17,10 @@ from dataclasses import dataclass
 
 import structlog
 
-from channels.errors import HubStoreError
+from channels.errors import HubStoreError, ProtocolError
 from channels.hub.stats import HubStats
-from channels.protocol import Message
-from channels.store import MessageStore, NewMessage
+from channels.protocol import ErrorCode, Message
+from channels.store import MessageStore, NewMessage, Refused
 
 __all__ = ["WRITE_BATCH", "Write", "Writer"]
 
@@ -129,6 +131,11 @@ class Writer:
                     w.future.set_exception(exc)
             return
         for w, stored in zip(batch, results, strict=True):
+            if isinstance(stored, Refused):
+                # answered with an error frame; the connection stays up
+                if not w.future.done():
+                    w.future.set_exception(ProtocolError(ErrorCode.BAD_THREAD, stored.reason))
+                continue
             if stored.duplicate:
                 self._stats.duplicates += 1
             else:

@@ -21,6 +21,13 @@
   one's, and two channels' ids never collide (the daemon keys prompts by id).
   The ``E`` part is a time, so a ``since`` that is not of this stream (a
   hub's id, the daemon's first-start cursor, ``ZERO_ID``) is read as a time.
+- **A thread belongs to its channel** (issue 26). A thread id of the NATS
+  form (a stream's epoch and a sequence) names a message of one stream: in
+  another channel's stream it is refused (:func:`thread_problem`, a
+  ``bad_thread`` error on publish), and a stored message whose
+  ``Atirc-Thread`` is such an id starts a thread of its own when read. A
+  thread id of another form (a hub's id, a made-up one) names no message
+  here and is taken as given, as on the hub.
 - **Headers.** ``Atirc-From`` (the publisher's nick), ``Atirc-Thread`` (empty
   for a root: its thread is its own id, known only once stored),
   ``Atirc-Reply-To``, ``Atirc-More: 1`` on all but the last chunk of a split
@@ -78,6 +85,7 @@ __all__ = [
     "status_subject",
     "stream_epoch",
     "stream_name",
+    "thread_problem",
 ]
 
 STREAM_PREFIX = "ATIRC_"
@@ -176,6 +184,20 @@ def sequence_of(epoch: str, message_id: str) -> int | None:
     return int(tail) if tail.isdigit() else None
 
 
+def thread_problem(epoch: str, channel: str, thread: str) -> str | None:
+    """Why ``thread`` is not a thread of ``channel``, whose stream's ids start with
+    ``epoch``; None when it may be one (this stream's id, or not an id of any stream).
+
+    An id of the NATS form whose epoch is another stream's belongs to another
+    channel (or to a deleted stream of this one, whose messages are gone).
+    """
+    if len(thread) != 26 or not thread[EPOCH_CHARS:].isdigit():
+        return None  # not a stream's id: names no message of any channel here
+    if thread.startswith(epoch):
+        return None
+    return f"thread {thread} is not a thread of {channel}"
+
+
 @dataclass(frozen=True, slots=True)
 class Start:
     """Where a subscription starts: ``new`` only, ``all``, at sequence ``seq`` or at ``time``."""
@@ -255,15 +277,20 @@ def message_from(
     data: bytes,
     stored: datetime,
 ) -> Message:
-    """The :class:`Message` of a stored NATS message (a root's thread is its own id)."""
+    """The :class:`Message` of a stored NATS message (a root's thread is its own id).
+
+    A thread header that is not an id, or an id of another channel's stream
+    (:func:`thread_problem`), is not honoured: the message starts its own thread.
+    """
     headers = headers or {}
     own = message_id(epoch, seq)
     thread = headers.get(THREAD) or ""
     reply_to = headers.get(REPLY_TO) or None
+    ours = is_id(thread) and thread_problem(epoch, channel, thread) is None
     return Message(
         channel=channel,
         id=own,
-        thread=thread if is_id(thread) else own,
+        thread=thread if ours else own,
         reply_to=reply_to if is_id(reply_to) else None,
         sender=headers.get(FROM) or UNKNOWN_SENDER,
         text=data.decode("utf-8", "replace"),
