@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
 from typing import Any, Literal
 
 import pytest
@@ -411,3 +412,92 @@ def test_the_paused_text_names_each_call():
     text = render_paused((PendingCall(0, "delete", "kcp", {"name": "a"}, "destructive", "delete"),))
     assert 'delete(name="a")' in text
     assert "waiting for approval" in text
+
+
+class Servers(FakeToolExecutor):
+    """Several servers behind one executor, routed as the MCP executor routes: a tool name
+    belongs to the first server (in order) that is up and declares it."""
+
+    def __init__(self, servers: dict[str, FakeToolExecutor], up: set[str]):
+        super().__init__()
+        self.servers, self.up = servers, up
+
+    def _owner(self, name: str) -> FakeToolExecutor | None:
+        return next((s for n, s in self.servers.items() if n in self.up and name in s.tools), None)
+
+    def definitions(self) -> list[ToolDefinition]:
+        """Each name once, its owner's definition."""
+        names = {n for s in self.servers.values() for n in s.tools}
+        owners = {n: self._owner(n) for n in names}
+        return [o.tools[n].definition for n, o in owners.items() if o is not None]
+
+    async def call_tool(self, name: str, arguments: dict) -> ToolCallOutput:
+        """The owner's answer."""
+        owner = self._owner(name)
+        assert owner is not None
+        return await owner.call_tool(name, arguments)
+
+
+def two_servers() -> dict[str, FakeToolExecutor]:
+    """staging and prod, each with a delete_object of its own."""
+    servers = {}
+    for server in ("staging", "prod"):
+        fake = FakeToolExecutor()
+
+        @fake.tool(server=server, destructive=True)
+        async def delete_object(*, name: str) -> str:
+            """Delete one object."""
+            return f"deleted {name}"
+
+        servers[server] = fake
+    return servers
+
+
+async def test_an_approved_call_whose_name_now_reaches_another_server_is_not_made(
+    make_executor,
+):
+    """Paused while staging owned delete_object; after a restart staging is down and prod
+    owns the name. Approving the request (which showed staging.delete_object) calls
+    neither server: the snippet gets a PermissionError that says why, the audit says refused."""
+    servers = two_servers()
+    before = make_executor(Servers(servers, {"staging", "prod"}), Gate())
+    out = await run(before.thread_scope("t"), 'await delete_object(name="bucket-1")')
+    assert out.pause is not None, out.content
+    assert [(c.server, c.tool) for c in out.pause.calls] == [("staging", "delete_object")]
+
+    after = make_executor(Servers(servers, {"prod"}), Gate())  # the restart: staging failed
+    done = await after.resume("t", out.pause, approve(out.pause))
+    assert servers["prod"].calls == []
+    assert servers["staging"].calls == []
+    assert done.is_error
+    assert (
+        "PermissionError: the approved call was not made: staging.delete_object was approved, "
+        "but delete_object() now reaches prod.delete_object"
+    ) in done.content
+    (refused,) = done.audit["denied_calls"]
+    assert (refused["tool"], refused["decision"], refused["decided_by"]) == (
+        "delete_object",
+        "denied",
+        "resume check",
+    )
+
+
+async def test_an_approved_call_with_arguments_other_than_those_shown_is_not_made(
+    make_executor, fake
+):
+    """The request's arguments are what was approved: a pause whose stored call differs
+    from them (a damaged or altered row) resumes without making the call."""
+    executor = make_executor(fake, Gate())
+    out = await run(executor.thread_scope("t"), 'await delete_object(name="a")')
+    assert out.pause is not None
+    (call,) = out.pause.calls
+    shown = Pause(
+        calls=(replace(call, arguments={"name": "b"}),),
+        snapshot=out.pause.snapshot,
+        state=out.pause.state,
+    )
+    done = await executor.resume("t", shown, approve(shown))
+    assert fake.calls == []
+    assert "the approved call was not made: its arguments are not the ones approved" in (
+        done.content
+    )

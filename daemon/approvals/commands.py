@@ -1,5 +1,6 @@
-"""The decisions a person types in a thread: ``!approve ID [run]`` and ``!deny ID [reason]``.
+"""What a person types about a request: ``!approve ID [run]``, ``!deny ID [reason]``, ``!show ID``.
 
+``!show ID`` decides nothing: it prints the request again, in full (issue 26).
 Parsed from a whole message; anything else is not a decision (None), so a
 message that merely mentions ``!approve`` mid-sentence stays a prompt. The
 id is matched case-insensitively (ids are lower case).
@@ -10,10 +11,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-__all__ = ["Approve", "Deny", "Malformed", "parse_decision"]
+__all__ = ["Approve", "Deny", "Malformed", "Show", "parse_decision"]
 
 _APPROVE = re.compile(r"!approve(?:\s+(?P<id>\S+)(?:\s+(?P<rest>.*))?)?", re.DOTALL)
 _DENY = re.compile(r"!deny(?:\s+(?P<id>\S+)(?:\s+(?P<reason>.*))?)?", re.DOTALL)
+_SHOW = re.compile(r"!show(?:\s+(?P<id>\S+)(?:\s+(?P<rest>.*))?)?", re.DOTALL)
 
 
 @dataclass(frozen=True)
@@ -33,14 +35,22 @@ class Deny:
 
 
 @dataclass(frozen=True)
+class Show:
+    """``!show ID``: print the request again."""
+
+    request_id: str
+
+
+@dataclass(frozen=True)
 class Malformed:
     """A message that starts like a decision but is not one: what is wrong."""
 
     problem: str
 
 
-def parse_decision(text: str) -> Approve | Deny | Malformed | None:
-    """The decision ``text`` is, :class:`Malformed` when it is a broken one, else None."""
+def parse_decision(text: str) -> Approve | Deny | Show | Malformed | None:
+    """The decision (or ``!show``) ``text`` is, :class:`Malformed` when it is a broken one,
+    else None."""
     stripped = text.strip()
     m = _APPROVE.fullmatch(stripped)
     if m is not None:
@@ -55,4 +65,9 @@ def parse_decision(text: str) -> Approve | Deny | Malformed | None:
         if not m.group("id"):
             return Malformed("!deny needs the request's id: !deny ID [reason]")
         return Deny(m.group("id").lower(), " ".join((m.group("reason") or "").split()))
+    m = _SHOW.fullmatch(stripped)
+    if m is not None:
+        if not m.group("id") or m.group("rest"):
+            return Malformed("!show takes the request's id: !show ID")
+        return Show(m.group("id").lower())
     return None

@@ -1,26 +1,34 @@
 """What a thread reads about approvals: the request, and the answers to decisions.
 
-The request names each pending call as ``server.tool(arguments)`` (arguments
-as JSON, long values shortened), why it needs approval, and ends with the two
-command lines, literally, with the request's short id.
+The request names each pending call as ``server.tool(arguments)`` with every
+argument in full (issue 26: what an approver sees is what runs), as JSON on
+one line, and ends with the two command lines, literally, with the request's
+short id. A long request is one long message: the publisher splits it over
+several, as it does a long reply, and ``!show ID`` prints it again. Characters
+that show as something else or as nothing (controls, bidirectional overrides,
+zero-width marks) are written as JSON ``\\uXXXX`` escapes, so the text still
+reads back as exactly the arguments.
 """
 
 from __future__ import annotations
 
 import json
 import secrets
+import unicodedata
 from collections.abc import Sequence
 from typing import Any
 
 from daemon.tools import PendingCall
 
-__all__ = ["new_request_id", "request_text", "shorten_call"]
+__all__ = ["call_text", "new_request_id", "request_text"]
 
 # Lower-case letters and digits without look-alikes (0/o, 1/l): easy to type in a chat.
 _ALPHABET = "abcdefghijkmnpqrstuvwxyz23456789"
 ID_LENGTH = 6
-VALUE_CHARS = 80  # a string argument longer than this is shortened
-CALL_CHARS = 300  # one call's line at most
+# Unicode categories that do not show as themselves: controls, formats (bidi
+# overrides, zero-width joiners), separators of lines and paragraphs, private
+# use, surrogates, unassigned; and spaces other than " " (see _hidden).
+_HIDDEN = frozenset({"Cc", "Cf", "Zl", "Zp", "Co", "Cs", "Cn"})
 
 
 def new_request_id() -> str:
@@ -28,37 +36,50 @@ def new_request_id() -> str:
     return "".join(secrets.choice(_ALPHABET) for _ in range(ID_LENGTH))
 
 
-def _short(value: Any) -> Any:
-    if isinstance(value, str) and len(value) > VALUE_CHARS:
-        return value[: VALUE_CHARS - 1] + "…"
-    if isinstance(value, dict):
-        return {k: _short(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_short(v) for v in value]
-    return value
+def _escape(char: str) -> str:
+    code = ord(char)
+    if code > 0xFFFF:  # JSON writes it as a surrogate pair
+        code -= 0x10000
+        return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
+    return f"\\u{code:04x}"
 
 
-def shorten_call(tool: str, server: str | None, arguments: dict[str, Any]) -> str:
-    """``server.tool({"name": "web-1"})`` with long values shortened, at most one line."""
+def _visible(text: str) -> str:
+    """``text`` (JSON) with every character that would not show as itself escaped."""
+    if text.isprintable():  # the usual case: nothing hidden (spaces are printable)
+        return text
+    return "".join(_escape(c) if _hidden(c) else c for c in text)
+
+
+def _hidden(char: str) -> bool:
+    category = unicodedata.category(char)
+    # a space other than " " (no-break, ideographic...) reads as " " but is not one
+    return category in _HIDDEN or (category == "Zs" and char != " ")
+
+
+def call_text(tool: str, server: str | None, arguments: dict[str, Any]) -> str:
+    """``server.tool({"name": "web-1"})``: every argument in full, as JSON on one line."""
     name = f"{server}.{tool}" if server else tool
-    text = json.dumps(_short(arguments), ensure_ascii=False, separators=(", ", ": "))
-    line = f"{name}({text})"
-    if len(line) > CALL_CHARS:
-        line = line[: CALL_CHARS - 2] + "…)"
-    return line.replace("\n", " ")
+    text = json.dumps(arguments, ensure_ascii=False, separators=(", ", ": "))
+    return f"{_visible(name)}({_visible(text)})"
 
 
-def request_text(request_id: str, calls: Sequence[PendingCall], *, deciders: str) -> str:
-    """The message that asks a person to approve ``calls``."""
+def request_text(
+    request_id: str, calls: Sequence[PendingCall], *, deciders: str, decided: str | None = None
+) -> str:
+    """The message that asks a person to approve ``calls``; ``decided`` (``!show`` of a
+    decided request): how it was decided, said on a last line."""
     if len(calls) == 1:
         head = "This run wants to make a call that needs approval:"
     else:
         head = f"This run wants to make {len(calls)} calls that need approval:"
     lines = [head]
-    lines += [f"- {shorten_call(c.tool, c.server, c.arguments)}: {c.why}" for c in calls]
+    lines += [f"- {call_text(c.tool, c.server, c.arguments)}: {c.why}" for c in calls]
     lines += [
         f"Who may decide: {deciders}.",
         f"!approve {request_id}",
         f"!deny {request_id} [reason]",
     ]
+    if decided is not None:
+        lines.append(f"Request {request_id} was already {decided}.")
     return "\n".join(lines)

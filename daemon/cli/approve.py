@@ -22,7 +22,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TextIO
 
-from daemon.approvals.messages import shorten_call
+from daemon.approvals.messages import call_text
 from daemon.tools import ApprovalGate, Decision, PendingCall, ToolDefinition, Verdict
 
 __all__ = [
@@ -126,9 +126,7 @@ async def ask_at_terminal(
         async with asyncio.timeout(expire_after):
             for call in calls:
                 asked = time.monotonic()
-                stream.write(
-                    f"approve {shorten_call(call.tool, call.server, call.arguments)}? [y/N] "
-                )
+                stream.write(f"approve {call_text(call.tool, call.server, call.arguments)}? [y/N] ")
                 stream.flush()
                 answer = (await read_line()).strip().lower()
                 waited_ms = (time.monotonic() - asked) * 1000

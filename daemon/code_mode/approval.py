@@ -13,6 +13,8 @@ without I/O:
   JSON in ``Pause.state`` (calls made but not yet awaited, held calls,
   counters, the snippet's text and prints so far), and back, looking calls
   up by sandbox name in the catalog rebuilt after a restart;
+- :func:`unlike_shown`: whether a held call, looked up again, is still the
+  ``server.tool`` with the arguments the approver was shown;
 - :func:`denial_message` / :func:`policy_denial`: the ``PermissionError``
   text a denied call raises in the snippet;
 - :func:`render_paused`: the ``run_code`` text of a paused run;
@@ -46,6 +48,7 @@ __all__ = [
     "restore_state",
     "stamp",
     "stamping_observer",
+    "unlike_shown",
 ]
 
 STATE_VERSION = 1
@@ -172,6 +175,24 @@ def restore_state(state: dict[str, Any], catalog: Catalog) -> RestoredState:
         nested_calls=nested_calls,
         gone=gone,
     )
+
+
+def unlike_shown(call: MadeCall, shown: PendingCall | None) -> str | None:
+    """Why ``call``, as the current catalog resolves it, is not the call the approver was
+    shown (``shown``, from the request), or None when it is the same ``server.tool`` with
+    the same arguments. The catalog is rebuilt after a restart: a server that came back
+    after a failed start may own the sandbox name now (issue 26)."""
+    if shown is None:
+        return "it is not in the approval request"
+    definition = call.entry.definition
+    approved = f"{shown.server}.{shown.tool}" if shown.server else shown.tool
+    if (definition.server, definition.name) != (shown.server, shown.tool):
+        return (
+            f"{approved} was approved, but {call.py_name}() now reaches {definition.qualified_name}"
+        )
+    if call.arguments != shown.arguments:
+        return f"its arguments are not the ones approved for {approved}"
+    return None
 
 
 def denial_message(decision: Decision) -> str:

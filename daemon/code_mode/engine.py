@@ -35,7 +35,8 @@ where it is made (issue 26: a refusal is :class:`NestedCalls`'s). A run whose
 awaited calls are all finished or held pauses: the session's dump and
 :func:`~daemon.code_mode.approval.pause_state` hold it; the worker goes back.
 :meth:`SnippetRun.resume` loads the dump into a fresh checkout, makes the
-approved calls, raises ``PermissionError`` at the denied ones, and drives on
+approved calls (each still the ``server.tool`` with the arguments the request
+showed, else refused), raises ``PermissionError`` at the denied ones, and drives on
 exactly as :meth:`SnippetRun.drive` does; it may pause again.
 
 The outcome says whether the checkout must be discarded ("reset"): after a
@@ -80,6 +81,7 @@ from daemon.code_mode.approval import (
     pending_calls,
     restore_state,
     stamp,
+    unlike_shown,
 )
 from daemon.code_mode.catalog import CallRejected, Catalog
 from daemon.code_mode.convert import sandbox_text
@@ -211,7 +213,10 @@ class SnippetRun:
         """Continue a paused snippet in ``session``, a fresh checkout, with the decisions.
 
         Approved calls run through ``nested_for(decision)`` (whose audit
-        entries are stamped with the decision and join this run's); denied
+        entries are stamped with the decision and join this run's), each
+        only if the catalog still resolves it to the ``server.tool`` and
+        arguments of ``pause.calls`` (what the approver saw: else it raises
+        ``PermissionError`` saying what differs, and nothing is called); denied
         and expired ones raise ``PermissionError(``:func:`denial_message```)``
         where the snippet awaits them. A held call without a decision stays
         held, so the snippet pauses again before it. The limits apply as to
@@ -234,10 +239,16 @@ class SnippetRun:
                 "RuntimeError", f"{name}() is no longer offered, so the call was not made"
             )
         approved: dict[int, tuple[MadeCall, Decision]] = {}
+        shown = {c.call_id: c for c in pause.calls}  # what the request showed the approver
         for cid, call in restored.held.items():
             decision = decisions.get(cid)
             if decision is None:
                 self._held[cid] = call
+            elif decision.approved and (why := unlike_shown(call, shown.get(cid))) is not None:
+                log.warning("code_mode.approved_call_changed", tool=call.entry.tool_name, why=why)
+                message = f"the approved call was not made: {why}"
+                self._answers[cid] = _exception("PermissionError", message)
+                self._denied.append(denied_entry(call, "denied", "resume check", None))
             elif decision.approved:
                 approved[cid] = (call, decision)
             else:

@@ -11,7 +11,8 @@ lock that lets exactly one decision of a request win).
   ``current_tool_use``, which the backend sets around every tool call);
 - :meth:`paused` stores a paused run's request in ONE statement (calls,
   snapshot, conversation), publishes it in the thread and arms its expiry;
-- :meth:`handle` takes ``!approve ID [run]`` / ``!deny ID [reason]``: a nick
+- :meth:`handle` takes ``!show ID`` (the request again, in full, for anyone in
+  the thread) and ``!approve ID [run]`` / ``!deny ID [reason]``: a nick
   that may not decide, an unknown id or one already decided gets one line,
   and nothing runs; a decision is recorded once and the run is handed back to
   the scheduler as a :class:`ResumeJob` (it takes a concurrency slot then, not
@@ -33,7 +34,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal, Protocol
 
@@ -44,6 +45,7 @@ from daemon.approvals import (
     Approve,
     Deny,
     Malformed,
+    Show,
     new_request_id,
     parse_decision,
     request_text,
@@ -168,7 +170,7 @@ class ApprovalDesk:
             thread_id=thread_id,
             requested_by=requester,
             expires=_iso(expires),
-            calls=[_call_json(c) for c in pause.calls],
+            calls=[asdict(c) for c in pause.calls],  # read back with PendingCall(**c)
             conversation=conversation,
             snapshot=pause.snapshot,
             requested=_iso(now),
@@ -212,8 +214,15 @@ class ApprovalDesk:
                 f"There is no approval request {parsed.request_id} in this thread.",
             )
             return True
+        who = f" by {request.decided_by}" if request.decided_by else ""
+        if isinstance(parsed, Show):  # the request again, in full: anyone may read it
+            calls = [PendingCall(**c) for c in request.calls]
+            status = None if request.status == "pending" else f"{request.status}{who}"
+            deciders = self.policy.who_decides(request.requested_by)
+            text = request_text(request.id, calls, deciders=deciders, decided=status)
+            await self._say(message.channel, message.thread, message.id, text)
+            return True
         if request.status != "pending":
-            who = f" by {request.decided_by}" if request.decided_by else ""
             await self._say(
                 message.channel,
                 message.thread,
@@ -497,17 +506,6 @@ class ApprovalDesk:
             text,
             client_id=reply_client_id(channel, f"approval:{key or reply_to}"),
         )
-
-
-def _call_json(call: PendingCall) -> dict[str, Any]:
-    return {
-        "call_id": call.call_id,
-        "tool": call.tool,
-        "server": call.server,
-        "arguments": call.arguments,
-        "why": call.why,
-        "py_name": call.py_name,
-    }
 
 
 def _qualified(call: Mapping[str, Any]) -> str:

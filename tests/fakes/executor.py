@@ -126,6 +126,7 @@ class FakeToolExecutor(BaseToolExecutor):
         output_schema: dict | None = None,
         read_only: bool | None = None,
         destructive: bool | None = None,
+        server: str | None = None,
     ) -> Callable[[ToolFunction], ToolFunction]:
         """Register the decorated async function as a tool (its name by default)."""
 
@@ -137,6 +138,7 @@ class FakeToolExecutor(BaseToolExecutor):
                 output_schema=output_schema,
                 read_only=read_only,
                 destructive=destructive,
+                server=server,
             )
             self.tools[definition.name] = FakeTool(definition, fn)
             return fn
