@@ -461,12 +461,14 @@ async def test_an_approved_call_whose_name_now_reaches_another_server_is_not_mad
     neither server: the snippet gets a PermissionError that says why, the audit says refused."""
     servers = two_servers()
     before = make_executor(Servers(servers, {"staging", "prod"}), Gate())
-    out = await run(before.thread_scope("t"), 'await delete_object(name="bucket-1")')
+    out = await run(
+        before.thread_scope(ThreadKey("#t", "t")), 'await delete_object(name="bucket-1")'
+    )
     assert out.pause is not None, out.content
     assert [(c.server, c.tool) for c in out.pause.calls] == [("staging", "delete_object")]
 
     after = make_executor(Servers(servers, {"prod"}), Gate())  # the restart: staging failed
-    done = await after.resume("t", out.pause, approve(out.pause))
+    done = await after.resume(ThreadKey("#t", "t"), out.pause, approve(out.pause))
     assert servers["prod"].calls == []
     assert servers["staging"].calls == []
     assert done.is_error
@@ -488,7 +490,7 @@ async def test_an_approved_call_with_arguments_other_than_those_shown_is_not_mad
     """The request's arguments are what was approved: a pause whose stored call differs
     from them (a damaged or altered row) resumes without making the call."""
     executor = make_executor(fake, Gate())
-    out = await run(executor.thread_scope("t"), 'await delete_object(name="a")')
+    out = await run(executor.thread_scope(ThreadKey("#t", "t")), 'await delete_object(name="a")')
     assert out.pause is not None
     (call,) = out.pause.calls
     shown = Pause(
@@ -496,7 +498,7 @@ async def test_an_approved_call_with_arguments_other_than_those_shown_is_not_mad
         snapshot=out.pause.snapshot,
         state=out.pause.state,
     )
-    done = await executor.resume("t", shown, approve(shown))
+    done = await executor.resume(ThreadKey("#t", "t"), shown, approve(shown))
     assert fake.calls == []
     assert "the approved call was not made: its arguments are not the ones approved" in (
         done.content
