@@ -313,15 +313,12 @@ class NatsChannel:
         """Store ``text`` in the channel's stream; split into ``more`` chunks when it is long.
 
         A split text's chunks get the ``client_id``s ``ID``, ``ID.1``, ``ID.2``…
-        and all go into the first one's thread. A ``thread`` of another channel's
-        stream is refused (``bad_thread``, :func:`~channels.nats.mapping.thread_problem`).
+        and all go into the first one's thread. A thread of another channel is ``bad_thread``.
         """
         check_publish(channel, text, thread, reply_to)
         if channel not in self._streams:
             await self._stream(channel)
-        problem = thread and mapping.thread_problem(self._streams[channel].epoch, channel, thread)
-        if problem:
-            raise ProtocolError(ErrorCode.BAD_THREAD, problem)
+        mapping.check_thread(self._streams[channel].epoch, channel, thread)
         ids: list[str] = []
         for chunk in mapping.chunks(text, client_id or uuid.uuid4().hex, self._max_text):
             headers = mapping.message_headers(self._nick, chunk, thread=thread, reply_to=reply_to)

@@ -46,8 +46,8 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
-from channels.errors import ChannelConfigError
-from channels.frames import Message, Status
+from channels.errors import ChannelConfigError, ProtocolError
+from channels.frames import ErrorCode, Message, Status
 from channels.ids import id_for_time, id_time_ms, is_id
 from channels.names import is_channel
 from channels.split import split_text
@@ -66,6 +66,7 @@ __all__ = [
     "Chunk",
     "Start",
     "channel_filter",
+    "check_thread",
     "chunks",
     "credentials",
     "decode_token",
@@ -196,6 +197,14 @@ def thread_problem(epoch: str, channel: str, thread: str) -> str | None:
     if thread.startswith(epoch):
         return None
     return f"thread {thread} is not a thread of {channel}"
+
+
+def check_thread(epoch: str, channel: str, thread: str | None) -> None:
+    """Raise a ``bad_thread`` :class:`ProtocolError` for a publish in a thread of
+    another channel (:func:`thread_problem`); a root (no ``thread``) has none."""
+    problem = thread and thread_problem(epoch, channel, thread)
+    if problem:
+        raise ProtocolError(ErrorCode.BAD_THREAD, problem)
 
 
 @dataclass(frozen=True, slots=True)
