@@ -113,6 +113,39 @@ async def test_a_denied_call_is_never_made_and_the_model_reads_why() -> None:
     assert tool_message["content"] == "PermissionError: denied by bob: not on a friday"
 
 
+async def test_an_approved_call_whose_name_now_reaches_another_server_is_not_made() -> None:
+    """Direct mode: the request showed staging.delete_object; after a restart prod owns the
+    name. The approval makes no call; the model reads a PermissionError that says why."""
+    script = [ToolCalls(("delete_object", {"name": "web-1"})), "It was not made."]
+    staging, prod = FakeToolExecutor(), FakeToolExecutor()
+    for tools, server in ((staging, "staging"), (prod, "prod")):
+
+        @tools.tool(destructive=True, server=server)
+        async def delete_object(name: str) -> str:
+            return f"deleted {name}"
+
+    async with FakeOpenAI(script) as fake:
+        params = ModelConfig(base_url=fake.base_url, model="m", tool_mode="direct")
+        before = OpenAiCompatibleBackend(params, staging, gate=ask_for_mutating)
+        after = OpenAiCompatibleBackend(params, prod, gate=ask_for_mutating)  # the restart
+        try:
+            pause, conversation = roundtrip(await before.run(REQUEST))
+            assert pause.calls[0].server == "staging"
+            decisions = {0: Decision(True, "alice")}
+            done = await after.resume(REQUEST, conversation, pause, decisions)
+        finally:
+            await before.aclose()
+            await after.aclose()
+    assert staging.calls == []
+    assert prod.calls == []
+    assert done.reply == "It was not made."
+    (tool_message,) = [m for m in fake.requests[1]["messages"] if m["role"] == "tool"]
+    assert tool_message["content"] == (
+        "PermissionError: the approved call was not made: staging.delete_object was "
+        "approved, but delete_object now reaches prod.delete_object"
+    )
+
+
 async def test_a_refusing_policy_answers_at_once_without_a_pause() -> None:
     """A deny verdict is an error result, not a pause."""
     script = [ToolCalls(("delete_object", {"name": "x"})), "Refused."]

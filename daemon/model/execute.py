@@ -141,11 +141,23 @@ async def decided_call(
     state: RunState,
     limit: float,
 ) -> ToolCallOutput:
-    """A direct-mode call a person decided: made when approved (no second question),
-    else the ``PermissionError`` the model reads."""
+    """A direct-mode call a person decided: made when approved (no second question) and
+    its name still reaches the server the request showed, else the ``PermissionError``
+    the model reads (issue 26: after a restart another server may own the name)."""
     if not decision.approved:
         reason = f": {decision.reason}" if decision.reason else ""
         return ToolCallOutput(f"PermissionError: denied by {decision.by}{reason}", is_error=True)
+    await caller.start()  # its tools are listed once it started (idempotent)
+    now = next((d for d in caller.definitions() if d.name == pending.tool), None)
+    if now is None or now.server != pending.server:
+        shown = f"{pending.server}.{pending.tool}" if pending.server else pending.tool
+        reaches = f"now reaches {now.qualified_name}" if now is not None else "is gone"
+        log.warning("model.approved_call_changed", tool=pending.tool, shown=shown, now=reaches)
+        return ToolCallOutput(
+            f"PermissionError: the approved call was not made: {shown} was approved, "
+            f"but {pending.tool} {reaches}",
+            is_error=True,
+        )
     return await _execute(
         caller, pending.tool, pending.arguments, tool_use_id, record_uuid, state, limit
     )
