@@ -58,6 +58,31 @@ async def test_changed_bytes_a_moved_dump_and_another_key_are_refused(nc: Client
         await (await _store(nc, key=b"o" * 32)).load(ThreadKey("#ops", "000000000004"))
 
 
+async def test_dumps_are_keyed_by_channel_and_one_moved_to_another_channel_is_refused(
+    nc: Client,
+) -> None:
+    """Issue 26: one thread id in #ops and #pub names two dumps (two objects, by channel);
+    #ops's bytes put under #pub's name fail the MAC, which covers the channel."""
+    store = await _store(nc)
+    ops, pub = ThreadKey("#ops", "000000000005"), ThreadKey("#pub", "000000000005")
+    await store.save(ops, b"ops-secret-42")
+    assert await store.load(pub) is None
+    await store.save(pub, b"pub's own")
+    loaded = await store.load(ops)
+    assert loaded is not None
+    assert loaded.data == b"ops-secret-42"
+    bucket = await nc.jetstream().object_store(scope_bucket("asyncai"))
+    names = {info.name for info in await bucket.list()}
+    assert {scope_object(ops), scope_object(pub)} <= names
+    assert "000000000005" not in names  # never by the thread id alone
+    raw = bytes((await bucket.get(scope_object(ops))).data or b"")
+    await bucket.put(scope_object(pub), raw)
+    with pytest.raises(ScopeRejected, match="MAC does not match"):
+        await store.load(pub)
+    await store.drop(pub)
+    assert await store.load(ops) is not None  # dropping #pub's leaves #ops's
+
+
 async def test_bad_headers_other_versions_and_big_dumps_are_refused(nc: Client) -> None:
     """Every refusal is ScopeRejected with its reason in one line, never another error."""
     store = await _store(nc)

@@ -50,6 +50,27 @@ async def test_a_changed_byte_is_refused(store: Store) -> None:
         await scopes.load(ThreadKey("#ops", "T1"))
 
 
+async def test_a_dump_moved_to_the_same_thread_id_in_another_channel_is_refused(
+    store: Store,
+) -> None:
+    """Issue 26: #ops and #pub share a thread id; #ops's dump (bytes and MAC) copied into
+    #pub's row fails the MAC, which covers the channel; each channel loads its own."""
+    await store.record_prompt("#pub", "T1", "M9", "mallory", "x", "2026-11-30T08:00:00Z")
+    scopes = SignedScopeStore(store, KEY, max_bytes=1024, version="1.4.0")
+    ops, pub = ThreadKey("#ops", "T1"), ThreadKey("#pub", "T1")
+    await scopes.save(ops, b"ops-secret-42")
+    assert await scopes.load(pub) is None
+    stored = await store.load_scope("#ops", "T1")
+    assert stored is not None
+    await store.save_scope("#pub", "T1", monty_version="1.4.0", data=stored.data, mac=stored.mac)
+    with pytest.raises(ScopeRejected, match="MAC does not match"):
+        await scopes.load(pub)
+    await scopes.drop(pub)
+    loaded = await scopes.load(ops)
+    assert loaded is not None
+    assert loaded.data == b"ops-secret-42"
+
+
 async def test_a_dump_under_another_key_or_thread_is_refused(store: Store) -> None:
     """The MAC binds the key and the thread: a copied dump does not verify."""
     await store.record_prompt("#ops", "T2", "M2", "alice", "x", "2026-11-30T08:00:00Z")
