@@ -1,11 +1,13 @@
 """Cluster fencing (issue 26 §2.6): a daemon whose lease lapsed makes no call and
-publishes nothing in the thread another daemon took over.
+publishes nothing in the thread another daemon took over; and a mutating call whose
+start the broker cannot record is not made (§2.3, the broker side).
 
 On a real nats-server: the leases refuse a non-holder's mutating call and its
 answered marker, the fenced publisher holds a non-holder's message back; and
 with two real daemon processes, the holder is SIGSTOPped while its snippet
 waits before a mutating call, the other takes the thread over and answers,
-then SIGCONT: one call, one reply.
+then SIGCONT: one call, one reply. A daemon in this process whose threads bucket
+refuses writes makes no mutating call.
 """
 
 from __future__ import annotations
@@ -20,15 +22,18 @@ from pathlib import Path
 import nats
 import pytest
 from nats.aio.client import Client
+from structlog.testing import capture_logs
 
+from daemon.app import Daemon
 from daemon.cluster.errors import ThreadMoved
 from daemon.cluster.fence import FencedPublisher
-from daemon.cluster.leases import Leases
+from daemon.cluster.leases import Leases, bucket_names
+from daemon.config import load_config
 from tests.fakes.fake_openai import FakeOpenAI, Reply, Step, ToolCalls
 from tests.fakes.nats_server import NatsServer
 from tests.fakes.runtime_helpers import FakePublisher
-from tests.test_cluster_process import _holder, member, thread_entry, two_daemons
-from tests.test_daemon import WAIT
+from tests.test_cluster_process import Watcher, _holder, member, thread_entry, two_daemons
+from tests.test_daemon import WAIT, write_config
 
 
 @pytest.fixture
@@ -158,3 +163,58 @@ async def test_a_stalled_holder_makes_no_call_and_no_reply_after_the_takeover(
             assert daemon.proc is not None
             daemon.proc.send_signal(signal.SIGTERM)
             assert await daemon.wait() == 0
+
+
+async def test_a_mutating_call_the_broker_cannot_record_is_not_made(tmp_path: Path) -> None:
+    """A daemon on NATS whose threads bucket refuses writes (sealed): the thread's
+    entry cannot say that a mutating call starts, so the call is not made and the
+    snippet gets the RuntimeError; read-only calls and the reply still go out."""
+    effects = tmp_path / "effects.txt"
+    code = (
+        "await echo(text='read-only is fine')\n"
+        "try:\n"
+        f"    await append_line(path={str(effects)!r}, line='x')\n"
+        "except RuntimeError as e:\n"
+        "    r = str(e)\n"
+        "r"
+    )
+
+    def model(body: dict) -> Step:
+        last = body["messages"][-1]
+        if last["role"] == "tool":
+            return Reply(last["content"])
+        if "append" in last["content"]:
+            return ToolCalls(("run_code", {"code": code}))
+        return Reply("hello")
+
+    async with NatsServer() as broker, FakeOpenAI(fallback=model) as fake:
+        path = write_config(tmp_path / "asyncai.toml", hub_url=broker.url, model_url=fake.base_url)
+        path.write_text(
+            path.read_text().replace('"asyncai.db"', f'"{tmp_path / "asyncai.db"}"')
+            + '\n[approvals]\nmode = "allow"\n'
+        )
+        daemon = Daemon(load_config(path, environ={}), env={})
+        await daemon.start()
+        alice = Watcher(broker.url)
+        try:
+            await alice.start()
+            first, thread = await alice.say("hi")
+            await alice.answered([first])  # the thread is claimed: its entry exists
+            operator = await nats.connect(broker.url)
+            js = operator.jetstream()
+            name = "KV_" + bucket_names("asyncai")[1]
+            config = (await js.stream_info(name)).config
+            config.sealed = True  # every write to the bucket is refused from now on
+            await js.update_stream(config)
+            await operator.close()
+            with capture_logs() as logs:
+                second, _ = await alice.say("append a line", thread=thread)
+                await alice.answered([second])
+            [reply] = alice.replies[second]
+            assert reply.text.startswith("append_line was not called")
+            assert "cannot record a mutating call" in reply.text
+            assert not effects.exists()
+            assert any(e["event"] == "cluster.mutating_not_recorded" for e in logs)
+        finally:
+            await alice.close()
+            await daemon.aclose()

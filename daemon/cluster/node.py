@@ -336,16 +336,20 @@ class ClusterNode:
         """Record in the thread's entry, before the call goes out, that the current
         run starts a mutating call (a daemon taking over then does not repeat it).
 
-        The fence of the call: :class:`ThreadMoved` when another daemon holds
-        the thread now (this one's lease lapsed while the snippet ran), and
-        code mode then does not make the call.
+        Fails closed (issue 26 §2.3): a call that cannot be recorded on the
+        broker (unreachable, the bucket refused the write, the run is not
+        known here) raises :class:`ClusterError`, and code mode does not make
+        it. It is also the fence of the call: :class:`ThreadMoved` when another
+        daemon holds the thread now (this one's lease lapsed while the snippet ran).
         """
         context = current_tool_use.get()
         if context is None or self._wrapped is None:
-            return
+            log.error("cluster.mutating_not_recorded", tool=entry.tool, error="no run")
+            raise ClusterError(f"no run of this daemon's to record the call of {entry.tool} under")
         run = await self._wrapped.known_run(context.run_id)
         if run is None:
-            return
+            log.error("cluster.mutating_not_recorded", run_id=context.run_id, error="unknown run")
+            raise ClusterError(f"run {context.run_id} is not known to the cluster")
         (channel, thread), prompts = run
         try:
             await self.leases.mark_mutating(
@@ -363,6 +367,7 @@ class ClusterNode:
             raise
         except ClusterError as exc:
             log.error("cluster.mutating_not_recorded", thread=thread, error=str(exc))
+            raise
 
     async def _beat(self) -> None:
         interval = self.takeover_seconds / 6
