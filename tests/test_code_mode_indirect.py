@@ -257,3 +257,22 @@ async def test_a_call_the_gate_would_hold_on_the_direct_path_is_refused_not_made
     assert [(e.tool, e.decision, e.decided_by) for e in seen] == [
         ("append_line", "denied", "policy")
     ]
+
+
+@pytest.mark.parametrize("mode", ["deny", "ask"])
+@pytest.mark.parametrize("form", [f for f in FORMS if not f.source_refused], ids=lambda f: f.name)
+async def test_forced_onto_the_direct_path_every_form_is_refused_at_the_call(
+    executors, monty_pool, fake, form, mode, monkeypatch
+):
+    """The choice of path grants nothing: with every snippet sent down Monty's direct
+    host-call path (as if the static check said yes to all), each form's call still asks
+    the gate where it is made. deny and ask (which that path cannot hold) both refuse it:
+    a PermissionError, no call, an audit row that says refused, no pause."""
+    monkeypatch.setattr("daemon.code_mode.executor.eligible", lambda *_: True)
+    out, seen = await run_form(executors, monty_pool, fake, form, mode)
+    assert appended(fake) == []
+    assert out.pause is None
+    assert out.is_error
+    assert "PermissionError" in out.content, out.content
+    mine = [(e.tool, e.decision, e.decided_by) for e in seen if e.tool == "append_line"]
+    assert mine == [("append_line", "denied", "policy")]
