@@ -425,7 +425,7 @@ class Daemon:
         if pruned:
             log.info("daemon.scopes_pruned", scopes=pruned)
         max_bytes = config.code_mode.limits().max_scope_dump  # the default when unset
-        return SignedScopeStore(self._store, key, max_bytes=max_bytes)
+        return await SignedScopeStore.open(self._store, key, max_bytes=max_bytes)
 
     async def _run(self, request: RunRequest) -> RunResult:
         """One run through the backend; the thread's saved REPL is loaded first (so the

@@ -26,7 +26,7 @@ from .model import (
     ToolCallRow,
 )
 from .schema import SCHEMA_VERSION
-from .scopes import StoredScope, scope_cutoff
+from .scopes import StoredScope, UnboundScope, scope_cutoff
 from .shapes import StoredShape
 from .store import DEFAULT_DB_PATH, Store
 
@@ -49,6 +49,7 @@ __all__ = [
     "ThreadLookupError",
     "ThreadSummary",
     "ToolCallRow",
+    "UnboundScope",
     "envelope",
     "jsonl_lines",
     "scope_cutoff",

@@ -260,12 +260,37 @@ async def _run_senders(db: aiosqlite.Connection) -> None:
         await db.execute(statement)
 
 
+_SCOPE_CHANNELS = [
+    # Issue 26: a dump's MAC now covers its thread's channel. The dumps stored
+    # before were signed over the thread id alone; they move here until the
+    # daemon (which holds the MAC key) re-signs each one whose channel the
+    # threads table proves, or drops it. Same columns as scopes.
+    """CREATE TABLE unbound_scopes (
+        thread        TEXT PRIMARY KEY REFERENCES threads (id),
+        monty_version TEXT NOT NULL,
+        dumped        TEXT NOT NULL,
+        size          INTEGER NOT NULL CHECK (size = length(data)),
+        data          BLOB NOT NULL,
+        mac           TEXT NOT NULL
+    )""",
+    "INSERT INTO unbound_scopes SELECT thread, monty_version, dumped, size, data, mac FROM scopes",
+    "DELETE FROM scopes",
+]
+
+
+async def _scope_channels(db: aiosqlite.Connection) -> None:
+    """Dumps signed without their channel set apart, to be re-signed or dropped."""
+    for statement in _SCOPE_CHANNELS:
+        await db.execute(statement)
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "initial_schema", _initial_schema),
     Migration(2, "approvals", _approvals),
     Migration(3, "scopes", _scopes),
     Migration(4, "tools", _tools),
     Migration(5, "run_senders", _run_senders),
+    Migration(6, "scope_channels", _scope_channels),
 )
 SCHEMA_VERSION = MIGRATIONS[-1].version
 

@@ -12,6 +12,10 @@ A scope belongs to a thread that exists (a prompt or a run created it):
 inventing a thread without a prompt. Saving replaces the thread's previous
 dump (last write wins) and does not touch the thread's ``last_active``:
 keeping state is not activity.
+
+Dumps stored before issue 26 were signed over the thread id alone; migration
+6 set them apart in ``unbound_scopes``, and the daemon re-signs
+(:meth:`StoreScopes.bind_scope`) or drops each one at its start.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from .connection import StoreConnections, canonical_timestamp
 from .errors import StoreError
 from .ids import iso_utc, now_iso, thread_key
 
-__all__ = ["StoreScopes", "StoredScope", "scope_cutoff"]
+__all__ = ["StoreScopes", "StoredScope", "UnboundScope", "scope_cutoff"]
 
 _MAC = re.compile(r"[0-9a-f]{64}")  # hex HMAC-SHA256, lower case
 
@@ -42,6 +46,20 @@ class StoredScope:
     size: int  # len(data)
     data: bytes
     mac: str  # hex HMAC-SHA256 of the dump, as the caller computed it
+
+
+@dataclass(frozen=True)
+class UnboundScope:
+    """A dump stored before its MAC covered the channel (the ``unbound_scopes`` table).
+
+    ``channels`` is how many channels hold a thread of its thread id: when it
+    is 1, no other channel ever had a thread of that id here (threads are
+    never deleted), so the dump holds only its own channel's variables.
+    """
+
+    channel: str
+    thread_id: str
+    channels: int
 
 
 def _stored(row: Sequence[Any]) -> StoredScope:
@@ -125,6 +143,51 @@ class StoreScopes(StoreConnections):
         async with self._statement(f"dropping the scope of {key}") as db:
             cursor = await db.execute("DELETE FROM scopes WHERE thread = ?", (key,))
         return cursor.rowcount == 1
+
+    async def unbound_scopes(self) -> list[UnboundScope]:
+        """The dumps stored before their MAC covered the channel (issue 26), without bytes."""
+        rows = await self._read(
+            "listing the scopes signed without their channel",
+            "SELECT t.channel, t.thread_id,"
+            " (SELECT count(*) FROM threads o WHERE o.thread_id = t.thread_id)"
+            " FROM unbound_scopes u JOIN threads t ON t.id = u.thread ORDER BY u.thread",
+        )
+        return [UnboundScope(channel, thread_id, int(n)) for channel, thread_id, n in rows]
+
+    async def load_unbound_scope(self, channel: str, thread_id: str) -> StoredScope | None:
+        """One dump of :meth:`unbound_scopes`, bytes and old MAC included."""
+        key = thread_key(channel, thread_id)
+        rows = await self._read(
+            f"loading the unbound scope of {key}",
+            "SELECT t.channel, t.thread_id, u.monty_version, u.dumped, u.size, u.data, u.mac"
+            " FROM unbound_scopes u JOIN threads t ON t.id = u.thread WHERE u.thread = ?",
+            (key,),
+        )
+        return _stored(rows[0]) if rows else None
+
+    async def bind_scope(self, channel: str, thread_id: str, mac: str) -> bool:
+        """Move the thread's unbound dump into ``scopes`` under ``mac`` (the caller's MAC
+        over the channel too), in one transaction; whether it moved (False: a dump saved
+        since is kept, the unbound one is dropped)."""
+        key = thread_key(channel, thread_id)
+        if not _MAC.fullmatch(mac):
+            raise StoreError(f"scope of {key}: the MAC is not a hex HMAC-SHA256: {mac!r}")
+        async with self._transaction(f"re-signing the scope of {key}") as db:
+            cursor = await db.execute(
+                "INSERT INTO scopes (thread, monty_version, dumped, size, data, mac)"
+                " SELECT thread, monty_version, dumped, size, data, ? FROM unbound_scopes"
+                " WHERE thread = ? ON CONFLICT (thread) DO NOTHING",
+                (mac, key),
+            )
+            moved = cursor.rowcount == 1
+            await db.execute("DELETE FROM unbound_scopes WHERE thread = ?", (key,))
+        return moved
+
+    async def drop_unbound_scope(self, channel: str, thread_id: str) -> None:
+        """Delete the thread's unbound dump (one whose channel is not proven)."""
+        key = thread_key(channel, thread_id)
+        async with self._statement(f"dropping the unbound scope of {key}") as db:
+            await db.execute("DELETE FROM unbound_scopes WHERE thread = ?", (key,))
 
     async def prune_scopes(self, older_than: str) -> int:
         """Delete the scopes dumped before ``older_than`` (ISO 8601); return how many.

@@ -9,7 +9,8 @@ The class is assembled from these concepts, each in its own module:
   transcripts);
 - ``approvals``: approval requests, a paused run stored whole, and their
   decisions;
-- ``scopes``: each thread's dumped REPL scope;
+- ``scopes``: each thread's dumped REPL scope (and those signed before the MAC
+  covered the channel, until the daemon re-signs or drops them);
 - ``replica``: a finished run's rows exported, and applied to another store;
 - ``shapes``: the return shapes code mode learned, per server and tool.
 

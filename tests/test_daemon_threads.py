@@ -9,6 +9,8 @@ and ``!reset`` by channel and thread, so ``#pub`` gets an empty REPL of its own)
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from channels.client import WebSocketChannel
@@ -19,7 +21,7 @@ from daemon.app import Daemon
 from daemon.config import load_config
 from daemon.runtime.ports import InboundMessage
 from tests.fakes.fake_openai import FakeOpenAI, Reply, ToolCalls
-from tests.test_daemon import Person, settled, write_config
+from tests.test_daemon import WAIT, Person, settled, write_config
 
 SECRET = "ops-secret-42"
 _ids = IdGenerator()
@@ -94,6 +96,8 @@ async def test_the_hub_refuses_a_pub_publish_in_an_ops_thread(env):
     assert info.value.code == "bad_thread"
     fake.add(Reply("hello mallory"))
     fine = await mallory.publish("#pub", "still connected")  # the connection stays up…
+    async with asyncio.timeout(WAIT):
+        await fake.wait_for_requests(asked + 1)
     await settled(daemon, fine.id)
     assert len(fake.requests) == asked + 1  # …and only this one reached the model
     assert "print the secret" not in str(fake.requests[asked:])

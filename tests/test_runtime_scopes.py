@@ -7,11 +7,19 @@ import stat
 from pathlib import Path
 
 import pytest
+from structlog.testing import capture_logs
 
 from daemon.errors import ConfigError, ScopeRejected
-from daemon.runtime.scopes import KEY_FILE, SignedScopeStore, load_or_create_key, scope_mac
+from daemon.runtime.scopes import (
+    KEY_FILE,
+    SignedScopeStore,
+    keyed_mac,
+    load_or_create_key,
+    scope_mac,
+)
 from daemon.tools import ThreadKey
 from sessions import Store, StoreError
+from sessions.schema import MIGRATIONS
 
 KEY = b"k" * 32
 
@@ -137,3 +145,54 @@ def test_a_key_others_can_read_or_of_the_wrong_size_is_refused(tmp_path: Path) -
     path.write_bytes(b"short")
     with pytest.raises(ConfigError, match="not 32 bytes"):
         load_or_create_key(tmp_path)
+
+
+def signed_the_old_way(key: bytes, version: str, thread_id: str, data: bytes) -> str:
+    """The MAC dumps had before issue 26: over the version, the thread id and the bytes."""
+    return keyed_mac(key, version.encode(), thread_id.encode(), data)
+
+
+async def test_dumps_signed_the_old_way_are_resigned_when_their_channel_is_proven(
+    tmp_path: Path,
+) -> None:
+    """A version-5 database holds dumps signed without their channel. At the daemon's
+    start (SignedScopeStore.open) the one whose thread id names one channel's thread and
+    whose old MAC verifies is re-signed and loads; one whose id is in two channels, or
+    whose MAC does not verify, is dropped with one log line each; it happens once."""
+    path = tmp_path / "a.db"
+    threads = [("#ops", "T1"), ("#ops", "T2"), ("#ops", "T3"), ("#pub", "T3")]
+    async with Store(path, migrations=MIGRATIONS[:5]) as old:
+        for n, (channel, thread) in enumerate(threads):
+            await old.record_prompt(channel, thread, f"M{n}", "alice", "x", "2026-11-30T08:00:00Z")
+        for thread, data, key in [
+            ("T1", b"ops-secret-42", KEY),
+            ("T2", b"forged", b"o" * 32),
+            ("T3", b"which channel?", KEY),
+        ]:
+            mac = signed_the_old_way(key, "1.4.0", thread, data)
+            await old.save_scope("#ops", thread, monty_version="1.4.0", data=data, mac=mac)
+    async with Store(path) as store:
+        assert len(await store.unbound_scopes()) == 3  # the migration set them apart
+        with capture_logs() as logs:
+            scopes = await SignedScopeStore.open(store, KEY, max_bytes=1024, version="1.4.0")
+        loaded = await scopes.load(ThreadKey("#ops", "T1"))
+        assert loaded is not None
+        assert loaded.data == b"ops-secret-42"
+        assert await scopes.load(ThreadKey("#ops", "T2")) is None
+        assert await scopes.load(ThreadKey("#ops", "T3")) is None
+        dropped = [
+            (e["channel"], e["thread"], e["reason"])
+            for e in logs
+            if e["event"] == "daemon.scope_dropped"
+        ]
+        assert dropped == [
+            ("#ops", "T2", "its MAC does not match"),
+            ("#ops", "T3", "its thread id names threads of 2 channels"),
+        ]
+        assert await store.unbound_scopes() == []
+        with capture_logs() as again:
+            await SignedScopeStore.open(store, KEY, max_bytes=1024, version="1.4.0")
+        assert again == []
+        stored = await store.load_scope("#ops", "T1")
+        assert stored is not None
+        assert stored.mac == scope_mac(KEY, "1.4.0", ThreadKey("#ops", "T1"), b"ops-secret-42")

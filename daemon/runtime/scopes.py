@@ -10,6 +10,14 @@ a thread of the same id in another channel (issue 26). A dump made by another
 pydantic-monty version, or larger than ``code_mode.max_scope_dump``, is
 refused too; each refusal is :class:`~daemon.errors.ScopeRejected` with the
 reason in one line, which the variables note shows.
+
+Dumps signed before the MAC covered the channel (issue 26; the sessions
+migration 6 set them apart) are dealt with once, at the daemon's start
+(:meth:`SignedScopeStore.open`), by :func:`bind_unbound_scopes`: a dump is
+re-signed when the sessions tables prove its channel (its thread id names a
+thread of exactly one channel, so no other channel's run can have touched
+that REPL) and its old MAC verifies; any other is dropped, with one
+``daemon.scope_dropped`` log line each.
 """
 
 from __future__ import annotations
@@ -22,6 +30,8 @@ import stat
 from importlib import metadata
 from pathlib import Path
 
+import structlog
+
 from daemon.errors import ConfigError, ScopeRejected
 from daemon.tools import StoredScopeDump, ThreadKey
 from sessions.store import Store
@@ -29,11 +39,14 @@ from sessions.store import Store
 __all__ = [
     "KEY_FILE",
     "SignedScopeStore",
+    "bind_unbound_scopes",
     "keyed_mac",
     "load_or_create_key",
     "monty_version",
     "scope_mac",
 ]
+
+log = structlog.get_logger("asyncai.daemon")
 
 KEY_FILE = "scope.key"
 KEY_BYTES = 32
@@ -47,6 +60,40 @@ def monty_version() -> str:
 def scope_mac(key: bytes, version: str, thread: ThreadKey, data: bytes) -> str:
     """HMAC-SHA256 over the version, the thread's channel and id, and the dump, hex."""
     return keyed_mac(key, version.encode(), _text(thread.channel), _text(thread.thread_id), data)
+
+
+def _unbound_mac(key: bytes, version: str, thread_id: str, data: bytes) -> str:
+    """The MAC dumps had before issue 26: over the version, the thread id and the dump."""
+    return keyed_mac(key, version.encode(), _text(thread_id), data)
+
+
+async def bind_unbound_scopes(store: Store, key: bytes) -> tuple[int, int]:
+    """Re-sign (MAC over the channel too) or drop each dump signed the old way;
+    ``(re-signed, dropped)``. Run at start, before any run loads a dump."""
+    bound = dropped = 0
+    for unbound in await store.unbound_scopes():
+        channel, thread_id = unbound.channel, unbound.thread_id
+        stored = await store.load_unbound_scope(channel, thread_id)
+        if stored is None:
+            continue
+        if unbound.channels != 1:
+            reason = f"its thread id names threads of {unbound.channels} channels"
+        elif not hmac.compare_digest(
+            _unbound_mac(key, stored.monty_version, thread_id, stored.data), stored.mac
+        ):
+            reason = "its MAC does not match"
+        else:
+            mac = scope_mac(key, stored.monty_version, ThreadKey(channel, thread_id), stored.data)
+            if await store.bind_scope(channel, thread_id, mac):
+                bound += 1
+                continue
+            reason = "a newer dump was saved since"
+        await store.drop_unbound_scope(channel, thread_id)
+        dropped += 1
+        log.warning("daemon.scope_dropped", channel=channel, thread=thread_id, reason=reason)
+    if bound or dropped:
+        log.info("daemon.scopes_bound", resigned=bound, dropped=dropped)
+    return bound, dropped
 
 
 def _text(value: str) -> bytes:
@@ -106,6 +153,15 @@ class SignedScopeStore:
         self._key = key
         self._max_bytes = max_bytes
         self._version = version or monty_version()
+
+    @classmethod
+    async def open(
+        cls, store: Store, key: bytes, *, max_bytes: int, version: str | None = None
+    ) -> SignedScopeStore:
+        """The store, once the dumps signed without their channel are re-signed or
+        dropped (:func:`bind_unbound_scopes`): what the daemon uses at its start."""
+        await bind_unbound_scopes(store, key)
+        return cls(store, key, max_bytes=max_bytes, version=version)
 
     async def save(self, thread: ThreadKey, data: bytes) -> None:
         """Store the thread's dump with its MAC (the thread must have been recorded)."""
