@@ -58,7 +58,7 @@ from channels.nats import NatsChannel
 from channels.notify import notify
 from channels.transport import id_space, open_channel
 from daemon.approvals import ApprovalPolicy
-from daemon.cluster import ClusterNode, audited, fenced, open_cluster
+from daemon.cluster import ClusterNode, audited, counted, fenced, open_cluster
 from daemon.config import Config
 from daemon.errors import AsyncaiError
 from daemon.executors import build_mcp_executor, build_tool_executor
@@ -323,7 +323,7 @@ class Daemon:
         limits = SenderLimits(
             runtime.max_runs_per_sender_per_hour, runtime.max_tokens_per_sender_per_day
         )
-        return None if limits.unlimited else SenderLimiter(self.store, limits)
+        return None if limits.unlimited else counted(self._cluster, self.store, limits)
 
     async def _connect(self) -> None:
         """Connect now when the channel can (a hub's or NATS's), so the nick is known."""

@@ -92,10 +92,17 @@ class Watcher:
 
 @contextlib.asynccontextmanager
 async def daemons_on_a_broker(
-    tmp_path: Path, fake: FakeOpenAI, *, servers: bool = True, grace: float = 2.0, extra: str = ""
+    tmp_path: Path,
+    fake: FakeOpenAI,
+    *,
+    servers: bool = True,
+    grace: float = 2.0,
+    extra: str = "",
+    runtime: str = "",
 ) -> AsyncIterator[tuple[NatsServer, Watcher, list[DaemonProcess]]]:
     """A broker, two daemons on it (same nick, same scope.key, ``takeover_seconds`` =
-    :data:`TAKEOVER`, ``extra`` appended to their config), alice."""
+    :data:`TAKEOVER`, ``extra`` appended to their config, ``runtime``: more
+    ``[runtime]`` lines), alice."""
     key = os.urandom(32)
     async with NatsServer() as broker:
         daemons: list[DaemonProcess] = []
@@ -110,6 +117,7 @@ async def daemons_on_a_broker(
                 model_url=fake.base_url,
                 servers=servers,
                 grace=grace,
+                runtime=runtime,
             )
             config.write_text(
                 config.read_text().replace('["#ops"]', f'["#ops"]\ntakeover_seconds = {TAKEOVER}')

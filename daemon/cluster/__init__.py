@@ -22,11 +22,12 @@ answers this thread" as one value anybody can read.
   (signed the same way) and their decisions in the thread's entry, once;
 - :mod:`.audit`: each finished run's rows on ``asyncai.audit``, and the
   collector behind ``asyncai audit-collect``;
+- :mod:`.usage`: the per-sender limits counted on the broker, across the daemons;
 - :mod:`.node`: one daemon's part, wired by :mod:`daemon.app`;
 - :mod:`.connect`, :mod:`.errors`.
 
 May import: ``daemon.errors``, ``daemon.tools``, ``daemon.logging``,
-``daemon.config``, ``daemon.runtime`` (its ports and the scope MAC),
+``daemon.config``, ``daemon.runtime`` (its ports, the scope MAC and the limits' rule),
 ``sessions`` and ``channels``; never ``daemon.model``, ``daemon.mcp``, ``daemon.cli`` or
 ``daemon.app``.
 """
@@ -35,7 +36,14 @@ from daemon.cluster.approvals import ClusterApprovals, PausedStates
 from daemon.cluster.audit import AuditExporter, collect
 from daemon.cluster.errors import ClusterError
 from daemon.cluster.leases import Claim, Leases
-from daemon.cluster.node import ClusterNode, audited, fenced, is_cluster_url, open_cluster
+from daemon.cluster.node import (
+    ClusterNode,
+    audited,
+    counted,
+    fenced,
+    is_cluster_url,
+    open_cluster,
+)
 from daemon.cluster.router import ThreadRouter
 from daemon.cluster.scopes import ObjectScopeStore
 from daemon.cluster.store import ClusterRuntimeStore
@@ -53,6 +61,7 @@ __all__ = [
     "ThreadRouter",
     "audited",
     "collect",
+    "counted",
     "fenced",
     "is_cluster_url",
     "open_cluster",

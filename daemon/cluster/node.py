@@ -50,9 +50,11 @@ from daemon.cluster.leases import Leases
 from daemon.cluster.router import MovedApproval, Routed, ThreadRouter
 from daemon.cluster.scopes import ObjectScopeStore
 from daemon.cluster.store import ClusterRuntimeStore
+from daemon.cluster.usage import ClusterSenderLimiter, SenderCounts
 from daemon.config import Config
 from daemon.runtime.approvals import ApprovalDesk
 from daemon.runtime.interrupted import report_interrupted
+from daemon.runtime.limits import SenderLimiter, SenderLimits, SenderUsage
 from daemon.runtime.ports import InboundMessage, RuntimePublisher, mentions
 from daemon.runtime.runs import HistoryTurn, current_tool_use
 from daemon.runtime.scopes import load_or_create_key
@@ -66,6 +68,7 @@ __all__ = [
     "MEMBER_FILE",
     "ClusterNode",
     "audited",
+    "counted",
     "fenced",
     "is_cluster_url",
     "member_id",
@@ -145,6 +148,7 @@ class ClusterNode:
             self.leases,
             store,
         )
+        self.counts = SenderCounts(js, nick)  # per-sender limits, across the daemons
         self._js = js
         self._tasks: list[asyncio.Task[None]] = []
         self._closed = False
@@ -188,6 +192,7 @@ class ClusterNode:
             await node.leases.open()
             await node.scopes.open()
             await node.approvals.states.open()
+            await node.counts.open()
             await ensure_audit_stream(node._js)
             await node.router.beat()
         except BaseException:
@@ -218,6 +223,21 @@ class ClusterNode:
         if desk is not None:
             self.approvals.bind(desk, self._wrapped)
         return self._wrapped
+
+    def limiter(self, local: SenderUsage, limits: SenderLimits) -> ClusterSenderLimiter:
+        """The per-sender limits counted on the broker across the daemons
+        (:mod:`daemon.cluster.usage`); ``local``: this daemon's database, checked
+        when the broker cannot be reached. Call after :meth:`wrap`."""
+        limiter = ClusterSenderLimiter(self.counts, local, limits, run_senders=self._run_senders)
+        if self._wrapped is not None:
+            self._wrapped.tokens = limiter.spent
+        return limiter
+
+    async def _run_senders(self, run_id: str) -> set[str]:
+        try:
+            return {p.sender for p in await self._store.run_prompts(run_id)}
+        except StoreError as exc:
+            raise ClusterError(f"cannot read the senders of run {run_id}: {exc}") from exc
 
     def start(
         self, submit: Callable[[InboundMessage], Awaitable[object]], publisher: RuntimePublisher
@@ -434,6 +454,12 @@ def _key(item: Item) -> tuple[str, str]:
     if isinstance(item, InboundMessage | MovedApproval):
         return item.channel, item.thread
     return item.channel, item.thread_id
+
+
+def counted(node: ClusterNode | None, local: SenderUsage, limits: SenderLimits) -> SenderLimiter:
+    """The per-sender limits over ``local`` (this daemon's database); in a cluster,
+    counted on the broker across the daemons (:meth:`ClusterNode.limiter`)."""
+    return SenderLimiter(local, limits) if node is None else node.limiter(local, limits)
 
 
 def fenced(node: ClusterNode | None, publisher: RuntimePublisher) -> RuntimePublisher:

@@ -62,6 +62,8 @@ class ClusterRuntimeStore:
         self._stored = stored
         self._threads: dict[str, ThreadKey] = {}  # prompt id → its thread
         self._runs: dict[str, tuple[ThreadKey, list[str]]] = {}  # while it runs: thread, prompts
+        # (run id, tokens) → counted on the broker too; set with per-sender limits
+        self.tokens: Callable[[str, int], Awaitable[None]] | None = None
 
     def run(self, run_id: str) -> tuple[ThreadKey, list[str]] | None:
         """A running run's thread and prompts."""
@@ -146,8 +148,16 @@ class ClusterRuntimeStore:
         await self._inner.start_run(run_id, channel, thread_id, prompt_ids)
 
     async def add_run_tokens(self, run_id: str, prompt_tokens: int, completion_tokens: int) -> None:
-        """Locally, as they are spent."""
+        """Locally, as they are spent; then, with per-sender limits, on the broker for
+        each of the run's senders (:mod:`daemon.cluster.usage`)."""
         await self._inner.add_run_tokens(run_id, prompt_tokens, completion_tokens)
+        if self.tokens is None:
+            return
+        try:
+            await self.tokens(run_id, prompt_tokens + completion_tokens)
+        except ClusterError as exc:
+            # recorded locally: only the other daemons' view of this sender is short
+            log.warning("cluster.tokens_not_counted", run_id=run_id, error=str(exc))
 
     async def history(self, channel: str, thread_id: str) -> list[HistoryTurn]:
         """The local history of the thread; for a thread that moved here (none of its

@@ -17,8 +17,9 @@ runs table, so a restart does not reset them:
   off when it goes over: the limit stops the next one.
 
 The counts are read through :class:`SenderUsage` and written through the
-runtime's store (``add_run_tokens``): a cluster can put a shared counter
-behind both.
+runtime's store (``add_run_tokens``). In a cluster (``nats://``) they are
+counted on the broker instead, across the daemons: :mod:`daemon.cluster.usage`
+plugs in behind :meth:`SenderLimiter.admit` and the store's ``add_run_tokens``.
 
 The prompts of a sender who reached a limit are not run: they are marked
 ``failed`` and the thread gets one line saying which limit and when it frees
@@ -166,6 +167,19 @@ class SenderLimiter:
         self._clock = clock
         self.lock = asyncio.Lock()  # held from the check until the run row is written
 
+    def now(self) -> datetime:
+        """The limiter's clock (UTC)."""
+        return self._clock()
+
+    async def admit(
+        self, run_id: str, prompts: Sequence[InboundMessage]
+    ) -> dict[str, LimitReached]:
+        """The senders of ``prompts`` at a limit now; for the others, ``run_id`` is
+        about to start. Here the run counts once its row is written (the caller
+        does that under :attr:`lock`); a cluster's limiter counts it on the broker
+        in the same step as the check (:mod:`daemon.cluster.usage`)."""
+        return await self.check({m.sender for m in prompts})
+
     async def check(self, senders: set[str]) -> dict[str, LimitReached]:
         """The senders (of ``senders``) at a limit now, each with the limit reached."""
         if self.limits.unlimited:
@@ -199,7 +213,7 @@ async def start_within_limits(
         await store.start_run(run_id, channel, thread_id, [m.id for m in prompts])
         return prompts
     async with limiter.lock:
-        reached = await limiter.check({m.sender for m in prompts})
+        reached = await limiter.admit(run_id, prompts)
         admitted = [m for m in prompts if m.sender not in reached]
         if admitted:
             await store.start_run(run_id, channel, thread_id, [m.id for m in admitted])

@@ -1,0 +1,283 @@
+"""Per-sender limits counted across the daemons of a cluster (issue 26 §5).
+
+Alone, a daemon counts a sender's runs and tokens in its own SQLite
+(:mod:`daemon.runtime.limits`); N daemons on one broker would allow N times
+each limit. In a cluster the counts live on the broker: a key-value bucket
+``asyncai_usage_<nick>`` with one entry per sender (the key is the nick in
+hex), listing the runs started for that sender within the token window (a
+day), oldest first::
+
+    {"runs": [[run id, started, tokens, answered, [prompt ids]], ...]}
+
+- Admitting a run (:meth:`ClusterSenderLimiter.admit`) reads the sender's
+  entry, checks it with the rule one daemon uses
+  (:func:`daemon.runtime.limits.limit_reached`) and, within the limits, adds
+  the run with an update of the very revision it checked. Two daemons
+  admitting runs of one sender at once cannot both pass a limit that only
+  one of them fits under: the loser's update is refused, it reads again and
+  checks again.
+- A run whose prompts a later run answers (it was cut off by a crash or a
+  shutdown, its thread taken over) no longer counts as a run
+  (``answered`` false): the later run counts instead, as alone.
+- The tokens of each model response are added to the run in each of its
+  senders' entries as they are spent (:meth:`SenderCounts.add_tokens`, from
+  the runtime store's ``add_run_tokens``), however the run ends.
+
+Why one entry per sender rather than a key per run: the check reads one
+value and the admission writes one (a round trip each), and one
+compare-and-set decides a race. The entry is pruned to the window at each
+write; the bucket's ``max_age`` drops the entry of a sender silent for longer.
+
+With the broker unreachable when a run is admitted, the daemon checks its own
+database instead, as it would alone (one log line, ``cluster.limits_local``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import nats.errors
+import nats.js.errors
+import structlog
+from nats.js import JetStreamContext
+from nats.js.api import KeyValueConfig
+from nats.js.kv import KeyValue
+
+from daemon.cluster.errors import ClusterError
+from daemon.cluster.leases import bucket_name
+from daemon.runtime.limits import (
+    RUN_WINDOW,
+    TOKEN_WINDOW,
+    LimitReached,
+    SenderLimiter,
+    SenderLimits,
+    SenderUsage,
+    limit_reached,
+)
+from daemon.runtime.ports import InboundMessage
+from sessions.ids import iso_utc
+from sessions.model import SenderRun
+
+__all__ = ["ClusterSenderLimiter", "SenderCounts", "usage_bucket"]
+
+log = structlog.get_logger("asyncai.cluster")
+
+TRIES = 20  # revision-checked writes retried this often while others write the entry
+_REMEMBERED_RUNS = 10_000  # run → senders kept for the token reports (bounded)
+
+
+def usage_bucket(nick: str) -> str:
+    """The key-value bucket of the per-sender counts of the daemons sharing ``nick``."""
+    return bucket_name("usage", nick)
+
+
+@dataclass
+class _Run:
+    run: str
+    started: str  # the store's ISO format, so text order is time order
+    tokens: int
+    answered: bool
+    prompts: list[str]
+
+    def as_json(self) -> list[Any]:
+        return [self.run, self.started, self.tokens, self.answered, self.prompts]
+
+
+def _decode(value: bytes | None) -> list[_Run]:
+    try:
+        data: Any = json.loads(value or b"{}")
+        return [
+            _Run(str(r[0]), str(r[1]), int(r[2]), bool(r[3]), [str(p) for p in r[4]])
+            for r in data.get("runs", [])
+        ]
+    except (ValueError, TypeError, IndexError, AttributeError) as exc:
+        raise ClusterError(f"a sender's usage entry is not what this daemon writes: {exc}") from exc
+
+
+def _encode(runs: list[_Run]) -> bytes:
+    return json.dumps({"runs": [r.as_json() for r in runs]}).encode()
+
+
+def _sender_runs(runs: list[_Run]) -> list[SenderRun]:
+    return [SenderRun(started=r.started, tokens=r.tokens, answered=r.answered) for r in runs]
+
+
+class SenderCounts:
+    """The usage bucket: each sender's runs of the last day, shared by the daemons."""
+
+    def __init__(self, js: JetStreamContext, nick: str):
+        self._js = js
+        self._name = usage_bucket(nick)
+        self._bucket: KeyValue | None = None
+
+    async def open(self) -> SenderCounts:
+        """Create (or bind to) the bucket."""
+        ttl = (TOKEN_WINDOW + RUN_WINDOW).total_seconds()
+        try:
+            self._bucket = await self._js.create_key_value(
+                KeyValueConfig(bucket=self._name, history=1, ttl=ttl)
+            )
+        except nats.js.errors.BadRequestError:
+            self._bucket = await self._js.key_value(self._name)
+        except nats.errors.Error as exc:
+            raise ClusterError(f"cannot open the usage bucket: {exc}") from exc
+        return self
+
+    @property
+    def _kv(self) -> KeyValue:
+        if self._bucket is None:
+            raise ClusterError("the usage bucket is not open")
+        return self._bucket
+
+    async def _read(self, sender: str) -> tuple[list[_Run], int | None]:
+        """The sender's runs and the entry's revision (None: no entry)."""
+        try:
+            entry = await self._kv.get(sender.encode().hex())
+        except nats.js.errors.KeyNotFoundError:
+            return [], None
+        except nats.errors.Error as exc:
+            raise ClusterError(f"cannot read the usage of {sender}: {exc}") from exc
+        return _decode(entry.value), entry.revision
+
+    async def _write(self, sender: str, runs: list[_Run], revision: int | None) -> bool:
+        """Write the entry if it is still at ``revision``; False when another daemon wrote it."""
+        key, value = sender.encode().hex(), _encode(runs)
+        try:
+            if revision is None:
+                await self._kv.create(key, value)
+            else:
+                await self._kv.update(key, value, last=revision)
+        except nats.js.errors.KeyWrongLastSequenceError:
+            return False
+        except nats.errors.Error as exc:
+            raise ClusterError(f"cannot write the usage of {sender}: {exc}") from exc
+        return True
+
+    async def runs(self, sender: str, now: datetime) -> list[SenderRun]:
+        """The sender's runs within the token window, oldest first."""
+        since = iso_utc(now - TOKEN_WINDOW)
+        runs, _ = await self._read(sender)
+        return _sender_runs([r for r in runs if r.started >= since])
+
+    async def admit(
+        self,
+        sender: str,
+        run_id: str,
+        prompt_ids: list[str],
+        limits: SenderLimits,
+        now: datetime,
+    ) -> LimitReached | None:
+        """The limit ``sender`` has reached, or None after ``run_id`` was added to
+        their runs, in one compare-and-set with the check (see the module docstring)."""
+        since, started = iso_utc(now - TOKEN_WINDOW), iso_utc(now)
+        asked = set(prompt_ids)
+        for _ in range(TRIES):
+            stored, revision = await self._read(sender)
+            runs = [r for r in stored if r.started >= since and r.run != run_id]
+            for run in runs:
+                if asked.intersection(run.prompts):
+                    run.answered = False  # its prompts are answered by this run now
+            reached = limit_reached(sender, limits, _sender_runs(runs), now)
+            if reached is not None:
+                return reached
+            runs.append(_Run(run_id, started, 0, True, sorted(asked)))
+            if await self._write(sender, runs, revision):
+                return None
+        raise ClusterError(f"the usage of {sender} kept changing while a run was admitted")
+
+    async def add_tokens(self, sender: str, run_id: str, tokens: int, now: datetime) -> None:
+        """Add ``tokens`` to ``run_id`` among ``sender``'s runs (added now if it is not)."""
+        since = iso_utc(now - TOKEN_WINDOW)
+        for _ in range(TRIES):
+            stored, revision = await self._read(sender)
+            runs = [r for r in stored if r.started >= since or r.run == run_id]
+            run = next((r for r in runs if r.run == run_id), None)
+            if run is None:
+                run = _Run(run_id, iso_utc(now), 0, True, [])
+                runs.append(run)
+            run.tokens += tokens
+            if await self._write(sender, runs, revision):
+                return
+        raise ClusterError(f"the usage of {sender} kept changing while tokens were added")
+
+
+# run id → the senders of its prompts, from the database (a run not admitted by this process)
+RunSenders = Callable[[str], Awaitable[set[str]]]
+
+
+class ClusterSenderLimiter(SenderLimiter):
+    """:class:`daemon.runtime.limits.SenderLimiter` counting on the broker
+    (:class:`SenderCounts`); ``local`` is this daemon's own database, checked
+    when the broker cannot be reached."""
+
+    def __init__(
+        self,
+        counts: SenderCounts,
+        local: SenderUsage,
+        limits: SenderLimits,
+        *,
+        run_senders: RunSenders,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ):
+        super().__init__(local, limits, clock=clock)
+        self._counts = counts
+        self._run_senders = run_senders
+        self._senders: dict[str, set[str]] = {}  # admitted here: run → its counted senders
+
+    async def admit(
+        self, run_id: str, prompts: Sequence[InboundMessage]
+    ) -> dict[str, LimitReached]:
+        """Each sender checked and, within the limits, the run counted for them on
+        the broker in one compare-and-set; the senders at a limit."""
+        if self.limits.unlimited:
+            return {}
+        now = self.now()
+        reached: dict[str, LimitReached] = {}
+        admitted: set[str] = set()
+        try:
+            for sender in sorted({m.sender for m in prompts}):
+                ids = [m.id for m in prompts if m.sender == sender]
+                found = await self._counts.admit(sender, run_id, ids, self.limits, now)
+                if found is None:
+                    admitted.add(sender)
+                else:
+                    reached[sender] = found
+        except ClusterError as exc:
+            log.warning("cluster.limits_local", run_id=run_id, error=str(exc))
+            return await super().admit(run_id, prompts)
+        if len(self._senders) >= _REMEMBERED_RUNS:
+            self._senders.clear()  # bounded; a forgotten run's senders are read from the database
+        self._senders[run_id] = admitted
+        return reached
+
+    async def check(self, senders: set[str]) -> dict[str, LimitReached]:
+        """The senders at a limit now, counted on the broker (else locally)."""
+        if self.limits.unlimited:
+            return {}
+        now = self.now()
+        reached: dict[str, LimitReached] = {}
+        try:
+            for sender in sorted(senders):
+                runs = await self._counts.runs(sender, now)
+                found = limit_reached(sender, self.limits, runs, now)
+                if found is not None:
+                    reached[sender] = found
+        except ClusterError as exc:
+            log.warning("cluster.limits_local", error=str(exc))
+            return await super().check(senders)
+        return reached
+
+    async def spent(self, run_id: str, tokens: int) -> None:
+        """A run's tokens, added in each of its senders' entries (raises ClusterError)."""
+        if tokens <= 0 or self.limits.max_tokens_per_day is None:
+            return
+        senders = self._senders.get(run_id)
+        if senders is None:
+            senders = await self._run_senders(run_id)
+        now = self.now()
+        for sender in sorted(senders):
+            await self._counts.add_tokens(sender, run_id, tokens, now)
