@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 
+import nats.js.errors
 import pytest
 from nats.aio.client import Client
+from structlog.testing import capture_logs
 
 from daemon.cluster.scopes import ObjectScopeStore, scope_bucket, scope_object
 from daemon.errors import ScopeRejected
@@ -81,6 +83,25 @@ async def test_dumps_are_keyed_by_channel_and_one_moved_to_another_channel_is_re
         await store.load(pub)
     await store.drop(pub)
     assert await store.load(ops) is not None  # dropping #pub's leaves #ops's
+
+
+async def test_a_dump_stored_under_the_bare_thread_id_is_dropped_at_open(nc: Client) -> None:
+    """A dump named and signed the old way (the thread id alone, no channel) cannot be
+    proven to be one channel's: opening the store deletes it, one log line each."""
+    store = await _store(nc)
+    kept = ThreadKey("#ops", "000000000007")
+    await store.save(kept, b"new")
+    bucket = await nc.jetstream().object_store(scope_bucket("asyncai"))
+    header = {"v": "1.4.0", "mac": "0" * 64, "saved": "2026-11-30T08:00:00.000Z"}
+    await bucket.put("000000000006", json.dumps(header).encode() + b"\nops-secret-42")
+    with capture_logs() as logs:
+        await _store(nc)  # a daemon starting
+    assert [(e["event"], e["thread"]) for e in logs if e["event"] == "cluster.scope_dropped"] == [
+        ("cluster.scope_dropped", "000000000006")
+    ]
+    with pytest.raises(nats.js.errors.ObjectNotFoundError):
+        await bucket.get("000000000006")
+    assert await store.load(kept) is not None
 
 
 async def test_bad_headers_other_versions_and_big_dumps_are_refused(nc: Client) -> None:

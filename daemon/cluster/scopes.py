@@ -13,7 +13,9 @@ An object is one JSON header line (``{"v": monty version, "mac": hex,
 thread's channel and thread id (:func:`scope_object`, the sessions store's
 thread key): a thread id is unique only within its channel (issue 26). The
 bucket's ``ttl`` is ``sessions.scope_retention_days``: the broker prunes old
-dumps itself.
+dumps itself. A dump stored under the bare thread id (before issue 26, its
+MAC without the channel) cannot be proven to be one channel's: :meth:`open`
+deletes each one, with one ``cluster.scope_dropped`` log line.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from typing import Any
 
 import nats.errors
 import nats.js.errors
+import structlog
 from nats.js import JetStreamContext
 from nats.js.api import ObjectStoreConfig
 from nats.js.object_store import ObjectStore
@@ -36,6 +39,8 @@ from daemon.tools import StoredScopeDump, ThreadKey
 from sessions.ids import now_iso, thread_key
 
 __all__ = ["ObjectScopeStore", "open_object_store", "scope_bucket", "scope_object"]
+
+log = structlog.get_logger("asyncai.cluster")
 
 
 def scope_bucket(nick: str) -> str:
@@ -83,11 +88,36 @@ class ObjectScopeStore:
         self._bucket: ObjectStore | None = None
 
     async def open(self) -> ObjectScopeStore:
-        """Create (or bind to) the bucket."""
+        """Create (or bind to) the bucket, and drop the dumps named the old way."""
         self._bucket = await open_object_store(
             self._js, self._bucket_name, self._retention, "scope"
         )
+        await self._drop_unbound()
         return self
+
+    async def _drop_unbound(self) -> None:
+        """Delete each dump stored under a bare thread id (before issue 26: signed without
+        its channel, which no store can prove), with one ``cluster.scope_dropped`` line."""
+        try:
+            infos = await self._store.list(ignore_deletes=True)
+        except nats.js.errors.NotFoundError:
+            return  # an empty bucket
+        except nats.errors.Error as exc:
+            raise ClusterError(f"cannot list the scope bucket: {exc}") from exc
+        for info in infos:
+            if "/" in info.name:
+                continue  # channel/thread id: this daemon's own naming
+            try:
+                await self._store.delete(info.name)
+            except (nats.js.errors.ObjectNotFoundError, nats.js.errors.ObjectDeletedError):
+                continue  # another daemon dropped it first
+            except nats.errors.Error as exc:
+                raise ClusterError(f"cannot drop the REPL {info.name}: {exc}") from exc
+            log.warning(
+                "cluster.scope_dropped",
+                thread=info.name,
+                reason="stored under the thread id alone, signed without its channel",
+            )
 
     @property
     def _store(self) -> ObjectStore:
