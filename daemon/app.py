@@ -286,8 +286,7 @@ class Daemon:
             reset=self._executor.reset if isinstance(self._executor, PersistentScopes) else None,
             limiter=self._limiter(),
         )
-        recovered = await self.runtime.recover()
-        await self._desk.start()  # pending requests re-armed, decided ones resumed
+        recovered = await self.runtime.recover()  # paused threads held (the desk) first
         for name in config.channels.channels:
             since = await self._store.get_cursor(name) or first_start
             await self._channel.subscribe(name, since=since)

@@ -10,7 +10,9 @@ lock that lets exactly one decision of a request win).
   mutating call, with the run's ``!approve ID run`` grants (the run comes from
   ``current_tool_use``, which the backend sets around every tool call);
 - :meth:`paused` stores a paused run's request in ONE statement (calls,
-  snapshot, conversation), publishes it in the thread and arms its expiry;
+  snapshot, conversation), publishes it in the thread and arms its expiry; a
+  request that cannot be published ends the run failed
+  (:class:`RequestNotPublished`), never a silent wait for the expiry;
 - :meth:`handle` takes ``!show ID`` (the request again, in full, for anyone in
   the thread) and ``!approve ID [run]`` / ``!deny ID [reason]``: a nick
   that may not decide, an unknown id or one already decided gets one line,
@@ -51,6 +53,7 @@ from daemon.approvals import (
     request_text,
 )
 from daemon.crashpoints import crash_point
+from daemon.errors import AsyncaiError
 from daemon.runtime.deliver import publish_quietly
 from daemon.runtime.ports import InboundMessage, RuntimePublisher, reply_client_id
 from daemon.runtime.runs import PausedRun, Prompt, RunRequest, RunResult, current_tool_use
@@ -59,7 +62,7 @@ from sessions.approvals import NewApproval, StoredApproval
 from sessions.ids import iso_utc
 from sessions.store import Store
 
-__all__ = ["ApprovalDesk", "ApprovalMirror", "ResumeFunction", "ResumeJob"]
+__all__ = ["ApprovalDesk", "ApprovalMirror", "RequestNotPublished", "ResumeFunction", "ResumeJob"]
 
 log = structlog.get_logger("asyncai.approvals")
 
@@ -82,6 +85,11 @@ class ApprovalMirror(Protocol):
         """Take the decision across the daemons first: "ok" (go on), "moved" (another
         daemon holds the thread, or it was decided there), "retry" (the broker is away)."""
         ...
+
+
+class RequestNotPublished(AsyncaiError):
+    """A paused run's request could not be published (the hub refused it, or no ack
+    came within ``publish_timeout``): the request is closed and the run fails."""
 
 
 @dataclass(frozen=True)
@@ -188,9 +196,41 @@ class ApprovalDesk:
             calls=[f"{c.server}.{c.tool}" if c.server else c.tool for c in pause.calls],
         )
         text = request_text(request_id, pause.calls, deciders=self.policy.who_decides(requester))
-        await self._say(channel, thread_id, prompts[-1].id if prompts else None, text, request_id)
+        reply_to = prompts[-1].id if prompts else thread_id
+        if not await self._publish_request(channel, thread_id, reply_to, text, request_id):
+            return request_id  # decided already: the hub had it, only its ack was lost
         self._arm(request_id, expires - now)
         return request_id
+
+    async def _publish_request(
+        self, channel: str, thread_id: str, reply_to: str, text: str, request_id: str
+    ) -> bool:
+        """Publish the request (True), as a reply is published: the channel resends it
+        until ``publish_timeout``; then the request ends ``stopped`` (never resumed)
+        and :class:`RequestNotPublished` fails the run, like a reply that cannot be
+        published. False when a decision came first (nothing to fail then)."""
+        try:
+            async with asyncio.timeout(self._publish_timeout):
+                await self._publisher.publish(
+                    channel,
+                    text,
+                    thread=thread_id,
+                    reply_to=reply_to,
+                    client_id=reply_client_id(channel, f"approval:{request_id}"),
+                )
+            return True
+        except Exception as exc:
+            problem = f"the approval request could not be published ({type(exc).__name__}: {exc})"
+            stored = await self._store.get_approval(request_id)
+            decided = stored is not None and await self._decide(
+                stored, "stopped", by=self._publisher.nick, reason=problem
+            )
+            if decided is False:
+                log.warning("approvals.decided_unacked", request=request_id, error=problem)
+                return False
+            if decided:
+                await self._store.mark_resumed(request_id)  # the run ends failed, not here
+            raise RequestNotPublished(problem) from exc
 
     # ---- decisions ----------------------------------------------------------------------
 

@@ -23,6 +23,7 @@ __all__ = [
     "INTERRUPTED_TAIL",
     "call_line",
     "interrupted_notice",
+    "report_all_interrupted",
     "report_interrupted",
 ]
 
@@ -116,3 +117,15 @@ async def report_interrupted(
         calls=len(run.calls),
         mutating=sum(1 for c in run.calls if c.mutating),
     )
+
+
+async def report_all_interrupted(
+    store: RuntimeStore, publisher: RuntimePublisher, publish_timeout: float
+) -> set[str]:
+    """:func:`report_interrupted` for every run of :meth:`RuntimeStore.interrupted_runs`;
+    the ids of their prompts, which must not be run again."""
+    held: set[str] = set()
+    for run in await store.interrupted_runs():
+        held.update(run.prompt_ids)
+        await report_interrupted(run, store, publisher, publish_timeout)
+    return held

@@ -14,11 +14,12 @@ import asyncio
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Literal
 
 import structlog
 
 from daemon.crashpoints import crash_point
-from daemon.runtime.approvals import ApprovalDesk, ResumeJob
+from daemon.runtime.approvals import ApprovalDesk, RequestNotPublished, ResumeJob
 from daemon.runtime.ports import InboundMessage
 from daemon.runtime.runs import RunResult
 
@@ -42,6 +43,21 @@ class ThreadRun:
     resume: ResumeJob | None = None  # a decided paused run, to run before what queued
     started_at: float = 0.0  # the runtime's clock when the active run's task began
 
+    def after_run(self, *, closing: bool) -> Literal["ready", "wait", "idle"]:
+        """What the thread does once its run ended: run again ("ready": a decided paused
+        run, or prompts queued), wait for a decision or the shutdown ("wait"), or
+        nothing, so it is dropped ("idle").
+
+        A decision taken while another run of the thread was active (or while the
+        request's own publish waited for its ack) is never dropped: its resume
+        job keeps the thread.
+        """
+        if self.paused:
+            return "wait"  # what queued waits for the decision (then a resume job)
+        if self.resume is None and not self.queued:
+            return "idle"
+        return "wait" if closing else "ready"
+
 
 class PausedRuns:
     """Holding, resuming and asking for paused runs (mixed into the Runtime)."""
@@ -58,22 +74,33 @@ class PausedRuns:
         run_id: str,
         result: RunResult,
         bound: structlog.typing.FilteringBoundLogger,
-    ) -> bool:
-        """Hand a paused run to the desk: stored, asked in the thread; False if it failed."""
+    ) -> str | None:
+        """Hand a paused run to the desk: stored, asked in the thread. None when it
+        waits now; else why it cannot, and the run ends failed with that error.
+
+        The thread is held before the request is published: a decision that
+        arrives while the publish still waits for its ack finds the thread
+        paused, and the resume job it leaves runs once this run's task ends.
+        """
         if self._approvals is None:
             bound.error("runtime.pause_without_approvals")
-            return False
+            return "the run paused for approval, but approvals are not set up"
+        thread.paused = True
         try:
             request_id = await self._approvals.paused(
                 thread.channel, thread.thread_id, run_id, prompts, result
             )
-        except Exception:
+        except RequestNotPublished as exc:
+            thread.paused = False
+            bound.error("runtime.request_not_published", error=str(exc))
+            return str(exc)
+        except Exception as exc:
+            thread.paused = False
             bound.exception("runtime.pause_failed")
-            return False
+            return f"the approval request could not be stored ({type(exc).__name__}: {exc})"
         crash_point("approval_published")  # stored, and asked in the thread
-        thread.paused = True
         bound.info("runtime.run_paused", request=request_id)
-        return True
+        return None
 
     def _hold(self, channel: str, thread_id: str) -> None:
         """Keep a thread busy while its run waits for approval (after a restart)."""

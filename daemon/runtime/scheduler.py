@@ -59,7 +59,7 @@ from daemon.runtime.approvals import ApprovalDesk, ResumeJob
 from daemon.runtime.commands import RESET_COMMAND, STOP_COMMAND, ResetFunction, ThreadCommands
 from daemon.runtime.complete import complete
 from daemon.runtime.deliver import deliver, publish_quietly
-from daemon.runtime.interrupted import report_interrupted
+from daemon.runtime.interrupted import report_all_interrupted
 from daemon.runtime.limits import SenderLimiter, start_within_limits
 from daemon.runtime.pausing import PausedRuns, ThreadKey, ThreadRun
 from daemon.runtime.ports import (
@@ -213,14 +213,17 @@ class Runtime(PausedRuns, ThreadCommands):
         is marked failed once the hub acked the notice. If the notice cannot
         be published the prompt stays pending, not run, so the next start
         posts it again (its ``client_id`` keeps a repeat from doubling).
+
+        Before any prompt is scheduled, the approval desk holds the threads whose
+        run waits for a decision and hands back the decided ones (which go first):
+        a prompt queued behind a paused run never overtakes it.
         """
-        pending = await self._store.pending_prompts()
-        held: set[str] = set()
-        for run in await self._store.interrupted_runs():
-            held.update(run.prompt_ids)
-            await report_interrupted(
-                run, self._store, self._publisher, self._options.publish_timeout
-            )
+        pending = await self._store.pending_prompts()  # the store's own recovery first
+        held = await report_all_interrupted(
+            self._store, self._publisher, self._options.publish_timeout
+        )
+        if self._approvals is not None:
+            await self._approvals.start()
         count = 0
         for message in pending:
             if message.id in self._known_ids or message.id in held:
@@ -317,13 +320,11 @@ class Runtime(PausedRuns, ThreadCommands):
             thread.active = None
             thread.active_prompts = []
             key = (thread.channel, thread.thread_id)
-            if thread.paused:
-                pass  # what queued waits for the decision (then _schedule_resume)
-            elif thread.queued and not self._closing:
-                if not thread.ready:
-                    thread.ready = True
-                    self._ready.append(key)
-            elif not thread.queued:
+            after = thread.after_run(closing=self._closing)
+            if after == "ready" and not thread.ready:
+                thread.ready = True
+                self._ready.append(key)
+            elif after == "idle":
                 self._threads.pop(key, None)
             self._pump()
 
@@ -420,11 +421,10 @@ class Runtime(PausedRuns, ThreadCommands):
             result = RunResult(reply="", status="failed", error=f"{type(exc).__name__}: {exc}")
 
         if result.status == "paused":
-            if await complete(self._paused(thread, prompts, run_id, result, bound)):
+            problem = await complete(self._paused(thread, prompts, run_id, result, bound))
+            if problem is None:
                 return
-            result = RunResult(
-                reply="", status="failed", error="the approval request could not be stored"
-            )
+            result = RunResult(reply="", metrics=result.metrics, status="failed", error=problem)
         try:
             # The model answered: the reply goes out and the run is recorded, whatever
             # is cancelled meanwhile (both are bounded: publish_timeout, the store's).
