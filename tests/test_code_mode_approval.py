@@ -7,8 +7,10 @@ pure parts of :mod:`daemon.code_mode.approval` at the end.
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
+from pathlib import Path
 from typing import Any, Literal
 
 import pytest
@@ -23,6 +25,7 @@ from daemon.code_mode.approval import (
 )
 from daemon.code_mode.catalog import Catalog
 from daemon.code_mode.pool import close_pool, create_pool
+from daemon.mcp.executor import McpToolExecutor
 from daemon.tools import (
     AuditEntry,
     Decision,
@@ -503,3 +506,44 @@ async def test_an_approved_call_with_arguments_other_than_those_shown_is_not_mad
     assert "the approved call was not made: its arguments are not the ones approved" in (
         done.content
     )
+
+
+TEST_SERVER = str(Path(__file__).parent / "fakes" / "mcp_test_server.py")
+
+
+async def test_on_real_servers_an_approval_never_reaches_the_server_that_took_the_name(
+    make_executor, tmp_path
+):
+    """Two stdio MCP servers declare delete_object; staging (first) owns the name when the
+    run pauses. After a restart staging fails at start and prod owns it. Approving the
+    request, which showed staging.delete_object, makes no call on either server."""
+    calls, staging_up = tmp_path / "calls.log", tmp_path / "staging-up"
+    staging_up.touch()
+
+    def servers() -> McpToolExecutor:
+        def entry(label: str, *extra: str) -> dict[str, Any]:
+            args = [TEST_SERVER, "--label", label, "--also", "delete_object", *extra]
+            return {"command": sys.executable, "args": [*args, "--log-calls", str(calls)]}
+
+        return McpToolExecutor(
+            {"staging": entry("staging", "--require-file", str(staging_up)), "prod": entry("prod")}
+        )
+
+    key = ThreadKey("#t", "t")
+    before = make_executor(servers(), Gate())
+    out = await run(before.thread_scope(key), 'await delete_object(name="bucket-1")')
+    assert out.pause is not None, out.content
+    assert [(c.server, c.tool) for c in out.pause.calls] == [("staging", "delete_object")]
+    await before.aclose()
+
+    staging_up.unlink()  # the restart: staging fails at start, prod takes the name
+    after = make_executor(servers(), Gate())
+    await after.start()
+    assert after.catalog is not None
+    entry = after.catalog.lookup("delete_object")
+    assert entry is not None
+    assert entry.definition.server == "prod"
+    done = await after.resume(key, out.pause, approve(out.pause))
+    assert "now reaches prod.delete_object" in done.content
+    assert done.audit["nested_calls"] == []
+    assert not calls.exists()  # neither server was called

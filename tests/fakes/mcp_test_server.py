@@ -10,7 +10,8 @@ so a test can kill the daemon mid-call), ``append_line`` (mutating) and
 ``crowd`` (counts its calls in flight and lets them through in groups, for the
 ``max_concurrent`` tests), ``nap`` (sleeps) and ``wait_file`` (returns once a
 file exists, so a test decides when a snippet goes on), and ``--also NAME`` adds a tool
-called NAME, to make a duplicate of another server's tool. ``--require-file
+called NAME, to make a duplicate of another server's tool (``--log-calls PATH``: each
+call of one appends ``LABEL NAME ARGUMENT`` to PATH). ``--require-file
 PATH`` makes the server exit at start (status 3) while PATH does not exist: a
 server that fails at start and later comes back.
 
@@ -24,6 +25,7 @@ import asyncio
 import os
 import sys
 from collections import defaultdict
+from collections.abc import Callable
 
 from mcp.server import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
@@ -41,7 +43,7 @@ def _append(path: str, line: str) -> None:
         f.write(line + "\n")
 
 
-def build(label: str, also: list[str]) -> MCPServer:
+def build(label: str, also: list[str], log_calls: str | None = None) -> MCPServer:
     """The test server, labelled so routing tests can tell servers apart."""
     server = MCPServer(f"test-{label}", log_level="WARNING")
     arrivals: dict[str, int] = defaultdict(int)
@@ -161,15 +163,25 @@ def build(label: str, also: list[str]) -> MCPServer:
         """Always an error result carrying `message`."""
         raise ToolError(message)
 
-    for name in also:
-
-        def extra(name: str = name) -> str:
-            return f"{name} from test server {label}"
-
+    for tool in also:
         server.add_tool(
-            extra, name=name, description=f"A duplicate {name}.", structured_output=False
+            _duplicate(label, tool, log_calls),
+            name=tool,
+            description=f"A duplicate {tool}.",
+            structured_output=False,
         )
     return server
+
+
+def _duplicate(label: str, tool: str, log_calls: str | None) -> Callable[..., str]:
+    """An ``--also`` tool: answers with its server's label; logs each call when asked."""
+
+    def extra(name: str = tool) -> str:
+        if log_calls is not None:
+            _append(log_calls, f"{label} {tool} {name}")
+        return f"{name} from test server {label}"
+
+    return extra
 
 
 def main() -> None:
@@ -178,12 +190,13 @@ def main() -> None:
     parser.add_argument("--label", default="test")
     parser.add_argument("--also", action="append", default=[])
     parser.add_argument("--require-file", default=None)
+    parser.add_argument("--log-calls", default=None)
     args = parser.parse_args()
     if args.require_file is not None and not os.path.exists(args.require_file):
         print(f"test server {args.label}: {args.require_file} is missing", file=sys.stderr)
         sys.exit(3)
     print(f"test server {args.label} starting", file=sys.stderr, flush=True)
-    build(args.label, args.also).run()
+    build(args.label, args.also, args.log_calls).run()
 
 
 if __name__ == "__main__":
