@@ -499,3 +499,40 @@ async def test_a_tampered_dump_starts_the_thread_empty_with_the_reason(world):
     assert "x: int" not in note
     await _stop(second)
     assert not fake.script
+
+
+async def test_sigkill_mid_run_keeps_the_tokens_it_spent_for_the_sender_limit(world):
+    """Killed with SIGKILL after a model response that used 100 000 tokens: the tokens
+    were on the run row already, so after the restart (the prompt runs again, another
+    100 000) alice's next prompt meets max_tokens_per_sender_per_day = 150 000."""
+    _, fake, alice, daemon, tmp = world
+    config = tmp / "asyncai.toml"
+    limit = "[runtime]\nmax_tokens_per_sender_per_day = 150000\n"
+    config.write_text(config.read_text().replace("[runtime]\n", limit))
+    big = {"prompt_tokens": 90_000, "completion_tokens": 10_000, "total_tokens": 100_000}
+    none = {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
+    held = Hold(Reply("never sent"))
+    fake.add(ToolCalls(("run_code", {"code": "1 + 1"}), usage=big), held)
+    first = daemon()
+    await first.start()
+    _, thread = await alice.say("a long question")
+    async with asyncio.timeout(WAIT):
+        await held.arrived.wait()
+    first.kill_all()
+    assert await first.wait() == -signal.SIGKILL
+    held.release.set()
+
+    fake.add(ToolCalls(("run_code", {"code": "2 + 2"}), usage=big), Reply("Here.", usage=none))
+    second = daemon()
+    await second.start()
+    [reply] = await alice.reply_in(thread)
+    assert reply.text == "Here."
+    _, refusal = await alice.ask("and another")
+    assert refusal.text.startswith(
+        "Not run: alice reached [runtime] max_tokens_per_sender_per_day = 150000 "
+        "(200000 tokens in the last 24 hours)"
+    ), refusal.text
+    second.proc.send_signal(signal.SIGTERM)
+    assert await second.wait() == 0
+    runs = _runs(tmp / "asyncai.db", thread)
+    assert [status for _, status, _ in runs] == ["interrupted", "done"]
