@@ -9,7 +9,9 @@ import pytest
 from nats.aio.client import Client
 from structlog.testing import capture_logs
 
-from daemon.cluster.scopes import ObjectScopeStore, scope_bucket, scope_object
+from daemon.cluster.errors import ThreadMoved
+from daemon.cluster.leases import Leases
+from daemon.cluster.scopes import ObjectScopeStore, scope_bucket, scope_object, slot_object
 from daemon.errors import ScopeRejected
 from daemon.tools import ThreadKey
 
@@ -44,14 +46,14 @@ async def test_changed_bytes_a_moved_dump_and_another_key_are_refused(nc: Client
     store = await _store(nc)
     await store.save(ThreadKey("#ops", "000000000002"), b"genuine")
     bucket = await nc.jetstream().object_store(scope_bucket("asyncai"))
-    raw = bytes((await bucket.get(scope_object(ThreadKey("#ops", "000000000002")))).data or b"")
+    raw = bytes((await bucket.get(slot_object(ThreadKey("#ops", "000000000002"), 0))).data or b"")
     await bucket.put(
-        scope_object(ThreadKey("#ops", "000000000002")), raw.replace(b"genuine", b"forged!")
+        slot_object(ThreadKey("#ops", "000000000002"), 0), raw.replace(b"genuine", b"forged!")
     )
     with pytest.raises(ScopeRejected, match="MAC does not match"):
         await store.load(ThreadKey("#ops", "000000000002"))
     await bucket.put(
-        scope_object(ThreadKey("#ops", "000000000003")), raw
+        slot_object(ThreadKey("#ops", "000000000003"), 0), raw
     )  # the genuine bytes under another thread
     with pytest.raises(ScopeRejected, match="MAC does not match"):
         await store.load(ThreadKey("#ops", "000000000003"))
@@ -75,10 +77,10 @@ async def test_dumps_are_keyed_by_channel_and_one_moved_to_another_channel_is_re
     assert loaded.data == b"ops-secret-42"
     bucket = await nc.jetstream().object_store(scope_bucket("asyncai"))
     names = {info.name for info in await bucket.list()}
-    assert {scope_object(ops), scope_object(pub)} <= names
-    assert "000000000005" not in names  # never by the thread id alone
-    raw = bytes((await bucket.get(scope_object(ops))).data or b"")
-    await bucket.put(scope_object(pub), raw)
+    assert {slot_object(ops, 0), slot_object(pub, 0)} <= names
+    assert not any(name.startswith("000000000005") for name in names)  # never by the id alone
+    raw = bytes((await bucket.get(slot_object(ops, 0))).data or b"")
+    await bucket.put(slot_object(pub, 0), raw)
     with pytest.raises(ScopeRejected, match="MAC does not match"):
         await store.load(pub)
     await store.drop(pub)
@@ -123,3 +125,49 @@ async def test_bad_headers_other_versions_and_big_dumps_are_refused(nc: Client) 
     await store.save(ThreadKey("#ops", "t4"), b"x" * 200)
     with pytest.raises(ScopeRejected, match=r"over code_mode\.max_scope_dump"):
         await other.load(ThreadKey("#ops", "t4"))
+
+
+async def test_the_loaded_dump_reflects_exactly_the_answered_runs(nc: Client) -> None:
+    """Issue 26 §2.2: a dump of a run whose end never reached the thread's entry (its
+    daemon died between the save and the marker) is passed over for the one before it,
+    so the daemon taking over runs the prompt again on the REPL as it was; and a daemon
+    that lost the thread saves nothing there (§2.6)."""
+    thread = ThreadKey("#ops", "000000000008")
+    running: dict[str, str | None] = {"a": None, "b": None}
+    leases = {
+        name: await Leases(nc.jetstream(), "asyncai", name, member_ttl=30.0).open()
+        for name in ("a", "b")
+    }
+    stores = {name: await _store(nc) for name in ("a", "b")}
+    for name, store in stores.items():
+        store.bind(leases[name], lambda _t, name=name: running[name])
+    a, b = stores["a"], stores["b"]
+    claim = await leases["a"].claim(thread.channel, thread.thread_id)
+    running["a"] = "000000000008"
+    await a.save(thread, b"x = 1")  # the run of P8 ends: its dump, then its marker
+    await leases["a"].mark_answered(thread.channel, thread.thread_id, "000000000008")
+    running["a"] = "000000000009"
+    await a.save(thread, b"x = 2")  # the run of P9 saved its dump ... and a died here
+    loaded = await a.load(thread)
+    assert loaded is not None
+    assert loaded.data == b"x = 1"  # a restarted a: P9 runs again on x = 1
+    claim = await leases["a"].get(thread.channel, thread.thread_id)
+    assert claim is not None
+    await leases["b"].take_over(thread.channel, thread.thread_id, claim)
+    loaded = await b.load(thread)
+    assert loaded is not None
+    assert loaded.data == b"x = 1"
+    running["b"] = "000000000009"
+    await b.save(thread, b"x = 2, once")  # P9 run again, on b
+    with pytest.raises(ThreadMoved):
+        await a.save(thread, b"x = 3, a's late run")  # fenced: a lost the thread
+    await leases["b"].mark_answered(thread.channel, thread.thread_id, "000000000009")
+    running["b"] = None
+    loaded = await b.load(thread)
+    assert loaded is not None
+    assert loaded.data == b"x = 2, once"
+    running["b"] = "000000000010"
+    await b.save(thread, b"x = 3")  # the next run keeps P9's dump in the other slot
+    loaded = await b.load(thread)
+    assert loaded is not None
+    assert loaded.data == b"x = 2, once"

@@ -222,6 +222,7 @@ class ClusterNode:
         )
         if desk is not None:
             self.approvals.bind(desk, self._wrapped)
+        self.scopes.bind(self.leases, self._wrapped.running_through)
         return self._wrapped
 
     def limiter(self, local: SenderUsage, limits: SenderLimits) -> ClusterSenderLimiter:

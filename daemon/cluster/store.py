@@ -65,6 +65,12 @@ class ClusterRuntimeStore:
         # (run id, tokens) → counted on the broker too; set with per-sender limits
         self.tokens: Callable[[str, int], Awaitable[None]] | None = None
 
+    def running_through(self, key: ThreadKey) -> str | None:
+        """The newest prompt of the thread's run going on here (what a REPL dump saved
+        now reflects), or None when the thread has no run here."""
+        newest = [max(p) for run_key, p in self._runs.values() if run_key == key and p]
+        return max(newest, default=None)
+
     def run(self, run_id: str) -> tuple[ThreadKey, list[str]] | None:
         """A running run's thread and prompts."""
         return self._runs.get(run_id)
