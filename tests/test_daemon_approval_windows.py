@@ -28,7 +28,7 @@ from daemon.approvals import ApprovalPolicy
 from daemon.config import load_config
 from daemon.runtime.approvals import ApprovalDesk
 from daemon.runtime.runs import RunResult
-from daemon.runtime.scheduler import Runtime
+from daemon.runtime.scheduler import Runtime, RuntimeOptions
 from daemon.runtime.store import SessionsRuntimeStore
 from sessions.approvals import NewApproval
 from sessions.ids import iso_utc
@@ -264,6 +264,74 @@ async def test_an_approve_while_another_run_of_the_thread_is_active_runs_after_i
             await pub.wait_for(2)
             assert [p.text for p in pub.sent] == ["re: meanwhile", "resumed"]
             assert resumed == ["paused-run"]
+        finally:
+            await runtime.shutdown(grace=1)
+            await desk.close()
+
+
+async def test_a_stop_of_queued_prompts_keeps_a_decided_run_that_waits_for_a_slot(
+    tmp_path: Path,
+):
+    """One slot, taken by another thread's run; in this thread a request is approved
+    (its run waits for the slot) and a prompt queued behind it. !stop drops the
+    queued prompt, but the approved run keeps its place and goes on when the slot
+    frees: the decision is not lost (nor left to resume at a later restart)."""
+    resumed: list[str] = []
+
+    async def resume(request: Any, paused: Any, decisions: Any) -> RunResult:
+        resumed.append(request.run_id)
+        return RunResult(reply="resumed")
+
+    pub = FakePublisher()
+    model = ScriptedModel()
+    async with Store(tmp_path / "asyncai.db") as store:
+        desk = ApprovalDesk(
+            store=store, publisher=pub, policy=ApprovalPolicy(), resume=resume, publish_timeout=5
+        )
+        runtime = Runtime(
+            store=SessionsRuntimeStore(store),
+            publisher=pub,
+            run=model,
+            approvals=desk,
+            options=RuntimeOptions(max_concurrent_runs=1),
+        )
+        first = msg("first")
+        await store.record_prompt("#ops", first.thread, first.id, "alice", "x", iso_utc(NOW))
+        await store.start_run("paused-run", "#ops", first.thread, [first.id])
+        await store.add_approval(
+            NewApproval(
+                id="abc123",
+                run_id="paused-run",
+                channel="#ops",
+                thread_id=first.thread,
+                requested_by="alice",
+                expires=iso_utc(NOW + timedelta(days=1)),
+                calls=[
+                    {"call_id": 0, "tool": "erase", "server": "test", "arguments": {}, "why": "x"}
+                ],
+                conversation={},
+            )
+        )
+        try:
+            assert await desk.adopt("abc123")
+            assert await runtime.submit(msg("elsewhere"))  # takes the one slot
+            await model.wait_started(1)
+            queued = msg("and then?", thread=first.thread)
+            assert await runtime.submit(queued)
+            await runtime.submit(msg("!approve abc123", thread=first.thread))
+            assert runtime.counts().waiting_threads == 1  # the approved run waits for the slot
+            await runtime.submit(msg("!stop", thread=first.thread))
+            [prompt] = await store.get_prompts([queued.id])
+            assert prompt.status == "failed"
+            model.release(0)
+            await pub.wait_for(3)
+            assert [p.text for p in pub.sent] == [
+                "Stopped by alice: nothing was run.",
+                "re: elsewhere",
+                "resumed",
+            ]
+            assert resumed == ["paused-run"]
+            assert len(model.requests) == 1  # the dropped prompt never ran
         finally:
             await runtime.shutdown(grace=1)
             await desk.close()

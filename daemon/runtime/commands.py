@@ -92,10 +92,13 @@ class ThreadCommands:
             thread.active.cancel()
         else:
             # Only queued prompts were waiting: answer them with the stop note here.
-            if thread.ready:
-                thread.ready = False
-                self._ready.remove((thread.channel, thread.thread_id))
-            self._threads.pop((thread.channel, thread.thread_id), None)
+            # A decided paused run waiting for a slot keeps its place: its decision
+            # stands (a !stop of it, once it runs, cancels it as any run).
+            if thread.resume is None:
+                if thread.ready:
+                    thread.ready = False
+                    self._ready.remove((thread.channel, thread.thread_id))
+                self._threads.pop((thread.channel, thread.thread_id), None)
             await self._publish_quietly(
                 thread, dropped[-1], f"Stopped by {message.sender}: nothing was run."
             )
