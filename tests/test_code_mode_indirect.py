@@ -257,6 +257,13 @@ async def test_a_call_the_gate_would_hold_on_the_direct_path_is_refused_not_made
     assert [(e.tool, e.decision, e.decided_by) for e in seen] == [
         ("append_line", "denied", "policy")
     ]
+    # the scope left the direct path: run again, the call waits for a person
+    again = await after.thread_scope(ThreadKey("#t", "t")).call_tool(
+        "run_code", {"code": "await later()"}
+    )
+    assert again.pause is not None, again.content
+    assert [(c.tool, c.arguments) for c in again.pause.calls] == [("append_line", {"line": "x"})]
+    assert appended(fake) == []
 
 
 @pytest.mark.parametrize("mode", ["deny", "ask"])

@@ -482,6 +482,10 @@ class CodeModeToolExecutor(BaseToolExecutor):
             await state.leave_direct(tuple(catalog.entries))
         run = SnippetRun(catalog, self._limits, nested)
         outcome = await run.drive(session, code, direct=state.direct)
+        if state.direct and nested.refused and not outcome.reset:
+            # a gated call reached the direct path (a function a stored REPL kept): the next
+            # snippet takes the snapshots, which can hold such a call for a person
+            await state.leave_direct(tuple(catalog.entries))
         outcome.fresh = fresh
         return outcome
 

@@ -309,7 +309,7 @@ class NestedCalls:
         else:  # ask: only the snapshot engine can hold a call for a person
             message = (
                 f"{entry.definition.qualified_name} needs a person's approval, which this "
-                "call cannot wait for, so it was not made"
+                "call cannot wait for, so it was not made; run the snippet again to wait for it"
             )
         log.warning("code_mode.call_refused", tool=entry.tool_name, reason=message)
         refused = refused_entry(entry, arguments, "denied", "policy", None)
