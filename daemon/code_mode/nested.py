@@ -74,7 +74,7 @@ from typing import Any
 import structlog
 from pydantic_monty import ExternalExceptionData, ExternalSettledResult
 
-from daemon.code_mode.approval import refused_entry
+from daemon.code_mode.approval import policy_denial, refused_entry
 from daemon.code_mode.catalog import CatalogEntry
 from daemon.code_mode.convert import (
     ConversionError,
@@ -305,7 +305,7 @@ class NestedCalls:
     ) -> ExternalExceptionData:
         """Audit a call the gate did not allow (it is not made); its ``PermissionError``."""
         if verdict.action == "deny":
-            message = verdict.reason.strip() or "denied by the approval policy"
+            message = policy_denial(verdict.reason)
         else:  # ask: only the snapshot engine can hold a call for a person
             message = (
                 f"{entry.definition.qualified_name} needs a person's approval, which this "
