@@ -232,6 +232,25 @@ def test_rebinding_a_helper_is_rejected(code: str, name: str, line: int) -> None
         assert f"e.g. '{name}_'" in message
 
 
+@pytest.mark.parametrize(
+    ("code", "name", "line"),
+    [
+        ("await _asyncai_wrappers['append_line'](line='x')", "_asyncai_wrappers", 1),
+        ("x = 1\nf = locals()['_asyncai_tool_append_line']", "_asyncai_tool_append_line", 2),
+        ("print(_asyncai_json)", "_asyncai_json", 1),
+        ("x = 1  # _asyncai_\n", "_asyncai_", 1),
+    ],
+)
+def test_naming_a_private_name_anywhere_is_rejected(code: str, name: str, line: int) -> None:
+    """A private name read, or named in a string or comment, is refused like a binding of one
+    (issue 26: the scope's _asyncai_wrappers held every tool); a longer name is not one."""
+    assert check_reserved(code) == (
+        f"run_code rejected this snippet before running it: line {line} uses the name "
+        f"'{name}'; names starting with '_asyncai_' are reserved for asyncai. Use another name."
+    )
+    assert check_reserved("my_asyncai_x = 1\nx_asyncai_ = 2") is None
+
+
 def test_rejection_message_text() -> None:
     """The full message: what happened, which helper, why, and another name."""
     assert check_reserved("x = 1\nnames = []") == (
