@@ -13,6 +13,7 @@ from daemon.code_mode.engine import SnippetOutcome
 from daemon.code_mode.fresh import FreshScopes
 from daemon.code_mode.scope import ScopeState
 from daemon.code_mode.scopes import ScopeTable
+from daemon.tools import ThreadKey
 
 TEST_LIMITS = {"max_feed_duration": 5.0, "max_wall": 20.0, "tool_timeout": 10.0}
 LIMITS = CodeModeLimits(**TEST_LIMITS)
@@ -133,10 +134,10 @@ async def test_a_scope_that_loads_nothing_takes_the_spare_at_its_checkout(monty_
 async def test_an_evicted_checkout_is_closed_by_the_time_the_table_is_drained(monty_pool):
     """close_evicted only starts the close; drain (and checkpoint_all) waits for it."""
     table = ScopeTable(CodeModeLimits(max_scopes=1, **TEST_LIMITS), None)
-    first = table.touch("a")
+    first = table.touch(ThreadKey("#c", "a"))
     assert not first.restore  # no store: nothing to load, so a spare may serve it
     session, _ = await first.checkout(monty_pool, LIMITS)
-    table.touch("b")  # evicts "a"
+    table.touch(ThreadKey("#c", "b"))  # evicts "a"
     await table.close_evicted()
     await table.checkpoint_all()
     assert first.session is None
