@@ -3,7 +3,7 @@
 A conversation's history keeps only user and assistant text, so a model that
 fetched 80 objects into ``ss`` last turn does not know ``ss`` is still there
 and fetches again. After each snippet the engine probes the scope and
-``context_note(thread_id)`` appends, to the newest user message of the next
+``context_note(thread)`` appends, to the newest user message of the next
 run::
 
     [run_code variables still in scope: ss: list[80], d: dict[3], n: int]
