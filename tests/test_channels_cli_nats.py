@@ -12,6 +12,7 @@ import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import nats
 import pytest
 
 from channels.frames import Status
@@ -70,6 +71,31 @@ async def test_pub_on_nats_into_a_thread_of_another_channel_is_refused(nats_url,
     channels.append(reader)
     subscribed = await reader.subscribe("#pub", since=ZERO_ID)
     assert subscribed.head is None  # nothing was stored in #pub
+
+
+async def test_a_raw_nats_publish_into_another_channels_thread_starts_its_own(
+    nats_url, channels
+) -> None:
+    """Issue 26: a client that skips the check (raw NATS) stores a #pub message whose
+    Atirc-Thread is an #ops id; every reader (the daemon too) reads it as the root of its
+    own #pub thread, so it joins nothing of #ops."""
+    ops = await _client(nats_url, "alice", channels)
+    root = await ops.publish("#ops", "a thread of #ops")
+    reader = NatsChannel(nats_url, nick="reader", ack_timeout=WAIT)
+    channels.append(reader)
+    await reader.subscribe("#pub")
+    await reader.publish("#pub", "creates the #pub stream")
+    raw = await nats.connect(nats_url)
+    try:
+        headers = {"Atirc-From": "eve", "Atirc-Thread": root.id, "Nats-Msg-Id": "eve:1"}
+        await raw.jetstream().publish(f"atirc.pub.{root.id}", b"smuggled", headers=headers)
+    finally:
+        await raw.close()
+    async with asyncio.timeout(WAIT):
+        first, smuggled = await reader.receive(), await reader.receive()
+    assert first.text == "creates the #pub stream"
+    assert (smuggled.channel, smuggled.text, smuggled.sender) == ("#pub", "smuggled", "eve")
+    assert smuggled.thread == smuggled.id != root.id
 
 
 async def test_pub_wait_on_nats_prints_the_split_reply(nats_url, channels) -> None:
