@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: up test lint bench
+.PHONY: up test crash-matrix lint bench
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -42,6 +42,11 @@ test: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 	$(PY) -m pytest
+
+# The rest of the crash-point matrix (direct mode, two daemons on NATS): CI runs it
+# after `make test`; the one-daemon code-mode part is in `make test` itself.
+crash-matrix: $(STAMP)
+	$(PY) -m pytest -m crash_matrix
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

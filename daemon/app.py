@@ -5,27 +5,24 @@
 - the sessions ``Store`` (opened first: every prompt is recorded before
   anything else happens to it);
 - the executor the config asks for (:func:`build_tool_executor`: MCP servers
-  over stdio, wrapped in code mode), with an audit observer that commits one
-  ``tool_calls`` row as each nested call ends, so a crash mid-run keeps the
-  record of what was done;
+  over stdio, in code mode unless direct), with an audit observer that commits
+  a ``tool_calls`` row as each call starts and ends (a mutating call waits for it);
 - the OpenAI-compatible backend (it appends the executor's variables note to
-  the newest user message, so after an eviction or a restart the model is
-  told that the REPL is empty);
+  the newest user message: after an eviction or a restart, the REPL is empty);
 - the channel: subscribed with ``since`` = each channel's stored cursor, after
   the prompts recorded but not done were scheduled again. A channel without a
   cursor is read from the daemon's first start (stored once), so nothing
   published since the install is missed. The cursor stays before held chunks.
 
-Before ``READY=1``, ``gc.freeze()`` takes startup's objects out of the collector's
-view: a full collection walking them stalled the loop 100-140 ms (``bench/daemon.py``).
+Before ``READY=1``, ``gc.freeze()`` hides startup's objects from the collector (a full
+collection walking them stalled the loop 100-140 ms: ``bench/daemon.py``).
 
 systemd (``Type=notify``, no extra dependency): ``READY=1`` once subscribed,
 ``WATCHDOG=1`` every half of ``WATCHDOG_USEC`` while the intake is alive, the
 channel healthy and the runtime not wedged (:mod:`daemon.runtime.watchdog`),
 ``STATUS=`` with active runs, queued prompts and live REPL scopes, and
-``STOPPING=1`` at shutdown.
-
-A run's progress goes to its thread as ``status`` frames (:mod:`daemon.runtime.progress`).
+``STOPPING=1`` at shutdown. A run's progress goes to its thread as ``status``
+frames (:mod:`daemon.runtime.progress`).
 
 Shutdown (SIGTERM, SIGINT, or :meth:`Daemon.request_stop`), in a fixed order:
 stop reading the channel, give active runs ``runtime.shutdown_grace`` seconds,
@@ -35,8 +32,7 @@ backend's HTTP client, the channel and the store. :meth:`Daemon.run` returns
 0; 1 when the daemon could not start or the hub went away for good. Whatever
 ends it, it closes everything first; one failing close does not skip the others.
 
-The only module that knows every part: it may import all of daemon/ but
-``daemon.cli``, and ``channels`` and ``sessions``.
+Knows every part: it imports daemon/ (but ``daemon.cli``), ``channels`` and ``sessions``.
 """
 
 from __future__ import annotations
@@ -166,6 +162,7 @@ class Daemon:
         self._policy = ApprovalPolicy.from_config(config.approvals)
         self._desk: ApprovalDesk | None = None
         self._cluster: ClusterNode | None = None  # nats:// only: threads shared with others
+        self._signed: SignedScopeStore | None = None  # one daemon's REPL dumps, in its SQLite
         # Chunks of split prompts, held until their last one (the cursor waits for them).
         self._joiner = ChunkJoiner()
 
@@ -277,6 +274,7 @@ class Daemon:
                     history_turns=config.runtime.history_turns,
                     history_chars=config.runtime.history_chars,
                     hold_cursor=self._joiner.holds,
+                    scopes=self._signed,
                 )
             ),
             publisher=publisher,
@@ -424,11 +422,12 @@ class Daemon:
         if pruned:
             log.info("daemon.scopes_pruned", scopes=pruned)
         max_bytes = config.code_mode.limits().max_scope_dump  # the default when unset
-        return await SignedScopeStore.open(self._store, key, max_bytes=max_bytes)
+        self._signed = await SignedScopeStore.open(self._store, key, max_bytes=max_bytes)
+        return self._signed
 
     async def _run(self, request: RunRequest) -> RunResult:
-        """One run through the backend; the thread's saved REPL is loaded first (so the
-        note can tell of it) and the REPL saved after it, when a snippet changed it."""
+        """One run through the backend; the thread's saved REPL loaded first (for the note)
+        and saved after it if a snippet changed it (see :meth:`SignedScopeStore.open_run`)."""
         assert self._noted is not None
         persistent = self._executor if isinstance(self._executor, PersistentScopes) else None
         if persistent is not None:
@@ -444,6 +443,8 @@ class Daemon:
         self, request: RunRequest, paused: PausedRun, decisions: Mapping[int, Decision]
     ) -> RunResult:
         """A paused run going on through the backend, once decided."""
+        if self._signed is not None:
+            self._signed.open_run(request.thread, request.run_id)
         async with self._progress(request):
             result = await self._backend.resume(
                 request, paused.conversation, paused.pause, decisions

@@ -2,8 +2,8 @@
 
 Holds the schema and its migrations (``schema``), the row types (``model``),
 the store (``store``: ``connection`` plumbing, the ``writer``, the
-``queries``, ``approvals``, the dumped REPL ``scopes`` and the learned
-``shapes``), ids (``ids``),
+``queries``, ``approvals``, the dumped REPL ``scopes``, the learned
+``shapes`` and the reply ``outbox``), ids (``ids``),
 the thread history (``history``), the Claude Code JSONL export (``export``)
 and what ``asyncai threads/audit/transcript`` print (``report``).
 
@@ -25,6 +25,7 @@ from .model import (
     ThreadSummary,
     ToolCallRow,
 )
+from .outbox import OutboxReply, ScopeWrite
 from .schema import SCHEMA_VERSION
 from .scopes import StoredScope, UnboundScope, scope_cutoff
 from .shapes import StoredShape
@@ -36,9 +37,11 @@ __all__ = [
     "AuditEntry",
     "HistoryText",
     "MigrationError",
+    "OutboxReply",
     "PromptStatus",
     "Record",
     "RunMetrics",
+    "ScopeWrite",
     "Store",
     "StoreClosedError",
     "StoreError",

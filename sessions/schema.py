@@ -284,6 +284,34 @@ async def _scope_channels(db: aiosqlite.Connection) -> None:
         await db.execute(statement)
 
 
+_OUTBOX = [
+    # A run's reply, committed with the run's end and published after it
+    # (sessions/outbox.py): a crash between the two publishes it at the next
+    # start with the same client_id, and never runs the prompts again.
+    """CREATE TABLE outbox (
+        run_id     TEXT PRIMARY KEY REFERENCES runs (id),
+        channel    TEXT NOT NULL,
+        thread_id  TEXT NOT NULL,
+        reply_to   TEXT NOT NULL,
+        client_id  TEXT NOT NULL,
+        text       TEXT NOT NULL,
+        committed  TEXT NOT NULL,
+        status     TEXT NOT NULL DEFAULT 'pending'
+                   CHECK (status IN ('pending', 'acked', 'refused')),
+        acked      TEXT,
+        message_id TEXT
+    )""",
+    # the next start reads only the unacknowledged few
+    "CREATE INDEX outbox_pending ON outbox (committed) WHERE status = 'pending'",
+]
+
+
+async def _outbox(db: aiosqlite.Connection) -> None:
+    """The outbox of replies committed with their run's end."""
+    for statement in _OUTBOX:
+        await db.execute(statement)
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "initial_schema", _initial_schema),
     Migration(2, "approvals", _approvals),
@@ -291,6 +319,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(4, "tools", _tools),
     Migration(5, "run_senders", _run_senders),
     Migration(6, "scope_channels", _scope_channels),
+    Migration(7, "outbox", _outbox),
 )
 SCHEMA_VERSION = MIGRATIONS[-1].version
 

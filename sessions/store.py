@@ -12,7 +12,8 @@ The class is assembled from these concepts, each in its own module:
 - ``scopes``: each thread's dumped REPL scope (and those signed before the MAC
   covered the channel, until the daemon re-signs or drops them);
 - ``replica``: a finished run's rows exported, and applied to another store;
-- ``shapes``: the return shapes code mode learned, per server and tool.
+- ``shapes``: the return shapes code mode learned, per server and tool;
+- ``outbox``: replies committed with their run's end, until the hub acked them.
 
 Callers import from here (or from ``sessions``); the names above are the
 whole public API of the store.
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 from .approvals import StoreApprovals
 from .connection import DEFAULT_BUSY_TIMEOUT, DEFAULT_DB_PATH
+from .outbox import StoreOutbox
 from .queries import StoreQueries, audit_query
 from .replica import StoreReplica
 from .scopes import StoreScopes
@@ -38,7 +40,15 @@ __all__ = [
 ]
 
 
-class Store(StoreWriter, StoreQueries, StoreApprovals, StoreScopes, StoreReplica, StoreShapes):
+class Store(
+    StoreWriter,
+    StoreQueries,
+    StoreApprovals,
+    StoreScopes,
+    StoreReplica,
+    StoreShapes,
+    StoreOutbox,
+):
     """Transcripts, runs, prompts, the audit, cursors and REPL scopes in one SQLite file.
 
     Use as ``async with Store(path) as store:`` or ``await store.open()`` …

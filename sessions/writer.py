@@ -21,6 +21,7 @@ from .connection import StoreConnections, canonical_timestamp
 from .errors import StoreError
 from .ids import now_iso, session_id, thread_key
 from .model import PromptStatus, Record, RunMetrics, ToolCallRow
+from .outbox import OutboxReply, ScopeWrite, put_reply, put_scope
 from .queries import PAUSED_RUN
 
 __all__ = ["CURSOR_SPACE", "FIRST_START", "PROMPT_STATUSES", "RUN_STATUSES", "StoreWriter"]
@@ -314,8 +315,15 @@ class StoreWriter(StoreConnections):
         prompt_ids: Iterable[str],
         prompt_status: PromptStatus,
         error: str | None = None,
+        *,
+        reply: OutboxReply | None = None,
+        scope: ScopeWrite | None = None,
     ) -> None:
         """Store a run's records, metrics, status and its prompts' status in ONE transaction.
+
+        With ``reply`` the reply goes into the outbox in the same transaction
+        (published after it, :mod:`sessions.outbox`), and with ``scope`` the
+        thread's REPL dump that reflects this run.
 
         Records are chained in the order given: the first one's
         ``parentUuid`` is the thread's last record, each next one's the
@@ -405,6 +413,10 @@ class StoreWriter(StoreConnections):
             )
             _mark(conn, ids, prompt_status)
             conn.execute("UPDATE threads SET last_active = ? WHERE id = ?", (now, key))
+            if reply is not None:
+                put_reply(conn, reply)
+            if scope is not None:
+                put_scope(conn, scope)
 
         await self._batch(f"finishing run {run_id}", finish)
 

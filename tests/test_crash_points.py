@@ -7,17 +7,26 @@ The mechanism (:mod:`daemon.crashpoints`) first, pure; then a real
 from __future__ import annotations
 
 import ast
+import contextlib
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
+from channels.hub import Hub
 from daemon import crashpoints
 from daemon.crashpoints import ENV, STEPS, parse
-from tests.test_daemon_process import DaemonProcess, thread_replies, world  # noqa: F401
+from daemon.runtime.interrupted import INTERRUPTED_HEAD
+from tests.fakes.fake_openai import FakeOpenAI, Reply, ToolCalls
+from tests.fakes.notify import NotifySocket
+from tests.test_daemon import Person, user_text, write_config
+from tests.test_daemon_process import DaemonProcess, _recorded_done, _session_ended, _stop
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -100,29 +109,190 @@ def test_every_point_in_the_code_names_a_documented_step() -> None:
     assert set(_points_in_source()) <= set(STEPS)
 
 
-# ---- a real daemon killed through a crash point --------------------------------------------
+# ---- a real daemon killed at each step of a run ----------------------------------------
+#
+# One hub, one scripted model, one database for the whole matrix of a tool mode;
+# each step is one case of a few seconds and two daemon starts:
+#
+# 1. the running daemon (not armed) answers P0 in a new thread: its snippet
+#    sets x = 1 (and, for "count", appends one line to the effects file);
+# 2. it stops (SIGTERM); a daemon armed at the step starts, and P1 in the
+#    same thread (x += 1, and for "count" one more line) kills it at the step;
+# 3. a daemon not armed starts (it recovers), P1 gets its outcome, and P2
+#    "show" prints x;
+# 4. the promises: each mutating call made at most once (the effects file),
+#    P1 answered by exactly one reply or the interrupted notice, the REPL
+#    reflecting each finished run once (x), and PRAGMA integrity_check ok.
+#
+# "count" makes a mutating call, so a run cut off after it started is not run
+# again; "tally" makes none, so it is run again unless its reply was committed.
+# Direct mode has no REPL: "count" is the model's own append_line call, "tally"
+# a plain answer.
+
+TALLY = """
+try:
+    x += 1
+except NameError:
+    x = 1
+x
+"""
+COUNT = TALLY.replace("\nx\n", "\nawait append_line(path={path!r}, line={line!r})\nx\n")
 
 
-async def test_a_daemon_killed_right_after_recording_a_prompt_answers_it_after_restart(world):  # noqa: F811
-    """ASYNCAI_CRASH_AT=prompt_recorded: the daemon dies by its own SIGKILL as the prompt
-    is stored; started again, it answers the prompt once."""
-    from tests.fakes.fake_openai import Reply
+def _model(effects: Path, mode: str):
+    """The scripted model: "count N" → the counting call, "show" → x, a result → its text."""
 
-    hub, fake, alice, daemon, _ = world
-    fake.add(Reply("answered once"))
-    first: DaemonProcess = daemon()
-    await first.start(**{ENV: "prompt_recorded"})
-    mid, thread = await alice.say("hello?")
-    assert await first.wait() == -signal.SIGKILL
-    assert "asyncai: crash point prompt_recorded:1 reached, SIGKILL" in first.log.read_text()
-    first.kill_all()
-    assert not fake.requests  # it died before any run
+    def step(body: dict) -> Reply | ToolCalls:
+        last = body["messages"][-1]
+        if last["role"] == "tool":
+            return Reply(f"result: {last['content']}")
+        text = user_text(body).split("\n", 1)[0].strip()
+        if mode == "direct":
+            if text.startswith("count"):
+                return ToolCalls(("append_line", {"path": str(effects), "line": text}))
+            return Reply("result: no tools")
+        if text.startswith("count"):
+            return ToolCalls(("run_code", {"code": COUNT.format(path=str(effects), line=text)}))
+        if text.startswith("tally"):
+            return ToolCalls(("run_code", {"code": TALLY}))
+        return ToolCalls(("run_code", {"code": "x"}))
 
-    second = daemon()
-    await second.start()
-    [reply] = await alice.reply_in(thread)
-    assert (reply.text, reply.reply_to) == ("answered once", mid)
-    assert second.proc is not None
-    second.proc.send_signal(signal.SIGTERM)
-    assert await second.wait() == 0
-    assert await thread_replies(hub, thread) == ["answered once"]
+    return step
+
+
+# What a crash at each step leads to, after the restart (the README's table): the
+# prompt P1 ("count" or "tally"), answered ("reply") or not run again (the
+# interrupted notice), how many of its mutating calls may have been made, and how
+# many requests the model got for it (a whole run is two: the call, the answer).
+OUTCOMES: dict[str, tuple[str, str, tuple[int, ...], tuple[int, ...]]] = {
+    "prompt_recorded": ("tally", "reply", (0,), (2,)),  # run (again) from the start
+    "run_started": ("tally", "reply", (0,), (2,)),
+    "scope_restored": ("tally", "reply", (0,), (2,)),  # code mode: a stored REPL loaded
+    "audit_started": ("count", "notice", (0,), (1,)),  # its started row is in: not rerun
+    "call_sent": ("count", "notice", (0, 1), (1,)),  # in the server's pipe: it may act
+    "call_answered": ("count", "notice", (1,), (1,)),
+    "audit_completed": ("count", "notice", (1,), (1,)),
+    "model_answered": ("count", "notice", (1,), (2,)),  # the run's end never committed
+    "reply_committed": ("tally", "reply", (0,), (2,)),  # the outbox publishes it at start
+    "reply_published": ("tally", "reply", (0,), (2,)),
+    "run_finished": ("tally", "reply", (0,), (2,)),
+}
+
+
+@dataclass
+class Matrix:
+    """The shared world of one tool mode's crash cases."""
+
+    mode: str
+    hub: Hub
+    fake: FakeOpenAI
+    alice: Person
+    config: Path
+    notify: NotifySocket
+    effects: Path
+    daemon: DaemonProcess | None = None  # the one running now (not armed)
+    spawned: list[DaemonProcess] = field(default_factory=list)
+
+    async def start(self, **env: str) -> DaemonProcess:
+        d = DaemonProcess(self.config, self.notify)
+        self.spawned.append(d)
+        await d.start(**env)
+        return d
+
+    async def running(self) -> DaemonProcess:
+        """The daemon not armed, started if none runs."""
+        if (
+            self.daemon is None
+            or self.daemon.proc is None
+            or self.daemon.proc.returncode is not None
+        ):
+            self.daemon = await self.start()
+        return self.daemon
+
+    def lines(self) -> list[str]:
+        return self.effects.read_text().splitlines() if self.effects.exists() else []
+
+
+@pytest.fixture(
+    scope="module", params=["code", pytest.param("direct", marks=pytest.mark.crash_matrix)]
+)
+async def matrix(request, tmp_path_factory) -> AsyncIterator[Matrix]:
+    mode = request.param
+    tmp = tmp_path_factory.mktemp(f"crash-{mode}")
+    effects = tmp / "effects.txt"
+    async with (
+        Hub(tmp / "hub.db", host="127.0.0.1", port=0) as hub,
+        FakeOpenAI(fallback=_model(effects, mode)) as fake,
+    ):
+        config = write_config(
+            tmp / "asyncai.toml", hub_url=hub.url, model_url=fake.base_url, servers=True
+        )
+        text = config.read_text().replace("shutdown_grace = 2.0", "shutdown_grace = 0.5")
+        text = text.replace("retries = 0", f'retries = 0\ntool_mode = "{mode}"')
+        config.write_text(text + '\n[approvals]\nmode = "allow"\n')
+        notify = NotifySocket(tmp / "notify.sock")
+        alice = Person(hub.url)
+        await alice.start()
+        world = Matrix(mode, hub, fake, alice, config, notify, effects)
+        try:
+            yield world
+        finally:
+            for d in world.spawned:
+                d.kill_all()
+                if d.proc is not None:
+                    await d.wait()
+            await alice.close()
+            await notify.close()
+
+
+def _integrity(db: Path) -> str:
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        return str(conn.execute("PRAGMA integrity_check").fetchone()[0])
+
+
+@pytest.mark.parametrize("step", list(OUTCOMES))
+async def test_a_crash_at_each_step_keeps_every_promise(matrix: Matrix, step: str):
+    """SIGKILL at ``step`` of a run, restart: see the comment above for the promises."""
+    kind, expected, calls, asked = OUTCOMES[step]
+    if matrix.mode == "direct":
+        if step == "scope_restored":
+            pytest.skip("direct mode has no REPL to restore")
+        kind = "count"  # the model's own call; "tally" would have no step of a call
+    m, alice = matrix, matrix.alice
+    before = m.lines()
+    # P0, answered in full: the thread has a stored REPL (x = 1) and one line
+    await m.running()
+    p0, first = await alice.ask(f"{kind} {step} 0")
+    thread = p0
+    assert first.text.startswith("result:"), first.text
+    await _recorded_done(m.config.parent / "asyncai.db", p0)
+    assert m.daemon is not None
+    await _stop(m.daemon)
+
+    armed = await m.start(**{ENV: step})
+    p1, _ = await alice.say(f"{kind} {step} 1", thread=thread)
+    assert await armed.wait() == -signal.SIGKILL, armed.log.read_text()[-3000:]
+    armed.kill_all()  # its workers and servers, as systemd would
+    await _session_ended(armed)
+    assert f"crash point {step}:1 reached" in armed.log.read_text()
+
+    m.daemon = await m.start()
+    [_, outcome] = await alice.reply_in(thread, 2)
+    _, shown = await alice.ask("show", thread=thread)
+
+    answers = [r for r in alice.replies[thread] if r.reply_to == p1]
+    assert len(answers) == 1, [r.text for r in answers]  # one reply, or the notice
+    assert outcome.reply_to == p1
+    if expected == "reply":
+        assert outcome.text.startswith("result:"), outcome.text
+    else:
+        assert outcome.text.startswith(INTERRUPTED_HEAD), outcome.text
+    made = [line for line in m.lines()[len(before) :] if line == f"count {step} 1"]
+    assert len(made) in calls  # each mutating call at most once
+    # the model was asked for P1 once, or again after a crash before anything durable
+    requests = [r for r in m.fake.requests if user_text(r).startswith(f"{kind} {step} 1")]
+    assert len(requests) in asked, len(requests)
+    if m.mode == "code":  # the REPL reflects each finished run once
+        finished = 2 if expected == "reply" else 1
+        assert shown.text == f"result: {finished}", shown.text
+    assert _integrity(m.config.parent / "asyncai.db") == "ok"

@@ -404,8 +404,9 @@ async def test_recover_runs_pending_prompts_once_coalesced_per_thread(parts):
     assert [await status(store, p.id) for p in (root, more)] == ["done", "done"]
 
 
-async def test_unacked_reply_leaves_prompts_pending(parts):
-    """When the hub never acks the reply, the prompt stays queued for the next start."""
+async def test_an_unacked_reply_waits_in_the_outbox_for_the_next_start(parts):
+    """When the hub never acks the reply, the run is done and its reply stays in the
+    outbox: the next start publishes it (same client_id) without asking the model again."""
     store, pub, model = parts
     model.hold = False
     pub.fail = True
@@ -414,8 +415,23 @@ async def test_unacked_reply_leaves_prompts_pending(parts):
     await rt.submit(m)
     await model.wait_started(1)
     await rt.shutdown(grace=1)
-    assert await status(store, m.id) == "queued"
+    assert await status(store, m.id) == "done"
     assert (await run_row(store, model.requests[0].run_id))[0] == "done"
+    [waiting] = await store.unacked_replies()
+    assert (waiting.text, waiting.prompt_ids) == ("re: hello", (m.id,))
+
+    pub.fail = False
+    again = runtime_of(parts)
+    assert await again.recover() == 0  # nothing to run
+    await again.shutdown(grace=1)
+    assert len(model.requests) == 1
+    [sent] = pub.sent
+    assert (sent.text, sent.reply_to, sent.client_id) == (
+        "re: hello",
+        m.id,
+        reply_client_id("#ops", m.id),
+    )
+    assert await store.unacked_replies() == []
 
 
 def test_options_are_checked():

@@ -28,6 +28,7 @@ from daemon.cluster.router import ThreadRouter
 from daemon.runtime.ports import InboundMessage, PromptStatus, RecordOutcome, RuntimeStore
 from daemon.runtime.runs import HistoryTurn, RunResult
 from sessions.model import InterruptedRun
+from sessions.outbox import OutboxReply
 
 __all__ = ["ClusterRuntimeStore"]
 
@@ -184,10 +185,16 @@ class ClusterRuntimeStore:
         return bounded(earlier, max_turns, max_chars)
 
     async def finish_run(
-        self, run_id: str, result: RunResult, prompt_ids: list[str], prompt_status: PromptStatus
+        self,
+        run_id: str,
+        result: RunResult,
+        prompt_ids: list[str],
+        prompt_status: PromptStatus,
+        *,
+        reply: OutboxReply | None = None,
     ) -> None:
         """Locally; then, when the prompts ended, the thread's marker moves past them."""
-        await self._inner.finish_run(run_id, result, prompt_ids, prompt_status)
+        await self._inner.finish_run(run_id, result, prompt_ids, prompt_status, reply=reply)
         if prompt_status not in ("done", "failed"):
             self._runs.pop(run_id, None)
             return
@@ -195,6 +202,18 @@ class ClusterRuntimeStore:
         self._runs.pop(run_id, None)
         key = run[0] if run is not None else self._thread_of(prompt_ids)
         await self._answered(key, prompt_ids)
+
+    async def unacked_replies(self) -> list[OutboxReply]:
+        """The local outbox."""
+        return await self._inner.unacked_replies()
+
+    async def reply_acked(self, run_id: str, message_id: str) -> None:
+        """Locally."""
+        await self._inner.reply_acked(run_id, message_id)
+
+    async def reply_refused(self, run_id: str, error: str) -> None:
+        """Locally (the thread's marker moved when the run was committed)."""
+        await self._inner.reply_refused(run_id, error)
 
     async def set_prompt_status(self, prompt_ids: list[str], status: PromptStatus) -> None:
         """Locally; prompts that ended move their thread's marker too."""

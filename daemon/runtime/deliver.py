@@ -1,29 +1,34 @@
-"""The end of a run in its thread: the reply published, then the run recorded.
+"""The end of a run in its thread: the run recorded with its reply, then the reply published.
 
-A reply is published in the prompt's thread with ``reply_to`` = the run's last
-prompt and a ``client_id`` derived from it (a retry after a crash is acked
-with the first copy, never stored twice); the prompts are marked done (or
-failed) only after the hub acked it, in the same transaction as the run's
-records and metrics. Notices (a stop, a refusal) are published the same way
-but a failure to publish one is only logged.
+A transactional outbox (issue 26 §2.2, :mod:`sessions.outbox`): the reply is
+committed first, in the same transaction as the run's records, metrics and
+status, its prompts' status (``done``, or ``failed`` for a failed run) and
+the thread's REPL dump; then it is published in the prompt's thread with
+``reply_to`` = the run's last prompt and a ``client_id`` derived from it;
+then, once the hub acked it, its outbox row is marked ``acked``. A crash
+anywhere after the commit leaves the reply in the outbox: the next start
+publishes it (:func:`publish_reply`, same ``client_id``, so a copy the hub
+already stored is acked again, never stored twice) and does not run the
+prompts again, nor ask the model again. A publish that times out or loses
+the connection keeps the reply in the outbox for the next start likewise.
 
 A reply the hub refuses for what it is (:class:`PublishRefused`: retrying
-cannot help) ends the prompts as failed, with a short notice in the thread
-saying why, instead of keeping them pending for a next start that would fail
-the same way. Any other publish failure keeps them pending.
+cannot help) ends the run and its prompts as failed, with a short notice
+in the thread saying why. Notices (a stop, a refusal) are not kept in the
+outbox: a failure to publish one is only logged.
 """
 
 from __future__ import annotations
 
 import asyncio
 import uuid
-from dataclasses import replace
 
 import structlog
 
 from daemon.crashpoints import crash_point
 from daemon.runtime.ports import (
     InboundMessage,
+    PromptStatus,
     PublishRefused,
     RuntimeOptions,
     RuntimePublisher,
@@ -31,6 +36,7 @@ from daemon.runtime.ports import (
     reply_client_id,
 )
 from daemon.runtime.runs import RunResult
+from sessions.outbox import OutboxReply
 
 __all__ = [
     "MAX_ERROR_REPLY",
@@ -38,6 +44,8 @@ __all__ = [
     "error_reply",
     "notice_client_id",
     "publish_quietly",
+    "publish_reply",
+    "publish_unacked",
 ]
 
 log = structlog.get_logger("asyncai.runtime")
@@ -76,46 +84,74 @@ async def deliver(
     result: RunResult,
     bound: structlog.typing.FilteringBoundLogger,
 ) -> None:
-    """Publish the run's reply, then record the run and its prompts' status."""
+    """Commit the run with its reply in the outbox, then publish the reply."""
     if result.status != "done":
         bound.warning("runtime.run_failed", error=result.error, status=result.status)
         reply = result.reply.strip() or error_reply(result.error)
     else:
         reply = result.reply.strip() or "(the model returned an empty reply)"
+    last = prompts[-1].id
+    outbox = OutboxReply(
+        run_id, channel, thread_id, last, reply_client_id(channel, last), reply, tuple(ids)
+    )
+    status: PromptStatus = "done" if result.status == "done" else "failed"
+    await store.finish_run(run_id, result, ids, status, reply=outbox)
+    crash_point("reply_committed")
+    await publish_reply(store, publisher, options.publish_timeout, outbox, bound)
+
+
+async def publish_unacked(store: RuntimeStore, publisher: RuntimePublisher, seconds: float) -> None:
+    """After a restart: publish each reply committed and not acknowledged, oldest first
+    (:func:`publish_reply`). Their prompts are done: the model is not asked again."""
+    for reply in await store.unacked_replies():
+        bound = log.bind(run_id=reply.run_id, channel=reply.channel, thread=reply.thread_id)
+        bound.info("runtime.reply_from_outbox", prompts=list(reply.prompt_ids))
+        await publish_reply(store, publisher, seconds, reply, bound)
+
+
+async def publish_reply(
+    store: RuntimeStore,
+    publisher: RuntimePublisher,
+    seconds: float,  # the bound on the publish (publish_timeout)
+    reply: OutboxReply,
+    bound: structlog.typing.FilteringBoundLogger,
+) -> None:
+    """Publish a committed reply, then mark it acknowledged (see the module docstring)."""
     try:
-        async with asyncio.timeout(options.publish_timeout):
+        async with asyncio.timeout(seconds):
             ack = await publisher.publish(
-                channel,
-                reply,
-                thread=thread_id,
-                reply_to=prompts[-1].id,
-                client_id=reply_client_id(channel, prompts[-1].id),
+                reply.channel,
+                reply.text,
+                thread=reply.thread_id,
+                reply_to=reply.reply_to,
+                client_id=reply.client_id,
             )
         crash_point("reply_published")
     except PublishRefused as exc:
         bound.error("runtime.reply_refused", error=str(exc), action="prompts marked failed")
         await publish_quietly(
             publisher,
-            options.publish_timeout,
-            channel,
-            thread_id,
-            prompts[-1].id,
+            seconds,
+            reply.channel,
+            reply.thread_id,
+            reply.reply_to,
             error_reply(f"the reply could not be published ({exc})"),
-            client_id=notice_client_id(channel, prompts[-1].id),
+            client_id=notice_client_id(reply.channel, reply.reply_to),
         )
-        failed = replace(result, status="failed", error=f"reply refused: {exc}")
-        await store.finish_run(run_id, failed, ids, "failed")
+        await store.reply_refused(reply.run_id, f"reply refused: {exc}")
         return
     except Exception as exc:
-        # Not acked: keep the prompts pending so the next start answers them
-        # (or, when the run started a mutating call, posts the interrupted
-        # notice); the reply's client_id keeps a late-stored copy from doubling.
-        bound.error("runtime.publish_failed", error=f"{type(exc).__name__}: {exc}")
-        await store.finish_run(run_id, result, ids, "queued")
+        # Not acked: the reply stays in the outbox, and the next start publishes it
+        # (its client_id keeps a copy the hub stored late from doubling).
+        bound.error(
+            "runtime.publish_failed",
+            error=f"{type(exc).__name__}: {exc}",
+            action="kept in the outbox: the next start publishes it",
+        )
         return
-    await store.finish_run(run_id, result, ids, "done" if result.status == "done" else "failed")
+    await store.reply_acked(reply.run_id, ack)
     crash_point("run_finished")
-    bound.info("runtime.run_finished", status=result.status, reply_id=ack)
+    bound.info("runtime.run_finished", reply_id=ack)
 
 
 async def publish_quietly(

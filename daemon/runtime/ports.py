@@ -22,6 +22,7 @@ from typing import Literal, Protocol
 from daemon.errors import AsyncaiError
 from daemon.runtime.runs import HistoryTurn, RunRequest, RunResult
 from sessions.model import InterruptedRun, PromptStatus
+from sessions.outbox import OutboxReply
 
 __all__ = [
     "InboundMessage",
@@ -143,10 +144,25 @@ class RuntimeStore(Protocol):
         result: RunResult,
         prompt_ids: list[str],
         prompt_status: PromptStatus,
+        *,
+        reply: OutboxReply | None = None,
     ) -> None:
-        """In one transaction: records, metrics, the run's status and its prompts' status.
+        """In one transaction: records, metrics, the run's status and its prompts' status;
+        with ``reply``, the reply in the outbox and the thread's REPL dump of the run.
 
         The run's token counts never go down (see :meth:`add_run_tokens`)."""
+        ...
+
+    async def unacked_replies(self) -> list[OutboxReply]:
+        """Replies committed and not acknowledged by the hub, oldest first."""
+        ...
+
+    async def reply_acked(self, run_id: str, message_id: str) -> None:
+        """The hub acknowledged the run's reply."""
+        ...
+
+    async def reply_refused(self, run_id: str, error: str) -> None:
+        """The hub refused the run's reply: the run and its prompts end failed."""
         ...
 
     async def set_prompt_status(self, prompt_ids: list[str], status: PromptStatus) -> None:

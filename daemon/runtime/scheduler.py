@@ -21,9 +21,8 @@ Rules (DESIGN.md, "Runtime: threads and runs"):
   ``since``), and nothing is lost because the cursor only moves past
   recorded prompts.
 - Every prompt is recorded before anything else happens to it; the cursor
-  moves only after that. A reply is published in the prompt's thread with
-  ``reply_to`` = the run's last prompt; the prompts are marked done only after
-  the hub acked it, in the same transaction as the run's records and metrics.
+  moves only after that. A reply is committed with the run's end (its prompts
+  done), then published in the thread (:mod:`daemon.runtime.deliver`).
 - ``!stop`` in a thread cancels its active run and drops what was queued
   behind it; the thread gets a short "stopped" reply. ``!reset`` empties an
   idle thread's REPL and its saved copy (:mod:`daemon.runtime.commands`).
@@ -58,7 +57,7 @@ from daemon.crashpoints import crash_point
 from daemon.runtime.approvals import ApprovalDesk, ResumeJob
 from daemon.runtime.commands import RESET_COMMAND, STOP_COMMAND, ResetFunction, ThreadCommands
 from daemon.runtime.complete import complete
-from daemon.runtime.deliver import deliver, publish_quietly
+from daemon.runtime.deliver import deliver, publish_quietly, publish_unacked
 from daemon.runtime.interrupted import report_all_interrupted
 from daemon.runtime.limits import SenderLimiter, start_within_limits
 from daemon.runtime.pausing import PausedRuns, ThreadKey, ThreadRun
@@ -218,6 +217,7 @@ class Runtime(PausedRuns, ThreadCommands):
         run waits for a decision and hands back the decided ones (which go first):
         a prompt queued behind a paused run never overtakes it.
         """
+        await publish_unacked(self._store, self._publisher, self._options.publish_timeout)
         pending = await self._store.pending_prompts()  # the store's own recovery first
         held = await report_all_interrupted(
             self._store, self._publisher, self._options.publish_timeout

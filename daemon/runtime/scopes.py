@@ -18,6 +18,11 @@ re-signed when the sessions tables prove its channel (its thread id names a
 thread of exactly one channel, so no other channel's run can have touched
 that REPL) and its old MAC verifies; any other is dropped, with one
 ``daemon.scope_dropped`` log line each.
+
+While a thread's run has not ended, its dumps are held back
+(:meth:`SignedScopeStore.open_run`) and committed with the run's end and its
+reply (:meth:`daemon.runtime.store.SessionsRuntimeStore.finish_run`), so after
+any crash the stored REPL reflects each run that ended exactly once.
 """
 
 from __future__ import annotations
@@ -34,7 +39,11 @@ import structlog
 
 from daemon.errors import ConfigError, ScopeRejected
 from daemon.tools import StoredScopeDump, ThreadKey
+from sessions.ids import now_iso
+from sessions.outbox import ScopeWrite
 from sessions.store import Store
+
+log = structlog.get_logger("asyncai.daemon")
 
 __all__ = [
     "KEY_FILE",
@@ -46,7 +55,6 @@ __all__ = [
     "scope_mac",
 ]
 
-log = structlog.get_logger("asyncai.daemon")
 
 KEY_FILE = "scope.key"
 KEY_BYTES = 32
@@ -153,6 +161,28 @@ class SignedScopeStore:
         self._key = key
         self._max_bytes = max_bytes
         self._version = version or monty_version()
+        self._runs: dict[ThreadKey, str] = {}  # threads whose run's end is not committed yet
+        self._held: dict[str, ScopeWrite] = {}  # by run id: the dump to commit with its end
+
+    def open_run(self, thread: ThreadKey, run_id: str) -> None:
+        """Hold back the thread's saves until ``run_id``'s end is committed (issue 26).
+
+        Meanwhile the REPL reflects a run that has not ended: a dump stored
+        now and followed by a crash would make the run, run again, count
+        twice. :meth:`held` hands the last such dump to the run's end, which
+        commits it in the same transaction; :meth:`release` ends the hold.
+        """
+        self._runs[thread] = run_id
+
+    def held(self, run_id: str) -> ScopeWrite | None:
+        """The dump (or drop) held back for ``run_id``, for its end's transaction."""
+        return self._held.get(run_id)
+
+    def release(self, run_id: str) -> None:
+        """The run's end was committed (or failed): saves go straight to the store again."""
+        self._held.pop(run_id, None)
+        for thread in [t for t, run in self._runs.items() if run == run_id]:
+            del self._runs[thread]
 
     @classmethod
     async def open(
@@ -164,14 +194,21 @@ class SignedScopeStore:
         return cls(store, key, max_bytes=max_bytes, version=version)
 
     async def save(self, thread: ThreadKey, data: bytes) -> None:
-        """Store the thread's dump with its MAC (the thread must have been recorded)."""
+        """Store the thread's dump with its MAC (the thread must have been recorded);
+        held back while the thread's run has not ended (:meth:`open_run`)."""
         mac = scope_mac(self._key, self._version, thread, data)
+        if (run := self._runs.get(thread)) is not None:
+            self._held[run] = ScopeWrite(*thread, self._version, data, mac)
+            return
         await self._store.save_scope(
             thread.channel, thread.thread_id, monty_version=self._version, data=data, mac=mac
         )
 
     async def load(self, thread: ThreadKey) -> StoredScopeDump | None:
         """The thread's dump if it is ours, intact and loadable; else ScopeRejected."""
+        run = self._runs.get(thread)
+        if run is not None and (kept := self._held.get(run)) is not None:
+            return None if kept.data is None else StoredScopeDump(kept.data, now_iso())
         stored = await self._store.load_scope(thread.channel, thread.thread_id)
         if stored is None:
             return None
@@ -191,5 +228,8 @@ class SignedScopeStore:
         return StoredScopeDump(stored.data, stored.dumped)
 
     async def drop(self, thread: ThreadKey) -> None:
-        """Forget the thread's dump."""
+        """Forget the thread's dump (with its run's end, while one is open)."""
+        if (run := self._runs.get(thread)) is not None:
+            self._held[run] = ScopeWrite(*thread, self._version, None, "")
+            return
         await self._store.drop_scope(thread.channel, thread.thread_id)

@@ -11,9 +11,12 @@ from collections.abc import Callable
 
 from daemon.runtime.ports import InboundMessage, PromptStatus, RecordOutcome
 from daemon.runtime.runs import HistoryTurn, RunResult
+from daemon.runtime.scopes import SignedScopeStore
+from daemon.tools import ThreadKey
 from sessions.errors import ThreadLookupError
 from sessions.ids import now_iso
 from sessions.model import InterruptedRun
+from sessions.outbox import OutboxReply
 from sessions.store import Store
 
 __all__ = ["SessionsRuntimeStore"]
@@ -37,8 +40,10 @@ class SessionsRuntimeStore:
         history_turns: int = 20,
         history_chars: int = 24_000,
         hold_cursor: Callable[[str], bool] | None = None,
+        scopes: SignedScopeStore | None = None,
     ):
         self.store = store
+        self.scopes = scopes  # the REPL dumps held back until their run's end
         self.history_turns = history_turns
         self.history_chars = history_chars
         self._hold_cursor = hold_cursor
@@ -111,8 +116,11 @@ class SessionsRuntimeStore:
     async def start_run(
         self, run_id: str, channel: str, thread_id: str, prompt_ids: list[str]
     ) -> None:
-        """The run row, with its prompts claimed as running."""
+        """The run row, with its prompts claimed as running; the thread's REPL dumps are
+        held back from now until the run's end (:meth:`SignedScopeStore.open_run`)."""
         await self.store.start_run(run_id, channel, thread_id, prompt_ids)
+        if self.scopes is not None:
+            self.scopes.open_run(ThreadKey(channel, thread_id), run_id)
 
     async def add_run_tokens(self, run_id: str, prompt_tokens: int, completion_tokens: int) -> None:
         """One model response's tokens, on the run's row now."""
@@ -126,18 +134,50 @@ class SessionsRuntimeStore:
         return [HistoryTurn(role=t.role, text=t.text) for t in turns]
 
     async def finish_run(
-        self, run_id: str, result: RunResult, prompt_ids: list[str], prompt_status: PromptStatus
+        self,
+        run_id: str,
+        result: RunResult,
+        prompt_ids: list[str],
+        prompt_status: PromptStatus,
+        *,
+        reply: OutboxReply | None = None,
     ) -> None:
-        """Records, metrics, run status and prompt status in one transaction."""
-        await self.store.finish_run(
-            run_id,
-            result.status,
-            result.records,
-            result.metrics,
-            prompt_ids,
-            prompt_status,
-            error=result.error,
-        )
+        """Records, metrics, run status and prompt status in one transaction; with a
+        ``reply``, the reply in the outbox and the REPL dump the run left (if any).
+
+        The dump is the one :attr:`scopes` held back for this run (see
+        :class:`~daemon.runtime.scopes.SignedScopeStore`); a run that ends
+        without a reply (interrupted, stopped) drops it, so the stored REPL
+        reflects exactly the runs that ended with a reply.
+        """
+        scope = self.scopes.held(run_id) if self.scopes is not None and reply else None
+        try:
+            await self.store.finish_run(
+                run_id,
+                result.status,
+                result.records,
+                result.metrics,
+                prompt_ids,
+                prompt_status,
+                error=result.error,
+                reply=reply,
+                scope=scope,
+            )
+        finally:
+            if self.scopes is not None:
+                self.scopes.release(run_id)
+
+    async def unacked_replies(self) -> list[OutboxReply]:
+        """Replies committed and not acknowledged (published again at start)."""
+        return await self.store.unacked_replies()
+
+    async def reply_acked(self, run_id: str, message_id: str) -> None:
+        """The hub acknowledged the run's reply."""
+        await self.store.reply_acked(run_id, message_id)
+
+    async def reply_refused(self, run_id: str, error: str) -> None:
+        """The hub refused the run's reply: run and prompts end failed."""
+        await self.store.reply_refused(run_id, error)
 
     async def set_prompt_status(self, prompt_ids: list[str], status: PromptStatus) -> None:
         """Status of prompts no run finished."""

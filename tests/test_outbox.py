@@ -1,0 +1,102 @@
+"""The outbox (issue 26 §2.2): a reply committed with its run's end, and the REPL dump with it.
+
+Over the real store; the crash at each step is ``tests/test_crash_points.py``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from daemon.runtime.runs import RunResult
+from daemon.runtime.scopes import SignedScopeStore
+from daemon.runtime.store import SessionsRuntimeStore
+from daemon.tools import ThreadKey
+from sessions.outbox import OutboxReply
+from sessions.store import Store
+from tests.fakes.runtime_helpers import msg
+
+KEY = b"k" * 32
+
+
+@pytest.fixture
+async def store(tmp_path: Path):
+    async with Store(tmp_path / "asyncai.db") as s:
+        yield s
+
+
+def _reply(run_id: str, prompt_id: str, thread: str) -> OutboxReply:
+    return OutboxReply(run_id, "#ops", thread, prompt_id, f"cid-{prompt_id}", "the answer")
+
+
+async def _started(store: Store, scopes: SignedScopeStore | None = None):
+    runtime = SessionsRuntimeStore(store, scopes=scopes)
+    m = msg("x")
+    await runtime.record_prompt(m)
+    await runtime.start_run("R1", m.channel, m.thread, [m.id])
+    return runtime, m
+
+
+async def test_the_reply_lands_with_the_runs_end_and_waits_until_acked(store: Store):
+    runtime, m = await _started(store)
+    await runtime.finish_run(
+        "R1", RunResult("the answer"), [m.id], "done", reply=_reply("R1", m.id, m.thread)
+    )
+    [prompt] = await store.get_prompts([m.id])
+    assert prompt.status == "done"
+    [waiting] = await runtime.unacked_replies()
+    assert (waiting.run_id, waiting.text, waiting.prompt_ids) == ("R1", "the answer", (m.id,))
+    await runtime.reply_acked("R1", "hub-id-1")
+    assert await runtime.unacked_replies() == []
+
+
+async def test_a_refused_reply_fails_the_run_and_its_prompts(store: Store):
+    runtime, m = await _started(store)
+    await runtime.finish_run(
+        "R1", RunResult("x"), [m.id], "done", reply=_reply("R1", m.id, m.thread)
+    )
+    await runtime.reply_refused("R1", "reply refused: too large")
+    [prompt] = await store.get_prompts([m.id])
+    assert prompt.status == "failed"
+    found = await store.run_metrics("R1")
+    assert found is not None
+    status, _, error = found
+    assert (status, error) == ("failed", "reply refused: too large")
+    assert await runtime.unacked_replies() == []
+
+
+async def test_a_runs_dump_is_held_back_and_committed_with_its_reply(store: Store):
+    """While the run has not ended, a save of its thread's REPL does not reach the
+    store; the run's end commits it; the next save goes straight through again."""
+    scopes = SignedScopeStore(store, KEY, max_bytes=1 << 20)
+    runtime, m = await _started(store, scopes)
+    thread = ThreadKey(m.channel, m.thread)
+    await scopes.save(thread, b"dump of run 1")
+    assert await store.load_scope(m.channel, m.thread) is None  # held back
+    held = await scopes.load(thread)  # the thread's own REPL still sees it
+    assert held is not None
+    assert held.data == b"dump of run 1"
+    await runtime.finish_run(
+        "R1", RunResult("x"), [m.id], "done", reply=_reply("R1", m.id, m.thread)
+    )
+    stored = await scopes.load(thread)
+    assert stored is not None
+    assert stored.data == b"dump of run 1"
+    await scopes.save(thread, b"after the run")
+    stored = await scopes.load(thread)
+    assert stored is not None
+    assert stored.data == b"after the run"
+
+
+async def test_a_run_that_ends_without_a_reply_drops_its_held_dump(store: Store):
+    """Interrupted (its prompts queued to run again): the stored REPL stays the one
+    from before the run, so the run, run again, is not counted twice."""
+    scopes = SignedScopeStore(store, KEY, max_bytes=1 << 20)
+    runtime, m = await _started(store, scopes)
+    thread = ThreadKey(m.channel, m.thread)
+    await scopes.save(thread, b"half a run")
+    interrupted = RunResult("", status="interrupted", error="daemon shutting down")
+    await runtime.finish_run("R1", interrupted, [m.id], "queued")
+    assert await scopes.load(thread) is None
+    assert await store.load_scope(m.channel, m.thread) is None
