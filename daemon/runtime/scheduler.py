@@ -215,7 +215,8 @@ class Runtime(PausedRuns, ThreadCommands):
 
         Before any prompt is scheduled, the approval desk holds the threads whose
         run waits for a decision and hands back the decided ones (which go first):
-        a prompt queued behind a paused run never overtakes it.
+        a prompt queued behind a paused run never overtakes it. First of all, the
+        replies committed but not acked are published (:func:`publish_unacked`).
         """
         await publish_unacked(self._store, self._publisher, self._options.publish_timeout)
         pending = await self._store.pending_prompts()  # the store's own recovery first
