@@ -7,6 +7,7 @@ The mechanism (:mod:`daemon.crashpoints`) first, pure; then a real
 from __future__ import annotations
 
 import ast
+import asyncio
 import contextlib
 import os
 import signal
@@ -25,8 +26,8 @@ from daemon.crashpoints import ENV, STEPS, parse
 from daemon.runtime.interrupted import INTERRUPTED_HEAD
 from tests.fakes.fake_openai import FakeOpenAI, Reply, ToolCalls
 from tests.fakes.notify import NotifySocket
-from tests.test_daemon import Person, user_text, write_config
-from tests.test_daemon_process import DaemonProcess, _recorded_done, _session_ended, _stop
+from tests.test_daemon import WAIT, Person, user_text, write_config
+from tests.test_daemon_process import DaemonProcess, _session_ended, _stop
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -245,6 +246,21 @@ async def matrix(request, tmp_path_factory) -> AsyncIterator[Matrix]:
             await notify.close()
 
 
+async def _acked(db: Path) -> None:
+    """Until no reply waits in the outbox: the run before is over, to its last step.
+
+    Otherwise the armed daemon's recovery, publishing it, could reach the
+    armed step before the case's own run does. Polls: nothing signals it.
+    """
+    async with asyncio.timeout(WAIT):
+        while True:
+            with contextlib.closing(sqlite3.connect(db)) as conn:
+                query = "SELECT count(*) FROM outbox WHERE status = 'pending'"
+                if conn.execute(query).fetchone()[0] == 0:
+                    return
+            await asyncio.sleep(0.02)
+
+
 def _integrity(db: Path) -> str:
     with contextlib.closing(sqlite3.connect(db)) as conn:
         return str(conn.execute("PRAGMA integrity_check").fetchone()[0])
@@ -265,7 +281,7 @@ async def test_a_crash_at_each_step_keeps_every_promise(matrix: Matrix, step: st
     p0, first = await alice.ask(f"{kind} {step} 0")
     thread = p0
     assert first.text.startswith("result:"), first.text
-    await _recorded_done(m.config.parent / "asyncai.db", p0)
+    await _acked(m.config.parent / "asyncai.db")
     assert m.daemon is not None
     await _stop(m.daemon)
 
