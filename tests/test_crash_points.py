@@ -273,7 +273,8 @@ async def test_a_crash_at_each_step_keeps_every_promise(matrix: Matrix, step: st
     if matrix.mode == "direct":
         if step == "scope_restored":
             pytest.skip("direct mode has no REPL to restore")
-        kind = "count"  # the model's own call; "tally" would have no step of a call
+        if kind == "tally":  # no REPL: the run that answers makes the model's own call
+            kind, calls = "count", (1,)
     m, alice = matrix, matrix.alice
     before = m.lines()
     # P0, answered in full: the thread has a stored REPL (x = 1) and one line
@@ -311,4 +312,88 @@ async def test_a_crash_at_each_step_keeps_every_promise(matrix: Matrix, step: st
     if m.mode == "code":  # the REPL reflects each finished run once
         finished = 2 if expected == "reply" else 1
         assert shown.text == f"result: {finished}", shown.text
+    assert _integrity(m.config.parent / "asyncai.db") == "ok"
+
+
+# ---- a crash at each step of an approval ---------------------------------------------------
+#
+# The same case with [approvals] mode = "ask": P1's append_line waits for a
+# person. alice approves each request she sees (after the restart too: a run
+# that ran again from the start asks again), until P1 has its answer.
+
+APPROVAL_STEPS = ("approval_stored", "approval_published", "decision_recorded", "resume_started")
+
+
+def _asking(config: Path, mode: str) -> None:
+    """Set ``[approvals] mode`` of the daemons started from now on."""
+    text = config.read_text()
+    config.write_text(
+        text.replace('mode = "allow"', f'mode = "{mode}"').replace(
+            'mode = "ask"', f'mode = "{mode}"'
+        )
+    )
+
+
+async def _approve_until_answered(alice: Person, thread: str, p1: str, seen: int) -> list[str]:
+    """Approve every request in the thread from message ``seen`` on until a message
+    answers ``p1`` that is not a request; the request ids approved."""
+    approved: list[str] = []
+    while True:
+        messages = await alice.reply_in(thread, seen + 1)
+        message = messages[seen]
+        seen += 1
+        lines = message.text.splitlines()
+        approve = next((line for line in lines if line.startswith("!approve ")), None)
+        if approve is None:
+            if message.reply_to == p1:
+                return approved
+            continue  # a line about a decision
+        request = approve.split()[1]
+        if request not in approved:
+            approved.append(request)
+            await alice.say(f"!approve {request}", thread=thread)
+
+
+@pytest.mark.crash_matrix
+@pytest.mark.parametrize("step", APPROVAL_STEPS)
+async def test_a_crash_at_each_approval_step_keeps_every_promise(matrix: Matrix, step: str):
+    """SIGKILL at ``step`` of an approval, restart: the request is seen and decided,
+    the approved call made once, P1 answered once, the REPL counting it once."""
+    if matrix.mode == "direct":
+        pytest.skip("the approval steps are checked in code mode")
+    m, alice = matrix, matrix.alice
+    before = m.lines()
+    await m.running()
+    p0, first = await alice.ask(f"count {step} 0")  # allowed: the thread's REPL, x = 1
+    thread = p0
+    assert first.text.startswith("result:"), first.text
+    await _acked(m.config.parent / "asyncai.db")
+    assert m.daemon is not None
+    await _stop(m.daemon)
+    _asking(m.config, "ask")
+    try:
+        armed = await m.start(**{ENV: step})
+        p1, _ = await alice.say(f"count {step} 1", thread=thread)
+        if step in ("decision_recorded", "resume_started"):
+            [_, request] = await alice.reply_in(thread, 2)  # the request
+            rid = next(x for x in request.text.splitlines() if x.startswith("!approve "))
+            await alice.say(rid, thread=thread)
+        assert await armed.wait() == -signal.SIGKILL, armed.log.read_text()[-3000:]
+        armed.kill_all()
+        await _session_ended(armed)
+        assert f"crash point {step}:1 reached" in armed.log.read_text()
+
+        m.daemon = await m.start()
+        await _approve_until_answered(alice, thread, p1, 1)
+        _, shown = await alice.ask("show", thread=thread)
+    finally:
+        _asking(m.config, "allow")
+        if m.daemon is not None:  # it asks: the next case starts one that allows
+            await _stop(m.daemon)
+            m.daemon = None
+    answers = [r for r in alice.replies[thread] if r.reply_to == p1 and "!approve" not in r.text]
+    assert [r.text.startswith("result:") for r in answers] == [True], [r.text for r in answers]
+    made = [line for line in m.lines()[len(before) :] if line == f"count {step} 1"]
+    assert len(made) == 1  # the approved call, once
+    assert shown.text == "result: 2", shown.text
     assert _integrity(m.config.parent / "asyncai.db") == "ok"

@@ -342,11 +342,13 @@ class ApprovalDesk:
     # ---- start and stop ---------------------------------------------------------------
 
     async def start(self) -> int:
-        """After a restart: keep paused threads busy, re-arm expiries, resume decisions
-        taken but not acted on. Returns how many requests it found."""
+        """After a restart: keep paused threads busy, re-arm expiries, publish each
+        pending request again, resume decisions taken but not acted on. Returns how
+        many requests it found."""
         pending = await self._store.pending_approvals()
         for request in pending:
             self._restore(request)
+            await self._ask_again(request)
         decided = await self._store.unresumed_decisions()
         for request in decided:
             if self._hold is not None:
@@ -366,6 +368,23 @@ class ApprovalDesk:
         self._restore(request)
         log.warning("approvals.adopted", request=request_id, thread=request.thread_id)
         return True
+
+    async def _ask_again(self, request: StoredApproval) -> None:
+        """Publish a pending request again, under its own ``client_id``: the hub keeps
+        one copy, and a request stored just before a crash cut its publish off is
+        seen (issue 26). A failure is logged: the next start tries again."""
+        calls = [PendingCall(**c) for c in request.calls]
+        deciders = self.policy.who_decides(request.requested_by)
+        prompts = await self._store.run_prompts(request.run_id)
+        await publish_quietly(
+            self._publisher,
+            self._publish_timeout,
+            request.channel,
+            request.thread_id,
+            prompts[-1].id if prompts else request.thread_id,
+            request_text(request.id, calls, deciders=deciders),
+            client_id=reply_client_id(request.channel, f"approval:{request.id}"),
+        )
 
     def _restore(self, request: StoredApproval) -> None:
         if self._hold is not None:
