@@ -11,7 +11,7 @@ import dataclasses
 from daemon.code_mode import CodeModeLimits, CodeModeToolExecutor
 from daemon.config import Config
 from daemon.mcp.executor import McpToolExecutor
-from daemon.model import HARNESS_CATALOG_BUDGET, harness_on
+from daemon.model import model_profile
 from daemon.runtime.audit import AuditedExecutor
 from daemon.tools import ApprovalGate, AuditObserver, ScopeStore, ShapeStore, ToolExecutor
 
@@ -19,11 +19,12 @@ __all__ = ["build_mcp_executor", "build_tool_executor", "code_mode_limits"]
 
 
 def code_mode_limits(config: Config) -> CodeModeLimits:
-    """``[code_mode]``'s limits; with the small-model harness on and no
-    ``catalog_budget`` configured, the harness's own budget."""
+    """``[code_mode]``'s limits; with no ``catalog_budget`` configured, the one the model's
+    profile wants (the small-model harness has its own), if it wants one."""
     limits = config.code_mode.limits()
-    if config.code_mode.catalog_budget is None and harness_on(config.model, config.model.model):
-        limits = dataclasses.replace(limits, catalog_budget=HARNESS_CATALOG_BUDGET)
+    wanted = model_profile(config.model, config.model.model).catalog_budget
+    if config.code_mode.catalog_budget is None and wanted is not None:
+        limits = dataclasses.replace(limits, catalog_budget=wanted)
     return limits
 
 

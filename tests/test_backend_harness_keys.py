@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from daemon.code_mode import CodeModeToolExecutor
-from daemon.model.small import MAX_KEY_FIXES
+from daemon.model.harness import MAX_KEY_FIXES
 from tests.fakes.executor import FakeToolExecutor, code_mode_over
 from tests.test_backend_harness import block, request, run_script
 

@@ -1,11 +1,14 @@
-"""The model: the OpenAI-compatible loop that answers one run.
+"""The model: the OpenAI-compatible loop that answers one run, and the profiles it is given.
 
-Holds the loop (``loop``: rounds, the final round, the ``run_code`` tool
-list), the code-block loop for small models (``small``), the endpoint with
-its retries and error mapping (``endpoint``), tool calls (``calls``: parsing,
-name sanitising; ``execute``: running one), transcript records and metrics
-(``records``), the fixed prompt text (``prompts``), and
-``daemon.model.harness`` for small models.
+Holds the loop (``loop``: a run's start, its deadline, a paused run's
+resumption), the interface of a model profile (``profile``: what differs
+for one kind of model), the profiles a config chooses from (``profiles``:
+the default one, or the small-model harness, ``daemon.model.harness``), the
+tool-call protocol (``rounds``), the endpoint with its retries and error
+mapping (``endpoint``), tool calls (``calls``: parsing, name sanitising;
+``execute``: running one), where a loop stands (``conversation``),
+transcript records and metrics (``records``), and the fixed prompt text of
+the tool-call protocol (``prompts``).
 
 May import: ``daemon.errors``, ``daemon.tools``, ``daemon.config``,
 ``daemon.backoff``, ``daemon.logging``, ``daemon.local_model.fetch`` (the
@@ -14,6 +17,8 @@ embedded model's name), ``daemon.runtime.runs`` (the request and result),
 (record rows); never ``daemon.cli``, ``daemon.app`` or the MCP executor.
 """
 
-from daemon.model.loop import HARNESS_CATALOG_BUDGET, OpenAiCompatibleBackend, harness_on
+from daemon.model.loop import OpenAiCompatibleBackend
+from daemon.model.profile import ModelProfile
+from daemon.model.profiles import model_profile
 
-__all__ = ["HARNESS_CATALOG_BUDGET", "OpenAiCompatibleBackend", "harness_on"]
+__all__ = ["ModelProfile", "OpenAiCompatibleBackend", "model_profile"]

@@ -1,6 +1,7 @@
-"""Tool calls as the model sends them: the ``tools`` offered (names sanitised), the
-calls parsed into :class:`ToolCall` with unique ids, calls written as text, and the
-harness's mending of a broken ``run_code`` call.
+"""Tool calls as the model sends them: the ``tools`` offered (names sanitised), and the
+calls parsed into :class:`ToolCall` with unique ids (or made up, for a call the
+model did not send as one). The small-model harness reads calls written as text
+and mends a broken ``run_code`` call (``daemon.model.harness.mending``).
 
 Real OpenAI-compatible servers are not OpenAI (notes/local-model.md):
 tool-call ids are opaque (and made up when missing); invalid JSON in
@@ -17,28 +18,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import structlog
-
-from daemon.model.harness import (
-    Signature,
-    recover_arguments,
-    repair_code,
-    text_tool_calls,
-)
 from daemon.model.records import RunState
 from daemon.tools import ToolDefinition
 
 __all__ = [
     "ToolCall",
     "made_up_call",
-    "mend_call",
     "parse_arguments",
     "parse_calls",
-    "text_calls",
     "tool_params",
 ]
-
-log = structlog.get_logger("asyncai.backend")
 
 _NAME_OK = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # OpenAI's rule for function names
 
@@ -130,44 +119,3 @@ def made_up_call(name: str, arguments: dict, state: RunState) -> ToolCall:
     call_id = f"call_{uuid.uuid4().hex[:24]}"
     state.call_ids.add(call_id)
     return ToolCall(call_id, name, json.dumps(arguments), arguments, None)
-
-
-def text_calls(content: str, names: dict[str, str], state: RunState) -> list[ToolCall]:
-    """Tool calls the model wrote in its text, as :class:`ToolCall` with made-up ids."""
-    calls = [
-        made_up_call(name, arguments, state) for name, arguments in text_tool_calls(content, names)
-    ]
-    if calls:
-        state.metrics.text_tool_calls += len(calls)
-    return calls
-
-
-def mend_call(call: ToolCall, functions: dict[str, Signature], state: RunState) -> None:
-    """The harness's repairs of one run_code call, in place: arguments that are not
-    valid JSON, then the code (await precedence, a trailing assignment, stubs)."""
-    if call.name != "run_code":
-        return
-    fixes: list[str] = []
-    if call.error is not None:
-        recovered, how = recover_arguments(call.raw)
-        if recovered is None:
-            return  # the model is told its arguments did not parse
-        call.arguments, call.error = recovered, None
-        fixes.append(f"arguments: {how}")
-    code = call.arguments.get("code")
-    if isinstance(code, str):
-        mended, repairs = repair_code(code, functions)
-        if repairs:
-            call.arguments = {**call.arguments, "code": mended}
-            fixes += repairs
-    if fixes:
-        # replayed (and recorded) as what ran, in valid JSON
-        call.raw = json.dumps(call.arguments)
-        state.metrics.harness_repairs += len(fixes)
-        log.info(
-            "harness.repaired",
-            run_id=state.request.run_id,
-            thread_id=state.request.thread_id,
-            tool_use_id=call.id,
-            repairs=fixes,
-        )

@@ -1,7 +1,7 @@
 """Where a model loop stands, as a value: what a paused run stores and resumes from.
 
-Both loops (the plain one, ``daemon.model.loop``, and the code-block loop
-for small models, ``daemon.model.small``) keep their position in a
+Both protocols (tool calls, ``daemon.model.rounds``, and the small-model
+harness's code blocks, ``daemon.model.harness.blocks``) keep their position in a
 :class:`LoopState` instead of local variables, so that a run stopped at a
 tool call waiting for approval can be written to SQLite as JSON
 (:meth:`LoopState.to_json`) and go on from the same place in another
@@ -42,7 +42,7 @@ class Paused(Exception):
 class LoopState:
     """The position of one run's model loop."""
 
-    mode: str  # "plain" or "small"
+    mode: str  # the protocol (Turns.mode): "plain" (tool calls) or "small" (code blocks)
     messages: list[dict[str, Any]] = field(default_factory=list)
     round_no: int = 0
     calls: list[ToolCall] = field(default_factory=list)  # the current assistant message's

@@ -1,4 +1,4 @@
-"""A harness that makes small models succeed with ``run_code`` (pure functions, no I/O).
+"""The small-model profile: a harness that makes small models succeed with ``run_code``.
 
 Measured with Qwen2.5-Coder-1.5B-Instruct on llama-cpp-python 0.3.36
 (notes/local-model.md, issue 9 and its benchmark, ``bench/small_model.py``),
@@ -39,19 +39,28 @@ each piece fixes one observed failure:
 | one holding what it asks about (workspaces for pods)      | whose stub covers its words    |
 | a reply that retells the worked example                   | :func:`echoes_example`         |
 
-The backend (``daemon.model.loop``, the code-block loop in
-``daemon.model.small``) applies them when ``[model] harness`` is on;
-everything here is text in, text out, one module per job: ``prompts`` (the
+The loop (``daemon.model.loop``) is given :class:`SmallModelProfile`
+(``profile``) when ``[model] harness`` is on, and calls it at its named
+points; the harness's control logic, the code-block protocol that asks,
+mends, runs, looks and votes, is ``blocks`` (with ``mending``: a broken
+``run_code`` call repaired, calls written as text read as calls). Everything
+else here is text in, text out, one module per job: ``prompts`` (the
 system message, built from the :class:`~daemon.code_mode.catalog.Catalog`),
 ``parsing`` (code blocks, broken arguments, calls written as text),
 ``repair`` (AST repairs of the code), ``feedback`` (what a result tells the
 model, and the value quoted in the answer), ``keys`` (where a missing key
-really is), ``fields`` (result fields the stubs' sketches cut short),
-``peek`` (the look at a failed snippet's variables), ``topics`` (which
-function a question is about) and ``vote``
-(self-consistency for short answers).
+really is), ``keyfix`` (a key read where the look found it), ``fields``
+(result fields the stubs' sketches cut short), ``peek`` (the look at a failed
+snippet's variables), ``topics`` (which function a question is about) and
+``vote`` (self-consistency for short answers).
+
+May import: what ``daemon.model`` may, and ``daemon.model``'s lower modules
+(``calls``, ``conversation``, ``endpoint``, ``execute``, ``records``,
+``prompts``, ``profile``, ``rounds``); never ``daemon.model.loop`` or
+``daemon.model.profiles``, which choose it.
 """
 
+from daemon.model.harness.blocks import MAX_KEY_FIXES
 from daemon.model.harness.feedback import (
     NO_OUTPUT,
     answer_instruction,
@@ -71,6 +80,7 @@ from daemon.model.harness.feedback import (
 from daemon.model.harness.fields import hidden_fields, hidden_paths
 from daemon.model.harness.keyfix import key_fix
 from daemon.model.harness.keys import key_hint, missing_key, value_hint
+from daemon.model.harness.mending import mend_call, text_calls
 from daemon.model.harness.parsing import (
     code_message,
     extract_code,
@@ -83,6 +93,7 @@ from daemon.model.harness.peek import (
     peek_code,
     read_names,
 )
+from daemon.model.harness.profile import HARNESS_CATALOG_BUDGET, CodeBlockTurns, SmallModelProfile
 from daemon.model.harness.prompts import (
     CODE_STOP,
     HARNESS_RULES,
@@ -113,17 +124,21 @@ from daemon.model.harness.vote import (
 
 __all__ = [
     "CODE_STOP",
+    "HARNESS_CATALOG_BUDGET",
     "HARNESS_RULES",
     "HARNESS_SYSTEM_PROMPT",
     "HELPER_NAMES",
     "MAX_FAILED_SNIPPETS",
+    "MAX_KEY_FIXES",
     "MAX_VOTE_SAMPLES",
     "NO_OUTPUT",
     "REREAD",
     "RETRY_TEMPERATURE",
     "VOTE_TEMPERATURE",
     "WORKED_EXAMPLE",
+    "CodeBlockTurns",
     "Signature",
+    "SmallModelProfile",
     "Topic",
     "answer_instruction",
     "assigned_names",
@@ -144,6 +159,7 @@ __all__ = [
     "key_hint",
     "majority",
     "may_rerun",
+    "mend_call",
     "missing_key",
     "peek_code",
     "prints_as_result",
@@ -157,6 +173,7 @@ __all__ = [
     "retry_hint",
     "retry_seed",
     "system_prompt",
+    "text_calls",
     "text_tool_calls",
     "topic_hint",
     "url_hint",

@@ -12,7 +12,7 @@ Off by default (``[model] answer_samples = 1``): on the 20-question bench
 (2026-11-30) it changed no outcome and cost 36 more snippets; it stays for
 endpoints and questions where a second reading pays.
 
-Pure: the loop (``daemon.model.small``) draws and runs the samples; this
+Pure: the loop (``daemon.model.harness.blocks``) draws and runs the samples; this
 module says which results are comparable, whether they agree, and which
 snippets may run again at all (:func:`may_rerun`: one that names a
 mutating function never does, since a vote must not repeat a side effect).

@@ -1,4 +1,4 @@
-"""The code-block loop for small models (code mode with ``[model] harness`` on).
+"""The code-block protocol of the small-model profile (code mode with ``[model] harness`` on).
 
 The model replies with a fenced ``python`` block instead of a tool call (a
 1.5B model never calls run_code by itself; forced, it wrote JavaScript); the
@@ -6,8 +6,10 @@ loop mends and runs it as a ``run_code`` call and answers with a user
 message: a failure (or a result that shows nothing) asks for a corrected
 block, at most :data:`~daemon.model.harness.MAX_FAILED_SNIPPETS` times and
 warmer; a good result asks for the answer to the repeated question. The
-text it sends is the harness's (``daemon.model.harness``); the transcript
-records are shaped as in the plain loop (``daemon.model.loop``).
+text it sends comes from the harness's pure modules (prompts, feedback, keys,
+peek...); the transcript records are shaped as in the tool-call protocol
+(``daemon.model.rounds``). :class:`~daemon.model.harness.profile.CodeBlockTurns`
+gives it to the loop.
 """
 
 from __future__ import annotations
@@ -19,53 +21,51 @@ from typing import Any
 
 from daemon.code_mode.search import SEARCH_HELPERS
 from daemon.errors import ToolTransportError
-from daemon.model.calls import ToolCall, made_up_call, mend_call, parse_calls, text_calls
+from daemon.model.calls import ToolCall, made_up_call, parse_calls
 from daemon.model.conversation import LoopState, Paused
 from daemon.model.endpoint import ChatEndpoint
 from daemon.model.execute import run_call
-from daemon.model.harness import (
-    CODE_STOP,
-    HELPER_NAMES,
-    MAX_FAILED_SNIPPETS,
-    MAX_VOTE_SAMPLES,
+from daemon.model.harness.feedback import (
     NO_OUTPUT,
-    REREAD,
-    RETRY_TEMPERATURE,
-    VOTE_TEMPERATURE,
-    Signature,
-    Topic,
     answer_instruction,
-    assigned_names,
-    code_message,
-    echoes_example,
-    extract_code,
     fetched_url,
     holds_none,
-    is_code_only,
     is_empty_result,
-    key_fix,
-    key_hint,
-    majority,
-    may_rerun,
-    missing_key,
-    peek_code,
     prints_as_result,
     quote_result,
-    read_names,
     repeat_hint,
     result_message,
     retry_hint,
-    retry_seed,
-    topic_hint,
     url_hint,
-    value_hint,
+)
+from daemon.model.harness.keyfix import key_fix
+from daemon.model.harness.keys import key_hint, missing_key, value_hint
+from daemon.model.harness.mending import mend_call, text_calls
+from daemon.model.harness.parsing import code_message, extract_code, is_code_only
+from daemon.model.harness.peek import assigned_names, peek_code, read_names
+from daemon.model.harness.prompts import (
+    CODE_STOP,
+    MAX_FAILED_SNIPPETS,
+    RETRY_TEMPERATURE,
+    Signature,
+    echoes_example,
+    retry_seed,
+)
+from daemon.model.harness.repair import HELPER_NAMES
+from daemon.model.harness.topics import Topic, topic_hint
+from daemon.model.harness.vote import (
+    MAX_VOTE_SAMPLES,
+    REREAD,
+    VOTE_TEMPERATURE,
+    majority,
+    may_rerun,
     vote_key,
 )
 from daemon.model.prompts import EMPTY_REPLY
 from daemon.model.records import RunState, assistant_record, count_result, user_record
 from daemon.tools import ToolCallOutput, ToolExecutor
 
-__all__ = ["after_block", "code_blocks"]
+__all__ = ["MAX_KEY_FIXES", "after_block", "code_blocks"]
 
 _RUN_CODE = {"run_code": "run_code"}  # a vote sample's call, by the model's name for it
 _PEEK_TIMEOUT = 30.0  # the harness's look at a snippet's variables (no tools are called)

@@ -1,0 +1,139 @@
+"""The small-model profile: what the loop is given for a small model (``[model] harness``).
+
+In code mode a run takes the code-block protocol (:class:`CodeBlockTurns`,
+over :mod:`daemon.model.harness.blocks`): the harness's system message with
+the compact catalog and the worked example, code blocks instead of tool
+calls, their repairs, and the feedback after each block. With the tools
+offered directly, the tool-call protocol stays, with the harness's answer
+request for the last round and calls written as text read as calls.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from daemon.config import ModelConfig
+from daemon.model.calls import ToolCall
+from daemon.model.conversation import LoopState
+from daemon.model.endpoint import ChatEndpoint
+from daemon.model.harness.blocks import after_block, code_blocks
+from daemon.model.harness.feedback import answer_instruction
+from daemon.model.harness.mending import text_calls
+from daemon.model.harness.prompts import (
+    HARNESS_SYSTEM_PROMPT,
+    WORKED_EXAMPLE,
+    Signature,
+    catalog_signatures,
+    compact_description,
+    system_prompt,
+)
+from daemon.model.harness.topics import Topic, catalog_topics
+from daemon.model.profile import RunTools, Turns
+from daemon.model.records import RunState
+from daemon.model.rounds import ToolCallTurns
+from daemon.tools import ToolCallOutput
+
+__all__ = ["HARNESS_CATALOG_BUDGET", "CodeBlockTurns", "SmallModelProfile"]
+
+#: The catalog budget with the harness on, when ``[code_mode] catalog_budget`` is
+#: not set: a 1.5B model drives the names-only index (search_tools, describe) so
+#: badly that it answered 0 of the bench's first 5 questions through it (10:40 UTC
+#: 2026-11-30, against 5 of 5 with stubs), and 16 000 characters of stubs (about
+#: 4 500 tokens) still fit its 8 192-token context beside the rules and a run.
+HARNESS_CATALOG_BUDGET = 16_000
+
+
+class SmallModelProfile:
+    """The harness: code blocks in code mode, the tool-call protocol's answer request
+    and text calls otherwise (:class:`~daemon.model.profile.ModelProfile`)."""
+
+    catalog_budget: int | None = HARNESS_CATALOG_BUDGET
+
+    def __init__(self, params: ModelConfig) -> None:
+        self.params = params
+
+    def turns(self, endpoint: ChatEndpoint, tools: RunTools, mode: str | None = None) -> Turns:
+        """Code blocks in code mode (or for a run paused in them), else tool calls."""
+        if mode == CodeBlockTurns.mode or (mode is None and tools.code_mode):
+            # the catalog is read only for code blocks in code mode (a run paused in
+            # them and resumed with the tools offered directly has none)
+            catalog = tools.catalog if tools.code_mode else None
+            return CodeBlockTurns(endpoint, replace(tools, catalog=catalog), self.params)
+        return ToolCallTurns(
+            endpoint,
+            tools,
+            final_instruction=_answer_from_tool_results,
+            text_calls=text_calls,  # a call written as text (Qwen's <tool_call>, JSON) is a call
+        )
+
+
+def _answer_from_tool_results(question: str) -> str:
+    """The last round's request: the harness's answer instruction."""
+    return answer_instruction(question, "the tool results above")
+
+
+class CodeBlockTurns:
+    """The code-block protocol (:mod:`daemon.model.harness.blocks`) as
+    :class:`~daemon.model.profile.Turns`: the model replies with a fenced
+    ``python`` block (no ``tools`` in the request), which runs as ``run_code``."""
+
+    mode = "small"
+    offers_tools = False
+
+    def __init__(self, endpoint: ChatEndpoint, tools: RunTools, params: ModelConfig) -> None:
+        self.endpoint = endpoint
+        self.tools = tools
+        self.params = params
+        catalog = tools.catalog
+        self.functions: dict[str, Signature] = (
+            catalog_signatures(catalog) if catalog is not None else {}
+        )
+        # what each catalog function is about (the harness's hints)
+        self.topics: dict[str, Topic] = catalog_topics(catalog) if catalog is not None else {}
+        entries = catalog.entries.items() if catalog is not None else ()
+        # catalog functions of mutating tools (the harness's vote skips them)
+        self.mutating = sorted(name for name, entry in entries if entry.definition.mutating)
+
+    def system_prompt(self) -> str:
+        """The harness's rules, the compact catalog and the worked example; a run_code
+        that is not code mode's has no catalog: its description is shown whole."""
+        tools = self.tools
+        definitions = list(tools.definitions.values())
+        description = (
+            compact_description(tools.catalog)
+            if tools.catalog is not None
+            else (definitions[0].description if definitions else "")
+        )
+        return system_prompt(
+            self.params.system_prompt or HARNESS_SYSTEM_PROMPT,
+            description,
+            self.params.worked_example or WORKED_EXAMPLE,
+        )
+
+    def loop_state(self, messages: list[dict[str, Any]], question: str) -> LoopState:
+        """A new run's position, with the code-block counters."""
+        return LoopState(
+            mode=self.mode,
+            messages=messages,
+            question=question,
+            code_mode=self.tools.code_mode,
+            base=len(messages),
+            samples=self.params.answer_samples,
+            mutating=self.mutating,
+        )
+
+    async def rounds(self, run: RunState, ls: LoopState) -> None:
+        """Blocks until the model answers (:func:`~daemon.model.harness.blocks.code_blocks`)."""
+        tools = self.tools
+        await code_blocks(self.endpoint, run, tools.caller, tools.names, ls, *self._hints())
+
+    async def after_call(
+        self, run: RunState, ls: LoopState, call: ToolCall, output: ToolCallOutput
+    ) -> None:
+        """A decided block's result and the next message
+        (:func:`~daemon.model.harness.blocks.after_block`)."""
+        await after_block(self.endpoint, run, self.tools.caller, ls, call, output, *self._hints())
+
+    def _hints(self) -> tuple[dict[str, Signature], dict[str, Topic]]:
+        return self.functions, self.topics
