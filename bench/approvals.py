@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from pydantic_monty import AsyncFunctionSnapshot, AsyncFutureSnapshot, AsyncMonty
 
 from daemon.code_mode import CodeModeLimits, CodeModeToolExecutor
-from daemon.code_mode.pool import close_pool, create_pool
+from daemon.code_mode.sandbox.pool import close_pool, create_pool
 from daemon.logging import configure_logging
 from daemon.tools import Decision, ThreadKey, ToolDefinition, Verdict
 from tests.fakes.executor import FakeToolExecutor

@@ -7,7 +7,7 @@ busy machine slows both alike). Issue 17's targets:
 - a nested call: run_code with N awaited tool calls, minus N = 0, per call,
   against a feed with N awaits of an async external function that returns
   at once, minus N = 0, per call (target ≤ 1.5×). Such a snippet takes
-  Monty's own host-call path (``daemon/code_mode/direct.py``). The next row
+  Monty's own host-call path (``daemon/code_mode/sandbox/direct.py``). The next row
   is the same loop on the snapshot path, which a snippet takes when a call
   may stay unawaited or need a person (here: a scope that once kept a tool
   function in a variable); two more rows measure the floor of any driver of
@@ -21,7 +21,7 @@ busy machine slows both alike). Issue 17's targets:
 - a new thread's first ``run_code``: against ``checkout()`` + one feed +
   checkin (≤ 1.5×). Each starts 10 ms after the last one ended, as new
   threads do on a daemon that is not flooded with them: the spare checkout
-  (``daemon/code_mode/fresh.py``) is made in the background meanwhile.
+  (``daemon/code_mode/repl/fresh.py``) is made in the background meanwhile.
 
 Then the memory: the daemon's RSS with 8 live scopes after 100 threads ran
 once each, each live scope's worker's RSS, and all the pool's workers'.
@@ -54,7 +54,7 @@ from pydantic_monty import (
 
 from daemon.code_mode import CodeModeLimits, CodeModeToolExecutor
 from daemon.code_mode.lazy import snapshot_wrappers_source, wrappers_source
-from daemon.code_mode.pool import close_pool, pool_options
+from daemon.code_mode.sandbox.pool import close_pool, pool_options
 from daemon.logging import configure_logging
 from daemon.tools import ThreadKey, ToolCallOutput
 from tests.fakes.executor import FakeToolExecutor

@@ -35,7 +35,7 @@ from pydantic_monty import (
     MontyTypingError,
 )
 
-from daemon.code_mode.catalog import Catalog
+from daemon.code_mode.catalog.catalog import Catalog
 from daemon.code_mode.helpers import HELPERS_SOURCE
 from daemon.tools import ToolDefinition
 

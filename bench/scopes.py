@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from pydantic_monty import AsyncMonty
 
 from daemon.code_mode import CodeModeLimits, CodeModeToolExecutor
-from daemon.code_mode.pool import close_pool, create_pool
+from daemon.code_mode.sandbox.pool import close_pool, create_pool
 from daemon.config import ModelConfig
 from daemon.logging import configure_logging
 from daemon.model import OpenAiCompatibleBackend

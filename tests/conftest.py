@@ -25,8 +25,8 @@ async def monty_pool(request: pytest.FixtureRequest) -> AsyncIterator[AsyncMonty
     then uses it without closing it. Closing it lets the loop breathe before
     the interpreter exits (notes/monty.md §10).
     """
-    from daemon.code_mode.limits import CodeModeLimits
-    from daemon.code_mode.pool import close_pool, create_pool
+    from daemon.code_mode.sandbox.pool import close_pool, create_pool
+    from daemon.config.limits import CodeModeLimits
 
     # First: a pool that fails halfway may already have started tokio threads.
     request.config.stash[_monty_pool_started] = True
@@ -81,7 +81,7 @@ def _exit_now(status: int) -> NoReturn:
 
 @pytest.fixture(params=["direct", "snapshots"])
 def engine_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Run a test once per path a snippet can take (issue 17, ``daemon/code_mode/direct.py``).
+    """Run a test once per path a snippet can take (issue 17, ``code_mode/sandbox/direct.py``).
 
     ``direct``: eligible snippets take Monty's own host-call path (the
     default); ``snapshots``: every snippet is driven snapshot by snapshot.

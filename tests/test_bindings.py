@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from daemon.code_mode import hooks
 from daemon.code_mode.bindings import _FLAGS, _Collector, module_bindings
 from daemon.code_mode.helpers import HELPERS_SOURCE
-from daemon.code_mode.limits import CodeModeLimits
+from daemon.code_mode.repl import hooks
+from daemon.config.limits import CodeModeLimits
 
 SNIPPETS = [
     HELPERS_SOURCE,

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from daemon.code_mode.catalog import (
+from daemon.code_mode.catalog.catalog import (
     SKETCH_MAX_DEPTH,
     SKETCH_MAX_PROPERTIES,
     CallRejected,

@@ -20,7 +20,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from daemon.code_mode import CodeModeLimits, CodeModeToolExecutor
-from daemon.code_mode.description import RUN_CODE_SCHEMA
+from daemon.code_mode.catalog.description import RUN_CODE_SCHEMA
 from daemon.code_mode.errors import SandboxUnavailable
 from daemon.logging import configure_logging, reset_logging
 from daemon.tools import AuditEntry, ThreadKey, ToolCallOutput, ToolTransportError
@@ -722,7 +722,7 @@ async def test_a_process_using_code_mode_exits_cleanly():
 
 async def test_issue_three_seams_are_called(make_executor, fake, monkeypatch):
     """The hooks module's seams: pre-run check, preamble, hints, post-snippet probe, note."""
-    from daemon.code_mode import hooks
+    from daemon.code_mode.repl import hooks
 
     seen: list[tuple[str, bool, bool]] = []
 

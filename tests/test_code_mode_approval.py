@@ -1,7 +1,7 @@
 """Approvals in code mode (issue 13): a snippet pauses before calls that need a person, and resumes.
 
 End to end on the real shared Monty pool over an in-memory executor; the
-pure parts of :mod:`daemon.code_mode.approval` at the end.
+pure parts of :mod:`daemon.code_mode.sandbox.approval` at the end.
 """
 
 from __future__ import annotations
@@ -16,15 +16,15 @@ from typing import Any, Literal
 import pytest
 
 from daemon.code_mode import CodeModeLimits, CodeModeToolExecutor
-from daemon.code_mode.approval import (
+from daemon.code_mode.catalog.catalog import Catalog
+from daemon.code_mode.sandbox.approval import (
     PauseStateError,
     denial_message,
     pause_state,
     render_paused,
     restore_state,
 )
-from daemon.code_mode.catalog import Catalog
-from daemon.code_mode.pool import close_pool, create_pool
+from daemon.code_mode.sandbox.pool import close_pool, create_pool
 from daemon.mcp.executor import McpToolExecutor
 from daemon.tools import (
     AuditEntry,
@@ -370,7 +370,7 @@ def _catalog() -> Catalog:
 
 def test_pause_state_round_trips_and_a_vanished_tool_is_reported():
     """The state is JSON and reads back; a held call of a tool no longer offered is named."""
-    from daemon.code_mode.approval import MadeCall
+    from daemon.code_mode.sandbox.approval import MadeCall
 
     catalog = _catalog()
     entry = catalog.lookup("delete_object")

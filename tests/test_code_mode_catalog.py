@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator, Callable
 import pytest
 
 from daemon.code_mode import CodeModeLimits, CodeModeToolExecutor
-from daemon.code_mode.note import reset_note
+from daemon.code_mode.repl.note import reset_note
 from daemon.tools import ThreadKey, ToolCallOutput, ToolExecutor
 from tests.fakes.executor import FakeToolExecutor
 

@@ -14,12 +14,14 @@ from typing import Any
 import pytest
 
 import daemon.code_mode
-from daemon.code_mode.catalog import Catalog
+from daemon.code_mode.catalog.catalog import Catalog
+from daemon.code_mode.catalog.description import RUN_CODE_SCHEMA, run_code_definition
 from daemon.code_mode.contract import (
     NO_OUTPUT,
     RESET_NOTE,
     STARTED_HEAD,
     RunCodeText,
+    StartedCall,
     is_unawaited_awaitable,
     render_error,
     render_result,
@@ -33,14 +35,13 @@ from daemon.code_mode.convert import (
     result_bytes,
     to_json_value,
 )
-from daemon.code_mode.description import RUN_CODE_SCHEMA, run_code_definition
-from daemon.code_mode.engine import PrintSink
 from daemon.code_mode.helpers import HELPERS_SOURCE
-from daemon.code_mode.hooks import scope_preamble
-from daemon.code_mode.limits import CodeModeLimits
-from daemon.code_mode.nested import StartedCall, _entry, _utc
-from daemon.code_mode.pool import checkout_limits, pool_options
+from daemon.code_mode.repl.hooks import scope_preamble
 from daemon.code_mode.report import audit_json
+from daemon.code_mode.sandbox.engine import PrintSink
+from daemon.code_mode.sandbox.nested import _entry, _utc
+from daemon.code_mode.sandbox.pool import checkout_limits, pool_options
+from daemon.config.limits import CodeModeLimits
 from daemon.tools import AuditEntry, CallOutcome, ToolCallOutput, ToolDefinition
 
 # every expectation holds on both paths a snippet can take (tests/conftest.py)

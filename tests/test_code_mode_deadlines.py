@@ -1,4 +1,4 @@
-"""One timer for every nested call's tool_timeout (daemon/code_mode/deadlines.py)."""
+"""One timer for every nested call's tool_timeout (daemon/code_mode/sandbox/deadlines.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from daemon.code_mode.deadlines import Deadlines
+from daemon.code_mode.sandbox.deadlines import Deadlines
 
 
 async def _sleeper(seconds: float) -> str:

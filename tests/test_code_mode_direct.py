@@ -14,12 +14,12 @@ from collections.abc import AsyncIterator, Callable
 import pytest
 
 from daemon.code_mode import CodeModeLimits, CodeModeToolExecutor
-from daemon.code_mode import engine as engine_module
-from daemon.code_mode import nested as nested_module
-from daemon.code_mode.catalog import Catalog
-from daemon.code_mode.direct import MAX_CHECKED_CHARS, direct_ok, public_names
+from daemon.code_mode.catalog.catalog import Catalog
 from daemon.code_mode.lazy import DIRECT_MARKER, RESULT_SOURCE, TOOL_PREFIX
-from daemon.code_mode.nested import NestedCalls
+from daemon.code_mode.sandbox import engine as engine_module
+from daemon.code_mode.sandbox import nested as nested_module
+from daemon.code_mode.sandbox.direct import MAX_CHECKED_CHARS, direct_ok, public_names
+from daemon.code_mode.sandbox.nested import NestedCalls
 from daemon.tools import AuditEntry, ThreadKey, Verdict
 from tests.fakes.executor import FakeToolExecutor
 from tests.fakes.scope_store import MemoryScopeStore

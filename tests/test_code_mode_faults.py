@@ -12,9 +12,9 @@ from collections.abc import AsyncIterator, Callable
 import pytest
 
 from daemon.code_mode import CodeModeLimits, CodeModeToolExecutor
-from daemon.code_mode.engine import SLEEP_DENIED, SnippetOutcome
-from daemon.code_mode.hooks import after_snippet, too_large
-from daemon.code_mode.scope import ScopeState
+from daemon.code_mode.repl.hooks import after_snippet, too_large
+from daemon.code_mode.repl.scope import ScopeState
+from daemon.code_mode.sandbox.engine import SLEEP_DENIED, SnippetOutcome
 from daemon.tools import ThreadKey, ToolCallOutput
 from tests.fakes.executor import FakeToolExecutor
 

@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from daemon.code_mode import CodeModeLimits, CodeModeToolExecutor
-from daemon.code_mode.catalog import Catalog
+from daemon.code_mode.catalog.catalog import Catalog
 from daemon.code_mode.convert import too_deep_message
 from daemon.code_mode.helpers import HELPERS_SOURCE
 from daemon.code_mode.lazy import (
@@ -22,7 +22,7 @@ from daemon.code_mode.lazy import (
     snapshot_wrappers_source,
     text_marker,
 )
-from daemon.code_mode.nested import NestedCalls
+from daemon.code_mode.sandbox.nested import NestedCalls
 from daemon.tools import ThreadKey, ToolCallOutput
 from tests.fakes.executor import FakeToolExecutor
 

@@ -14,7 +14,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from daemon.code_mode import CodeModeLimits, CodeModeToolExecutor
-from daemon.code_mode.note import (
+from daemon.code_mode.repl.note import (
     ScopeVariables,
     format_saved_at,
     format_size,
@@ -24,7 +24,7 @@ from daemon.code_mode.note import (
     restored_note,
     thread_note,
 )
-from daemon.code_mode.pool import close_pool, create_pool
+from daemon.code_mode.sandbox.pool import close_pool, create_pool
 from daemon.tools import (
     Decision,
     PersistentScopes,

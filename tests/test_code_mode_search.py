@@ -12,12 +12,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from daemon.code_mode.catalog import CallRejected, Catalog
-from daemon.code_mode.description import run_code_description
-from daemon.code_mode.helpers import check_reserved
-from daemon.code_mode.learned import LearnedShape, ShapeBook, shape_notice
-from daemon.code_mode.schema import return_sketch
-from daemon.code_mode.search import (
+from daemon.code_mode.catalog.catalog import CallRejected, Catalog
+from daemon.code_mode.catalog.description import run_code_description
+from daemon.code_mode.catalog.learned import LearnedShape, ShapeBook, shape_notice
+from daemon.code_mode.catalog.schema import return_sketch
+from daemon.code_mode.catalog.search import (
     call_helper,
     describe,
     helper_result,
@@ -26,7 +25,15 @@ from daemon.code_mode.search import (
     search,
     words,
 )
-from daemon.code_mode.shapes import MAX_NODES, dump_shape, fits, infer_shape, load_shape, merge
+from daemon.code_mode.catalog.shapes import (
+    MAX_NODES,
+    dump_shape,
+    fits,
+    infer_shape,
+    load_shape,
+    merge,
+)
+from daemon.code_mode.helpers import check_reserved
 from daemon.model.harness.repair import repair_code
 from daemon.tools import ToolCallOutput, ToolDefinition
 

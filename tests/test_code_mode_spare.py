@@ -1,4 +1,4 @@
-"""The warm spare of new scopes (daemon/code_mode/fresh.py, issue 17), on a real pool."""
+"""The warm spare of new scopes (daemon/code_mode/repl/fresh.py, issue 17), on a real pool."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ import pytest
 from pydantic_monty import AsyncMonty, MontyRuntimeError
 
 from daemon.code_mode import CodeModeLimits
-from daemon.code_mode.engine import SnippetOutcome
-from daemon.code_mode.fresh import FreshScopes
-from daemon.code_mode.scope import ScopeState
-from daemon.code_mode.scopes import ScopeTable
+from daemon.code_mode.repl.fresh import FreshScopes
+from daemon.code_mode.repl.scope import ScopeState
+from daemon.code_mode.repl.scopes import ScopeTable
+from daemon.code_mode.sandbox.engine import SnippetOutcome
 from daemon.tools import ThreadKey
 
 TEST_LIMITS = {"max_feed_duration": 5.0, "max_wall": 20.0, "tool_timeout": 10.0}

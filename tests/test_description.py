@@ -6,9 +6,9 @@ import hashlib
 import subprocess
 import sys
 
-from daemon.code_mode.catalog import Catalog
-from daemon.code_mode.description import run_code_description
-from daemon.code_mode.limits import CodeModeLimits
+from daemon.code_mode.catalog.catalog import Catalog
+from daemon.code_mode.catalog.description import run_code_description
+from daemon.config.limits import CodeModeLimits
 from daemon.tools import ToolDefinition
 
 DEFINITIONS = [
@@ -40,7 +40,7 @@ import hashlib, sys
 sys.path.insert(0, {root!r})
 from tests.test_description import DEFINITIONS
 from daemon.code_mode.catalog import Catalog
-from daemon.code_mode.description import run_code_description
+from daemon.code_mode.catalog.description import run_code_description
 print(hashlib.sha256(run_code_description(Catalog(DEFINITIONS)).encode()).hexdigest())
 """
 

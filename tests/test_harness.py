@@ -12,8 +12,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from daemon.code_mode import contract
-from daemon.code_mode.catalog import Catalog
-from daemon.code_mode.description import run_code_description
+from daemon.code_mode.catalog.catalog import Catalog
+from daemon.code_mode.catalog.description import run_code_description
 from daemon.code_mode.helpers import RESERVED_NAMES
 from daemon.model.harness import (
     HARNESS_RULES,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from daemon.code_mode.catalog import Catalog
+from daemon.code_mode.catalog.catalog import Catalog
 from daemon.model.harness import catalog_topics, topic_hint
 from daemon.model.harness.topics import question_words, words
 from daemon.tools import ToolDefinition

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from pydantic_monty import AsyncMonty, MontyRuntimeError, MontySyntaxError
 
-from daemon.code_mode import hints as hints_module
-from daemon.code_mode.hints import MAX_HINTS, hints_for, with_hints
+from daemon.code_mode.sandbox import hints as hints_module
+from daemon.code_mode.sandbox.hints import MAX_HINTS, hints_for, with_hints
 
 # (snippet that trips a gap in Monty 1.4, a phrase its hint must contain)
 GAPS: list[tuple[str, str]] = [

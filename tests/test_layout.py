@@ -128,6 +128,7 @@ SHARED = {
     "daemon.logging",
     "daemon.crashpoints",
 }
+CODE_MODE_ROOMS = ("daemon.code_mode.catalog", "daemon.code_mode.sandbox", "daemon.code_mode.repl")
 MAY_IMPORT = {
     "daemon.errors": set(),
     "daemon.tools": {"daemon.errors"},
@@ -135,20 +136,44 @@ MAY_IMPORT = {
     "daemon.logging": set(),
     "daemon.crashpoints": set(),
     "daemon.local_model": {"daemon.errors"},
-    "daemon.code_mode": SHARED,
+    "daemon.code_mode": SHARED | {"daemon.config", *CODE_MODE_ROOMS},
+    "daemon.code_mode.catalog": SHARED | {"daemon.code_mode", "daemon.config"},
+    "daemon.code_mode.sandbox": SHARED
+    | {"daemon.code_mode", "daemon.code_mode.catalog", "daemon.config"},
+    "daemon.code_mode.repl": SHARED
+    | {"daemon.code_mode", "daemon.code_mode.sandbox", "daemon.config"},
     "daemon.mcp": SHARED,
-    "daemon.config": SHARED | {"daemon.code_mode", "daemon.mcp"},
+    "daemon.config": SHARED | {"daemon.mcp"},
     "daemon.runtime": SHARED
-    | {"daemon.code_mode", "daemon.approvals", "daemon.config", "channels", "sessions"},
+    | {
+        "daemon.code_mode",
+        "daemon.code_mode.catalog",
+        "daemon.code_mode.repl",
+        "daemon.approvals",
+        "daemon.config",
+        "channels",
+        "sessions",
+    },
     "daemon.approvals": SHARED | {"daemon.config"},
     "daemon.model": SHARED
-    | {"daemon.code_mode", "daemon.config", "daemon.local_model", "daemon.runtime", "sessions"},
+    | {
+        "daemon.code_mode",
+        "daemon.code_mode.catalog",
+        "daemon.code_mode.sandbox",
+        "daemon.config",
+        "daemon.local_model",
+        "daemon.runtime",
+        "sessions",
+    },
     "daemon.cluster": SHARED | {"daemon.config", "daemon.runtime", "sessions", "channels"},
 }
 
 
 def _part(module: str) -> str:
+    """The part of the house ``module`` belongs to: a room of code mode counts as its own."""
     parts = module.split(".")
+    if ".".join(parts[:3]) in CODE_MODE_ROOMS:
+        return ".".join(parts[:3])
     return ".".join(parts[:2]) if parts[0] == "daemon" else parts[0]
 
 

@@ -28,9 +28,10 @@ from channels.hub import Hub
 from daemon.app import Daemon, audit_observer, running
 from daemon.backoff import Backoff
 from daemon.cli import main
-from daemon.code_mode import CodeModeToolExecutor, engine
-from daemon.code_mode.limits import CodeModeLimits
+from daemon.code_mode import CodeModeToolExecutor
+from daemon.code_mode.sandbox import engine
 from daemon.config import load_config
+from daemon.config.limits import CodeModeLimits
 from daemon.errors import ConfigError
 from daemon.executors import build_mcp_executor
 from daemon.mcp.executor import McpToolExecutor

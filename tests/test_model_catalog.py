@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from daemon.code_mode import CodeModeToolExecutor
-from daemon.code_mode.catalog import CatalogSource
+from daemon.code_mode.catalog.catalog import CatalogSource
 from daemon.config import ModelConfig
 from daemon.model import OpenAiCompatibleBackend
 from daemon.model.harness import (

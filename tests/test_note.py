@@ -8,7 +8,7 @@ import pytest
 from pydantic_monty import AsyncMonty, AsyncMontySession, MontyRuntimeError
 
 from daemon.code_mode.helpers import prelude
-from daemon.code_mode.note import (
+from daemon.code_mode.repl.note import (
     MAX_CHARS,
     MAX_NAMES,
     NOTE_PREFIX,

@@ -162,7 +162,7 @@ def test_object_schemas_name_the_fields_people_ask_about() -> None:
     """Object and list schemas declare where a pod's phase, node and restarts, a
     deployment's replicas and image, an event's type and reason, and a configmap's data
     live, so code mode's stubs show them instead of a bare ``metadata: dict``."""
-    from daemon.code_mode.schema import return_sketch
+    from daemon.code_mode.catalog.schema import return_sketch
     from servers.kcp import schemas
 
     props = schemas.OBJECT["properties"]

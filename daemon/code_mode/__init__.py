@@ -1,25 +1,32 @@
 """Code mode: one ``run_code`` tool whose Python runs in Monty workers and calls inner tools.
 
-Holds the executor and its REPL scopes (``executor``, ``scope``, ``scopes``,
-``thread_scope``, ``pool``), the scopes stored across restarts (``persistence``),
-the snippet engine over a Monty session (``engine``, snapshot by snapshot;
-``direct``, on Monty's own host-call path; ``outcome``) and its nested calls
-(``nested``, ``deadlines``), the catalog of inner tools as typed stubs (``catalog``,
-``schema``, ``description``; ``offer``: the catalog and ``run_code`` of the
-moment), ``search_tools``/``describe`` for a catalog over its budget
-(``search``), return shapes learned from results (``shapes``, ``learned``),
-the value conversion and return contract
-(``convert``, ``contract``), the helpers and hooks around each snippet
-(``helpers``, ``hooks``, ``hints``, ``note``), a snippet paused for approval
-and its resumption (``approval``), the result's text and audit (``report``),
-and the limits.
+Three rooms, each a subpackage that hands on in ``__all__`` what the others
+use (its face), one floor above the other:
+
+- ``catalog/``: what the model is told about the inner tools (typed stubs,
+  ``run_code``'s description, ``search_tools``/``describe``, learned return
+  shapes); the face the small-model harness and the runtime's restart note
+  import;
+- ``sandbox/``: one snippet run in a Monty worker (the engine on both paths,
+  its nested tool calls, their deadlines, a snippet paused for approval, the
+  pool, the print cap, the hints for Monty's gaps);
+- ``repl/``: each thread's REPL scope across snippets and restarts (the
+  scopes, their dumps, the warm spare, the variables note, the hooks).
+
+At the top, what the rooms share and what puts them together: the executor
+(``executor``: one call's steps in order) and the catalog of the moment
+(``offer``), the return contract and the result's text and audit
+(``contract``, ``report``), the value conversion (``convert``), the tool
+wrappers (``lazy``), the helpers (``helpers``, ``bindings``) and the errors.
+The limits are ``daemon.config``'s (``CodeModeLimits``), handed on here.
 
 May import: ``daemon.errors``, ``daemon.tools``, ``daemon.logging``,
-``daemon.crashpoints`` and pydantic-monty; nothing else of daemon/ (it knows tools only through the
-``ToolExecutor`` interface).
+``daemon.crashpoints``, ``daemon.config`` (the limits) and pydantic-monty;
+nothing else of daemon/ (it knows tools only through the ``ToolExecutor``
+interface).
 """
 
 from daemon.code_mode.executor import CodeModeToolExecutor
-from daemon.code_mode.limits import CodeModeLimits
+from daemon.config import CodeModeLimits
 
 __all__ = ["CodeModeLimits", "CodeModeToolExecutor"]

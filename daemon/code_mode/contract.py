@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from daemon.code_mode.convert import ConversionError, dumps_compact, sandbox_text
-from daemon.code_mode.nested import StartedCall
+from daemon.tools import CallOutcome
 
 __all__ = [
     "NO_OUTPUT",
@@ -40,6 +40,7 @@ __all__ = [
     "RESET_NOTE",
     "STARTED_HEAD",
     "RunCodeText",
+    "StartedCall",
     "is_unawaited_awaitable",
     "render_error",
     "render_result",
@@ -78,6 +79,19 @@ _EMPTY_NAMES: dict[type, str] = {
     frozenset: "an empty frozenset",
     str: "an empty string",
 }
+
+
+@dataclass
+class StartedCall:
+    """One nested call a snippet started, and where it stands (``started`` until it ends)."""
+
+    key: str  # the AuditEntry key of its started and ended entries
+    tool: str
+    arguments: dict[str, Any]
+    mutating: bool
+    outcome: CallOutcome = "started"
+    queued: bool = False  # waiting for a slot of its server's max_concurrent
+    queue_ms: float | None = None  # how long it waited (None: its server has no limit)
 
 
 @dataclass(frozen=True)

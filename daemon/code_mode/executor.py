@@ -3,7 +3,9 @@
 It wraps any inner :class:`~daemon.tools.ToolExecutor` and exposes only
 ``run_code``; the snippet calls the inner tools as ``async def`` functions.
 Built synchronously, it starts lazily: the first call (or ``start()``)
-starts the inner executor and the pool.
+starts the inner executor and the pool. Kept as one piece, though long: it is
+the one place that orders a call's steps (below) under the scope's lock and
+one ``max_wall``; the rooms it calls (catalog, sandbox, repl) each do one step.
 
 Scopes (spec A10, DESIGN.md): ``thread_scope(thread)`` returns the REPL of a
 :class:`~daemon.tools.ThreadKey` (channel and thread id), one checkout each, in
@@ -14,10 +16,11 @@ One ``run_code`` call, in order: ``restart`` (discard the checkout), the pre-run
 checks (``hooks.vet_snippet``: the size limit, then ``hooks.check_snippet`` off the
 loop), closing evicted checkouts, a checkout if the scope has none (then
 ``hooks.scope_preamble`` with the tools' wrappers, :mod:`~daemon.code_mode.lazy`,
-fed or loaded: :mod:`~daemon.code_mode.fresh`), the snippet (:mod:`~daemon.code_mode.engine`),
+fed or loaded: :mod:`~daemon.code_mode.repl.fresh`), the snippet
+(:mod:`~daemon.code_mode.sandbox.engine`),
 a reset if the snippet broke the checkout, ``hooks.after_snippet``, and the result
 (:mod:`daemon.code_mode.report`: the return contract with ``hooks.error_hints``, and the
-audit), all but the checks within ``max_wall``. Seams: :mod:`daemon.code_mode.hooks`.
+audit), all but the checks within ``max_wall``. Seams: :mod:`daemon.code_mode.repl.hooks`.
 
 Approvals (issue 13): with a ``gate``, a snippet may stop before calls that
 need a person. The run then ends with a :class:`~daemon.tools.Pause` in
@@ -27,10 +30,10 @@ loads the snapshot into the scope's next checkout and drives the snippet on
 under the same steps, from the checkout on, with ``max_wall`` counted anew.
 
 Stored REPLs (issue 14): with ``scopes`` (a :class:`~daemon.tools.ScopeStore`),
-a thread's REPL is stored (:mod:`~daemon.code_mode.persistence`), when a
+a thread's REPL is stored (:mod:`~daemon.code_mode.repl.persistence`), when a
 snippet changed it, by ``checkpoint`` (after each run), ``checkpoint_all``
 and ``aclose`` (shutdown), and before an evicted scope is closed
-(:mod:`~daemon.code_mode.scopes`). A scope never live here loads it into its
+(:mod:`~daemon.code_mode.repl.scopes`). A scope never live here loads it into its
 first checkout instead of the preamble (at its first snippet, or in
 ``restore_scope`` before a run's note, so the note tells of it). ``restart``, a
 reset and ``reset()`` (``!reset``) empty the REPL for good: its dump is dropped.
@@ -50,26 +53,31 @@ from collections.abc import Awaitable, Callable, Mapping
 import structlog
 from pydantic_monty import AsyncMonty, AsyncMontySession, MontyError
 
-from daemon.code_mode import hooks
-from daemon.code_mode.approval import render_paused, stamping_observer
-from daemon.code_mode.catalog import Catalog
+from daemon.code_mode.catalog import RUN_CODE, Catalog
 from daemon.code_mode.contract import render_error, with_started_calls
-from daemon.code_mode.description import RUN_CODE
-from daemon.code_mode.direct import eligible
-from daemon.code_mode.engine import SnippetRun
 from daemon.code_mode.errors import SandboxUnavailable
-from daemon.code_mode.fresh import FreshScopes
 from daemon.code_mode.lazy import scope_source
-from daemon.code_mode.limits import CodeModeLimits
-from daemon.code_mode.nested import NestedCalls
 from daemon.code_mode.offer import ToolOffer
-from daemon.code_mode.outcome import SnippetOutcome
-from daemon.code_mode.persistence import ScopePersistence
-from daemon.code_mode.pool import close_pool, create_pool
+from daemon.code_mode.repl import (
+    FreshScopes,
+    ScopePersistence,
+    ScopeState,
+    ScopeTable,
+    ThreadScope,
+    hooks,
+)
 from daemon.code_mode.report import audit_json, render_outcome
-from daemon.code_mode.scope import ScopeState
-from daemon.code_mode.scopes import ScopeTable
-from daemon.code_mode.thread_scope import ThreadScope
+from daemon.code_mode.sandbox import (
+    NestedCalls,
+    SnippetOutcome,
+    SnippetRun,
+    close_pool,
+    create_pool,
+    eligible,
+    render_paused,
+    stamping_observer,
+)
+from daemon.config import CodeModeLimits
 from daemon.tools import (
     ApprovalGate,
     AuditObserver,
@@ -94,7 +102,7 @@ class CodeModeToolExecutor(BaseToolExecutor):
 
     ``pool``: an entered ``AsyncMonty`` to use instead of creating one (the
     executor then never closes it; size it with
-    :func:`daemon.code_mode.pool.pool_options`). ``observer``: called as
+    :func:`daemon.code_mode.sandbox.pool.pool_options`). ``observer``: called as
     ``observer(thread_id, entry)`` (sync or async) as each nested call ends,
     with its :class:`daemon.tools.AuditEntry`; ``thread_id`` is None for unscoped calls. An
     observer failure is logged and never breaks the snippet. ``gate``: the
@@ -322,9 +330,9 @@ class CodeModeToolExecutor(BaseToolExecutor):
         """Continue the snippet that ``pause`` stopped, in ``thread``'s scope (None: private).
 
         ``decisions`` maps each held call's ``call_id`` to its decision; see
-        :meth:`SnippetRun.resume <daemon.code_mode.engine.SnippetRun.resume>`
+        :meth:`SnippetRun.resume <daemon.code_mode.sandbox.engine.SnippetRun.resume>`
         for what approved, denied and undecided calls do, and
-        :func:`~daemon.code_mode.approval.denial_message` for the text a
+        :func:`~daemon.code_mode.sandbox.approval.denial_message` for the text a
         denied call raises. The snapshot replaces whatever checkout the
         scope holds (the REPL is the paused one, helpers included); the
         snapshot bytes suffice, so this works after a restart, in a new

@@ -1,7 +1,7 @@
 """Large JSON tool results cross into the sandbox as text, parsed there (issue 17).
 
 A nested result arrives in the sandbox as a Python value (the nested-result
-table in :mod:`daemon.code_mode.nested`). Built on the host, a parsed
+table in :mod:`daemon.code_mode.sandbox.nested`). Built on the host, a parsed
 megabyte of JSON costs Monty about five times what the same text costs it to
 send and ``json.loads`` inside (``bench/code_mode.py``; measured on 1.4:
 0.9 MB, 128 ms as objects, 25 ms as text; 8 KB, 1.2 ms against 0.7 ms; at a
@@ -25,13 +25,13 @@ Anything else passes through unchanged, so a scope without wrappers (stored
 before them, or a tool added since) simply gets parsed values.
 
 Such a wrapper makes the call only when it is awaited, and awaits it where
-it makes it: Monty's own host-call path (:mod:`~daemon.code_mode.direct`)
+it makes it: Monty's own host-call path (:mod:`~daemon.code_mode.sandbox.direct`)
 takes that in one round trip, at about the cost of an unwrapped call (a
 call made in one sandbox frame and awaited in another costs ~20 µs more;
 ``bench/code_mode.py``). The snapshot path needs the call made where the
 snippet makes it, so that a call never awaited is named in the error
 (spec A11). So the first snippet that leaves the direct path
-(:meth:`ScopeState.leave_direct <daemon.code_mode.scope.ScopeState.leave_direct>`)
+(:meth:`ScopeState.leave_direct <daemon.code_mode.repl.scope.ScopeState.leave_direct>`)
 first turns the scope's wrappers into (:func:`snapshot_wrappers_source`)::
 
     def get_rows(*args, **kwargs):
@@ -81,7 +81,7 @@ __all__ = [
 ]
 
 # True in every new scope; set False when a snippet was not eligible for the direct path
-# (daemon/code_mode/direct.py), with the wrappers' change, or else before a dump, so a
+# (daemon/code_mode/sandbox/direct.py), with the wrappers' change, or else before a dump, so a
 # loaded REPL says which it was (Monty has no `del`).
 DIRECT_MARKER = "_asyncai_direct"
 UNMARK_SOURCE = f"{DIRECT_MARKER} = False"

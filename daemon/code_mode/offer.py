@@ -1,7 +1,7 @@
 """What ``run_code`` offers: the catalog and the tool definition, rebuilt as shapes are learned.
 
 The catalog comes from the inner executor's tools, the learned return shapes
-(:class:`~daemon.code_mode.learned.ShapeBook`, issue 19) and
+(:class:`~daemon.code_mode.catalog.learned.ShapeBook`, issue 19) and
 ``limits.catalog_budget``; the ``run_code`` definition from the catalog.
 Both are built when the executor starts, and again only when a shape was
 learned or refreshed since (the book's version moved) or the inner tools grew
@@ -13,12 +13,18 @@ show their results to the book.
 
 from __future__ import annotations
 
-from daemon.code_mode.catalog import Catalog
-from daemon.code_mode.description import run_code_definition
-from daemon.code_mode.learned import LearnedShape, ShapeBook, shape_notice
-from daemon.code_mode.limits import CodeModeLimits
-from daemon.code_mode.nested import NestedCalls, StartedCall
-from daemon.code_mode.search import SEARCH_HELPERS, is_helper
+from daemon.code_mode.catalog import (
+    SEARCH_HELPERS,
+    Catalog,
+    LearnedShape,
+    ShapeBook,
+    is_helper,
+    run_code_definition,
+    shape_notice,
+)
+from daemon.code_mode.contract import StartedCall
+from daemon.code_mode.sandbox import NestedCalls
+from daemon.config import CodeModeLimits
 from daemon.tools import ApprovalGate, AuditObserver, ShapeStore, ToolDefinition, ToolExecutor
 
 __all__ = ["ToolOffer"]

@@ -1,7 +1,7 @@
 """What one ``run_code`` call hands back, from the snippet's outcome: its text and its audit.
 
 The text follows the return contract (:mod:`daemon.code_mode.contract`),
-with ``Hint:`` lines from :func:`daemon.code_mode.hooks.error_hints` on
+with ``Hint:`` lines from :func:`daemon.code_mode.repl.hooks.error_hints` on
 errors; the audit is the transcript's ``toolUseResult`` JSON.
 """
 
@@ -12,9 +12,9 @@ from typing import Any
 
 import structlog
 
-from daemon.code_mode import hooks
 from daemon.code_mode.contract import RunCodeText, render_error, render_result
-from daemon.code_mode.outcome import SnippetOutcome
+from daemon.code_mode.repl import hooks
+from daemon.code_mode.sandbox import SnippetOutcome
 from daemon.tools import AuditEntry
 
 __all__ = ["audit_json", "render_outcome"]

@@ -17,10 +17,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field, Strict
 
+from daemon.config.limits import CodeModeLimits
 from daemon.config.values import (
     Count,
     Flag,
@@ -32,9 +33,6 @@ from daemon.config.values import (
     Text,
 )
 from daemon.errors import ConfigError
-
-if TYPE_CHECKING:  # the code-mode package builds a Monty pool lazily; importing is cheap
-    from daemon.code_mode import CodeModeLimits
 
 __all__ = [
     "DEFAULT_CONFIG_PATH",
@@ -112,9 +110,7 @@ class CodeModeConfig:
     preamble_text: str | None = field(default=None, init=False, repr=False)
 
     def limits(self) -> CodeModeLimits:
-        """``CodeModeLimits`` with these values over its defaults (imports code mode)."""
-        from daemon.code_mode import CodeModeLimits
-
+        """``CodeModeLimits`` with these values over its defaults."""
         values = {
             f.name: getattr(self, f.name)
             for f in fields(self)
@@ -128,11 +124,7 @@ class CodeModeConfig:
         """``max_scopes`` as configured, else ``CodeModeLimits``' default."""
         if self.max_scopes is not None:
             return self.max_scopes
-        try:
-            from daemon.code_mode import CodeModeLimits
-        except ImportError:  # code mode not built yet: DESIGN.md's LRU of 8
-            return 8
-        return int(getattr(CodeModeLimits(), "max_scopes", 8))
+        return CodeModeLimits().max_scopes
 
 
 @dataclass

@@ -17,7 +17,7 @@ from collections import OrderedDict
 from collections.abc import Mapping
 
 from daemon.code_mode.catalog import Catalog, CatalogSource
-from daemon.code_mode.note import reset_note
+from daemon.code_mode.repl import reset_note
 from daemon.tools import (
     Decision,
     Pause,

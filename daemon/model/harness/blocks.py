@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping
 from types import SimpleNamespace
 from typing import Any
 
-from daemon.code_mode.search import SEARCH_HELPERS
+from daemon.code_mode.catalog import SEARCH_HELPERS
 from daemon.errors import ToolTransportError
 from daemon.model.calls import ToolCall, made_up_call, parse_calls
 from daemon.model.conversation import LoopState, Paused

@@ -10,7 +10,7 @@ import json
 import re
 from collections.abc import Collection, Iterable, Mapping
 
-from daemon.code_mode.hints import MISSING_MODULE_ADVICE
+from daemon.code_mode.sandbox import MISSING_MODULE_ADVICE
 
 __all__ = [
     "NO_OUTPUT",
@@ -162,7 +162,7 @@ _UNORDERED = re.compile(
     r"TypeError: '[<>]=?' not supported between instances of '(\w+)' and '(\w+)'"
 )
 _ORDERING = re.compile(r"\b(max|min|sorted)\(.*\bkey\s*=")
-# Standard modules the sandbox has (daemon/code_mode/hints.py), named without an import.
+# Standard modules the sandbox has (daemon/code_mode/sandbox/hints.py), named without an import.
 _MODULES = frozenset(
     {"json", "re", "math", "datetime", "collections", "itertools", "functools", "time"}
     | {"random", "copy", "base64", "hashlib", "decimal", "csv", "bisect", "asyncio"}
@@ -252,7 +252,7 @@ def error_signature(error: str) -> str | None:
 
 
 # What to write instead of a module a small model keeps importing, beyond code
-# mode's own advice for Monty's missing stdlib modules (daemon.code_mode.hints).
+# mode's own advice for Monty's missing stdlib modules (daemon.code_mode.sandbox.hints).
 _INSTEAD = {
     "requests": "fetch URLs with `r = await http_get(url=...)` (a function already defined)",
     "urllib": "fetch URLs with `r = await http_get(url=...)` (a function already defined)",

@@ -1,7 +1,7 @@
 """The fields a ``Returns:`` sketch cuts short, spelled out as access paths (pure).
 
 Code mode's stubs sketch a tool's output schema at most
-:data:`~daemon.code_mode.schema.SKETCH_MAX_DEPTH` containers deep; deeper
+:data:`~daemon.code_mode.catalog.schema.SKETCH_MAX_DEPTH` containers deep; deeper
 parts show as ``[...]`` or ``{...}``. A pod's restart count sits five levels
 down a list (``items`` → pod → ``status`` → ``containerStatuses`` → entry), so
 the sketch hid exactly the field a small model then guessed
@@ -16,8 +16,13 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from daemon.code_mode.catalog import Catalog, CatalogEntry
-from daemon.code_mode.schema import SKETCH_MAX_DEPTH, schema_type, unwrap_result
+from daemon.code_mode.catalog import (
+    SKETCH_MAX_DEPTH,
+    Catalog,
+    CatalogEntry,
+    schema_type,
+    unwrap_result,
+)
 
 __all__ = ["entry_hidden_paths", "hidden_fields", "hidden_paths"]
 

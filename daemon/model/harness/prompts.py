@@ -13,8 +13,7 @@ import json
 import re
 from typing import Any
 
-from daemon.code_mode.catalog import Catalog
-from daemon.code_mode.description import catalog_section, helpers_section
+from daemon.code_mode.catalog import Catalog, catalog_section, helpers_section
 from daemon.model.harness.fields import hidden_fields
 
 __all__ = [

@@ -9,7 +9,7 @@ import builtins
 import difflib
 from collections.abc import Iterable
 
-from daemon.code_mode.search import SEARCH_HELPERS
+from daemon.code_mode.catalog import SEARCH_HELPERS
 from daemon.model.harness.peek import top_level_targets
 from daemon.model.harness.prompts import Signature
 

@@ -1,7 +1,10 @@
 """The limits of code mode, tunable by library users and the ``[code_mode]`` config.
 
 Defaults follow spec 0004 (Limits, A4, A5). Time limits are in seconds, sizes
-in bytes or characters as named.
+in bytes or characters as named. They are the defaults of the ``[code_mode]``
+section too, so they live with the configuration, which builds them without
+importing code mode; code mode reads them, and hands the class on as
+``daemon.code_mode.CodeModeLimits``.
 """
 
 from __future__ import annotations

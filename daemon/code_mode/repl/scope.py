@@ -15,9 +15,9 @@ import structlog
 from pydantic_monty import AsyncMonty, AsyncMontySession
 
 from daemon.code_mode.lazy import snapshot_wrappers_lookup, snapshot_wrappers_source
-from daemon.code_mode.limits import CodeModeLimits
-from daemon.code_mode.note import ScopeVariables
-from daemon.code_mode.pool import CLOSE_TIMEOUT, new_checkout
+from daemon.code_mode.repl.note import ScopeVariables
+from daemon.code_mode.sandbox import CLOSE_TIMEOUT, new_checkout
+from daemon.config import CodeModeLimits
 
 if TYPE_CHECKING:
     from daemon.tools import StoredScopeDump, ThreadKey
@@ -39,7 +39,7 @@ class ScopeState:
     thread), ``"restart"``, ``"reset"`` (a crash or a blown limit), or None
     when it never was. ``note`` belongs to the variables-note hook.
 
-    For the stored REPL (issue 14, :mod:`daemon.code_mode.persistence`):
+    For the stored REPL (issue 14, :mod:`daemon.code_mode.repl.persistence`):
     ``dirty`` says the store no longer holds this REPL (a snippet ran in it,
     or it was emptied by ``restart`` or a reset, since it was last stored or
     loaded); ``restore`` says the next checkout loads the stored dump (a
@@ -49,10 +49,10 @@ class ScopeState:
     ``notices`` are lines for the next note, said once. ``held`` says the
     REPL lives in a paused snippet's snapshot, which the next checkout loads.
     ``direct`` says every snippet this REPL ran was eligible for Monty's own
-    host-call path (:mod:`daemon.code_mode.direct`): set by a new empty REPL
+    host-call path (:mod:`daemon.code_mode.sandbox.direct`): set by a new empty REPL
     or a stored one that says so, cleared by an ineligible snippet.
     A checkout that will load nothing (neither ``restore`` nor ``held``) may
-    be a warm spare (:mod:`daemon.code_mode.fresh`). ``fetched`` is the dump
+    be a warm spare (:mod:`daemon.code_mode.repl.fresh`). ``fetched`` is the dump
     read to know whether there is one, kept for the load that follows.
     """
 
@@ -96,7 +96,7 @@ class ScopeState:
     ) -> tuple[AsyncMontySession, bool]:
         """The live session, checking one out when there is none; and whether it is new.
 
-        ``ahead`` (:meth:`FreshScopes.ahead <daemon.code_mode.fresh.FreshScopes.ahead>`)
+        ``ahead`` (:meth:`FreshScopes.ahead <daemon.code_mode.repl.fresh.FreshScopes.ahead>`)
         is told before a new checkout, and may give one made ahead instead.
         """
         if self.session is not None:

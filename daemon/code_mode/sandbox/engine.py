@@ -26,14 +26,14 @@ A nested call starts only when the sandbox awaits it (its id is among a
 future snapshot's ``pending_call_ids``): gathered calls run concurrently, a
 call never awaited never runs (the return contract asks for ``await``). A
 snippet that awaits every call where it makes it runs instead on Monty's
-own host-call path, one round trip a call (:mod:`daemon.code_mode.direct`).
+own host-call path, one round trip a call (:mod:`daemon.code_mode.sandbox.direct`).
 
 Approvals (issue 13): a call of a mutating tool is judged by the
 :data:`~daemon.tools.ApprovalGate` of its :class:`NestedCalls` as the sandbox
 awaits it, to hold it for a person (``ask``); the call asks the gate again
 where it is made (issue 26: a refusal is :class:`NestedCalls`'s). A run whose
 awaited calls are all finished or held pauses: the session's dump and
-:func:`~daemon.code_mode.approval.pause_state` hold it; the worker goes back.
+:func:`~daemon.code_mode.sandbox.approval.pause_state` hold it; the worker goes back.
 :meth:`SnippetRun.resume` loads the dump into a fresh checkout, makes the
 approved calls (each still the ``server.tool`` with the arguments the request
 showed, else refused), raises ``PermissionError`` at the denied ones, and drives on
@@ -72,7 +72,10 @@ from pydantic_monty import (
     MontySyntaxError,
 )
 
-from daemon.code_mode.approval import (
+from daemon.code_mode.catalog import CallRejected, Catalog, helper_result, is_helper
+from daemon.code_mode.convert import sandbox_text
+from daemon.code_mode.lazy import public_name, without_wrapper_frames
+from daemon.code_mode.sandbox.approval import (
     MadeCall,
     PauseStateError,
     denial_message,
@@ -83,9 +86,7 @@ from daemon.code_mode.approval import (
     stamp,
     unlike_shown,
 )
-from daemon.code_mode.catalog import CallRejected, Catalog
-from daemon.code_mode.convert import sandbox_text
-from daemon.code_mode.direct import (
+from daemon.code_mode.sandbox.direct import (
     OS_DENIED,
     SLEEP_DENIED,
     SLEEP_OS_CALLS,
@@ -95,12 +96,10 @@ from daemon.code_mode.direct import (
     checked_call,
     suspension_budget_message,
 )
-from daemon.code_mode.lazy import public_name, without_wrapper_frames
-from daemon.code_mode.limits import CodeModeLimits
-from daemon.code_mode.nested import NestedCalls
-from daemon.code_mode.outcome import SnippetOutcome
-from daemon.code_mode.prints import PrintSink
-from daemon.code_mode.search import helper_result, is_helper
+from daemon.code_mode.sandbox.nested import NestedCalls
+from daemon.code_mode.sandbox.outcome import SnippetOutcome
+from daemon.code_mode.sandbox.prints import PrintSink
+from daemon.config import CodeModeLimits
 from daemon.tools import AuditEntry, Decision, Pause
 
 __all__ = ["OS_DENIED", "SLEEP_DENIED", "PrintSink", "SnippetOutcome", "SnippetRun"]
@@ -185,7 +184,7 @@ class SnippetRun:
         """Run ``code`` to its end, an error or a pause; cancelling leaves the session unusable.
 
         ``direct``: the snippet may take Monty's own host-call path
-        (:func:`~daemon.code_mode.direct.direct_ok` said so); it never pauses.
+        (:func:`~daemon.code_mode.sandbox.direct.direct_ok` said so); it never pauses.
         """
         self._code = code
         sink = PrintSink(self._limits.max_print_bytes)

@@ -18,7 +18,7 @@ gets a trailing ``_``, collisions get a numeric suffix ``_2``, ``_3``…);
 ``validate`` maps them back to the MCP names.
 
 Return annotations and ``Returns:`` sketches come from
-:mod:`daemon.code_mode.schema` (JSON schema → Python, with its table).
+:mod:`daemon.code_mode.catalog.schema` (JSON schema → Python, with its table).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-from daemon.code_mode.schema import (
+from daemon.code_mode.catalog.schema import (
     SKETCH_MAX_DEPTH,
     SKETCH_MAX_PROPERTIES,
     Resolver,
@@ -268,7 +268,7 @@ class Catalog:
     (issue 19; a declared output schema always wins). ``budget``: when the
     rendered stubs are longer than this many characters the catalog is
     :attr:`searchable`: the description lists names and one line each, and
-    the sandbox gets ``search_tools`` and ``describe`` (:mod:`~daemon.code_mode.search`).
+    the sandbox gets ``search_tools`` and ``describe`` (:mod:`~daemon.code_mode.catalog.search`).
     """
 
     def __init__(

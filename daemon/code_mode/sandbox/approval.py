@@ -1,6 +1,6 @@
 """Approvals in code mode (issue 13), the pure part: what a paused snippet stores, and the texts.
 
-The engine (:mod:`daemon.code_mode.engine`) asks the :data:`~daemon.tools.ApprovalGate`
+The engine (:mod:`daemon.code_mode.sandbox.engine`) asks the :data:`~daemon.tools.ApprovalGate`
 about each mutating call as the sandbox awaits it; a call the gate sends to
 a person is *held*. When every call the snippet waits on is held, the
 engine dumps the Monty session and ends the run with a

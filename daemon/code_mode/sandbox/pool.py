@@ -5,7 +5,7 @@ which holds one worker process, and the pool's default size is the CPU count:
 on 2 cores the third scope would wait forever. So the pool allows
 ``max_scopes + 3`` workers (the private scope of unscoped calls, one
 scope of overshoot while the LRU cannot evict a running scope, and the warm
-spare of :mod:`daemon.code_mode.fresh`), and every wait is finite: a
+spare of :mod:`daemon.code_mode.repl.fresh`), and every wait is finite: a
 checkout gives up after ``checkout_timeout``, a request after
 ``limits.request_timeout`` (the snippet limit + 10 s).
 """
@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic_monty import AsyncMonty, AsyncMontySession, OSPolicy, ResourceLimits
 
-from daemon.code_mode.limits import CodeModeLimits
+from daemon.config import CodeModeLimits
 
 __all__ = [
     "CHECKOUT_OS_POLICY",

@@ -17,7 +17,7 @@ delegates to the pure modules (:mod:`helpers`, :mod:`hints`, :mod:`note`):
    :func:`check_snippet` (in a worker thread when the snippet is long).
 3. :func:`error_hints` — extra ``Hint:`` lines for an error result, from its
    traceback text (A11: known Monty gaps,
-   :func:`~daemon.code_mode.hints.hints_for`). Return the hint text only;
+   :func:`~daemon.code_mode.sandbox.hints.hints_for`). Return the hint text only;
    the formatter prefixes ``Hint: ``.
 4. :func:`after_snippet` — awaited after every snippet (rejected ones
    aside), with the scope, the snippet's text and its outcome.
@@ -27,7 +27,7 @@ delegates to the pure modules (:mod:`helpers`, :mod:`hints`, :mod:`note`):
    ``scope.session`` is None and nothing can be probed). While the scope
    is live, ``await scope.probe(code)`` runs a tool-free feed in the same
    REPL and returns its value. ``scope.note`` holds the scope's
-   :class:`~daemon.code_mode.note.ScopeVariables` (the engine drops it with
+   :class:`~daemon.code_mode.repl.note.ScopeVariables` (the engine drops it with
    the checkout). :func:`context_note` then turns the scope into the note
    that ``CodeModeToolExecutor.context_note`` returns. A failing or slow hook
    (bounded by ``limits.request_timeout``) is logged and costs only the note;
@@ -52,15 +52,15 @@ from pydantic_monty import MontyRuntimeError, MontySyntaxError
 
 from daemon.code_mode.bindings import module_bindings
 from daemon.code_mode.helpers import check_reserved, prelude
-from daemon.code_mode.hints import hints_for
-from daemon.code_mode.note import ScopeVariables, thread_note
+from daemon.code_mode.repl.note import ScopeVariables, thread_note
+from daemon.code_mode.sandbox import hints_for
 
 T = TypeVar("T")
 
 if TYPE_CHECKING:
-    from daemon.code_mode.limits import CodeModeLimits
-    from daemon.code_mode.outcome import SnippetOutcome
-    from daemon.code_mode.scope import ScopeState
+    from daemon.code_mode.repl.scope import ScopeState
+    from daemon.code_mode.sandbox import SnippetOutcome
+    from daemon.config import CodeModeLimits
 
 __all__ = [
     "INLINE_PARSE_CHARS",

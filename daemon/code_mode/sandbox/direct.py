@@ -1,6 +1,6 @@
 """Snippets that await every tool call where they make it take Monty's own path (issue 17).
 
-The engine (:mod:`daemon.code_mode.engine`) drives a snippet snapshot by
+The engine (:mod:`daemon.code_mode.sandbox.engine`) drives a snippet snapshot by
 snapshot: a tool call surfaces as a function snapshot, is answered
 ``future``, surfaces again when awaited, and is answered with its result. That
 is two worker round trips per call, plus the Python of two resumes: about 1.8×
@@ -26,12 +26,12 @@ can arise, which :func:`direct_ok` decides from the snippet's syntax:
 - it is at most :data:`MAX_CHECKED_CHARS` long (parsed on the event loop).
 
 These rules only choose the path, they never grant a call: every call asks
-the gate where it is made, in :class:`~daemon.code_mode.nested.NestedCalls`,
+the gate where it is made, in :class:`~daemon.code_mode.sandbox.nested.NestedCalls`,
 and a call the gate would hold for a person is refused on this path
 (``PermissionError``), never made (issue 26).
 
 A scope keeps to the direct path only while every snippet it ran was
-eligible (:attr:`~daemon.code_mode.scope.ScopeState.direct`): a function an
+eligible (:attr:`~daemon.code_mode.repl.scope.ScopeState.direct`): a function an
 ineligible snippet defined may make a call that is never awaited, or one
 that needs approval. Anything else (an ineligible snippet, a resumed pause,
 the scope preamble, a stored REPL loaded into a new checkout) goes through
@@ -39,7 +39,7 @@ the snapshots, so every answer is exactly the engine's, as the tests of both
 paths check.
 
 :class:`DirectFeed` answers what the engine answers: the same validation,
-budgets and messages, the same :class:`~daemon.code_mode.nested.NestedCalls`
+budgets and messages, the same :class:`~daemon.code_mode.sandbox.nested.NestedCalls`
 (its audit, logs and observer), the same refusal of OS calls and sleeps; a
 call still in flight when the snippet ends is cancelled.
 """
@@ -55,14 +55,13 @@ from typing import Any
 
 from pydantic_monty import AsyncMontySession
 
-from daemon.code_mode.catalog import CallRejected, Catalog, CatalogEntry
+from daemon.code_mode.catalog import CallRejected, Catalog, CatalogEntry, helper_result, is_helper
 from daemon.code_mode.convert import ConversionError, sandbox_text, to_json_value
 from daemon.code_mode.helpers import PRIVATE_PREFIX
 from daemon.code_mode.lazy import TOOL_PREFIX
-from daemon.code_mode.limits import CodeModeLimits
-from daemon.code_mode.nested import NestedCalls
-from daemon.code_mode.prints import PrintSink
-from daemon.code_mode.search import helper_result, is_helper
+from daemon.code_mode.sandbox.nested import NestedCalls
+from daemon.code_mode.sandbox.prints import PrintSink
+from daemon.config import CodeModeLimits
 
 __all__ = [
     "DYNAMIC_NAMES",

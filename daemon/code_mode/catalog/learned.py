@@ -1,9 +1,9 @@
 """The shapes code mode learned, by server and tool, and their store (issue 19).
 
 A tool without an output schema returns ``Any``. The first successful
-result that is a parsed JSON object or array (:func:`~daemon.code_mode.shapes.learnable`)
-gives it a shape (:func:`~daemon.code_mode.shapes.infer_shape`); a later
-result that no longer fits is merged in (:func:`~daemon.code_mode.shapes.merge`).
+result that is a parsed JSON object or array (:func:`~daemon.code_mode.catalog.shapes.learnable`)
+gives it a shape (:func:`~daemon.code_mode.catalog.shapes.infer_shape`); a later
+result that no longer fits is merged in (:func:`~daemon.code_mode.catalog.shapes.merge`).
 Each change bumps :attr:`ShapeBook.version`, which makes the executor build
 its catalog again: the stub then says ``Returns (observed): ...`` (so the
 ``run_code`` description changes only when a shape is learned or
@@ -32,8 +32,15 @@ from typing import Any
 
 import structlog
 
-from daemon.code_mode.schema import return_sketch
-from daemon.code_mode.shapes import dump_shape, fits, infer_shape, learnable, load_shape, merge
+from daemon.code_mode.catalog.schema import return_sketch
+from daemon.code_mode.catalog.shapes import (
+    dump_shape,
+    fits,
+    infer_shape,
+    learnable,
+    load_shape,
+    merge,
+)
 from daemon.tools import ShapeStore, ToolCallOutput, ToolDefinition
 
 __all__ = [

@@ -1,7 +1,7 @@
 """Learned return shapes (issue 19): what a tool without an output schema was seen to return.
 
 Pure functions of JSON values, no I/O. A shape is a small JSON schema, so
-the stubs render it with the declared path (:func:`~daemon.code_mode.schema.shape_sketch`,
+the stubs render it with the declared path (:func:`~daemon.code_mode.catalog.schema.shape_sketch`,
 the same 4 levels / 12 properties form) and it is stored as JSON text:
 
 =====================  ==================================================
@@ -39,7 +39,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from daemon.code_mode.schema import SKETCH_MAX_DEPTH, SKETCH_MAX_PROPERTIES
+from daemon.code_mode.catalog.schema import SKETCH_MAX_DEPTH, SKETCH_MAX_PROPERTIES
 
 __all__ = [
     "MAX_NODES",

@@ -20,7 +20,7 @@ and ``duration_ms`` are those of the call itself, from when it got its slot:
 | no answer in ``tool_timeout``| ``RuntimeError("tool X timed out after 120s")`` |
 
 A successful result of a tool without an output schema is shown to the
-:class:`~daemon.code_mode.learned.ShapeBook`, when there is one; the shapes it
+:class:`~daemon.code_mode.catalog.learned.ShapeBook`, when there is one; the shapes it
 learned from them are in :attr:`NestedCalls.learned` (issue 19).
 
 Every call that reaches the inner executor, finished or dropped, becomes one
@@ -37,7 +37,7 @@ sandbox, whatever path brought it (the snapshot engine, Monty's direct
 host-call path, a wrapper, an alias): a call of a mutating tool runs only on
 ``allow``; an approved call resumed after a pause carries the person's
 decision instead (its ``NestedCalls`` has no gate). ``deny``, and ``ask``
-(only the engine can hold a call for a person; :mod:`~daemon.code_mode.direct`
+(only the engine can hold a call for a person; :mod:`~daemon.code_mode.sandbox.direct`
 keeps such snippets off its path), raise :class:`CallRefused`, a
 ``PermissionError`` in the sandbox, before anything is made; the refusal is
 audited (``decision="denied"``, ``decided_by="policy"``) in :attr:`NestedCalls.refused`.
@@ -67,15 +67,14 @@ import itertools
 import logging
 import os
 import time
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 import structlog
 from pydantic_monty import ExternalExceptionData, ExternalSettledResult
 
-from daemon.code_mode.approval import policy_denial, refused_entry
-from daemon.code_mode.catalog import CatalogEntry
+from daemon.code_mode.catalog import CatalogEntry, LearnedShape, ShapeBook
+from daemon.code_mode.contract import StartedCall
 from daemon.code_mode.convert import (
     ConversionError,
     log_content,
@@ -83,10 +82,10 @@ from daemon.code_mode.convert import (
     result_bytes,
     sandbox_text,
 )
-from daemon.code_mode.deadlines import Deadlines
 from daemon.code_mode.lazy import TEXT_MIN, text_marker
-from daemon.code_mode.learned import LearnedShape, ShapeBook
-from daemon.code_mode.limits import CodeModeLimits
+from daemon.code_mode.sandbox.approval import policy_denial, refused_entry
+from daemon.code_mode.sandbox.deadlines import Deadlines
+from daemon.config import CodeModeLimits
 from daemon.tools import (
     ApprovalGate,
     AuditEntry,
@@ -100,7 +99,7 @@ from daemon.tools import (
     not_recorded,
 )
 
-__all__ = ["CallRefused", "NestedCalls", "StartedCall"]
+__all__ = ["CallRefused", "NestedCalls"]
 
 log = structlog.get_logger("asyncai.code_mode")
 
@@ -204,19 +203,6 @@ def _entry(
         },
     )
     return entry
-
-
-@dataclass
-class StartedCall:
-    """One nested call a snippet started, and where it stands (``started`` until it ends)."""
-
-    key: str  # the AuditEntry key of its started and ended entries
-    tool: str
-    arguments: dict[str, Any]
-    mutating: bool
-    outcome: CallOutcome = "started"
-    queued: bool = False  # waiting for a slot of its server's max_concurrent
-    queue_ms: float | None = None  # how long it waited (None: its server has no limit)
 
 
 class NestedCalls:

@@ -1,12 +1,12 @@
 """The thread scopes of one executor: an LRU of ``max_scopes`` REPLs, evicted and stored.
 
-:class:`ScopeTable` holds a :class:`~daemon.code_mode.scope.ScopeState` per
+:class:`ScopeTable` holds a :class:`~daemon.code_mode.repl.scope.ScopeState` per
 thread, keyed by :class:`~daemon.tools.ThreadKey` (its channel and thread id:
 a thread id alone would let one channel's prompt reach another's REPL), most
 recently used last. A new scope may push the least recently used idle one
 out; a scope with a snippet running is never evicted (the table overshoots
 until it ends). An evicted scope's REPL is
-stored, when there is a store (issue 14, :mod:`daemon.code_mode.persistence`),
+stored, when there is a store (issue 14, :mod:`daemon.code_mode.repl.persistence`),
 before the executor's next checkout (:meth:`ScopeTable.close_evicted`), and
 its checkout is closed in the background from then on (issue 17); the
 thread's next scope then loads it.
@@ -23,9 +23,9 @@ from collections import OrderedDict
 import structlog
 from pydantic_monty import AsyncMontySession
 
-from daemon.code_mode.limits import CodeModeLimits
-from daemon.code_mode.persistence import LoadResult, ScopePersistence
-from daemon.code_mode.scope import ScopeState
+from daemon.code_mode.repl.persistence import LoadResult, ScopePersistence
+from daemon.code_mode.repl.scope import ScopeState
+from daemon.config import CodeModeLimits
 from daemon.tools import ThreadKey
 
 __all__ = ["ScopeTable"]

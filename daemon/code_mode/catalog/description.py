@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import copy
 
-from daemon.code_mode.catalog import Catalog
+from daemon.code_mode.catalog.catalog import Catalog
+from daemon.code_mode.catalog.search import DESCRIBE, SEARCH_LIMIT, SEARCH_TOOLS, index_lines
 from daemon.code_mode.contract import NO_OUTPUT
 from daemon.code_mode.helpers import RESERVED_NAMES
-from daemon.code_mode.limits import CodeModeLimits
-from daemon.code_mode.search import DESCRIBE, SEARCH_LIMIT, SEARCH_TOOLS, index_lines
+from daemon.config import CodeModeLimits
 from daemon.tools import ToolDefinition
 
 __all__ = [

@@ -14,7 +14,7 @@
   else (Monty loads only into a fresh session). The dump already holds the
   helpers and the operator's preamble as they were when it was saved, so
   the preamble is not run again. Whether the REPL may take the direct path
-  (:mod:`~daemon.code_mode.direct`) is read from it: a scope that left it
+  (:mod:`~daemon.code_mode.sandbox.direct`) is read from it: a scope that left it
   sets :data:`~daemon.code_mode.lazy.DIRECT_MARKER` False before its dump. The
   names bound in the restored REPL (``list(locals())``, less the helpers
   and the preamble's own names) seed the variables note, which says the REPL
@@ -35,11 +35,10 @@ from typing import Any, Literal
 import structlog
 from pydantic_monty import AsyncMontySession
 
-from daemon.code_mode import hooks
 from daemon.code_mode.bindings import module_bindings
 from daemon.code_mode.lazy import DIRECT_MARKER, UNMARK_SOURCE, scope_source
-from daemon.code_mode.limits import CodeModeLimits
-from daemon.code_mode.note import (
+from daemon.code_mode.repl import hooks
+from daemon.code_mode.repl.note import (
     ScopeVariables,
     format_size,
     not_restored_note,
@@ -47,7 +46,8 @@ from daemon.code_mode.note import (
     one_line,
     restored_note,
 )
-from daemon.code_mode.scope import ScopeState
+from daemon.code_mode.repl.scope import ScopeState
+from daemon.config import CodeModeLimits
 from daemon.crashpoints import crash_point
 from daemon.errors import ScopeRejected
 from daemon.tools import ScopeStore

@@ -32,7 +32,7 @@ from typing import Any, cast
 
 from pydantic_monty import ExcType, ExternalResult
 
-from daemon.code_mode.catalog import CallRejected, Catalog, CatalogEntry
+from daemon.code_mode.catalog.catalog import CallRejected, Catalog, CatalogEntry
 from daemon.code_mode.convert import sandbox_text
 
 __all__ = [

@@ -1,7 +1,7 @@
 """New scopes start from one stored copy of the preamble's REPL, kept warm (issue 17).
 
 Every new scope starts with the helpers and the tools' wrappers
-(:func:`daemon.code_mode.hooks.scope_preamble`, :mod:`daemon.code_mode.lazy`):
+(:func:`daemon.code_mode.repl.hooks.scope_preamble`, :mod:`daemon.code_mode.lazy`):
 a feed of a few hundred lines, about 0.7 ms on a 2-core machine, against
 0.3 ms to load the session dumped after the first such feed (same REPL,
 same feed count, so tracebacks name the same ``<python-input-N>``). The
@@ -16,7 +16,7 @@ ended. A scope that first asked the store in vain takes it in place of its
 own fresh checkout (:meth:`FreshScopes.prepare`), which is loaded in the
 background to be the next spare. There is at most one spare; it holds a
 worker of the pool, which has room for it
-(:func:`daemon.code_mode.pool.pool_options`). :meth:`FreshScopes.aclose`
+(:func:`daemon.code_mode.sandbox.pool.pool_options`). :meth:`FreshScopes.aclose`
 gives it back.
 
 Only without an operator's preamble (``limits.preamble``): its code may call
@@ -35,12 +35,12 @@ from typing import TYPE_CHECKING
 import structlog
 from pydantic_monty import AsyncMonty, AsyncMontySession, MontyError
 
-from daemon.code_mode.limits import CodeModeLimits
-from daemon.code_mode.pool import CLOSE_TIMEOUT, new_checkout
+from daemon.code_mode.sandbox import CLOSE_TIMEOUT, new_checkout
+from daemon.config import CodeModeLimits
 
 if TYPE_CHECKING:
-    from daemon.code_mode.outcome import SnippetOutcome
-    from daemon.code_mode.scope import ScopeState
+    from daemon.code_mode.repl.scope import ScopeState
+    from daemon.code_mode.sandbox import SnippetOutcome
 
 __all__ = ["FreshScopes"]
 

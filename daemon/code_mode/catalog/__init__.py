@@ -1,0 +1,50 @@
+"""The catalog room: what the model is told about the inner tools, and how it finds them.
+
+Holds the catalog of inner tools as typed ``async def`` stubs (``catalog``,
+from JSON schemas by ``schema``), the one tool the model sees and its
+description (``description``: ``run_code``'s schema and text), the index,
+``search_tools`` and ``describe`` for a catalog over its budget (``search``),
+and the return shapes learned from results (``shapes``, ``learned``). Pure
+code apart from the shapes' store, which it reaches through
+:class:`~daemon.tools.ShapeStore`.
+
+This is code mode's public face to the rest of the daemon: the small-model
+harness and the runtime's restart note import what they need of the catalog
+from here, never from its modules.
+
+May import: ``daemon.code_mode``'s shared modules (``contract``, ``convert``,
+``helpers``), ``daemon.config`` (``CodeModeLimits``), ``daemon.tools``,
+``daemon.logging`` and pydantic-monty; never ``daemon.code_mode.sandbox`` or
+``daemon.code_mode.repl``, which stand above it.
+"""
+
+from daemon.code_mode.catalog.catalog import CallRejected, Catalog, CatalogEntry, CatalogSource
+from daemon.code_mode.catalog.description import (
+    RUN_CODE,
+    catalog_section,
+    helpers_section,
+    run_code_definition,
+)
+from daemon.code_mode.catalog.learned import LearnedShape, ShapeBook, shape_notice
+from daemon.code_mode.catalog.schema import SKETCH_MAX_DEPTH, schema_type, unwrap_result
+from daemon.code_mode.catalog.search import SEARCH_HELPERS, helper_result, is_helper
+
+__all__ = [
+    "RUN_CODE",
+    "SEARCH_HELPERS",
+    "SKETCH_MAX_DEPTH",
+    "CallRejected",
+    "Catalog",
+    "CatalogEntry",
+    "CatalogSource",
+    "LearnedShape",
+    "ShapeBook",
+    "catalog_section",
+    "helper_result",
+    "helpers_section",
+    "is_helper",
+    "run_code_definition",
+    "schema_type",
+    "shape_notice",
+    "unwrap_result",
+]
