@@ -43,7 +43,7 @@ test: $(STAMP)
 	$(VENV)/bin/mypy
 	$(PY) -m pytest
 
-# The rest of the crash-point matrix (direct mode, two daemons on NATS): CI runs it
+# The rest of the crash-point matrix (direct mode, the approval steps): CI runs it
 # after `make test`; the one-daemon code-mode part is in `make test` itself.
 crash-matrix: $(STAMP)
 	$(PY) -m pytest -m crash_matrix
