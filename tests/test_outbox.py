@@ -100,3 +100,24 @@ async def test_a_run_that_ends_without_a_reply_drops_its_held_dump(store: Store)
     await runtime.finish_run("R1", interrupted, [m.id], "queued")
     assert await scopes.load(thread) is None
     assert await store.load_scope(m.channel, m.thread) is None
+
+
+async def test_after_a_run_without_a_reply_a_shutdowns_save_is_not_stored(store: Store):
+    """The shutdown stores every live REPL after the runtime recorded its cut-off runs:
+    the REPL of one (its prompt queued to run again) must not be stored, or the run,
+    run again on it, would count twice. The thread's next run stores again."""
+    scopes = SignedScopeStore(store, KEY, max_bytes=1 << 20)
+    runtime, m = await _started(store, scopes)
+    thread = ThreadKey(m.channel, m.thread)
+    interrupted = RunResult("", status="interrupted", error="daemon shutting down")
+    await runtime.finish_run("R1", interrupted, [m.id], "queued")
+    await scopes.save(thread, b"half a run, at shutdown")
+    assert await store.load_scope(m.channel, m.thread) is None
+
+    await runtime.start_run("R2", m.channel, m.thread, [m.id])
+    await scopes.save(thread, b"run 2, whole")
+    reply = _reply("R2", m.id, m.thread)
+    await runtime.finish_run("R2", RunResult("x"), [m.id], "done", reply=reply)
+    stored = await scopes.load(thread)
+    assert stored is not None
+    assert stored.data == b"run 2, whole"

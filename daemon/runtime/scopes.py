@@ -45,6 +45,8 @@ from sessions.store import Store
 
 log = structlog.get_logger("asyncai.daemon")
 
+_UNANSWERED = ""  # a thread whose last run ended without a reply: its REPL is not stored
+
 __all__ = [
     "KEY_FILE",
     "SignedScopeStore",
@@ -178,11 +180,19 @@ class SignedScopeStore:
         """The dump (or drop) held back for ``run_id``, for its end's transaction."""
         return self._held.get(run_id)
 
-    def release(self, run_id: str) -> None:
-        """The run's end was committed (or failed): saves go straight to the store again."""
+    def release(self, run_id: str, *, answered: bool = True) -> None:
+        """The run's end was committed (or failed): saves go straight to the store again.
+
+        Not ``answered`` (interrupted, stopped): its REPL reflects a run that did
+        not end with a reply, maybe to be run again, so until the thread's next
+        run its saves are dropped (a shutdown's, an eviction's); a drop goes on.
+        """
         self._held.pop(run_id, None)
         for thread in [t for t, run in self._runs.items() if run == run_id]:
-            del self._runs[thread]
+            if answered:
+                del self._runs[thread]
+            else:
+                self._runs[thread] = _UNANSWERED
 
     @classmethod
     async def open(
@@ -197,7 +207,10 @@ class SignedScopeStore:
         """Store the thread's dump with its MAC (the thread must have been recorded);
         held back while the thread's run has not ended (:meth:`open_run`)."""
         mac = scope_mac(self._key, self._version, thread, data)
-        if (run := self._runs.get(thread)) is not None:
+        if (run := self._runs.get(thread)) == _UNANSWERED:
+            log.info("daemon.scope_not_saved", thread=str(thread), reason="its run did not end")
+            return
+        if run is not None:
             self._held[run] = ScopeWrite(*thread, self._version, data, mac)
             return
         await self._store.save_scope(
@@ -229,7 +242,7 @@ class SignedScopeStore:
 
     async def drop(self, thread: ThreadKey) -> None:
         """Forget the thread's dump (with its run's end, while one is open)."""
-        if (run := self._runs.get(thread)) is not None:
+        if (run := self._runs.get(thread)) not in (None, _UNANSWERED):
             self._held[run] = ScopeWrite(*thread, self._version, None, "")
             return
         await self._store.drop_scope(thread.channel, thread.thread_id)

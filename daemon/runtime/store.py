@@ -147,8 +147,9 @@ class SessionsRuntimeStore:
 
         The dump is the one :attr:`scopes` held back for this run (see
         :class:`~daemon.runtime.scopes.SignedScopeStore`); a run that ends
-        without a reply (interrupted, stopped) drops it, so the stored REPL
-        reflects exactly the runs that ended with a reply.
+        without a reply (interrupted, stopped) drops it, and the thread's later
+        saves until its next run (a shutdown's), so the stored REPL reflects
+        exactly the runs that ended with a reply.
         """
         scope = self.scopes.held(run_id) if self.scopes is not None and reply else None
         try:
@@ -165,7 +166,7 @@ class SessionsRuntimeStore:
             )
         finally:
             if self.scopes is not None:
-                self.scopes.release(run_id)
+                self.scopes.release(run_id, answered=reply is not None)
 
     async def unacked_replies(self) -> list[OutboxReply]:
         """Replies committed and not acknowledged (published again at start)."""
