@@ -11,14 +11,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from daemon.code_mode import contract
+from daemon.code_mode.catalog import NO_OUTPUT
 from daemon.code_mode.catalog.catalog import Catalog
 from daemon.code_mode.catalog.description import run_code_description
-from daemon.code_mode.helpers import RESERVED_NAMES
 from daemon.model.harness import (
     HARNESS_RULES,
-    HELPER_NAMES,
-    NO_OUTPUT,
     WORKED_EXAMPLE,
     answer_instruction,
     assigned_names,
@@ -247,11 +244,6 @@ def test_code_only_reply_is_recognised() -> None:
     assert not is_code_only("3 pods")
 
 
-def test_no_output_text_matches_the_return_contract() -> None:
-    """The harness recognises code mode's exact 'nothing to show' result."""
-    assert NO_OUTPUT == contract.NO_OUTPUT
-
-
 def test_tool_calls_written_as_text_are_found() -> None:
     """Qwen's <tool_call> tags, a ```json block and a bare object all count, for offered
     tools only; string arguments are decoded; prose around them is ignored."""
@@ -322,8 +314,7 @@ def test_assigned_names_are_the_top_level_targets() -> None:
 
 def test_variables_named_like_helpers_are_renamed() -> None:
     """`items = items(r)` would be refused (it rebinds a helper): the variable becomes
-    items_ everywhere it is read or written, while calls of items() stay the helper's;
-    the harness's list matches code mode's."""
+    items_ everywhere it is read or written, while calls of items() stay the helper's."""
     code = "r = await f()\nitems = items(r)\nbest = min(items, key=lambda x: x['n'])\nbest"
     fixed, repairs = repair_code(code)
     assert fixed.splitlines()[1:3] == [
@@ -331,7 +322,6 @@ def test_variables_named_like_helpers_are_renamed() -> None:
         "best = min(items_, key=lambda x: x['n'])",
     ]
     assert repairs == ["renamed variables that shadowed helpers: items"]
-    assert HELPER_NAMES == RESERVED_NAMES
 
 
 def _tool(name: str, description: str, required: list[str], optional: list[str]) -> ToolDefinition:

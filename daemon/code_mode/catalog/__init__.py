@@ -10,7 +10,10 @@ code apart from the shapes' store, which it reaches through
 
 This is code mode's public face to the rest of the daemon: the small-model
 harness and the runtime's restart note import what they need of the catalog
-from here, never from its modules.
+from here, never from its modules. It also hands on two facts that
+``run_code``'s description states and the harness relies on: the result of a
+snippet that shows nothing (``NO_OUTPUT``, the return contract's) and the
+helpers defined in every scope (``RESERVED_NAMES``, the helpers').
 
 May import: ``daemon.code_mode``'s shared modules (``contract``, ``convert``,
 ``helpers``), ``daemon.config`` (``CodeModeLimits``), ``daemon.tools``,
@@ -28,8 +31,12 @@ from daemon.code_mode.catalog.description import (
 from daemon.code_mode.catalog.learned import LearnedShape, ShapeBook, shape_notice
 from daemon.code_mode.catalog.schema import SKETCH_MAX_DEPTH, schema_type, unwrap_result
 from daemon.code_mode.catalog.search import SEARCH_HELPERS, helper_result, is_helper
+from daemon.code_mode.contract import NO_OUTPUT
+from daemon.code_mode.helpers import RESERVED_NAMES
 
 __all__ = [
+    "NO_OUTPUT",
+    "RESERVED_NAMES",
     "RUN_CODE",
     "SEARCH_HELPERS",
     "SKETCH_MAX_DEPTH",

@@ -62,7 +62,6 @@ May import: what ``daemon.model`` may, and ``daemon.model``'s lower modules
 
 from daemon.model.harness.blocks import MAX_KEY_FIXES
 from daemon.model.harness.feedback import (
-    NO_OUTPUT,
     answer_instruction,
     error_signature,
     fetched_url,
@@ -108,10 +107,7 @@ from daemon.model.harness.prompts import (
     retry_seed,
     system_prompt,
 )
-from daemon.model.harness.repair import (
-    HELPER_NAMES,
-    repair_code,
-)
+from daemon.model.harness.repair import repair_code
 from daemon.model.harness.topics import Topic, catalog_topics, topic_hint
 from daemon.model.harness.vote import (
     MAX_VOTE_SAMPLES,
@@ -127,11 +123,9 @@ __all__ = [
     "HARNESS_CATALOG_BUDGET",
     "HARNESS_RULES",
     "HARNESS_SYSTEM_PROMPT",
-    "HELPER_NAMES",
     "MAX_FAILED_SNIPPETS",
     "MAX_KEY_FIXES",
     "MAX_VOTE_SAMPLES",
-    "NO_OUTPUT",
     "REREAD",
     "RETRY_TEMPERATURE",
     "VOTE_TEMPERATURE",

@@ -19,14 +19,13 @@ from collections.abc import Iterable, Mapping
 from types import SimpleNamespace
 from typing import Any
 
-from daemon.code_mode.catalog import SEARCH_HELPERS
+from daemon.code_mode.catalog import NO_OUTPUT, RESERVED_NAMES, SEARCH_HELPERS
 from daemon.errors import ToolTransportError
 from daemon.model.calls import ToolCall, made_up_call, parse_calls
 from daemon.model.conversation import LoopState, Paused
 from daemon.model.endpoint import ChatEndpoint
 from daemon.model.execute import run_call
 from daemon.model.harness.feedback import (
-    NO_OUTPUT,
     answer_instruction,
     fetched_url,
     holds_none,
@@ -51,7 +50,6 @@ from daemon.model.harness.prompts import (
     echoes_example,
     retry_seed,
 )
-from daemon.model.harness.repair import HELPER_NAMES
 from daemon.model.harness.topics import Topic, topic_hint
 from daemon.model.harness.vote import (
     MAX_VOTE_SAMPLES,
@@ -362,7 +360,7 @@ async def _peek(
     earlier snippet, hold now, as short sketches from the same REPL scope; None when
     there is nothing to show. ``skip`` are the catalog's functions (not data);
     ``missing`` (a KeyError's key) adds how many items of each list hold it."""
-    names = assigned_names(code) + read_names(code, {*skip, *HELPER_NAMES, *SEARCH_HELPERS})
+    names = assigned_names(code) + read_names(code, {*skip, *RESERVED_NAMES, *SEARCH_HELPERS})
     if not names:
         return None
     try:

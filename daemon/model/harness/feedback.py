@@ -10,10 +10,12 @@ import json
 import re
 from collections.abc import Collection, Iterable, Mapping
 
+# NO_OUTPUT: run_code's text for "nothing printed, None last", a result that answers
+# nothing, so the harness asks again
+from daemon.code_mode.catalog import NO_OUTPUT
 from daemon.code_mode.sandbox import MISSING_MODULE_ADVICE
 
 __all__ = [
-    "NO_OUTPUT",
     "answer_instruction",
     "error_signature",
     "fetched_url",
@@ -28,10 +30,6 @@ __all__ = [
     "url_hint",
     "value_atoms",
 ]
-
-# run_code's text for "nothing printed, None last" (daemon/code_mode/contract.py; a test
-# keeps the two equal): a result that answers nothing, so the harness asks again.
-NO_OUTPUT = "(no output; the last expression was None)"
 
 
 def answer_instruction(question: str, source: str = "the result above") -> str:

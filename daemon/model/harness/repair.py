@@ -9,18 +9,18 @@ import builtins
 import difflib
 from collections.abc import Iterable
 
-from daemon.code_mode.catalog import SEARCH_HELPERS
+from daemon.code_mode.catalog import RESERVED_NAMES, SEARCH_HELPERS
 from daemon.model.harness.peek import top_level_targets
 from daemon.model.harness.prompts import Signature
 
-__all__ = ["HELPER_NAMES", "repair_code"]
+__all__ = ["repair_code"]
 
 
 class _UnawaitHelpers(ast.NodeTransformer):
     """``await describe(...)`` → ``describe(...)``: the two search helpers of a large
     catalog (issue 19) answer at once, so awaiting their value is a TypeError, and
     a model that awaits every function it is shown will await them too. So do the
-    helpers of every scope (:data:`HELPER_NAMES`): ``await count_by(...)`` failed
+    helpers of every scope (code mode's ``RESERVED_NAMES``): ``await count_by(...)`` failed
     three times in a row ("'dict' object can't be awaited"). A catalog function of
     that name (which is awaited) keeps its ``await``."""
 
@@ -35,7 +35,7 @@ class _UnawaitHelpers(ast.NodeTransformer):
         if (
             isinstance(call, ast.Call)
             and isinstance(call.func, ast.Name)
-            and call.func.id in (*SEARCH_HELPERS, *HELPER_NAMES)
+            and call.func.id in (*SEARCH_HELPERS, *RESERVED_NAMES)
             and call.func.id not in self.tools
         ):
             if call.func.id in SEARCH_HELPERS:
@@ -95,11 +95,6 @@ def _is_stub_of(node: ast.AST, names: set[str]) -> bool:
 def _imports_only(node: ast.AST, names: set[str]) -> bool:
     """``from x import a, b`` where every name is a sandbox function (they need no import)."""
     return isinstance(node, ast.ImportFrom) and all(a.name in names for a in node.names)
-
-
-# The helpers code mode defines in every scope (daemon/code_mode/helpers.py; a test
-# keeps the two equal). Rebinding one is refused before the snippet runs.
-HELPER_NAMES = ("items", "names", "dig", "count_by", "to_json")
 
 
 class _RenameHelpers(ast.NodeTransformer):
@@ -382,7 +377,7 @@ def repair_code(
     inlined = _inline_helpers(tree)
     if inlined:
         repairs.append("inlined helper functions called once: " + ", ".join(inlined))
-    rebound = {n for n in top_level_targets(tree) if n in HELPER_NAMES}
+    rebound = {n for n in top_level_targets(tree) if n in RESERVED_NAMES}
     if rebound:
         tree = _RenameHelpers(rebound).visit(tree)
         repairs.append("renamed variables that shadowed helpers: " + ", ".join(sorted(rebound)))
@@ -397,7 +392,7 @@ def repair_code(
     if unawait.helpers:
         repairs.append("helpers called without await (items, dig, count_by... answer at once)")
     if signatures:
-        local = set(top_level_targets(tree)) | set(HELPER_NAMES) | set(SEARCH_HELPERS)
+        local = set(top_level_targets(tree)) | set(RESERVED_NAMES) | set(SEARCH_HELPERS)
         local |= {
             n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)
         }
