@@ -5,8 +5,9 @@ config), ``runtime`` (threads and runs), ``model`` (the OpenAI-compatible
 loop and the small-model harness), ``code_mode`` (run_code on Monty), ``mcp``
 (MCP servers over stdio), ``local_model`` (the embedded model); shared by all:
 ``config``, ``executors`` (what a config builds), ``tools`` (the interfaces),
-``errors``, ``backoff``, ``logging``, ``crashpoints`` (the SIGKILL at a named
-step that only tests arm); also ``approvals`` (the pure policy).
+``limits`` (code mode's, which the config sets), ``errors``, ``backoff``,
+``logging``, ``crashpoints`` (the SIGKILL at a named step that only tests
+arm); also ``approvals`` (the pure policy).
 daemon/ may import ``channels`` and ``sessions``; neither imports daemon/.
 """
 

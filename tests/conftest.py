@@ -26,7 +26,7 @@ async def monty_pool(request: pytest.FixtureRequest) -> AsyncIterator[AsyncMonty
     the interpreter exits (notes/monty.md §10).
     """
     from daemon.code_mode.sandbox.pool import close_pool, create_pool
-    from daemon.config.limits import CodeModeLimits
+    from daemon.limits import CodeModeLimits
 
     # First: a pool that fails halfway may already have started tokio threads.
     request.config.stash[_monty_pool_started] = True

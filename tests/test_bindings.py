@@ -8,7 +8,7 @@ import pytest
 from daemon.code_mode.bindings import _FLAGS, _Collector, module_bindings
 from daemon.code_mode.helpers import HELPERS_SOURCE
 from daemon.code_mode.repl import hooks
-from daemon.config.limits import CodeModeLimits
+from daemon.limits import CodeModeLimits
 
 SNIPPETS = [
     HELPERS_SOURCE,

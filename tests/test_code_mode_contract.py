@@ -41,7 +41,7 @@ from daemon.code_mode.report import audit_json
 from daemon.code_mode.sandbox.engine import PrintSink
 from daemon.code_mode.sandbox.nested import _entry, _utc
 from daemon.code_mode.sandbox.pool import checkout_limits, pool_options
-from daemon.config.limits import CodeModeLimits
+from daemon.limits import CodeModeLimits
 from daemon.tools import AuditEntry, CallOutcome, ToolCallOutput, ToolDefinition
 
 # every expectation holds on both paths a snippet can take (tests/conftest.py)

@@ -8,7 +8,7 @@ import sys
 
 from daemon.code_mode.catalog.catalog import Catalog
 from daemon.code_mode.catalog.description import run_code_description
-from daemon.config.limits import CodeModeLimits
+from daemon.limits import CodeModeLimits
 from daemon.tools import ToolDefinition
 
 DEFINITIONS = [

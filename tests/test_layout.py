@@ -123,6 +123,7 @@ def test_the_standalone_packages_import_nothing_of_the_others(
 # docstring says. ``daemon.X`` is a subpackage or a top-level module.
 SHARED = {
     "daemon.errors",
+    "daemon.limits",
     "daemon.tools",
     "daemon.backoff",
     "daemon.logging",
@@ -132,16 +133,15 @@ CODE_MODE_ROOMS = ("daemon.code_mode.catalog", "daemon.code_mode.sandbox", "daem
 MAY_IMPORT = {
     "daemon.errors": set(),
     "daemon.tools": {"daemon.errors"},
+    "daemon.limits": set(),
     "daemon.backoff": set(),
     "daemon.logging": set(),
     "daemon.crashpoints": set(),
     "daemon.local_model": {"daemon.errors"},
-    "daemon.code_mode": SHARED | {"daemon.config", *CODE_MODE_ROOMS},
-    "daemon.code_mode.catalog": SHARED | {"daemon.code_mode", "daemon.config"},
-    "daemon.code_mode.sandbox": SHARED
-    | {"daemon.code_mode", "daemon.code_mode.catalog", "daemon.config"},
-    "daemon.code_mode.repl": SHARED
-    | {"daemon.code_mode", "daemon.code_mode.sandbox", "daemon.config"},
+    "daemon.code_mode": SHARED | set(CODE_MODE_ROOMS),
+    "daemon.code_mode.catalog": SHARED | {"daemon.code_mode"},
+    "daemon.code_mode.sandbox": SHARED | {"daemon.code_mode", "daemon.code_mode.catalog"},
+    "daemon.code_mode.repl": SHARED | {"daemon.code_mode", "daemon.code_mode.sandbox"},
     "daemon.mcp": SHARED,
     "daemon.config": SHARED | {"daemon.mcp"},
     "daemon.runtime": SHARED

@@ -31,9 +31,9 @@ from daemon.cli import main
 from daemon.code_mode import CodeModeToolExecutor
 from daemon.code_mode.sandbox import engine
 from daemon.config import load_config
-from daemon.config.limits import CodeModeLimits
 from daemon.errors import ConfigError
 from daemon.executors import build_mcp_executor
+from daemon.limits import CodeModeLimits
 from daemon.mcp.executor import McpToolExecutor
 from daemon.runtime.runs import ToolUseContext, current_tool_use
 from daemon.runtime.store import SessionsRuntimeStore

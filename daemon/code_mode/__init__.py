@@ -18,15 +18,16 @@ At the top, what the rooms share and what puts them together: the executor
 (``offer``), the return contract and the result's text and audit
 (``contract``, ``report``), the value conversion (``convert``), the tool
 wrappers (``lazy``), the helpers (``helpers``, ``bindings``) and the errors.
-The limits are ``daemon.config``'s (``CodeModeLimits``), handed on here.
+Its limits (``CodeModeLimits``) live in the shared :mod:`daemon.limits`,
+which the configuration reads too; they are handed on here.
 
-May import: ``daemon.errors``, ``daemon.tools``, ``daemon.logging``,
-``daemon.crashpoints``, ``daemon.config`` (the limits) and pydantic-monty;
+May import: ``daemon.errors``, ``daemon.tools``, ``daemon.limits``,
+``daemon.logging``, ``daemon.crashpoints`` and pydantic-monty;
 nothing else of daemon/ (it knows tools only through the ``ToolExecutor``
 interface).
 """
 
 from daemon.code_mode.executor import CodeModeToolExecutor
-from daemon.config import CodeModeLimits
+from daemon.limits import CodeModeLimits
 
 __all__ = ["CodeModeLimits", "CodeModeToolExecutor"]

@@ -77,7 +77,7 @@ from daemon.code_mode.sandbox import (
     render_paused,
     stamping_observer,
 )
-from daemon.config import CodeModeLimits
+from daemon.limits import CodeModeLimits
 from daemon.tools import (
     ApprovalGate,
     AuditObserver,

@@ -24,7 +24,7 @@ from daemon.code_mode.catalog import (
 )
 from daemon.code_mode.contract import StartedCall
 from daemon.code_mode.sandbox import NestedCalls
-from daemon.config import CodeModeLimits
+from daemon.limits import CodeModeLimits
 from daemon.tools import ApprovalGate, AuditObserver, ShapeStore, ToolDefinition, ToolExecutor
 
 __all__ = ["ToolOffer"]

@@ -13,20 +13,17 @@ MCP servers use the keys of the common ``mcpServers`` JSON (``command``,
 ``--mcp-stdio "CMD ARGS"`` adds a server from the command line.
 
 Holds the sections' dataclasses (:mod:`daemon.config.schema`) and the kinds
-of value their keys take (:mod:`daemon.config.values`), the limits code mode
-enforces (:mod:`daemon.config.limits`: ``CodeModeLimits``, whose defaults are
-the ``[code_mode]`` section's; code mode reads them from here, so the
-configuration needs no code mode), the loader and its precedence
-(:mod:`daemon.config.load`), the wording of its errors
+of value their keys take (:mod:`daemon.config.values`), the loader and its
+precedence (:mod:`daemon.config.load`), the wording of its errors
 (:mod:`daemon.config.messages`), the sources of MCP servers
 (:mod:`daemon.config.servers`) and the shared flags (:mod:`daemon.config.flags`).
 
-May import: ``daemon.errors``, ``daemon.mcp.spec`` (the one check of an
+May import: ``daemon.errors``, ``daemon.limits`` (``CodeModeLimits``, which
+``[code_mode]`` sets), ``daemon.mcp.spec`` (the one check of an
 ``mcpServers`` entry) and pydantic; never ``daemon.code_mode``.
 """
 
 from daemon.config.flags import add_config_arguments, overrides_from_args
-from daemon.config.limits import CodeModeLimits
 from daemon.config.load import ENVIRONMENT, load_config
 from daemon.config.schema import (
     DEFAULT_CONFIG_PATH,
@@ -46,7 +43,6 @@ __all__ = [
     "ApprovalsConfig",
     "ChannelsConfig",
     "CodeModeConfig",
-    "CodeModeLimits",
     "Config",
     "McpServerConfig",
     "ModelConfig",

@@ -21,7 +21,6 @@ from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field, Strict
 
-from daemon.config.limits import CodeModeLimits
 from daemon.config.values import (
     Count,
     Flag,
@@ -33,6 +32,7 @@ from daemon.config.values import (
     Text,
 )
 from daemon.errors import ConfigError
+from daemon.limits import CodeModeLimits
 
 __all__ = [
     "DEFAULT_CONFIG_PATH",

@@ -16,8 +16,8 @@ snippet that shows nothing (``NO_OUTPUT``, the return contract's) and the
 helpers defined in every scope (``RESERVED_NAMES``, the helpers').
 
 May import: ``daemon.code_mode``'s shared modules (``contract``, ``convert``,
-``helpers``), ``daemon.config`` (``CodeModeLimits``), ``daemon.tools``,
-``daemon.logging`` and pydantic-monty; never ``daemon.code_mode.sandbox`` or
+``helpers``), ``daemon.limits``, ``daemon.tools``, ``daemon.logging`` and
+pydantic-monty; never ``daemon.code_mode.sandbox`` or
 ``daemon.code_mode.repl``, which stand above it.
 """
 

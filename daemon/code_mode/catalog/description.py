@@ -21,7 +21,7 @@ from daemon.code_mode.catalog.catalog import Catalog
 from daemon.code_mode.catalog.search import DESCRIBE, SEARCH_LIMIT, SEARCH_TOOLS, index_lines
 from daemon.code_mode.contract import NO_OUTPUT
 from daemon.code_mode.helpers import RESERVED_NAMES
-from daemon.config import CodeModeLimits
+from daemon.limits import CodeModeLimits
 from daemon.tools import ToolDefinition
 
 __all__ = [

@@ -10,9 +10,9 @@ each snippet (``hooks``, handed on as a module so that a patch of one seam
 takes effect everywhere).
 
 May import: ``daemon.code_mode``'s shared modules (``bindings``, ``helpers``,
-``lazy``), ``daemon.code_mode.sandbox``'s face, ``daemon.config``
-(``CodeModeLimits``), ``daemon.tools``, ``daemon.errors``,
-``daemon.crashpoints``, ``daemon.logging`` and pydantic-monty.
+``lazy``), ``daemon.code_mode.sandbox``'s face, ``daemon.limits``,
+``daemon.tools``, ``daemon.errors``, ``daemon.crashpoints``, ``daemon.logging``
+and pydantic-monty.
 """
 
 from daemon.code_mode.repl import hooks

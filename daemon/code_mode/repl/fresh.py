@@ -36,7 +36,7 @@ import structlog
 from pydantic_monty import AsyncMonty, AsyncMontySession, MontyError
 
 from daemon.code_mode.sandbox import CLOSE_TIMEOUT, new_checkout
-from daemon.config import CodeModeLimits
+from daemon.limits import CodeModeLimits
 
 if TYPE_CHECKING:
     from daemon.code_mode.repl.scope import ScopeState

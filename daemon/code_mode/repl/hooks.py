@@ -60,7 +60,7 @@ T = TypeVar("T")
 if TYPE_CHECKING:
     from daemon.code_mode.repl.scope import ScopeState
     from daemon.code_mode.sandbox import SnippetOutcome
-    from daemon.config import CodeModeLimits
+    from daemon.limits import CodeModeLimits
 
 __all__ = [
     "INLINE_PARSE_CHARS",

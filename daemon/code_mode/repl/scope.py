@@ -17,7 +17,7 @@ from pydantic_monty import AsyncMonty, AsyncMontySession
 from daemon.code_mode.lazy import snapshot_wrappers_lookup, snapshot_wrappers_source
 from daemon.code_mode.repl.note import ScopeVariables
 from daemon.code_mode.sandbox import CLOSE_TIMEOUT, new_checkout
-from daemon.config import CodeModeLimits
+from daemon.limits import CodeModeLimits
 
 if TYPE_CHECKING:
     from daemon.tools import StoredScopeDump, ThreadKey

@@ -25,7 +25,7 @@ from pydantic_monty import AsyncMontySession
 
 from daemon.code_mode.repl.persistence import LoadResult, ScopePersistence
 from daemon.code_mode.repl.scope import ScopeState
-from daemon.config import CodeModeLimits
+from daemon.limits import CodeModeLimits
 from daemon.tools import ThreadKey
 
 __all__ = ["ScopeTable"]

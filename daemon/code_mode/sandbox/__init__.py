@@ -10,9 +10,9 @@ here because they are knowledge of the sandbox's Python subset, which the
 small-model harness reads too).
 
 May import: ``daemon.code_mode``'s shared modules (``contract``, ``convert``,
-``helpers``, ``lazy``), ``daemon.code_mode.catalog``'s face, ``daemon.config``
-(``CodeModeLimits``), ``daemon.tools``, ``daemon.logging`` and pydantic-monty;
-never ``daemon.code_mode.repl``, which stands above it.
+``helpers``, ``lazy``), ``daemon.code_mode.catalog``'s face, ``daemon.limits``,
+``daemon.tools``, ``daemon.logging`` and pydantic-monty; never
+``daemon.code_mode.repl``, which stands above it.
 """
 
 from daemon.code_mode.sandbox.approval import render_paused, stamping_observer

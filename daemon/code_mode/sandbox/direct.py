@@ -61,7 +61,7 @@ from daemon.code_mode.helpers import PRIVATE_PREFIX
 from daemon.code_mode.lazy import TOOL_PREFIX
 from daemon.code_mode.sandbox.nested import NestedCalls
 from daemon.code_mode.sandbox.prints import PrintSink
-from daemon.config import CodeModeLimits
+from daemon.limits import CodeModeLimits
 
 __all__ = [
     "DYNAMIC_NAMES",

@@ -99,7 +99,7 @@ from daemon.code_mode.sandbox.direct import (
 from daemon.code_mode.sandbox.nested import NestedCalls
 from daemon.code_mode.sandbox.outcome import SnippetOutcome
 from daemon.code_mode.sandbox.prints import PrintSink
-from daemon.config import CodeModeLimits
+from daemon.limits import CodeModeLimits
 from daemon.tools import AuditEntry, Decision, Pause
 
 __all__ = ["OS_DENIED", "SLEEP_DENIED", "PrintSink", "SnippetOutcome", "SnippetRun"]

@@ -85,7 +85,7 @@ from daemon.code_mode.convert import (
 from daemon.code_mode.lazy import TEXT_MIN, text_marker
 from daemon.code_mode.sandbox.approval import policy_denial, refused_entry
 from daemon.code_mode.sandbox.deadlines import Deadlines
-from daemon.config import CodeModeLimits
+from daemon.limits import CodeModeLimits
 from daemon.tools import (
     ApprovalGate,
     AuditEntry,

@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic_monty import AsyncMonty, AsyncMontySession, OSPolicy, ResourceLimits
 
-from daemon.config import CodeModeLimits
+from daemon.limits import CodeModeLimits
 
 __all__ = [
     "CHECKOUT_OS_POLICY",

@@ -1,10 +1,11 @@
 """The limits of code mode, tunable by library users and the ``[code_mode]`` config.
 
 Defaults follow spec 0004 (Limits, A4, A5). Time limits are in seconds, sizes
-in bytes or characters as named. They are the defaults of the ``[code_mode]``
-section too, so they live with the configuration, which builds them without
-importing code mode; code mode reads them, and hands the class on as
-``daemon.code_mode.CodeModeLimits``.
+in bytes or characters as named. A shared module, below both readers: code
+mode enforces the limits (and hands the class on as
+``daemon.code_mode.CodeModeLimits``), and the ``[code_mode]`` section of the
+configuration sets them, without importing code mode (and code mode without
+importing the configuration, whose pydantic would double its import time).
 """
 
 from __future__ import annotations
