@@ -31,7 +31,7 @@ The steps, in the order a run reaches them (where each point sits):
 | ``call_answered`` | the tool's answer arrived in the daemon |
 | ``audit_completed`` | the call's audit row completed with its outcome |
 | ``model_answered`` | the model's final answer came back (the run's result) |
-| ``reply_committed`` | the reply, the run's end and the REPL dump committed at once |
+| ``reply_committed`` | the reply, the run's end and the REPL dump, in one transaction |
 | ``reply_published`` | the hub acked the reply |
 | ``run_finished`` | the reply marked acknowledged; the run is over |
 | ``approval_stored`` | an approval request and its paused run committed |
