@@ -48,6 +48,7 @@ from daemon.model.harness import (
     value_atoms,
 )
 from daemon.tools import ToolDefinition
+from tests.fakes.look import as_look
 
 # ---- arguments ----
 
@@ -533,16 +534,16 @@ def test_a_missing_key_is_located_in_the_look_at_the_variables() -> None:
         "r['status'] == 200\nlen(r['json']['components']) == 4\n"
         "r['json']['components'][0]['name'] == 'db'"
     )
-    hint = key_hint(TRACEBACK.format("KeyError: components"), shapes)
+    hint = key_hint(TRACEBACK.format("KeyError: components"), as_look(shapes))
     assert (
         hint == "Hint: components is not where your code looked; it is at r['json']['components']."
     )
     pods = "len(p['items']) == 12\np['items'][0]['status']['containerStatuses'][0]['ready'] == 1"
-    hint = key_hint(TRACEBACK.format("KeyError: containerStatuses"), pods)
+    hint = key_hint(TRACEBACK.format("KeyError: containerStatuses"), as_look(pods))
     assert hint is not None
     assert hint.startswith("Hint: containerStatuses is in the first item")
-    assert key_hint(TRACEBACK.format("TypeError: x"), pods) is None
-    assert key_hint(TRACEBACK.format("KeyError: components"), None) is None
+    assert key_hint(TRACEBACK.format("TypeError: x"), as_look(pods)) is None
+    assert key_hint(TRACEBACK.format("KeyError: components"), as_look(None)) is None
 
 
 def test_a_counted_key_gets_its_dig_with_path_and_default() -> None:
@@ -557,14 +558,14 @@ def test_a_counted_key_gets_its_dig_with_path_and_default() -> None:
     assert missing_key(TRACEBACK.format("TypeError: x")) is None
     first = "p['items'][0]['status']['containerStatuses'][0]['ready'] == 1\n"
     counted = "p['items']: 10 of 12 items have ['status']['containerStatuses'] (a list)"
-    assert key_hint(error, first + counted) == (
+    assert key_hint(error, as_look(first + counted)) == (
         "Hint: only 10 of the 12 items of p['items'] have ['status']['containerStatuses']; "
         "the other 2 do not, so item['status']['containerStatuses'] fails on them. Read it "
         "with dig(item, 'status.containerStatuses', default=[]), which gives [] for those: "
         "[x for item in items(p) for x in dig(item, 'status.containerStatuses', default=[])]"
     )
     every = counted.replace("10 of", "12 of")
-    assert key_hint(error, every) == (
+    assert key_hint(error, as_look(every)) == (
         "Hint: every item of p['items'] has containerStatuses, at "
         "item['status']['containerStatuses'] (for item in items(p)); your code looked for "
         "it somewhere else."
@@ -575,7 +576,7 @@ def test_a_counted_key_gets_its_dig_with_path_and_default() -> None:
         "a['x']: 2 of 2 items have ['labels']['app.kubernetes.io/name'] (a str)\n"
         "rows: 3 of 5 items have ['labels']['app.kubernetes.io/name'] (a str)"
     )
-    hint = key_hint(dotted, lines)
+    hint = key_hint(dotted, as_look(lines))
     assert hint is not None
     assert hint.startswith("Hint: only 3 of the 5 items of rows have")
     assert hint.endswith(
@@ -588,11 +589,11 @@ def test_a_key_in_no_variable_is_said_to_be_nowhere_or_a_value() -> None:
     one that no path holds is made up (do not read it); one that is a value of the
     data was used as a key of a dict the snippet fills (start it with .get)."""
     looked = "r['status'] == 200\nr['json']['version'] == '1'\nr['json']: has 'components'"
-    assert key_hint(TRACEBACK.format("KeyError: components"), looked) == (
+    assert key_hint(TRACEBACK.format("KeyError: components"), as_look(looked)) == (
         "Hint: components is not where your code looked; it is at r['json']['components']."
     )
     ws = "len(ws['workspaces']) == 2\nws['workspaces'][0]['name'] == 'app'"
-    assert key_hint(TRACEBACK.format("KeyError: nodes"), ws) == (
+    assert key_hint(TRACEBACK.format("KeyError: nodes"), as_look(ws)) == (
         "Hint: no value your variables hold has a key nodes (see what they hold above): "
         "do not read it. Use only the keys shown there, or get the data from another function."
     )
@@ -600,7 +601,7 @@ def test_a_key_in_no_variable_is_said_to_be_nowhere_or_a_value() -> None:
         "r['status'] == 200\nr['body'] is a str of 5 lines (text, not parsed)\n"
         "r['body'].splitlines()[:3] == ['item,stock', 'bolts,40', 'nuts,25']"
     )
-    assert key_hint(TRACEBACK.format("KeyError: stock"), csv) == (
+    assert key_hint(TRACEBACK.format("KeyError: stock"), as_look(csv)) == (
         "Hint: r['body'] is CSV text (its first line is 'item,stock'), not JSON: do not "
         "json.loads it. Parse it with `import csv` and rows = "
         "list(csv.DictReader(r['body'].splitlines())): one dict per line, keyed by 'item', "
@@ -609,11 +610,11 @@ def test_a_key_in_no_variable_is_said_to_be_nowhere_or_a_value() -> None:
     logs = "r['body'] is a str of 9 lines (text, not parsed)\nr['body'].splitlines()[:3] == " + (
         "['10:00 ERROR stock low', '10:01 INFO ok', '10:02 INFO ok']"
     )
-    hint = key_hint(TRACEBACK.format("KeyError: stock"), logs)
+    hint = key_hint(TRACEBACK.format("KeyError: stock"), as_look(logs))
     assert hint is not None
     assert hint.startswith("Hint: stock is only inside text (a str shown above")
     pods = "len(p['items']) == 12\np['items'][0]['spec']['nodeName'] == 'node-a'"
-    hint = key_hint(TRACEBACK.format("KeyError: 'node-a'"), pods)
+    hint = key_hint(TRACEBACK.format("KeyError: 'node-a'"), as_look(pods))
     assert hint is not None
     assert hint == (
         "Hint: 'node-a' is a value in your data (p['items'][0]['spec']['nodeName'] == "

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 
 from daemon.model.harness import fetched_url, key_fix, key_hint, value_hint
+from tests.fakes.look import as_look
 
 LOOK = (
     "r['status'] == 200\n"
@@ -24,19 +25,19 @@ def test_a_key_found_under_one_path_is_read_there() -> None:
         "ok = r['status'] == 200\n"
         "[c['name'] for c in r['components'] if c['status'] == 'down'] + [len(r['components'])]"
     )
-    fixed = key_fix(code, ERROR.format("components"), LOOK)
+    fixed = key_fix(code, ERROR.format("components"), as_look(LOOK))
     assert fixed is not None
     assert "r['json']['components']" in fixed
     assert "r['components']" not in fixed
     assert "r['status'] == 200" in fixed
     assert "c['status'] == 'down'" in fixed
     ast.parse(fixed)
-    assert key_fix(code, ERROR.format("'components'"), LOOK) == fixed  # a quoted key
+    assert key_fix(code, ERROR.format("'components'"), as_look(LOOK)) == fixed  # a quoted key
 
 
 def test_a_key_read_in_a_value_path_is_found_from_a_value_line() -> None:
     """A key the look shows only as a value line's last segment is found too."""
-    fixed = key_fix("r['version']", ERROR.format("version"), LOOK)
+    fixed = key_fix("r['version']", ERROR.format("version"), as_look(LOOK))
     assert fixed == "r['json']['version']"
 
 
@@ -45,26 +46,26 @@ def test_no_fix_when_the_key_is_ambiguous_missing_or_behind_a_first_item() -> No
     item (which says nothing of the others), or the read is not a variable's plain
     subscript, or the error is not a KeyError: no rewrite."""
     two = LOOK + "\nr['meta']['components'] == 3"
-    assert key_fix("r['components']", ERROR.format("components"), two) is None
-    assert key_fix("r['nodes']", ERROR.format("nodes"), LOOK) is None
+    assert key_fix("r['components']", ERROR.format("components"), as_look(two)) is None
+    assert key_fix("r['nodes']", ERROR.format("nodes"), as_look(LOOK)) is None
     first = "len(p['items']) == 2\np['items'][0]['status']['phase'] == 'Running'"
-    assert key_fix("p['phase']", ERROR.format("phase"), first) is None
-    assert key_fix("f(r)['components']", ERROR.format("components"), LOOK) is None
-    assert key_fix("r['components']", "TypeError: x", LOOK) is None
-    assert key_fix("r['components'", ERROR.format("components"), LOOK) is None
-    assert key_fix("r['components']", ERROR.format("components"), None) is None
+    assert key_fix("p['phase']", ERROR.format("phase"), as_look(first)) is None
+    assert key_fix("f(r)['components']", ERROR.format("components"), as_look(LOOK)) is None
+    assert key_fix("r['components']", "TypeError: x", as_look(LOOK)) is None
+    assert key_fix("r['components'", ERROR.format("components"), as_look(LOOK)) is None
+    assert key_fix("r['components']", ERROR.format("components"), as_look(None)) is None
 
 
 def test_items_moves_to_the_one_list_below_the_value() -> None:
     """``r['items']`` where ``r`` holds one list one level down reads that list; with
     two lists, or a key of that name elsewhere, it does not guess."""
     look = "r['status'] == 200\nlen(r['json']) == 4\nr['json'][0]['id'] == 'o-1'"
-    assert key_fix("sum(o['a'] for o in r['items'])", ERROR.format("items"), look) == (
+    assert key_fix("sum(o['a'] for o in r['items'])", ERROR.format("items"), as_look(look)) == (
         "sum((o['a'] for o in r['json']))"
     )
     two = look + "\nlen(r['errors']) == 0"
-    assert key_fix("r['items']", ERROR.format("items"), two) is None
-    assert key_fix("r['rows']", ERROR.format("rows"), look) is None
+    assert key_fix("r['items']", ERROR.format("items"), as_look(two)) is None
+    assert key_fix("r['rows']", ERROR.format("rows"), as_look(look)) is None
 
 
 CSV = (
@@ -76,7 +77,9 @@ CSV = (
 def test_csv_text_is_named_and_its_reader_written() -> None:
     """A parse error on text the look shows as CSV: the hint names the format and writes
     the reader with the text's path and a number column's int()."""
-    hint = value_hint("json.loads(inv['body'])", "json.JSONDecodeError: Expecting value", CSV)
+    hint = value_hint(
+        "json.loads(inv['body'])", "json.JSONDecodeError: Expecting value", as_look(CSV)
+    )
     assert hint == (
         "Hint: inv['body'] is CSV text (its first line is 'item,stock'), not JSON: do not "
         "json.loads it. Parse it with `import csv` and rows = "
@@ -84,18 +87,18 @@ def test_csv_text_is_named_and_its_reader_written() -> None:
         "'item', 'stock'; the values are str, so compare numbers as int(row['stock'])."
     )
     err = "TypeError: string indices must be integers, not 'str'"
-    assert value_hint("inv['body']['stock']", err, CSV) == hint
+    assert value_hint("inv['body']['stock']", err, as_look(CSV)) == hint
 
 
 def test_no_value_hint_for_json_text_other_errors_or_no_look() -> None:
     """Text that starts like JSON or has no commas is not called CSV; an error that is
     not a parse or str-as-data error, or no look, gives no hint."""
     js = "t is a str of 3 lines (text, not parsed)\nt.splitlines()[:3] == ['[{\"a\": 1,', '}', ']']"
-    assert value_hint("json.loads(t)", "json.JSONDecodeError: x", js) is None
+    assert value_hint("json.loads(t)", "json.JSONDecodeError: x", as_look(js)) is None
     logs = "t is a str of 3 lines (text, not parsed)\nt.splitlines()[:3] == ['a b', 'c', 'd']"
-    assert value_hint("t['x']", "TypeError: string indices must be integers", logs) is None
-    assert value_hint("json.loads(inv['body'])", "ZeroDivisionError: x", CSV) is None
-    assert value_hint("json.loads(inv['body'])", "json.JSONDecodeError: x", None) is None
+    assert value_hint("t['x']", "TypeError: string indices must be integers", as_look(logs)) is None
+    assert value_hint("json.loads(inv['body'])", "ZeroDivisionError: x", as_look(CSV)) is None
+    assert value_hint("json.loads(inv['body'])", "json.JSONDecodeError: x", as_look(None)) is None
 
 
 def test_dict_items_of_a_list_result_is_told_where_the_list_is() -> None:
@@ -104,12 +107,12 @@ def test_dict_items_of_a_list_result_is_told_where_the_list_is() -> None:
     look = "len(pods['items']) == 12\npods['items'][0]['metadata']['name'] == 'web-1'"
     code = "max(pods.items(), key=lambda kv: kv[1]['status'])"
     err = "TypeError: string indices must be integers, not 'str'"
-    assert value_hint(code, err, look) == (
+    assert value_hint(code, err, as_look(look)) == (
         "Hint: pods.items() is the dict method: it gives the (key, value) pairs of pods "
         "itself, not its list. The list is pods['items']: for item in pods['items'] "
         "(or items(pods))."
     )
-    assert value_hint("counts.items()", err, look) is None
+    assert value_hint("counts.items()", err, as_look(look)) is None
 
 
 def test_fetched_url_needs_a_url_in_the_question_and_a_fetch_of_it() -> None:
@@ -139,21 +142,23 @@ def test_a_loop_variable_read_as_something_else_is_told_what_one_item_is() -> No
     ``pods['items']``, which its loop already reads. Without the code, or for a key
     of the item, or a loop over something the look does not show, the usual hint."""
     code = "[w['path'] for w in items(pods) if any(o for o in items(w['items']))]"
-    hint = key_hint(ERROR.format("items"), PODS_LOOK, code)
+    hint = key_hint(ERROR.format("items"), as_look(PODS_LOOK), code)
     assert hint == (
         "Hint: w is one item of items(pods), shaped like pods['items'][0] (the first): its "
         "keys are metadata, status, and items is not one of them. Read what you need from "
         "those keys, as the list of what your variables hold shows under pods['items'][0]."
     )
     loop = "for p in pods['items']:\n    x = p['items']"
-    assert key_hint(ERROR.format("items"), PODS_LOOK, loop) == hint.replace("w is", "p is").replace(
-        "items(pods)", "pods['items']"
-    )
+    assert key_hint(ERROR.format("items"), as_look(PODS_LOOK), loop) == hint.replace(
+        "w is", "p is"
+    ).replace("items(pods)", "pods['items']")
     usual = "Hint: items is not where your code looked; it is at pods['items']."
-    assert key_hint(ERROR.format("items"), PODS_LOOK) == usual
-    assert key_hint(ERROR.format("items"), PODS_LOOK, "[w['items'] for w in other]") == usual
+    assert key_hint(ERROR.format("items"), as_look(PODS_LOOK)) == usual
+    assert (
+        key_hint(ERROR.format("items"), as_look(PODS_LOOK), "[w['items'] for w in other]") == usual
+    )
     deeper = "[w['x']['items'] for w in items(pods)]"
-    assert key_hint(ERROR.format("items"), PODS_LOOK, deeper) == usual
+    assert key_hint(ERROR.format("items"), as_look(PODS_LOOK), deeper) == usual
 
 
 def test_a_loop_over_items_of_a_response_finds_its_one_list() -> None:
@@ -165,15 +170,15 @@ def test_a_loop_over_items_of_a_response_finds_its_one_list() -> None:
         "orders['json'][0]['id'] == 'o-1'\norders['json'][0]['amount'] == 120.5"
     )
     code = "sum(o['total'] for o in items(orders))"
-    assert key_hint(ERROR.format("total"), look, code) == (
+    assert key_hint(ERROR.format("total"), as_look(look), code) == (
         "Hint: o is one item of items(orders), shaped like orders['json'][0] (the first): "
         "its keys are id, amount, and total is not one of them. Read what you need from "
         "those keys, as the list of what your variables hold shows under orders['json'][0]."
     )
     two = look + "\nlen(orders['errors']) == 0"
-    assert "o is one item" not in (key_hint(ERROR.format("total"), two, code) or "")
+    assert "o is one item" not in (key_hint(ERROR.format("total"), as_look(two), code) or "")
     deep = look.replace("orders['json']", "orders['json']['rows']")
-    assert "o is one item" not in (key_hint(ERROR.format("total"), deep, code) or "")
+    assert "o is one item" not in (key_hint(ERROR.format("total"), as_look(deep), code) or "")
 
 
 COUNTED = (
@@ -189,28 +194,34 @@ def test_a_key_some_items_lack_is_read_with_dig_where_nothing_is_certain() -> No
     None. Indexed further, compared with [] or ordered, it is left to the hint."""
     err = ERROR.format("containerStatuses")
     lam = "max(items(pods), key=lambda p: sum(c['n'] for c in p['status']['containerStatuses']))"
-    assert key_fix(lam, err, COUNTED) == (
+    assert key_fix(lam, err, as_look(COUNTED)) == (
         "max(items(pods), key=lambda p: sum((c['n'] for c in "
         "dig(p, 'status.containerStatuses', default=[]))))"
     )
     loop = "for p in pods['items']:\n    n = len(p['status']['containerStatuses'])"
-    assert key_fix(loop, err, COUNTED) == (
+    assert key_fix(loop, err, as_look(COUNTED)) == (
         "for p in pods['items']:\n    n = len(dig(p, 'status.containerStatuses', default=[]))"
     )
     indexed = "[p['status']['containerStatuses'][0] for p in items(pods)]"
-    assert key_fix(indexed, err, COUNTED) is None
+    assert key_fix(indexed, err, as_look(COUNTED)) is None
     empty = "[p for p in items(pods) if p['status']['containerStatuses'] == []]"
-    assert key_fix(empty, err, COUNTED) is None
+    assert key_fix(empty, err, as_look(COUNTED)) is None
     other = "[q['status']['containerStatuses'] for q in other for p in items(pods)]"
-    assert key_fix(other, err, COUNTED) is None
+    assert key_fix(other, err, as_look(COUNTED)) is None
     lists = "['status']['containerStatuses'] (a list)"
     phase = COUNTED.replace(lists, "['status']['phase'] (a str)")
     perr = ERROR.format("phase")
-    assert key_fix("[p for p in items(pods) if p['status']['phase'] == 'Failed']", perr, phase) == (
-        "[p for p in items(pods) if dig(p, 'status.phase', default=None) == 'Failed']"
+    assert key_fix(
+        "[p for p in items(pods) if p['status']['phase'] == 'Failed']", perr, as_look(phase)
+    ) == ("[p for p in items(pods) if dig(p, 'status.phase', default=None) == 'Failed']")
+    assert (
+        key_fix("[p for p in items(pods) if p['status']['phase'] > 'F']", perr, as_look(phase))
+        is None
     )
-    assert key_fix("[p for p in items(pods) if p['status']['phase'] > 'F']", perr, phase) is None
-    assert key_fix("[p for p in items(pods) if p['status']['phase'] == '']", perr, phase) is None
+    assert (
+        key_fix("[p for p in items(pods) if p['status']['phase'] == '']", perr, as_look(phase))
+        is None
+    )
 
 
 def test_a_key_inside_text_gets_the_text_hint_before_the_item_hint() -> None:
@@ -221,9 +232,9 @@ def test_a_key_inside_text_gets_the_text_hint_before_the_item_hint() -> None:
         "rows[0]['body'] is a str of 5 lines (text, not parsed)\n"
         "rows[0]['body'].splitlines()[:3] == ['item,stock', 'bolts,120', 'nuts,45']"
     )
-    hint = key_hint(ERROR.format("stock"), look, "min(rows, key=lambda x: x['stock'])")
+    hint = key_hint(ERROR.format("stock"), as_look(look), "min(rows, key=lambda x: x['stock'])")
     assert hint is not None
     assert hint.startswith("Hint: rows[0]['body'] is CSV text (its first line is 'item,stock')")
-    other = key_hint(ERROR.format("price"), look, "min(rows, key=lambda x: x['price'])")
+    other = key_hint(ERROR.format("price"), as_look(look), "min(rows, key=lambda x: x['price'])")
     assert other is not None
     assert other.startswith("Hint: x is one item of rows, shaped like rows[0]")

@@ -44,15 +44,17 @@ The loop (``daemon.model.loop``) is given :class:`SmallModelProfile`
 points; the harness's control logic, the code-block protocol that asks,
 mends, runs, looks and votes, is ``blocks`` (with ``mending``: a broken
 ``run_code`` call repaired, calls written as text read as calls). Everything
-else here is text in, text out, one module per job: ``prompts`` (the
+else here is pure, one module per job: ``prompts`` (the
 system message, built from the :class:`~daemon.code_mode.catalog.Catalog`),
 ``parsing`` (code blocks, broken arguments, calls written as text),
 ``repair`` (AST repairs of the code), ``feedback`` (what a result tells the
 model, and the value quoted in the answer), ``keys`` (where a missing key
 really is), ``keyfix`` (a key read where the look found it), ``fields``
-(result fields the stubs' sketches cut short), ``peek`` (the look at a failed
-snippet's variables), ``topics`` (which function a question is about) and
-``vote`` (self-consistency for short answers).
+(result fields the stubs' sketches cut short), ``peek`` (the sandbox snippet
+that looks at a failed snippet's variables), ``look`` (what it found, as
+data: paths, values and counts, rendered only for the model), ``topics``
+(which function a question is about) and ``vote`` (self-consistency for short
+answers).
 
 May import: what ``daemon.model`` may, and ``daemon.model``'s lower modules
 (``calls``, ``conversation``, ``endpoint``, ``execute``, ``records``,
@@ -79,6 +81,7 @@ from daemon.model.harness.feedback import (
 from daemon.model.harness.fields import hidden_fields, hidden_paths
 from daemon.model.harness.keyfix import key_fix
 from daemon.model.harness.keys import key_hint, missing_key, value_hint
+from daemon.model.harness.look import Look, read_look
 from daemon.model.harness.mending import mend_call, text_calls
 from daemon.model.harness.parsing import (
     code_message,
@@ -131,6 +134,7 @@ __all__ = [
     "VOTE_TEMPERATURE",
     "WORKED_EXAMPLE",
     "CodeBlockTurns",
+    "Look",
     "Signature",
     "SmallModelProfile",
     "Topic",
@@ -158,6 +162,7 @@ __all__ = [
     "peek_code",
     "prints_as_result",
     "quote_result",
+    "read_look",
     "read_names",
     "readable",
     "recover_arguments",

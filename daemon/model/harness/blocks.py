@@ -15,6 +15,7 @@ gives it to the loop.
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Iterable, Mapping
 from types import SimpleNamespace
 from typing import Any
@@ -39,6 +40,7 @@ from daemon.model.harness.feedback import (
 )
 from daemon.model.harness.keyfix import key_fix
 from daemon.model.harness.keys import key_hint, missing_key, value_hint
+from daemon.model.harness.look import Look, read_look
 from daemon.model.harness.mending import mend_call, text_calls
 from daemon.model.harness.parsing import code_message, extract_code, is_code_only
 from daemon.model.harness.peek import assigned_names, peek_code, read_names
@@ -209,7 +211,7 @@ async def after_block(
     # at the data
     looks_empty = is_empty_result(text) or holds_none(text)
     recheck = looks_empty and not ls.rechecked and more
-    shapes = fetch = start = None  # start: the call a new block should start with
+    look = fetch = start = None  # start: the call a new block should start with
     if (retry or recheck) and isinstance(code, str):
         fetch = url_hint(ls.question, code, functions)  # a URL the snippet never fetched
         asked_url = fetched_url(ls.question, code, functions)  # the URL's data it is about
@@ -218,10 +220,10 @@ async def after_block(
             fetch, start = topic  # called one returned (keys and all) only misleads: no look
         else:
             missing = missing_key(text) if failed else None
-            shapes = await _peek(caller, code, state, functions, missing)
+            look = await _peek(caller, code, state, functions, missing)
     fixes = state.metrics.key_fixes  # this run's (a paused run keeps its metrics)
-    if failed and retry and shapes and isinstance(code, str) and fixes < MAX_KEY_FIXES:
-        fixed = key_fix(code, text, shapes)
+    if failed and retry and look and isinstance(code, str) and fixes < MAX_KEY_FIXES:
+        fixed = key_fix(code, text, look)
         if fixed is not None and may_rerun(code, ls.mutating):
             # the look found the key one path below where the snippet read it: read it
             # there and run again, without a model round (not a failure of the model's)
@@ -231,12 +233,12 @@ async def after_block(
             output = await _run_block(endpoint, state, caller, _RUN_CODE, ls, again, _HARNESS_TURN)
             await after_block(endpoint, state, caller, ls, again, output, functions, topics)
             return
-    recheck = recheck and (shapes is not None or start is not None)
+    recheck = recheck and (look is not None or start is not None)
     ls.rechecked = ls.rechecked or recheck
     # where a missing key really is
-    located = key_hint(text, shapes, code if isinstance(code, str) else None) if failed else None
+    located = key_hint(text, look, code if isinstance(code, str) else None) if failed else None
     if failed and located is None and isinstance(code, str):
-        located = value_hint(code, plain, shapes)  # what a value the snippet misread is
+        located = value_hint(code, plain, look)  # what a value the snippet misread is
         text = plain if located else text  # it says more than the traceback's hint
     if not (failed or recheck or ls.voted) and isinstance(code, str) and ls.samples > 1:
         ls.voted = True
@@ -250,7 +252,7 @@ async def after_block(
         ls.question,
         failed=failed,
         retry=retry or recheck,
-        shapes=shapes,
+        look=look,
         empty=recheck,
         start=start,
     )
@@ -355,10 +357,10 @@ async def _peek(
     state: RunState,
     skip: Iterable[str],
     missing: str | None = None,
-) -> str | None:
+) -> Look | None:
     """What the variables a failed (or empty-handed) snippet assigned, or read from an
-    earlier snippet, hold now, as short sketches from the same REPL scope; None when
-    there is nothing to show. ``skip`` are the catalog's functions (not data);
+    earlier snippet, hold now (their access paths and values), from the same REPL scope;
+    None when there is nothing to show. ``skip`` are the catalog's functions (not data);
     ``missing`` (a KeyError's key) adds how many items of each list hold it."""
     names = assigned_names(code) + read_names(code, {*skip, *RESERVED_NAMES, *SEARCH_HELPERS})
     if not names:
@@ -368,11 +370,14 @@ async def _peek(
             output = await caller.call_tool("run_code", {"code": peek_code(names, missing)})
     except (TimeoutError, ToolTransportError):
         return None
-    text = "" if output.is_error else prints_as_result(output.content)
-    if not text.strip() or text == NO_OUTPUT:
+    try:  # the snippet's value: the look's records, as compact JSON (the return contract)
+        look = None if output.is_error else read_look(json.loads(output.content))
+    except ValueError:
+        look = None
+    if look is None:
         return None
     state.metrics.peeks += 1
-    return text
+    return look
 
 
 def _previous_error(state: RunState) -> str | None:

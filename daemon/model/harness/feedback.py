@@ -14,6 +14,7 @@ from collections.abc import Collection, Iterable, Mapping
 # nothing, so the harness asks again
 from daemon.code_mode.catalog import NO_OUTPUT
 from daemon.code_mode.sandbox import MISSING_MODULE_ADVICE
+from daemon.model.harness.look import Look
 
 __all__ = [
     "answer_instruction",
@@ -52,7 +53,7 @@ def result_message(
     *,
     failed: bool,
     retry: bool,
-    shapes: str | None = None,
+    look: Look | None = None,
     empty: bool = False,
     start: str | None = None,
 ) -> str:
@@ -65,7 +66,7 @@ def result_message(
     that may be retried lets the model choose between answering and a new
     block; otherwise the result comes with the request to answer the
     (repeated) question, so the last thing the model reads is the data and
-    what to do with it. ``shapes`` (from :func:`peek_code`) shows what the
+    what to do with it. ``look`` (from :func:`peek_code`, rendered here) shows what the
     snippet's variables really hold: a small model guesses keys, and the
     traceback alone does not tell it the right ones. ``start``: the call a new
     block should start with (:func:`~daemon.model.harness.topics.topic_hint`).
@@ -73,8 +74,8 @@ def result_message(
     shown = result if len(result) <= _RESULT_SHOWN else result[:_RESULT_SHOWN] + " …"
     seen = (
         f"\n\nWhat your variables hold now (paths and values; the first item of each "
-        f"list):\n{shapes}"
-        if shapes
+        f"list):\n{look.render()}"
+        if look is not None
         else ""
     )
     q = question.strip()

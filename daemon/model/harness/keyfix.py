@@ -1,6 +1,6 @@
 """The harness's own fixes of a failed snippet's key reads, run again with no model
-round (:func:`key_fix`; pure, text in, text out). The look at the variables
-(:func:`~daemon.model.harness.peek.peek_code`) says where a key is; where that is
+round (:func:`key_fix`; pure). The look at the variables (a
+:class:`~daemon.model.harness.look.Look`) says where a key is; where that is
 certain, the harness reads it there instead of asking the model to.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 import ast
 
 from daemon.model.harness.keys import (
-    counted_line,
+    counted_lists,
     first_item_path,
     key_paths,
     list_paths,
@@ -17,11 +17,12 @@ from daemon.model.harness.keys import (
     missing_key,
     plain_path,
 )
+from daemon.model.harness.look import Look
 
 __all__ = ["key_fix"]
 
 
-def key_fix(code: str, error: str, shapes: str | None) -> str | None:
+def key_fix(code: str, error: str, look: Look | None) -> str | None:
     """The failed snippet with ``v['k']`` read where the look found ``k``, or None.
 
     After ``KeyError: 'components'`` on ``status['components']``, the look at the
@@ -39,24 +40,19 @@ def key_fix(code: str, error: str, shapes: str | None) -> str | None:
     measured or compared (:class:`_DigFix`).
     """
     key = missing_key(error)
-    if key is None or not shapes:
+    if key is None or look is None:
         return None
     try:
         tree = ast.parse(code)
     except (SyntaxError, ValueError, MemoryError, RecursionError):
         return None
-    # the paths whose dict holds the key (each path to it, less its last segment)
-    holders = {
-        path[: -len(quoted)]
-        for path in key_paths(key, shapes)
-        for quoted in (f"[{key!r}]", f'["{key}"]')
-        if path.endswith(quoted)
-    }
-    lists = list_paths(shapes)
+    # the paths whose dict holds the key (each path to it, less its last step)
+    holders = {str(path.up()) for path in key_paths(key, look)}
+    lists = list_paths(look)
     fixer = _KeyFix(key, holders, lists)
     fixer.visit(tree)
     if not fixer.changed:
-        digs = _DigFix(key, tree, shapes)
+        digs = _DigFix(key, tree, look)
         digs.visit(tree)
         if not digs.changed:
             return None
@@ -109,13 +105,13 @@ class _DigFix(ast.NodeTransformer):
     indexed further (``[j]``) or used otherwise is left to the hint: no default
     is certain there."""
 
-    def __init__(self, key: str, tree: ast.Module, shapes: str) -> None:
+    def __init__(self, key: str, tree: ast.Module, look: Look) -> None:
         self.counted = [
-            (path, rel, kind)
-            for path, have, total, rel, kind in filter(None, map(counted_line, shapes.splitlines()))
+            (str(path), rel, kind)
+            for path, have, total, rel, kind in counted_lists(look)
             if 0 < have < total and rel and rel[-1] == key
         ]
-        self.shapes = shapes
+        self.look = look
         self.parents = {
             id(child): parent for parent in ast.walk(tree) for child in ast.iter_child_nodes(parent)
         }
@@ -128,7 +124,7 @@ class _DigFix(ast.NodeTransformer):
             return self.generic_visit(node)
         var, rel = chain
         over = self.loops.get(var)
-        first = first_item_path(over, self.shapes) if over is not None else None
+        first = first_item_path(over, self.look) if over is not None else None
         for path, counted_rel, kind in self.counted:
             if first != f"{path}[0]" or rel != counted_rel:
                 continue

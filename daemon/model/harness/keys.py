@@ -1,20 +1,30 @@
 """Where a missing key really is: the hint after a ``KeyError``, from the harness's
-look at the snippet's variables (:func:`~daemon.model.harness.peek.peek_code`).
-Text in, text out.
+look at the snippet's variables (a :class:`~daemon.model.harness.look.Look`: its
+paths, values and counts, read as data). Pure.
 """
 
 from __future__ import annotations
 
 import ast
-import json
 import re
 
 from daemon.model.harness.feedback import error_signature
+from daemon.model.harness.look import (
+    Counted,
+    Holds,
+    Length,
+    Look,
+    Path,
+    Prefix,
+    Step,
+    TextStart,
+    Value,
+)
 
-# counted_line, first_item_path, key_paths, list_paths, loop_sources and plain_path
+# counted_lists, first_item_path, key_paths, list_paths, loop_sources and plain_path
 # serve harness/keyfix.py too
 __all__ = [
-    "counted_line",
+    "counted_lists",
     "first_item_path",
     "key_hint",
     "key_paths",
@@ -28,7 +38,7 @@ __all__ = [
 _KEY = re.compile(r"^KeyError: (.+)$")
 
 
-def key_hint(error: str, shapes: str | None, code: str | None = None) -> str | None:
+def key_hint(error: str, look: Look | None, code: str | None = None) -> str | None:
     """Where a missing key really is, from the look at the variables (:func:`peek_code`).
 
     Asked for ``status["components"]`` of an ``http_get`` result, the model
@@ -43,16 +53,16 @@ def key_hint(error: str, shapes: str | None, code: str | None = None) -> str | N
     that its items do not have says what one item is (:func:`_item_hint`).
     """
     key = missing_key(error)
-    if key is None or not shapes:
+    if key is None or look is None:
         return None
-    counted = [c for c in map(counted_line, shapes.splitlines()) if c is not None]
+    counted = counted_lists(look)
     if counted:
         return _counted_hint(key, *min(counted, key=lambda c: c[1] == c[2]))
-    if code is not None and not _in_text(key, shapes) and (item := _item_hint(code, key, shapes)):
+    if code is not None and not _in_text(key, look) and (item := _item_hint(code, key, look)):
         return item  # (a key inside text is a column to parse: the text hint says how)
-    found = key_paths(key, shapes)
+    found = [str(path) for path in key_paths(key, look)]
     if not found:
-        return _nowhere_hint(key, shapes)
+        return _nowhere_hint(key, look)
     if any("[0]" in path for path in found):
         return (
             f"Hint: {key} is in the first item ({found[0]}) but missing in another: "
@@ -61,47 +71,59 @@ def key_hint(error: str, shapes: str | None, code: str | None = None) -> str | N
     return f"Hint: {key} is not where your code looked; it is at {' and '.join(found[:2])}."
 
 
-def key_paths(key: str, shapes: str) -> list[str]:
+def key_paths(key: str, look: Look) -> list[Path]:
     """The look's paths that end with ``key`` (``r['json']['components']``), in order:
-    from its lines that hold a dict with the key (``r['json']: has 'components'``) and
-    from every path line the key is a segment of."""
-    found: list[str] = [
-        f"{m.group(1)}[{key!r}]"
-        for m in _HAS_LINE.finditer(shapes)
-        if m.group(2) in (repr(key), json.dumps(key))
+    from the dicts it found holding the key (``r['json']: has 'components'``), then from
+    every path the key is a step of (the first such step of each)."""
+    found: list[Path] = [
+        Path(e.path.root, (*e.path.steps, _step(e)))
+        for e in look.entries()
+        if isinstance(e, Holds) and e.key == key
     ]
-    for line in shapes.splitlines():
-        for quoted in (f"[{key!r}]", f'["{key}"]'):
-            at = line.find(quoted)
-            if at >= 0:
-                path = line[: at + len(quoted)].removeprefix("len(")
-                if path not in found:
-                    found.append(path)
+    for entry in look.entries():
+        steps = entry.path.steps
+        at = next((n for n, s in enumerate(steps) if s.key == key), None)
+        if at is not None:
+            path = Path(entry.path.root, steps[: at + 1])
+            if str(path) not in map(str, found):
+                found.append(path)
     return found
 
 
-def list_paths(shapes: str) -> set[str]:
+def _step(holds: Holds) -> Step:
+    return Step(holds.shown, holds.key)
+
+
+def list_paths(look: Look) -> set[str]:
     """The paths of the lists the look shows (``len(r['json']) == 4``)."""
-    return set(_LEN_LINE.findall(shapes))
+    return {str(e.path) for e in look.entries() if isinstance(e, Length)}
 
 
-def _nowhere_hint(key: str, shapes: str) -> str:
+def _nowhere_hint(key: str, look: Look) -> str:
     """A KeyError's key that no path of the look holds: a value read as a key (``c['up']``
     where ``c['status'] == 'up'``), or used as a key of a dict the snippet fills
     (``counts[pod['spec']['nodeName']] += 1`` on an empty dict), or
     a key the model made up (``ws['workspaces'][0]['nodes']``), read three times over
     while the hint said only that it was missing; or a column of text not parsed yet
     (a CSV body read as ``row['stock']``)."""
-    value = re.search(rf"^(.*)(\[[^\[\]]+\]) == {re.escape(repr(key))}$", shapes, re.MULTILINE)
-    if value:
+    value = next(
+        (
+            e.path
+            for e in look.entries()
+            if isinstance(e, Value) and e.sample == repr(key) and e.path.steps
+        ),
+        None,
+    )
+    if value is not None:
+        last = value.steps[-1]
         return (
-            f"Hint: {key!r} is a value in your data ({value.group(1)}{value.group(2)} == "
-            f"{key!r}), not a key. To test for it, compare: item{value.group(2)} == {key!r}. "
+            f"Hint: {key!r} is a value in your data ({value} == "
+            f"{key!r}), not a key. To test for it, compare: item{last} == {key!r}. "
             "To count by it, a dict you fill starts empty: counts[k] = counts.get(k, 0) + 1, "
             "or count_by(xs, 'a.b')."
         )
-    if _in_text(key, shapes):
-        return _csv_hint(shapes) or (
+    if _in_text(key, look):
+        return _csv_hint(look) or (
             f"Hint: {key} is only inside text (a str shown above by its first lines), not "
             "a key: parse the text first: json.loads(text) for JSON; for CSV, rows = "
             "[line.split(',') for line in text.splitlines()], whose first row names the columns."
@@ -113,14 +135,15 @@ def _nowhere_hint(key: str, shapes: str) -> str:
     )
 
 
-def _in_text(key: str, shapes: str) -> bool:
-    """Whether ``key`` is a word of a text the look shows (a CSV column's name)."""
+def _in_text(key: str, look: Look) -> bool:
+    """Whether ``key`` is a word of a text the look shows (a CSV column's name), or of the
+    path it sits at."""
     word = re.compile(rf"\b{re.escape(key)}\b")
-    return any(word.search(line) for line in shapes.splitlines() if _TEXT_LINE.search(line))
-
-
-# The look's lines for text (daemon/model/harness/peek.py): its first lines, or its start.
-_TEXT_LINE = re.compile(r"\.splitlines\(\)\[:3\] == |\[:80\] == ")
+    return any(
+        word.search(str(e.path)) or word.search(e.sample)
+        for e in look.entries()
+        if isinstance(e, TextStart | Prefix)
+    )
 
 
 def missing_key(error: str) -> str | None:
@@ -134,33 +157,23 @@ def missing_key(error: str) -> str | None:
     return key if key and not key.lstrip("-").isdigit() else None
 
 
-# A line of the look at a KeyError's key (daemon/model/harness/peek.py):
-# `pods['items']: 10 of 12 items have ['status']['containerStatuses'] (a list)`.
-_COUNTED_LINE = re.compile(r"^(.+): (\d+) of (\d+) items have ((?:\[.+?\])+) \((a \w+|None)\)$")
-_SEGMENT = re.compile(r"\[(.+?)\]")
-_HAS_LINE = re.compile(r"^(.+): has (.+)$", re.MULTILINE)
-_ITEMS_OF = re.compile(r"^(\w+)\['items'\]$")
 _DEFAULTS = {"a list": "[]", "a dict": "{}", "a number": "0", "a str": "''", "a bool": "False"}
 
 
-def counted_line(line: str) -> tuple[str, int, int, list[str], str] | None:
-    """``(list path, items with the key, items, relative path, kind)`` of a counted line."""
-    m = _COUNTED_LINE.match(line.strip())
-    if m is None:
-        return None
-    try:
-        rel = [ast.literal_eval(seg) for seg in _SEGMENT.findall(m.group(4))]
-    except (ValueError, SyntaxError):
-        return None
-    if not rel or not all(isinstance(k, str) for k in rel):
-        return None
-    return m.group(1), int(m.group(2)), int(m.group(3)), rel, m.group(5)
+def counted_lists(look: Look) -> list[tuple[Path, int, int, list[str], str]]:
+    """``(list path, items with the key, items, relative path, kind)`` of each list the look
+    counted, in order; one reached through a key that is not a str is left out."""
+    found = []
+    for e in look.entries():
+        if isinstance(e, Counted) and e.rel and all(s.key is not None for s in e.rel):
+            found.append((e.path, e.have, e.total, [s.key for s in e.rel if s.key], e.kind))
+    return found
 
 
-def _counted_hint(key: str, path: str, have: int, total: int, rel: list[str], kind: str) -> str:
+def _counted_hint(key: str, path: Path, have: int, total: int, rel: list[str], kind: str) -> str:
     """The hint for a key some (or all) items of a list hold at ``rel``."""
-    m = _ITEMS_OF.match(path)
-    source = f"items({m.group(1)})" if m else path
+    items_of = len(path.steps) == 1 and path.steps[0].key == "items"
+    source = f"items({path.root})" if items_of else str(path)
     args = repr(".".join(rel)) if not any("." in k for k in rel) else ", ".join(map(repr, rel))
     shown = "".join(f"[{k!r}]" for k in rel)
     if have == total:
@@ -190,12 +203,11 @@ def plain_path(node: ast.expr) -> bool:
     return isinstance(node, ast.Name)
 
 
-_TEXT_LINES = re.compile(r"^(\w+(?:\[[^\[\]]+\])*)\.splitlines\(\)\[:3\] == (\[.*\])$", re.M)
 _DICT_ITEMS = re.compile(r"\b(\w+)\.items\(\)")
 _PARSE_ERROR = re.compile(r"JSONDecodeError|string indices must be integers|'str' object")
 
 
-def value_hint(code: str, error: str, shapes: str | None) -> str | None:
+def value_hint(code: str, error: str, look: Look | None) -> str | None:
     """What a value really is, when the snippet treated it as something else, from the
     look at the variables; None when the look does not say.
 
@@ -208,29 +220,28 @@ def value_hint(code: str, error: str, shapes: str | None) -> str | None:
       dict method gives ``(key, value)`` pairs (``('kind', 'List')``), and the
       model indexed those as pods, then was told to parse text.
     """
-    if not shapes or not _PARSE_ERROR.search(error):
+    if look is None or not _PARSE_ERROR.search(error):
         return None
+    lists = list_paths(look)
     for m in _DICT_ITEMS.finditer(code):
         name = m.group(1)
-        if f"len({name}['items']) == " in shapes:
+        if f"{name}['items']" in lists:
             return (
                 f"Hint: {name}.items() is the dict method: it gives the (key, value) pairs "
                 f"of {name} itself, not its list. The list is {name}['items']: "
                 f"for item in {name}['items'] (or items({name}))."
             )
-    return _csv_hint(shapes)
+    return _csv_hint(look)
 
 
-def _csv_hint(shapes: str) -> str | None:
+def _csv_hint(look: Look) -> str | None:
     """How to parse the first CSV text the look shows (a first line of comma-separated
     names, not JSON), or None when it shows none."""
-    for m in _TEXT_LINES.finditer(shapes):
-        path = m.group(1)
-        try:
-            lines = ast.literal_eval(m.group(2))
-        except (ValueError, SyntaxError):
+    for text in look.entries():
+        if not isinstance(text, TextStart):
             continue
-        first = lines[0] if lines and isinstance(lines[0], str) else ""
+        path = text.path
+        first = text.first[0] if text.first else ""
         if "," not in first or first.lstrip()[:1] in ("{", "["):
             continue
         columns = [c.strip() for c in first.split(",")]
@@ -244,7 +255,7 @@ def _csv_hint(shapes: str) -> str | None:
     return None
 
 
-def _item_hint(code: str, key: str, shapes: str) -> str | None:
+def _item_hint(code: str, key: str, look: Look) -> str | None:
     """For ``v[key]`` where ``v`` runs over a list the look shows (``for v in items(x)``,
     ``x['items']``, ``x``) and its first item has no such key: what one item is.
 
@@ -267,10 +278,10 @@ def _item_hint(code: str, key: str, shapes: str) -> str | None:
         ):
             continue
         var, over = node.value.id, loops[node.value.id]
-        first = first_item_path(over, shapes)
+        first = first_item_path(over, look)
         if first is None:
             continue
-        keys = _keys_at(first, shapes)
+        keys = _keys_at(first, look)
         if not keys or key in keys:
             continue
         shown = ", ".join(keys[:8])
@@ -308,7 +319,7 @@ def loop_sources(tree: ast.AST) -> dict[str, ast.expr]:
     return loops
 
 
-def first_item_path(over: ast.expr, shapes: str) -> str | None:
+def first_item_path(over: ast.expr, look: Look) -> str | None:
     """The look's path of the first item a loop runs over (``items(x)``, ``x['items']``,
     ``x``), or None when the look shows no such list."""
     if (
@@ -321,40 +332,28 @@ def first_item_path(over: ast.expr, shapes: str) -> str | None:
         if not plain_path(inner):
             return None
         base = ast.unparse(inner)
+        lists = list_paths(look)
         for path in (f"{base}['items']", base):
-            if f"len({path}) == " in shapes:
+            if path in lists:
                 return f"{path}[0]"
         # items() of a dict without "items": its one list value (an HTTP response's json)
         below = {
-            m.group(1)
-            for m in _LEN_LINE.finditer(shapes)
-            if m.group(1).startswith(base + "[") and _ONE_SEGMENT.fullmatch(m.group(1)[len(base) :])
+            str(e.path)
+            for e in look.entries()
+            if isinstance(e, Length) and e.path.steps and str(e.path.up()) == base
         }
         return f"{below.pop()}[0]" if len(below) == 1 else None
     if not plain_path(over):
         return None
     path = ast.unparse(over)
-    return f"{path}[0]" if f"len({path}) == " in shapes else None
+    return f"{path}[0]" if path in list_paths(look) else None
 
 
-_LEN_LINE = re.compile(r"^len\((.+)\) == \d+$", re.MULTILINE)
-_ONE_SEGMENT = re.compile(r"\[[^\[\]]+\]")
-
-
-def _keys_at(path: str, shapes: str) -> list[str]:
+def _keys_at(path: str, look: Look) -> list[str]:
     """The keys the look shows right under ``path`` (a dict), in order."""
     found: list[str] = []
-    for line in shapes.splitlines():
-        rest = line.removeprefix("len(")
-        if not rest.startswith(path + "["):
-            continue
-        m = _SEGMENT.match(rest[len(path) :])
-        if m is None:
-            continue
-        try:
-            k = ast.literal_eval(m.group(1))
-        except (ValueError, SyntaxError):
-            continue
-        if isinstance(k, str) and k not in found:
-            found.append(k)
+    for entry in look.entries():
+        step = entry.path.within(path)
+        if step is not None and step.key is not None and step.key not in found:
+            found.append(step.key)
     return found

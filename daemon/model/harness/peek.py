@@ -1,5 +1,6 @@
-"""The harness's look at a snippet's variables: which names it assigned, and the
-Monty snippet that prints their access paths and values (pure text, no I/O).
+"""The harness's look at a snippet's variables: which names it assigned or read, and
+the Monty snippet whose value is the look (:mod:`~daemon.model.harness.look`'s
+records: access paths and values). Pure, no I/O.
 """
 
 from __future__ import annotations
@@ -85,47 +86,59 @@ def top_level_targets(tree: ast.Module) -> list[str]:
     return found
 
 
-# Monty Python (no globals(), no yield). The value is shown as access paths with their
-# values for the first item of each list: `pods['items'][0]['status']['phase'] ==
-# 'Running'`. A small model copies a path it sees exactly; a sketch shaped like a
-# literal it pasted into its code as an assignment (a SyntaxError at "..."). Text of
-# several lines (a CSV body, logs) is shown as its first lines, said to be a str: the
-# model indexed such a body as if it were parsed data.
+# Monty Python (no globals(), no yield). The look is data: one record a line of the look
+# (daemon/model/harness/look.py renders them), `[kind, variable, steps, ...]`, each step
+# `[repr(key), key or None]`; the lines show each value as its access path for the first
+# item of each list: `pods['items'][0]['status']['phase'] == 'Running'`. A small model
+# copies a path it sees exactly; a sketch shaped like a literal it pasted into its code as
+# an assignment (a SyntaxError at "..."). Text of several lines (a CSV body, logs) is
+# shown as its first lines, said to be a str: the model indexed such a body as if it were
+# parsed data. The records of each variable are filed with a call at depth -1, and that
+# call with no records gives them all back, so each block's value is the look so far:
+# the snippet binds no name the look did not bind when it printed its lines (the REPL's
+# variables note lists them).
 _PEEK_PATHS = """\
-def _peek_paths(x, path, out, depth=0):
+def _peek_paths(x, path, out, depth=0, steps=[], looked=[]):
+    if depth < 0:
+        if out is not None:
+            looked.append(out)
+        return looked
     if len(out) >= 30 or depth > 8:
         return
     if isinstance(x, dict):
         if len(x) == 0:
-            out.append(path + ' == {}')
+            out.append(['value', path, steps, '{}'])
         for k in list(x)[:20]:
-            _peek_paths(x[k], path + '[' + repr(k) + ']', out, depth + 1)
+            step = [repr(k), k if isinstance(k, str) else None]
+            _peek_paths(x[k], path, out, depth + 1, steps + [step])
     elif isinstance(x, (list, tuple)):
-        out.append('len(' + path + ') == ' + str(len(x)))
+        out.append(['len', path, steps, len(x)])
         if len(x) > 0:
-            _peek_paths(x[0], path + '[0]', out, depth + 1)
+            _peek_paths(x[0], path, out, depth + 1, steps + [['0', None]])
     elif isinstance(x, str) and '\\n' in x.strip():
         lines = x.splitlines()
-        out.append(path + ' is a str of ' + str(len(lines)) + ' lines (text, not parsed)')
-        out.append(path + '.splitlines()[:3] == ' + repr([l[:80] for l in lines[:3]]))
+        first = [l[:80] for l in lines[:3]]
+        out.append(['text', path, steps, len(lines)])
+        out.append(['lines', path, steps, repr(first), first])
     elif isinstance(x, str) and len(x) > 80:
-        out.append(path + '[:80] == ' + repr(x[:80]))
+        out.append(['start', path, steps, repr(x[:80])])
     else:
-        out.append(path + ' == ' + repr(x))
+        out.append(['value', path, steps, repr(x)])
 """
 _PEEK_ONE = """\
 try:
     _peek_out = []
     _peek_paths({name}, '{name}', _peek_out)
-    print('\\n'.join(_peek_out))
+    _peek_paths(None, None, _peek_out, -1)
 except Exception:
     pass
+[_peek_paths(None, None, None, -1), []]
 """
 # After a KeyError: in each list of the variables whose items hold the key (through
 # dicts, at the same relative path), how many items have it. The first item alone
 # does not say: a Pending pod has no status.containerStatuses, the Running ones do.
-# One line per such list, and one per dict outside a list that holds the key, parsed by
-# feedback.key_hint: `pods['items']: 10 of 12 items have ['status']['containerStatuses']
+# One record per such list, and one per dict outside a list that holds the key (read by
+# keys.key_hint): `pods['items']: 10 of 12 items have ['status']['containerStatuses']
 # (a list)`, `r['json']: has 'components'`.
 _PEEK_MISSING = """\
 def _peek_find(x, key, depth):
@@ -156,15 +169,20 @@ def _peek_kind(v):
     if isinstance(v, dict):
         return 'a dict'
     return 'None'
-def _peek_missing(x, path, key, out, depth=0):
+def _peek_missing(x, path, key, out, depth=0, steps=[], counted=[]):
+    if depth < 0:
+        if out is not None:
+            counted.append(out)
+        return counted
     if len(out) >= 4 or depth > 6:
         return
     if isinstance(x, dict):
         if key in x:
-            out.append(path + ': has ' + repr(key))
+            out.append(['has', path, steps, repr(key), key])
             return
         for k in list(x)[:30]:
-            _peek_missing(x[k], path + '[' + repr(k) + ']', key, out, depth + 1)
+            step = [repr(k), k if isinstance(k, str) else None]
+            _peek_missing(x[k], path, key, out, depth + 1, steps + [step])
     elif isinstance(x, (list, tuple)) and len(x) > 0:
         rel = None
         for it in x:
@@ -172,7 +190,7 @@ def _peek_missing(x, path, key, out, depth=0):
             if rel is not None:
                 break
         if rel is None:
-            _peek_missing(x[0], path + '[0]', key, out, depth + 1)
+            _peek_missing(x[0], path, key, out, depth + 1, steps + [['0', None]])
             return
         have = 0
         kind = None
@@ -182,25 +200,26 @@ def _peek_missing(x, path, key, out, depth=0):
                 have += 1
                 if kind is None:
                     kind = _peek_kind(v)
-        shown = ''.join(['[' + repr(k) + ']' for k in rel])
-        counted = str(have) + ' of ' + str(len(x)) + ' items have '
-        out.append(path + ': ' + counted + shown + ' (' + kind + ')')
+        shown = [[repr(k), k if isinstance(k, str) else None] for k in rel]
+        out.append(['counted', path, steps, have, len(x), shown, kind])
 """
 _MISSING_ONE = """\
 try:
     _peek_out = []
     _peek_missing({name}, '{name}', {key!r}, _peek_out)
     if _peek_out:
-        print('\\n'.join(_peek_out))
+        _peek_missing(None, None, None, _peek_out, -1)
 except Exception:
     pass
+[_peek_paths(None, None, None, -1), _peek_missing(None, None, None, None, -1)]
 """
 
 
 def peek_code(names: Iterable[str], missing: str | None = None) -> str:
-    """A snippet that prints each named variable's access paths and values (the first
-    item of each list), skipping names the failed snippet never set; with ``missing``
-    (the key of a KeyError), also how many items of each list that holds it have it."""
+    """A snippet whose value is the look at each named variable (:class:`~daemon.model.
+    harness.look.Look`'s records: its access paths and values, the first item of each
+    list), skipping names the failed snippet never set; with ``missing`` (the key of a
+    KeyError), also how many items of each list that holds it have it."""
     names = list(names)
     code = _PEEK_PATHS + "".join(_PEEK_ONE.format(name=n) for n in names)
     if missing is None:
