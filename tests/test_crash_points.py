@@ -266,6 +266,7 @@ def _integrity(db: Path) -> str:
         return str(conn.execute("PRAGMA integrity_check").fetchone()[0])
 
 
+@pytest.mark.timeout(180)  # two daemon starts and three runs: ~20 s, more on a busy machine
 @pytest.mark.parametrize("step", list(OUTCOMES))
 async def test_a_crash_at_each_step_keeps_every_promise(matrix: Matrix, step: str):
     """SIGKILL at ``step`` of a run, restart: see the comment above for the promises."""
@@ -355,6 +356,7 @@ async def _approve_until_answered(alice: Person, thread: str, p1: str, seen: int
 
 
 @pytest.mark.crash_matrix
+@pytest.mark.timeout(180)
 @pytest.mark.parametrize("step", APPROVAL_STEPS)
 async def test_a_crash_at_each_approval_step_keeps_every_promise(matrix: Matrix, step: str):
     """SIGKILL at ``step`` of an approval, restart: the request is seen and decided,
