@@ -31,9 +31,10 @@ from channels.errors import (
     UnauthorizedError,
 )
 from channels.hub import Hub, HubStats
+from channels.ids import id_for_time
 from channels.nats import NatsChannel
 from channels.notify import notify, watchdog_interval
-from channels.protocol import ZERO_ID, Message, Subscribed
+from channels.protocol import ZERO_ID, ErrorCode, Message, Subscribed
 from channels.transport import AnyChannel, id_space, open_channel
 
 __all__ = [
@@ -47,6 +48,7 @@ __all__ = [
     "ChannelConfigError",
     "ChannelError",
     "ChannelTimeoutError",
+    "ErrorCode",
     "Hub",
     "HubStats",
     "HubStoreError",
@@ -59,6 +61,7 @@ __all__ = [
     "UnauthorizedError",
     "WebSocketChannel",
     "exponential_backoff",
+    "id_for_time",
     "id_space",
     "notify",
     "open_channel",

@@ -59,6 +59,7 @@ from daemon.config import Config
 from daemon.errors import AsyncaiError
 from daemon.executors import build_mcp_executor, build_tool_executor
 from daemon.model import OpenAiCompatibleBackend
+from daemon.runtime import Runtime, RuntimeOptions, RuntimeStore
 from daemon.runtime.approvals import ApprovalDesk
 from daemon.runtime.audit import audit_observer
 from daemon.runtime.intake import ChannelPublisher, ChunkJoiner, inbound
@@ -71,7 +72,6 @@ from daemon.runtime.progress import (
     showing_progress,
 )
 from daemon.runtime.runs import PausedRun, RunRequest, RunResult
-from daemon.runtime.scheduler import Runtime, RuntimeOptions, RuntimeStore
 from daemon.runtime.scopes import SignedScopeStore, load_or_create_key
 from daemon.runtime.store import SessionsRuntimeStore
 from daemon.runtime.watchdog import health_problems, heartbeat

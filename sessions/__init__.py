@@ -11,21 +11,27 @@ May import: aiosqlite and the standard library; nothing of ``daemon``,
 ``channels`` or ``servers``.
 """
 
+from .approvals import NewApproval, StoredApproval
 from .errors import MigrationError, StoreClosedError, StoreError, ThreadLookupError
 from .export import envelope, jsonl_lines, text_lines
-from .ids import session_id, thread_key
+from .ids import iso_utc, now_iso, parse_since, session_id, thread_key
 from .model import (
     AuditEntry,
     HistoryText,
+    InterruptedRun,
     PromptStatus,
     Record,
     RunMetrics,
+    SenderRun,
+    StartedCall,
     StoredPrompt,
     StoredRecord,
     ThreadSummary,
     ToolCallRow,
 )
 from .outbox import OutboxReply, ScopeWrite
+from .replica import MalformedRunDocument
+from .report import approvals_report, audit_report, threads_report, transcript_report
 from .schema import SCHEMA_VERSION
 from .scopes import StoredScope, UnboundScope, scope_cutoff
 from .shapes import StoredShape
@@ -36,15 +42,21 @@ __all__ = [
     "SCHEMA_VERSION",
     "AuditEntry",
     "HistoryText",
+    "InterruptedRun",
+    "MalformedRunDocument",
     "MigrationError",
+    "NewApproval",
     "OutboxReply",
     "PromptStatus",
     "Record",
     "RunMetrics",
     "ScopeWrite",
+    "SenderRun",
+    "StartedCall",
     "Store",
     "StoreClosedError",
     "StoreError",
+    "StoredApproval",
     "StoredPrompt",
     "StoredRecord",
     "StoredScope",
@@ -53,10 +65,17 @@ __all__ = [
     "ThreadSummary",
     "ToolCallRow",
     "UnboundScope",
+    "approvals_report",
+    "audit_report",
     "envelope",
+    "iso_utc",
     "jsonl_lines",
+    "now_iso",
+    "parse_since",
     "scope_cutoff",
     "session_id",
     "text_lines",
     "thread_key",
+    "threads_report",
+    "transcript_report",
 ]

@@ -10,6 +10,7 @@ May import: ``channels.protocol``, ``channels.errors``, ``channels.ids``,
 
 from channels.client.backoff import Backoff, exponential_backoff
 from channels.client.interface import Channel, PublishAck
+from channels.client.protocol import check_publish, check_status, check_subscribe
 from channels.client.websocket import DEFAULT_URL, WebSocketChannel
 from channels.protocol import Message, Subscribed
 
@@ -21,5 +22,8 @@ __all__ = [
     "PublishAck",
     "Subscribed",
     "WebSocketChannel",
+    "check_publish",
+    "check_status",
+    "check_subscribe",
     "exponential_backoff",
 ]

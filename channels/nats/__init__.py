@@ -11,7 +11,15 @@ May import: ``channels.client`` (the interface, the checks, the backoff),
 ``channels.hub``.
 """
 
+from channels.nats import mapping
 from channels.nats.channel import NatsChannel
 from channels.nats.mapping import credentials, decode_token, encode_token, stream_name
 
-__all__ = ["NatsChannel", "credentials", "decode_token", "encode_token", "stream_name"]
+__all__ = [
+    "NatsChannel",
+    "credentials",
+    "decode_token",
+    "encode_token",
+    "mapping",
+    "stream_name",
+]

@@ -34,6 +34,7 @@ May import: ``daemon.errors``, ``daemon.tools``, ``daemon.logging``,
 
 from daemon.cluster.approvals import ClusterApprovals, PausedStates
 from daemon.cluster.audit import AuditExporter, collect
+from daemon.cluster.connect import connect_nats
 from daemon.cluster.errors import ClusterError
 from daemon.cluster.leases import Claim, Leases
 from daemon.cluster.node import (
@@ -61,6 +62,7 @@ __all__ = [
     "ThreadRouter",
     "audited",
     "collect",
+    "connect_nats",
     "counted",
     "fenced",
     "is_cluster_url",

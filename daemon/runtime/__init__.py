@@ -19,15 +19,103 @@ restart note's catalog and words), ``channels`` and ``sessions``; never
 ``daemon.model``, ``daemon.mcp`` or ``daemon.cli``.
 """
 
-from daemon.runtime.runs import HistoryTurn, Prompt, RunRequest, RunResult
-from daemon.runtime.scheduler import InboundMessage, Runtime, RuntimeOptions
+from daemon.runtime.approvals import ApprovalDesk, Outcome, Shared
+from daemon.runtime.audit import AuditedExecutor, audit_observer
+from daemon.runtime.intake import ChannelPublisher, ChunkJoiner, inbound
+from daemon.runtime.interrupted import report_interrupted
+from daemon.runtime.limits import (
+    RUN_WINDOW,
+    TOKEN_WINDOW,
+    LimitReached,
+    SenderLimiter,
+    SenderLimits,
+    SenderUsage,
+    limit_reached,
+)
+from daemon.runtime.note import RestartNoteExecutor
+from daemon.runtime.ports import (
+    InboundMessage,
+    PromptStatus,
+    RecordOutcome,
+    RuntimePublisher,
+    RuntimeStore,
+    mentions,
+)
+from daemon.runtime.progress import (
+    PROGRESS_INTERVAL,
+    RunProgress,
+    model_request,
+    progress_observer,
+    showing_progress,
+    tool_call_started,
+)
+from daemon.runtime.runs import (
+    HistoryTurn,
+    PausedRun,
+    Prompt,
+    RunRequest,
+    RunResult,
+    ToolUseContext,
+    current_tool_use,
+)
+from daemon.runtime.scheduler import Runtime, RuntimeOptions
+from daemon.runtime.scopes import (
+    SignedScopeStore,
+    keyed_mac,
+    load_or_create_key,
+    monty_version,
+    scope_mac,
+)
+from daemon.runtime.store import SessionsRuntimeStore
+from daemon.runtime.usage import tokens_spent
+from daemon.runtime.watchdog import health_problems, heartbeat
 
 __all__ = [
+    "PROGRESS_INTERVAL",
+    "RUN_WINDOW",
+    "TOKEN_WINDOW",
+    "ApprovalDesk",
+    "AuditedExecutor",
+    "ChannelPublisher",
+    "ChunkJoiner",
     "HistoryTurn",
     "InboundMessage",
+    "LimitReached",
+    "Outcome",
+    "PausedRun",
     "Prompt",
+    "PromptStatus",
+    "RecordOutcome",
+    "RestartNoteExecutor",
+    "RunProgress",
     "RunRequest",
     "RunResult",
     "Runtime",
     "RuntimeOptions",
+    "RuntimePublisher",
+    "RuntimeStore",
+    "SenderLimiter",
+    "SenderLimits",
+    "SenderUsage",
+    "SessionsRuntimeStore",
+    "Shared",
+    "SignedScopeStore",
+    "ToolUseContext",
+    "audit_observer",
+    "current_tool_use",
+    "health_problems",
+    "heartbeat",
+    "inbound",
+    "keyed_mac",
+    "limit_reached",
+    "load_or_create_key",
+    "mentions",
+    "model_request",
+    "monty_version",
+    "progress_observer",
+    "report_interrupted",
+    "scope_mac",
+    "showing_progress",
+    "tokens_spent",
+    "tool_call_started",
 ]
