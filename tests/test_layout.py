@@ -6,13 +6,18 @@
   ``servers`` nothing of the rest;
 - no module over 500 lines unless its first lines say why it must be one piece;
 - ``daemon/`` keeps at most ten modules at its top level;
-- every package's ``__init__`` has a docstring and an ``__all__`` of real names.
+- every package's ``__init__`` has a docstring and an ``__all__`` of real names;
+- no package imports another package's private module (issue 27): from
+  outside a package, only the names its ``__init__`` hands on in ``__all__``;
+- code mode is three rooms, ``catalog/``, ``sandbox/`` and ``repl/``, each a
+  part of its own in the layering.
 """
 
 from __future__ import annotations
 
 import ast
 import importlib
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -37,14 +42,18 @@ def _modules() -> dict[str, Path]:
 MODULES = _modules()
 
 
-def _imports(name: str, path: Path) -> set[str]:
-    """The project modules ``name`` imports anywhere in its source."""
+def _imported(name: str, path: Path) -> Iterator[tuple[str, str | None]]:
+    """Each import in ``name``'s source as (module, name taken from it; None: the module itself).
+
+    Relative imports are made absolute; ``from pkg import sub`` takes the
+    submodule ``pkg.sub`` itself when there is one.
+    """
     is_package = path.name == "__init__.py"
     base = name if is_package else name.rpartition(".")[0]
-    targets: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
-            targets.update(alias.name for alias in node.names)
+            for alias in node.names:
+                yield alias.name, None
         elif isinstance(node, ast.ImportFrom):
             if node.level:
                 anchor = base.split(".")
@@ -53,9 +62,13 @@ def _imports(name: str, path: Path) -> set[str]:
             else:
                 module = node.module or ""
             for alias in node.names:
-                # ``from pkg import sub`` imports the submodule when there is one
                 sub = f"{module}.{alias.name}"
-                targets.add(sub if sub in MODULES else module)
+                yield (sub, None) if sub in MODULES else (module, alias.name)
+
+
+def _imports(name: str, path: Path) -> set[str]:
+    """The project modules ``name`` imports anywhere in its source."""
+    targets = {module for module, _ in _imported(name, path)}
     return {t for t in targets if t in MODULES and t != name}
 
 
@@ -117,6 +130,74 @@ def test_the_standalone_packages_import_nothing_of_the_others(
         if target.split(".")[0] in forbidden
     }
     assert not wrong
+
+
+PACKAGES_BY_NAME = {name for name, path in MODULES.items() if path.name == "__init__.py"}
+
+
+def _handed_on(package: str) -> dict[str, set[str | None]]:
+    """What ``package``'s ``__init__`` hands on in ``__all__``, by the module it comes from.
+
+    ``{"pkg.mod": {"Name", ...}}``; ``None`` in a set: the module itself is
+    handed on (``from pkg import mod`` with ``"mod"`` in ``__all__``).
+    """
+    path = MODULES[package]
+    exported: set[str] = set()
+    for node in ast.parse(path.read_text(), str(path)).body:
+        targets = node.targets if isinstance(node, ast.Assign) else []
+        if any(isinstance(t, ast.Name) and t.id == "__all__" for t in targets):
+            exported = set(ast.literal_eval(node.value))  # type: ignore[union-attr]
+    handed: dict[str, set[str | None]] = {}
+    for module, taken in _imported(package, path):
+        shown = module.rpartition(".")[2] if taken is None else taken
+        if shown in exported:
+            handed.setdefault(module, set()).add(taken)
+    return handed
+
+
+HANDED_ON = {package: _handed_on(package) for package in PACKAGES_BY_NAME}
+
+
+def _private_imports() -> set[str]:
+    """Every import of a module that its package does not hand on, from outside that package.
+
+    A module is private to its package when the package's ``__init__`` does
+    not hand its names on in ``__all__``; a subpackage is a package with its
+    own face. Inside a package (subpackages included) its own modules are
+    free to import each other.
+    """
+    wrong: set[str] = set()
+    for name, path in MODULES.items():
+        for module, taken in _imported(name, path):
+            package = module.rpartition(".")[0]
+            if module not in MODULES or module in PACKAGES_BY_NAME:
+                continue  # outside the house, or a package's face
+            if name == package or name.startswith(package + "."):
+                continue  # a package's own modules
+            if taken not in HANDED_ON.get(package, {}).get(module, set()):
+                wrong.add(f"{name} -> {module}" + (f".{taken}" if taken else ""))
+    return wrong
+
+
+def test_the_private_import_checker_sees_what_it_must() -> None:
+    """The checker knows a face when it sees one, and a private module when it sees one."""
+    assert "Catalog" in HANDED_ON["daemon.code_mode.catalog"]["daemon.code_mode.catalog.catalog"]
+    assert "daemon.code_mode.catalog.shapes" not in HANDED_ON["daemon.code_mode.catalog"]
+    assert "Store" in HANDED_ON["sessions"]["sessions.store"]
+
+
+def test_code_mode_has_its_three_rooms() -> None:
+    """code_mode/ is cut into catalog/, sandbox/ and repl/, with the shared modules on top."""
+    rooms = {p.parent.name for p in (ROOT / "daemon" / "code_mode").glob("*/__init__.py")}
+    assert rooms == {"catalog", "sandbox", "repl"}
+
+
+def test_no_package_imports_another_packages_private_module() -> None:
+    """Outsiders take only what a package's ``__init__`` hands on in ``__all__``.
+
+    Every module of the house is checked: daemon/, channels/, sessions/ and servers/.
+    """
+    assert sorted(_private_imports()) == []
 
 
 # What each part of daemon/ may import besides itself: what its package
