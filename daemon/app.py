@@ -9,10 +9,12 @@
   a ``tool_calls`` row as each call starts and ends (a mutating call waits for it);
 - the OpenAI-compatible backend (it appends the executor's variables note to
   the newest user message: after an eviction or a restart, the REPL is empty);
-- the channel: subscribed with ``since`` = each channel's stored cursor, after
-  the prompts recorded but not done were scheduled again. A channel without a
-  cursor is read from the daemon's first start (stored once), so nothing
-  published since the install is missed. The cursor stays before held chunks.
+- the channel: subscribed with ``since`` = the stored cursor of each
+  channel, after the prompts recorded but not done were scheduled again. A
+  channel without a cursor is read from the daemon's first start (stored
+  once, :meth:`sessions.store.Store.first_start_cursor`), so nothing
+  published after the daemon was installed is missed. While chunks of a
+  split prompt are held, the channel's cursor stays before them.
 
 Before ``READY=1``, ``gc.freeze()`` hides startup's objects from the collector (a full
 collection walking them stalled the loop 100-140 ms: ``bench/daemon.py``).
@@ -21,8 +23,10 @@ systemd (``Type=notify``, no extra dependency): ``READY=1`` once subscribed,
 ``WATCHDOG=1`` every half of ``WATCHDOG_USEC`` while the intake is alive, the
 channel healthy and the runtime not wedged (:mod:`daemon.runtime.watchdog`),
 ``STATUS=`` with active runs, queued prompts and live REPL scopes, and
-``STOPPING=1`` at shutdown. A run's progress goes to its thread as ``status``
-frames (:mod:`daemon.runtime.progress`).
+``STOPPING=1`` at shutdown.
+
+While a run works, its progress goes to its thread as channel ``status``
+frames (:mod:`daemon.runtime.progress`; never after the reply).
 
 Shutdown (SIGTERM, SIGINT, or :meth:`Daemon.request_stop`), in a fixed order:
 stop reading the channel, give active runs ``runtime.shutdown_grace`` seconds,
@@ -30,9 +34,11 @@ cancel the rest and record them interrupted (their prompts are answered after
 the next start), close the executor (the Monty pool and the MCP servers), the
 backend's HTTP client, the channel and the store. :meth:`Daemon.run` returns
 0; 1 when the daemon could not start or the hub went away for good. Whatever
-ends it, it closes everything first; one failing close does not skip the others.
+ends it (an unexpected error, a cancellation), it closes everything first, and
+one failing close does not skip the others.
 
-Knows every part: it imports daemon/ (but ``daemon.cli``), ``channels`` and ``sessions``.
+The only module that knows every part: it may import all of daemon/ but
+``daemon.cli``, and ``channels`` and ``sessions``.
 """
 
 from __future__ import annotations

@@ -16,19 +16,22 @@ keeps the futures callers wait on.
   :data:`~channels.client.backoff.Backoff` decides how long to wait, so tests
   never really sleep), and the protocol subscribes again from the last id
   delivered per channel: nothing is lost or delivered twice.
-- The reader never blocks on the bounded inbox, so acks keep flowing while the
-  consumer is busy; the protocol's docstring says what a full inbox does.
+- The reader never blocks on the bounded inbox, so acks keep flowing while
+  the consumer is busy; the protocol's docstring says what happens when the
+  inbox is full.
 
 Statuses (short-lived progress, never stored) go out with :meth:`status`, best
 effort, and come in through ``on_status``; iteration stays messages only.
+
 Errors: :class:`~channels.errors.ChannelClosedError` after you closed it,
 :class:`~channels.errors.ChannelBrokenError` when the hub is gone for good
 (the backoff gave up) or the task that owns the connection died of a bug
 (the error it died of is the ``__cause__``; :attr:`WebSocketChannel.broken`
-turns true at once, for a watchdog to see), :class:`~channels.errors.UnauthorizedError`
-when the hub refuses the token, :class:`~channels.errors.ChannelTimeoutError`
-when an ack does not come, :class:`~channels.errors.ProtocolError` when the
-hub refuses a frame.
+turns true at once, for a watchdog to see),
+:class:`~channels.errors.UnauthorizedError` when the
+hub refuses the token, :class:`~channels.errors.ChannelTimeoutError` when an
+ack does not come, :class:`~channels.errors.ProtocolError` when the hub
+refuses a frame.
 """
 
 from __future__ import annotations
@@ -318,11 +321,12 @@ class WebSocketChannel:
     def _on_event(self, event: Event) -> None:
         if isinstance(event, MessageReceived):
             self._inbox_ready.set()
-        elif isinstance(event, StatusReceived) and self._on_status is not None:
-            try:
-                self._on_status(event.status)
-            except Exception:  # the caller's bug must not end the reader
-                log.exception("channels.status_callback_failed", channel=event.status.channel)
+        elif isinstance(event, StatusReceived):
+            if self._on_status is not None:
+                try:
+                    self._on_status(event.status)
+                except Exception:  # the caller's bug must not end the reader
+                    log.exception("channels.status_callback_failed", channel=event.status.channel)
         else:
             self._pending.settle(event)
 
@@ -442,8 +446,9 @@ class WebSocketChannel:
     async def status(self, channel: str, text: str, *, thread: str) -> None:
         """Show ``text`` as progress in ``thread`` to ``channel``'s subscribers now.
 
-        Best effort: no ack, nothing sent while disconnected (it would be stale).
-        ProtocolError for an invalid status (:func:`channels.protocol.status_problem`).
+        Best effort: no ack, and nothing is sent while disconnected (a status
+        is stale by the time a connection is back). Raises ProtocolError for a
+        status that is not valid (see :func:`channels.protocol.status_problem`).
         """
         frame = self._protocol.status_frame(channel, text, thread=thread)
         await self._ensure_open()

@@ -1,4 +1,6 @@
-"""``asyncai model``: the embedded default model's command (:mod:`daemon.local_model`)::
+"""``asyncai model``: the embedded default model's command (:mod:`daemon.local_model`).
+
+::
 
 asyncai model fetch [--verify]   download, assemble and verify the GGUF
 asyncai model path               print where the GGUF lives (exit 1 if absent)

@@ -3,9 +3,9 @@
 It wraps any inner :class:`~daemon.tools.ToolExecutor` and exposes only
 ``run_code``; the snippet calls the inner tools as ``async def`` functions.
 Built synchronously, it starts lazily: the first call (or ``start()``)
-starts the inner executor and the pool. Kept as one piece, though long: it is
-the one place that orders a call's steps (below) under the scope's lock and
-one ``max_wall``; the rooms it calls (catalog, sandbox, repl) each do one step.
+starts the inner executor and the pool. It is the one place that orders a
+call's steps (below) under the scope's lock and one ``max_wall``; the rooms it
+calls (catalog, sandbox, repl) each do one step.
 
 Scopes (spec A10, DESIGN.md): ``thread_scope(thread)`` returns the REPL of a
 :class:`~daemon.tools.ThreadKey` (channel and thread id), one checkout each, in

@@ -1,8 +1,8 @@
 """Nested tool calls: one sandbox call → one inner ``call_tool``, gated, logged and audited.
 
-Kept as one piece, though long: every path's call goes through :meth:`NestedCalls.value`,
-so what a call must pass (the approval gate) and leave behind (the audit, the
-log) is kept where it leaves the sandbox, not split over modules a path could skip.
+Every path's call goes through :meth:`NestedCalls.value`, so what a call must
+pass (the approval gate) and leave behind (the audit, the log) is kept where it
+leaves the sandbox, not split over modules a path could skip.
 
 Each call is bounded by ``limits.tool_timeout`` and answered into the sandbox
 per spec 0004's nested-result table. When the inner executor bounds a
