@@ -171,3 +171,35 @@ async def test_the_loaded_dump_reflects_exactly_the_answered_runs(nc: Client) ->
     loaded = await b.load(thread)
     assert loaded is not None
     assert loaded.data == b"x = 2, once"
+
+
+async def test_the_dumps_of_a_run_not_run_again_are_forgotten_by_the_holder(
+    nc: Client,
+) -> None:
+    """A run cut off after a mutating call gets the interrupted notice instead of a
+    second run, and its prompts then count as answered: its dumps go first, so the REPL
+    goes on from before it. Only the holder forgets them."""
+    thread = ThreadKey("#ops", "000000000011")
+    running: dict[str, str | None] = {"a": "000000000011", "b": None}
+    leases = {
+        name: await Leases(nc.jetstream(), "asyncai", name, member_ttl=30.0).open()
+        for name in ("a", "b")
+    }
+    stores = {name: await _store(nc) for name in ("a", "b")}
+    for name, store in stores.items():
+        store.bind(leases[name], lambda _t, name=name: running[name])
+    await leases["a"].claim(thread.channel, thread.thread_id)
+    await stores["a"].save(thread, b"x = 1")
+    await leases["a"].mark_answered(thread.channel, thread.thread_id, "000000000011")
+    running["a"] = "000000000012"
+    await stores["a"].save(thread, b"x = 2, cut off")  # then a died inside a mutating call
+    claim = await leases["a"].get(thread.channel, thread.thread_id)
+    assert claim is not None
+    await leases["b"].take_over(thread.channel, thread.thread_id, claim)
+    with pytest.raises(ThreadMoved):
+        await stores["a"].forget_from(thread, "000000000012")
+    await stores["b"].forget_from(thread, "000000000012")  # before the notice
+    await leases["b"].mark_answered(thread.channel, thread.thread_id, "000000000012")
+    loaded = await stores["b"].load(thread)
+    assert loaded is not None
+    assert loaded.data == b"x = 1"

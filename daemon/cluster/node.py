@@ -59,7 +59,7 @@ from daemon.runtime.ports import InboundMessage, RuntimePublisher, mentions
 from daemon.runtime.runs import HistoryTurn, current_tool_use
 from daemon.runtime.scopes import load_or_create_key
 from daemon.runtime.store import SessionsRuntimeStore
-from daemon.tools import AuditEntry, AuditObserver
+from daemon.tools import AuditEntry, AuditObserver, ThreadKey
 from sessions.errors import StoreError
 from sessions.model import InterruptedRun
 from sessions.store import Store
@@ -219,6 +219,7 @@ class ClusterNode:
             finished=self.exporter.kick,
             earlier=self._earlier,
             stored=self._stored_run,
+            not_rerun=self._not_rerun,
         )
         if desk is not None:
             self.approvals.bind(desk, self._wrapped)
@@ -350,8 +351,21 @@ class ClusterNode:
         prompts then count as answered (the single-daemon rule, moved)."""
         assert self._wrapped is not None
         assert self._publisher is not None
+        await self._not_rerun(run)
         self._wrapped.note((run.channel, run.thread_id), run.prompt_ids)
         await report_interrupted(run, self._wrapped, self._publisher, self._publish_timeout)
+
+    async def _not_rerun(self, run: InterruptedRun) -> None:
+        """A run cut off after a mutating call is noticed, not run again: its REPL dumps
+        go first, so the thread's REPL goes on from before it (:mod:`.scopes`)."""
+        if not run.prompt_ids:
+            return
+        try:
+            await self.scopes.forget_from(
+                ThreadKey(run.channel, run.thread_id), min(run.prompt_ids)
+            )
+        except ClusterError as exc:
+            log.warning("cluster.scope_not_forgotten", thread=run.thread_id, error=str(exc))
 
     async def mutating_started(self, entry: AuditEntry) -> None:
         """Record in the thread's entry, before the call goes out, that the current

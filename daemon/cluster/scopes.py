@@ -22,6 +22,11 @@ one before it. The slots' ``through`` is in their object's description
 (chosen without downloading) and in the signed header line, and the MAC
 covers it (a replayed older dump cannot pass for a newer one).
 
+A run cut off after a mutating call is not run again: the daemon taking the
+thread over posts the interrupted notice, and its prompts then count as
+answered; before that, :meth:`ObjectScopeStore.forget_from` deletes the
+dumps of that run, so the REPL goes on from the one before it.
+
 A daemon that does not hold the thread (its lease lapsed, another took the
 thread over) saves nothing: :class:`.ThreadMoved` (issue 26 §2.6).
 
@@ -279,6 +284,22 @@ class ObjectScopeStore:
                 f"it was saved by pydantic-monty {version}, this daemon runs {self._version}"
             )
         return StoredScopeDump(data, saved)
+
+    async def forget_from(self, thread: ThreadKey, first: str) -> None:
+        """Delete the thread's dumps that reflect prompt ``first`` or a later one: a run
+        cut off after a mutating call is not run again, only noticed (and its prompts
+        then count as answered), so the REPL goes on from the dump before it.
+        :class:`.ThreadMoved` when another daemon holds the thread (its dumps are its own)."""
+        await self._marker(thread)
+        for slot in await self._slots(thread):
+            if slot.through < first:
+                continue
+            try:
+                await self._store.delete(slot.name)
+            except (nats.js.errors.ObjectNotFoundError, nats.js.errors.ObjectDeletedError):
+                continue
+            except nats.errors.Error as exc:
+                raise ClusterError(f"cannot drop the REPL of thread {thread}: {exc}") from exc
 
     async def drop(self, thread: ThreadKey) -> None:
         """Forget the thread's dumps, both slots (none stored: nothing to do)."""

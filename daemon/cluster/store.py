@@ -54,6 +54,7 @@ class ClusterRuntimeStore:
         finished: Callable[[], None] | None = None,
         earlier: EarlierTurns | None = None,
         stored: StoredRun | None = None,
+        not_rerun: Callable[[InterruptedRun], Awaitable[None]] | None = None,
     ):
         self._inner = inner
         self._leases = leases
@@ -61,6 +62,7 @@ class ClusterRuntimeStore:
         self._finished = finished
         self._earlier = earlier
         self._stored = stored
+        self._not_rerun = not_rerun  # a cut-off run's REPL dumps dropped before its notice
         self._threads: dict[str, ThreadKey] = {}  # prompt id → its thread
         self._runs: dict[str, tuple[ThreadKey, list[str]]] = {}  # while it runs: thread, prompts
         # (run id, tokens) → counted on the broker too; set with per-sender limits
@@ -144,8 +146,13 @@ class ClusterRuntimeStore:
         return keep
 
     async def interrupted_runs(self) -> list[InterruptedRun]:
-        """The local ones (their notice is this daemon's to post)."""
-        return await self._inner.interrupted_runs()
+        """The local ones (their notice is this daemon's to post); their REPL dumps are
+        dropped first, since they are not run again."""
+        runs = await self._inner.interrupted_runs()
+        if self._not_rerun is not None:
+            for run in runs:
+                await self._not_rerun(run)
+        return runs
 
     async def start_run(
         self, run_id: str, channel: str, thread_id: str, prompt_ids: list[str]
