@@ -13,6 +13,7 @@ from daemon.cluster.errors import ClusterError
 from daemon.cluster.leases import Leases, bucket_names, thread_key
 from daemon.cluster.router import ThreadRouter
 from daemon.runtime.ports import InboundMessage
+from sessions.model import InterruptedRun
 from tests.fakes.nats_server import NatsServer
 
 
@@ -150,3 +151,35 @@ async def test_after_a_gap_in_the_heartbeat_nothing_is_taken_over_for_a_ttl(
         assert claim.owner == "b"
     finally:
         await nc.close()
+
+
+async def test_a_prompt_read_late_after_the_takeover_that_noticed_it_is_not_run(
+    nc: Client,
+) -> None:
+    """a dies inside a mutating call of prompt 3's run; b takes the thread over from a
+    remembered earlier message, posts the notice for prompt 3, and then reads prompt 3
+    itself, late (its intake was behind): it is not run again; a newer one is."""
+    a, b = await _leases(nc, "a", ttl=1.0), await _leases(nc, "b", ttl=1.0)
+    router = ThreadRouter(b)
+    await a.beat()
+    await router.beat()
+    thread = "000000000001"
+    await a.claim("#c", thread)
+    await a.mark_answered("#c", thread, "000000000002")
+    await a.mark_mutating("#c", thread, "run-3", ["000000000003"], ("append_line", {}))
+    earlier = InboundMessage("#c", "000000000002", thread, "alice", "count 0")
+    assert await router.route(earlier, "asyncai") == []  # a's thread: remembered
+    while await b.alive("a"):  # noqa: ASYNC110 -- the broker expires it; nothing signals that
+        await asyncio.sleep(0.05)
+    ready: list[object] = []
+    while not ready:  # b beats on; after a whole TTL without a gap, it takes over
+        await asyncio.sleep(0.2)
+        await router.beat()
+        await router.scan(ready.append)
+    [notice] = ready
+    assert isinstance(notice, InterruptedRun)
+    assert notice.prompt_ids == ("000000000003",)
+    late = InboundMessage("#c", "000000000003", thread, "alice", "count 1")
+    assert await router.route(late, "asyncai") == []
+    newer = InboundMessage("#c", "000000000004", thread, "alice", "show")
+    assert await router.route(newer, "asyncai") == [newer]

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 
 import structlog
@@ -92,6 +92,12 @@ class ThreadRouter:
         self.notices: list[InterruptedRun | MovedApproval] = []  # found while recovering
         self._last_seen: dict[str, str] = {}  # channel → the newest message id routed
         self._before: dict[str, tuple[str, str]] = {}  # remembered id → (channel, the id before)
+        # taken-over threads → the newest prompt dealt with at the takeover (answered, noticed,
+        # or resumed from its request): a late copy of one of those is not run again
+        self._floor: dict[ThreadKey, str] = {}
+        # told of each thread taken over, before any of its messages goes on: a REPL
+        # this daemon still holds of it is older than the stored one
+        self.on_taken: Callable[[ThreadKey], Awaitable[None]] | None = None
 
     @property
     def remembered(self) -> int:
@@ -156,6 +162,8 @@ class ThreadRouter:
             self._last_seen[message.channel] = message.id
         if message.sender == own_nick:
             return [message]  # the runtime skips it and moves the cursor
+        if message.id <= self._floor.get(key, ""):
+            return []  # read late, after the takeover that dealt with it
         if key in self._mine and self._trust_cache():
             return [message]
         if message.id == message.thread and self._someone_else_claims(key):
@@ -216,6 +224,8 @@ class ThreadRouter:
                 claim = await self._leases.take_over(channel, thread, claim)
                 if claim.owner == self.member:
                     self.taken_over += 1
+                    if self.on_taken is not None:
+                        await self.on_taken((channel, thread))
                     if claim.mutating is not None:
                         self._cut[(channel, thread)] = claim.mutating
                     if claim.paused is not None and not claim.paused.decided:
@@ -241,6 +251,16 @@ class ThreadRouter:
         fresh = [m for m in messages if m.id > claim.answered]
         cut = self._cut.pop(key, None)
         paused = self._moved.pop(key, None)
+        floor = max(
+            claim.answered,
+            max(cut.prompts, default="") if cut is not None else "",
+            max(paused.prompts, default="") if paused is not None else "",
+        )
+        if floor and floor > self._floor.get(key, ""):
+            self._floor.pop(key, None)
+            self._floor[key] = floor  # newest last: the oldest go first past the bound
+            while len(self._floor) > MAX_REMEMBERED:
+                del self._floor[next(iter(self._floor))]
         first: list[Routed] = []
         if paused is not None and max(paused.prompts, default="") > claim.answered:
             waiting = tuple(m for m in fresh if m.id in paused.prompts)
