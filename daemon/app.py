@@ -60,7 +60,7 @@ from channels.nats import NatsChannel
 from channels.notify import notify
 from channels.transport import id_space, open_channel
 from daemon.approvals import ApprovalPolicy
-from daemon.cluster import ClusterNode, audited, counted, fenced, open_cluster
+from daemon.cluster import ClusterNode, audited, clustered, counted, fenced, open_cluster
 from daemon.config import Config
 from daemon.errors import AsyncaiError
 from daemon.executors import build_mcp_executor, build_tool_executor
@@ -318,7 +318,7 @@ class Daemon:
 
     def _clustered(self, store: SessionsRuntimeStore) -> RuntimeStore:
         """The runtime's store; in a cluster, one that tells the others what was answered."""
-        return store if self._cluster is None else self._cluster.wrap(store, self._desk)
+        return clustered(self._cluster, store, self._desk, self._executor)
 
     def _limiter(self) -> SenderLimiter | None:
         """The per-sender limits of ``[runtime]``, or None when both are unlimited."""

@@ -358,6 +358,11 @@ class PersistentScopes(Protocol):
         """:meth:`checkpoint` every live REPL (at shutdown, before ``aclose``)."""
         ...
 
+    async def forget(self, thread: ThreadKey) -> None:
+        """Drop the thread's live REPL without storing it: the stored one is newer (in a
+        cluster, another daemon ran the thread since); the next snippet loads that."""
+        ...
+
     async def reset(self, thread: ThreadKey) -> None:
         """Drop the thread's REPL and its stored dump (``!reset``).
 

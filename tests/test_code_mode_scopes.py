@@ -377,3 +377,18 @@ def test_sizes_times_and_reasons_read_well():
     long = not_restored_note("bad\n" * 200)
     assert "\n" not in long
     assert len(long) < 300
+
+
+async def test_a_forgotten_scope_loads_the_newer_stored_repl(make_executor, store):
+    """A cluster's daemon takes a thread back that another daemon ran meanwhile: its own
+    live REPL is older than the stored one, so it is dropped (not stored over the newer
+    one) and the next snippet loads the stored REPL."""
+    here, there = make_executor(store), make_executor(store)
+    assert (await run(here, "t", "x = 1\nx")).content == "1"
+    await here.checkpoint(T)
+    assert (await run(there, "t", "x += 1\nx")).content == "2"  # the other daemon's run
+    await there.checkpoint(T)
+    await run(here, "t", "stale = True")  # dirty: would be stored over the newer REPL
+    await here.forget(T)
+    assert (await run(here, "t", "x")).content == "2"
+    assert "stale" not in (await run(here, "t", "str(list(locals()))")).content

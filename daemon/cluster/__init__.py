@@ -23,7 +23,7 @@ answers this thread" as one value anybody can read.
 - :mod:`.audit`: each finished run's rows on ``asyncai.audit``, and the
   collector behind ``asyncai audit-collect``;
 - :mod:`.usage`: the per-sender limits counted on the broker, across the daemons;
-- :mod:`.node`: one daemon's part, wired by :mod:`daemon.app`;
+- :mod:`.node`: one daemon's part, wired by :mod:`daemon.app` through :mod:`.wiring`;
 - :mod:`.connect`, :mod:`.errors`.
 
 May import: ``daemon.errors``, ``daemon.tools``, ``daemon.logging``,
@@ -37,17 +37,11 @@ from daemon.cluster.audit import AuditExporter, collect
 from daemon.cluster.connect import connect_nats
 from daemon.cluster.errors import ClusterError
 from daemon.cluster.leases import Claim, Leases
-from daemon.cluster.node import (
-    ClusterNode,
-    audited,
-    counted,
-    fenced,
-    is_cluster_url,
-    open_cluster,
-)
+from daemon.cluster.node import ClusterNode, is_cluster_url, open_cluster
 from daemon.cluster.router import ThreadRouter
 from daemon.cluster.scopes import ObjectScopeStore
 from daemon.cluster.store import ClusterRuntimeStore
+from daemon.cluster.wiring import audited, clustered, counted, fenced
 
 __all__ = [
     "AuditExporter",
@@ -61,6 +55,7 @@ __all__ = [
     "PausedStates",
     "ThreadRouter",
     "audited",
+    "clustered",
     "collect",
     "connect_nats",
     "counted",

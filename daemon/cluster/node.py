@@ -44,7 +44,6 @@ from daemon.cluster.approvals import ClusterApprovals, PausedStates
 from daemon.cluster.audit import AuditExporter, ensure_audit_stream
 from daemon.cluster.connect import connect_nats
 from daemon.cluster.errors import ClusterError, ThreadMoved, honour_cancel
-from daemon.cluster.fence import FencedPublisher
 from daemon.cluster.history import stream_history
 from daemon.cluster.leases import Leases
 from daemon.cluster.router import MovedApproval, Routed, ThreadRouter
@@ -54,12 +53,12 @@ from daemon.cluster.usage import ClusterSenderLimiter, SenderCounts
 from daemon.config import Config
 from daemon.runtime.approvals import ApprovalDesk
 from daemon.runtime.interrupted import report_interrupted
-from daemon.runtime.limits import SenderLimiter, SenderLimits, SenderUsage
+from daemon.runtime.limits import SenderLimits, SenderUsage
 from daemon.runtime.ports import InboundMessage, RuntimePublisher, mentions
 from daemon.runtime.runs import HistoryTurn, current_tool_use
 from daemon.runtime.scopes import load_or_create_key
 from daemon.runtime.store import SessionsRuntimeStore
-from daemon.tools import AuditEntry, AuditObserver, ThreadKey
+from daemon.tools import AuditEntry, PersistentScopes, ThreadKey
 from sessions.errors import StoreError
 from sessions.model import InterruptedRun
 from sessions.store import Store
@@ -67,9 +66,6 @@ from sessions.store import Store
 __all__ = [
     "MEMBER_FILE",
     "ClusterNode",
-    "audited",
-    "counted",
-    "fenced",
     "is_cluster_url",
     "member_id",
     "open_cluster",
@@ -206,11 +202,23 @@ class ClusterNode:
         return node
 
     def wrap(
-        self, inner: SessionsRuntimeStore, desk: ApprovalDesk | None = None
+        self,
+        inner: SessionsRuntimeStore,
+        desk: ApprovalDesk | None = None,
+        executor: object = None,
     ) -> ClusterRuntimeStore:
         """The runtime's store reporting to the cluster; its cursor kept before the
         prompts other daemons have not answered yet (a restart reads them again).
-        ``desk``'s requests are shared with the other daemons, decided once."""
+        ``desk``'s requests are shared with the other daemons, decided once.
+        ``executor``'s REPL of a thread taken over (back) is dropped, if it keeps
+        REPLs: the stored one is newer."""
+        if isinstance(executor, PersistentScopes):
+            forget = executor.forget
+
+            async def taken(key: tuple[str, str]) -> None:
+                await forget(ThreadKey(*key))
+
+            self.router.on_taken = taken
         inner.cursor_cap = self.router.cursor_cap
         self._wrapped = ClusterRuntimeStore(
             inner,
@@ -469,31 +477,3 @@ def _key(item: Item) -> tuple[str, str]:
     if isinstance(item, InboundMessage | MovedApproval):
         return item.channel, item.thread
     return item.channel, item.thread_id
-
-
-def counted(node: ClusterNode | None, local: SenderUsage, limits: SenderLimits) -> SenderLimiter:
-    """The per-sender limits over ``local`` (this daemon's database); in a cluster,
-    counted on the broker across the daemons (:meth:`ClusterNode.limiter`)."""
-    return SenderLimiter(local, limits) if node is None else node.limiter(local, limits)
-
-
-def fenced(node: ClusterNode | None, publisher: RuntimePublisher) -> RuntimePublisher:
-    """``publisher``, and in a cluster, publishing in a thread only while this daemon
-    holds it (:class:`daemon.cluster.fence.FencedPublisher`)."""
-    return publisher if node is None else FencedPublisher(publisher, node.leases)
-
-
-def audited(node: ClusterNode | None, observer: AuditObserver) -> AuditObserver:
-    """``observer``, and in a cluster, each mutating call recorded in its thread's entry
-    first (:meth:`ClusterNode.mutating_started`)."""
-    if node is None:
-        return observer
-
-    async def observe(thread_id: str | None, entry: AuditEntry) -> None:
-        if entry.mutating and entry.outcome == "started":
-            await node.mutating_started(entry)
-        result = observer(thread_id, entry)
-        if result is not None:
-            await result
-
-    return observe

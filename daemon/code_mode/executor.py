@@ -292,12 +292,13 @@ class CodeModeToolExecutor(BaseToolExecutor):
         """:meth:`checkpoint` every thread's REPL, evicted ones not yet closed too (shutdown)."""
         await self._scopes.checkpoint_all()
 
-    async def reset(self, thread: ThreadKey) -> None:
-        """``!reset``: close the thread's REPL and drop its stored dump.
+    async def forget(self, thread: ThreadKey) -> None:
+        """Drop the thread's REPL here, unstored: the stored one is newer (a cluster takeover)."""
+        await self._scopes.forget(thread)
 
-        The next snippet starts empty and loads nothing. Waits for a snippet
-        running in the thread to end. A drop that fails is logged.
-        """
+    async def reset(self, thread: ThreadKey) -> None:
+        """``!reset``: close the thread's REPL and drop its stored dump: the next snippet
+        starts empty, loading nothing. Waits for a running snippet; a failed drop is logged."""
         await self._scopes.reset(thread)
         log.info("code_mode.scope_reset", channel=thread.channel, thread=thread.thread_id)
 

@@ -210,6 +210,20 @@ class ScopeTable:
             if state is not None:
                 state.dirty = False
 
+    async def forget(self, thread: ThreadKey) -> None:
+        """Drop the thread's REPL here, live or evicted, without storing it: the stored
+        one is newer (another daemon of a cluster ran the thread meanwhile), and the
+        thread's next scope loads that. Waits for a snippet running in it to end."""
+        states = [s for s in (self._scopes.get(thread), self._evicting.get(thread)) if s]
+        self._to_close = [s for s in self._to_close if s.key != thread]
+        self._evicting.pop(thread, None)
+        for state in states:
+            async with state.lock:
+                if self._scopes.get(thread) is state:
+                    del self._scopes[thread]
+                state.dirty = False  # never stored from here
+                await state.discard("evicted")
+
     def take_all(self) -> list[ScopeState]:
         """Every scope, live or evicted, removed from the table (to close them)."""
         states = [*self._scopes.values(), *self._to_close]
