@@ -65,6 +65,8 @@ class ClusterRuntimeStore:
         self._not_rerun = not_rerun  # a cut-off run's REPL dumps dropped before its notice
         self._threads: dict[str, ThreadKey] = {}  # prompt id → its thread
         self._runs: dict[str, tuple[ThreadKey, list[str]]] = {}  # while it runs: thread, prompts
+        # committed with a reply not acked yet: its marker moves at the ack
+        self._unacked: dict[str, tuple[ThreadKey, list[str]]] = {}
         # (run id, tokens) → counted on the broker too; set with per-sender limits
         self.tokens: Callable[[str, int], Awaitable[None]] | None = None
 
@@ -200,7 +202,16 @@ class ClusterRuntimeStore:
         *,
         reply: OutboxReply | None = None,
     ) -> None:
-        """Locally; then, when the prompts ended, the thread's marker moves past them."""
+        """Locally; then, when the prompts ended, the thread's marker moves past them:
+        at once, or, for a run whose reply is in the outbox, once the hub acked it.
+
+        Why not at the commit: a daemon that dies between its commit and its
+        publish has the reply in its own outbox only, and may never come back.
+        With the marker still before the prompts, the daemon taking the thread
+        over runs them again (on the REPL from before the run, :mod:`.scopes`),
+        and its reply goes out with the same ``client_id``: if the first one
+        did reach the broker, the broker keeps that one.
+        """
         await self._inner.finish_run(run_id, result, prompt_ids, prompt_status, reply=reply)
         if prompt_status not in ("done", "failed"):
             self._runs.pop(run_id, None)
@@ -208,19 +219,28 @@ class ClusterRuntimeStore:
         run = await self.known_run(run_id)
         self._runs.pop(run_id, None)
         key = run[0] if run is not None else self._thread_of(prompt_ids)
+        if reply is not None and key is not None:
+            self._unacked[run_id] = (key, list(prompt_ids))
+            return
         await self._answered(key, prompt_ids)
 
     async def unacked_replies(self) -> list[OutboxReply]:
-        """The local outbox."""
-        return await self._inner.unacked_replies()
+        """The local outbox (each reply's thread remembered for its marker)."""
+        replies = await self._inner.unacked_replies()
+        for reply in replies:
+            key = (reply.channel, reply.thread_id)
+            self._unacked.setdefault(reply.run_id, (key, list(reply.prompt_ids)))
+        return replies
 
     async def reply_acked(self, run_id: str, message_id: str) -> None:
-        """Locally."""
+        """Locally; then the thread's marker moves past the run's prompts."""
         await self._inner.reply_acked(run_id, message_id)
+        await self._answered(*self._unacked.pop(run_id, (None, [])))
 
     async def reply_refused(self, run_id: str, error: str) -> None:
-        """Locally (the thread's marker moved when the run was committed)."""
+        """Locally (the run and its prompts failed); then the thread's marker moves."""
         await self._inner.reply_refused(run_id, error)
+        await self._answered(*self._unacked.pop(run_id, (None, [])))
 
     async def set_prompt_status(self, prompt_ids: list[str], status: PromptStatus) -> None:
         """Locally; prompts that ended move their thread's marker too."""

@@ -1,0 +1,235 @@
+"""Crash points on two daemons on NATS (issue 26 §6): the holder SIGKILLed at each step.
+
+The one-daemon matrix (tests/test_crash_points.py) restarts the daemon it
+killed. Here two daemons share one nats-server (for the whole module), and
+the daemon that holds the thread is killed at each durable step of a run
+and never comes back; the other one takes the thread over
+(``takeover_seconds``) and finishes what is left. One case, for each step
+and tool mode:
+
+1. the steady daemon answers P0 in a new thread in full: its snippet sets
+   ``x = 1`` (and, for "count", appends one line to the effects file);
+2. a new daemon starts, armed at the step, and the steady one stalls
+   (SIGSTOP): the new one takes the thread over when P1 comes (``x += 1``,
+   and for "count" one more line) and is killed at the step while running it;
+3. the steady daemon goes on (SIGCONT) and takes the thread back: P1 gets
+   its outcome, and P2 "show" prints ``x``;
+4. the promises: each mutating call made at most once, P1 answered by
+   exactly one message (the reply or the interrupted notice), the REPL
+   reflecting each finished run once, ``PRAGMA integrity_check`` ok on
+   both daemons' databases.
+
+What differs from one daemon: a run cut off after its reply was committed
+(in the dead daemon's outbox, which is never published) and before the hub
+acked it is run again by the other daemon, since the thread's ``answered``
+marker moves only at the ack: the model is asked again, on the REPL from
+before the run, and the reply goes out with the same ``client_id`` (if the
+first copy reached the broker, the thread still sees one message). In
+direct mode the call was recorded in the thread's entry, so the other
+daemon posts the interrupted notice instead.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sqlite3
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from daemon.crashpoints import ENV
+from daemon.runtime.interrupted import INTERRUPTED_HEAD
+from tests.fakes.fake_openai import FakeOpenAI, Reply, Step, ToolCalls
+from tests.fakes.nats_server import NatsServer
+from tests.fakes.notify import NotifySocket
+from tests.test_cluster_process import TAKEOVER, Watcher, member, thread_entry
+from tests.test_daemon import user_text, write_config
+from tests.test_daemon_process import DaemonProcess
+
+pytestmark = [pytest.mark.slow, pytest.mark.crash_matrix]
+
+TALLY = """
+try:
+    x += 1
+except NameError:
+    x = 1
+x
+"""
+COUNT = TALLY.replace("\nx\n", "\nawait append_line(path={path!r}, line={line!r})\nx\n")
+
+
+def _model(effects: Path, mode: str):
+    """The scripted model: "count" → the counting call, "tally" → x += 1, "show" → x,
+    a tool's result → its text."""
+
+    def step(body: dict) -> Step:
+        last = body["messages"][-1]
+        if last["role"] == "tool":
+            return Reply(f"result: {last['content']}")
+        text = user_text(body).split("\n", 1)[0].strip()
+        if mode == "direct":
+            if text.startswith("count"):
+                return ToolCalls(("append_line", {"path": str(effects), "line": text}))
+            return Reply("result: no tools")
+        if text.startswith("count"):
+            return ToolCalls(("run_code", {"code": COUNT.format(path=str(effects), line=text)}))
+        if text.startswith("tally"):
+            return ToolCalls(("run_code", {"code": TALLY}))
+        return ToolCalls(("run_code", {"code": "x"}))
+
+    return step
+
+
+# What a crash of the holder at each step leads to, once the other daemon took the
+# thread over: P1's kind, its outcome ("reply", or "notice": not run again), how many
+# of its mutating calls may have been made, and how many requests the model got for it
+# (a whole run is two: the call, the answer; a run done again on the other daemon, four).
+OUTCOMES: dict[str, tuple[str, str, tuple[int, ...], tuple[int, ...]]] = {
+    "prompt_recorded": ("tally", "reply", (0,), (2,)),  # the other daemon runs it
+    "run_started": ("tally", "reply", (0,), (2,)),
+    "scope_restored": ("tally", "reply", (0,), (2,)),
+    "audit_started": ("count", "notice", (0,), (1,)),  # in the thread's entry: not rerun
+    "call_sent": ("count", "notice", (0, 1), (1,)),
+    "call_answered": ("count", "notice", (1,), (1,)),
+    "audit_completed": ("count", "notice", (1,), (1,)),
+    "model_answered": ("count", "notice", (1,), (2,)),  # its dump is passed over
+    "reply_committed": ("tally", "reply", (0,), (4,)),  # in the dead daemon's outbox only
+    "reply_published": ("tally", "reply", (0,), (4,)),  # run again; the broker keeps one
+    "run_finished": ("tally", "reply", (0,), (2,)),  # answered: nothing left to do
+}
+
+
+# Direct mode: P1 is always the model's own mutating call ("count"); a run the other
+# daemon does again makes it once, and a reply published before the marker moved is
+# followed by the notice (the call is in the thread's entry), which the broker drops
+# as the same message.
+DIRECT: dict[str, tuple[str, str, tuple[int, ...], tuple[int, ...]]] = {
+    "prompt_recorded": ("count", "reply", (1,), (2,)),
+    "run_started": ("count", "reply", (1,), (2,)),
+    "audit_started": ("count", "notice", (0,), (1,)),
+    "call_sent": ("count", "notice", (0, 1), (1,)),
+    "call_answered": ("count", "notice", (1,), (1,)),
+    "audit_completed": ("count", "notice", (1,), (1,)),
+    "model_answered": ("count", "notice", (1,), (2,)),
+    "reply_committed": ("count", "notice", (1,), (2,)),
+    "reply_published": ("count", "reply", (1,), (2,)),
+    "run_finished": ("count", "reply", (1,), (2,)),
+}
+
+
+@dataclass
+class Cluster:
+    """The shared world of one tool mode's cases: a broker, the model, the daemon that
+    stays (``steady``) and a home for each case's holder."""
+
+    mode: str
+    tmp: Path
+    broker: NatsServer
+    fake: FakeOpenAI
+    alice: Watcher
+    effects: Path
+    key: bytes
+    steady: DaemonProcess | None = None
+    spawned: list[DaemonProcess] = field(default_factory=list)
+
+    def home(self, name: str) -> Path:
+        """A daemon's state directory with the cluster's scope.key and its config."""
+        home = self.tmp / name
+        home.mkdir()
+        (home / "scope.key").write_bytes(self.key)
+        (home / "scope.key").chmod(0o600)
+        config = write_config(
+            home / "asyncai.toml", hub_url=self.broker.url, model_url=self.fake.base_url, grace=0.5
+        )
+        text = config.read_text().replace('["#ops"]', f'["#ops"]\ntakeover_seconds = {TAKEOVER}')
+        text = text.replace("retries = 0", f'retries = 0\ntool_mode = "{self.mode}"')
+        config.write_text(text + '\n[approvals]\nmode = "allow"\n')
+        return config
+
+    async def start(self, config: Path, **env: str) -> DaemonProcess:
+        daemon = DaemonProcess(config, NotifySocket(config.parent / "notify.sock"))
+        self.spawned.append(daemon)
+        await daemon.start(**env)
+        return daemon
+
+    def lines(self) -> list[str]:
+        return self.effects.read_text().splitlines() if self.effects.exists() else []
+
+
+@pytest.fixture(scope="module", params=["code", "direct"])
+async def cluster(request, tmp_path_factory) -> AsyncIterator[Cluster]:
+    mode = request.param
+    tmp = tmp_path_factory.mktemp(f"crash-cluster-{mode}")
+    effects = tmp / "effects.txt"
+    async with NatsServer() as broker, FakeOpenAI(fallback=_model(effects, mode)) as fake:
+        alice = Watcher(broker.url)
+        await alice.start()
+        world = Cluster(mode, tmp, broker, fake, alice, effects, os.urandom(32))
+        try:
+            world.steady = await world.start(world.home("steady"))
+            yield world
+        finally:
+            for d in world.spawned:
+                d.kill_all()
+                if d.proc is not None:
+                    await d.wait()
+                await d.notify.close()
+            await alice.close()
+
+
+def _integrity(db: Path) -> str:
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        return str(conn.execute("PRAGMA integrity_check").fetchone()[0])
+
+
+@pytest.mark.parametrize("step", list(OUTCOMES))
+async def test_the_holder_killed_at_each_step_keeps_every_promise(cluster: Cluster, step: str):
+    """SIGKILL the thread's holder at ``step``; the other daemon takes over: see the
+    module docstring for the promises."""
+    if cluster.mode == "direct" and step not in DIRECT:
+        pytest.skip("direct mode has no REPL to restore")
+    kind, expected, calls, asked = (DIRECT if cluster.mode == "direct" else OUTCOMES)[step]
+    c, alice, steady = cluster, cluster.alice, cluster.steady
+    assert steady is not None
+    assert steady.proc is not None
+    before = c.lines()
+    p0, thread = await alice.say(f"{kind} {step} 0")  # the steady daemon is the only one
+    await alice.answered([p0])
+    assert alice.replies[p0][0].text.startswith("result:"), alice.replies[p0][0].text
+    assert (await thread_entry(c.broker.url, thread)).owner == member(steady)
+
+    holder = await c.start(c.home(step), **{ENV: step})
+    # The steady daemon stops (a stall): the new one takes the thread over for P1 ...
+    steady.proc.send_signal(signal.SIGSTOP)
+    try:
+        p1, _ = await alice.say(f"{kind} {step} 1", thread=thread)
+        assert await holder.wait() == -signal.SIGKILL, holder.log.read_text()[-3000:]
+    finally:
+        steady.proc.send_signal(signal.SIGCONT)
+    holder.kill_all()  # its workers and servers, as systemd would
+    assert f"crash point {step}:1 reached" in holder.log.read_text()
+
+    # ... dies there, for good, and the steady daemon takes the thread back
+    await alice.answered([p1])
+    show, _ = await alice.say("show", thread=thread)
+    await alice.answered([show])
+
+    [outcome] = alice.replies[p1]  # one message: the reply, or the notice
+    if expected == "reply":
+        assert outcome.text.startswith("result:"), outcome.text
+    else:
+        assert outcome.text.startswith(INTERRUPTED_HEAD), outcome.text
+    made = [line for line in c.lines()[len(before) :] if line == f"count {step} 1"]
+    assert len(made) in calls  # each mutating call at most once
+    requests = [r for r in c.fake.requests if user_text(r).startswith(f"{kind} {step} 1")]
+    assert len(requests) in asked, len(requests)
+    if c.mode == "code":  # the REPL reflects each finished run once
+        finished = 2 if expected == "reply" else 1
+        [shown] = alice.replies[show]
+        assert shown.text == f"result: {finished}", shown.text
+    for daemon in (steady, holder):
+        assert _integrity(daemon.config.parent / "asyncai.db") == "ok"
