@@ -29,10 +29,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from pydantic_monty import AsyncFunctionSnapshot, AsyncFutureSnapshot, AsyncMonty
 
+from daemon.approvals import Decision, Verdict
 from daemon.code_mode import CodeModeLimits, CodeModeToolExecutor
 from daemon.code_mode.sandbox.pool import close_pool, create_pool
 from daemon.logging import configure_logging
-from daemon.tools import Decision, ThreadKey, ToolDefinition, Verdict
+from daemon.tools import ThreadKey, ToolDefinition
 from tests.fakes.executor import FakeToolExecutor
 
 ROUNDS = {"small": 30, "big": 8}

@@ -59,7 +59,7 @@ from channels.ids import id_for_time
 from channels.nats import NatsChannel
 from channels.notify import notify
 from channels.transport import id_space, open_channel
-from daemon.approvals import ApprovalPolicy
+from daemon.approvals import ApprovalPolicy, Decision, GatedTool, Verdict
 from daemon.cluster import ClusterNode, audited, clustered, counted, fenced, open_cluster
 from daemon.config import Config
 from daemon.errors import AsyncaiError
@@ -81,14 +81,7 @@ from daemon.runtime.runs import PausedRun, RunRequest, RunResult
 from daemon.runtime.scopes import SignedScopeStore, load_or_create_key
 from daemon.runtime.store import SessionsRuntimeStore
 from daemon.runtime.watchdog import health_problems, heartbeat
-from daemon.tools import (
-    Decision,
-    PersistentScopes,
-    ScopeStore,
-    ToolDefinition,
-    ToolExecutor,
-    Verdict,
-)
+from daemon.tools import PersistentScopes, ScopeStore, ToolExecutor
 from sessions.errors import StoreError
 from sessions.scopes import scope_cutoff
 from sessions.store import Store
@@ -478,7 +471,7 @@ class Daemon:
         if self._backend is not None:
             await self._backend.warm_up()
 
-    def gate(self, definition: ToolDefinition, arguments: dict[str, Any]) -> Verdict:
+    def gate(self, definition: GatedTool, arguments: dict[str, Any]) -> Verdict:
         """``[approvals]`` applied to one call (with the run's grants once running).
 
         Tests that hand the daemon their own executor build it with this gate.

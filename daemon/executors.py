@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import dataclasses
 
+from daemon.approvals import ApprovalGate
 from daemon.code_mode import CodeModeLimits, CodeModeToolExecutor
 from daemon.config import Config
 from daemon.mcp.executor import McpToolExecutor
 from daemon.model import model_profile
 from daemon.runtime.audit import AuditedExecutor
-from daemon.tools import ApprovalGate, AuditObserver, ScopeStore, ShapeStore, ToolExecutor
+from daemon.tools import AuditObserver, ScopeStore, ShapeStore, ToolExecutor
 
 __all__ = ["build_mcp_executor", "build_tool_executor", "code_mode_limits"]
 

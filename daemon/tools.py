@@ -4,11 +4,11 @@ The backend is handed a :class:`ToolExecutor` and never knows which one:
 ``McpToolExecutor`` (MCP servers over stdio) or ``CodeModeToolExecutor``
 (one ``run_code`` tool whose Python calls an inner executor).
 
-Approvals (issue 13) cross the same boundary as values: an
-:data:`ApprovalGate` says of each mutating call whether it may run
-(:class:`Verdict`); a call that must wait for a person ends the tool call with
-a :class:`Pause` (the pending calls, and the Monty snapshot in code mode),
-and the run is resumed later with one :class:`Decision` per pending call.
+Approvals (issue 13) cross the same boundary: a call that must wait for a
+person ends the tool call with a :class:`~daemon.approvals.Pause`, and a
+:class:`Resumable` executor goes on with it given one
+:class:`~daemon.approvals.Decision` per pending call. Those values, and the
+gate that asks for them, are :mod:`daemon.approvals`' (issue 27).
 
 A conversation thread is named by a :class:`ThreadKey`, its channel and its
 thread id (issue 26): a thread id alone is only unique within its channel,
@@ -30,21 +30,18 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any, Literal, NamedTuple, Protocol, runtime_checkable
 
+from daemon.approvals import Decision, Pause
 from daemon.errors import ScopeRejected, ToolTransportError
 
 __all__ = [
-    "ApprovalGate",
     "AuditEntry",
     "AuditObserver",
     "BaseToolExecutor",
     "CallOutcome",
     "CallSlots",
-    "Decision",
-    "Pause",
-    "PendingCall",
     "PersistentScopes",
     "ScopeRejected",
     "ScopeStore",
@@ -56,7 +53,6 @@ __all__ = [
     "ToolDefinition",
     "ToolExecutor",
     "ToolTransportError",
-    "Verdict",
     "not_recorded",
 ]
 
@@ -102,55 +98,6 @@ class ToolDefinition:
     def qualified_name(self) -> str:
         """``server.tool``, what approval globs match (just the name without a server)."""
         return f"{self.server}.{self.name}" if self.server else self.name
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """What the approval policy says of one call: run it, refuse it, or ask a person."""
-
-    action: Literal["allow", "deny", "ask"]
-    reason: str = ""  # why: "destructive", "not read-only", "[approvals] deny matches kcp.*"
-
-
-ApprovalGate = Callable[[ToolDefinition, dict[str, Any]], Verdict]
-"""Asked before each call of a mutating tool is made (never for a read-only one)."""
-
-
-@dataclass(frozen=True)
-class PendingCall:
-    """One call that waits for a person's decision."""
-
-    call_id: int  # the sandbox's call id (code mode), or the call's index (direct mode)
-    tool: str  # the MCP name
-    server: str | None
-    arguments: dict[str, Any]
-    why: str  # "destructive" or "not read-only"
-    py_name: str = ""  # the sandbox function name (code mode)
-
-
-@dataclass(frozen=True)
-class Pause:
-    """A tool call stopped before calls that need approval; everything to resume it.
-
-    ``snapshot`` is the Monty snapshot of the paused snippet (code mode; None in
-    direct mode); ``state`` is the engine's JSON bookkeeping besides it (calls
-    made but not yet awaited).
-    """
-
-    calls: tuple[PendingCall, ...]
-    snapshot: bytes | None = None
-    state: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class Decision:
-    """A person's (or the expiry's) answer to one pending call."""
-
-    approved: bool
-    by: str  # a nick, or "expiry"
-    reason: str = ""
-    waited_ms: float = 0.0
-    kind: Literal["approved", "denied", "expired"] = "approved"
 
 
 @dataclass

@@ -12,6 +12,7 @@ from daemon.approvals import (
     Approve,
     Deny,
     Malformed,
+    PendingCall,
     Show,
     call_text,
     new_request_id,
@@ -19,7 +20,7 @@ from daemon.approvals import (
     request_text,
 )
 from daemon.config import ApprovalsConfig
-from daemon.tools import PendingCall, ToolDefinition
+from daemon.tools import ToolDefinition
 
 
 def tool(name: str, *, server: str | None = "kcp", **hints: bool | None) -> ToolDefinition:

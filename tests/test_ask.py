@@ -21,10 +21,10 @@ from pathlib import Path
 
 import pytest
 
+from daemon.approvals import PendingCall
 from daemon.cli import main
 from daemon.cli.approve import ReadLine, ask_at_terminal
 from daemon.logging import reset_logging
-from daemon.tools import PendingCall
 from tests.fakes.fake_openai import Error, FakeOpenAI, Raw, ToolCalls
 
 ASYNCAI = str(Path(sys.executable).parent / "asyncai")

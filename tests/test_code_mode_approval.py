@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 import pytest
 
+from daemon.approvals import Decision, Pause, PendingCall, Verdict
 from daemon.code_mode import CodeModeLimits, CodeModeToolExecutor
 from daemon.code_mode.catalog.catalog import Catalog
 from daemon.code_mode.sandbox.approval import (
@@ -26,16 +27,7 @@ from daemon.code_mode.sandbox.approval import (
 )
 from daemon.code_mode.sandbox.pool import close_pool, create_pool
 from daemon.mcp.executor import McpToolExecutor
-from daemon.tools import (
-    AuditEntry,
-    Decision,
-    Pause,
-    PendingCall,
-    ThreadKey,
-    ToolCallOutput,
-    ToolDefinition,
-    Verdict,
-)
+from daemon.tools import AuditEntry, ThreadKey, ToolCallOutput, ToolDefinition
 from tests.fakes.executor import FakeToolExecutor
 
 TEST_LIMITS = {"max_feed_duration": 2.0, "max_wall": 20.0, "tool_timeout": 10.0}

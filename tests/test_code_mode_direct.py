@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator, Callable
 
 import pytest
 
+from daemon.approvals import Verdict
 from daemon.code_mode import CodeModeLimits, CodeModeToolExecutor
 from daemon.code_mode.catalog.catalog import Catalog
 from daemon.code_mode.lazy import DIRECT_MARKER, RESULT_SOURCE, TOOL_PREFIX
@@ -20,7 +21,7 @@ from daemon.code_mode.sandbox import engine as engine_module
 from daemon.code_mode.sandbox import nested as nested_module
 from daemon.code_mode.sandbox.direct import MAX_CHECKED_CHARS, direct_ok, public_names
 from daemon.code_mode.sandbox.nested import NestedCalls
-from daemon.tools import AuditEntry, ThreadKey, Verdict
+from daemon.tools import AuditEntry, ThreadKey
 from tests.fakes.executor import FakeToolExecutor
 from tests.fakes.scope_store import MemoryScopeStore
 

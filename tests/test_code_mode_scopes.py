@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator, Callable
 import pytest
 from structlog.testing import capture_logs
 
+from daemon.approvals import Decision, Verdict
 from daemon.code_mode import CodeModeLimits, CodeModeToolExecutor
 from daemon.code_mode.repl.note import (
     ScopeVariables,
@@ -26,13 +27,11 @@ from daemon.code_mode.repl.note import (
 )
 from daemon.code_mode.sandbox.pool import close_pool, create_pool
 from daemon.tools import (
-    Decision,
     PersistentScopes,
     StoredScopeDump,
     ThreadKey,
     ToolCallOutput,
     ToolDefinition,
-    Verdict,
 )
 from tests.fakes.executor import FakeToolExecutor
 from tests.fakes.scope_store import SAVED_AT, MemoryScopeStore

@@ -13,18 +13,11 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from daemon.approvals import Decision, Pause, PendingCall, Verdict
 from daemon.config import ModelConfig
 from daemon.model import OpenAiCompatibleBackend
 from daemon.runtime.runs import Prompt, RunRequest, RunResult
-from daemon.tools import (
-    BaseToolExecutor,
-    Decision,
-    Pause,
-    PendingCall,
-    ToolCallOutput,
-    ToolDefinition,
-    Verdict,
-)
+from daemon.tools import BaseToolExecutor, ToolCallOutput, ToolDefinition
 from tests.fakes.backoff import RecordingBackoff
 from tests.fakes.executor import FakeToolExecutor
 from tests.fakes.fake_openai import FakeOpenAI, Reply, ToolCalls

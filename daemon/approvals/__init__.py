@@ -1,27 +1,43 @@
-"""Approvals of mutating tool calls: the policy, the chat commands and the words.
+"""Approvals of mutating tool calls: the values, the policy, the chat commands and the words.
 
-Pure code, no I/O: :mod:`~daemon.approvals.policy` decides of a call whether
+Pure code, no I/O, and low in the house, so that code mode, MCP, the model and
+the runtime may all import it: :mod:`~daemon.approvals.values` holds what
+crosses the executor boundary (the gate and its :class:`Verdict`, a
+:class:`Pause` with its :class:`PendingCall` s, a :class:`Decision`);
+:mod:`~daemon.approvals.policy` decides of a call whether
 it runs, is refused or waits for a person (the ``[approvals]`` section) and
 who may decide; :mod:`~daemon.approvals.commands` reads ``!approve ID [run]``,
 ``!deny ID [reason]`` and ``!show ID``; :mod:`~daemon.approvals.messages` writes
 the request a thread sees, every argument in full, and the one-line answers to a
-decision. The waiting itself (store, resume) is the runtime's.
+decision. The waiting itself (store, resume) is the runtime's desk
+(:mod:`daemon.runtime.desk`); the sandbox's pause is code mode's, the rows are
+``sessions``'.
 
-May import: ``daemon.tools`` and ``daemon.config``; nothing else of daemon/.
+May import: nothing of daemon/ (``daemon.tools`` imports it: the executor's
+values carry a :class:`Pause`).
 """
 
 from daemon.approvals.commands import Approve, Deny, Malformed, Show, parse_decision
 from daemon.approvals.messages import call_text, new_request_id, request_text
-from daemon.approvals.policy import ApprovalPolicy
+from daemon.approvals.policy import ApprovalPolicy, ApprovalsSection, why_mutating
+from daemon.approvals.values import ApprovalGate, Decision, GatedTool, Pause, PendingCall, Verdict
 
 __all__ = [
+    "ApprovalGate",
     "ApprovalPolicy",
+    "ApprovalsSection",
     "Approve",
+    "Decision",
     "Deny",
+    "GatedTool",
     "Malformed",
+    "Pause",
+    "PendingCall",
     "Show",
+    "Verdict",
     "call_text",
     "new_request_id",
     "parse_decision",
     "request_text",
+    "why_mutating",
 ]

@@ -18,7 +18,7 @@ import unicodedata
 from collections.abc import Sequence
 from typing import Any
 
-from daemon.tools import PendingCall
+from daemon.approvals.values import PendingCall
 
 __all__ = ["call_text", "new_request_id", "request_text"]
 

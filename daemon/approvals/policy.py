@@ -9,18 +9,46 @@ matched case-sensitively: tool names are.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
-from daemon.config import ApprovalsConfig
-from daemon.tools import ToolDefinition, Verdict
+from daemon.approvals.values import GatedTool, Verdict
 
-__all__ = ["ApprovalPolicy", "why_mutating"]
+__all__ = ["ApprovalPolicy", "ApprovalsSection", "why_mutating"]
 
 
-def why_mutating(definition: ToolDefinition) -> str:
+class ApprovalsSection(Protocol):
+    """The ``[approvals]`` section as the policy reads it (``daemon.config.ApprovalsConfig``)."""
+
+    @property
+    def mode(self) -> Literal["ask", "allow", "deny"]:
+        """What a mutating call no glob names gets."""
+        ...
+
+    @property
+    def allow(self) -> Sequence[str]:
+        """Globs of ``server.tool`` that run without asking."""
+        ...
+
+    @property
+    def deny(self) -> Sequence[str]:
+        """Globs of ``server.tool`` that are refused."""
+        ...
+
+    @property
+    def approvers(self) -> Sequence[str]:
+        """The nicks that may decide (empty: the requester)."""
+        ...
+
+    @property
+    def expire_after(self) -> float:
+        """Seconds before an undecided request expires."""
+        ...
+
+
+def why_mutating(definition: GatedTool) -> str:
     """``destructive`` or ``not read-only``: why a call of this tool needs approval."""
     return "destructive" if definition.destructive is True else "not read-only"
 
@@ -40,7 +68,7 @@ class ApprovalPolicy:
     expire_after: float = 86_400.0
 
     @classmethod
-    def from_config(cls, config: ApprovalsConfig) -> ApprovalPolicy:
+    def from_config(cls, config: ApprovalsSection) -> ApprovalPolicy:
         """The policy of a ``[approvals]`` section."""
         return cls(
             mode=config.mode,
@@ -52,7 +80,7 @@ class ApprovalPolicy:
 
     def verdict(
         self,
-        definition: ToolDefinition,
+        definition: GatedTool,
         arguments: dict[str, Any] | None = None,
         *,
         granted: Collection[str] = (),

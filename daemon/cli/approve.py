@@ -22,8 +22,8 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TextIO
 
+from daemon.approvals import ApprovalGate, Decision, GatedTool, PendingCall, Verdict
 from daemon.approvals.messages import call_text
-from daemon.tools import ApprovalGate, Decision, PendingCall, ToolDefinition, Verdict
 
 __all__ = [
     "DENIED_AT_TERMINAL",
@@ -45,7 +45,7 @@ ReadLine = Callable[[], Awaitable[str]]
 def approve_all(gate: ApprovalGate) -> ApprovalGate:
     """``gate`` with every "ask" turned into "allow" (``--approve-all``); "deny" stays."""
 
-    def judge(definition: ToolDefinition, arguments: dict[str, Any]) -> Verdict:
+    def judge(definition: GatedTool, arguments: dict[str, Any]) -> Verdict:
         verdict = gate(definition, arguments)
         if verdict.action != "ask":
             return verdict
@@ -66,7 +66,7 @@ def no_terminal_message(name: str, config_file: str) -> str:
 def refuse_asks(gate: ApprovalGate, config_file: str) -> ApprovalGate:
     """``gate`` with every "ask" turned into "deny", saying what would allow the call."""
 
-    def judge(definition: ToolDefinition, arguments: dict[str, Any]) -> Verdict:
+    def judge(definition: GatedTool, arguments: dict[str, Any]) -> Verdict:
         verdict = gate(definition, arguments)
         if verdict.action != "ask":
             return verdict

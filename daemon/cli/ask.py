@@ -27,7 +27,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from functools import partial
 
-from daemon.approvals import ApprovalPolicy
+from daemon.approvals import ApprovalGate, ApprovalPolicy, Decision, PendingCall
 from daemon.cli.approve import approve_all, ask_at_terminal, refuse_asks
 from daemon.config import (
     DEFAULT_CONFIG_PATH,
@@ -39,7 +39,6 @@ from daemon.config import (
 from daemon.errors import AsyncaiError, ConfigError
 from daemon.logging import configure_logging
 from daemon.runtime.runs import Prompt, RunRequest, RunResult
-from daemon.tools import ApprovalGate, Decision, PendingCall
 
 __all__ = ["Terminal", "ask", "register"]
 

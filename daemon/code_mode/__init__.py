@@ -21,7 +21,8 @@ wrappers (``lazy``), the helpers (``helpers``, ``bindings``) and the errors.
 Its limits (``CodeModeLimits``) live in the shared :mod:`daemon.limits`,
 which the configuration reads too; they are handed on here.
 
-May import: ``daemon.errors``, ``daemon.tools``, ``daemon.limits``,
+May import: ``daemon.errors``, ``daemon.tools``, ``daemon.approvals`` (its
+values), ``daemon.limits``,
 ``daemon.logging``, ``daemon.crashpoints`` and pydantic-monty;
 nothing else of daemon/ (it knows tools only through the ``ToolExecutor``
 interface).

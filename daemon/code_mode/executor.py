@@ -23,7 +23,7 @@ a reset if the snippet broke the checkout, ``hooks.after_snippet``, and the resu
 audit), all but the checks within ``max_wall``. Seams: :mod:`daemon.code_mode.repl.hooks`.
 
 Approvals (issue 13): with a ``gate``, a snippet may stop before calls that
-need a person. The run then ends with a :class:`~daemon.tools.Pause` in
+need a person. The run then ends with a :class:`~daemon.approvals.Pause` in
 ``ToolCallOutput.pause``, its checkout goes back to the pool (the snapshot
 holds the REPL), and no hook runs. :meth:`CodeModeToolExecutor.resume`
 loads the snapshot into the scope's next checkout and drives the snippet on
@@ -53,6 +53,7 @@ from collections.abc import Awaitable, Callable, Mapping
 import structlog
 from pydantic_monty import AsyncMonty, AsyncMontySession, MontyError
 
+from daemon.approvals import ApprovalGate, Decision, Pause
 from daemon.code_mode.catalog import RUN_CODE, Catalog
 from daemon.code_mode.contract import render_error, with_started_calls
 from daemon.code_mode.errors import SandboxUnavailable
@@ -79,11 +80,8 @@ from daemon.code_mode.sandbox import (
 )
 from daemon.limits import CodeModeLimits
 from daemon.tools import (
-    ApprovalGate,
     AuditObserver,
     BaseToolExecutor,
-    Decision,
-    Pause,
     ScopeStore,
     ShapeStore,
     ThreadKey,
@@ -108,7 +106,7 @@ class CodeModeToolExecutor(BaseToolExecutor):
     observer failure is logged and never breaks the snippet. ``gate``: the
     approval policy for calls of mutating tools (issue 13; None: every call
     runs); a call it sends to a person pauses the run (the result carries a
-    :class:`~daemon.tools.Pause`), and :meth:`resume` continues it.
+    :class:`~daemon.approvals.Pause`), and :meth:`resume` continues it.
     ``scopes``: where thread REPLs are stored across evictions and restarts
     (issue 14; None: a REPL lives only as long as its checkout). ``shapes``: where
     return shapes learned from results are kept (issue 19; None: only in memory).

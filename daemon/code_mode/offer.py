@@ -13,6 +13,7 @@ show their results to the book.
 
 from __future__ import annotations
 
+from daemon.approvals import ApprovalGate
 from daemon.code_mode.catalog import (
     SEARCH_HELPERS,
     Catalog,
@@ -25,7 +26,7 @@ from daemon.code_mode.catalog import (
 from daemon.code_mode.contract import StartedCall
 from daemon.code_mode.sandbox import NestedCalls
 from daemon.limits import CodeModeLimits
-from daemon.tools import ApprovalGate, AuditObserver, ShapeStore, ToolDefinition, ToolExecutor
+from daemon.tools import AuditObserver, ShapeStore, ToolDefinition, ToolExecutor
 
 __all__ = ["ToolOffer"]
 

@@ -10,7 +10,7 @@ mapping (``endpoint``), tool calls (``calls``: parsing, name sanitising;
 transcript records and metrics (``records``), and the fixed prompt text of
 the tool-call protocol (``prompts``).
 
-May import: ``daemon.errors``, ``daemon.tools``, ``daemon.config``,
+May import: ``daemon.errors``, ``daemon.tools``, ``daemon.approvals``, ``daemon.config``,
 ``daemon.backoff``, ``daemon.logging``, ``daemon.local_model.fetch`` (the
 embedded model's name), ``daemon.runtime.runs`` (the request and result),
 ``daemon.code_mode`` (the catalog the harness reads) and ``sessions.model``

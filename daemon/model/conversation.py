@@ -15,10 +15,10 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
+from daemon.approvals import Pause
 from daemon.model.calls import ToolCall
 from daemon.model.records import RunState
 from daemon.runtime.runs import RunRequest
-from daemon.tools import Pause
 from sessions.model import Record, RunMetrics
 
 __all__ = ["CONVERSATION_VERSION", "ConversationError", "LoopState", "Paused"]
@@ -31,7 +31,7 @@ class ConversationError(ValueError):
 
 
 class Paused(Exception):
-    """Raised inside a loop when a tool call ends in a :class:`~daemon.tools.Pause`."""
+    """Raised inside a loop when a tool call ends in a :class:`~daemon.approvals.Pause`."""
 
     def __init__(self, pause: Pause):
         super().__init__("the run waits for approval")

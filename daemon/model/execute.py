@@ -13,6 +13,7 @@ import asyncio
 
 import structlog
 
+from daemon.approvals import ApprovalGate, Decision, Pause, PendingCall
 from daemon.errors import ToolTransportError
 from daemon.logging import log_content
 from daemon.model.calls import ToolCall
@@ -20,15 +21,7 @@ from daemon.model.prompts import INVALID_ARGUMENTS
 from daemon.model.records import RunState
 from daemon.runtime.progress import tool_call_started
 from daemon.runtime.runs import ToolUseContext, current_tool_use
-from daemon.tools import (
-    ApprovalGate,
-    Decision,
-    Pause,
-    PendingCall,
-    ToolCallOutput,
-    ToolDefinition,
-    ToolExecutor,
-)
+from daemon.tools import ToolCallOutput, ToolDefinition, ToolExecutor
 
 __all__ = ["decided_call", "run_call"]
 
@@ -51,7 +44,7 @@ async def run_call(
 
     With a ``gate`` (direct mode: the model calls MCP tools itself), a call of a
     mutating tool is first put to it: refused, it is an error result; to be
-    asked, it is not made and the result carries a :class:`~daemon.tools.Pause`.
+    asked, it is not made and the result carries a :class:`~daemon.approvals.Pause`.
     """
     request = state.request
     ids = {"run_id": request.run_id, "thread_id": request.thread_id, "tool_use_id": call.id}

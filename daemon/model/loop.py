@@ -34,6 +34,7 @@ from typing import Any
 import openai
 import structlog
 
+from daemon.approvals import ApprovalGate, Decision, Pause
 from daemon.backoff import Backoff
 from daemon.code_mode.catalog import CatalogSource
 from daemon.config import Config, ModelConfig
@@ -47,14 +48,7 @@ from daemon.model.profile import ModelProfile, RunTools, Turns
 from daemon.model.profiles import model_profile
 from daemon.model.records import RunState, log_summary, user_record
 from daemon.runtime.runs import PausedRun, RunRequest, RunResult, ToolUseContext, current_tool_use
-from daemon.tools import (
-    ApprovalGate,
-    Decision,
-    Pause,
-    Resumable,
-    ToolCallOutput,
-    ToolExecutor,
-)
+from daemon.tools import Resumable, ToolCallOutput, ToolExecutor
 from sessions.model import RunMetrics
 
 __all__ = ["OpenAiCompatibleBackend"]

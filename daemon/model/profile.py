@@ -20,12 +20,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from daemon.approvals import ApprovalGate
 from daemon.code_mode.catalog import Catalog
 from daemon.model.calls import ToolCall
 from daemon.model.conversation import LoopState
 from daemon.model.endpoint import ChatEndpoint
 from daemon.model.records import RunState
-from daemon.tools import ApprovalGate, ThreadKey, ToolCallOutput, ToolDefinition, ToolExecutor
+from daemon.tools import ThreadKey, ToolCallOutput, ToolDefinition, ToolExecutor
 
 __all__ = ["ModelProfile", "RunTools", "Turns"]
 

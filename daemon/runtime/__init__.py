@@ -13,7 +13,7 @@ limits (:mod:`daemon.runtime.limits`) and the tokens a run spends
 (:mod:`daemon.runtime.audit`) and systemd's watchdog
 (:mod:`daemon.runtime.watchdog`).
 
-May import: ``daemon.errors``, ``daemon.tools``, ``daemon.crashpoints``, the
+May import: ``daemon.errors``, ``daemon.tools``, ``daemon.approvals``, ``daemon.crashpoints``, the
 faces of ``daemon.code_mode.catalog`` and ``daemon.code_mode.repl`` (the
 restart note's catalog and words), ``channels`` and ``sessions``; never
 ``daemon.model``, ``daemon.mcp`` or ``daemon.cli``.

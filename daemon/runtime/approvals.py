@@ -6,7 +6,7 @@ lock that lets exactly one decision of a request win).
 
 :class:`ApprovalDesk` sits beside the scheduler (:mod:`daemon.runtime.scheduler`):
 
-- as the :data:`~daemon.tools.ApprovalGate` it applies ``[approvals]`` to each
+- as the :data:`~daemon.approvals.ApprovalGate` it applies ``[approvals]`` to each
   mutating call, with the run's ``!approve ID run`` grants (the run comes from
   ``current_tool_use``, which the backend sets around every tool call);
 - :meth:`paused` stores a paused run's request in ONE statement (calls,
@@ -45,9 +45,14 @@ import structlog
 from daemon.approvals import (
     ApprovalPolicy,
     Approve,
+    Decision,
     Deny,
+    GatedTool,
     Malformed,
+    Pause,
+    PendingCall,
     Show,
+    Verdict,
     new_request_id,
     parse_decision,
     request_text,
@@ -57,7 +62,6 @@ from daemon.errors import AsyncaiError
 from daemon.runtime.deliver import publish_quietly
 from daemon.runtime.ports import InboundMessage, RuntimePublisher, reply_client_id
 from daemon.runtime.runs import PausedRun, Prompt, RunRequest, RunResult, current_tool_use
-from daemon.tools import Decision, Pause, PendingCall, ToolDefinition, Verdict
 from sessions.approvals import NewApproval, StoredApproval
 from sessions.ids import iso_utc
 from sessions.store import Store
@@ -147,7 +151,7 @@ class ApprovalDesk:
 
     # ---- the gate ---------------------------------------------------------------------
 
-    def gate(self, definition: ToolDefinition, arguments: dict[str, Any]) -> Verdict:
+    def gate(self, definition: GatedTool, arguments: dict[str, Any]) -> Verdict:
         """The policy's verdict on one call, with the current run's grants."""
         context = current_tool_use.get()
         granted = self._grants.get(context.run_id, set()) if context is not None else set()

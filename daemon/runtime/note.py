@@ -16,11 +16,10 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Mapping
 
+from daemon.approvals import Decision, Pause
 from daemon.code_mode.catalog import Catalog, CatalogSource
 from daemon.code_mode.repl import reset_note
 from daemon.tools import (
-    Decision,
-    Pause,
     Resumable,
     ThreadKey,
     ToolCallOutput,

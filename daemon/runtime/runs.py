@@ -13,7 +13,8 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from daemon.tools import Pause, ThreadKey
+from daemon.approvals import Pause
+from daemon.tools import ThreadKey
 from sessions.model import Record, RunMetrics
 
 __all__ = [

@@ -11,7 +11,8 @@ small-model harness reads too).
 
 May import: ``daemon.code_mode``'s shared modules (``contract``, ``convert``,
 ``helpers``, ``lazy``), ``daemon.code_mode.catalog``'s face, ``daemon.limits``,
-``daemon.tools``, ``daemon.logging`` and pydantic-monty; never
+``daemon.tools``, ``daemon.approvals`` (the gate and the pause),
+``daemon.logging`` and pydantic-monty; never
 ``daemon.code_mode.repl``, which stands above it.
 """
 

@@ -1,10 +1,10 @@
 """Approvals in code mode (issue 13), the pure part: what a paused snippet stores, and the texts.
 
-The engine (:mod:`daemon.code_mode.sandbox.engine`) asks the :data:`~daemon.tools.ApprovalGate`
+The engine (:mod:`daemon.code_mode.sandbox.engine`) asks the :data:`~daemon.approvals.ApprovalGate`
 about each mutating call as the sandbox awaits it; a call the gate sends to
 a person is *held*. When every call the snippet waits on is held, the
 engine dumps the Monty session and ends the run with a
-:class:`~daemon.tools.Pause`. This module holds the values around that,
+:class:`~daemon.approvals.Pause`. This module holds the values around that,
 without I/O:
 
 - :class:`MadeCall`, a call the sandbox made (catalog entry, sandbox name,
@@ -29,9 +29,10 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
+from daemon.approvals import Decision, PendingCall
 from daemon.code_mode.catalog import Catalog, CatalogEntry
 from daemon.code_mode.convert import dumps_compact
-from daemon.tools import AuditEntry, AuditObserver, Decision, PendingCall
+from daemon.tools import AuditEntry, AuditObserver
 
 __all__ = [
     "STATE_VERSION",

@@ -29,7 +29,7 @@ snippet that awaits every call where it makes it runs instead on Monty's
 own host-call path, one round trip a call (:mod:`daemon.code_mode.sandbox.direct`).
 
 Approvals (issue 13): a call of a mutating tool is judged by the
-:data:`~daemon.tools.ApprovalGate` of its :class:`NestedCalls` as the sandbox
+:data:`~daemon.approvals.ApprovalGate` of its :class:`NestedCalls` as the sandbox
 awaits it, to hold it for a person (``ask``); the call asks the gate again
 where it is made (issue 26: a refusal is :class:`NestedCalls`'s). A run whose
 awaited calls are all finished or held pauses: the session's dump and
@@ -72,6 +72,7 @@ from pydantic_monty import (
     MontySyntaxError,
 )
 
+from daemon.approvals import Decision, Pause
 from daemon.code_mode.catalog import CallRejected, Catalog, helper_result, is_helper
 from daemon.code_mode.convert import sandbox_text
 from daemon.code_mode.lazy import public_name, without_wrapper_frames
@@ -100,7 +101,7 @@ from daemon.code_mode.sandbox.nested import NestedCalls
 from daemon.code_mode.sandbox.outcome import SnippetOutcome
 from daemon.code_mode.sandbox.prints import PrintSink
 from daemon.limits import CodeModeLimits
-from daemon.tools import AuditEntry, Decision, Pause
+from daemon.tools import AuditEntry
 
 __all__ = ["OS_DENIED", "SLEEP_DENIED", "PrintSink", "SnippetOutcome", "SnippetRun"]
 

@@ -73,6 +73,7 @@ from typing import Any
 import structlog
 from pydantic_monty import ExternalExceptionData, ExternalSettledResult
 
+from daemon.approvals import ApprovalGate, Verdict
 from daemon.code_mode.catalog import CatalogEntry, LearnedShape, ShapeBook
 from daemon.code_mode.contract import StartedCall
 from daemon.code_mode.convert import (
@@ -87,7 +88,6 @@ from daemon.code_mode.sandbox.approval import policy_denial, refused_entry
 from daemon.code_mode.sandbox.deadlines import Deadlines
 from daemon.limits import CodeModeLimits
 from daemon.tools import (
-    ApprovalGate,
     AuditEntry,
     AuditObserver,
     CallOutcome,
@@ -95,7 +95,6 @@ from daemon.tools import (
     ToolCallOutput,
     ToolExecutor,
     ToolTransportError,
-    Verdict,
     not_recorded,
 )
 

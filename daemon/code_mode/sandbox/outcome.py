@@ -9,7 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from daemon.tools import AuditEntry, Pause
+from daemon.approvals import Pause
+from daemon.tools import AuditEntry
 
 __all__ = ["SnippetOutcome"]
 
