@@ -38,9 +38,16 @@ ifeq ($(strip $(OPENAI_BASE_URL)),)
 endif
 	$(VENV)/bin/asyncai up
 
+# The documentation (docs/, mkdocs.yml) is built strictly, so a broken link or
+# anchor fails the tests; into a temporary directory, since only the check matters
+# here (`$(VENV)/bin/mkdocs serve` to read it). Not --quiet: it hides the warnings
+# from --strict too, and the build passes with a broken link. NO_MKDOCS_2_WARNING
+# quiets the theme's banner about its end of life.
 test: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
+	site=$$(mktemp -d) && NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir "$$site"; \
+		status=$$?; rm -rf "$$site"; exit $$status
 	$(PY) -m pytest
 
 # The rest of the crash-point matrix (direct mode, the approval steps): CI runs it
@@ -52,6 +59,6 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
-# The fast benchmarks; bench/small_model.py needs a model endpoint (see README).
+# The fast benchmarks; bench/small_model.py needs a model endpoint (docs/benchmarks/index.md).
 bench: $(STAMP)
 	for b in bench/code_mode.py bench/channels.py bench/sessions.py bench/approvals.py bench/scopes.py bench/daemon.py bench/catalog.py; do $(PY) $$b || exit 1; done

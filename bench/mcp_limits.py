@@ -8,7 +8,7 @@ Prints two Markdown tables:
    ``queue_ms`` in the audit;
 2. taking and giving back one slot (``ServerSlots.hold``), for a server
    without a limit and for one with a free slot, next to a bare ``await``;
-   a stdio round trip to a server is about 1.5 ms (README, "MCP servers").
+   a stdio round trip to a server is about 1.5 ms (docs/mcp.md, "Tests").
 
 Run: ``.venv/bin/python bench/mcp_limits.py`` (about 10 s; it starts four
 test servers and a Monty pool).

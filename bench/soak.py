@@ -21,7 +21,7 @@ twice, answered with something else, the runs recorded interrupted, and
 
 Run: ``.venv/bin/python bench/soak.py`` (a quick run: 5 daemon and 2 hub
 kills, 20 prompts); ``--daemon-kills 90 --hub-kills 10 --prompts 200`` is
-the README's run (several minutes). Exit status 0 when no prompt was lost
+the run in docs/benchmarks/index.md (several minutes). Exit status 0 when no prompt was lost
 or answered twice and both databases are intact, else 1.
 """
 

@@ -20,7 +20,7 @@ from daemon.config import (
 )
 from daemon.errors import ConfigError
 
-# The complete example of the README's configuration reference, verbatim.
+# The complete example of the configuration reference (docs/configuration.md), verbatim.
 EXAMPLE = """\
 # asyncai.toml — every key, with its default unless marked "example"
 

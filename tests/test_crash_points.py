@@ -161,7 +161,7 @@ def _model(effects: Path, mode: str):
     return step
 
 
-# What a crash at each step leads to, after the restart (the README's table): the
+# What a crash at each step leads to, after the restart (the table of docs/durability.md): the
 # prompt P1 ("count" or "tally"), answered ("reply") or not run again (the
 # interrupted notice), how many of its mutating calls may have been made, and how
 # many requests the model got for it (a whole run is two: the call, the answer).

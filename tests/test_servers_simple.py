@@ -118,7 +118,7 @@ def verdict(address: str, *, deny_private: bool) -> str:
 @pytest.mark.parametrize(("address", "expected"), POLICY_TABLE.items())
 def test_address_policy_table(address: str, expected: tuple[str, str]) -> None:
     """Each address is allowed or refused, for its stated reason, as the
-    README promises: link-local and metadata never (in every IPv6 form that
+    docs/mcp.md promises: link-local and metadata never (in every IPv6 form that
     carries an IPv4 address), anything not globally routable only with
     --deny-private, public addresses always allowed."""
     assert (verdict(address, deny_private=False), verdict(address, deny_private=True)) == expected

@@ -11,7 +11,7 @@ sender (drains the connection's outbox into the socket). One writer task,
 owned by the hub, stores publishes in batches and fans each stored message
 out, in id order, to every subscriber's outbox.
 
-Limits, and what happens at each (the README's table says the same):
+Limits, and what happens at each (the table of docs/channels.md says the same):
 
 - Frame size (``max_frame``, 64 KiB): websockets closes the connection with
   1009 "frame with N bytes exceeds limit …". A publish text over

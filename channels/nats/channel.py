@@ -87,7 +87,7 @@ class NatsChannel:
 
     ``token`` is ``[channels] token`` / ``ATIRC_TOKEN``
     (:func:`~channels.nats.mapping.credentials`). ``nick`` names us in the
-    ``Atirc-From`` header (NATS itself names nobody: see the README);
+    ``Atirc-From`` header (NATS itself names nobody: see docs/channels.md);
     without one, the user of ``USER:PASSWORD`` or of the URL. A stream this
     client creates keeps ``retention_count`` messages for ``retention_age``
     seconds (the hub's options and defaults) and remembers message ids for

@@ -82,7 +82,7 @@ class ModelConfig:
     worked_example: Text | None = None  # the harness's example; None: the built-in one
     # The harness's self-consistency: snippets drawn for a short answer (a number, a
     # short list); 2 or 3 check the first against warmer samples. Off (1) by default:
-    # on the bench it changed no outcome and cost 36 more snippets (README).
+    # on the bench it changed no outcome and cost 36 more snippets (docs/benchmarks/history.md).
     answer_samples: Annotated[int, Strict(), Field(ge=1, le=3)] = 1
     # asyncai up's embedded model server is restarted between runs above this resident size
     local_max_rss: Annotated[Size, Field(gt=0)] = 5 * 1024**3
