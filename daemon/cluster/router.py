@@ -119,6 +119,10 @@ class ThreadRouter:
         now = time.monotonic()
         if self._steady_since is None:
             self._steady_since = now
+        if now - self._beat_ok > self._leases.member_ttl / 2:
+            # a gap (the process stalled, the broker was away): others may have taken
+            # threads meanwhile, so every one is looked up again, whatever this beat says
+            self._mine.clear()
         self._beat_ok = now
         self.live = members | {self.member}
 
