@@ -60,14 +60,22 @@ from channels.nats import NatsChannel
 from channels.notify import notify
 from channels.transport import id_space, open_channel
 from daemon.approvals import ApprovalPolicy, Decision, GatedTool, Verdict
-from daemon.cluster import ClusterNode, audited, clustered, counted, fenced, open_cluster
+from daemon.cluster import (
+    ClusterNode,
+    audited,
+    clustered,
+    counted,
+    fenced,
+    mirror,
+    open_cluster,
+)
 from daemon.config import Config
 from daemon.errors import AsyncaiError
 from daemon.executors import build_mcp_executor, build_tool_executor
 from daemon.model import OpenAiCompatibleBackend
 from daemon.runtime import Runtime, RuntimeOptions, RuntimeStore
-from daemon.runtime.approvals import ApprovalDesk
 from daemon.runtime.audit import audit_observer
+from daemon.runtime.desk import ApprovalDesk
 from daemon.runtime.intake import ChannelPublisher, ChunkJoiner, inbound
 from daemon.runtime.limits import SenderLimiter, SenderLimits
 from daemon.runtime.note import RestartNoteExecutor
@@ -265,6 +273,7 @@ class Daemon:
             policy=self._policy,
             resume=self._resume,
             publish_timeout=config.runtime.publish_timeout,
+            mirror=mirror(self._cluster),
         )
         self.runtime = Runtime(
             store=self._clustered(

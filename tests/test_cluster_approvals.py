@@ -17,7 +17,8 @@ from daemon.cluster.approvals import approvals_bucket as bucket_name
 from daemon.cluster.leases import Leases, PausedEntry
 from daemon.cluster.node import ClusterNode
 from daemon.cluster.router import MovedApproval, ThreadRouter
-from daemon.runtime.approvals import ApprovalDesk, ResumeJob
+from daemon.runtime.context import ResumeJob
+from daemon.runtime.desk import ApprovalDesk
 from daemon.runtime.ports import InboundMessage
 from daemon.runtime.runs import RunResult
 from daemon.runtime.store import SessionsRuntimeStore
@@ -73,7 +74,11 @@ class Daemon:
             raise AssertionError("not resumed in these tests")
 
         self.desk = ApprovalDesk(
-            store=store, publisher=self.publisher, policy=ApprovalPolicy(), resume=resume
+            store=store,
+            publisher=self.publisher,
+            policy=ApprovalPolicy(),
+            resume=resume,
+            mirror=self.mirror,
         )
         self.desk.bind(schedule=self.jobs.append, hold=lambda c, t: self.held.append((c, t)))
         self.mirror.bind(self.desk, None)

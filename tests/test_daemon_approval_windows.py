@@ -26,7 +26,7 @@ from channels.protocol import ErrorCode
 from daemon.app import Daemon, running
 from daemon.approvals import ApprovalPolicy
 from daemon.config import load_config
-from daemon.runtime.approvals import ApprovalDesk
+from daemon.runtime.desk import ApprovalDesk
 from daemon.runtime.runs import RunResult
 from daemon.runtime.scheduler import Runtime, RuntimeOptions
 from daemon.runtime.store import SessionsRuntimeStore

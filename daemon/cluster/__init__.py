@@ -41,7 +41,7 @@ from daemon.cluster.node import ClusterNode, is_cluster_url, open_cluster
 from daemon.cluster.router import ThreadRouter
 from daemon.cluster.scopes import ObjectScopeStore
 from daemon.cluster.store import ClusterRuntimeStore
-from daemon.cluster.wiring import audited, clustered, counted, fenced
+from daemon.cluster.wiring import audited, clustered, counted, fenced, mirror
 
 __all__ = [
     "AuditExporter",
@@ -61,5 +61,6 @@ __all__ = [
     "counted",
     "fenced",
     "is_cluster_url",
+    "mirror",
     "open_cluster",
 ]

@@ -1,7 +1,7 @@
 """Runs paused for approval, movable with their thread: shared state and decisions taken once.
 
-When a daemon of a cluster pauses a run for approval (:mod:`daemon.runtime.approvals`),
-:class:`ClusterApprovals` (the desk's :class:`~daemon.runtime.approvals.ApprovalMirror`):
+When a daemon of a cluster pauses a run for approval (:mod:`daemon.runtime.desk`),
+:class:`ClusterApprovals` (the desk's :class:`~daemon.runtime.desk.ApprovalMirror`):
 
 - puts the paused state in the ``asyncai_approvals_<nick>`` object store: the
   same bytes the daemon's SQLite keeps (the request: pending calls, Monty
@@ -23,7 +23,7 @@ When a daemon of a cluster pauses a run for approval (:mod:`daemon.runtime.appro
 A daemon that takes a thread over whose entry points at an undecided request
 (:class:`MovedApproval`, from :mod:`.router`) loads the state, checks its MAC,
 writes the rows and the request into its own SQLite and hands the request to
-its desk (:meth:`~daemon.runtime.approvals.ApprovalDesk.adopt`): ``!approve ID``
+its desk (:meth:`~daemon.runtime.desk.ApprovalDesk.adopt`): ``!approve ID``
 with the original id resumes the snapshot there. State that is missing or
 refused (another key, changed bytes) is logged, and the run's prompts are run
 again instead (the request is asked again): nothing is lost.
@@ -48,7 +48,8 @@ from daemon.cluster.leases import Leases, PausedEntry, bucket_name, thread_key
 from daemon.cluster.router import MovedApproval
 from daemon.cluster.scopes import open_object_store
 from daemon.cluster.store import ClusterRuntimeStore
-from daemon.runtime.approvals import ApprovalDesk, Outcome, Shared
+from daemon.runtime.context import Outcome
+from daemon.runtime.desk import ApprovalDesk, Shared
 from daemon.runtime.scopes import keyed_mac
 from sessions.approvals import NewApproval, StoredApproval
 from sessions.errors import StoreError
@@ -192,9 +193,10 @@ class ClusterApprovals:
         self._wrapped: ClusterRuntimeStore | None = None
 
     def bind(self, desk: ApprovalDesk, wrapped: ClusterRuntimeStore | None) -> None:
-        """Become ``desk``'s mirror; ``wrapped`` learns the threads of resumed runs."""
+        """The desk moved requests are adopted into (built with this mirror, see
+        :func:`daemon.cluster.wiring.mirror`); ``wrapped`` learns the threads of
+        resumed runs."""
         self._desk, self._wrapped = desk, wrapped
-        desk.mirror = self
 
     async def shared(self, request: NewApproval, prompt_ids: list[str]) -> None:
         """The state in the object store, then the thread's entry pointing at it."""

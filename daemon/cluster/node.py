@@ -13,9 +13,10 @@
 - the audit exporter (:class:`daemon.cluster.audit.AuditExporter`).
 
 The requests of runs paused for approval are shared and decided through
-:class:`daemon.cluster.approvals.ClusterApprovals` (the desk's mirror, bound in
-:meth:`ClusterNode.wrap`); a taken-over thread's request is loaded into this
-daemon in the hand-off, before the thread's newer messages.
+:class:`daemon.cluster.approvals.ClusterApprovals` (the desk's mirror, given to
+the desk as it is built; it learns the desk in :meth:`ClusterNode.wrap`); a
+taken-over thread's request is loaded into this daemon in the hand-off, before
+the thread's newer messages.
 
 The member key lives ``2/3 × takeover_seconds`` after its last beat, so a
 daemon that dies (SIGKILL, a lost host) is gone from the members bucket
@@ -51,7 +52,7 @@ from daemon.cluster.scopes import ObjectScopeStore
 from daemon.cluster.store import ClusterRuntimeStore
 from daemon.cluster.usage import ClusterSenderLimiter, SenderCounts
 from daemon.config import Config
-from daemon.runtime.approvals import ApprovalDesk
+from daemon.runtime.desk import ApprovalDesk
 from daemon.runtime.interrupted import report_interrupted
 from daemon.runtime.limits import SenderLimits, SenderUsage
 from daemon.runtime.ports import InboundMessage, RuntimePublisher, mentions

@@ -1,6 +1,8 @@
 """How :class:`daemon.app.Daemon` wires the cluster in: each helper hands back what it is
 given when there is no cluster (a ``ws://`` hub), and the cluster's version otherwise.
 
+- :func:`mirror`: the approval desk's mirror, given to the desk as it is built
+  (:class:`.approvals.ClusterApprovals`), or None;
 - :func:`clustered`: the runtime's store (:meth:`.ClusterNode.wrap`);
 - :func:`counted`: the per-sender limits (:mod:`.usage`);
 - :func:`fenced`: the publisher (:mod:`.fence`);
@@ -12,13 +14,19 @@ from __future__ import annotations
 
 from daemon.cluster.fence import FencedPublisher
 from daemon.cluster.node import ClusterNode
-from daemon.runtime.approvals import ApprovalDesk
+from daemon.runtime.desk import ApprovalDesk, ApprovalMirror
 from daemon.runtime.limits import SenderLimiter, SenderLimits, SenderUsage
 from daemon.runtime.ports import RuntimePublisher, RuntimeStore
 from daemon.runtime.store import SessionsRuntimeStore
 from daemon.tools import AuditEntry, AuditObserver
 
-__all__ = ["audited", "clustered", "counted", "fenced"]
+__all__ = ["audited", "clustered", "counted", "fenced", "mirror"]
+
+
+def mirror(node: ClusterNode | None) -> ApprovalMirror | None:
+    """The approval desk's mirror: in a cluster, where the daemons share requests and
+    take each decision once (:class:`daemon.cluster.approvals.ClusterApprovals`)."""
+    return None if node is None else node.approvals
 
 
 def clustered(

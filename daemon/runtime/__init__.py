@@ -1,7 +1,10 @@
 """Threads and runs: the scheduler between the channel and the model.
 
 Holds the scheduler (:mod:`daemon.runtime.scheduler`: one run per thread,
-coalescing, concurrency, ``!stop``, shutdown), the run request and result
+coalescing, concurrency, shutdown) and what it shares with its collaborators
+(:mod:`daemon.runtime.context`), the thread commands ``!stop`` and ``!reset``
+(:mod:`daemon.runtime.commands`), the approval desk (:mod:`daemon.runtime.desk`),
+the end of a run (:mod:`daemon.runtime.deliver`), the run request and result
 (:mod:`daemon.runtime.runs`), the scheduler's store protocol over the
 sessions store (:mod:`daemon.runtime.store`), the channel adapters
 (:mod:`daemon.runtime.intake`), the restart note
@@ -19,8 +22,9 @@ restart note's catalog and words), ``channels`` and ``sessions``; never
 ``daemon.model``, ``daemon.mcp`` or ``daemon.cli``.
 """
 
-from daemon.runtime.approvals import ApprovalDesk, Outcome, Shared
 from daemon.runtime.audit import AuditedExecutor, audit_observer
+from daemon.runtime.context import Outcome
+from daemon.runtime.desk import ApprovalDesk, ApprovalMirror, Shared
 from daemon.runtime.intake import ChannelPublisher, ChunkJoiner, inbound
 from daemon.runtime.interrupted import report_interrupted
 from daemon.runtime.limits import (
@@ -75,6 +79,7 @@ __all__ = [
     "RUN_WINDOW",
     "TOKEN_WINDOW",
     "ApprovalDesk",
+    "ApprovalMirror",
     "AuditedExecutor",
     "ChannelPublisher",
     "ChunkJoiner",

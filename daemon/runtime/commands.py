@@ -1,26 +1,27 @@
 """The commands a person types in a thread: ``!stop`` and ``!reset``.
 
-Mixed into :class:`daemon.runtime.scheduler.Runtime`. ``!stop`` cancels the
+:class:`ThreadCommands` is one of the scheduler's collaborators: it acts on
+the scheduler's threads through the shared
+:class:`~daemon.runtime.context.RunContext`. ``!stop`` cancels the
 thread's active run (or ends its run paused for approval, which needs the
 right to decide its request, as ``!deny`` does) and drops what queued behind
 it; the thread gets a short "stopped" reply. ``!reset`` empties
 the REPL of an idle thread, its saved copy included (issue 14); a busy
 thread is told to stop first. Decisions on approvals (``!approve``,
-``!deny``) are the :class:`~daemon.runtime.approvals.ApprovalDesk`'s.
+``!deny``) are the :class:`~daemon.runtime.desk.ApprovalDesk`'s.
 """
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Awaitable, Callable
 
 import structlog
 
-from daemon.runtime.approvals import ApprovalDesk
+from daemon.runtime.context import RunContext
 from daemon.runtime.deliver import publish_quietly
-from daemon.runtime.pausing import ThreadKey, ThreadRun
-from daemon.runtime.ports import InboundMessage, RuntimeOptions, RuntimePublisher, RuntimeStore
-from daemon.tools import ThreadKey as ScopeKey  # pausing's ThreadKey is the plain tuple
+from daemon.runtime.desk import ApprovalDesk
+from daemon.runtime.ports import InboundMessage
+from daemon.tools import ThreadKey as ScopeKey  # the context's ThreadKey is the plain tuple
 
 __all__ = ["RESET_COMMAND", "STOP_COMMAND", "ResetFunction", "ThreadCommands"]
 
@@ -44,29 +45,24 @@ RESET_NONE = "This thread has no REPL to reset (the tools are called directly)."
 
 
 class ThreadCommands:
-    """``!stop`` and ``!reset`` (mixed into the Runtime)."""
+    """``!stop`` and ``!reset`` on the scheduler's threads."""
 
-    _threads: dict[ThreadKey, ThreadRun]
-    _ready: deque[ThreadKey]
-    _queued_count: int
-    _known_ids: set[str]
-    _store: RuntimeStore
-    _publisher: RuntimePublisher
-    _options: RuntimeOptions
-    _approvals: ApprovalDesk | None
-    _reset: ResetFunction | None
-    # the Runtime's methods, used here
-    _pump: Callable[[], None]
-    _publish_quietly: Callable[[ThreadRun, InboundMessage, str], Awaitable[None]]
+    def __init__(
+        self, context: RunContext, *, desk: ApprovalDesk | None, reset: ResetFunction | None
+    ):
+        self._ctx = context
+        self._desk = desk
+        self._reset = reset
 
-    async def _stop_thread(self, message: InboundMessage) -> None:
+    async def stop(self, message: InboundMessage) -> None:
         """``!stop``: cancel the thread's active run and drop what queued behind it."""
-        thread = self._threads.get((message.channel, message.thread))
+        ctx = self._ctx
+        thread = ctx.threads.get((message.channel, message.thread))
         if (
             thread is not None
             and thread.paused
-            and self._approvals is not None
-            and await self._approvals.stop(message)
+            and self._desk is not None
+            and await self._desk.stop(message)
         ):
             log.info("runtime.stop_paused", channel=message.channel, thread=message.thread)
             return  # ended with the stop note (what queued runs after it), or refused
@@ -75,11 +71,11 @@ class ThreadCommands:
             return
         dropped = thread.queued
         thread.queued = []
-        self._queued_count -= len(dropped)
+        ctx.queued_count -= len(dropped)
         for m in dropped:
-            self._known_ids.discard(m.id)
+            ctx.known_ids.discard(m.id)
         if dropped:
-            await self._store.set_prompt_status([m.id for m in dropped], "failed")
+            await ctx.store.set_prompt_status([m.id for m in dropped], "failed")
         log.info(
             "runtime.stop",
             channel=message.channel,
@@ -95,18 +91,22 @@ class ThreadCommands:
             # A decided paused run waiting for a slot keeps its place: its decision
             # stands (a !stop of it, once it runs, cancels it as any run).
             if thread.resume is None:
-                if thread.ready:
-                    thread.ready = False
-                    self._ready.remove((thread.channel, thread.thread_id))
-                self._threads.pop((thread.channel, thread.thread_id), None)
-            await self._publish_quietly(
-                thread, dropped[-1], f"Stopped by {message.sender}: nothing was run."
+                ctx.unready(thread)
+                ctx.threads.pop((thread.channel, thread.thread_id), None)
+            await publish_quietly(
+                ctx.publisher,
+                ctx.options.publish_timeout,
+                thread.channel,
+                thread.thread_id,
+                dropped[-1].id,
+                f"Stopped by {message.sender}: nothing was run.",
             )
-        self._pump()
+        ctx.pump()
 
-    async def _reset_thread(self, message: InboundMessage) -> None:
+    async def reset(self, message: InboundMessage) -> None:
         """``!reset``: drop an idle thread's REPL and its saved dump; say so."""
-        thread = self._threads.get((message.channel, message.thread))
+        ctx = self._ctx
+        thread = ctx.threads.get((message.channel, message.thread))
         if thread is not None and (thread.active is not None or thread.paused or thread.queued):
             text = RESET_BUSY
         elif self._reset is None:
@@ -121,8 +121,8 @@ class ThreadCommands:
                 log.info("runtime.reset", channel=message.channel, thread=message.thread)
                 text = RESET_DONE
         await publish_quietly(
-            self._publisher,
-            self._options.publish_timeout,
+            ctx.publisher,
+            ctx.options.publish_timeout,
             message.channel,
             message.thread,
             message.id,

@@ -26,11 +26,10 @@ import uuid
 import structlog
 
 from daemon.crashpoints import crash_point
+from daemon.runtime.context import Run, RunContext
 from daemon.runtime.ports import (
-    InboundMessage,
     PromptStatus,
     PublishRefused,
-    RuntimeOptions,
     RuntimePublisher,
     RuntimeStore,
     reply_client_id,
@@ -72,32 +71,24 @@ def notice_client_id(channel: str, last_prompt_id: str) -> str:
     return str(uuid.uuid5(uuid.NAMESPACE_URL, f"asyncai-refused:{channel}/{last_prompt_id}"))
 
 
-async def deliver(
-    store: RuntimeStore,
-    publisher: RuntimePublisher,
-    options: RuntimeOptions,
-    channel: str,
-    thread_id: str,
-    prompts: list[InboundMessage],
-    run_id: str,
-    ids: list[str],
-    result: RunResult,
-    bound: structlog.typing.FilteringBoundLogger,
-) -> None:
+async def deliver(context: RunContext, run: Run, result: RunResult) -> None:
     """Commit the run with its reply in the outbox, then publish the reply."""
     if result.status != "done":
-        bound.warning("runtime.run_failed", error=result.error, status=result.status)
+        run.log.warning("runtime.run_failed", error=result.error, status=result.status)
         reply = result.reply.strip() or error_reply(result.error)
     else:
         reply = result.reply.strip() or "(the model returned an empty reply)"
-    last = prompts[-1].id
+    channel, ids = run.channel, run.prompt_ids
+    last = run.prompts[-1].id
     outbox = OutboxReply(
-        run_id, channel, thread_id, last, reply_client_id(channel, last), reply, tuple(ids)
+        run.run_id, channel, run.thread_id, last, reply_client_id(channel, last), reply, tuple(ids)
     )
     status: PromptStatus = "done" if result.status == "done" else "failed"
-    await store.finish_run(run_id, result, ids, status, reply=outbox)
+    await context.store.finish_run(run.run_id, result, ids, status, reply=outbox)
     crash_point("reply_committed")
-    await publish_reply(store, publisher, options.publish_timeout, outbox, bound)
+    await publish_reply(
+        context.store, context.publisher, context.options.publish_timeout, outbox, run.log
+    )
 
 
 async def publish_unacked(store: RuntimeStore, publisher: RuntimePublisher, seconds: float) -> None:

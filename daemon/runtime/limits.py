@@ -36,11 +36,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
-import structlog
-
 from daemon.runtime.complete import complete
+from daemon.runtime.context import Run, RunContext
 from daemon.runtime.deliver import publish_quietly
-from daemon.runtime.ports import InboundMessage, RuntimeOptions, RuntimePublisher, RuntimeStore
+from daemon.runtime.ports import InboundMessage
 from sessions.ids import iso_utc
 from sessions.model import SenderRun
 
@@ -196,19 +195,13 @@ class SenderLimiter:
 
 
 async def start_within_limits(
-    limiter: SenderLimiter | None,
-    store: RuntimeStore,
-    publisher: RuntimePublisher,
-    options: RuntimeOptions,
-    run_id: str,
-    channel: str,
-    thread_id: str,
-    prompts: list[InboundMessage],
-    bound: structlog.typing.FilteringBoundLogger,
+    context: RunContext, limiter: SenderLimiter | None, run: Run
 ) -> list[InboundMessage]:
     """Write the run row for the prompts whose senders are within their limits; those
     prompts (none: no run row). The others are marked failed, each sender's last one
     answered with :meth:`LimitReached.reply`."""
+    store, prompts = context.store, run.prompts
+    run_id, channel, thread_id, bound = run.run_id, run.channel, run.thread_id, run.log
     if limiter is None:
         await store.start_run(run_id, channel, thread_id, [m.id for m in prompts])
         return prompts
@@ -230,8 +223,8 @@ async def start_within_limits(
         await complete(store.set_prompt_status([m.id for m in refused], "failed"))
         await complete(
             publish_quietly(
-                publisher,
-                options.publish_timeout,
+                context.publisher,
+                context.options.publish_timeout,
                 channel,
                 thread_id,
                 refused[-1].id,

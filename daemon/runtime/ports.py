@@ -1,8 +1,10 @@
-"""What the scheduler is handed and what it takes: messages, options, and its two ports.
+"""What the scheduler is handed and what it takes: messages, options, and its ports.
 
 The scheduler (:mod:`daemon.runtime.scheduler`) does no I/O of its own; the
 store and the channel come in as the :class:`RuntimeStore` and
 :class:`RuntimePublisher` protocols, the model as a :data:`RunFunction`.
+The approval desk (:mod:`daemon.runtime.desk`) reaches SQLite only through
+the :class:`ApprovalStore` port, the approvals table of ``sessions``.
 :mod:`daemon.runtime.store` implements the store over ``sessions.Store``;
 :mod:`daemon.runtime.intake` the publisher over a channel client. Also the two
 pure rules about channel text the scheduler applies: :func:`mentions` and
@@ -15,16 +17,18 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
 from daemon.errors import AsyncaiError
 from daemon.runtime.runs import HistoryTurn, RunRequest, RunResult
+from sessions import NewApproval, StoredApproval, StoredPrompt
 from sessions.model import InterruptedRun, PromptStatus
 from sessions.outbox import OutboxReply
 
 __all__ = [
+    "ApprovalStore",
     "InboundMessage",
     "PromptStatus",
     "PublishRefused",
@@ -95,6 +99,50 @@ class RuntimeCounts:
     active_runs: int
     queued_prompts: int
     waiting_threads: int
+
+
+class ApprovalStore(Protocol):
+    """The approvals table, as the desk reaches it (``sessions``' approvals serve it)."""
+
+    async def add_approval(self, new: NewApproval) -> None:
+        """Store a paused run's request (one statement: all of it, or nothing)."""
+        ...
+
+    async def get_approval(self, request_id: str) -> StoredApproval | None:
+        """The request with this id, or None."""
+        ...
+
+    async def decide_approval(
+        self,
+        request_id: str,
+        status: Literal["approved", "denied", "expired", "stopped"],
+        *,
+        by: str,
+        reason: str | None = None,
+        scope: Literal["call", "run"] | None = None,
+    ) -> bool:
+        """Record the decision if the request is still pending; whether this call decided it."""
+        ...
+
+    async def mark_resumed(self, request_id: str) -> None:
+        """The resumed run has taken the decision: it is not acted on again after a restart."""
+        ...
+
+    async def pending_approvals(self) -> list[StoredApproval]:
+        """Requests still waiting for a decision, soonest expiry first."""
+        ...
+
+    async def unresumed_decisions(self) -> list[StoredApproval]:
+        """Decided requests whose run was not resumed yet, oldest decision first."""
+        ...
+
+    async def run_approvals(self, run_id: str) -> list[StoredApproval]:
+        """Every request of one run, oldest first (its grants, and a decision just taken)."""
+        ...
+
+    async def run_prompts(self, run_id: str) -> Sequence[StoredPrompt]:
+        """The prompts a run answers (a paused run's, to resume it), oldest first."""
+        ...
 
 
 class RuntimeStore(Protocol):

@@ -26,6 +26,10 @@ Rules (DESIGN.md, "Runtime: threads and runs"):
 - ``!stop`` in a thread cancels its active run and drops what was queued
   behind it; the thread gets a short "stopped" reply. ``!reset`` empties an
   idle thread's REPL and its saved copy (:mod:`daemon.runtime.commands`).
+- A run that pauses for approval goes to the desk (:mod:`daemon.runtime.desk`);
+  its thread stays busy without holding a slot (new prompts queue behind
+  it), and a decided request comes back as a resume job that runs in the
+  thread before what queued.
 - Shared channels: only messages that mention the nick, and threads the
   daemon already takes part in (a thread it has recorded prompts of).
   The daemon never answers its own messages; an allow-list of senders, when
@@ -41,6 +45,10 @@ Rules (DESIGN.md, "Runtime: threads and runs"):
 - :meth:`Runtime.shutdown`: stop taking prompts, give active runs a grace
   period, cancel the rest and record them interrupted. Their prompts go back
   to ``queued``, so the next start answers them (no prompt is lost).
+
+The runtime is assembled from collaborators (the commands, the desk, the end
+of a run, the limits) that share its :class:`~daemon.runtime.context.RunContext`:
+the ports, the options and the table of threads.
 """
 
 from __future__ import annotations
@@ -48,19 +56,18 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections import deque
 from collections.abc import Callable, Iterable
 
 import structlog
 
 from daemon.crashpoints import crash_point
-from daemon.runtime.approvals import ApprovalDesk, ResumeJob
 from daemon.runtime.commands import RESET_COMMAND, STOP_COMMAND, ResetFunction, ThreadCommands
 from daemon.runtime.complete import complete
+from daemon.runtime.context import ResumeJob, Run, RunContext, ThreadRun
 from daemon.runtime.deliver import deliver, publish_quietly, publish_unacked
+from daemon.runtime.desk import ApprovalDesk
 from daemon.runtime.interrupted import report_all_interrupted
 from daemon.runtime.limits import SenderLimiter, start_within_limits
-from daemon.runtime.pausing import PausedRuns, ThreadKey, ThreadRun
 from daemon.runtime.ports import (
     InboundMessage,
     PromptStatus,
@@ -100,7 +107,7 @@ log = structlog.get_logger("asyncai.runtime")
 WEDGE_SLACK = 60.0
 
 
-class Runtime(PausedRuns, ThreadCommands):
+class Runtime:
     """Schedules runs per thread, bounded globally; owns every run task."""
 
     def __init__(
@@ -115,24 +122,20 @@ class Runtime(PausedRuns, ThreadCommands):
         limiter: SenderLimiter | None = None,
         clock: Callable[[], float] = time.monotonic,
     ):
+        self._ctx = RunContext(store, publisher, options or RuntimeOptions(), pump=self._pump)
         self._store = store
+        self._publisher = publisher
+        self._options = self._ctx.options
         self._limiter = limiter
         self._clock = clock
-        self._reset = reset
         self._approvals = approvals
         if approvals is not None:
             approvals.bind(schedule=self._schedule_resume, hold=self._hold)
-        self._publisher = publisher
+        self._commands = ThreadCommands(self._ctx, desk=approvals, reset=reset)
         self._run = run
-        self._options = options or RuntimeOptions()
-        self._threads: dict[ThreadKey, ThreadRun] = {}
-        self._ready: deque[ThreadKey] = deque()
-        self._queued_count = 0
-        self._known_ids: set[str] = set()  # prompt ids queued or in a run (replays are skipped)
         self._tasks: set[asyncio.Task[None]] = set()
         self._space = asyncio.Event()  # set while fewer than max_queued_prompts wait
         self._space.set()
-        self._closing = False
 
     # ---- intake ---------------------------------------------------------------------
 
@@ -144,7 +147,7 @@ class Runtime(PausedRuns, ThreadCommands):
     @property
     def closing(self) -> bool:
         """True once :meth:`shutdown` began: no prompt is taken any more."""
-        return self._closing
+        return self._ctx.closing
 
     async def submit(self, message: InboundMessage) -> bool:
         """Take one inbound channel message; True when it became (part of) a run.
@@ -154,7 +157,7 @@ class Runtime(PausedRuns, ThreadCommands):
         prompts wait (back-pressure on the channel). Returns False for
         everything it ignores, each with a reason in the log.
         """
-        if self._closing:
+        if self._ctx.closing:
             return False  # not recorded, cursor not advanced: the next start sees it again
         nick = self._publisher.nick
         if message.sender == nick:
@@ -175,22 +178,22 @@ class Runtime(PausedRuns, ThreadCommands):
             await self._store.advance_cursor(message.channel, message.id)
             return False
         if message.text.strip() == RESET_COMMAND:
-            await self._reset_thread(message)
+            await self._commands.reset(message)
             await self._store.advance_cursor(message.channel, message.id)
             return False
         if message.text.strip() == STOP_COMMAND:
-            await self._stop_thread(message)
+            await self._commands.stop(message)
             await self._store.advance_cursor(message.channel, message.id)
             return False
         if not await self._addressed(message, nick):
             await self._store.advance_cursor(message.channel, message.id)
             return False
         await self._wait_for_capacity()
-        if self._closing:
+        if self._ctx.closing:
             return False
         outcome = await self._store.record_prompt(message)
         crash_point("prompt_recorded")
-        if outcome == "finished" or message.id in self._known_ids:
+        if outcome == "finished" or message.id in self._ctx.known_ids:
             return False  # a replay of something answered or already scheduled
         self._enqueue(message)
         return True
@@ -227,7 +230,7 @@ class Runtime(PausedRuns, ThreadCommands):
             await self._approvals.start()
         count = 0
         for message in pending:
-            if message.id in self._known_ids or message.id in held:
+            if message.id in self._ctx.known_ids or message.id in held:
                 continue
             self._enqueue(message, pump=False)  # whole threads first, so they coalesce
             count += 1
@@ -238,10 +241,11 @@ class Runtime(PausedRuns, ThreadCommands):
 
     def counts(self) -> RuntimeCounts:
         """Active runs, prompts waiting for a run, threads waiting for a slot."""
+        ctx = self._ctx
         return RuntimeCounts(
-            active_runs=sum(1 for t in self._threads.values() if t.active is not None),
-            queued_prompts=self._queued_count,
-            waiting_threads=len(self._ready),
+            active_runs=sum(1 for t in ctx.threads.values() if t.active is not None),
+            queued_prompts=ctx.queued_count,
+            waiting_threads=len(ctx.ready),
         )
 
     def wedged(self, *, slack: float = WEDGE_SLACK) -> bool:
@@ -250,32 +254,30 @@ class Runtime(PausedRuns, ThreadCommands):
         bound = self._options.max_run_seconds + self._options.publish_timeout + slack
         now = self._clock()
         return any(
-            t.active is not None and now - t.started_at > bound for t in self._threads.values()
+            t.active is not None and now - t.started_at > bound for t in self._ctx.threads.values()
         )
 
     # ---- scheduling -----------------------------------------------------------------
 
     def _enqueue(self, message: InboundMessage, *, pump: bool = True) -> None:
-        key = (message.channel, message.thread)
-        thread = self._threads.get(key)
-        if thread is None:
-            thread = self._threads[key] = ThreadRun(message.channel, message.thread)
+        ctx = self._ctx
+        thread = ctx.thread(message.channel, message.thread)
         thread.queued.append(message)
-        self._queued_count += 1
-        self._known_ids.add(message.id)
+        ctx.queued_count += 1
+        ctx.known_ids.add(message.id)
         # a thread whose run waits for approval stays busy: this waits behind it
-        if thread.active is None and not thread.ready and not thread.paused:
-            thread.ready = True
-            self._ready.append(key)
+        if thread.active is None and not thread.paused:
+            ctx.make_ready(thread)
         if pump:
             self._pump()
 
     def _pump(self) -> None:
         """Start runs while slots are free and threads are ready."""
-        active = sum(1 for t in self._threads.values() if t.active is not None)
-        while not self._closing and self._ready and active < self._options.max_concurrent_runs:
-            key = self._ready.popleft()
-            thread = self._threads[key]
+        ctx = self._ctx
+        active = sum(1 for t in ctx.threads.values() if t.active is not None)
+        while not ctx.closing and ctx.ready and active < self._options.max_concurrent_runs:
+            key = ctx.ready.popleft()
+            thread = ctx.threads[key]
             thread.ready = False
             thread.stopped_by = None
             job, thread.resume = thread.resume, None
@@ -283,7 +285,7 @@ class Runtime(PausedRuns, ThreadCommands):
                 prompts = job.prompts
             else:
                 prompts, thread.queued = thread.queued, []
-                self._queued_count -= len(prompts)
+                ctx.queued_count -= len(prompts)
             thread.active_prompts = prompts
             task = asyncio.create_task(self._run_thread(thread, prompts, job), name=f"run {key}")
             thread.active = task
@@ -291,13 +293,13 @@ class Runtime(PausedRuns, ThreadCommands):
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
             active += 1
-        if self._closing or self._queued_count < self._options.max_queued_prompts:
+        if ctx.closing or ctx.queued_count < self._options.max_queued_prompts:
             self._space.set()
         else:
             self._space.clear()
 
     async def _wait_for_capacity(self) -> None:
-        while not self._closing and self._queued_count >= self._options.max_queued_prompts:
+        while not self._ctx.closing and self._ctx.queued_count >= self._options.max_queued_prompts:
             self._space.clear()
             await self._space.wait()
 
@@ -307,54 +309,36 @@ class Runtime(PausedRuns, ThreadCommands):
         """One run of one thread (or a paused one going on), from the run row to the
         acked reply; then the follow-up."""
         run_id = job.run_id if job is not None else str(uuid.uuid4())
-        ids = [m.id for m in prompts]
         bound = log.bind(run_id=run_id, channel=thread.channel, thread=thread.thread_id)
+        run = Run(run_id, thread.channel, thread.thread_id, prompts, bound)
+        ctx = self._ctx
         try:
-            await self._execute(thread, prompts, run_id, ids, bound, job)
+            await self._execute(thread, run, job)
         except Exception:
             # The store or the channel failed outside the run itself. The prompts
             # stay recorded as not done, so the next start answers them.
             bound.exception("runtime.run_crashed")
         finally:
             for m in prompts:
-                self._known_ids.discard(m.id)
+                ctx.known_ids.discard(m.id)
             thread.active = None
             thread.active_prompts = []
-            key = (thread.channel, thread.thread_id)
-            after = thread.after_run(closing=self._closing)
-            if after == "ready" and not thread.ready:
-                thread.ready = True
-                self._ready.append(key)
+            after = thread.after_run(closing=ctx.closing)
+            if after == "ready":
+                ctx.make_ready(thread)
             elif after == "idle":
-                self._threads.pop(key, None)
+                ctx.threads.pop((thread.channel, thread.thread_id), None)
             self._pump()
 
-    async def _execute(
-        self,
-        thread: ThreadRun,
-        prompts: list[InboundMessage],
-        run_id: str,
-        ids: list[str],
-        bound: structlog.typing.FilteringBoundLogger,
-        job: ResumeJob | None = None,
-    ) -> None:
+    async def _execute(self, thread: ThreadRun, run: Run, job: ResumeJob | None = None) -> None:
+        run_id, bound = run.run_id, run.log
         if job is None:
-            prompts = await start_within_limits(
-                self._limiter,
-                self._store,
-                self._publisher,
-                self._options,
-                run_id,
-                thread.channel,
-                thread.thread_id,
-                prompts,
-                bound,
-            )
-            if not prompts:
+            admitted = await start_within_limits(self._ctx, self._limiter, run)
+            if not admitted:
                 return  # every sender of the run is over a limit: no run
-            ids = [m.id for m in prompts]
+            run = Run(run_id, run.channel, run.thread_id, admitted, bound)
             crash_point("run_started")
-            bound.info("runtime.run_started", prompts=ids)
+            bound.info("runtime.run_started", prompts=run.prompt_ids)
         else:
             # Taken before the run goes on: a crash from here on is an interruption
             # (recovery's rule), never a second resume that repeats approved calls.
@@ -377,7 +361,7 @@ class Runtime(PausedRuns, ThreadCommands):
                         channel=thread.channel,
                         thread_id=thread.thread_id,
                         history=history,
-                        prompts=[Prompt(m.id, m.sender, m.text) for m in prompts],
+                        prompts=[Prompt(m.id, m.sender, m.text) for m in run.prompts],
                     )
                     async with deadline:
                         result = await self._run(request)
@@ -393,11 +377,10 @@ class Runtime(PausedRuns, ThreadCommands):
                 status="interrupted",
                 error=f"stopped by {stopped_by}" if stopped_by else "daemon shutting down",
             )
+            ids = run.prompt_ids
             if stopped_by is not None:
                 await complete(self._store.finish_run(run_id, interrupted, ids, "failed"))
-                await complete(
-                    self._publish_quietly(thread, prompts[-1], f"Stopped by {stopped_by}.")
-                )
+                await complete(self._say(run, f"Stopped by {stopped_by}."))
                 bound.info("runtime.run_stopped", stopped_by=stopped_by)
                 # The !stop consumed this cancellation; the task ends normally.
                 current = asyncio.current_task()
@@ -422,14 +405,14 @@ class Runtime(PausedRuns, ThreadCommands):
             result = RunResult(reply="", status="failed", error=f"{type(exc).__name__}: {exc}")
 
         if result.status == "paused":
-            problem = await complete(self._paused(thread, prompts, run_id, result, bound))
+            problem = await complete(self._paused(thread, run, result))
             if problem is None:
                 return
             result = RunResult(reply="", metrics=result.metrics, status="failed", error=problem)
         try:
             # The model answered: the reply goes out and the run is recorded, whatever
             # is cancelled meanwhile (both are bounded: publish_timeout, the store's).
-            await complete(self._deliver(thread, prompts, run_id, ids, result, bound))
+            await complete(self._deliver(run, result))
         except asyncio.CancelledError:
             if thread.stopped_by is None:
                 raise  # shutdown: the run is recorded; let the cancel go on
@@ -438,51 +421,66 @@ class Runtime(PausedRuns, ThreadCommands):
             if current is not None:
                 current.uncancel()
 
-    async def _deliver(
-        self,
-        thread: ThreadRun,
-        prompts: list[InboundMessage],
-        run_id: str,
-        ids: list[str],
-        result: RunResult,
-        bound: structlog.typing.FilteringBoundLogger,
-    ) -> None:
-        await deliver(
-            self._store,
-            self._publisher,
-            self._options,
-            thread.channel,
-            thread.thread_id,
-            prompts,
-            run_id,
-            ids,
-            result,
-            bound,
-        )
+    async def _deliver(self, run: Run, result: RunResult) -> None:
+        await deliver(self._ctx, run, result)
         if self._approvals is not None:
-            self._approvals.finished(run_id)
+            self._approvals.finished(run.run_id)
 
-    async def _publish_quietly(
-        self, thread: ThreadRun, last_prompt: InboundMessage, text: str
-    ) -> None:
+    async def _say(self, run: Run, text: str) -> None:
+        """A short notice in the run's thread, in reply to its last prompt."""
         await publish_quietly(
             self._publisher,
             self._options.publish_timeout,
-            thread.channel,
-            thread.thread_id,
-            last_prompt.id,
+            run.channel,
+            run.thread_id,
+            run.prompts[-1].id,
             text,
         )
+
+    # ---- runs paused for approval -----------------------------------------------------
+
+    async def _paused(self, thread: ThreadRun, run: Run, result: RunResult) -> str | None:
+        """Hand a paused run to the desk: None when it waits now; else why it cannot
+        (the run ends failed with that error).
+
+        The thread is held before the request is published: a decision that
+        arrives while the publish still waits for its ack finds the thread
+        paused, and the resume job it leaves runs once this run's task ends.
+        """
+        if self._approvals is None:
+            run.log.error("runtime.pause_without_approvals")
+            return "the run paused for approval, but approvals are not set up"
+        thread.paused = True
+        problem = await self._approvals.pause(run, result)
+        if problem is not None:
+            thread.paused = False
+        return problem
+
+    def _hold(self, channel: str, thread_id: str) -> None:
+        """Keep a thread busy while its run waits for approval (after a restart)."""
+        thread = self._ctx.thread(channel, thread_id)
+        thread.paused = True
+        self._ctx.unready(thread)
+
+    def _schedule_resume(self, job: ResumeJob) -> None:
+        """A decided paused run goes on in its thread when a slot is free."""
+        crash_point("decision_recorded")  # the desk recorded it (or its expiry) first
+        thread = self._ctx.thread(job.channel, job.thread_id)
+        thread.paused = False
+        thread.resume = job
+        if thread.active is None:
+            self._ctx.make_ready(thread)
+        self._pump()
 
     # ---- shutdown -------------------------------------------------------------------
 
     async def shutdown(self, grace: float | None = None) -> None:
         """Stop taking prompts, wait up to ``grace`` seconds, cancel and record the rest."""
-        self._closing = True
-        self._ready.clear()
+        self._ctx.closing = True
+        self._ctx.ready.clear()
         self._space.set()  # release an intake blocked on back-pressure
         grace = self._options.shutdown_grace if grace is None else grace
-        runs = [t.active for t in self._threads.values() if t.active is not None]
+        runs = [t.active for t in self._ctx.threads.values() if t.active is not None]
         if runs:
             log.info("runtime.shutdown_waiting", active_runs=len(runs), grace_seconds=grace)
             _, pending = await asyncio.wait(runs, timeout=grace)

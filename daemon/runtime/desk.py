@@ -1,31 +1,40 @@
-"""The runtime's side of approvals: store a paused run, take decisions, resume it.
+"""The approval desk: the runtime's service that stores a paused run, takes decisions, resumes it.
 
-Kept as one piece, though long: requests, decisions, ``!stop`` and expiry all go
-through one desk's shared state (its expiry timers, the runs' grants, and the
-lock that lets exactly one decision of a request win).
+The values it acts on (a :class:`~daemon.approvals.Pause`, its pending calls,
+a :class:`~daemon.approvals.Decision`), the policy, the commands and the words
+are :mod:`daemon.approvals`'; the rows are ``sessions``', reached only
+through the :class:`~daemon.runtime.ports.ApprovalStore` port. Requests,
+decisions, ``!stop`` and expiry all go through one desk's shared state (its
+expiry timers, the runs' grants, and the lock that lets exactly one decision
+of a request win).
 
-:class:`ApprovalDesk` sits beside the scheduler (:mod:`daemon.runtime.scheduler`):
+:class:`ApprovalDesk` sits beside the scheduler (:mod:`daemon.runtime.scheduler`),
+which binds its two hooks to it: hold a thread busy while its run waits, and
+run a decided request's :class:`~daemon.runtime.context.ResumeJob` in its thread.
 
 - as the :data:`~daemon.approvals.ApprovalGate` it applies ``[approvals]`` to each
   mutating call, with the run's ``!approve ID run`` grants (the run comes from
   ``current_tool_use``, which the backend sets around every tool call);
-- :meth:`paused` stores a paused run's request in ONE statement (calls,
-  snapshot, conversation), publishes it in the thread and arms its expiry; a
-  request that cannot be published ends the run failed
-  (:class:`RequestNotPublished`), never a silent wait for the expiry;
+- :meth:`pause` takes a paused run from the scheduler (which holds its thread
+  first): it stores the request in ONE statement (calls, snapshot,
+  conversation), publishes it in the thread and arms its expiry; a request
+  that cannot be published or stored ends the run failed, never a silent
+  wait for the expiry;
 - :meth:`handle` takes ``!show ID`` (the request again, in full, for anyone in
   the thread) and ``!approve ID [run]`` / ``!deny ID [reason]``: a nick
   that may not decide, an unknown id or one already decided gets one line,
   and nothing runs; a decision is recorded once and the run is handed back to
-  the scheduler as a :class:`ResumeJob` (it takes a concurrency slot then, not
-  while it waits);
+  the scheduler as a ``ResumeJob`` (it takes a concurrency slot then, not
+  while it waits). The request is read once per decision: what the decision
+  changed is read back with the run's other requests (its grants);
 - :meth:`stop` is ``!stop`` on a paused run (the same right as a decision);
   :meth:`start` re-arms the expiry of pending requests and resumes decisions
   not acted on after a restart; :meth:`adopt` does the same for one request
   another daemon stored here.
 
-With several daemons an :class:`ApprovalMirror` (``daemon.cluster``) shares each
-request and takes each decision across the daemons first: once, wherever the thread is.
+With several daemons an :class:`ApprovalMirror` (``daemon.cluster``), given at
+construction, shares each request and takes each decision across the daemons
+first: once, wherever the thread is.
 
 Nothing is kept only in memory that a restart needs: the request, its
 decision and the run's grants are rows of the ``approvals`` table.
@@ -36,7 +45,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import Any, Literal, Protocol
 
@@ -59,21 +68,27 @@ from daemon.approvals import (
 )
 from daemon.crashpoints import crash_point
 from daemon.errors import AsyncaiError
+from daemon.runtime.context import Outcome, ResumeJob, Run
 from daemon.runtime.deliver import publish_quietly
-from daemon.runtime.ports import InboundMessage, RuntimePublisher, reply_client_id
+from daemon.runtime.ports import ApprovalStore, InboundMessage, RuntimePublisher, reply_client_id
 from daemon.runtime.runs import PausedRun, Prompt, RunRequest, RunResult, current_tool_use
-from sessions.approvals import NewApproval, StoredApproval
+from sessions import NewApproval, StoredApproval
 from sessions.ids import iso_utc
-from sessions.store import Store
 
-__all__ = ["ApprovalDesk", "ApprovalMirror", "RequestNotPublished", "ResumeFunction", "ResumeJob"]
+__all__ = [
+    "ApprovalDesk",
+    "ApprovalMirror",
+    "RequestNotPublished",
+    "ResumeFunction",
+    "ResumeJob",
+    "Shared",
+]
 
 log = structlog.get_logger("asyncai.approvals")
 
 ResumeFunction = Callable[[RunRequest, PausedRun, Mapping[int, Decision]], Awaitable[RunResult]]
 """Go on with a paused run: ``OpenAiCompatibleBackend.resume`` in the daemon."""
 
-Outcome = Literal["approved", "denied", "expired", "stopped"]
 Shared = Literal["ok", "moved", "retry"]
 RETRY_DECISION = 5.0  # seconds before an expiry the cluster could not record is tried again
 
@@ -96,19 +111,6 @@ class RequestNotPublished(AsyncaiError):
     came within ``publish_timeout``): the request is closed and the run fails."""
 
 
-@dataclass(frozen=True)
-class ResumeJob:
-    """A decided request, handed to the scheduler to run in its thread."""
-
-    request_id: str
-    run_id: str
-    channel: str
-    thread_id: str
-    prompts: list[InboundMessage]
-    outcome: Outcome
-    run: Callable[[], Awaitable[RunResult]]
-
-
 def _iso(seconds: float) -> str:
     return iso_utc(datetime.fromtimestamp(seconds, UTC))
 
@@ -123,12 +125,13 @@ class ApprovalDesk:
     def __init__(
         self,
         *,
-        store: Store,
+        store: ApprovalStore,
         publisher: RuntimePublisher,
         policy: ApprovalPolicy,
         resume: ResumeFunction,
         publish_timeout: float = 60.0,
         clock: Callable[[], float] = time.time,
+        mirror: ApprovalMirror | None = None,
     ):
         self._store = store
         self._publisher = publisher
@@ -140,7 +143,7 @@ class ApprovalDesk:
         self._timers: dict[str, asyncio.Task[None]] = {}
         self._schedule: Callable[[ResumeJob], None] | None = None
         self._hold: Callable[[str, str], None] | None = None
-        self.mirror: ApprovalMirror | None = None  # several daemons: set by daemon.cluster
+        self._mirror = mirror  # several daemons: daemon.cluster's
         self._deciding = asyncio.Lock()
 
     def bind(
@@ -159,16 +162,30 @@ class ApprovalDesk:
 
     # ---- a run pauses -----------------------------------------------------------------
 
-    async def paused(
-        self,
-        channel: str,
-        thread_id: str,
-        run_id: str,
-        prompts: list[InboundMessage],
-        result: RunResult,
-    ) -> str:
+    async def pause(self, run: Run, result: RunResult) -> str | None:
+        """Take a paused run: stored, asked in the thread. None when it waits now;
+        else why it cannot, and the run ends failed with that error.
+
+        The scheduler holds the thread before this is called: a decision that
+        arrives while the publish still waits for its ack finds the thread
+        paused, and the resume job it leaves runs once the run's task ends.
+        """
+        try:
+            request_id = await self._paused(run, result)
+        except RequestNotPublished as exc:
+            run.log.error("runtime.request_not_published", error=str(exc))
+            return str(exc)
+        except Exception as exc:
+            run.log.exception("runtime.pause_failed")
+            return f"the approval request could not be stored ({type(exc).__name__}: {exc})"
+        crash_point("approval_published")  # stored, and asked in the thread
+        run.log.info("runtime.run_paused", request=request_id)
+        return None
+
+    async def _paused(self, run: Run, result: RunResult) -> str:
         """Store the request (one statement), publish it, arm its expiry; its id."""
         assert result.paused is not None
+        channel, thread_id, run_id, prompts = run.channel, run.thread_id, run.run_id, run.prompts
         pause = result.paused.pause
         request_id = new_request_id()
         requester = prompts[0].sender if prompts else ""
@@ -188,8 +205,8 @@ class ApprovalDesk:
             requested=_iso(now),
         )
         await self._store.add_approval(new)
-        if self.mirror is not None:  # before the id is published: any holder knows it then
-            await self.mirror.shared(new, [p.id for p in prompts])
+        if self._mirror is not None:  # before the id is published: any holder knows it then
+            await self._mirror.shared(new, [p.id for p in prompts])
         crash_point("approval_stored")
         log.warning(
             "approvals.requested",
@@ -303,8 +320,7 @@ class ApprovalDesk:
             by=message.sender,
             scope=scope,
         )
-        decided = await self._store.get_approval(request.id)
-        await self._hand_over(decided or request)
+        await self._hand_over(request)
         return True
 
     async def stop(self, message: InboundMessage) -> bool:
@@ -321,8 +337,7 @@ class ApprovalDesk:
             if decided_here is None:
                 return True  # the thread's run is another daemon's now, or later
             if decided_here:
-                decided = await self._store.get_approval(request.id)
-                await self._hand_over(decided or request)
+                await self._hand_over(request)
                 return True
         return False
 
@@ -426,10 +441,8 @@ class ApprovalDesk:
             decided_here = await self._decide(request, "expired", by="expiry", retry=True)
             if not decided_here:
                 return  # decided meanwhile, moved, or armed again
-            request = await self._store.get_approval(request_id)
-            if request is not None:
-                log.warning("approvals.expired", request=request_id)
-                await self._hand_over(request)
+            log.warning("approvals.expired", request=request_id)
+            await self._hand_over(request)
         except Exception:
             # the request stays pending in the store; the next start expires it
             log.exception("approvals.expiry_failed", request=request_id)
@@ -450,8 +463,8 @@ class ApprovalDesk:
         it (another daemon holds the thread, or the broker did not answer: then the
         thread is told, or with ``retry`` the expiry is armed again)."""
         async with self._deciding:  # one decision at a time: an expiry and an !approve race
-            if self.mirror is not None:
-                shared = await self.mirror.decide(request, outcome)
+            if self._mirror is not None:
+                shared = await self._mirror.decide(request, outcome)
                 if shared != "ok":
                     if shared == "moved":
                         await self._forget(request)
@@ -482,7 +495,11 @@ class ApprovalDesk:
         log.warning("approvals.moved", request=request.id, thread=request.thread_id)
 
     async def _hand_over(self, request: StoredApproval) -> None:
-        """Give the scheduler the job that goes on with the decided run."""
+        """Give the scheduler the job that goes on with the decided run.
+
+        ``request`` as read before its decision: the decision is read back with
+        the run's other requests (one read for both: its grants, and this one).
+        """
         timer = self._timers.pop(request.id, None)
         if timer is not None and timer is not asyncio.current_task():
             timer.cancel()
@@ -491,6 +508,8 @@ class ApprovalDesk:
             InboundMessage(p.channel, p.id, p.thread_id, p.sender, p.text, ts=p.ts) for p in stored
         ]
         for earlier in await self._store.run_approvals(request.run_id):
+            if earlier.id == request.id:
+                request = earlier  # with its decision
             if earlier.status == "approved" and earlier.scope == "run":
                 self._grants.setdefault(request.run_id, set()).update(
                     _qualified(c) for c in earlier.calls
