@@ -314,8 +314,8 @@ class StoreWriter(StoreConnections):
         metrics: RunMetrics,
         prompt_ids: Iterable[str],
         prompt_status: PromptStatus,
-        error: str | None = None,
         *,
+        error: str | None = None,
         reply: OutboxReply | None = None,
         scope: ScopeWrite | None = None,
     ) -> None:

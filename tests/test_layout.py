@@ -8,6 +8,8 @@
   a sentence;
 - a module over 800 lines says in its first lines why it is one piece (a
   number does not decide the cuts, issue 27: a coherent module may run long);
+- no function of daemon/, channels/ or sessions/ takes more than six
+  positional parameters (keyword-only ones are free);
 - ``daemon/`` keeps at most ten modules at its top level;
 - every package's ``__init__`` has a docstring and an ``__all__`` of real names;
 - no package imports another package's private module (issue 27): from
@@ -28,6 +30,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("daemon", "channels", "sessions", "servers")
 LONG_MODULE = 800
+MAX_POSITIONAL = 6
 
 
 def _modules() -> dict[str, Path]:
@@ -294,6 +297,45 @@ def test_a_module_over_800_lines_says_at_its_top_why_it_is_one_piece() -> None:
         and "one piece" not in "\n".join(path.read_text().splitlines()[:15])
     }
     assert not long
+
+
+def _positional(function: ast.FunctionDef | ast.AsyncFunctionDef) -> list[str]:
+    """The ordinary positional parameters of ``function``: positional-only and
+    positional-or-keyword ones, without the ``self`` or ``cls`` of a method."""
+    names = [a.arg for a in [*function.args.posonlyargs, *function.args.args]]
+    return names[1:] if names[:1] in (["self"], ["cls"]) else names
+
+
+def _long_signatures() -> set[str]:
+    """Every function of daemon/, channels/ and sessions/ with more than six
+    positional parameters, as ``module:line name(count)``."""
+    found: set[str] = set()
+    for name, path in MODULES.items():
+        if name.split(".")[0] not in ("daemon", "channels", "sessions"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            functions = ast.FunctionDef | ast.AsyncFunctionDef
+            if isinstance(node, functions) and (n := len(_positional(node))) > MAX_POSITIONAL:
+                found.add(f"{name}:{node.lineno} {node.name}({n})")
+    return found
+
+
+def test_the_signature_checker_counts_what_it_must() -> None:
+    """``self`` and keyword-only parameters do not count; positional-only ones do."""
+    tree = ast.parse(
+        "class C:\n"
+        "    def m(self, a, b, c, d, e, f, *, g, h): ...\n"
+        "def g(a, b, /, c, d, e, f, g=1): ...\n"
+    )
+    found = {n.name: n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)}
+    assert _positional(found["m"]) == ["a", "b", "c", "d", "e", "f"]
+    assert len(_positional(found["g"])) == 7
+
+
+def test_no_function_takes_more_than_six_positional_parameters() -> None:
+    """What travels together is one value (a context, a run), or passed by keyword:
+    a call with seven positional arguments is one whose order nobody can check."""
+    assert sorted(_long_signatures()) == []
 
 
 def test_daemon_has_at_most_ten_top_level_modules() -> None:

@@ -66,9 +66,9 @@ async def run_call(
             call.id,
             record_uuid,
             state,
-            limit,
-            gate if definition is not None and definition.mutating else None,
-            definition,
+            limit=limit,
+            gate=gate if definition is not None and definition.mutating else None,
+            definition=definition,
         )
     log.info(
         "model.tool_result",
@@ -88,6 +88,7 @@ async def _execute(
     tool_use_id: str,
     record_uuid: str,
     state: RunState,
+    *,
     limit: float,
     gate: ApprovalGate | None = None,
     definition: ToolDefinition | None = None,
@@ -132,6 +133,7 @@ async def decided_call(
     tool_use_id: str,
     record_uuid: str,
     state: RunState,
+    *,
     limit: float,
 ) -> ToolCallOutput:
     """A direct-mode call a person decided: made when approved (no second question) and
@@ -152,5 +154,5 @@ async def decided_call(
             is_error=True,
         )
     return await _execute(
-        caller, pending.tool, pending.arguments, tool_use_id, record_uuid, state, limit
+        caller, pending.tool, pending.arguments, tool_use_id, record_uuid, state, limit=limit
     )

@@ -309,5 +309,5 @@ class OpenAiCompatibleBackend:
             call.id,
             ls.assistant_uuid,
             run,
-            self.params.tool_call_timeout,
+            limit=self.params.tool_call_timeout,
         )

@@ -377,7 +377,7 @@ class NestedCalls:
                     now = time.monotonic()
                     call.queued, call.queue_ms, t0 = False, round((now - t0) * 1000, 3), now
                 # dropped: max_wall, the snippet ended first, a reset, or the run was stopped
-                await self._finish(call, stamp, t0, "cancelled", 0, "call dropped", logger)
+                await self._finish(call, stamp, t0, "cancelled", 0, "call dropped", logger=logger)
                 raise
             except _ToolFailed:
                 raise  # its start could not be recorded: not made (_record_start)
@@ -386,28 +386,30 @@ class NestedCalls:
                     message = f"tool error: {tool} raised TimeoutError"
                 else:
                     message = f"tool {tool} timed out after {self._limits.tool_timeout:g}s"
-                await self._finish(call, stamp, t0, "error", 0, message, logger)
+                await self._finish(call, stamp, t0, "error", 0, message, logger=logger)
                 raise _ToolFailed(message) from None
             except ToolTransportError as exc:
                 message = f"tool error: {exc}"
-                await self._finish(call, stamp, t0, "error", 0, message, logger)
+                await self._finish(call, stamp, t0, "error", 0, message, logger=logger)
                 raise _ToolFailed(message) from None
             except Exception as exc:
                 # a broken inner executor must not take the snippet down with it
                 log.exception("code_mode.inner_failed", tool=tool)
                 message = f"tool error: {type(exc).__name__}: {exc}"
-                await self._finish(call, stamp, t0, "error", 0, message, logger)
+                await self._finish(call, stamp, t0, "error", 0, message, logger=logger)
                 raise _ToolFailed(message) from None
 
             if output.is_error:
-                await self._finish(call, stamp, t0, "error", result_bytes(output), output, logger)
+                await self._finish(
+                    call, stamp, t0, "error", result_bytes(output), output, logger=logger
+                )
                 raise _ToolFailed(output.content or f"tool {tool} failed")
             marker = text_marker(output, tool) if text and len(output.content) >= TEXT_MIN else None
             try:
                 value = marker if marker is not None else nested_value(output)
             except ConversionError as exc:
                 message = f"tool {tool} returned a value the sandbox cannot take: {exc}"
-                await self._finish(call, stamp, t0, "error", 0, message, logger)
+                await self._finish(call, stamp, t0, "error", 0, message, logger=logger)
                 raise _ToolFailed(message) from None
             if self._shapes is not None and self._fitted.get(tool, 0) < SHAPE_CHECKS:
                 self._observe(entry, output, None if marker is not None else value)
@@ -416,7 +418,7 @@ class NestedCalls:
                 seconds = time.monotonic() - t0
                 self._ended.append((call, stamp, seconds, "ok", False, result_bytes(output)))
                 return value
-            ended = self._end(call, stamp, t0, "ok", result_bytes(output), output, logger)
+            ended = self._end(call, stamp, t0, "ok", result_bytes(output), output, logger=logger)
             if ended is not None:
                 await self._notify(ended)
             return value
@@ -465,10 +467,11 @@ class NestedCalls:
         outcome: CallOutcome,
         nbytes: int,
         content: str | ToolCallOutput,
+        *,
         logger: Any | None,
     ) -> None:
         """End ``call`` (:meth:`_end`) and show its entry to the observer."""
-        entry = self._end(call, stamp, t0, outcome, nbytes, content, logger)
+        entry = self._end(call, stamp, t0, outcome, nbytes, content, logger=logger)
         if entry is not None:
             await self._notify(entry)
 
@@ -480,6 +483,7 @@ class NestedCalls:
         outcome: CallOutcome,
         nbytes: int,
         content: str | ToolCallOutput,
+        *,
         logger: Any | None,
     ) -> AuditEntry | None:
         """End ``call``: its log line (``content``: the result or what went wrong; decoded

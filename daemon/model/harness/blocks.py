@@ -82,6 +82,7 @@ async def code_blocks(
     caller: ToolExecutor,
     names: dict[str, str],
     ls: LoopState,
+    *,
     functions: dict[str, Signature],
     topics: Mapping[str, Topic] | None = None,
 ) -> None:
@@ -144,8 +145,10 @@ async def code_blocks(
                 state.reply = quote_result(state.reply, ls.last_result)
             return
         mend_call(call, functions, state)
-        output = await _run_block(endpoint, state, caller, names, ls, call, response)
-        await after_block(endpoint, state, caller, ls, call, output, functions, topics)
+        output = await _run_block(endpoint, state, caller, names, ls, call, response=response)
+        await after_block(
+            endpoint, state, caller, ls, call, output, functions=functions, topics=topics
+        )
 
 
 async def _run_block(
@@ -155,6 +158,7 @@ async def _run_block(
     names: dict[str, str],
     ls: LoopState,
     call: ToolCall,
+    *,
     response: Any,
 ) -> ToolCallOutput:
     """Record the model's block as a ``run_code`` call and run it; a call that
@@ -179,6 +183,7 @@ async def after_block(
     ls: LoopState,
     call: ToolCall,
     output: ToolCallOutput,
+    *,
     functions: dict[str, Signature],
     topics: Mapping[str, Topic] | None = None,
 ) -> None:
@@ -230,8 +235,12 @@ async def after_block(
             ls.failures -= 1
             state.metrics.key_fixes += 1
             again = made_up_call("run_code", {"code": fixed}, state)
-            output = await _run_block(endpoint, state, caller, _RUN_CODE, ls, again, _HARNESS_TURN)
-            await after_block(endpoint, state, caller, ls, again, output, functions, topics)
+            output = await _run_block(
+                endpoint, state, caller, _RUN_CODE, ls, again, response=_HARNESS_TURN
+            )
+            await after_block(
+                endpoint, state, caller, ls, again, output, functions=functions, topics=topics
+            )
             return
     recheck = recheck and (look is not None or start is not None)
     ls.rechecked = ls.rechecked or recheck
@@ -242,7 +251,7 @@ async def after_block(
         text = plain if located else text  # it says more than the traceback's hint
     if not (failed or recheck or ls.voted) and isinstance(code, str) and ls.samples > 1:
         ls.voted = True
-        code, text = await _vote(endpoint, state, caller, ls, code, text, functions)
+        code, text = await _vote(endpoint, state, caller, ls, code, text, functions=functions)
         ls.last_result = text
         ran = {"role": "assistant", "content": code_message(code)}
     if retry or recheck:
@@ -272,6 +281,7 @@ async def _vote(
     ls: LoopState,
     code: str,
     text: str,
+    *,
     functions: dict[str, Signature],
 ) -> tuple[str, str]:
     """Self-consistency (:mod:`daemon.model.harness.vote`): for a short answer, draw
@@ -328,7 +338,7 @@ async def _sample(
     if not isinstance(code, str) or not may_rerun(code, ls.mutating):
         return None
     state.metrics.code_blocks += 1
-    output = await _run_block(endpoint, state, caller, _RUN_CODE, ls, call, response)
+    output = await _run_block(endpoint, state, caller, _RUN_CODE, ls, call, response=response)
     ls.next_call = 1
     text = _shown(output)
     _record_result(state, call, output, text)

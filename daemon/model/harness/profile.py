@@ -126,14 +126,28 @@ class CodeBlockTurns:
     async def rounds(self, run: RunState, ls: LoopState) -> None:
         """Blocks until the model answers (:func:`~daemon.model.harness.blocks.code_blocks`)."""
         tools = self.tools
-        await code_blocks(self.endpoint, run, tools.caller, tools.names, ls, *self._hints())
+        await code_blocks(
+            self.endpoint,
+            run,
+            tools.caller,
+            tools.names,
+            ls,
+            functions=self.functions,
+            topics=self.topics,
+        )
 
     async def after_call(
         self, run: RunState, ls: LoopState, call: ToolCall, output: ToolCallOutput
     ) -> None:
         """A decided block's result and the next message
         (:func:`~daemon.model.harness.blocks.after_block`)."""
-        await after_block(self.endpoint, run, self.tools.caller, ls, call, output, *self._hints())
-
-    def _hints(self) -> tuple[dict[str, Signature], dict[str, Topic]]:
-        return self.functions, self.topics
+        await after_block(
+            self.endpoint,
+            run,
+            self.tools.caller,
+            ls,
+            call,
+            output,
+            functions=self.functions,
+            topics=self.topics,
+        )
