@@ -30,11 +30,11 @@ from channels.errors import (
     ProtocolError,
     UnauthorizedError,
 )
+from channels.frames import ErrorCode, Message, Subscribed
 from channels.hub import Hub, HubStats
-from channels.ids import id_for_time
+from channels.ids import ZERO_ID, id_for_time
 from channels.nats import NatsChannel
 from channels.notify import notify, watchdog_interval
-from channels.protocol import ZERO_ID, ErrorCode, Message, Subscribed
 from channels.transport import AnyChannel, id_space, open_channel
 
 __all__ = [

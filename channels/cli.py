@@ -38,16 +38,11 @@ import structlog
 
 from channels.client import DEFAULT_URL, PublishAck
 from channels.errors import ChannelConfigError, ChannelError, ProtocolError
+from channels.frames import ErrorCode, Message, Status
 from channels.hub import DEFAULT_HOST, DEFAULT_PORT, Hub
-from channels.protocol import (
-    DEFAULT_MAX_FRAME,
-    ErrorCode,
-    Message,
-    Status,
-    encode,
-    is_channel,
-    is_id,
-)
+from channels.ids import is_id
+from channels.names import is_channel
+from channels.protocol import DEFAULT_MAX_FRAME, encode
 from channels.statusline import StatusLine
 from channels.tokens import load_tokens
 from channels.transport import AnyChannel, open_channel

@@ -48,42 +48,17 @@ from channels.frames import (
     Unsubscribe,
     Welcome,
 )
-from channels.ids import ZERO_ID, IdGenerator, id_for_time, id_time_ms, id_timestamp, is_id
+from channels.ids import is_id
 from channels.names import CLIENT_ID_RE, is_channel, is_nick, is_utf8
-from channels.split import json_text_size, split_text
+from channels.split import json_text_size
 
 __all__ = [
     "DEFAULT_MAX_FRAME",
     "ENVELOPE_RESERVE",
-    "MAX_STATUS_TEXT",
-    "ZERO_ID",
-    "Ack",
-    "ClientFrame",
-    "ErrorCode",
-    "ErrorFrame",
-    "Hello",
-    "IdGenerator",
-    "Message",
-    "Publish",
-    "ServerFrame",
-    "Status",
-    "StatusUpdate",
-    "Subscribe",
-    "Subscribed",
-    "Unsubscribe",
-    "Welcome",
     "encode",
-    "id_for_time",
-    "id_time_ms",
-    "id_timestamp",
-    "is_channel",
-    "is_id",
-    "is_nick",
-    "json_text_size",
     "max_text_for",
     "parse_client_frame",
     "parse_server_frame",
-    "split_text",
     "status_problem",
 ]
 

@@ -41,8 +41,8 @@ from pathlib import Path
 import aiosqlite
 
 from channels.errors import HubStoreError
+from channels.frames import Message
 from channels.ids import IdGenerator, id_for_time, id_timestamp
-from channels.protocol import Message
 
 __all__ = ["MessageStore", "NewMessage", "Refused", "Stored"]
 

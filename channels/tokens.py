@@ -20,7 +20,7 @@ import stat
 from pathlib import Path
 
 from channels.errors import ChannelConfigError
-from channels.protocol import is_nick
+from channels.names import is_nick
 
 __all__ = ["check_private", "load_tokens", "parse_tokens"]
 

@@ -96,9 +96,6 @@ from sessions.store import Store
 
 __all__ = [
     "Daemon",
-    "audit_observer",
-    "build_mcp_executor",
-    "build_tool_executor",
     "running",
     "runtime_options",
 ]

@@ -34,7 +34,6 @@ from dataclasses import asdict, dataclass
 from typing import Any, Literal, NamedTuple, Protocol, runtime_checkable
 
 from daemon.approvals import Decision, Pause
-from daemon.errors import ScopeRejected, ToolTransportError
 
 __all__ = [
     "AuditEntry",
@@ -43,7 +42,6 @@ __all__ = [
     "CallOutcome",
     "CallSlots",
     "PersistentScopes",
-    "ScopeRejected",
     "ScopeStore",
     "ShapeRecord",
     "ShapeStore",
@@ -52,7 +50,6 @@ __all__ = [
     "ToolCallOutput",
     "ToolDefinition",
     "ToolExecutor",
-    "ToolTransportError",
     "not_recorded",
 ]
 
@@ -175,7 +172,10 @@ class ToolExecutor(Protocol):
         ...
 
     async def call_tool(self, name: str, arguments: dict) -> ToolCallOutput:
-        """Call one tool. Raises :class:`ToolTransportError` when it cannot be made."""
+        """Call one tool.
+
+        Raises :class:`~daemon.errors.ToolTransportError` when it cannot be made.
+        """
         ...
 
     def thread_scope(self, thread: ThreadKey) -> ToolExecutor | None:
@@ -242,7 +242,7 @@ class ScopeStore(Protocol):
     async def load(self, thread: ThreadKey) -> StoredScopeDump | None:
         """The thread's stored REPL, or None when nothing is stored.
 
-        Raises :class:`ScopeRejected` (with the reason in one line) for a
+        Raises :class:`~daemon.errors.ScopeRejected` (with the reason in one line) for a
         dump that must not be loaded: a bad MAC, another Monty version, over
         the size limit.
         """

@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from openai.types.chat import ChatCompletion
 
 from daemon.config import Config, ModelConfig, RuntimeConfig
-from daemon.errors import ConfigError
+from daemon.errors import ConfigError, ToolTransportError
 from daemon.logging import REDACTED, configure_logging, reset_logging
 from daemon.model import OpenAiCompatibleBackend
 from daemon.model.endpoint import ChatEndpoint
@@ -35,13 +35,7 @@ from daemon.model.prompts import (
 )
 from daemon.model.response import completion_problem
 from daemon.runtime.runs import HistoryTurn, Prompt, RunRequest, ToolUseContext, current_tool_use
-from daemon.tools import (
-    BaseToolExecutor,
-    ThreadKey,
-    ToolCallOutput,
-    ToolDefinition,
-    ToolTransportError,
-)
+from daemon.tools import BaseToolExecutor, ThreadKey, ToolCallOutput, ToolDefinition
 from sessions.model import RunMetrics
 from tests.fakes.backoff import RecordingBackoff
 from tests.fakes.executor import FakeToolExecutor

@@ -19,7 +19,8 @@ import pytest
 from channels.client import WebSocketChannel
 from channels.errors import UnauthorizedError
 from channels.hub import GOING_AWAY_CLOSE
-from channels.protocol import ZERO_ID, is_id, parse_server_frame
+from channels.ids import ZERO_ID, is_id
+from channels.protocol import parse_server_frame
 from tests.fakes.channels_helpers import WAIT, Clients, Hubs, RawClient, take
 
 ATIRC = Path(sys.executable).with_name("atirc")

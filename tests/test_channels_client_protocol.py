@@ -25,19 +25,10 @@ from channels.client.protocol import (
     check_subscribe,
 )
 from channels.errors import ProtocolError, UnauthorizedError
+from channels.frames import Ack, ErrorCode, ErrorFrame, Message, Subscribed, Welcome
 from channels.ids import ZERO_ID, id_for_time
-from channels.protocol import (
-    DEFAULT_MAX_FRAME,
-    Ack,
-    ErrorCode,
-    ErrorFrame,
-    Message,
-    Subscribed,
-    Welcome,
-    encode,
-    max_text_for,
-    split_text,
-)
+from channels.protocol import DEFAULT_MAX_FRAME, encode, max_text_for
+from channels.split import split_text
 
 URL = "ws://127.0.0.1:6680/"
 IDS = [id_for_time(1_700_000_000_000 + n) for n in range(10)]

@@ -30,8 +30,9 @@ from websockets.asyncio.server import ServerConnection, serve
 from channels.client.pending import Pending
 from channels.client.protocol import ClientProtocol, SubscriptionConfirmed
 from channels.errors import ChannelBrokenError, ChannelClosedError, ChannelConfigError
+from channels.frames import ErrorCode, Message, Subscribed, Welcome
 from channels.ids import ZERO_ID, id_for_time
-from channels.protocol import ErrorCode, Message, Subscribed, Welcome, encode
+from channels.protocol import encode
 from channels.tokens import load_tokens
 from tests.fakes.channels_helpers import WAIT, Clients, GatedBackoff, Hubs, RawClient, take
 

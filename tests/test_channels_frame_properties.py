@@ -18,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from channels.errors import ProtocolError
-from channels.protocol import (
+from channels.frames import (
     Ack,
     ErrorCode,
     ErrorFrame,
@@ -29,10 +29,8 @@ from channels.protocol import (
     Subscribed,
     Unsubscribe,
     Welcome,
-    encode,
-    parse_client_frame,
-    parse_server_frame,
 )
+from channels.protocol import encode, parse_client_frame, parse_server_frame
 
 CLIENT_FRAMES = (Hello, Subscribe, Unsubscribe, Publish)
 SERVER_FRAMES = (Welcome, Subscribed, Ack, Message, ErrorFrame)

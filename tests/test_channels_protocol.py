@@ -16,10 +16,7 @@ import pytest
 import channels
 from channels.client import WebSocketChannel
 from channels.errors import ChannelConfigError, ProtocolError
-from channels.ids import ZERO_ID, IdGenerator, id_for_time, id_time_ms, id_timestamp, is_id
-from channels.notify import notify, watchdog_interval
-from channels.protocol import (
-    DEFAULT_MAX_FRAME,
+from channels.frames import (
     Ack,
     ErrorCode,
     ErrorFrame,
@@ -30,8 +27,13 @@ from channels.protocol import (
     Subscribed,
     Unsubscribe,
     Welcome,
+)
+from channels.ids import ZERO_ID, IdGenerator, id_for_time, id_time_ms, id_timestamp, is_id
+from channels.names import is_channel
+from channels.notify import notify, watchdog_interval
+from channels.protocol import (
+    DEFAULT_MAX_FRAME,
     encode,
-    is_channel,
     max_text_for,
     parse_client_frame,
     parse_server_frame,

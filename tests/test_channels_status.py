@@ -21,16 +21,9 @@ from hypothesis import strategies as st
 
 from channels.client import WebSocketChannel
 from channels.errors import ProtocolError
-from channels.protocol import (
-    MAX_STATUS_TEXT,
-    ZERO_ID,
-    ErrorCode,
-    Status,
-    StatusUpdate,
-    encode,
-    parse_client_frame,
-    parse_server_frame,
-)
+from channels.frames import MAX_STATUS_TEXT, ErrorCode, Status, StatusUpdate
+from channels.ids import ZERO_ID
+from channels.protocol import encode, parse_client_frame, parse_server_frame
 from channels.statusline import ERASE, StatusLine
 from tests.fakes.channels_helpers import WAIT, Clients, Hubs, RawClient, take
 from tests.test_channels_cli import ATIRC, _atirc, _env

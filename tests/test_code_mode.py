@@ -22,8 +22,9 @@ from structlog.testing import capture_logs
 from daemon.code_mode import CodeModeLimits, CodeModeToolExecutor
 from daemon.code_mode.catalog.description import RUN_CODE_SCHEMA
 from daemon.code_mode.errors import SandboxUnavailable
+from daemon.errors import ToolTransportError
 from daemon.logging import configure_logging, reset_logging
-from daemon.tools import AuditEntry, ThreadKey, ToolCallOutput, ToolTransportError
+from daemon.tools import AuditEntry, ThreadKey, ToolCallOutput
 from tests.fakes.executor import FakeToolExecutor
 
 # every expectation holds on both paths a snippet can take (tests/conftest.py)

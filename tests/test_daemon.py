@@ -20,8 +20,8 @@ import pytest
 from structlog.testing import capture_logs
 
 from channels.client import Message, PublishAck, WebSocketChannel
+from channels.frames import Subscribed
 from channels.hub import Hub
-from channels.protocol import Subscribed
 from daemon.app import Daemon, running
 from daemon.config import load_config
 from daemon.runtime.intake import ChannelPublisher, ChunkJoiner

@@ -22,13 +22,14 @@ import pytest
 
 from channels.client import PublishAck, WebSocketChannel
 from channels.errors import ChannelTimeoutError, ProtocolError
-from channels.protocol import ErrorCode
+from channels.frames import ErrorCode
 from daemon.app import Daemon, running
 from daemon.approvals import ApprovalPolicy
 from daemon.config import load_config
 from daemon.runtime.desk import ApprovalDesk
+from daemon.runtime.ports import RuntimeOptions
 from daemon.runtime.runs import RunResult
-from daemon.runtime.scheduler import Runtime, RuntimeOptions
+from daemon.runtime.scheduler import Runtime
 from daemon.runtime.store import SessionsRuntimeStore
 from sessions.approvals import NewApproval
 from sessions.ids import iso_utc

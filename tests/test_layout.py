@@ -107,7 +107,7 @@ def _cycle() -> list[str] | None:
 def test_the_checker_sees_the_imports_it_must() -> None:
     """The graph is not empty by mistake: known edges are in it."""
     assert "daemon.tools" in GRAPH["daemon.code_mode.executor"]
-    assert "daemon.errors" in GRAPH["daemon.tools"]
+    assert "daemon.approvals" in GRAPH["daemon.tools"]
     assert "sessions.store" in GRAPH["daemon.app"]
 
 
@@ -220,7 +220,7 @@ SHARED = {
 CODE_MODE_ROOMS = ("daemon.code_mode.catalog", "daemon.code_mode.sandbox", "daemon.code_mode.repl")
 MAY_IMPORT = {
     "daemon.errors": set(),
-    "daemon.tools": {"daemon.errors", "daemon.approvals"},
+    "daemon.tools": {"daemon.approvals"},
     "daemon.limits": set(),
     "daemon.backoff": set(),
     "daemon.logging": set(),

@@ -25,7 +25,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from channels.hub import Hub
-from daemon.app import Daemon, audit_observer, running
+from daemon.app import Daemon, running
 from daemon.backoff import Backoff
 from daemon.cli import main
 from daemon.code_mode import CodeModeToolExecutor
@@ -35,6 +35,7 @@ from daemon.errors import ConfigError
 from daemon.executors import build_mcp_executor
 from daemon.limits import CodeModeLimits
 from daemon.mcp.executor import McpToolExecutor
+from daemon.runtime.audit import audit_observer
 from daemon.runtime.runs import ToolUseContext, current_tool_use
 from daemon.runtime.store import SessionsRuntimeStore
 from daemon.tools import AuditEntry, ThreadKey

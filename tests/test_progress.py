@@ -9,8 +9,8 @@ import time
 from structlog.testing import capture_logs
 
 from channels.client import WebSocketChannel
+from channels.frames import Status
 from channels.hub import Hub
-from channels.protocol import Status
 from daemon.app import Daemon, running
 from daemon.config import load_config
 from daemon.runtime.progress import RunProgress, Throttle, running_code, showing_progress

@@ -24,18 +24,17 @@ from daemon.errors import BackendError
 from daemon.runtime.commands import RESET_BUSY, RESET_DONE, RESET_NONE
 from daemon.runtime.complete import complete
 from daemon.runtime.interrupted import INTERRUPTED_HEAD, INTERRUPTED_TAIL, interrupted_notice
-from daemon.runtime.scheduler import (
+from daemon.runtime.ports import (
     InboundMessage,
-    PromptStatus,
     RecordOutcome,
-    Runtime,
     RuntimeOptions,
     mentions,
     reply_client_id,
 )
+from daemon.runtime.scheduler import Runtime
 from daemon.runtime.store import SessionsRuntimeStore
 from daemon.tools import ThreadKey
-from sessions.model import StartedCall
+from sessions.model import PromptStatus, StartedCall
 from sessions.store import Store
 from tests.fakes.runtime_helpers import NICK, FakePublisher, ScriptedModel, msg
 

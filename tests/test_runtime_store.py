@@ -14,11 +14,11 @@ from dataclasses import replace
 
 import pytest
 
-from daemon.app import audit_observer
+from daemon.runtime.audit import audit_observer
 from daemon.runtime.interrupted import INTERRUPTED_TAIL, interrupted_notice
-from daemon.runtime.ports import reply_client_id
+from daemon.runtime.ports import RuntimeOptions, reply_client_id
 from daemon.runtime.runs import RunRequest, RunResult, ToolUseContext, current_tool_use
-from daemon.runtime.scheduler import Runtime, RuntimeOptions
+from daemon.runtime.scheduler import Runtime
 from daemon.runtime.store import SessionsRuntimeStore
 from daemon.tools import AuditEntry
 from sessions.ids import now_iso

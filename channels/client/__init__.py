@@ -12,7 +12,7 @@ from channels.client.backoff import Backoff, exponential_backoff
 from channels.client.interface import Channel, PublishAck
 from channels.client.protocol import check_publish, check_status, check_subscribe
 from channels.client.websocket import DEFAULT_URL, WebSocketChannel
-from channels.protocol import Message, Subscribed
+from channels.frames import Message, Subscribed
 
 __all__ = [
     "DEFAULT_URL",

@@ -25,7 +25,8 @@ from channels.errors import (
     HubUnreachableError,
     UnauthorizedError,
 )
-from channels.protocol import Welcome, is_nick
+from channels.frames import Welcome
+from channels.names import is_nick
 
 __all__ = ["Dialer", "check_settings", "open_connection"]
 

@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from channels.protocol import Message, Subscribed
+from channels.frames import Message, Subscribed
 
 __all__ = ["Channel", "PublishAck"]
 

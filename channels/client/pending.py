@@ -26,7 +26,7 @@ from channels.client.protocol import (
     SubscriptionRefused,
 )
 from channels.errors import ChannelClosedError
-from channels.protocol import Ack, Subscribed
+from channels.frames import Ack, Subscribed
 
 __all__ = ["Pending", "SessionLost"]
 

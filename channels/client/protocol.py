@@ -40,9 +40,7 @@ from dataclasses import dataclass
 import structlog
 
 from channels.errors import ProtocolError, UnauthorizedError
-from channels.protocol import (
-    DEFAULT_MAX_FRAME,
-    ZERO_ID,
+from channels.frames import (
     Ack,
     ErrorCode,
     ErrorFrame,
@@ -55,14 +53,17 @@ from channels.protocol import (
     Subscribed,
     Unsubscribe,
     Welcome,
+)
+from channels.ids import ZERO_ID, is_id
+from channels.names import is_channel
+from channels.protocol import (
+    DEFAULT_MAX_FRAME,
     encode,
-    is_channel,
-    is_id,
     max_text_for,
     parse_server_frame,
-    split_text,
     status_problem,
 )
+from channels.split import split_text
 
 __all__ = [
     "ClientProtocol",

@@ -64,16 +64,8 @@ from channels.errors import (
     ChannelTimeoutError,
     ProtocolError,
 )
-from channels.protocol import (
-    Ack,
-    ErrorCode,
-    Message,
-    Publish,
-    Status,
-    Subscribed,
-    Welcome,
-    encode,
-)
+from channels.frames import Ack, ErrorCode, Message, Publish, Status, Subscribed, Welcome
+from channels.protocol import encode
 
 __all__ = ["DEFAULT_URL", "WebSocketChannel"]
 

@@ -16,9 +16,10 @@ import structlog
 from websockets.asyncio.server import ServerConnection
 from websockets.exceptions import ConnectionClosed
 
+from channels.frames import ServerFrame
 from channels.hub.outbox import Outbox
 from channels.hub.stats import HubStats
-from channels.protocol import ServerFrame, encode
+from channels.protocol import encode
 from channels.ratelimit import TokenBucket
 
 __all__ = [

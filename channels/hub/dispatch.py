@@ -20,12 +20,7 @@ from functools import partial
 from websockets.exceptions import ConnectionClosed
 
 from channels.errors import ProtocolError
-from channels.hub.connection import FLOOD_CLOSE, Connection
-from channels.hub.fanout import Subscribers
-from channels.hub.replay import Replay
-from channels.hub.stats import HubStats
-from channels.hub.writer import Write, Writer
-from channels.protocol import (
+from channels.frames import (
     Ack,
     ClientFrame,
     ErrorCode,
@@ -38,10 +33,14 @@ from channels.protocol import (
     Subscribe,
     Unsubscribe,
     Welcome,
-    id_for_time,
-    id_timestamp,
-    parse_client_frame,
 )
+from channels.hub.connection import FLOOD_CLOSE, Connection
+from channels.hub.fanout import Subscribers
+from channels.hub.replay import Replay
+from channels.hub.stats import HubStats
+from channels.hub.writer import Write, Writer
+from channels.ids import id_for_time, id_timestamp
+from channels.protocol import parse_client_frame
 from channels.ratelimit import Verdict
 from channels.store import NewMessage
 

@@ -10,9 +10,10 @@ for any whose outbox is half full: it is never stored, so never replayed.
 
 from __future__ import annotations
 
+from channels.frames import Message, Status
 from channels.hub.connection import Connection, Subscription
 from channels.hub.stats import HubStats
-from channels.protocol import Message, Status, encode
+from channels.protocol import encode
 
 __all__ = ["Subscribers"]
 

@@ -12,9 +12,11 @@ from __future__ import annotations
 import structlog
 
 from channels.errors import HubStoreError
+from channels.frames import ErrorCode, ErrorFrame, Subscribe, Subscribed
 from channels.hub.connection import Connection, Subscription
 from channels.hub.fanout import Subscribers
-from channels.protocol import ZERO_ID, ErrorCode, ErrorFrame, Subscribe, Subscribed, encode
+from channels.ids import ZERO_ID
+from channels.protocol import encode
 from channels.store import MessageStore
 
 __all__ = ["Replay"]

@@ -44,6 +44,7 @@ import structlog
 from websockets.asyncio.server import Server, ServerConnection, serve
 
 from channels.errors import HubStoreError
+from channels.frames import Welcome
 from channels.hub.auth import Authenticator
 from channels.hub.connection import GOING_AWAY_CLOSE, Connection
 from channels.hub.dispatch import Dispatcher
@@ -52,7 +53,7 @@ from channels.hub.replay import Replay
 from channels.hub.stats import HubStats
 from channels.hub.writer import Writer
 from channels.notify import notify, watchdog_interval
-from channels.protocol import DEFAULT_MAX_FRAME, Welcome, max_text_for
+from channels.protocol import DEFAULT_MAX_FRAME, max_text_for
 from channels.ratelimit import TokenBucket
 from channels.store import MessageStore
 

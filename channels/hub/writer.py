@@ -18,8 +18,8 @@ from dataclasses import dataclass
 import structlog
 
 from channels.errors import HubStoreError, ProtocolError
+from channels.frames import ErrorCode, Message
 from channels.hub.stats import HubStats
-from channels.protocol import ErrorCode, Message
 from channels.store import MessageStore, NewMessage, Refused
 
 __all__ = ["WRITE_BATCH", "Write", "Writer"]

@@ -25,9 +25,9 @@ from daemon.cluster.errors import ClusterError
 from daemon.cluster.history import bounded
 from daemon.cluster.leases import Leases
 from daemon.cluster.router import ThreadRouter
-from daemon.runtime.ports import InboundMessage, PromptStatus, RecordOutcome, RuntimeStore
+from daemon.runtime.ports import InboundMessage, RecordOutcome, RuntimeStore
 from daemon.runtime.runs import HistoryTurn, RunResult
-from sessions.model import InterruptedRun
+from sessions.model import InterruptedRun, PromptStatus
 from sessions.outbox import OutboxReply
 
 __all__ = ["ClusterRuntimeStore"]

@@ -39,8 +39,8 @@ from daemon.runtime.limits import (
 from daemon.runtime.note import RestartNoteExecutor
 from daemon.runtime.ports import (
     InboundMessage,
-    PromptStatus,
     RecordOutcome,
+    RuntimeOptions,
     RuntimePublisher,
     RuntimeStore,
     mentions,
@@ -62,7 +62,7 @@ from daemon.runtime.runs import (
     ToolUseContext,
     current_tool_use,
 )
-from daemon.runtime.scheduler import Runtime, RuntimeOptions
+from daemon.runtime.scheduler import Runtime
 from daemon.runtime.scopes import (
     SignedScopeStore,
     keyed_mac,
@@ -73,6 +73,7 @@ from daemon.runtime.scopes import (
 from daemon.runtime.store import SessionsRuntimeStore
 from daemon.runtime.usage import tokens_spent
 from daemon.runtime.watchdog import health_problems, heartbeat
+from sessions.model import PromptStatus
 
 __all__ = [
     "PROGRESS_INTERVAL",

@@ -27,14 +27,9 @@ import structlog
 
 from daemon.crashpoints import crash_point
 from daemon.runtime.context import Run, RunContext
-from daemon.runtime.ports import (
-    PromptStatus,
-    PublishRefused,
-    RuntimePublisher,
-    RuntimeStore,
-    reply_client_id,
-)
+from daemon.runtime.ports import PublishRefused, RuntimePublisher, RuntimeStore, reply_client_id
 from daemon.runtime.runs import RunResult
+from sessions.model import PromptStatus
 from sessions.outbox import OutboxReply
 
 __all__ = [

@@ -80,7 +80,6 @@ __all__ = [
     "ApprovalMirror",
     "RequestNotPublished",
     "ResumeFunction",
-    "ResumeJob",
     "Shared",
 ]
 

@@ -19,7 +19,7 @@ import structlog
 
 from channels.client import Channel, Message
 from channels.errors import ProtocolError
-from channels.protocol import ErrorCode
+from channels.frames import ErrorCode
 from daemon.runtime.ports import InboundMessage, PublishRefused, valid_text
 
 __all__ = ["MAX_PENDING_CHUNKS", "ChannelPublisher", "ChunkJoiner", "inbound"]

@@ -19,14 +19,8 @@ from collections.abc import Mapping
 from daemon.approvals import Decision, Pause
 from daemon.code_mode.catalog import Catalog, CatalogSource
 from daemon.code_mode.repl import reset_note
-from daemon.tools import (
-    Resumable,
-    ThreadKey,
-    ToolCallOutput,
-    ToolDefinition,
-    ToolExecutor,
-    ToolTransportError,
-)
+from daemon.errors import ToolTransportError
+from daemon.tools import Resumable, ThreadKey, ToolCallOutput, ToolDefinition, ToolExecutor
 
 __all__ = ["RestartNoteExecutor"]
 

@@ -30,7 +30,6 @@ from sessions.outbox import OutboxReply
 __all__ = [
     "ApprovalStore",
     "InboundMessage",
-    "PromptStatus",
     "PublishRefused",
     "RecordOutcome",
     "RunFunction",

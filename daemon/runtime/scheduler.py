@@ -70,35 +70,17 @@ from daemon.runtime.interrupted import report_all_interrupted
 from daemon.runtime.limits import SenderLimiter, start_within_limits
 from daemon.runtime.ports import (
     InboundMessage,
-    PromptStatus,
-    RecordOutcome,
     RunFunction,
     RuntimeCounts,
     RuntimeOptions,
     RuntimePublisher,
     RuntimeStore,
     mentions,
-    reply_client_id,
 )
 from daemon.runtime.runs import Prompt, RunRequest, RunResult
 from daemon.runtime.usage import TokenMeter, metering
 
-# The ports are re-exported: callers and tests import them from here too.
-__all__ = [
-    "RESET_COMMAND",
-    "STOP_COMMAND",
-    "InboundMessage",
-    "PromptStatus",
-    "RecordOutcome",
-    "RunFunction",
-    "Runtime",
-    "RuntimeCounts",
-    "RuntimeOptions",
-    "RuntimePublisher",
-    "RuntimeStore",
-    "mentions",
-    "reply_client_id",
-]
+__all__ = ["WEDGE_SLACK", "Runtime"]
 
 log = structlog.get_logger("asyncai.runtime")
 

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from daemon.runtime.ports import InboundMessage, PromptStatus, RecordOutcome
+from daemon.runtime.ports import InboundMessage, RecordOutcome
 from daemon.runtime.runs import HistoryTurn, RunResult
 from daemon.runtime.scopes import SignedScopeStore
 from daemon.tools import ThreadKey
 from sessions.errors import ThreadLookupError
 from sessions.ids import now_iso
-from sessions.model import InterruptedRun
+from sessions.model import InterruptedRun, PromptStatus
 from sessions.outbox import OutboxReply
 from sessions.store import Store
 

@@ -16,8 +16,8 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
 from channels.client import WebSocketChannel
+from channels.frames import Message
 from channels.hub import Hub
-from channels.protocol import Message
 
 WAIT = 5.0  # seconds: every wait in these tests is bounded by this
 

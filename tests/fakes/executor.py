@@ -36,7 +36,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from daemon.code_mode import CodeModeLimits, CodeModeToolExecutor
-from daemon.tools import BaseToolExecutor, ToolCallOutput, ToolDefinition, ToolTransportError
+from daemon.errors import ToolTransportError
+from daemon.tools import BaseToolExecutor, ToolCallOutput, ToolDefinition
 
 __all__ = [
     "MODEL_TEST_LIMITS",

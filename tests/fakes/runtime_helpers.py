@@ -11,8 +11,8 @@ import asyncio
 import itertools
 from dataclasses import dataclass
 
+from daemon.runtime.ports import InboundMessage
 from daemon.runtime.runs import RunRequest, RunResult
-from daemon.runtime.scheduler import InboundMessage
 
 __all__ = ["NICK", "FakePublisher", "Published", "ScriptedModel", "msg"]
 

@@ -86,6 +86,7 @@ from daemon.code_mode.convert import (
 from daemon.code_mode.lazy import TEXT_MIN, text_marker
 from daemon.code_mode.sandbox.approval import policy_denial, refused_entry
 from daemon.code_mode.sandbox.deadlines import Deadlines
+from daemon.errors import ToolTransportError
 from daemon.limits import CodeModeLimits
 from daemon.tools import (
     AuditEntry,
@@ -94,7 +95,6 @@ from daemon.tools import (
     CallSlots,
     ToolCallOutput,
     ToolExecutor,
-    ToolTransportError,
     not_recorded,
 )
 
