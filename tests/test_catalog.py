@@ -7,12 +7,10 @@ from typing import Any
 
 import pytest
 
-from daemon.code_mode.catalog.catalog import (
+from daemon.code_mode.catalog.catalog import CallRejected, Catalog, python_name
+from daemon.code_mode.catalog.schema import (
     SKETCH_MAX_DEPTH,
     SKETCH_MAX_PROPERTIES,
-    CallRejected,
-    Catalog,
-    python_name,
     return_sketch,
     schema_type,
 )

@@ -38,9 +38,9 @@ from daemon.code_mode.convert import (
 from daemon.code_mode.helpers import HELPERS_SOURCE
 from daemon.code_mode.repl.hooks import scope_preamble
 from daemon.code_mode.report import audit_json
-from daemon.code_mode.sandbox.engine import PrintSink
 from daemon.code_mode.sandbox.nested import _entry, _utc
 from daemon.code_mode.sandbox.pool import checkout_limits, pool_options
+from daemon.code_mode.sandbox.prints import PrintSink
 from daemon.limits import CodeModeLimits
 from daemon.tools import AuditEntry, CallOutcome, ToolCallOutput, ToolDefinition
 

@@ -14,7 +14,8 @@ import pytest
 from daemon.code_mode import CodeModeLimits, CodeModeToolExecutor
 from daemon.code_mode.repl.hooks import after_snippet, too_large
 from daemon.code_mode.repl.scope import ScopeState
-from daemon.code_mode.sandbox.engine import SLEEP_DENIED, SnippetOutcome
+from daemon.code_mode.sandbox.direct import SLEEP_DENIED
+from daemon.code_mode.sandbox.outcome import SnippetOutcome
 from daemon.tools import ThreadKey, ToolCallOutput
 from tests.fakes.executor import FakeToolExecutor
 

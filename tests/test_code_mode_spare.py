@@ -12,7 +12,7 @@ from daemon.code_mode import CodeModeLimits
 from daemon.code_mode.repl.fresh import FreshScopes
 from daemon.code_mode.repl.scope import ScopeState
 from daemon.code_mode.repl.scopes import ScopeTable
-from daemon.code_mode.sandbox.engine import SnippetOutcome
+from daemon.code_mode.sandbox.outcome import SnippetOutcome
 from daemon.tools import ThreadKey
 
 TEST_LIMITS = {"max_feed_duration": 5.0, "max_wall": 20.0, "tool_timeout": 10.0}

@@ -25,7 +25,8 @@ from structlog.testing import capture_logs
 
 from daemon.backoff import Backoff
 from daemon.errors import ConfigError, ToolTransportError
-from daemon.mcp.executor import McpToolExecutor, ServerSpec, call_output
+from daemon.mcp.executor import McpToolExecutor, call_output
+from daemon.mcp.spec import ServerSpec
 from daemon.mcp.stdio import BASE_ENV_VARS, minimal_environment
 from tests.fakes.backoff import RecordingBackoff
 

@@ -90,7 +90,7 @@ from daemon.tools import (
     ToolExecutor,
 )
 
-__all__ = ["CodeModeToolExecutor", "ThreadScope"]
+__all__ = ["CodeModeToolExecutor"]
 
 log = structlog.get_logger("asyncai.code_mode")
 

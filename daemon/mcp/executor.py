@@ -60,7 +60,7 @@ from daemon.mcp.slots import ServerSlots
 from daemon.mcp.spec import ServerSpec
 from daemon.tools import BaseToolExecutor, ToolCallOutput, ToolDefinition
 
-__all__ = ["McpToolExecutor", "ServerSpec", "call_output", "tool_definition"]
+__all__ = ["McpToolExecutor", "call_output", "tool_definition"]
 
 log = structlog.get_logger("asyncai.mcp")
 

@@ -31,13 +31,9 @@ from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from daemon.code_mode.catalog.schema import (
-    SKETCH_MAX_DEPTH,
-    SKETCH_MAX_PROPERTIES,
     Resolver,
     python_literal,
-    return_sketch,
     schema_annotation,
-    schema_type,
     shape_sketch,
     split_union,
     unwrap_result,
@@ -45,8 +41,6 @@ from daemon.code_mode.catalog.schema import (
 from daemon.tools import ToolDefinition
 
 __all__ = [
-    "SKETCH_MAX_DEPTH",
-    "SKETCH_MAX_PROPERTIES",
     "CallRejected",
     "Catalog",
     "CatalogEntry",
@@ -55,8 +49,6 @@ __all__ = [
     "Param",
     "python_name",
     "render_stub",
-    "return_sketch",
-    "schema_type",
 ]
 
 

@@ -103,7 +103,7 @@ from daemon.code_mode.sandbox.prints import PrintSink
 from daemon.limits import CodeModeLimits
 from daemon.tools import AuditEntry
 
-__all__ = ["OS_DENIED", "SLEEP_DENIED", "PrintSink", "SnippetOutcome", "SnippetRun"]
+__all__ = ["SnippetRun"]
 
 log = structlog.get_logger("asyncai.code_mode")
 
