@@ -10,6 +10,8 @@
   number does not decide the cuts, issue 27: a coherent module may run long);
 - no function of daemon/, channels/ or sessions/ takes more than six
   positional parameters (keyword-only ones are free);
+- a module that is not a package's face hands on in ``__all__`` only names it
+  defines: no re-export shims (daemon/, channels/, servers/);
 - ``daemon/`` keeps at most ten modules at its top level;
 - every package's ``__init__`` has a docstring and an ``__all__`` of real names;
 - no package imports another package's private module (issue 27): from
@@ -336,6 +338,33 @@ def test_no_function_takes_more_than_six_positional_parameters() -> None:
     """What travels together is one value (a context, a run), or passed by keyword:
     a call with seven positional arguments is one whose order nobody can check."""
     assert sorted(_long_signatures()) == []
+
+
+def _re_exports() -> set[str]:
+    """Names a module (not a package's ``__init__``) lists in ``__all__`` but imports."""
+    found: set[str] = set()
+    for name, path in MODULES.items():
+        if path.name == "__init__.py" or name.split(".")[0] == "sessions":
+            continue  # sessions/ is being cut into ports (issue 27, item 1): not yet
+        tree = ast.parse(path.read_text(), str(path))
+        imported = {
+            alias.asname or alias.name
+            for node in tree.body
+            if isinstance(node, ast.ImportFrom | ast.Import)
+            for alias in node.names
+        }
+        for node in tree.body:
+            if isinstance(node, ast.Assign) and any(
+                isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets
+            ):
+                names = ast.literal_eval(node.value)
+                found.update(f"{name}.{n}" for n in names if n in imported)
+    return found
+
+
+def test_a_module_hands_on_only_its_own_names() -> None:
+    """A name has one home: importers import it from the module that defines it."""
+    assert sorted(_re_exports()) == []
 
 
 def test_daemon_has_at_most_ten_top_level_modules() -> None:
