@@ -69,6 +69,7 @@ from daemon.cluster import (
     mirror,
     open_cluster,
 )
+from daemon.code_mode.repl import ScopeStore
 from daemon.config import Config
 from daemon.errors import AsyncaiError
 from daemon.executors import build_mcp_executor, build_tool_executor
@@ -89,7 +90,7 @@ from daemon.runtime.runs import PausedRun, RunRequest, RunResult
 from daemon.runtime.scopes import SignedScopeStore, load_or_create_key
 from daemon.runtime.store import SessionsRuntimeStore
 from daemon.runtime.watchdog import health_problems, heartbeat
-from daemon.tools import PersistentScopes, ScopeStore, ToolExecutor
+from daemon.tools import PersistentScopes, ToolExecutor
 from sessions.errors import StoreError
 from sessions.scopes import scope_cutoff
 from sessions.store import Store

@@ -10,11 +10,13 @@ import dataclasses
 
 from daemon.approvals import ApprovalGate
 from daemon.code_mode import CodeModeLimits, CodeModeToolExecutor
+from daemon.code_mode.catalog import ShapeStore
+from daemon.code_mode.repl import ScopeStore
 from daemon.config import Config
 from daemon.mcp.executor import McpToolExecutor
 from daemon.model import model_profile
 from daemon.runtime.audit import AuditedExecutor
-from daemon.tools import AuditObserver, ScopeStore, ShapeStore, ToolExecutor
+from daemon.tools import AuditObserver, ToolExecutor
 
 __all__ = ["build_mcp_executor", "build_tool_executor", "code_mode_limits"]
 

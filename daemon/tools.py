@@ -15,20 +15,17 @@ thread id (issue 26): a thread id alone is only unique within its channel,
 so every per-thread thing here (a REPL scope, its note, its stored dump) is
 looked up by both, and a prompt of one channel never reaches another's.
 
-REPL persistence (issue 14): code mode dumps a thread's REPL into a
-:class:`ScopeStore` (bytes per :class:`ThreadKey`, with the time they were saved)
-and loads it back into a fresh worker after an eviction or a restart; an
-executor that does so is :class:`PersistentScopes`, which the daemon
-drives (a checkpoint after each run and at shutdown, a restore before a
-run's note, a reset for ``!reset``).
-
-Learned return shapes (issue 19): code mode keeps the shapes it saw tools
-without an output schema return in a :class:`ShapeStore`, per server and tool.
+REPL persistence (issue 14): an executor whose thread REPLs survive eviction
+and restart is :class:`PersistentScopes`, which the daemon drives (a
+checkpoint after each run and at shutdown, a restore before a run's note, a
+reset for ``!reset``). Where it keeps them (``ScopeStore``) is code mode's
+(:mod:`daemon.code_mode.repl`), as is where it keeps the return shapes it
+learned (``ShapeStore``, :mod:`daemon.code_mode.catalog`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager
 from dataclasses import asdict, dataclass
 from typing import Any, Literal, NamedTuple, Protocol, runtime_checkable
@@ -42,10 +39,6 @@ __all__ = [
     "CallOutcome",
     "CallSlots",
     "PersistentScopes",
-    "ScopeStore",
-    "ShapeRecord",
-    "ShapeStore",
-    "StoredScopeDump",
     "ThreadKey",
     "ToolCallOutput",
     "ToolDefinition",
@@ -216,76 +209,6 @@ class Resumable(Protocol):
         self, thread: ThreadKey | None, pause: Pause, decisions: Mapping[int, Decision]
     ) -> ToolCallOutput:
         """Make (approved) or refuse (denied) the pending calls and finish the call."""
-        ...
-
-
-@dataclass(frozen=True)
-class StoredScopeDump:
-    """A thread's REPL as stored: Monty's session dump and when it was saved."""
-
-    data: bytes
-    saved_at: str  # ISO 8601, UTC
-
-
-class ScopeStore(Protocol):
-    """Where code mode keeps each thread's REPL dump across evictions and restarts.
-
-    The implementation authenticates what it hands back (Monty does not:
-    a dump must come from a trusted source) and checks it was written by
-    the same Monty dump version.
-    """
-
-    async def save(self, thread: ThreadKey, data: bytes) -> None:
-        """Store ``data`` as the thread's REPL, replacing any earlier one; raises on failure."""
-        ...
-
-    async def load(self, thread: ThreadKey) -> StoredScopeDump | None:
-        """The thread's stored REPL, or None when nothing is stored.
-
-        Raises :class:`~daemon.errors.ScopeRejected` (with the reason in one line) for a
-        dump that must not be loaded: a bad MAC, another Monty version, over
-        the size limit.
-        """
-        ...
-
-    async def drop(self, thread: ThreadKey) -> None:
-        """Forget the thread's stored REPL (nothing stored: nothing to do)."""
-        ...
-
-
-class ShapeRecord(Protocol):
-    """One learned return shape as stored (issue 19): per server and tool, with the version."""
-
-    @property
-    def server(self) -> str:
-        """The MCP server ("" for a tool of no server)."""
-        ...
-
-    @property
-    def tool(self) -> str:
-        """The tool's MCP name."""
-        ...
-
-    @property
-    def server_version(self) -> str:
-        """The server's ``serverInfo.version`` when the shape was learned ("" when unknown)."""
-        ...
-
-    @property
-    def shape(self) -> str:
-        """The shape: a JSON schema as compact JSON text."""
-        ...
-
-
-class ShapeStore(Protocol):
-    """Where code mode keeps the return shapes it learned from tools without an output schema."""
-
-    async def load_shapes(self) -> Sequence[ShapeRecord]:
-        """Every stored shape."""
-        ...
-
-    async def save_shape(self, server: str, tool: str, *, server_version: str, shape: str) -> None:
-        """Store the tool's shape, replacing any earlier one; raises on failure."""
         ...
 
 

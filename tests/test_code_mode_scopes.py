@@ -15,6 +15,7 @@ from structlog.testing import capture_logs
 
 from daemon.approvals import Decision, Verdict
 from daemon.code_mode import CodeModeLimits, CodeModeToolExecutor
+from daemon.code_mode.repl import StoredScopeDump
 from daemon.code_mode.repl.note import (
     ScopeVariables,
     format_saved_at,
@@ -26,13 +27,7 @@ from daemon.code_mode.repl.note import (
     thread_note,
 )
 from daemon.code_mode.sandbox.pool import close_pool, create_pool
-from daemon.tools import (
-    PersistentScopes,
-    StoredScopeDump,
-    ThreadKey,
-    ToolCallOutput,
-    ToolDefinition,
-)
+from daemon.tools import PersistentScopes, ThreadKey, ToolCallOutput, ToolDefinition
 from tests.fakes.executor import FakeToolExecutor
 from tests.fakes.scope_store import SAVED_AT, MemoryScopeStore
 

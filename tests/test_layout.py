@@ -254,7 +254,8 @@ MAY_IMPORT = {
         "daemon.runtime",
         "sessions",
     },
-    "daemon.cluster": SHARED | {"daemon.config", "daemon.runtime", "sessions", "channels"},
+    "daemon.cluster": SHARED
+    | {"daemon.config", "daemon.runtime", "daemon.code_mode.repl", "sessions", "channels"},
 }
 
 

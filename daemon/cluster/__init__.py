@@ -28,6 +28,7 @@ answers this thread" as one value anybody can read.
 
 May import: ``daemon.errors``, ``daemon.tools``, ``daemon.logging``,
 ``daemon.config``, ``daemon.runtime`` (its ports, the scope MAC and the limits' rule),
+``daemon.code_mode.repl``'s face (the ``ScopeStore`` port its object store serves),
 ``sessions`` and ``channels``; never ``daemon.model``, ``daemon.mcp``, ``daemon.cli`` or
 ``daemon.app``.
 """

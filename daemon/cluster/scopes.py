@@ -59,9 +59,10 @@ from nats.js.object_store import ObjectStore
 
 from daemon.cluster.errors import ClusterError, ThreadMoved
 from daemon.cluster.leases import Leases, bucket_name
+from daemon.code_mode.repl import StoredScopeDump
 from daemon.errors import ScopeRejected
 from daemon.runtime.scopes import monty_version, scope_mac
-from daemon.tools import StoredScopeDump, ThreadKey
+from daemon.tools import ThreadKey
 from sessions.ids import now_iso, thread_key
 
 __all__ = ["ObjectScopeStore", "open_object_store", "scope_bucket", "scope_object", "slot_object"]

@@ -54,7 +54,7 @@ import structlog
 from pydantic_monty import AsyncMonty, AsyncMontySession, MontyError
 
 from daemon.approvals import ApprovalGate, Decision, Pause
-from daemon.code_mode.catalog import RUN_CODE, Catalog
+from daemon.code_mode.catalog import RUN_CODE, Catalog, ShapeStore
 from daemon.code_mode.contract import render_error, with_started_calls
 from daemon.code_mode.errors import SandboxUnavailable
 from daemon.code_mode.lazy import scope_source
@@ -63,6 +63,7 @@ from daemon.code_mode.repl import (
     FreshScopes,
     ScopePersistence,
     ScopeState,
+    ScopeStore,
     ScopeTable,
     ThreadScope,
     hooks,
@@ -82,8 +83,6 @@ from daemon.limits import CodeModeLimits
 from daemon.tools import (
     AuditObserver,
     BaseToolExecutor,
-    ScopeStore,
-    ShapeStore,
     ThreadKey,
     ToolCallOutput,
     ToolDefinition,

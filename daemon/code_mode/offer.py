@@ -19,6 +19,7 @@ from daemon.code_mode.catalog import (
     Catalog,
     LearnedShape,
     ShapeBook,
+    ShapeStore,
     is_helper,
     run_code_definition,
     shape_notice,
@@ -26,7 +27,7 @@ from daemon.code_mode.catalog import (
 from daemon.code_mode.contract import StartedCall
 from daemon.code_mode.sandbox import NestedCalls
 from daemon.limits import CodeModeLimits
-from daemon.tools import AuditObserver, ShapeStore, ToolDefinition, ToolExecutor
+from daemon.tools import AuditObserver, ToolDefinition, ToolExecutor
 
 __all__ = ["ToolOffer"]
 

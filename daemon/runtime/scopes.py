@@ -37,8 +37,9 @@ from pathlib import Path
 
 import structlog
 
+from daemon.code_mode.repl import StoredScopeDump
 from daemon.errors import ConfigError, ScopeRejected
-from daemon.tools import StoredScopeDump, ThreadKey
+from daemon.tools import ThreadKey
 from sessions.ids import now_iso
 from sessions.outbox import ScopeWrite
 from sessions.store import Store

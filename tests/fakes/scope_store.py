@@ -13,8 +13,9 @@ record the calls, in order.
 
 from __future__ import annotations
 
+from daemon.code_mode.repl import StoredScopeDump
 from daemon.errors import ScopeRejected
-from daemon.tools import StoredScopeDump, ThreadKey
+from daemon.tools import ThreadKey
 
 __all__ = ["SAVED_AT", "MemoryScopeStore"]
 

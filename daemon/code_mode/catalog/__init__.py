@@ -4,7 +4,8 @@ Holds the catalog of inner tools as typed ``async def`` stubs (``catalog``,
 from JSON schemas by ``schema``), the one tool the model sees and its
 description (``description``: ``run_code``'s schema and text), the index,
 ``search_tools`` and ``describe`` for a catalog over its budget (``search``),
-and the return shapes learned from results (``shapes``, ``learned``). Pure
+and the return shapes learned from results and where they are kept (``shapes``,
+``learned``: its ``ShapeStore`` port). Pure
 code apart from the shapes' store, which it reaches through
 :class:`~daemon.tools.ShapeStore`.
 
@@ -28,7 +29,13 @@ from daemon.code_mode.catalog.description import (
     helpers_section,
     run_code_definition,
 )
-from daemon.code_mode.catalog.learned import LearnedShape, ShapeBook, shape_notice
+from daemon.code_mode.catalog.learned import (
+    LearnedShape,
+    ShapeBook,
+    ShapeRecord,
+    ShapeStore,
+    shape_notice,
+)
 from daemon.code_mode.catalog.schema import SKETCH_MAX_DEPTH, schema_type, unwrap_result
 from daemon.code_mode.catalog.search import SEARCH_HELPERS, helper_result, is_helper
 from daemon.code_mode.contract import NO_OUTPUT
@@ -46,6 +53,8 @@ __all__ = [
     "CatalogSource",
     "LearnedShape",
     "ShapeBook",
+    "ShapeRecord",
+    "ShapeStore",
     "catalog_section",
     "helper_result",
     "helpers_section",

@@ -18,7 +18,8 @@ is never observed. A large result that goes into the sandbox as text
 first shape, and only up to :data:`MAX_OBSERVED_CHARS`; it is not checked
 against a known one (parsing it on the host is what the text path saves).
 
-The store (a :class:`~daemon.tools.ShapeStore`) is read once at start and
+The store (a :class:`ShapeStore`, each shape a :class:`ShapeRecord`; the sessions
+store serves it) is read once at start and
 written as shapes change, each write bounded by :data:`SAVE_TIMEOUT`; a
 failure is logged and costs only the stored copy.
 """
@@ -27,8 +28,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import structlog
 
@@ -41,7 +43,7 @@ from daemon.code_mode.catalog.shapes import (
     load_shape,
     merge,
 )
-from daemon.tools import ShapeStore, ToolCallOutput, ToolDefinition
+from daemon.tools import ToolCallOutput, ToolDefinition
 
 __all__ = [
     "MAX_NOTICE_CHARS",
@@ -49,8 +51,47 @@ __all__ = [
     "SAVE_TIMEOUT",
     "LearnedShape",
     "ShapeBook",
+    "ShapeRecord",
+    "ShapeStore",
     "shape_notice",
 ]
+
+
+class ShapeRecord(Protocol):
+    """One learned return shape as stored (issue 19): per server and tool, with the version."""
+
+    @property
+    def server(self) -> str:
+        """The MCP server ("" for a tool of no server)."""
+        ...
+
+    @property
+    def tool(self) -> str:
+        """The tool's MCP name."""
+        ...
+
+    @property
+    def server_version(self) -> str:
+        """The server's ``serverInfo.version`` when the shape was learned ("" when unknown)."""
+        ...
+
+    @property
+    def shape(self) -> str:
+        """The shape: a JSON schema as compact JSON text."""
+        ...
+
+
+class ShapeStore(Protocol):
+    """Where code mode keeps the return shapes it learned from tools without an output schema."""
+
+    async def load_shapes(self) -> Sequence[ShapeRecord]:
+        """Every stored shape."""
+        ...
+
+    async def save_shape(self, server: str, tool: str, *, server_version: str, shape: str) -> None:
+        """Store the tool's shape, replacing any earlier one; raises on failure."""
+        ...
+
 
 log = structlog.get_logger("asyncai.code_mode")
 

@@ -3,7 +3,8 @@
 Holds the scope itself (``scope``: one Monty checkout and its lock), the LRU
 of scopes an executor keeps (``scopes``) and the handle a thread gets on its
 own (``thread_scope``), scopes stored across evictions and restarts
-(``persistence``), new scopes started from a warm copy of the preamble's REPL
+(``persistence``, through the ``ScopeStore`` port of ``store``), new scopes
+started from a warm copy of the preamble's REPL
 (``fresh``), the variables note that tells the model what its REPL still
 holds (``note``), and the seams where the helpers, hints and note plug into
 each snippet (``hooks``, handed on as a module so that a patch of one seam
@@ -21,13 +22,16 @@ from daemon.code_mode.repl.note import reset_note
 from daemon.code_mode.repl.persistence import ScopePersistence
 from daemon.code_mode.repl.scope import ScopeState
 from daemon.code_mode.repl.scopes import ScopeTable
+from daemon.code_mode.repl.store import ScopeStore, StoredScopeDump
 from daemon.code_mode.repl.thread_scope import ThreadScope
 
 __all__ = [
     "FreshScopes",
     "ScopePersistence",
     "ScopeState",
+    "ScopeStore",
     "ScopeTable",
+    "StoredScopeDump",
     "ThreadScope",
     "hooks",
     "reset_note",

@@ -47,10 +47,10 @@ from daemon.code_mode.repl.note import (
     restored_note,
 )
 from daemon.code_mode.repl.scope import ScopeState
+from daemon.code_mode.repl.store import ScopeStore
 from daemon.crashpoints import crash_point
 from daemon.errors import ScopeRejected
 from daemon.limits import CodeModeLimits
-from daemon.tools import ScopeStore
 
 __all__ = ["LoadResult", "ScopePersistence"]
 

@@ -20,7 +20,8 @@ from daemon.code_mode.sandbox import CLOSE_TIMEOUT, new_checkout
 from daemon.limits import CodeModeLimits
 
 if TYPE_CHECKING:
-    from daemon.tools import StoredScopeDump, ThreadKey
+    from daemon.code_mode.repl.store import StoredScopeDump
+    from daemon.tools import ThreadKey
 
 __all__ = ["Ahead", "ScopeState"]
 
