@@ -94,7 +94,7 @@ async def per_run_cost(pool: AsyncMonty, tmp: Path) -> dict[str, tuple[int, int,
     limits = CodeModeLimits()
     results: dict[str, tuple[int, int, float, float]] = {}
     async with Store(tmp / "asyncai.db") as store, FakeOpenAI() as fake:
-        signed = SignedScopeStore(store, b"k" * 32, max_bytes=limits.max_scope_dump)
+        signed = SignedScopeStore(store.scopes, b"k" * 32, max_bytes=limits.max_scope_dump)
         stored = CodeModeToolExecutor(FakeToolExecutor(), limits, pool=pool, scopes=signed)
         bare = CodeModeToolExecutor(FakeToolExecutor(), limits, pool=pool)
         params = ModelConfig(base_url=fake.base_url, api_key="k", model="fake-model")
@@ -107,7 +107,7 @@ async def per_run_cost(pool: AsyncMonty, tmp: Path) -> dict[str, tuple[int, int,
             for kind in ("small", "rows"):
                 thread = f"T-{kind}"
                 # the daemon records a prompt's thread before its run: save() needs it
-                await store.record_prompt(
+                await store.runs.record_prompt(
                     "#ops", thread, thread, "alice", "x", "2026-11-30T08:00:00Z"
                 )
                 times: dict[str, list[float]] = {"with": [], "without": []}
@@ -138,7 +138,7 @@ async def per_run_cost(pool: AsyncMonty, tmp: Path) -> dict[str, tuple[int, int,
 
 
 async def _stored_size(store: Store, thread: str) -> int:
-    saved = await store.load_scope("#ops", thread)
+    saved = await store.scopes.load_scope("#ops", thread)
     assert saved is not None
     return saved.size
 

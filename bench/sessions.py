@@ -68,7 +68,7 @@ async def write_throughput(path: Path, runs: int, calls: int) -> list[str]:
             for n in range(runs):
                 run, thread = f"W{batch}.{n}", f"T{n % 10}"
                 t0 = time.perf_counter()
-                await store.start_run(run, "#bench", thread)
+                await store.runs.start_run(run, "#bench", thread)
                 t1 = time.perf_counter()
                 records = [
                     record
@@ -77,9 +77,9 @@ async def write_throughput(path: Path, runs: int, calls: int) -> list[str]:
                 ]
                 for _ in range(calls):
                     row = tool_call_row(run, thread, record_uuid=records[1].uuid)
-                    await store.add_tool_call(row)
+                    await store.audit.add_tool_call(row)
                 t2 = time.perf_counter()
-                await store.finish_run(run, "done", records, RunMetrics(rounds=2), [], "done")
+                await store.runs.finish_run(run, "done", records, RunMetrics(rounds=2), [], "done")
                 t3 = time.perf_counter()
                 start_time += t1 - t0
                 calls_time += t2 - t1
@@ -210,7 +210,7 @@ async def query_times(path: Path, repeat: int = 5) -> tuple[list[list[str]], dic
             times = []
             for _ in range(repeat):
                 t0 = time.perf_counter()
-                found = await store.audit(limit=100, **kw)
+                found = await store.audit.entries(limit=100, **kw)
                 times.append((time.perf_counter() - t0) * 1000)
             # the thread-only query resolves the id to its one key first, as Store.audit does
             keys = [thread_key(kw.get("channel", "#k8s"), kw["thread"])] if "thread" in kw else None
@@ -222,10 +222,10 @@ async def query_times(path: Path, repeat: int = 5) -> tuple[list[list[str]], dic
                 since=kw.get("since"),
                 limit=100,
             )
-            plans[label] = "; ".join(await store.explain(sql, params))
+            plans[label] = "; ".join(await store.queries.explain(sql, params))
             rows.append([label, f"{statistics.median(times):.2f}", str(len(found))])
         t0 = time.perf_counter()
-        await store.threads(50)
+        await store.queries.threads(50)
         rows.append(["asyncai threads (counts)", f"{(time.perf_counter() - t0) * 1000:.2f}", "50"])
     return rows, plans
 

@@ -92,7 +92,7 @@ from daemon.runtime.store import SessionsRuntimeStore
 from daemon.runtime.watchdog import health_problems, heartbeat
 from daemon.tools import PersistentScopes, ToolExecutor
 from sessions.errors import StoreError
-from sessions.scopes import scope_cutoff
+from sessions.scopes import Scopes, scope_cutoff
 from sessions.store import Store
 
 __all__ = [
@@ -233,23 +233,23 @@ class Daemon:
     async def start(self) -> None:
         """Open the store, start the tools, connect, schedule leftovers, subscribe; READY=1."""
         config = self.config
-        self._store = await Store(config.sessions.db).open()
+        store = self._store = await Store(config.sessions.db).open()
         # Stored at the first start only: a channel without a cursor is read from there.
-        first_start = await self._store.first_start_cursor(id_for_time(time.time_ns() // 10**6))
+        first_start = await store.cursors.first_start_cursor(id_for_time(time.time_ns() // 10**6))
         # A hub's ids and NATS's are different spaces: cursors of the other one are dropped.
         space = id_space(config.channels.url)
-        if dropped := await self._store.claim_cursor_space(space):
+        if dropped := await store.cursors.claim_cursor_space(space):
             log.warning("daemon.cursors_reset", ids=space, dropped=dropped, read_from="first start")
         self._cluster = await open_cluster(config, self._store)
         if self._executor is None:
             self._mcp = build_mcp_executor(config)
             self._executor = build_tool_executor(
                 config,
-                observer=progress_observer(audited(self._cluster, audit_observer(self._store))),
+                observer=progress_observer(audited(self._cluster, audit_observer(store.audit))),
                 inner=self._mcp,
                 gate=self.gate,
-                scopes=await self._scope_store(),
-                shapes=self._store,  # learned return shapes (issue 19)
+                scopes=await self._scope_store(store.scopes),
+                shapes=store.shapes,  # learned return shapes (issue 19)
             )
         self._noted = RestartNoteExecutor(self._executor)
         # Start the servers and the pool now: a broken setup fails before READY=1.
@@ -266,7 +266,7 @@ class Daemon:
         await self._connect()
         publisher = fenced(self._cluster, ChannelPublisher(self._channel, config.channels.nick))
         self._desk = ApprovalDesk(
-            store=self._store,
+            store=store.approvals,
             publisher=publisher,
             policy=self._policy,
             resume=self._resume,
@@ -292,7 +292,7 @@ class Daemon:
         )
         recovered = await self.runtime.recover()  # paused threads held (the desk) first
         for name in config.channels.channels:
-            since = await self._store.get_cursor(name) or first_start
+            since = await store.cursors.get_cursor(name) or first_start
             await self._channel.subscribe(name, since=since)
         self._intake = asyncio.create_task(self._read_channel(), name="asyncai-intake")
         self._tasks.append(self._intake)
@@ -326,7 +326,7 @@ class Daemon:
         limits = SenderLimits(
             runtime.max_runs_per_sender_per_hour, runtime.max_tokens_per_sender_per_day
         )
-        return None if limits.unlimited else counted(self._cluster, self.store, limits)
+        return None if limits.unlimited else counted(self._cluster, self.store.queries, limits)
 
     async def _connect(self) -> None:
         """Connect now when the channel can (a hub's or NATS's), so the nick is known."""
@@ -417,18 +417,17 @@ class Daemon:
         scopes = getattr(self._executor, "live_scopes", 0)
         return f"active runs: {active}, queued prompts: {queued}, live scopes: {scopes}"
 
-    async def _scope_store(self) -> ScopeStore:
-        """Thread REPLs kept in the store, signed with the key beside it; old ones pruned."""
-        assert self._store is not None
+    async def _scope_store(self, scopes: Scopes) -> ScopeStore:
+        """Thread REPLs kept in ``scopes``, signed with the key beside it; old ones pruned."""
         if self._cluster is not None:
             return self._cluster.scopes  # where every daemon of the cluster reads them
         config = self.config
         key = load_or_create_key(config.sessions.db.parent)
-        pruned = await self._store.prune_scopes(scope_cutoff(config.sessions.scope_retention_days))
+        pruned = await scopes.prune_scopes(scope_cutoff(config.sessions.scope_retention_days))
         if pruned:
             log.info("daemon.scopes_pruned", scopes=pruned)
         max_bytes = config.code_mode.limits().max_scope_dump  # the default when unset
-        self._signed = await SignedScopeStore.open(self._store, key, max_bytes=max_bytes)
+        self._signed = await SignedScopeStore.open(scopes, key, max_bytes=max_bytes)
         return self._signed
 
     async def _run(self, request: RunRequest) -> RunResult:

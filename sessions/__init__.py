@@ -1,9 +1,11 @@
 """SQLite transcripts, runs and the tool-call audit, and the reports that read them.
 
-Holds the schema and its migrations (``schema``), the row types (``model``),
-the store (``store``: ``connection`` plumbing, the ``writer``, the
-``queries``, ``approvals``, the dumped REPL ``scopes``, the learned
-``shapes`` and the reply ``outbox``), ids (``ids``),
+Holds the schema and its migrations (``schema``), the row types and each
+table's row mapper (``model``), the store (``store``: one ``connection``
+shared by its narrow ports, the prompt and run ``writer``, the ``cursors``,
+the reply ``outbox``, the ``audit``, the ``approvals``, the dumped REPL
+``scopes``, the learned ``shapes``, the ``replica`` and the ``queries``),
+ids (``ids``),
 the thread history (``history``), the Claude Code JSONL export (``export``)
 and what ``asyncai threads/audit/transcript`` print (``report``).
 
@@ -11,7 +13,9 @@ May import: aiosqlite and the standard library; nothing of ``daemon``,
 ``channels`` or ``servers``.
 """
 
-from .approvals import NewApproval, StoredApproval
+from .approvals import Approvals, NewApproval, StoredApproval
+from .audit import AuditLog
+from .cursors import Cursors
 from .errors import MigrationError, StoreClosedError, StoreError, ThreadLookupError
 from .export import envelope, jsonl_lines, text_lines
 from .ids import iso_utc, now_iso, parse_since, session_id, thread_key
@@ -29,29 +33,40 @@ from .model import (
     ThreadSummary,
     ToolCallRow,
 )
-from .outbox import OutboxReply, ScopeWrite
-from .replica import MalformedRunDocument
+from .outbox import Outbox, OutboxReply, ScopeWrite
+from .queries import Queries
+from .replica import MalformedRunDocument, Replica
 from .report import approvals_report, audit_report, threads_report, transcript_report
 from .schema import SCHEMA_VERSION
-from .scopes import StoredScope, UnboundScope, scope_cutoff
-from .shapes import StoredShape
+from .scopes import Scopes, StoredScope, UnboundScope, scope_cutoff
+from .shapes import Shapes, StoredShape
 from .store import DEFAULT_DB_PATH, Store
+from .writer import RunWriter
 
 __all__ = [
     "DEFAULT_DB_PATH",
     "SCHEMA_VERSION",
+    "Approvals",
     "AuditEntry",
+    "AuditLog",
+    "Cursors",
     "HistoryText",
     "InterruptedRun",
     "MalformedRunDocument",
     "MigrationError",
     "NewApproval",
+    "Outbox",
     "OutboxReply",
     "PromptStatus",
+    "Queries",
     "Record",
+    "Replica",
     "RunMetrics",
+    "RunWriter",
     "ScopeWrite",
+    "Scopes",
     "SenderRun",
+    "Shapes",
     "StartedCall",
     "Store",
     "StoreClosedError",

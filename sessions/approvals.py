@@ -16,14 +16,25 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from .connection import StoreConnections, canonical_timestamp
+from .connection import Connection, canonical_timestamp
 from .errors import StoreError
 from .ids import now_iso, thread_key
 from .model import StoredPrompt
 
-__all__ = ["ApprovalStatus", "NewApproval", "StoreApprovals", "StoredApproval"]
+__all__ = ["PAUSED_RUN", "ApprovalStatus", "Approvals", "NewApproval", "StoredApproval"]
 
 ApprovalStatus = Literal["pending", "approved", "denied", "expired", "stopped"]
+
+PAUSED_RUN = (
+    "EXISTS (SELECT 1 FROM approvals a WHERE a.run_id = r.id"
+    " AND (a.status = 'pending'"
+    " OR (a.status IN ('approved', 'denied', 'expired') AND a.resumed IS NULL)))"
+)
+"""SQL: run ``r`` waits for an approval, or for its resume after a decision.
+
+Recovery leaves such a run and its prompts alone (the approval resumes it).
+"""
+
 
 _COLUMNS = (
     "a.id, a.run_id, t.channel, t.thread_id, a.requested, a.expires, a.requested_by, a.calls,"
@@ -69,44 +80,18 @@ class StoredApproval:
     reason: str | None
     resumed: str | None
 
-
-def _stored(row: Sequence[Any]) -> StoredApproval:
-    (
-        id_,
-        run_id,
-        channel,
-        thread_id,
-        requested,
-        expires,
-        requested_by,
-        calls,
-        snapshot,
-        conversation,
-        status,
-        scope,
-        decided_by,
-        decided,
-        reason,
-        resumed,
-    ) = row
-    return StoredApproval(
-        id=id_,
-        run_id=run_id,
-        channel=channel,
-        thread_id=thread_id,
-        requested=requested,
-        expires=expires,
-        requested_by=requested_by,
-        calls=json.loads(calls),
-        snapshot=None if snapshot is None else bytes(snapshot),
-        conversation=json.loads(conversation),
-        status=status,
-        scope=scope,
-        decided_by=decided_by,
-        decided=decided,
-        reason=reason,
-        resumed=resumed,
-    )
+    @classmethod
+    def from_row(cls, row: Sequence[Any]) -> StoredApproval:
+        """An ``approvals`` row with its thread, read with the columns of this module
+        (in the order of the fields)."""
+        values = list(row)
+        calls, snapshot, conversation = values[7:10]
+        values[7:10] = (
+            json.loads(calls),
+            None if snapshot is None else bytes(snapshot),
+            json.loads(conversation),
+        )
+        return cls(*values)
 
 
 def _dumps(value: Any) -> str:
@@ -114,14 +99,18 @@ def _dumps(value: Any) -> str:
     return json.dumps(value, ensure_ascii=True, separators=(",", ":"))
 
 
-class StoreApprovals(StoreConnections):
-    """The approvals table: write a request, take its decision once, list them."""
+class Approvals:
+    """The approvals table: write a request, take its decision once, list them; and the
+    prompts of a paused run, to resume it."""
+
+    def __init__(self, db: Connection):
+        self._db = db
 
     async def add_approval(self, new: NewApproval) -> None:
         """Store a paused run's request (one statement: all of it, or nothing)."""
         expires = canonical_timestamp(new.expires, f"approval {new.id} expiry")
         requested = canonical_timestamp(new.requested, f"approval {new.id} time")
-        async with self._statement(f"storing approval request {new.id}") as db:
+        async with self._db.statement(f"storing approval request {new.id}") as db:
             cursor = await db.execute(
                 "INSERT INTO approvals (id, run_id, thread, requested, expires, requested_by,"
                 " calls, snapshot, conversation)"
@@ -146,12 +135,12 @@ class StoreApprovals(StoreConnections):
 
     async def get_approval(self, request_id: str) -> StoredApproval | None:
         """The request with this id, or None."""
-        rows = await self._read(
+        rows = await self._db.read(
             f"reading approval {request_id}",
             f"SELECT {_COLUMNS}{_FROM} WHERE a.id = ?",
             (request_id,),
         )
-        return _stored(rows[0]) if rows else None
+        return StoredApproval.from_row(rows[0]) if rows else None
 
     async def decide_approval(
         self,
@@ -163,7 +152,7 @@ class StoreApprovals(StoreConnections):
         scope: Literal["call", "run"] | None = None,
     ) -> bool:
         """Record the decision if the request is still pending; whether this call decided it."""
-        async with self._statement(f"deciding approval {request_id}") as db:
+        async with self._db.statement(f"deciding approval {request_id}") as db:
             cursor = await db.execute(
                 "UPDATE approvals SET status = ?, decided_by = ?, decided = ?, reason = ?,"
                 " scope = ? WHERE id = ? AND status = 'pending'",
@@ -173,7 +162,7 @@ class StoreApprovals(StoreConnections):
 
     async def mark_resumed(self, request_id: str) -> None:
         """The resumed run has taken the decision: it is not acted on again after a restart."""
-        async with self._statement(f"marking approval {request_id} resumed") as db:
+        async with self._db.statement(f"marking approval {request_id} resumed") as db:
             await db.execute(
                 "UPDATE approvals SET resumed = ? WHERE id = ? AND resumed IS NULL",
                 (now_iso(), request_id),
@@ -181,47 +170,45 @@ class StoreApprovals(StoreConnections):
 
     async def pending_approvals(self) -> list[StoredApproval]:
         """Requests still waiting for a decision, soonest expiry first."""
-        rows = await self._read(
+        rows = await self._db.read(
             "reading pending approvals",
             f"SELECT {_COLUMNS}{_FROM} WHERE a.status = 'pending' ORDER BY a.expires, a.id",
         )
-        return [_stored(r) for r in rows]
+        return [StoredApproval.from_row(r) for r in rows]
 
     async def unresumed_decisions(self) -> list[StoredApproval]:
         """Decided requests whose run was not resumed yet, oldest decision first."""
-        rows = await self._read(
+        rows = await self._db.read(
             "reading decided approvals",
             f"SELECT {_COLUMNS}{_FROM} WHERE a.resumed IS NULL AND a.decided IS NOT NULL"
             " ORDER BY a.decided, a.id",
         )
-        return [_stored(r) for r in rows]
+        return [StoredApproval.from_row(r) for r in rows]
 
     async def run_approvals(self, run_id: str) -> list[StoredApproval]:
         """Every request of one run, oldest first (its ``!approve ID run`` grants)."""
-        rows = await self._read(
+        rows = await self._db.read(
             f"reading the approvals of run {run_id}",
             f"SELECT {_COLUMNS}{_FROM} WHERE a.run_id = ? ORDER BY a.requested, a.id",
             (run_id,),
         )
-        return [_stored(r) for r in rows]
+        return [StoredApproval.from_row(r) for r in rows]
 
     async def run_prompts(self, run_id: str) -> list[StoredPrompt]:
         """The prompts a run answers (a paused run's, to resume it), oldest first."""
-        rows = await self._read(
+        rows = await self._db.read(
             f"reading the prompts of run {run_id}",
-            "SELECT p.id, t.channel, t.thread_id, p.sender, p.text, p.ts, p.status, p.run_id"
-            " FROM prompts p JOIN threads t ON t.id = p.thread WHERE p.run_id = ?"
-            " ORDER BY p.ts, p.id",
+            f"SELECT {StoredPrompt.COLUMNS} WHERE p.run_id = ? ORDER BY p.ts, p.id",
             (run_id,),
         )
-        return [StoredPrompt(*row) for row in rows]
+        return [StoredPrompt.from_row(row) for row in rows]
 
     async def approvals(self, *, pending: bool = False, limit: int = 100) -> list[StoredApproval]:
         """Requests, newest first; only the pending ones with ``pending``."""
         where = " WHERE a.status = 'pending'" if pending else ""
-        rows = await self._read(
+        rows = await self._db.read(
             "listing approvals",
             f"SELECT {_COLUMNS}{_FROM}{where} ORDER BY a.requested DESC, a.id LIMIT ?",
             (max(1, limit),),
         )
-        return [_stored(r) for r in rows]
+        return [StoredApproval.from_row(r) for r in rows]

@@ -1,10 +1,10 @@
-"""The store's two SQLite connections and its transactions; where driver errors become ours.
+"""The one connection every port of the store shares; where driver errors become ours.
 
-``StoreConnections`` holds two aiosqlite connections per database file and
+``Connection`` holds two aiosqlite connections per database file and
 process: one writer, whose writes an ``asyncio.Lock`` serializes so each
 logical change is exactly one transaction (``BEGIN IMMEDIATE`` …
 ``COMMIT``, rolled back on any error or cancellation; the hot ones run whole
-on aiosqlite's thread as one job, ``_batch``), and one reader
+on aiosqlite's thread as one job, ``batch``), and one reader
 (``query_only``), which in WAL mode reads beside the writer without waiting
 for it. Other processes (``asyncai audit`` while the daemon runs) open their
 own; ``busy_timeout`` makes them queue briefly for the write lock instead of
@@ -24,6 +24,7 @@ Every sqlite3/aiosqlite error leaves through ``driver_errors`` as
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import sqlite3
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
@@ -42,9 +43,12 @@ from .schema import MIGRATIONS, Migration, migrate
 __all__ = [
     "DEFAULT_BUSY_TIMEOUT",
     "DEFAULT_DB_PATH",
-    "StoreConnections",
+    "Connection",
     "canonical_timestamp",
     "driver_errors",
+    "json_text",
+    "scalar",
+    "sql_limit",
 ]
 
 DEFAULT_DB_PATH = Path(".asyncai/asyncai.db")
@@ -83,6 +87,33 @@ def canonical_timestamp(value: str, what: str) -> str:
         raise StoreError(f"{what}: {exc}") from exc
 
 
+def json_text(value: Any) -> str:
+    """``value`` as the compact JSON text a column stores (UTF-8 safe)."""
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        # A lone surrogate (json.loads lets "\ud800" through from a model or a
+        # tool) cannot be stored as UTF-8; JSON escapes keep it exactly.
+        return json.dumps(value, ensure_ascii=True, separators=(",", ":"))
+    return text
+
+
+def sql_limit(limit: int | None) -> int:
+    """SQLite's LIMIT: a negative value means no limit."""
+    if limit is None:
+        return -1
+    if limit < 0:
+        raise StoreError(f"a limit cannot be negative: {limit}")
+    return int(limit)
+
+
+async def scalar(db: aiosqlite.Connection, sql: str, params: Sequence[Any] = ()) -> Any:
+    """The first column of the first row of ``sql`` on ``db`` (None: no row)."""
+    rows = list(await db.execute_fetchall(sql, params))
+    return rows[0][0] if rows else None
+
+
 async def _connect_joined(pending: aiosqlite.Connection) -> aiosqlite.Connection:
     """Await an aiosqlite connect; when it fails, wait for its worker thread to end.
 
@@ -110,7 +141,7 @@ class _Batch(Generic[T]):
     any exception. ``cancelled`` is set (from the event loop) when its caller was
     cancelled: checked after the ``BEGIN`` (which may have waited for another process)
     and before the ``COMMIT``, it rolls the batch back as the cancelled
-    ``_transaction`` did."""
+    ``transaction`` did."""
 
     def __init__(
         self, db: aiosqlite.Connection, work: Callable[[sqlite3.Connection], T], transaction: bool
@@ -139,13 +170,14 @@ class _Batch(Generic[T]):
         return result
 
 
-class StoreConnections:
+class Connection:
     """The writer and reader connections of one database file, and how to use them.
 
-    The lifecycle (``open``, ``aclose``, ``async with``) is public; the
-    plumbing (``_transaction``, ``_statement``, ``_read``) is for the write
-    and read sides built on it (``writer.StoreWriter``,
-    ``queries.StoreQueries``).
+    The lifecycle (``open``, ``aclose``, ``async with``) is the ``Store``'s;
+    the plumbing (``transaction``, ``batch``, ``statement``, ``read``) is
+    what each port of the store (``writer.RunWriter``, ``queries.Queries``,
+    ``approvals.Approvals`` ...) is built on: the ports of one ``Store``
+    share this one connection.
 
     ``cwd`` and ``version`` go into every record's Claude Code envelope
     (default: the process's working directory and asyncai's version).
@@ -187,7 +219,7 @@ class StoreConnections:
         try:
             self._writer = await self._connect()
             with driver_errors(f"opening {self.path}"):
-                mode = await self._scalar(self._writer, "PRAGMA journal_mode = WAL")
+                mode = await scalar(self._writer, "PRAGMA journal_mode = WAL")
                 if str(mode).lower() != "wal":
                     raise StoreError(f"{self.path}: cannot use WAL (journal_mode is {mode})")
                 await self._writer.execute("PRAGMA synchronous = NORMAL")
@@ -241,13 +273,8 @@ class StoreConnections:
 
     # ---- plumbing --------------------------------------------------------
 
-    @staticmethod
-    async def _scalar(db: aiosqlite.Connection, sql: str, params: Sequence[Any] = ()) -> Any:
-        rows = list(await db.execute_fetchall(sql, params))
-        return rows[0][0] if rows else None
-
     @asynccontextmanager
-    async def _transaction(self, action: str) -> AsyncIterator[aiosqlite.Connection]:
+    async def transaction(self, action: str) -> AsyncIterator[aiosqlite.Connection]:
         """One write transaction on the writer, serialized with every other write.
 
         Rolled back on any exception, cancellation included. aiosqlite runs
@@ -269,7 +296,7 @@ class StoreConnections:
                     await asyncio.shield(db.rollback())
                 raise
 
-    async def _batch(
+    async def batch(
         self,
         action: str,
         work: Callable[[sqlite3.Connection], T],
@@ -278,7 +305,7 @@ class StoreConnections:
     ) -> T:
         """``work(conn)`` as ONE write transaction, run whole on the writer's thread.
 
-        The same transaction as :meth:`_transaction` (serialized with every
+        The same transaction as :meth:`transaction` (serialized with every
         other write, ``BEGIN IMMEDIATE`` … ``COMMIT``, rolled back on any
         exception or a cancellation that lands before the commit), in one
         hand-off to aiosqlite's thread instead of one per statement (a prompt's
@@ -307,7 +334,7 @@ class StoreConnections:
                 return result
 
     @asynccontextmanager
-    async def _statement(self, action: str) -> AsyncIterator[aiosqlite.Connection]:
+    async def statement(self, action: str) -> AsyncIterator[aiosqlite.Connection]:
         """The writer for ONE statement, serialized with every other write.
 
         In autocommit mode a single statement is its own transaction, so a
@@ -321,7 +348,7 @@ class StoreConnections:
             with driver_errors(action):
                 yield db
 
-    async def _read(self, action: str, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
+    async def read(self, action: str, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
         """All rows of one query on the reader, which never waits for the writer."""
         db = self._reader
         if db is None:
@@ -329,6 +356,6 @@ class StoreConnections:
         with driver_errors(action):
             return list(await db.execute_fetchall(sql, params))
 
-    async def _scalar_read(self, action: str, sql: str, params: Sequence[Any]) -> Any:
-        rows = await self._read(action, sql, params)
+    async def scalar_read(self, action: str, sql: str, params: Sequence[Any]) -> Any:
+        rows = await self.read(action, sql, params)
         return rows[0][0] if rows else None

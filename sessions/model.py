@@ -1,13 +1,16 @@
-"""Row types the daemon hands to the store.
+"""Row types the daemon hands to the store, and those the store hands back.
 
-sessions/ may not import daemon/, so the backend produces these.
+sessions/ may not import daemon/, so the backend produces these. A type the
+store reads back has its table's one row mapper beside it: ``COLUMNS``, the
+SQL select list it maps, and ``from_row``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, NamedTuple
+from typing import Any, ClassVar, Literal, NamedTuple
 
 __all__ = [
     "AuditEntry",
@@ -153,6 +156,17 @@ class StoredPrompt:
     status: PromptStatus
     run_id: str | None
 
+    COLUMNS: ClassVar[str] = (
+        "p.id, th.channel, th.thread_id, p.sender, p.text, p.ts, p.status, p.run_id"
+        " FROM prompts p JOIN threads th ON th.id = p.thread"
+    )
+    """The select list and FROM of a prompt with its thread (``p``: prompts, ``th``: threads)."""
+
+    @classmethod
+    def from_row(cls, row: Sequence[Any]) -> StoredPrompt:
+        """A ``prompts`` row read with :attr:`COLUMNS`."""
+        return cls(*row)
+
 
 @dataclass(frozen=True)
 class SenderRun:
@@ -186,6 +200,11 @@ class ThreadSummary:
     mutating_calls: int
     scope_bytes: int | None = None  # the stored REPL scope's size; None: no scope stored
 
+    @classmethod
+    def from_row(cls, row: Sequence[Any]) -> ThreadSummary:
+        """A ``threads`` row with its counts, in the order of the fields."""
+        return cls(*row)
+
 
 @dataclass(frozen=True)
 class AuditEntry:
@@ -208,6 +227,21 @@ class AuditEntry:
     decided_by: str | None = None
     wait_ms: float | None = None
     queue_ms: float | None = None  # None: the server has no max_concurrent
+
+    COLUMNS: ClassVar[str] = (
+        "t.id, t.run_id, th.channel, th.thread_id, t.record_uuid, t.tool, t.arguments,"
+        " t.is_error, t.bytes, t.mutating, t.started, t.duration_ms,"
+        " t.outcome, t.decision, t.decided_by, t.wait_ms, t.queue_ms"
+    )
+    """The select list :meth:`from_row` maps, in the order of the fields (``t``:
+    tool_calls, ``th``: its thread)."""
+
+    @classmethod
+    def from_row(cls, row: Sequence[Any]) -> AuditEntry:
+        """A ``tool_calls`` row read with :attr:`COLUMNS` (in the order of the fields)."""
+        values = list(row)
+        values[6:10] = json.loads(row[6]), bool(row[7]), row[8], bool(row[9])
+        return cls(*values)
 
 
 @dataclass(frozen=True)
@@ -250,3 +284,29 @@ class StoredRecord:
     version: str
     is_sidechain: bool = False
     user_type: str = "external"
+
+    COLUMNS: ClassVar[str] = (
+        "uuid, parent_uuid, session_id, run_id, type, timestamp, message,"
+        " tool_use_result, cwd, version, is_sidechain, user_type"
+    )
+    """The ``records`` columns :meth:`from_row` maps (the thread is the caller's)."""
+
+    @classmethod
+    def from_row(cls, row: Sequence[Any], channel: str, thread_id: str) -> StoredRecord:
+        """A ``records`` row read with :attr:`COLUMNS`, of the thread ``(channel, thread_id)``."""
+        return cls(
+            uuid=row[0],
+            parent_uuid=row[1],
+            session_id=row[2],
+            channel=channel,
+            thread_id=thread_id,
+            run_id=row[3],
+            type=row[4],
+            timestamp=row[5],
+            message=json.loads(row[6]),
+            tool_use_result=None if row[7] is None else json.loads(row[7]),
+            cwd=row[8],
+            version=row[9],
+            is_sidechain=bool(row[10]),
+            user_type=row[11],
+        )

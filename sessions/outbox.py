@@ -23,13 +23,16 @@ reads and updates of the rows afterwards.
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any, ClassVar
 
-from .connection import StoreConnections
+from .connection import Connection
 from .errors import StoreError
 from .ids import now_iso, thread_key
+from .scopes import SAVE_SCOPE
 
-__all__ = ["OutboxReply", "ScopeWrite", "StoreOutbox", "put_reply", "put_scope"]
+__all__ = ["Outbox", "OutboxReply", "ScopeWrite", "put_reply", "put_scope"]
 
 
 @dataclass(frozen=True)
@@ -43,6 +46,19 @@ class OutboxReply:
     client_id: str  # the hub keeps one message per client_id
     text: str
     prompt_ids: tuple[str, ...] = ()  # the prompts it answers (filled when read back)
+
+    COLUMNS: ClassVar[str] = (
+        "o.run_id, o.channel, o.thread_id, o.reply_to, o.client_id, o.text,"
+        " (SELECT group_concat(p.id, ' ') FROM prompts p WHERE p.run_id = o.run_id)"
+    )
+    """The select list :meth:`from_row` maps (``o``: outbox), the run's prompts included."""
+
+    @classmethod
+    def from_row(cls, row: Sequence[Any]) -> OutboxReply:
+        """An ``outbox`` row read with :attr:`COLUMNS` (in the order of the fields)."""
+        values = list(row)
+        values[6] = tuple(sorted((values[6] or "").split()))  # the run's prompts, joined
+        return cls(*values)
 
 
 @dataclass(frozen=True)
@@ -84,44 +100,28 @@ def put_scope(conn: sqlite3.Connection, scope: ScopeWrite) -> None:
         conn.execute("DELETE FROM scopes WHERE thread = ?", (key,))
         return
     blob = bytes(scope.data)
-    conn.execute(
-        "INSERT INTO scopes (thread, monty_version, dumped, size, data, mac)"
-        " SELECT id, ?, ?, ?, ?, ? FROM threads WHERE id = ?"
-        " ON CONFLICT (thread) DO UPDATE SET monty_version = excluded.monty_version,"
-        " dumped = excluded.dumped, size = excluded.size, data = excluded.data,"
-        " mac = excluded.mac",
-        (scope.monty_version, now_iso(), len(blob), blob, scope.mac, key),
-    )
+    conn.execute(SAVE_SCOPE, (scope.monty_version, now_iso(), len(blob), blob, scope.mac, key))
 
 
-class StoreOutbox(StoreConnections):
+class Outbox:
     """The replies committed and not yet acknowledged, and their end."""
+
+    def __init__(self, db: Connection):
+        self._db = db
 
     async def unacked_replies(self) -> list[OutboxReply]:
         """Replies committed and not acknowledged (``pending``), oldest first, with the
         prompts of their runs."""
-        rows = await self._read(
+        rows = await self._db.read(
             "reading the outbox",
-            "SELECT o.run_id, o.channel, o.thread_id, o.reply_to, o.client_id, o.text,"
-            " (SELECT group_concat(p.id, ' ') FROM prompts p WHERE p.run_id = o.run_id)"
+            f"SELECT {OutboxReply.COLUMNS}"
             " FROM outbox o WHERE o.status = 'pending' ORDER BY o.committed, o.run_id",
         )
-        return [
-            OutboxReply(
-                run_id=row[0],
-                channel=row[1],
-                thread_id=row[2],
-                reply_to=row[3],
-                client_id=row[4],
-                text=row[5],
-                prompt_ids=tuple(sorted((row[6] or "").split())),
-            )
-            for row in rows
-        ]
+        return [OutboxReply.from_row(row) for row in rows]
 
     async def reply_acked(self, run_id: str, message_id: str) -> None:
         """The hub acknowledged the run's reply as ``message_id``."""
-        async with self._statement(f"marking the reply of run {run_id} acknowledged") as db:
+        async with self._db.statement(f"marking the reply of run {run_id} acknowledged") as db:
             await db.execute(
                 "UPDATE outbox SET status = 'acked', acked = ?, message_id = ? WHERE run_id = ?",
                 (now_iso(), message_id, run_id),
@@ -146,4 +146,4 @@ class StoreOutbox(StoreConnections):
                 (now_iso(), run_id),
             )
 
-        await self._batch(f"refusing the reply of run {run_id}", refuse)
+        await self._db.batch(f"refusing the reply of run {run_id}", refuse)

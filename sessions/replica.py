@@ -1,8 +1,8 @@
 """A finished run's rows as one document, and that document applied to another store.
 
 Several daemons each keep their own database; each publishes every finished
-run's rows (:meth:`StoreReplica.run_rows`) and a collector applies them to one
-database of the same schema (:meth:`StoreReplica.apply_run_rows`), so the
+run's rows (:meth:`Replica.run_rows`) and a collector applies them to one
+database of the same schema (:meth:`Replica.apply_run_rows`), so the
 audit queries see every daemon's runs.
 
 The document is ``{"v": 1, "run": id, "tables": {table: {"columns": [...],
@@ -21,10 +21,10 @@ from typing import Any
 
 import aiosqlite
 
-from .connection import StoreConnections
+from .connection import Connection
 from .errors import StoreError
 
-__all__ = ["REPLICA_VERSION", "MalformedRunDocument", "StoreReplica"]
+__all__ = ["REPLICA_VERSION", "MalformedRunDocument", "Replica"]
 
 REPLICA_VERSION = 1
 
@@ -45,14 +45,17 @@ _TABLES: dict[str, tuple[str, str | None]] = {
 _LOCAL_ROW_NUMBERS = {"records": "seq", "tool_calls": "id"}
 
 
-class StoreReplica(StoreConnections):
+class Replica:
     """Runs exported from one store and applied to another (the audit collector's)."""
+
+    def __init__(self, db: Connection):
+        self._db = db
 
     async def finished_runs_after(
         self, finished: str, run_id: str, limit: int = 100
     ) -> list[tuple[str, str]]:
         """``(finished, id)`` of the runs finished after ``(finished, run_id)``, oldest first."""
-        rows = await self._read(
+        rows = await self._db.read(
             "list finished runs",
             "SELECT finished, id FROM runs WHERE finished IS NOT NULL AND status != 'running'"
             " AND (finished, id) > (?, ?) ORDER BY finished, id LIMIT ?",
@@ -65,7 +68,7 @@ class StoreReplica(StoreConnections):
         tables: dict[str, Any] = {}
         for table, (sql, _) in _TABLES.items():
             columns = await self._columns_read(table)
-            rows = await self._read(f"read the {table} of run {run_id}", sql, (run_id,))
+            rows = await self._db.read(f"read the {table} of run {run_id}", sql, (run_id,))
             tables[table] = {"columns": columns, "rows": [list(row) for row in rows]}
         if not tables["runs"]["rows"]:
             raise StoreError(f"no run {run_id}")
@@ -80,7 +83,7 @@ class StoreReplica(StoreConnections):
             tables = {name: document["tables"][name] for name in _TABLES}
         except (KeyError, TypeError) as exc:
             raise MalformedRunDocument(f"not a run document: {exc!r}") from exc
-        async with self._transaction(f"apply run {run_id}") as db:
+        async with self._db.transaction(f"apply run {run_id}") as db:
             for table, (_, conflict) in _TABLES.items():
                 mine = set(await self._columns(db, table))
                 data = tables[table]
@@ -105,7 +108,7 @@ class StoreReplica(StoreConnections):
                     await db.execute(_upsert(table, names, conflict), values)
 
     async def _columns_read(self, table: str) -> list[str]:
-        rows = await self._read(
+        rows = await self._db.read(
             f"read the columns of {table}", "SELECT name FROM pragma_table_info(?)", (table,)
         )
         return [str(r[0]) for r in rows]

@@ -1,6 +1,6 @@
 """What ``asyncai threads``, ``audit``, ``transcript`` and ``approvals`` print, as lines.
 
-Each report reads the open :class:`~sessions.store.Store` and returns the lines
+Each report reads the port of an open :class:`~sessions.store.Store` it needs and returns the lines
 to print: a table, JSON objects one per line, or the transcript as text or
 Claude Code JSONL. The command line around them (arguments, opening the
 database, printing, exit statuses) is ``daemon.cli.sessions``.
@@ -12,10 +12,11 @@ import json
 from collections.abc import Sequence
 from dataclasses import asdict
 
-from .approvals import StoredApproval
+from .approvals import Approvals, StoredApproval
+from .audit import AuditLog
 from .export import jsonl_lines, text_lines
 from .model import AuditEntry, ThreadSummary
-from .store import Store
+from .queries import Queries
 
 __all__ = [
     "ARGUMENTS_WIDTH",
@@ -29,9 +30,9 @@ __all__ = [
 ARGUMENTS_WIDTH = 60  # the audit table shows this much of each call's arguments
 
 
-async def threads_report(store: Store, *, limit: int, as_json: bool) -> list[str]:
+async def threads_report(queries: Queries, *, limit: int, as_json: bool) -> list[str]:
     """The most recently active threads with their counts and stored scope size."""
-    found = await store.threads(limit)
+    found = await queries.threads(limit)
     if as_json:
         return [json.dumps(asdict(t), ensure_ascii=False) for t in found]
     if not found:
@@ -40,7 +41,7 @@ async def threads_report(store: Store, *, limit: int, as_json: bool) -> list[str
 
 
 async def audit_report(
-    store: Store,
+    audit: AuditLog,
     *,
     thread: str | None,
     channel: str | None,
@@ -51,7 +52,7 @@ async def audit_report(
     as_json: bool,
 ) -> list[str]:
     """The nested tool calls that match, newest first."""
-    entries = await store.audit(
+    entries = await audit.entries(
         thread=thread,
         channel=channel,
         tool=tool,
@@ -67,10 +68,10 @@ async def audit_report(
 
 
 async def transcript_report(
-    store: Store, thread: str, *, channel: str | None, jsonl: bool
+    queries: Queries, thread: str, *, channel: str | None, jsonl: bool
 ) -> list[str]:
     """A thread's transcript as text, or as Claude Code JSONL records."""
-    records = await store.transcript(thread, channel)
+    records = await queries.transcript(thread, channel)
     if jsonl:
         return list(jsonl_lines(records))
     if not records:
@@ -80,9 +81,11 @@ async def transcript_report(
     return [head, "", *text_lines(records)]
 
 
-async def approvals_report(store: Store, *, pending: bool, limit: int, as_json: bool) -> list[str]:
+async def approvals_report(
+    approvals: Approvals, *, pending: bool, limit: int, as_json: bool
+) -> list[str]:
     """Approval requests, newest first: one row per pending call, with the decision."""
-    found = await store.approvals(pending=pending, limit=limit)
+    found = await approvals.approvals(pending=pending, limit=limit)
     if as_json:
         return [json.dumps(_approval_json(a), ensure_ascii=False) for a in found]
     if not found:

@@ -15,7 +15,7 @@ keeping state is not activity.
 
 Dumps stored before issue 26 were signed over the thread id alone; migration
 6 set them apart in ``unbound_scopes``, and the daemon re-signs
-(:meth:`StoreScopes.bind_scope`) or drops each one at its start.
+(:meth:`Scopes.bind_scope`) or drops each one at its start.
 """
 
 from __future__ import annotations
@@ -24,15 +24,29 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, ClassVar
 
-from .connection import StoreConnections, canonical_timestamp
+from .connection import Connection, canonical_timestamp
 from .errors import StoreError
 from .ids import iso_utc, now_iso, thread_key
 
-__all__ = ["StoreScopes", "StoredScope", "UnboundScope", "scope_cutoff"]
+__all__ = ["SAVE_SCOPE", "Scopes", "StoredScope", "UnboundScope", "scope_cutoff"]
 
 _MAC = re.compile(r"[0-9a-f]{64}")  # hex HMAC-SHA256, lower case
+
+SAVE_SCOPE = (
+    "INSERT INTO scopes (thread, monty_version, dumped, size, data, mac)"
+    " SELECT id, ?, ?, ?, ?, ? FROM threads WHERE id = ?"
+    " ON CONFLICT (thread) DO UPDATE SET monty_version = excluded.monty_version,"
+    " dumped = excluded.dumped, size = excluded.size, data = excluded.data,"
+    " mac = excluded.mac"
+)
+"""SQL: store a thread's dump, replacing its last (parameters: ``monty_version, dumped,
+size, data, mac, thread key``); no row when the thread does not exist.
+
+The WHERE is required: it tells SQLite's parser that ON CONFLICT is the
+upsert, not a join constraint of the SELECT.
+"""
 
 
 @dataclass(frozen=True)
@@ -46,6 +60,25 @@ class StoredScope:
     size: int  # len(data)
     data: bytes
     mac: str  # hex HMAC-SHA256 of the dump, as the caller computed it
+
+    COLUMNS: ClassVar[str] = (
+        "t.channel, t.thread_id, s.monty_version, s.dumped, s.size, s.data, s.mac"
+    )
+    """The select list :meth:`from_row` maps (``s``: scopes or unbound_scopes, ``t``: threads)."""
+
+    @classmethod
+    def from_row(cls, row: Sequence[Any]) -> StoredScope:
+        """A ``scopes`` (or ``unbound_scopes``) row read with :attr:`COLUMNS`."""
+        channel, thread_id, monty_version, dumped, size, data, mac = row
+        return cls(
+            channel=channel,
+            thread_id=thread_id,
+            monty_version=monty_version,
+            dumped=dumped,
+            size=int(size),
+            data=bytes(data),
+            mac=mac,
+        )
 
 
 @dataclass(frozen=True)
@@ -62,21 +95,8 @@ class UnboundScope:
     channels: int
 
 
-def _stored(row: Sequence[Any]) -> StoredScope:
-    channel, thread_id, monty_version, dumped, size, data, mac = row
-    return StoredScope(
-        channel=channel,
-        thread_id=thread_id,
-        monty_version=monty_version,
-        dumped=dumped,
-        size=int(size),
-        data=bytes(data),
-        mac=mac,
-    )
-
-
 def scope_cutoff(retention_days: float, now: datetime | None = None) -> str:
-    """The ``older_than`` for :meth:`StoreScopes.prune_scopes` that keeps ``retention_days``.
+    """The ``older_than`` for :meth:`Scopes.prune_scopes` that keeps ``retention_days``.
 
     ``now`` defaults to the current time (given, it makes the result testable).
     """
@@ -86,8 +106,11 @@ def scope_cutoff(retention_days: float, now: datetime | None = None) -> str:
     return iso_utc(moment - timedelta(days=retention_days))
 
 
-class StoreScopes(StoreConnections):
+class Scopes:
     """The scopes table: save a thread's dump (replacing the last), load, drop, prune."""
+
+    def __init__(self, db: Connection):
+        self._db = db
 
     async def save_scope(
         self,
@@ -112,41 +135,32 @@ class StoreScopes(StoreConnections):
             raise StoreError(f"scope of {key}: the MAC is not a hex HMAC-SHA256: {mac!r}")
         when = now_iso() if dumped is None else canonical_timestamp(dumped, f"scope of {key}")
         blob = bytes(data)
-        async with self._statement(f"saving the scope of {key}") as db:
-            # WHERE is required: it tells SQLite's parser that ON CONFLICT is
-            # the upsert, not a join constraint of the SELECT.
-            cursor = await db.execute(
-                "INSERT INTO scopes (thread, monty_version, dumped, size, data, mac)"
-                " SELECT id, ?, ?, ?, ?, ? FROM threads WHERE id = ?"
-                " ON CONFLICT (thread) DO UPDATE SET monty_version = excluded.monty_version,"
-                " dumped = excluded.dumped, size = excluded.size, data = excluded.data,"
-                " mac = excluded.mac",
-                (monty_version, when, len(blob), blob, mac, key),
-            )
+        async with self._db.statement(f"saving the scope of {key}") as db:
+            cursor = await db.execute(SAVE_SCOPE, (monty_version, when, len(blob), blob, mac, key))
         if cursor.rowcount != 1:
             raise StoreError(f"scope of {key}: no such thread (record a prompt first)")
 
     async def load_scope(self, channel: str, thread_id: str) -> StoredScope | None:
         """The thread's stored scope, or None (never dumped, dropped or pruned)."""
         key = thread_key(channel, thread_id)
-        rows = await self._read(
+        rows = await self._db.read(
             f"loading the scope of {key}",
-            "SELECT t.channel, t.thread_id, s.monty_version, s.dumped, s.size, s.data, s.mac"
-            " FROM scopes s JOIN threads t ON t.id = s.thread WHERE s.thread = ?",
+            f"SELECT {StoredScope.COLUMNS} FROM scopes s JOIN threads t ON t.id = s.thread"
+            " WHERE s.thread = ?",
             (key,),
         )
-        return _stored(rows[0]) if rows else None
+        return StoredScope.from_row(rows[0]) if rows else None
 
     async def drop_scope(self, channel: str, thread_id: str) -> bool:
         """Delete the thread's stored scope (``!reset``); whether there was one."""
         key = thread_key(channel, thread_id)
-        async with self._statement(f"dropping the scope of {key}") as db:
+        async with self._db.statement(f"dropping the scope of {key}") as db:
             cursor = await db.execute("DELETE FROM scopes WHERE thread = ?", (key,))
         return cursor.rowcount == 1
 
     async def unbound_scopes(self) -> list[UnboundScope]:
         """The dumps stored before their MAC covered the channel (issue 26), without bytes."""
-        rows = await self._read(
+        rows = await self._db.read(
             "listing the scopes signed without their channel",
             "SELECT t.channel, t.thread_id,"
             " (SELECT count(*) FROM threads o WHERE o.thread_id = t.thread_id)"
@@ -157,13 +171,13 @@ class StoreScopes(StoreConnections):
     async def load_unbound_scope(self, channel: str, thread_id: str) -> StoredScope | None:
         """One dump of :meth:`unbound_scopes`, bytes and old MAC included."""
         key = thread_key(channel, thread_id)
-        rows = await self._read(
+        rows = await self._db.read(
             f"loading the unbound scope of {key}",
-            "SELECT t.channel, t.thread_id, u.monty_version, u.dumped, u.size, u.data, u.mac"
-            " FROM unbound_scopes u JOIN threads t ON t.id = u.thread WHERE u.thread = ?",
+            f"SELECT {StoredScope.COLUMNS} FROM unbound_scopes s JOIN threads t ON t.id = s.thread"
+            " WHERE s.thread = ?",
             (key,),
         )
-        return _stored(rows[0]) if rows else None
+        return StoredScope.from_row(rows[0]) if rows else None
 
     async def bind_scope(self, channel: str, thread_id: str, mac: str) -> bool:
         """Move the thread's unbound dump into ``scopes`` under ``mac`` (the caller's MAC
@@ -172,7 +186,7 @@ class StoreScopes(StoreConnections):
         key = thread_key(channel, thread_id)
         if not _MAC.fullmatch(mac):
             raise StoreError(f"scope of {key}: the MAC is not a hex HMAC-SHA256: {mac!r}")
-        async with self._transaction(f"re-signing the scope of {key}") as db:
+        async with self._db.transaction(f"re-signing the scope of {key}") as db:
             cursor = await db.execute(
                 "INSERT INTO scopes (thread, monty_version, dumped, size, data, mac)"
                 " SELECT thread, monty_version, dumped, size, data, ? FROM unbound_scopes"
@@ -186,7 +200,7 @@ class StoreScopes(StoreConnections):
     async def drop_unbound_scope(self, channel: str, thread_id: str) -> None:
         """Delete the thread's unbound dump (one whose channel is not proven)."""
         key = thread_key(channel, thread_id)
-        async with self._statement(f"dropping the unbound scope of {key}") as db:
+        async with self._db.statement(f"dropping the unbound scope of {key}") as db:
             await db.execute("DELETE FROM unbound_scopes WHERE thread = ?", (key,))
 
     async def prune_scopes(self, older_than: str) -> int:
@@ -195,6 +209,6 @@ class StoreScopes(StoreConnections):
         See :func:`scope_cutoff` for the bound of a retention in days.
         """
         bound = canonical_timestamp(older_than, "prune_scopes older_than")
-        async with self._statement("pruning old scopes") as db:
+        async with self._db.statement("pruning old scopes") as db:
             cursor = await db.execute("DELETE FROM scopes WHERE dumped < ?", (bound,))
         return int(cursor.rowcount)

@@ -13,13 +13,13 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
-from .connection import StoreConnections
+from .connection import Connection
 from .errors import StoreError
 from .ids import now_iso
 
-__all__ = ["StoreShapes", "StoredShape"]
+__all__ = ["Shapes", "StoredShape"]
 
 
 @dataclass(frozen=True)
@@ -32,14 +32,21 @@ class StoredShape:
     shape: str  # a JSON object (a JSON schema), as text
     observed: str  # ISO 8601, UTC: when it was learned or last refreshed
 
+    COLUMNS: ClassVar[str] = "server, tool, server_version, shape, observed"
+    """The ``tool_shapes`` columns :meth:`from_row` maps."""
 
-def _stored(row: Sequence[Any]) -> StoredShape:
-    server, tool, server_version, shape, observed = row
-    return StoredShape(server, tool, server_version, shape, observed)
+    @classmethod
+    def from_row(cls, row: Sequence[Any]) -> StoredShape:
+        """A ``tool_shapes`` row read with :attr:`COLUMNS`."""
+        server, tool, server_version, shape, observed = row
+        return cls(server, tool, server_version, shape, observed)
 
 
-class StoreShapes(StoreConnections):
+class Shapes:
     """The tool_shapes table: save a tool's shape (replacing the last), load them all."""
+
+    def __init__(self, db: Connection):
+        self._db = db
 
     async def save_shape(
         self,
@@ -64,7 +71,7 @@ class StoreShapes(StoreConnections):
         if not isinstance(parsed, dict):
             raise StoreError(f"shape of {server}.{tool}: not a JSON object")
         when = observed if observed is not None else now_iso()
-        async with self._statement(f"saving the shape of {server}.{tool}") as db:
+        async with self._db.statement(f"saving the shape of {server}.{tool}") as db:
             await db.execute(
                 "INSERT INTO tool_shapes (server, tool, server_version, shape, observed)"
                 " VALUES (?, ?, ?, ?, ?)"
@@ -76,9 +83,8 @@ class StoreShapes(StoreConnections):
 
     async def load_shapes(self) -> list[StoredShape]:
         """Every stored shape, by server and tool."""
-        rows = await self._read(
+        rows = await self._db.read(
             "loading the learned shapes",
-            "SELECT server, tool, server_version, shape, observed FROM tool_shapes"
-            " ORDER BY server, tool",
+            f"SELECT {StoredShape.COLUMNS} FROM tool_shapes ORDER BY server, tool",
         )
-        return [_stored(row) for row in rows]
+        return [StoredShape.from_row(row) for row in rows]

@@ -1,34 +1,46 @@
-"""``Store``: the SQLite store of threads, prompts, runs, records, the audit, cursors and scopes.
+"""``Store``: one SQLite file, one connection, and the narrow ports that share it.
 
-The class is assembled from these concepts, each in its own module:
+A caller takes the port it needs, never the whole store:
 
-- ``connection``: the writer and reader connections, their lifecycle,
-  transactions, durability, and mapping the driver's errors to ``StoreError``;
-- ``writer``: every change (prompts, runs, tool calls, recovery, cursors);
-- ``queries``: every read (pending prompts, history, threads, the audit,
-  transcripts);
-- ``approvals``: approval requests, a paused run stored whole, and their
-  decisions;
-- ``scopes``: each thread's dumped REPL scope (and those signed before the MAC
-  covered the channel, until the daemon re-signs or drops them);
-- ``replica``: a finished run's rows exported, and applied to another store;
-- ``shapes``: the return shapes code mode learned, per server and tool;
-- ``outbox``: replies committed with their run's end, until the hub acked them.
+- ``runs`` (``writer.RunWriter``): the prompt and run writer: record and
+  claim prompts, start and finish runs, recover after a restart;
+- ``cursors`` (``cursors.Cursors``): each channel's last message handled;
+- ``outbox`` (``outbox.Outbox``): replies committed with their run's end,
+  until the hub acked them;
+- ``audit`` (``audit.AuditLog``): each nested call's row as it starts and
+  ends, and the audit read back;
+- ``approvals`` (``approvals.Approvals``): approval requests, a paused run
+  stored whole, and their decisions;
+- ``scopes`` (``scopes.Scopes``): each thread's dumped REPL scope;
+- ``shapes`` (``shapes.Shapes``): the return shapes code mode learned;
+- ``replica`` (``replica.Replica``): a finished run's rows exported, and
+  applied to another store;
+- ``queries`` (``queries.Queries``): what the daemon and people read back
+  (pending prompts, history, threads, transcripts).
 
-Callers import from here (or from ``sessions``); the names above are the
-whole public API of the store.
+Each port holds the one ``connection.Connection`` of its store: its writes
+are serialized on the one writer, its reads run on the one reader.
 """
 
 from __future__ import annotations
 
-from .approvals import StoreApprovals
-from .connection import DEFAULT_BUSY_TIMEOUT, DEFAULT_DB_PATH
-from .outbox import StoreOutbox
-from .queries import StoreQueries, audit_query
-from .replica import StoreReplica
-from .scopes import StoreScopes
-from .shapes import StoreShapes
-from .writer import PROMPT_STATUSES, RUN_STATUSES, StoreWriter
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Self
+
+from .approvals import Approvals
+from .audit import AuditLog, audit_query
+from .connection import DEFAULT_BUSY_TIMEOUT, DEFAULT_DB_PATH, Connection
+from .cursors import Cursors
+from .outbox import Outbox
+from .queries import Queries
+from .replica import Replica
+from .schema import MIGRATIONS, Migration
+from .scopes import Scopes
+from .shapes import Shapes
+from .writer import PROMPT_STATUSES, RUN_STATUSES, RunWriter
 
 __all__ = [
     "DEFAULT_BUSY_TIMEOUT",
@@ -40,19 +52,13 @@ __all__ = [
 ]
 
 
-class Store(
-    StoreWriter,
-    StoreQueries,
-    StoreApprovals,
-    StoreScopes,
-    StoreReplica,
-    StoreShapes,
-    StoreOutbox,
-):
+class Store:
     """Transcripts, runs, prompts, the audit, cursors and REPL scopes in one SQLite file.
 
     Use as ``async with Store(path) as store:`` or ``await store.open()`` …
-    ``await store.aclose()``. ``open()`` creates the file and its directory
+    ``await store.aclose()``, and hand each caller its port
+    (``store.runs``, ``store.audit``, ``store.approvals`` …; the module
+    docstring lists them). ``open()`` creates the file and its directory
     (unless ``create=False``) and applies pending migrations.
 
     ``cwd`` and ``version`` go into every record's Claude Code envelope
@@ -62,3 +68,57 @@ class Store(
     one writer connection, reads run beside them on a reader (see
     ``sessions.connection``).
     """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        create: bool = True,
+        busy_timeout: float = DEFAULT_BUSY_TIMEOUT,
+        cwd: str | None = None,
+        version: str | None = None,
+        migrations: Sequence[Migration] = MIGRATIONS,
+    ) -> None:
+        db = Connection(
+            path,
+            create=create,
+            busy_timeout=busy_timeout,
+            cwd=cwd,
+            version=version,
+            migrations=migrations,
+        )
+        self.connection = db
+        self.runs = RunWriter(db)
+        self.cursors = Cursors(db)
+        self.outbox = Outbox(db)
+        self.audit = AuditLog(db)
+        self.approvals = Approvals(db)
+        self.scopes = Scopes(db)
+        self.shapes = Shapes(db)
+        self.replica = Replica(db)
+        self.queries = Queries(db, self.audit)
+
+    @property
+    def path(self) -> Path:
+        """The database file."""
+        return self.connection.path
+
+    async def open(self) -> Self:
+        """Connect, set the pragmas and migrate (``Connection.open``). Idempotent."""
+        await self.connection.open()
+        return self
+
+    async def aclose(self) -> None:
+        """Wait for the write in progress, then close the connection. Idempotent."""
+        await self.connection.aclose()
+
+    async def __aenter__(self) -> Self:
+        return await self.open()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()

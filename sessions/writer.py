@@ -1,48 +1,33 @@
-"""The write side of the store: prompts, runs, tool calls and cursors.
+"""The prompt and run writer: what the runtime writes as a prompt goes through.
 
-``StoreWriter`` adds every change to ``StoreConnections``: recording and
-claiming prompts, starting and finishing runs, committing the nested-call
-audit row by row, recovering after a restart and advancing channel
-cursors. Each public method is exactly one transaction (or one
-autocommitted statement) on the writer connection; those of every prompt
-(recording it, starting and finishing its run, the cursor) run whole on
-the writer's thread in one job (``StoreConnections._batch``), their
-statements in the plain functions below.
+``RunWriter`` records and claims prompts, starts and finishes runs (a run's
+end stores its records, metrics, prompt statuses, reply and REPL dump at
+once), adds the tokens a run spends as it goes, and recovers after a
+restart. Each public method is exactly one transaction (or one
+autocommitted statement) on the shared writer connection; those of every
+prompt (recording it, starting and finishing its run) run whole on the
+writer's thread in one job (``Connection.batch``), their statements in the
+plain functions below.
 """
 
 from __future__ import annotations
 
-import json
 import sqlite3
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from .connection import StoreConnections, canonical_timestamp
+from .approvals import PAUSED_RUN
+from .connection import Connection, canonical_timestamp, json_text
+from .cursors import move_cursor
 from .errors import StoreError
 from .ids import now_iso, session_id, thread_key
-from .model import PromptStatus, Record, RunMetrics, ToolCallRow
+from .model import PromptStatus, Record, RunMetrics
 from .outbox import OutboxReply, ScopeWrite, put_reply, put_scope
-from .queries import PAUSED_RUN
 
-__all__ = ["CURSOR_SPACE", "FIRST_START", "PROMPT_STATUSES", "RUN_STATUSES", "StoreWriter"]
+__all__ = ["PROMPT_STATUSES", "RUN_STATUSES", "RunWriter"]
 
 PROMPT_STATUSES: tuple[PromptStatus, ...] = ("queued", "running", "done", "failed")
 RUN_STATUSES = ("running", "done", "failed", "interrupted")
-FIRST_START = "*"
-"""The ``cursors`` row of the daemon's first start (no channel name is ``*``)."""
-CURSOR_SPACE = "@"
-"""The ``cursors`` row naming whose ids the channel cursors are (``hub``, ``nats``)."""
-
-
-def _dumps(value: Any) -> str:
-    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        # A lone surrogate (json.loads lets "\ud800" through from a model or a
-        # tool) cannot be stored as UTF-8; JSON escapes keep it exactly.
-        return json.dumps(value, ensure_ascii=True, separators=(",", ":"))
-    return text
 
 
 def _scalar(conn: sqlite3.Connection, sql: str, params: Sequence[Any] = ()) -> Any:
@@ -89,19 +74,11 @@ def _mark(conn: sqlite3.Connection, ids: list[str], status: str) -> int:
     return cursor.rowcount
 
 
-def _advance_cursor(conn: sqlite3.Connection, channel: str, message_id: str) -> bool:
-    cursor = conn.execute(
-        "INSERT INTO cursors (channel, message_id, updated) VALUES (?, ?, ?)"
-        " ON CONFLICT (channel) DO UPDATE"
-        " SET message_id = excluded.message_id, updated = excluded.updated"
-        " WHERE excluded.message_id > cursors.message_id",
-        (channel, message_id, now_iso()),
-    )
-    return cursor.rowcount == 1
+class RunWriter:
+    """The prompt and run writer: each change one transaction on the shared writer."""
 
-
-class StoreWriter(StoreConnections):
-    """Every write the store makes, each one transaction on the serialized writer."""
+    def __init__(self, db: Connection):
+        self._db = db
 
     # ---- prompts ---------------------------------------------------------
 
@@ -137,10 +114,10 @@ class StoreWriter(StoreConnections):
                 )
                 new = True
             if advance_cursor:
-                _advance_cursor(conn, channel, message_id)
+                move_cursor(conn, channel, message_id)
             return new
 
-        return await self._batch(f"recording prompt {message_id}", record)
+        return await self._db.batch(f"recording prompt {message_id}", record)
 
     async def claim_prompts(self, ids: Iterable[str], run_id: str) -> int:
         """Mark prompts ``running`` under ``run_id`` (which must be started); return how many.
@@ -148,7 +125,7 @@ class StoreWriter(StoreConnections):
         Prompts already ``done`` are left alone: a prompt is answered once.
         """
         listed = list(ids)
-        return await self._batch(
+        return await self._db.batch(
             f"claiming prompts for run {run_id}", lambda conn: _claim(conn, listed, run_id)
         )
 
@@ -157,14 +134,14 @@ class StoreWriter(StoreConnections):
         if status not in PROMPT_STATUSES:
             raise StoreError(f"unknown prompt status {status!r}")
         listed = list(ids)
-        return await self._batch(
+        return await self._db.batch(
             f"marking prompts {status}", lambda conn: _mark(conn, listed, status)
         )
 
     async def requeue_prompts(self, ids: Iterable[str]) -> int:
         """Put unfinished prompts back to ``queued`` with no run (a run was cancelled)."""
         now = now_iso()
-        async with self._transaction("requeueing prompts") as db:
+        async with self._db.transaction("requeueing prompts") as db:
             cursor = await db.executemany(
                 "UPDATE prompts SET status = 'queued', run_id = NULL, updated = ?"
                 " WHERE id = ? AND status != 'done'",
@@ -184,7 +161,7 @@ class StoreWriter(StoreConnections):
         ``interrupted_runs()`` and ``pending_prompts()``.
         """
         now = now_iso()
-        async with self._transaction("recovering interrupted runs") as db:
+        async with self._db.transaction("recovering interrupted runs") as db:
             runs = [
                 row[0]
                 for row in await db.execute_fetchall(
@@ -228,7 +205,7 @@ class StoreWriter(StoreConnections):
             if ids:
                 _claim(conn, ids, run_id)
 
-        await self._batch(f"starting run {run_id}", start)
+        await self._db.batch(f"starting run {run_id}", start)
 
     async def add_run_tokens(self, run_id: str, prompt_tokens: int, completion_tokens: int) -> None:
         """Add one model response's tokens to the run's row now, as they are spent.
@@ -237,74 +214,12 @@ class StoreWriter(StoreConnections):
         counts them (the per-sender token limit reads them); :meth:`finish_run`
         never lowers them.
         """
-        async with self._statement(f"adding the tokens of run {run_id}") as db:
+        async with self._db.statement(f"adding the tokens of run {run_id}") as db:
             await db.execute(
                 "UPDATE runs SET prompt_tokens = prompt_tokens + ?,"
                 " completion_tokens = completion_tokens + ? WHERE id = ?",
                 (prompt_tokens, completion_tokens, run_id),
             )
-
-    async def add_tool_call(self, row: ToolCallRow) -> int:
-        """Commit one nested call's audit row now (it survives a crash mid-run); return its id.
-
-        The daemon adds the row as the call starts (``outcome="started"``)
-        and completes it with :meth:`complete_tool_call` as it ends, so a
-        crash leaves the evidence of every call that began. The thread is
-        taken from the run row, which must exist.
-        """
-        started = canonical_timestamp(row.started, f"tool call {row.tool} started")
-        arguments = _dumps(row.arguments)
-        async with self._statement(f"adding tool call {row.tool} of run {row.run_id}") as db:
-            cursor = await db.execute(
-                "INSERT INTO tool_calls (run_id, thread, record_uuid, tool, arguments, is_error,"
-                " bytes, mutating, started, duration_ms, outcome, decision, decided_by, wait_ms,"
-                " queue_ms)"
-                " SELECT id, thread, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ? FROM runs WHERE id = ?",
-                (
-                    row.record_uuid,
-                    row.tool,
-                    arguments,
-                    int(row.is_error),
-                    int(row.bytes),
-                    int(row.mutating),
-                    started,
-                    float(row.duration_ms),
-                    row.outcome,
-                    row.decision,
-                    row.decided_by,
-                    row.wait_ms,
-                    row.queue_ms,
-                    row.run_id,
-                ),
-            )
-        if cursor.rowcount != 1:
-            raise StoreError(f"tool call {row.tool}: no run {row.run_id!r} (start it first)")
-        return int(cursor.lastrowid or 0)
-
-    async def complete_tool_call(self, call_id: int, row: ToolCallRow) -> None:
-        """Complete the row :meth:`add_tool_call` returned ``call_id`` for, as its call ended.
-
-        Sets how it ended (``outcome``, ``is_error``, ``bytes``, ``duration_ms``,
-        the decision fields and ``queue_ms``); what was called and when stay as added.
-        """
-        async with self._statement(f"completing tool call {row.tool} of run {row.run_id}") as db:
-            cursor = await db.execute(
-                "UPDATE tool_calls SET outcome = ?, is_error = ?, bytes = ?, duration_ms = ?,"
-                " decision = ?, decided_by = ?, wait_ms = ?, queue_ms = ? WHERE id = ?",
-                (
-                    row.outcome,
-                    int(row.is_error),
-                    int(row.bytes),
-                    float(row.duration_ms),
-                    row.decision,
-                    row.decided_by,
-                    row.wait_ms,
-                    row.queue_ms,
-                    call_id,
-                ),
-            )
-        if cursor.rowcount != 1:
-            raise StoreError(f"completing tool call {row.tool}: no row {call_id}")
 
     async def finish_run(
         self,
@@ -342,13 +257,13 @@ class StoreWriter(StoreConnections):
                 record.uuid,
                 record.type,
                 canonical_timestamp(record.timestamp, f"record {record.uuid} timestamp"),
-                _dumps(record.message),
-                None if record.tool_use_result is None else _dumps(record.tool_use_result),
+                json_text(record.message),
+                None if record.tool_use_result is None else json_text(record.tool_use_result),
             )
             for record in records
         ]
         counters = metrics.extra()
-        extra = _dumps(counters) if counters else None
+        extra = json_text(counters) if counters else None
         ids = list(prompt_ids)
         now = now_iso()
 
@@ -379,8 +294,8 @@ class StoreWriter(StoreConnections):
                         timestamp,
                         message,
                         tool_use_result,
-                        self.cwd,
-                        self.version,
+                        self._db.cwd,
+                        self._db.version,
                     )
                 )
                 parent = uuid
@@ -418,64 +333,4 @@ class StoreWriter(StoreConnections):
             if scope is not None:
                 put_scope(conn, scope)
 
-        await self._batch(f"finishing run {run_id}", finish)
-
-    # ---- cursors ---------------------------------------------------------
-
-    async def set_cursor(self, channel: str, message_id: str) -> bool:
-        """Advance the channel's cursor to ``message_id``; False when that would move it back.
-
-        Message ids are sortable (ULID-style), so "back" is text order.
-        """
-        return await self._batch(
-            f"setting the cursor of {channel}",
-            lambda conn: _advance_cursor(conn, channel, message_id),
-            transaction=False,
-        )
-
-    async def first_start_cursor(self, message_id: str) -> str:
-        """The cursor of the daemon's first start: ``message_id`` when none is stored
-        yet (then stored, in row :data:`FIRST_START`), else the one stored.
-
-        A channel without a cursor of its own is read from there, so what was
-        published after the first start is answered even if no message of it
-        was handled before the daemon stopped.
-        """
-        async with self._transaction("recording the first start") as db:
-            await db.execute(
-                "INSERT INTO cursors (channel, message_id, updated) VALUES (?, ?, ?)"
-                " ON CONFLICT (channel) DO NOTHING",
-                (FIRST_START, message_id, now_iso()),
-            )
-            stored = await self._scalar(
-                db, "SELECT message_id FROM cursors WHERE channel = ?", (FIRST_START,)
-            )
-        return str(stored)
-
-    async def claim_cursor_space(self, space: str) -> int:
-        """Make the channel cursors ``space``'s ids; drop them if they were another's.
-
-        A hub's ids (ULIDs) and NATS's (stream sequences) are different
-        spaces: a cursor of one would skip or replay the other's messages.
-        Returns how many cursors were dropped (their channels are then read
-        from the first start, and prompts stored already are not run again).
-        A database without the row has a hub's cursors. The first start's
-        row is a time, good in both spaces, and stays.
-        """
-        async with self._transaction(f"claiming the cursors for {space}") as db:
-            stored = await self._scalar(
-                db, "SELECT message_id FROM cursors WHERE channel = ?", (CURSOR_SPACE,)
-            )
-            dropped = 0
-            if (stored or "hub") != space:
-                cursor = await db.execute(
-                    "DELETE FROM cursors WHERE channel NOT IN (?, ?)", (FIRST_START, CURSOR_SPACE)
-                )
-                dropped = cursor.rowcount
-            await db.execute(
-                "INSERT INTO cursors (channel, message_id, updated) VALUES (?, ?, ?)"
-                " ON CONFLICT (channel) DO UPDATE"
-                " SET message_id = excluded.message_id, updated = excluded.updated",
-                (CURSOR_SPACE, space, now_iso()),
-            )
-        return dropped
+        await self._db.batch(f"finishing run {run_id}", finish)

@@ -32,8 +32,8 @@ THREAD = "T1"
 async def store(tmp_path: Path) -> AsyncIterator[Store]:
     """A real store whose writer gives up on a lock after 0.2 s, with run R1 started."""
     async with Store(tmp_path / "asyncai.db", busy_timeout=0.2) as s:
-        await s.record_prompt("#ops", THREAD, "M1", "alice", "x", "2026-12-01T10:00:00Z")
-        await s.start_run("R1", "#ops", THREAD, ["M1"])
+        await s.runs.record_prompt("#ops", THREAD, "M1", "alice", "x", "2026-12-01T10:00:00Z")
+        await s.runs.start_run("R1", "#ops", THREAD, ["M1"])
         yield s
 
 
@@ -103,13 +103,15 @@ async def test_code_mode_makes_no_mutating_call_while_the_database_is_locked(
     snippet gets the RuntimeError saying so; the read-only call still goes on."""
     inner = tools()
     with write_locked(store.path):
-        content = await _code_mode(inner, monty_pool, audit_observer(store))
+        content = await _code_mode(inner, monty_pool, audit_observer(store.audit))
     assert [name for name, _ in inner.calls] == ["read_file"]
     assert NOT_RECORDED in content
     assert "append_line was not called" in content
     assert "contents" in content
     # no row claims the call was made
-    assert [(e.tool, e.outcome) for e in await store.audit() if e.tool == "append_line"] in (
+    assert [
+        (e.tool, e.outcome) for e in await store.audit.entries() if e.tool == "append_line"
+    ] in (
         [],
         [("append_line", "error")],
     )
@@ -131,10 +133,10 @@ async def test_code_mode_makes_no_mutating_call_when_the_observer_fails(monty_po
 
 async def test_code_mode_records_the_start_before_the_call_when_it_can(store: Store, monty_pool):
     inner = tools()
-    content = await _code_mode(inner, monty_pool, audit_observer(store))
+    content = await _code_mode(inner, monty_pool, audit_observer(store.audit))
     assert [name for name, _ in inner.calls] == ["append_line", "read_file"]
     assert "made" in content
-    assert sorted((e.tool, e.outcome) for e in await store.audit()) == [
+    assert sorted((e.tool, e.outcome) for e in await store.audit.entries()) == [
         ("append_line", "ok"),
         ("read_file", "ok"),
     ]
@@ -149,23 +151,23 @@ async def test_direct_mode_records_each_call_as_it_starts_and_ends(store: Store)
     @inner.tool()
     async def append_line(*, path: str, line: str) -> str:
         "Append a line to a file."
-        seen.append([(e.tool, e.outcome) for e in await store.audit()])
+        seen.append([(e.tool, e.outcome) for e in await store.audit.entries()])
         return "appended"
 
-    ex = AuditedExecutor(inner, audit_observer(store))
+    ex = AuditedExecutor(inner, audit_observer(store.audit))
     await ex.start()
     with in_run():
         out = await ex.call_tool("append_line", {"path": "/x", "line": "once"})
     assert (out.content, out.is_error) == ("appended", False)
     assert seen == [[("append_line", "started")]]
-    [row] = await store.audit()
+    [row] = await store.audit.entries()
     assert (row.tool, row.mutating, row.outcome, row.bytes) == ("append_line", True, "ok", 8)
     assert row.record_uuid == "rec-1"
 
 
 async def test_direct_mode_makes_no_mutating_call_while_the_database_is_locked(store: Store):
     inner = tools()
-    ex = AuditedExecutor(inner, audit_observer(store))
+    ex = AuditedExecutor(inner, audit_observer(store.audit))
     await ex.start()
     with in_run(), write_locked(store.path):
         refused = await ex.call_tool("append_line", {"path": "/x", "line": "once"})

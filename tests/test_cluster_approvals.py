@@ -74,7 +74,7 @@ class Daemon:
             raise AssertionError("not resumed in these tests")
 
         self.desk = ApprovalDesk(
-            store=store,
+            store=store.approvals,
             publisher=self.publisher,
             policy=ApprovalPolicy(),
             resume=resume,
@@ -93,10 +93,10 @@ async def _paused_in_a(tmp_path: Path, nc: Client) -> tuple[Daemon, Daemon]:
     """a holds #ops/T1, whose run R1 is paused for request k3x9ab (shared); b is empty."""
     a = await Daemon(nc, await Store(tmp_path / "a.db").open(), "a").open()
     b = await Daemon(nc, await Store(tmp_path / "b.db").open(), "b").open()
-    await a.store.record_prompt("#ops", "T1", "M1", "alice", "append", "2026-11-30T08:00:00Z")
-    await a.store.start_run("R1", "#ops", "T1", ["M1"])
+    await a.store.runs.record_prompt("#ops", "T1", "M1", "alice", "append", "2026-11-30T08:00:00Z")
+    await a.store.runs.start_run("R1", "#ops", "T1", ["M1"])
     await a.leases.claim("#ops", "T1")
-    await a.store.add_approval(_request())
+    await a.store.approvals.add_approval(_request())
     await a.mirror.shared(_request(), ["M1"])
     return a, b
 
@@ -124,15 +124,15 @@ async def test_a_request_shared_by_one_daemon_is_adopted_by_the_one_taking_over(
         assert entry.paused == PausedEntry("k3x9ab", "R1", ("M1",))
         moved = await _take_over(b)
         assert await b.mirror.adopt(moved)
-        got = await b.store.get_approval("k3x9ab")
+        got = await b.store.approvals.get_approval("k3x9ab")
         assert got is not None
         assert (got.status, got.run_id, got.requested_by) == ("pending", "R1", "alice")
         assert (got.snapshot, got.calls, got.conversation) == (SNAPSHOT, CALLS, CONVERSATION)
         assert got.expires == "2099-12-01T08:00:00.000Z"
-        assert [p.id for p in await b.store.run_prompts("R1")] == ["M1"]
+        assert [p.id for p in await b.store.approvals.run_prompts("R1")] == ["M1"]
         assert b.held == [("#ops", "T1")]
         assert await b.mirror.adopt(moved)  # adopted twice: still one request
-        assert len(await b.store.pending_approvals()) == 1
+        assert len(await b.store.approvals.pending_approvals()) == 1
 
         approve = InboundMessage("#ops", "M2", "T1", "alice", "!approve k3x9ab")
         assert await b.desk.handle(approve)
@@ -164,7 +164,7 @@ async def test_a_decision_is_taken_once_across_the_daemons(tmp_path: Path, nc: C
         assert a.jobs == []
         [said] = a.publisher.sent
         assert said.text == "Request k3x9ab was already decided, or its thread moved."
-        mine = await a.store.get_approval("k3x9ab")
+        mine = await a.store.approvals.get_approval("k3x9ab")
         assert mine is not None
         assert (mine.status, mine.decided_by) == ("stopped", "cluster")
         assert mine.resumed is not None  # never resumed here, after a restart either
@@ -173,7 +173,7 @@ async def test_a_decision_is_taken_once_across_the_daemons(tmp_path: Path, nc: C
         assert await b.desk.handle(deny)
         [job] = b.jobs
         assert job.outcome == "denied"
-        stored = await b.store.get_approval("k3x9ab")
+        stored = await b.store.approvals.get_approval("k3x9ab")
         assert stored is not None
         assert stored.status == "denied"
         assert await b.mirror.decide(stored, "approved") == "moved"  # once
@@ -206,7 +206,7 @@ async def test_tampered_or_misplaced_state_is_refused_and_not_adopted(
             await b.states.get("#ops", "T1", "k3x9ab")
         moved = await _take_over(b)
         assert not await b.mirror.adopt(moved)
-        assert await b.store.get_approval("k3x9ab") is None
+        assert await b.store.approvals.get_approval("k3x9ab") is None
         assert b.held == []
 
         await raw_bucket.put(name.replace(".T1.", ".T2."), raw)  # genuine, another thread
@@ -271,8 +271,10 @@ async def test_a_run_resumed_after_a_restart_still_moves_the_threads_marker(
         )
         try:
             wrapped = node.wrap(SessionsRuntimeStore(store))
-            await store.record_prompt("#ops", "T1", "M1", "alice", "append", "2026-11-30T08:00:00Z")
-            await store.start_run("R1", "#ops", "T1", ["M1"])  # by the process before
+            await store.runs.record_prompt(
+                "#ops", "T1", "M1", "alice", "append", "2026-11-30T08:00:00Z"
+            )
+            await store.runs.start_run("R1", "#ops", "T1", ["M1"])  # by the process before
             await node.leases.claim("#ops", "T1")
             assert await wrapped.known_run("R1") == (("#ops", "T1"), ["M1"])
             assert await wrapped.known_run("R9") is None

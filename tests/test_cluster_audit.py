@@ -26,13 +26,17 @@ from sessions.testing import run_records, tool_call_row
 
 async def _a_run(store: Store, thread: str, prompt_id: str, *, mutating: bool = False) -> str:
     """One finished run with its prompt, four records and one audit row."""
-    await store.record_prompt("#c", thread, prompt_id, "alice", "how many?", "2026-11-30T10:00:00Z")
+    await store.runs.record_prompt(
+        "#c", thread, prompt_id, "alice", "how many?", "2026-11-30T10:00:00Z"
+    )
     run_id = str(uuid.uuid4())
-    await store.start_run(run_id, "#c", thread, [prompt_id])
-    await store.add_tool_call(
+    await store.runs.start_run(run_id, "#c", thread, [prompt_id])
+    await store.audit.add_tool_call(
         tool_call_row(run_id, thread, tool="scale" if mutating else "list", mutating=mutating)
     )
-    await store.finish_run(run_id, "done", run_records(), RunMetrics(rounds=2), [prompt_id], "done")
+    await store.runs.finish_run(
+        run_id, "done", run_records(), RunMetrics(rounds=2), [prompt_id], "done"
+    )
     return run_id
 
 
@@ -46,7 +50,8 @@ async def test_two_daemons_runs_are_collected_into_one_queryable_database(
         await _a_run(b, "000000000002", "000000000002", mutating=True)
         follow = await _a_run(a, "000000000001", "000000000005")  # a follow-up in a's thread
         exporters = [
-            AuditExporter(js, s, tmp_path / name, interval=60) for s, name in ((a, "a"), (b, "b"))
+            AuditExporter(js, s.replica, tmp_path / name, interval=60)
+            for s, name in ((a, "a"), (b, "b"))
         ]
         await ensure_audit_stream(js)
         assert [await e.send_new() for e in exporters] == [2, 1]
@@ -54,20 +59,20 @@ async def test_two_daemons_runs_are_collected_into_one_queryable_database(
         (tmp_path / "a" / "audit.published").unlink()
         assert await exporters[0].send_new() == 2  # lost marker: sent again, de-duplicated
         async with Store(tmp_path / "all.db") as collected:
-            stats = await collect(js, collected, until_caught_up=True, fetch_timeout=0.5)
+            stats = await collect(js, collected.replica, until_caught_up=True, fetch_timeout=0.5)
             assert (stats.applied, stats.refused) == (3, 0)
-            threads = {t.thread_id: t for t in await collected.threads()}
+            threads = {t.thread_id: t for t in await collected.queries.threads()}
             assert set(threads) == {"000000000001", "000000000002"}
-            audit = await collected.audit()
+            audit = await collected.audit.entries()
             assert sorted(e.tool for e in audit) == ["list", "list", "scale"]
-            assert [e.tool for e in await collected.audit(mutating=True)] == ["scale"]
-            transcript = await collected.transcript("000000000001")
+            assert [e.tool for e in await collected.audit.entries(mutating=True)] == ["scale"]
+            transcript = await collected.queries.transcript("000000000001")
             assert len(transcript) == 8  # both runs of the thread, four records each
             assert transcript[4].parent_uuid == transcript[3].uuid  # the chain holds
             # applying the same run again changes nothing
-            await collected.apply_run_rows(await a.run_rows(follow))
-            assert len(await collected.audit()) == 3
-            assert len(await collected.transcript("000000000001")) == 8
+            await collected.replica.apply_run_rows(await a.replica.run_rows(follow))
+            assert len(await collected.audit.entries()) == 3
+            assert len(await collected.queries.transcript("000000000001")) == 8
 
 
 async def test_what_is_not_a_run_document_is_refused_and_the_rest_goes_on(
@@ -80,13 +85,13 @@ async def test_what_is_not_a_run_document_is_refused_and_the_rest_goes_on(
         await ensure_audit_stream(js)
         await js.publish(AUDIT_SUBJECT, b"not json", stream=AUDIT_STREAM)
         await js.publish(AUDIT_SUBJECT, json.dumps({"v": 7}).encode(), stream=AUDIT_STREAM)
-        await js.publish(AUDIT_SUBJECT, json.dumps(await a.run_rows(run_id)).encode())
-        stats = await collect(js, collected, until_caught_up=True, fetch_timeout=0.5)
+        await js.publish(AUDIT_SUBJECT, json.dumps(await a.replica.run_rows(run_id)).encode())
+        stats = await collect(js, collected.replica, until_caught_up=True, fetch_timeout=0.5)
         assert (stats.applied, stats.refused) == (1, 2)
-        again = await collect(js, collected, until_caught_up=True, fetch_timeout=0.5)
+        again = await collect(js, collected.replica, until_caught_up=True, fetch_timeout=0.5)
         assert (again.applied, again.refused) == (0, 0)  # the durable consumer resumes
         with pytest.raises(MalformedRunDocument):
-            await collected.apply_run_rows({"v": 1, "run": "x", "tables": {}})
+            await collected.replica.apply_run_rows({"v": 1, "run": "x", "tables": {}})
 
 
 async def test_audit_collect_command_follows_the_stream_into_a_database(
@@ -98,7 +103,7 @@ async def test_audit_collect_command_follows_the_stream_into_a_database(
     async with Store(tmp_path / "a.db") as a:
         await _a_run(a, "000000000001", "000000000001", mutating=True)
         await ensure_audit_stream(js)
-        assert await AuditExporter(js, a, tmp_path, interval=60).send_new() == 1
+        assert await AuditExporter(js, a.replica, tmp_path, interval=60).send_new() == 1
     url = nc.connected_url
     assert url is not None
     collect_cmd = [

@@ -43,16 +43,19 @@ async def test_the_cursor_never_passes_the_cap(tmp_path: Path) -> None:
         cap: dict[str, str | None] = {"#ops": None}
         runtime_store.cursor_cap = cap.get
         await runtime_store.record_prompt(_message(1))
-        assert await store.get_cursor("#ops") == _message(1).id
+        assert await store.cursors.get_cursor("#ops") == _message(1).id
         cap["#ops"] = _message(2).id
         await runtime_store.record_prompt(_message(5))
-        assert await store.get_cursor("#ops") == _message(2).id
+        assert await store.cursors.get_cursor("#ops") == _message(2).id
         await runtime_store.advance_cursor("#ops", _message(6).id)
-        assert await store.get_cursor("#ops") == _message(2).id
+        assert await store.cursors.get_cursor("#ops") == _message(2).id
         cap["#ops"] = ""
         await runtime_store.advance_cursor("#ops", _message(7).id)
-        assert await store.get_cursor("#ops") == _message(2).id
+        assert await store.cursors.get_cursor("#ops") == _message(2).id
         cap["#ops"] = None
         await runtime_store.advance_cursor("#ops", _message(7).id)
-        assert await store.get_cursor("#ops") == _message(7).id
-        assert [p.id for p in await store.pending_prompts()] == [_message(1).id, _message(5).id]
+        assert await store.cursors.get_cursor("#ops") == _message(7).id
+        assert [p.id for p in await store.queries.pending_prompts()] == [
+            _message(1).id,
+            _message(5).id,
+        ]

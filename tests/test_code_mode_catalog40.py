@@ -38,7 +38,10 @@ async def make(monty_pool: Any) -> AsyncIterator[Make]:
     def build(*flags: str, store: Store | None = None, **limits: Any) -> CodeModeToolExecutor:
         mcp = McpToolExecutor({"cat": {"command": sys.executable, "args": [SERVER, *flags]}})
         ex = CodeModeToolExecutor(
-            mcp, CodeModeLimits(**{**LIMITS, **limits}), pool=monty_pool, shapes=store
+            mcp,
+            CodeModeLimits(**{**LIMITS, **limits}),
+            pool=monty_pool,
+            shapes=None if store is None else store.shapes,
         )
         made.append(ex)
         return ex
@@ -141,7 +144,7 @@ async def test_a_learned_shape_is_stored_and_back_after_a_restart(make, tmp_path
             f"[run_code: the result shape of get_invoice (it declares none) was learned: "
             f"Returns (observed): {sketch}]\n[run_code variables still in scope: inv: dict[6]]"
         )
-        rows = await store.load_shapes()
+        rows = await store.shapes.load_shapes()
         assert [(r.server, r.tool, r.server_version) for r in rows] == [
             ("cat", "get_invoice", "1.0")
         ]
@@ -155,7 +158,7 @@ async def test_a_learned_shape_is_stored_and_back_after_a_restart(make, tmp_path
         await upgraded.start()
         assert upgraded.definitions()[0].description == first  # not this version's shape
         await run(upgraded, 'await get_invoice(id="invoice-1")')
-        rows = await store.load_shapes()
+        rows = await store.shapes.load_shapes()
         assert [(r.tool, r.server_version) for r in rows] == [("get_invoice", "2.0")]
 
 
@@ -176,7 +179,7 @@ async def test_a_result_that_no_longer_fits_refreshes_the_shape(make, tmp_path: 
         )
         await run(scope, 'await get_ticket(id="ticket-3")')  # fits the merged shape now
         assert wide.context_note(ThreadKey("#t", "T1")) is None
-        (row,) = await store.load_shapes()
+        (row,) = await store.shapes.load_shapes()
         assert json.loads(row.shape)["required"] == ["id", "name", "status", "region", "tags"]
 
 
@@ -185,7 +188,7 @@ async def test_a_declared_output_schema_always_wins(make, tmp_path: Path) -> Non
     async with Store(tmp_path / "a.db") as store:
         ex = make(store=store)
         await run(ex, 'await get_server(id="s1")')
-        assert await store.load_shapes() == []
+        assert await store.shapes.load_shapes() == []
         assert ex.catalog is not None
         stub = ex.catalog.entries["get_server"].stub()
         assert 'Returns: {"id": str, "hostname": str, "region": str, "up": bool}' in stub

@@ -168,14 +168,15 @@ async def settled(daemon: Daemon, *prompt_ids: str) -> None:
     """Until the prompts' runs have landed in the store (just after the hub acked the reply)."""
     async with asyncio.timeout(WAIT):
         while any(  # noqa: ASYNC110 -- bounded polling of the store, which signals nothing
-            p.status in ("queued", "running") for p in await daemon.store.get_prompts(prompt_ids)
+            p.status in ("queued", "running")
+            for p in await daemon.store.queries.get_prompts(prompt_ids)
         ):
             await asyncio.sleep(0.01)
 
 
 async def run_of(daemon: Daemon, prompt_id: str) -> str:
     """The run id that answered a prompt."""
-    [prompt] = await daemon.store.get_prompts([prompt_id])
+    [prompt] = await daemon.store.queries.get_prompts([prompt_id])
     assert prompt.run_id is not None
     return prompt.run_id
 
@@ -188,9 +189,9 @@ async def test_prompt_gets_its_reply_in_the_same_thread(env):
     assert reply.text == "Hello alice."
     assert (reply.thread, reply.reply_to) == (mid, mid)
     await settled(daemon, mid)
-    [prompt] = await daemon.store.get_prompts([mid])
+    [prompt] = await daemon.store.queries.get_prompts([mid])
     assert prompt.status == "done"
-    status, _, _ = await daemon.store.run_metrics(prompt.run_id)
+    status, _, _ = await daemon.store.queries.run_metrics(prompt.run_id)
     assert status == "done"
     assert user_text(fake.requests[-1]) == "hello?"
 
@@ -214,7 +215,7 @@ async def test_follow_up_uses_a_variable_of_the_run_before_without_mcp_calls(env
     assert tool_message["role"] == "tool"
     assert "A B C" in tool_message["content"]
     await settled(daemon, first, second)
-    audit = await daemon.store.audit(thread=first)
+    audit = await daemon.store.audit.entries(thread=first)
     by_run = {e.run_id: e.tool for e in audit}
     assert by_run == {await run_of(daemon, first): "echo"}
     assert await run_of(daemon, second) not in by_run
@@ -270,11 +271,11 @@ async def test_mutating_call_is_audited_in_the_transcript_and_logged(env):
         mid, request = await alice.ask("remove /srv/old")
         assert request.text.splitlines()[1] == '- test.rm({"path": "/srv/old"}): destructive'
         request_id = request.text.splitlines()[-2].split()[1]
-        assert await daemon.store.audit(thread=mid) == []  # not made while it waits
+        assert await daemon.store.audit.entries(thread=mid) == []  # not made while it waits
         _, reply = await alice.ask(f"!approve {request_id}", thread=mid)
     assert reply.text == "Removed /srv/old."
     await settled(daemon, mid)
-    [row] = await daemon.store.audit(thread=mid)
+    [row] = await daemon.store.audit.entries(thread=mid)
     assert (row.tool, row.arguments, row.mutating, row.is_error) == (
         "rm",
         {"path": "/srv/old"},
@@ -282,7 +283,7 @@ async def test_mutating_call_is_audited_in_the_transcript_and_logged(env):
         False,
     )
     assert (row.decision, row.decided_by) == ("approved", "alice")
-    records = await daemon.store.transcript(mid, "#ops")
+    records = await daemon.store.queries.transcript(mid, "#ops")
     assert [r.type for r in records] == ["user", "assistant", "user", "assistant"]
     assert records[1].uuid == row.record_uuid
     tool_use = next(b for b in records[1].message["content"] if b["type"] == "tool_use")
@@ -307,7 +308,7 @@ async def test_stop_cancels_the_active_run(env):
     assert reply.text == "Stopped by alice."
     await settled(daemon, mid)
     run_id = await run_of(daemon, mid)
-    status, _, error = await daemon.store.run_metrics(run_id)
+    status, _, error = await daemon.store.queries.run_metrics(run_id)
     assert (status, error) == ("interrupted", "stopped by alice")
     hold.release.set()  # the fake's held connection was cut; let its task end
 
@@ -320,7 +321,7 @@ async def test_failed_run_gets_a_short_error_reply_and_the_daemon_goes_on(env):
     assert reply.text.startswith("Sorry, this run failed:")
     assert len(reply.text) < 600
     await settled(daemon, mid)
-    status, _, error = await daemon.store.run_metrics(await run_of(daemon, mid))
+    status, _, error = await daemon.store.queries.run_metrics(await run_of(daemon, mid))
     assert status == "failed"
     assert error
     fake.add(Reply("fine again"))
@@ -377,7 +378,7 @@ async def test_lone_surrogate_in_a_model_reply_still_ends_the_prompt(env):
     mid, reply = await alice.ask("say something odd")
     assert reply.text == "broken \ufffd text" or reply.text.startswith("Sorry, this run failed")
     await settled(daemon, mid)
-    [prompt] = await daemon.store.get_prompts([mid])
+    [prompt] = await daemon.store.queries.get_prompts([mid])
     assert prompt.status in ("done", "failed")
 
 
@@ -602,7 +603,7 @@ async def test_unexpected_error_while_starting_closes_everything_and_propagates(
         assert (executor.started, executor.closed) == (1, 1)
         assert channel.closed
         with pytest.raises(StoreClosedError):
-            await daemon.store.get_cursor("#ops")
+            await daemon.store.cursors.get_cursor("#ops")
         assert any(e["event"] == "daemon.crashed" for e in logs)
 
 

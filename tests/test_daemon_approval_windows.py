@@ -70,7 +70,7 @@ async def until_decided(daemon: Daemon, rid: str, status: str) -> None:
     """Until request ``rid`` is stored with ``status`` (the store signals nothing)."""
     async with asyncio.timeout(WAIT):
         while True:
-            approval = await daemon.store.get_approval(rid)
+            approval = await daemon.store.approvals.get_approval(rid)
             if approval is not None and approval.status == status:
                 return
             await asyncio.sleep(0.01)
@@ -79,7 +79,7 @@ async def until_decided(daemon: Daemon, rid: str, status: str) -> None:
 async def until_recorded(daemon: Daemon, prompt_id: str) -> None:
     """Until the daemon stored prompt ``prompt_id``."""
     async with asyncio.timeout(WAIT):
-        while not await daemon.store.get_prompts([prompt_id]):  # noqa: ASYNC110 -- bounded polling of the store, which signals nothing
+        while not await daemon.store.queries.get_prompts([prompt_id]):  # noqa: ASYNC110 -- bounded polling of the store, which signals nothing
             await asyncio.sleep(0.01)
 
 
@@ -201,9 +201,9 @@ async def test_a_request_that_cannot_be_published_fails_the_run_with_a_notice(
                     "Sorry, this run failed: the approval request could not be published (" + shown
                 ), notice.text
                 await settled(daemon, mid)  # the notice is published before the run is recorded
-                [prompt] = await daemon.store.get_prompts([mid])
+                [prompt] = await daemon.store.queries.get_prompts([mid])
                 assert prompt.status == "failed"
-                [approval] = await daemon.store.approvals()
+                [approval] = await daemon.store.approvals.approvals()
                 assert (approval.status, approval.decided_by) == ("stopped", "asyncai")
                 assert approval.resumed is not None
                 assert lines_of(target) == []
@@ -230,15 +230,19 @@ async def test_an_approve_while_another_run_of_the_thread_is_active_runs_after_i
     model = ScriptedModel()
     async with Store(tmp_path / "asyncai.db") as store:
         desk = ApprovalDesk(
-            store=store, publisher=pub, policy=ApprovalPolicy(), resume=resume, publish_timeout=5
+            store=store.approvals,
+            publisher=pub,
+            policy=ApprovalPolicy(),
+            resume=resume,
+            publish_timeout=5,
         )
         runtime = Runtime(
             store=SessionsRuntimeStore(store), publisher=pub, run=model, approvals=desk
         )
         first = msg("first")
-        await store.record_prompt("#ops", first.thread, first.id, "alice", "x", iso_utc(NOW))
-        await store.start_run("paused-run", "#ops", first.thread, [first.id])
-        await store.add_approval(
+        await store.runs.record_prompt("#ops", first.thread, first.id, "alice", "x", iso_utc(NOW))
+        await store.runs.start_run("paused-run", "#ops", first.thread, [first.id])
+        await store.approvals.add_approval(
             NewApproval(
                 id="abc123",
                 run_id="paused-run",
@@ -258,7 +262,7 @@ async def test_an_approve_while_another_run_of_the_thread_is_active_runs_after_i
             await model.wait_started(1)
             assert await desk.adopt("abc123")
             await runtime.submit(msg("!approve abc123", thread=first.thread))
-            approval = await store.get_approval("abc123")
+            approval = await store.approvals.get_approval("abc123")
             assert approval is not None
             assert approval.status == "approved"
             model.release(0)
@@ -287,7 +291,11 @@ async def test_a_stop_of_queued_prompts_keeps_a_decided_run_that_waits_for_a_slo
     model = ScriptedModel()
     async with Store(tmp_path / "asyncai.db") as store:
         desk = ApprovalDesk(
-            store=store, publisher=pub, policy=ApprovalPolicy(), resume=resume, publish_timeout=5
+            store=store.approvals,
+            publisher=pub,
+            policy=ApprovalPolicy(),
+            resume=resume,
+            publish_timeout=5,
         )
         runtime = Runtime(
             store=SessionsRuntimeStore(store),
@@ -297,9 +305,9 @@ async def test_a_stop_of_queued_prompts_keeps_a_decided_run_that_waits_for_a_slo
             options=RuntimeOptions(max_concurrent_runs=1),
         )
         first = msg("first")
-        await store.record_prompt("#ops", first.thread, first.id, "alice", "x", iso_utc(NOW))
-        await store.start_run("paused-run", "#ops", first.thread, [first.id])
-        await store.add_approval(
+        await store.runs.record_prompt("#ops", first.thread, first.id, "alice", "x", iso_utc(NOW))
+        await store.runs.start_run("paused-run", "#ops", first.thread, [first.id])
+        await store.approvals.add_approval(
             NewApproval(
                 id="abc123",
                 run_id="paused-run",
@@ -322,7 +330,7 @@ async def test_a_stop_of_queued_prompts_keeps_a_decided_run_that_waits_for_a_slo
             await runtime.submit(msg("!approve abc123", thread=first.thread))
             assert runtime.counts().waiting_threads == 1  # the approved run waits for the slot
             await runtime.submit(msg("!stop", thread=first.thread))
-            [prompt] = await store.get_prompts([queued.id])
+            [prompt] = await store.queries.get_prompts([queued.id])
             assert prompt.status == "failed"
             model.release(0)
             await pub.wait_for(3)

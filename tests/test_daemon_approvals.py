@@ -65,7 +65,7 @@ async def settled(daemon: Daemon, thread: str) -> None:
     """Until the thread's prompts are all done or failed."""
     async with asyncio.timeout(WAIT):
         while True:
-            rows = await daemon.store.pending_prompts()
+            rows = await daemon.store.queries.pending_prompts()
             if not any(p.thread_id == thread for p in rows):
                 return
             await asyncio.sleep(0.02)
@@ -89,7 +89,7 @@ async def test_approve_makes_the_call_exactly_once_and_the_run_answers(world):
     tool_message = fake.requests[-1]["messages"][-1]
     assert tool_message["content"] == "appended one"
     await settled(daemon, mid)
-    [row] = await daemon.store.audit(thread=mid)
+    [row] = await daemon.store.audit.entries(thread=mid)
     assert (row.tool, row.decision, row.decided_by, row.outcome) == (
         "append_line",
         "approved",
@@ -116,14 +116,14 @@ async def test_deny_never_makes_the_call_and_the_model_reads_why(world):
     assert lines_of(target) == []
     result = fake.requests[-1]["messages"][-1]["content"]
     assert "PermissionError: denied by alice: not today" in result
-    approval = (await daemon.store.approvals())[0]
+    approval = (await daemon.store.approvals.approvals())[0]
     assert (approval.status, approval.decided_by, approval.reason) == (
         "denied",
         "alice",
         "not today",
     )
     await settled(daemon, mid)
-    [row] = await daemon.store.audit(thread=mid)
+    [row] = await daemon.store.audit.entries(thread=mid)
     assert (row.tool, row.decision, row.decided_by, row.is_error) == (
         "erase",
         "denied",
@@ -229,9 +229,11 @@ async def test_stop_while_pending_ends_the_run_without_the_call(world):
     assert stopped.text == "Stopped by alice."
     assert lines_of(target) == []
     await settled(daemon, mid)
-    [prompt] = await daemon.store.get_prompts([mid])
+    [prompt] = await daemon.store.queries.get_prompts([mid])
     assert prompt.status == "failed"
-    approval = next(a for a in await daemon.store.approvals() if a.id == request_id(asked.text))
+    approval = next(
+        a for a in await daemon.store.approvals.approvals() if a.id == request_id(asked.text)
+    )
     assert (approval.status, approval.decided_by) == ("stopped", "alice")
 
 
@@ -250,10 +252,10 @@ async def test_stop_of_a_paused_run_needs_the_right_to_decide(world):
     await bob.say("!stop", thread=mid)
     [_, refusal] = await alice.reply_in(mid, 2)
     assert refusal.text == f"bob may not decide request {rid}: only alice may."
-    approval = await daemon.store.get_approval(rid)
+    approval = await daemon.store.approvals.get_approval(rid)
     assert approval is not None
     assert approval.status == "pending"
-    [prompt] = await daemon.store.get_prompts([mid])
+    [prompt] = await daemon.store.queries.get_prompts([mid])
     assert prompt.status == "running"
     _, reply = await alice.ask(f"!approve {rid}", thread=mid)
     assert reply.text == "Erased."
@@ -300,7 +302,7 @@ async def test_an_unanswered_request_expires_as_a_denial(tmp_path):
             result = fake.requests[-1]["messages"][-1]["content"]
             assert "PermissionError: denied: the request expired after 0.3 s" in result
             assert lines_of(target) == []
-            [approval] = await daemon.store.approvals()
+            [approval] = await daemon.store.approvals.approvals()
             assert (approval.status, approval.decided_by) == ("expired", "expiry")
         finally:
             await alice.close()

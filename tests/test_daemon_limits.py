@@ -58,7 +58,7 @@ async def test_stopped_runs_tokens_count_so_the_later_prompts_are_refused(tmp_pa
                         continue
                     await arrived(hold)
                     run_id = await run_of(daemon, mid)
-                    found = await daemon.store.run_metrics(run_id)
+                    found = await daemon.store.queries.run_metrics(run_id)
                     assert found is not None
                     status, metrics, _ = found
                     # durable as spent: on the row while the run still goes on
@@ -71,7 +71,7 @@ async def test_stopped_runs_tokens_count_so_the_later_prompts_are_refused(tmp_pa
                     [stopped] = await alice.reply_in(thread)
                     assert stopped.text == "Stopped by alice."
                     await settled(daemon, mid)
-                    found = await daemon.store.run_metrics(run_id)
+                    found = await daemon.store.queries.run_metrics(run_id)
                     assert found is not None
                     assert (found[0], found[1].prompt_tokens + found[1].completion_tokens) == (
                         "interrupted",

@@ -154,7 +154,7 @@ async def test_sigkill_mid_run_then_restart_answers_exactly_once(world):
 
     assert await thread_replies(hub, thread) == ["answered once"]
     async with Store(tmp / "asyncai.db", create=False) as store:
-        [prompt] = await store.get_prompts([mid])
+        [prompt] = await store.queries.get_prompts([mid])
         assert prompt.status == "done"
     runs = _runs(tmp / "asyncai.db", thread)
     assert [status for _, status, _ in runs] == ["interrupted", "done"]
@@ -181,7 +181,7 @@ async def test_sigterm_exits_zero_and_records_the_run(world):
     await d.notify.wait_for("STOPPING=1")
     held.release.set()
     async with Store(tmp / "asyncai.db", create=False) as store:
-        [prompt] = await store.get_prompts([mid])
+        [prompt] = await store.queries.get_prompts([mid])
         assert prompt.status == "queued"
     [(_, run_status, error)] = _runs(tmp / "asyncai.db", thread)
     assert (run_status, error) == ("interrupted", "daemon shutting down")
@@ -242,9 +242,9 @@ async def test_sigkill_during_a_mutating_call_is_not_repeated_after_restart(worl
     assert call.startswith("- append_and_block(path='/")  # the long path is shortened
     assert call.endswith(") [mutating]: did not finish (outcome unknown)")
     async with Store(tmp / "asyncai.db", create=False) as store:
-        [prompt] = await store.get_prompts([mid])
+        [prompt] = await store.queries.get_prompts([mid])
         assert prompt.status == "failed"
-        [call] = await store.audit(thread=thread)
+        [call] = await store.audit.entries(thread=thread)
         assert (call.tool, call.mutating, call.outcome) == ("append_and_block", True, "unknown")
     assert [status for _, status, _ in _runs(tmp / "asyncai.db", thread)] == ["interrupted"]
 
@@ -284,8 +284,8 @@ async def test_sigkill_while_an_approval_is_pending_then_approve_after_restart_r
         # the reply is published before the prompt is recorded done: poll the store
         while True:
             async with Store(tmp / "asyncai.db", create=False) as store:
-                [prompt] = await store.get_prompts([mid])
-                approval = await store.get_approval(rid)
+                [prompt] = await store.queries.get_prompts([mid])
+                approval = await store.approvals.get_approval(rid)
             if prompt.status == "done" and approval is not None and approval.resumed:
                 break
             await asyncio.sleep(0.02)
@@ -334,9 +334,9 @@ async def test_sigkill_while_an_approved_run_goes_on_does_not_repeat_the_call(wo
     assert call.startswith("- append_line(path='/")
     assert call.endswith(", line='once') [mutating]: ok")
     async with Store(tmp / "asyncai.db", create=False) as store:
-        [prompt] = await store.get_prompts([mid])
+        [prompt] = await store.queries.get_prompts([mid])
         assert prompt.status == "failed"
-        approval = await store.get_approval(rid)
+        approval = await store.approvals.get_approval(rid)
         assert approval is not None
         assert approval.status == "approved"
         assert approval.resumed is not None
@@ -382,7 +382,7 @@ async def _recorded_done(db: Path, prompt_id: str) -> None:
     async with asyncio.timeout(WAIT):
         while True:
             async with Store(db, create=False) as store:
-                [prompt] = await store.get_prompts([prompt_id])
+                [prompt] = await store.queries.get_prompts([prompt_id])
             if prompt.status == "done":
                 return
             await asyncio.sleep(0.02)  # the daemon signals nothing: poll the store

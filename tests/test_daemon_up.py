@@ -139,9 +139,9 @@ async def test_up_answers_on_asyncai_with_http_get_and_stops_on_ctrl_c(tmp_path)
             await proc.wait()
 
     async with Store(tmp_path / ".asyncai" / "asyncai.db", create=False) as store:
-        [row] = await store.audit(thread=ack.thread)
+        [row] = await store.audit.entries(thread=ack.thread)
         assert (row.tool, row.arguments, row.mutating) == ("http_get", {"url": url}, False)
-        [prompt] = await store.get_prompts([ack.id])
+        [prompt] = await store.queries.get_prompts([ack.id])
         assert prompt.status == "done"
 
 

@@ -377,22 +377,22 @@ async def test_the_wait_reaches_the_audit_row_the_cli_and_the_transcript(
     async with Store(path) as store:
         m = msg("x")
         await SessionsRuntimeStore(store).record_prompt(m)
-        await store.start_run("R1", "#ops", m.thread, [m.id])
-        observe = audit_observer(store)
+        await store.runs.start_run("R1", "#ops", m.thread, [m.id])
+        observe = audit_observer(store.audit)
         token = current_tool_use.set(ToolUseContext("R1", m.thread, "tu1", "rec-1"))
         try:
             waited = AuditEntry(
                 "crowd", {}, False, 0, False, now_iso(), 0.0, "started", "k1", queue_ms=1250.4
             )
             await observe(m.thread, waited)
-            [row] = await store.audit()
+            [row] = await store.audit.entries()
             assert (row.outcome, row.queue_ms) == ("started", 1250.4)
             await observe(m.thread, replace(waited, outcome="ok", duration_ms=3.0))
             free = AuditEntry("echo", {}, False, 2, False, now_iso(), 1.0, "ok", "k2")
             await observe(m.thread, free)
         finally:
             current_tool_use.reset(token)
-        assert {(e.tool, e.outcome, e.queue_ms) for e in await store.audit()} == {
+        assert {(e.tool, e.outcome, e.queue_ms) for e in await store.audit.entries()} == {
             ("crowd", "ok", 1250.4),
             ("echo", "ok", None),
         }
@@ -401,7 +401,7 @@ async def test_the_wait_reaches_the_audit_row_the_cli_and_the_transcript(
             {"tool": "echo", "arguments": {}, "is_error": False, "bytes": 2, "queue_ms": None},
         ]
         records = run_records("q", nested=nested)
-        await store.finish_run("R1", "done", records, RunMetrics(rounds=2), [m.id], "done")
+        await store.runs.finish_run("R1", "done", records, RunMetrics(rounds=2), [m.id], "done")
 
     assert await asyncio.to_thread(main, ["audit", "--db", str(path)]) == 0
     lines = capsys.readouterr().out.splitlines()

@@ -43,7 +43,7 @@ async def test_the_reply_lands_with_the_runs_end_and_waits_until_acked(store: St
     await runtime.finish_run(
         "R1", RunResult("the answer"), [m.id], "done", reply=_reply("R1", m.id, m.thread)
     )
-    [prompt] = await store.get_prompts([m.id])
+    [prompt] = await store.queries.get_prompts([m.id])
     assert prompt.status == "done"
     [waiting] = await runtime.unacked_replies()
     assert (waiting.run_id, waiting.text, waiting.prompt_ids) == ("R1", "the answer", (m.id,))
@@ -57,9 +57,9 @@ async def test_a_refused_reply_fails_the_run_and_its_prompts(store: Store):
         "R1", RunResult("x"), [m.id], "done", reply=_reply("R1", m.id, m.thread)
     )
     await runtime.reply_refused("R1", "reply refused: too large")
-    [prompt] = await store.get_prompts([m.id])
+    [prompt] = await store.queries.get_prompts([m.id])
     assert prompt.status == "failed"
-    found = await store.run_metrics("R1")
+    found = await store.queries.run_metrics("R1")
     assert found is not None
     status, _, error = found
     assert (status, error) == ("failed", "reply refused: too large")
@@ -69,11 +69,11 @@ async def test_a_refused_reply_fails_the_run_and_its_prompts(store: Store):
 async def test_a_runs_dump_is_held_back_and_committed_with_its_reply(store: Store):
     """While the run has not ended, a save of its thread's REPL does not reach the
     store; the run's end commits it; the next save goes straight through again."""
-    scopes = SignedScopeStore(store, KEY, max_bytes=1 << 20)
+    scopes = SignedScopeStore(store.scopes, KEY, max_bytes=1 << 20)
     runtime, m = await _started(store, scopes)
     thread = ThreadKey(m.channel, m.thread)
     await scopes.save(thread, b"dump of run 1")
-    assert await store.load_scope(m.channel, m.thread) is None  # held back
+    assert await store.scopes.load_scope(m.channel, m.thread) is None  # held back
     held = await scopes.load(thread)  # the thread's own REPL still sees it
     assert held is not None
     assert held.data == b"dump of run 1"
@@ -92,27 +92,27 @@ async def test_a_runs_dump_is_held_back_and_committed_with_its_reply(store: Stor
 async def test_a_run_that_ends_without_a_reply_drops_its_held_dump(store: Store):
     """Interrupted (its prompts queued to run again): the stored REPL stays the one
     from before the run, so the run, run again, is not counted twice."""
-    scopes = SignedScopeStore(store, KEY, max_bytes=1 << 20)
+    scopes = SignedScopeStore(store.scopes, KEY, max_bytes=1 << 20)
     runtime, m = await _started(store, scopes)
     thread = ThreadKey(m.channel, m.thread)
     await scopes.save(thread, b"half a run")
     interrupted = RunResult("", status="interrupted", error="daemon shutting down")
     await runtime.finish_run("R1", interrupted, [m.id], "queued")
     assert await scopes.load(thread) is None
-    assert await store.load_scope(m.channel, m.thread) is None
+    assert await store.scopes.load_scope(m.channel, m.thread) is None
 
 
 async def test_after_a_run_without_a_reply_a_shutdowns_save_is_not_stored(store: Store):
     """The shutdown stores every live REPL after the runtime recorded its cut-off runs:
     the REPL of one (its prompt queued to run again) must not be stored, or the run,
     run again on it, would count twice. The thread's next run stores again."""
-    scopes = SignedScopeStore(store, KEY, max_bytes=1 << 20)
+    scopes = SignedScopeStore(store.scopes, KEY, max_bytes=1 << 20)
     runtime, m = await _started(store, scopes)
     thread = ThreadKey(m.channel, m.thread)
     interrupted = RunResult("", status="interrupted", error="daemon shutting down")
     await runtime.finish_run("R1", interrupted, [m.id], "queued")
     await scopes.save(thread, b"half a run, at shutdown")
-    assert await store.load_scope(m.channel, m.thread) is None
+    assert await store.scopes.load_scope(m.channel, m.thread) is None
 
     await runtime.start_run("R2", m.channel, m.thread, [m.id])
     await scopes.save(thread, b"run 2, whole")

@@ -65,13 +65,13 @@ def runtime_of(parts: Parts, **options: Any) -> Runtime:
 
 async def status(store: SessionsRuntimeStore, prompt_id: str) -> PromptStatus:
     """One recorded prompt's status, as stored."""
-    [prompt] = await store.store.get_prompts([prompt_id])
+    [prompt] = await store.store.queries.get_prompts([prompt_id])
     return prompt.status
 
 
 async def run_row(store: SessionsRuntimeStore, run_id: str) -> tuple[str, str | None]:
     """One run's ``(status, error)``, as stored."""
-    found = await store.store.run_metrics(run_id)
+    found = await store.store.queries.run_metrics(run_id)
     assert found is not None, f"no run {run_id} in the store"
     run_status, _, error = found
     return run_status, error
@@ -121,7 +121,7 @@ async def test_prompt_gets_reply_in_its_thread_and_is_marked_done(parts):
     assert (pub.sent[0].thread, pub.sent[0].reply_to) == (m.thread, m.id)
     assert pub.sent[0].client_id == reply_client_id("#ops", m.id)
     assert await status(store, m.id) == "done"
-    assert await store.store.get_cursor("#ops") == m.id
+    assert await store.store.cursors.get_cursor("#ops") == m.id
     req = model.requests[0]
     assert (req.channel, req.thread_id, [p.id for p in req.prompts]) == ("#ops", m.thread, [m.id])
 
@@ -188,8 +188,8 @@ async def test_a_burst_blocks_intake_at_the_queue_bound(parts):
         await asyncio.sleep(0)
     assert not blocked.done()
     assert third.id not in recording.asked  # not even recorded: the cursor did not move past it
-    assert await store.store.get_prompts([third.id]) == []
-    assert await store.store.get_cursor("#ops") == last_taken.id
+    assert await store.store.queries.get_prompts([third.id]) == []
+    assert await store.store.cursors.get_cursor("#ops") == last_taken.id
     model.release(0)
     async with asyncio.timeout(5):
         assert await blocked
@@ -237,7 +237,7 @@ async def test_stop_without_a_run_is_ignored(parts):
     assert pub.sent == []
     assert model.requests == []
     assert recorded_prompts(store) == []
-    assert await store.store.get_cursor("#ops") == stop.id
+    assert await store.store.cursors.get_cursor("#ops") == stop.id
 
 
 async def test_own_messages_are_never_answered(parts):
@@ -249,7 +249,7 @@ async def test_own_messages_are_never_answered(parts):
     await rt.shutdown(grace=1)
     assert model.requests == []
     assert recorded_prompts(store) == []
-    assert await store.store.get_cursor("#ops") == own.id
+    assert await store.store.cursors.get_cursor("#ops") == own.id
 
 
 async def test_shared_channel_answers_mentions_and_its_threads_only(parts):
@@ -359,7 +359,7 @@ async def test_shutdown_waits_the_grace_then_interrupts_and_requeues(parts):
     assert await status(store, m.id) == "queued"
     late = msg("too late")
     assert not await rt.submit(late)
-    assert await store.store.get_prompts([late.id]) == []
+    assert await store.store.queries.get_prompts([late.id]) == []
     assert pub.sent == []
 
 

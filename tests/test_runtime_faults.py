@@ -69,9 +69,9 @@ async def test_a_refused_reply_fails_the_prompt_with_a_notice(store):
     assert notice.text.startswith("Sorry, this run failed: the reply could not be published")
     assert "\n" not in notice.text
     assert (notice.reply_to, notice.client_id) == (m.id, notice_client_id("#ops", m.id))
-    [prompt] = await store.get_prompts([m.id])
+    [prompt] = await store.queries.get_prompts([m.id])
     assert prompt.status == "failed"
-    status, _, error = await store.run_metrics(model.requests[0].run_id)
+    status, _, error = await store.queries.run_metrics(model.requests[0].run_id)
     assert status == "failed"
     assert error == "reply refused: the hub refused the message: bad_frame: refused by the test"
 
@@ -165,12 +165,12 @@ async def test_the_cursor_stays_before_held_chunks(store):
     for whole in (bob, dev):
         assert whole is not None
         await rt.submit(inbound(whole))
-    assert await store.get_cursor("#ops") is None
-    assert await store.get_cursor("#dev") == "c1"
+    assert await store.cursors.get_cursor("#ops") is None
+    assert await store.cursors.get_cursor("#dev") == "c1"
     whole = joiner.feed(chunk("d1", "last", False))
     assert whole is not None
     await rt.submit(inbound(whole))
-    assert await store.get_cursor("#ops") == "d1"
+    assert await store.cursors.get_cursor("#ops") == "d1"
     await pub.wait_for(3)
     await rt.shutdown(grace=1)
     assert sorted(p.text for p in pub.sent) == [

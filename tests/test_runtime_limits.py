@@ -78,7 +78,7 @@ async def one_start(db: Path, limits: SenderLimits, model: TokenModel, *messages
             store=SessionsRuntimeStore(store),
             publisher=pub,
             run=model,
-            limiter=SenderLimiter(store, limits),
+            limiter=SenderLimiter(store.queries, limits),
         )
         for message in messages:
             await rt.submit(message)
@@ -90,7 +90,7 @@ async def one_start(db: Path, limits: SenderLimits, model: TokenModel, *messages
 async def status_of(db: Path, prompt_id: str) -> str:
     """A prompt's stored status."""
     async with Store(db) as store:
-        [prompt] = await store.get_prompts([prompt_id])
+        [prompt] = await store.queries.get_prompts([prompt_id])
         return prompt.status
 
 
@@ -131,12 +131,12 @@ async def test_token_limit_holds_across_a_restart_and_spares_the_other_sender(tm
     async with Store(db) as store:
         # Both wait in one thread when the daemon starts, so they make one run.
         for m in (root, mine):
-            await store.record_prompt("#ops", m.thread, m.id, m.sender, m.text, iso_utc(NOW))
+            await store.runs.record_prompt("#ops", m.thread, m.id, m.sender, m.text, iso_utc(NOW))
         rt = Runtime(
             store=SessionsRuntimeStore(store),
             publisher=pub,
             run=gate_model,
-            limiter=SenderLimiter(store, limits),
+            limiter=SenderLimiter(store.queries, limits),
         )
         assert await rt.recover() == 2
         await pub.wait_for(2)

@@ -28,13 +28,13 @@ KEY = b"k" * 32
 async def store(tmp_path: Path):
     """A store with thread #ops/T1 recorded."""
     async with Store(tmp_path / "a.db") as store:
-        await store.record_prompt("#ops", "T1", "M1", "alice", "x", "2026-11-30T08:00:00Z")
+        await store.runs.record_prompt("#ops", "T1", "M1", "alice", "x", "2026-11-30T08:00:00Z")
         yield store
 
 
 async def test_a_dump_comes_back_as_it_was_saved(store: Store) -> None:
     """Save then load: the same bytes, with the time they were saved."""
-    scopes = SignedScopeStore(store, KEY, max_bytes=1024, version="1.4.0")
+    scopes = SignedScopeStore(store.scopes, KEY, max_bytes=1024, version="1.4.0")
     await scopes.save(ThreadKey("#ops", "T1"), b"\x00dump\xff")
     loaded = await scopes.load(ThreadKey("#ops", "T1"))
     assert loaded is not None
@@ -47,11 +47,11 @@ async def test_a_dump_comes_back_as_it_was_saved(store: Store) -> None:
 
 async def test_a_changed_byte_is_refused(store: Store) -> None:
     """A flipped byte in the stored dump: ScopeRejected, never loaded."""
-    scopes = SignedScopeStore(store, KEY, max_bytes=1024, version="1.4.0")
+    scopes = SignedScopeStore(store.scopes, KEY, max_bytes=1024, version="1.4.0")
     await scopes.save(ThreadKey("#ops", "T1"), b"abcdef")
-    stored = await store.load_scope("#ops", "T1")
+    stored = await store.scopes.load_scope("#ops", "T1")
     assert stored is not None
-    await store.save_scope(
+    await store.scopes.save_scope(
         "#ops", "T1", monty_version="1.4.0", data=b"abcdeF", mac=stored.mac, dumped=stored.dumped
     )
     with pytest.raises(ScopeRejected, match="MAC does not match"):
@@ -63,14 +63,16 @@ async def test_a_dump_moved_to_the_same_thread_id_in_another_channel_is_refused(
 ) -> None:
     """Issue 26: #ops and #pub share a thread id; #ops's dump (bytes and MAC) copied into
     #pub's row fails the MAC, which covers the channel; each channel loads its own."""
-    await store.record_prompt("#pub", "T1", "M9", "mallory", "x", "2026-11-30T08:00:00Z")
-    scopes = SignedScopeStore(store, KEY, max_bytes=1024, version="1.4.0")
+    await store.runs.record_prompt("#pub", "T1", "M9", "mallory", "x", "2026-11-30T08:00:00Z")
+    scopes = SignedScopeStore(store.scopes, KEY, max_bytes=1024, version="1.4.0")
     ops, pub = ThreadKey("#ops", "T1"), ThreadKey("#pub", "T1")
     await scopes.save(ops, b"ops-secret-42")
     assert await scopes.load(pub) is None
-    stored = await store.load_scope("#ops", "T1")
+    stored = await store.scopes.load_scope("#ops", "T1")
     assert stored is not None
-    await store.save_scope("#pub", "T1", monty_version="1.4.0", data=stored.data, mac=stored.mac)
+    await store.scopes.save_scope(
+        "#pub", "T1", monty_version="1.4.0", data=stored.data, mac=stored.mac
+    )
     with pytest.raises(ScopeRejected, match="MAC does not match"):
         await scopes.load(pub)
     await scopes.drop(pub)
@@ -81,46 +83,46 @@ async def test_a_dump_moved_to_the_same_thread_id_in_another_channel_is_refused(
 
 async def test_a_dump_under_another_key_or_thread_is_refused(store: Store) -> None:
     """The MAC binds the key and the thread: a copied dump does not verify."""
-    await store.record_prompt("#ops", "T2", "M2", "alice", "x", "2026-11-30T08:00:00Z")
-    other = SignedScopeStore(store, b"o" * 32, max_bytes=1024, version="1.4.0")
+    await store.runs.record_prompt("#ops", "T2", "M2", "alice", "x", "2026-11-30T08:00:00Z")
+    other = SignedScopeStore(store.scopes, b"o" * 32, max_bytes=1024, version="1.4.0")
     await other.save(ThreadKey("#ops", "T1"), b"data")
     with pytest.raises(ScopeRejected, match="MAC"):
-        await SignedScopeStore(store, KEY, max_bytes=1024, version="1.4.0").load(
+        await SignedScopeStore(store.scopes, KEY, max_bytes=1024, version="1.4.0").load(
             ThreadKey("#ops", "T1")
         )
     mac_for_t1 = scope_mac(KEY, "1.4.0", ThreadKey("#ops", "T1"), b"data")
-    await store.save_scope("#ops", "T2", monty_version="1.4.0", data=b"data", mac=mac_for_t1)
+    await store.scopes.save_scope("#ops", "T2", monty_version="1.4.0", data=b"data", mac=mac_for_t1)
     with pytest.raises(ScopeRejected, match="MAC"):
-        await SignedScopeStore(store, KEY, max_bytes=1024, version="1.4.0").load(
+        await SignedScopeStore(store.scopes, KEY, max_bytes=1024, version="1.4.0").load(
             ThreadKey("#ops", "T2")
         )
 
 
 async def test_a_dump_of_another_monty_version_is_refused(store: Store) -> None:
     """Monty loads only its own dump version: say which versions, do not load."""
-    await SignedScopeStore(store, KEY, max_bytes=1024, version="1.3.9").save(
+    await SignedScopeStore(store.scopes, KEY, max_bytes=1024, version="1.3.9").save(
         ThreadKey("#ops", "T1"), b"old"
     )
     with pytest.raises(ScopeRejected, match=r"saved by pydantic-monty 1\.3\.9.*runs 1\.4\.0"):
-        await SignedScopeStore(store, KEY, max_bytes=1024, version="1.4.0").load(
+        await SignedScopeStore(store.scopes, KEY, max_bytes=1024, version="1.4.0").load(
             ThreadKey("#ops", "T1")
         )
 
 
 async def test_a_dump_over_the_limit_is_refused(store: Store) -> None:
     """A limit lowered since the save: the dump is not loaded."""
-    await SignedScopeStore(store, KEY, max_bytes=1024, version="1.4.0").save(
+    await SignedScopeStore(store.scopes, KEY, max_bytes=1024, version="1.4.0").save(
         ThreadKey("#ops", "T1"), b"x" * 100
     )
     with pytest.raises(ScopeRejected, match=r"over code_mode\.max_scope_dump"):
-        await SignedScopeStore(store, KEY, max_bytes=10, version="1.4.0").load(
+        await SignedScopeStore(store.scopes, KEY, max_bytes=10, version="1.4.0").load(
             ThreadKey("#ops", "T1")
         )
 
 
 async def test_saving_for_an_unknown_thread_is_refused(store: Store) -> None:
     """No thread row, no dump."""
-    scopes = SignedScopeStore(store, KEY, max_bytes=1024, version="1.4.0")
+    scopes = SignedScopeStore(store.scopes, KEY, max_bytes=1024, version="1.4.0")
     with pytest.raises(StoreError, match="no such thread"):
         await scopes.save(ThreadKey("#ops", "T9"), b"x")
 
@@ -163,18 +165,20 @@ async def test_dumps_signed_the_old_way_are_resigned_when_their_channel_is_prove
     threads = [("#ops", "T1"), ("#ops", "T2"), ("#ops", "T3"), ("#pub", "T3")]
     async with Store(path, migrations=MIGRATIONS[:5]) as old:
         for n, (channel, thread) in enumerate(threads):
-            await old.record_prompt(channel, thread, f"M{n}", "alice", "x", "2026-11-30T08:00:00Z")
+            await old.runs.record_prompt(
+                channel, thread, f"M{n}", "alice", "x", "2026-11-30T08:00:00Z"
+            )
         for thread, data, key in [
             ("T1", b"ops-secret-42", KEY),
             ("T2", b"forged", b"o" * 32),
             ("T3", b"which channel?", KEY),
         ]:
             mac = signed_the_old_way(key, "1.4.0", thread, data)
-            await old.save_scope("#ops", thread, monty_version="1.4.0", data=data, mac=mac)
+            await old.scopes.save_scope("#ops", thread, monty_version="1.4.0", data=data, mac=mac)
     async with Store(path) as store:
-        assert len(await store.unbound_scopes()) == 3  # the migration set them apart
+        assert len(await store.scopes.unbound_scopes()) == 3  # the migration set them apart
         with capture_logs() as logs:
-            scopes = await SignedScopeStore.open(store, KEY, max_bytes=1024, version="1.4.0")
+            scopes = await SignedScopeStore.open(store.scopes, KEY, max_bytes=1024, version="1.4.0")
         loaded = await scopes.load(ThreadKey("#ops", "T1"))
         assert loaded is not None
         assert loaded.data == b"ops-secret-42"
@@ -189,10 +193,10 @@ async def test_dumps_signed_the_old_way_are_resigned_when_their_channel_is_prove
             ("#ops", "T2", "its MAC does not match"),
             ("#ops", "T3", "its thread id names threads of 2 channels"),
         ]
-        assert await store.unbound_scopes() == []
+        assert await store.scopes.unbound_scopes() == []
         with capture_logs() as again:
-            await SignedScopeStore.open(store, KEY, max_bytes=1024, version="1.4.0")
+            await SignedScopeStore.open(store.scopes, KEY, max_bytes=1024, version="1.4.0")
         assert again == []
-        stored = await store.load_scope("#ops", "T1")
+        stored = await store.scopes.load_scope("#ops", "T1")
         assert stored is not None
         assert stored.mac == scope_mac(KEY, "1.4.0", ThreadKey("#ops", "T1"), b"ops-secret-42")

@@ -86,12 +86,12 @@ async def test_run_lands_in_the_store_and_feeds_the_next_runs_history(store):
         ("user", "how many pods?"),
         ("assistant", "answer to: how many pods?"),
     ]
-    prompts = await store.get_prompts([first.id, second.id])
+    prompts = await store.queries.get_prompts([first.id, second.id])
     assert [p.status for p in prompts] == ["done", "done"]
-    status, _, error = await store.run_metrics(model.requests[0].run_id)
+    status, _, error = await store.queries.run_metrics(model.requests[0].run_id)
     assert (status, error) == ("done", None)
-    assert await store.get_cursor("#ops") == second.id
-    transcript = await store.transcript(first.thread, "#ops")
+    assert await store.cursors.get_cursor("#ops") == second.id
+    transcript = await store.queries.transcript(first.thread, "#ops")
     assert [r.type for r in transcript] == ["user", "assistant", "user", "assistant"]
     assert transcript[2].parent_uuid == transcript[1].uuid
 
@@ -105,12 +105,12 @@ async def test_restart_answers_unfinished_prompts_exactly_once(tmp_path):
     async with Store(path) as before:
         adapter = SessionsRuntimeStore(before)
         await adapter.record_prompt(answered)
-        await before.start_run("run-old", "#ops", answered.thread, [answered.id])
-        await before.finish_run(
+        await before.runs.start_run("run-old", "#ops", answered.thread, [answered.id])
+        await before.runs.finish_run(
             "run-old", "done", [], RunResult("x").metrics, [answered.id], "done"
         )
         await adapter.record_prompt(cut)
-        await before.start_run("run-cut", "#ops", cut.thread, [cut.id])
+        await before.runs.start_run("run-cut", "#ops", cut.thread, [cut.id])
         # ... and the process dies here: no finish_run.
 
     pub, model = FakePublisher(), RecordingModel()
@@ -122,8 +122,8 @@ async def test_restart_answers_unfinished_prompts_exactly_once(tmp_path):
         await pub.wait_for(1)
         await rt.shutdown(grace=1)
         assert [r.prompts[0].id for r in model.requests] == [cut.id]
-        assert (await after.run_metrics("run-cut"))[0] == "interrupted"
-        assert [p.status for p in await after.get_prompts([cut.id])] == ["done"]
+        assert (await after.queries.run_metrics("run-cut"))[0] == "interrupted"
+        assert [p.status for p in await after.queries.get_prompts([cut.id])] == ["done"]
     assert len(pub.sent) == 1
 
 
@@ -137,8 +137,8 @@ async def test_shutdown_requeues_and_the_next_start_answers(tmp_path):
         await rt.submit(m)
         await held.wait_started(1)
         await rt.shutdown(grace=0)
-        assert (await first.run_metrics(held.requests[0].run_id))[0] == "interrupted"
-        assert [p.status for p in await first.get_prompts([m.id])] == ["queued"]
+        assert (await first.queries.run_metrics(held.requests[0].run_id))[0] == "interrupted"
+        assert [p.status for p in await first.queries.get_prompts([m.id])] == ["queued"]
 
     pub, model = FakePublisher(), RecordingModel()
     async with Store(path) as second:
@@ -146,7 +146,7 @@ async def test_shutdown_requeues_and_the_next_start_answers(tmp_path):
         assert await rt.recover() == 1
         await pub.wait_for(1)
         await rt.shutdown(grace=1)
-        assert [p.status for p in await second.get_prompts([m.id])] == ["done"]
+        assert [p.status for p in await second.queries.get_prompts([m.id])] == ["done"]
 
 
 async def test_shared_channel_follows_threads_known_to_the_store(store):
@@ -162,8 +162,8 @@ async def test_shared_channel_follows_threads_known_to_the_store(store):
     assert await rt.submit(msg("more detail please", thread=ask.thread))
     await pub.wait_for(2)
     await rt.shutdown(grace=1)
-    assert await store.get_prompts([chatter.id]) == []
-    assert await store.get_cursor("#ops") > chatter.id
+    assert await store.queries.get_prompts([chatter.id]) == []
+    assert await store.cursors.get_cursor("#ops") > chatter.id
 
 
 # ---- no silent re-runs (issue 13) ------------------------------------------------
@@ -191,9 +191,9 @@ async def _crashed_run(path, m, *calls: tuple[str, bool, CallOutcome]) -> None:
     """A run that started ``calls`` (tool, mutating, outcome) and then the process died."""
     async with Store(path) as before:
         await SessionsRuntimeStore(before).record_prompt(m)
-        await before.start_run("run-cut", "#ops", m.thread, [m.id])
+        await before.runs.start_run("run-cut", "#ops", m.thread, [m.id])
         for tool, mutating, outcome in calls:
-            await before.add_tool_call(
+            await before.audit.add_tool_call(
                 _call("run-cut", m.thread, tool, mutating=mutating, outcome=outcome)
             )
         # ... and the process dies here: no finish_run.
@@ -223,9 +223,9 @@ async def test_a_crash_after_a_mutating_call_is_not_run_again_and_the_thread_is_
             "- get_object(name='web'): ok",
             "- scale(name='web') [mutating]: did not finish (outcome unknown)",
         ]
-        assert [p.status for p in await after.get_prompts([m.id])] == ["failed"]
-        assert (await after.run_metrics("run-cut") or ("?",))[0] == "interrupted"
-        assert await after.pending_prompts() == []
+        assert [p.status for p in await after.queries.get_prompts([m.id])] == ["failed"]
+        assert (await after.queries.run_metrics("run-cut") or ("?",))[0] == "interrupted"
+        assert await after.queries.pending_prompts() == []
 
 
 async def test_a_crash_after_only_read_only_calls_is_run_again(tmp_path):
@@ -240,7 +240,7 @@ async def test_a_crash_after_only_read_only_calls_is_run_again(tmp_path):
         await rt.shutdown(grace=1)
         assert [r.prompts[0].id for r in model.requests] == [m.id]
         assert [p.text for p in pub.sent] == ["answer to: how many pods?"]
-        assert [p.status for p in await after.get_prompts([m.id])] == ["done"]
+        assert [p.status for p in await after.queries.get_prompts([m.id])] == ["done"]
 
 
 async def test_a_shutdown_after_a_mutating_call_is_not_run_again(tmp_path):
@@ -249,7 +249,7 @@ async def test_a_shutdown_after_a_mutating_call_is_not_run_again(tmp_path):
     path, m = tmp_path / "asyncai.db", msg("delete the old config map")
 
     async def mutating_then_hang(request: RunRequest) -> RunResult:
-        await first.add_tool_call(
+        await first.audit.add_tool_call(
             _call(request.run_id, request.thread_id, "delete_object", mutating=True, outcome="ok")
         )
         called.set()
@@ -265,7 +265,7 @@ async def test_a_shutdown_after_a_mutating_call_is_not_run_again(tmp_path):
         async with asyncio.timeout(5):
             await called.wait()
         await rt.shutdown(grace=0)
-        assert [p.status for p in await first.get_prompts([m.id])] == ["queued"]
+        assert [p.status for p in await first.queries.get_prompts([m.id])] == ["queued"]
 
     pub, model = FakePublisher(), RecordingModel()
     async with Store(path) as second:
@@ -276,7 +276,7 @@ async def test_a_shutdown_after_a_mutating_call_is_not_run_again(tmp_path):
         [notice] = pub.sent
         assert "- delete_object(name='web') [mutating]: ok" in notice.text
         assert notice.text.endswith(INTERRUPTED_TAIL)
-        assert [p.status for p in await second.get_prompts([m.id])] == ["failed"]
+        assert [p.status for p in await second.queries.get_prompts([m.id])] == ["failed"]
 
 
 async def test_an_unpublished_notice_keeps_the_prompt_pending_and_not_run(tmp_path):
@@ -290,7 +290,7 @@ async def test_an_unpublished_notice_keeps_the_prompt_pending_and_not_run(tmp_pa
         rt = Runtime(store=SessionsRuntimeStore(second), publisher=down, run=model)
         assert await rt.recover() == 0
         await rt.shutdown(grace=1)
-        assert [p.status for p in await second.get_prompts([m.id])] == ["queued"]
+        assert [p.status for p in await second.queries.get_prompts([m.id])] == ["queued"]
     pub = FakePublisher()
     async with Store(path) as third:
         rt = Runtime(store=SessionsRuntimeStore(third), publisher=pub, run=model)
@@ -298,7 +298,7 @@ async def test_an_unpublished_notice_keeps_the_prompt_pending_and_not_run(tmp_pa
         await rt.shutdown(grace=1)
         assert model.requests == []
         assert len(pub.sent) == 1
-        assert [p.status for p in await third.get_prompts([m.id])] == ["failed"]
+        assert [p.status for p in await third.queries.get_prompts([m.id])] == ["failed"]
 
 
 class HeldPublisher(FakePublisher):
@@ -334,8 +334,8 @@ async def test_shutdown_while_publishing_still_delivers_and_records_the_run(stor
     pub.release.set()
     await closing
     assert [p.text for p in pub.sent] == ["answer to: status?"]
-    assert [p.status for p in await store.get_prompts([m.id])] == ["done"]
-    assert (await store.run_metrics(model.requests[0].run_id) or ("?",))[0] == "done"
+    assert [p.status for p in await store.queries.get_prompts([m.id])] == ["done"]
+    assert (await store.queries.run_metrics(model.requests[0].run_id) or ("?",))[0] == "done"
 
 
 async def test_a_stop_while_publishing_lets_the_answer_through(store):
@@ -352,7 +352,7 @@ async def test_a_stop_while_publishing_lets_the_answer_through(store):
     await pub.wait_for(1)
     await rt.shutdown(grace=1)
     assert [p.text for p in pub.sent] == ["answer to: status?"]
-    assert [p.status for p in await store.get_prompts([m.id])] == ["done"]
+    assert [p.status for p in await store.queries.get_prompts([m.id])] == ["done"]
 
 
 async def test_the_observer_adds_the_row_as_a_call_starts_and_completes_it(store):
@@ -360,19 +360,21 @@ async def test_the_observer_adds_the_row_as_a_call_starts_and_completes_it(store
     as it ends; an end with no start seen becomes a whole row of its own."""
     m = msg("x")
     await SessionsRuntimeStore(store).record_prompt(m)
-    await store.start_run("R1", "#ops", m.thread, [m.id])
-    observe = audit_observer(store)
+    await store.runs.start_run("R1", "#ops", m.thread, [m.id])
+    observe = audit_observer(store.audit)
     token = current_tool_use.set(ToolUseContext("R1", m.thread, "tu1", "rec-1"))
     try:
         entry = AuditEntry("rm", {"p": "/x"}, False, 0, True, now_iso(), 0.0, "started", "k1")
         await observe(m.thread, entry)
-        assert [(e.outcome, e.record_uuid) for e in await store.audit()] == [("started", "rec-1")]
+        assert [(e.outcome, e.record_uuid) for e in await store.audit.entries()] == [
+            ("started", "rec-1")
+        ]
         await observe(m.thread, replace(entry, outcome="ok", bytes=9, duration_ms=3.0))
-        assert [(e.outcome, e.bytes) for e in await store.audit()] == [("ok", 9)]
+        assert [(e.outcome, e.bytes) for e in await store.audit.entries()] == [("ok", 9)]
         await observe(m.thread, replace(entry, outcome="error", is_error=True, key="k2"))
     finally:
         current_tool_use.reset(token)
-    assert sorted(e.outcome for e in await store.audit()) == ["error", "ok"]
+    assert sorted(e.outcome for e in await store.audit.entries()) == ["error", "ok"]
 
 
 async def test_the_observer_completes_a_start_cancelled_while_it_was_written(store):
@@ -380,8 +382,8 @@ async def test_the_observer_completes_a_start_cancelled_while_it_was_written(sto
     end completes that row instead of adding a second one."""
     m = msg("x")
     await SessionsRuntimeStore(store).record_prompt(m)
-    await store.start_run("R1", "#ops", m.thread, [m.id])
-    observe = audit_observer(store)
+    await store.runs.start_run("R1", "#ops", m.thread, [m.id])
+    observe = audit_observer(store.audit)
     token = current_tool_use.set(ToolUseContext("R1", m.thread, "tu1", "rec-1"))
     try:
         entry = AuditEntry("rm", {}, False, 0, True, now_iso(), 0.0, "started", "k1")
@@ -393,4 +395,4 @@ async def test_the_observer_completes_a_start_cancelled_while_it_was_written(sto
         await observe(m.thread, replace(entry, outcome="cancelled", is_error=True))
     finally:
         current_tool_use.reset(token)
-    assert [e.outcome for e in await store.audit()] == ["cancelled"]
+    assert [e.outcome for e in await store.audit.entries()] == ["cancelled"]

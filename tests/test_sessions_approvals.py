@@ -19,8 +19,10 @@ CONVERSATION = {"messages": [{"role": "user", "content": "delete web"}], "rounds
 async def store(tmp_path: Path):
     """A store with one running run R1 in thread #ops/T1."""
     async with Store(tmp_path / "a.db") as store:
-        await store.record_prompt("#ops", "T1", "M1", "alice", "delete web", "2026-11-30T08:00:00Z")
-        await store.start_run("R1", "#ops", "T1", ["M1"])
+        await store.runs.record_prompt(
+            "#ops", "T1", "M1", "alice", "delete web", "2026-11-30T08:00:00Z"
+        )
+        await store.runs.start_run("R1", "#ops", "T1", ["M1"])
         yield store
 
 
@@ -43,8 +45,8 @@ def request(id_: str = "k3x9ab", **changes: object) -> NewApproval:
 
 async def test_a_request_is_stored_whole_and_read_back(store: Store) -> None:
     """Calls, snapshot bytes, conversation and who asked come back as they went in."""
-    await store.add_approval(request())
-    got = await store.get_approval("k3x9ab")
+    await store.approvals.add_approval(request())
+    got = await store.approvals.get_approval("k3x9ab")
     assert got is not None
     assert (got.channel, got.thread_id, got.run_id, got.requested_by) == (
         "#ops",
@@ -55,25 +57,25 @@ async def test_a_request_is_stored_whole_and_read_back(store: Store) -> None:
     assert (got.calls, got.conversation, got.snapshot) == (CALLS, CONVERSATION, b"\x00\x01\xff")
     assert (got.status, got.decided_by, got.resumed) == ("pending", None, None)
     assert got.expires == "2026-12-01T08:00:00.000Z"
-    assert await store.get_approval("nope") is None
+    assert await store.approvals.get_approval("nope") is None
 
 
 async def test_a_request_of_an_unknown_run_is_refused(store: Store) -> None:
     """No half-written row: the run must exist in that thread."""
     with pytest.raises(StoreError, match="no run 'R9'"):
-        await store.add_approval(request(run_id="R9"))
+        await store.approvals.add_approval(request(run_id="R9"))
     with pytest.raises(StoreError, match="no run 'R1' in thread #ops T2"):
-        await store.add_approval(request(thread_id="T2"))
-    assert await store.approvals() == []
+        await store.approvals.add_approval(request(thread_id="T2"))
+    assert await store.approvals.approvals() == []
 
 
 async def test_a_decision_is_taken_once(store: Store) -> None:
     """The first decision wins; a second one changes nothing and says so."""
-    await store.add_approval(request())
-    assert await store.decide_approval("k3x9ab", "approved", by="alice", scope="run")
-    assert not await store.decide_approval("k3x9ab", "denied", by="bob", reason="no")
-    assert not await store.decide_approval("unknown", "denied", by="bob")
-    got = await store.get_approval("k3x9ab")
+    await store.approvals.add_approval(request())
+    assert await store.approvals.decide_approval("k3x9ab", "approved", by="alice", scope="run")
+    assert not await store.approvals.decide_approval("k3x9ab", "denied", by="bob", reason="no")
+    assert not await store.approvals.decide_approval("unknown", "denied", by="bob")
+    got = await store.approvals.get_approval("k3x9ab")
     assert got is not None
     assert (got.status, got.decided_by, got.scope, got.reason) == ("approved", "alice", "run", None)
     assert got.decided is not None
@@ -83,28 +85,28 @@ async def test_pending_and_unresumed_requests_are_found_after_a_restart(tmp_path
     """A request pending, and one decided but not acted on, survive closing the store."""
     path = tmp_path / "a.db"
     async with Store(path) as store:
-        await store.record_prompt("#ops", "T1", "M1", "alice", "x", "2026-11-30T08:00:00Z")
-        await store.start_run("R1", "#ops", "T1", ["M1"])
-        await store.add_approval(request("aaaaaa", expires="2026-12-02T00:00:00Z"))
-        await store.add_approval(request("bbbbbb", expires="2026-12-01T00:00:00Z"))
-        await store.add_approval(request("cccccc"))
-        await store.decide_approval("cccccc", "denied", by="alice", reason="not now")
+        await store.runs.record_prompt("#ops", "T1", "M1", "alice", "x", "2026-11-30T08:00:00Z")
+        await store.runs.start_run("R1", "#ops", "T1", ["M1"])
+        await store.approvals.add_approval(request("aaaaaa", expires="2026-12-02T00:00:00Z"))
+        await store.approvals.add_approval(request("bbbbbb", expires="2026-12-01T00:00:00Z"))
+        await store.approvals.add_approval(request("cccccc"))
+        await store.approvals.decide_approval("cccccc", "denied", by="alice", reason="not now")
     async with Store(path) as again:
-        assert [a.id for a in await again.pending_approvals()] == ["bbbbbb", "aaaaaa"]
-        assert [a.id for a in await again.unresumed_decisions()] == ["cccccc"]
-        await again.mark_resumed("cccccc")
-        assert await again.unresumed_decisions() == []
-        assert {a.id for a in await again.approvals(pending=True)} == {"aaaaaa", "bbbbbb"}
-        assert len(await again.approvals()) == 3
+        assert [a.id for a in await again.approvals.pending_approvals()] == ["bbbbbb", "aaaaaa"]
+        assert [a.id for a in await again.approvals.unresumed_decisions()] == ["cccccc"]
+        await again.approvals.mark_resumed("cccccc")
+        assert await again.approvals.unresumed_decisions() == []
+        assert {a.id for a in await again.approvals.approvals(pending=True)} == {"aaaaaa", "bbbbbb"}
+        assert len(await again.approvals.approvals()) == 3
 
 
 async def test_the_prompts_of_a_paused_run_are_found_by_its_id(store: Store) -> None:
     """What the run answers, to resume it after a restart."""
-    prompts = await store.run_prompts("R1")
+    prompts = await store.approvals.run_prompts("R1")
     assert [(p.id, p.sender, p.text, p.status) for p in prompts] == [
         ("M1", "alice", "delete web", "running")
     ]
-    assert await store.run_prompts("R9") == []
+    assert await store.approvals.run_prompts("R9") == []
 
 
 def run_cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, list[str]]:
@@ -122,11 +124,11 @@ async def test_asyncai_approvals_lists_requests_and_their_decisions(
     snapshot's bytes; a clear line when there is nothing."""
     path = tmp_path / "a.db"
     async with Store(path) as store:
-        await store.record_prompt("#ops", "T1", "M1", "alice", "x", "2026-11-30T08:00:00Z")
-        await store.start_run("R1", "#ops", "T1", ["M1"])
-        await store.add_approval(request("aaaaaa", requested="2026-11-30T08:00:01Z"))
-        await store.add_approval(request("bbbbbb", requested="2026-11-30T08:00:02Z"))
-        await store.decide_approval("aaaaaa", "denied", by="alice", reason="no")
+        await store.runs.record_prompt("#ops", "T1", "M1", "alice", "x", "2026-11-30T08:00:00Z")
+        await store.runs.start_run("R1", "#ops", "T1", ["M1"])
+        await store.approvals.add_approval(request("aaaaaa", requested="2026-11-30T08:00:01Z"))
+        await store.approvals.add_approval(request("bbbbbb", requested="2026-11-30T08:00:02Z"))
+        await store.approvals.decide_approval("aaaaaa", "denied", by="alice", reason="no")
     status, lines = await asyncio.to_thread(run_cli, capsys, "approvals", "--db", str(path))
     assert status == 0
     assert lines[0].split() == [

@@ -41,14 +41,14 @@ async def db(tmp_path_factory: pytest.TempPathFactory) -> Path:
         runs = {c[0]: c[1:3] for c in CALLS}
         for n, (run, (channel, thread)) in enumerate(runs.items()):
             prompt = f"M{n}"
-            await store.record_prompt(
+            await store.runs.record_prompt(
                 channel, thread, prompt, "alice", f"question {n}", "2026-11-29T18:00:00Z"
             )
-            await store.start_run(run, channel, thread, [prompt])
+            await store.runs.start_run(run, channel, thread, [prompt])
             records = run_records(f"question {n}", answer=f"answer {n}")
             for r, _, t, tool, mutating, is_error, started in CALLS:
                 if r == run:
-                    await store.add_tool_call(
+                    await store.audit.add_tool_call(
                         tool_call_row(
                             run,
                             t,
@@ -60,7 +60,9 @@ async def db(tmp_path_factory: pytest.TempPathFactory) -> Path:
                             arguments={"name": f"{tool}-arg", "namespace": "default"},
                         )
                     )
-            await store.finish_run(run, "done", records, RunMetrics(rounds=2), [prompt], "done")
+            await store.runs.finish_run(
+                run, "done", records, RunMetrics(rounds=2), [prompt], "done"
+            )
     # last_active is the wall clock to the millisecond, and runs this short may end in
     # one: the order the threads were last active in is the order of CALLS, as written
     with closing(sqlite3.connect(path)) as conn, conn:
@@ -336,9 +338,9 @@ async def test_a_transcript_with_a_lone_surrogate_prints(tmp_path):
     in a UnicodeEncodeError traceback on stdout."""
     path = tmp_path / "asyncai.db"
     async with Store(path) as store:
-        await store.start_run("R1", "#ops", "T1")
+        await store.runs.start_run("R1", "#ops", "T1")
         records = run_records("broken \ud800 question", answer="fine")
-        await store.finish_run("R1", "done", records, RunMetrics(), [], "done")
+        await store.runs.finish_run("R1", "done", records, RunMetrics(), [], "done")
     outputs = []
     for extra in (["--jsonl"], []):
         proc = await asyncio.create_subprocess_exec(

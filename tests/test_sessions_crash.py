@@ -24,12 +24,12 @@ async def main(path):
     async with Store(path) as store:
         for n in range(100_000):  # bounded: the parent kills it long before
             run = f"R{n}"
-            await store.record_prompt("#ops", "T1", f"M{n}", "a", "x", "2026-11-29T18:00:00Z",
+            await store.runs.record_prompt("#ops", "T1", f"M{n}", "a", "x", "2026-11-29T18:00:00Z",
                                       advance_cursor=True)
-            await store.start_run(run, "#ops", "T1", [f"M{n}"])
+            await store.runs.start_run(run, "#ops", "T1", [f"M{n}"])
             for _ in range(3):
-                await store.add_tool_call(tool_call_row(run, "T1"))
-            await store.finish_run(run, "done", run_records(), RunMetrics(rounds=2),
+                await store.audit.add_tool_call(tool_call_row(run, "T1"))
+            await store.runs.finish_run(run, "done", run_records(), RunMetrics(rounds=2),
                                    [f"M{n}"], "done")
             print(n, flush=True)
 
@@ -60,7 +60,7 @@ async def test_sigkill_while_writing_leaves_a_sound_database(tmp_path: Path):
     assert proc.returncode == -signal.SIGKILL
 
     async with Store(path) as store:
-        assert await store.integrity_check() == "ok"
+        assert await store.queries.integrity_check() == "ok"
     with closing(sqlite3.connect(path)) as db:
         assert db.execute("PRAGMA foreign_key_check").fetchall() == []
         done = db.execute("SELECT count(*) FROM runs WHERE status = 'done'").fetchone()[0]

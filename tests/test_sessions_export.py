@@ -72,15 +72,21 @@ async def exported(tmp_path: Path) -> list[str]:
     async with Store(tmp_path / "a.db", cwd="/srv/asyncai", version="0.1.0") as store:
         for n, records in enumerate([run_records(), [], parallel_run()]):
             run = f"R{n}"
-            await store.record_prompt("#ops", "01T", f"M{n}", "alice", "q", "2026-11-29T18:00:00Z")
-            await store.start_run(run, "#ops", "01T", [f"M{n}"])
+            await store.runs.record_prompt(
+                "#ops", "01T", f"M{n}", "alice", "q", "2026-11-29T18:00:00Z"
+            )
+            await store.runs.start_run(run, "#ops", "01T", [f"M{n}"])
             if records:
-                await store.add_tool_call(tool_call_row(run, "01T", record_uuid=records[1].uuid))
-            await store.finish_run(
+                await store.audit.add_tool_call(
+                    tool_call_row(run, "01T", record_uuid=records[1].uuid)
+                )
+            await store.runs.finish_run(
                 run, "done" if records else "failed", records, RunMetrics(), [f"M{n}"], "done"
             )
         out = tmp_path / "session.jsonl"
-        out.write_text("".join(line + "\n" for line in jsonl_lines(await store.transcript("01T"))))
+        out.write_text(
+            "".join(line + "\n" for line in jsonl_lines(await store.queries.transcript("01T")))
+        )
     with out.open() as lines:
         return list(lines)
 
@@ -183,9 +189,9 @@ async def test_text_form_truncates_long_results_and_marks_errors(tmp_path: Path)
         ],
     )
     async with Store(tmp_path / "a.db") as store:
-        await store.start_run("R", "#ops", "T")
-        await store.finish_run("R", "done", records, RunMetrics(), [], "done")
-        text = "\n".join(text_lines(await store.transcript("T"), result_chars=100))
+        await store.runs.start_run("R", "#ops", "T")
+        await store.runs.finish_run("R", "done", records, RunMetrics(), [], "done")
+        text = "\n".join(text_lines(await store.queries.transcript("T"), result_chars=100))
     assert "(error):" in text
     assert "… (4900 more characters; --jsonl has them all)" in text
     assert "delete_object({}) — ok, MUTATING, 9 B" in text

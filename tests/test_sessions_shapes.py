@@ -21,17 +21,17 @@ async def store(tmp_path: Path) -> AsyncIterator[Store]:
 
 async def test_a_shape_is_stored_per_server_and_tool_and_replaced(store: Store) -> None:
     """Saving again replaces the tool's shape (and its version); other tools keep theirs."""
-    assert await store.load_shapes() == []
-    await store.save_shape(
+    assert await store.shapes.load_shapes() == []
+    await store.shapes.save_shape(
         "cat", "get_x", server_version="1.0", shape=SHAPE, observed="2026-11-30T10:00:00.000Z"
     )
-    await store.save_shape(
+    await store.shapes.save_shape(
         "", "get_x", server_version="", shape="{}", observed="2026-11-30T10:00:01.000Z"
     )
-    await store.save_shape(
+    await store.shapes.save_shape(
         "cat", "get_x", server_version="2.0", shape="{}", observed="2026-11-30T10:00:02.000Z"
     )
-    assert await store.load_shapes() == [
+    assert await store.shapes.load_shapes() == [
         StoredShape("", "get_x", "", "{}", "2026-11-30T10:00:01.000Z"),
         StoredShape("cat", "get_x", "2.0", "{}", "2026-11-30T10:00:02.000Z"),
     ]
@@ -40,9 +40,9 @@ async def test_a_shape_is_stored_per_server_and_tool_and_replaced(store: Store) 
 async def test_shapes_survive_reopening_the_database(tmp_path: Path) -> None:
     """A restarted daemon reads the shapes it learned before."""
     async with Store(tmp_path / "a.db") as store:
-        await store.save_shape("cat", "get_x", server_version="1.0", shape=SHAPE)
+        await store.shapes.save_shape("cat", "get_x", server_version="1.0", shape=SHAPE)
     async with Store(tmp_path / "a.db") as store:
-        (row,) = await store.load_shapes()
+        (row,) = await store.shapes.load_shapes()
     assert (row.server, row.tool, row.server_version, row.shape) == ("cat", "get_x", "1.0", SHAPE)
     assert row.observed.endswith("Z")
 
@@ -60,5 +60,5 @@ async def test_a_shape_no_reader_could_use_is_refused(
 ) -> None:
     """Bad input is a StoreError naming the tool; nothing is stored."""
     with pytest.raises(StoreError, match=message):
-        await store.save_shape("cat", tool, server_version="1", shape=shape)
-    assert await store.load_shapes() == []
+        await store.shapes.save_shape("cat", tool, server_version="1", shape=shape)
+    assert await store.shapes.load_shapes() == []

@@ -66,7 +66,9 @@ async def _collect(args: argparse.Namespace) -> int:
     try:
         async with Store(args.db) as store:
             work = asyncio.create_task(
-                collect(nc.jetstream(), store, durable=args.durable, until_caught_up=args.once)
+                collect(
+                    nc.jetstream(), store.replica, durable=args.durable, until_caught_up=args.once
+                )
             )
             loop = asyncio.get_running_loop()
             for sig in (signal.SIGTERM, signal.SIGINT):

@@ -167,7 +167,9 @@ def _run(args: argparse.Namespace, body: Callable[[Store], Awaitable[Iterable[st
 
 def threads_command(args: argparse.Namespace) -> int:
     """``asyncai threads``."""
-    return _run(args, lambda store: threads_report(store, limit=args.limit, as_json=args.json))
+    return _run(
+        args, lambda store: threads_report(store.queries, limit=args.limit, as_json=args.json)
+    )
 
 
 def audit_command(args: argparse.Namespace) -> int:
@@ -175,7 +177,7 @@ def audit_command(args: argparse.Namespace) -> int:
     return _run(
         args,
         lambda store: audit_report(
-            store,
+            store.audit,
             thread=args.thread,
             channel=args.channel,
             tool=args.tool,
@@ -191,7 +193,9 @@ def transcript_command(args: argparse.Namespace) -> int:
     """``asyncai transcript``."""
     return _run(
         args,
-        lambda store: transcript_report(store, args.thread, channel=args.channel, jsonl=args.jsonl),
+        lambda store: transcript_report(
+            store.queries, args.thread, channel=args.channel, jsonl=args.jsonl
+        ),
     )
 
 
@@ -200,6 +204,6 @@ def approvals_command(args: argparse.Namespace) -> int:
     return _run(
         args,
         lambda store: approvals_report(
-            store, pending=args.pending, limit=args.limit, as_json=args.json
+            store.approvals, pending=args.pending, limit=args.limit, as_json=args.json
         ),
     )

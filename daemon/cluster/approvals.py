@@ -204,7 +204,7 @@ class ClusterApprovals:
         try:
             state = {
                 "approval": _approval_json(request),
-                "run": await self._store.run_rows(request.run_id),
+                "run": await self._store.replica.run_rows(request.run_id),
             }
             await self.states.put(channel, thread, request.id, state)
             pointed = await self._leases.mark_paused(
@@ -229,7 +229,7 @@ class ClusterApprovals:
         if shared != "ok":
             return "moved"
         if self._wrapped is not None:
-            prompts = [p.id for p in await self._store.run_prompts(request.run_id)]
+            prompts = [p.id for p in await self._store.approvals.run_prompts(request.run_id)]
             self._wrapped.resuming(request.run_id, (request.channel, request.thread_id), prompts)
         try:
             await self.states.drop(request.channel, request.thread_id, request.id)
@@ -243,14 +243,14 @@ class ClusterApprovals:
         assert self._desk is not None, "bind() first"
         approval = moved.paused.approval
         try:
-            known = await self._store.get_approval(approval)
+            known = await self._store.approvals.get_approval(approval)
             if known is None:
                 state = await self.states.get(moved.channel, moved.thread, approval)
                 new = _approval(state.get("approval"))
                 if (new.id, new.channel, new.thread_id) != (approval, moved.channel, moved.thread):
                     raise PausedRejected(f"approval request {approval}: for another thread")
-                await self._store.apply_run_rows(state.get("run") or {})
-                await self._store.add_approval(new)
+                await self._store.replica.apply_run_rows(state.get("run") or {})
+                await self._store.approvals.add_approval(new)
             adopted = await self._desk.adopt(approval)
         except (ClusterError, StoreError) as exc:
             log.error(

@@ -1,7 +1,7 @@
 """Every finished run's rows on the ``asyncai.audit`` subject, and a collector of them.
 
 Each daemon keeps its own SQLite; :class:`AuditExporter` publishes each
-finished run's document (:meth:`sessions.store.Store.run_rows`) to the
+finished run's document (:meth:`sessions.replica.Replica.run_rows`) to the
 subject ``asyncai.audit`` of the stream ``asyncai_audit``. What it has
 published is a marker file beside the database (``audit.published``: the
 ``finished`` time and id of the newest run sent), moved only after the
@@ -32,8 +32,7 @@ from nats.js.api import AckPolicy, ConsumerConfig, StreamConfig
 
 from daemon.cluster.errors import ClusterError, honour_cancel
 from sessions.errors import StoreError
-from sessions.replica import MalformedRunDocument
-from sessions.store import Store
+from sessions.replica import MalformedRunDocument, Replica
 
 __all__ = [
     "AUDIT_STREAM",
@@ -81,7 +80,7 @@ class AuditExporter:
     def __init__(
         self,
         js: JetStreamContext,
-        store: Store,
+        store: Replica,
         state_dir: Path,
         *,
         interval: float,
@@ -166,7 +165,7 @@ class CollectStats:
 
 async def collect(
     js: JetStreamContext,
-    store: Store,
+    store: Replica,
     *,
     durable: str = "audit-collect",
     until_caught_up: bool = False,

@@ -139,7 +139,7 @@ class ClusterNode:
         self.scopes = ObjectScopeStore(
             js, nick, scope_key, max_bytes=max_scope_bytes, retention_seconds=scope_retention
         )
-        self.exporter = AuditExporter(js, store, state_dir, interval=takeover_seconds)
+        self.exporter = AuditExporter(js, store.replica, state_dir, interval=takeover_seconds)
         self.approvals = ClusterApprovals(
             PausedStates(js, nick, scope_key, retention_seconds=scope_retention),
             self.leases,
@@ -246,7 +246,7 @@ class ClusterNode:
 
     async def _run_senders(self, run_id: str) -> set[str]:
         try:
-            return {p.sender for p in await self._store.run_prompts(run_id)}
+            return {p.sender for p in await self._store.approvals.run_prompts(run_id)}
         except StoreError as exc:
             raise ClusterError(f"cannot read the senders of run {run_id}: {exc}") from exc
 
@@ -337,7 +337,7 @@ class ClusterNode:
 
     async def _stored_run(self, run_id: str) -> tuple[tuple[str, str], list[str]] | None:
         try:
-            prompts = await self._store.run_prompts(run_id)
+            prompts = await self._store.approvals.run_prompts(run_id)
         except StoreError as exc:
             log.warning("cluster.run_not_read", run_id=run_id, error=str(exc))
             return None

@@ -31,9 +31,9 @@ from daemon.tools import (
     ToolExecutor,
     not_recorded,
 )
+from sessions.audit import AuditLog
 from sessions.errors import StoreError
 from sessions.model import ToolCallRow
-from sessions.store import Store
 
 __all__ = ["AuditedExecutor", "audit_observer"]
 
@@ -43,7 +43,7 @@ OBSERVER_TIMEOUT = 10.0
 log = structlog.get_logger("asyncai.daemon")
 
 
-def audit_observer(store: Store) -> AuditObserver:
+def audit_observer(store: AuditLog) -> AuditObserver:
     """The code-mode observer: a ``tool_calls`` row added as each nested call starts,
     completed as it ends, so a crash mid-call leaves the row (``started``).
 

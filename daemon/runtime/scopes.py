@@ -42,7 +42,7 @@ from daemon.errors import ConfigError, ScopeRejected
 from daemon.tools import ThreadKey
 from sessions.ids import now_iso
 from sessions.outbox import ScopeWrite
-from sessions.store import Store
+from sessions.scopes import Scopes
 
 log = structlog.get_logger("asyncai.daemon")
 
@@ -78,7 +78,7 @@ def _unbound_mac(key: bytes, version: str, thread_id: str, data: bytes) -> str:
     return keyed_mac(key, version.encode(), _text(thread_id), data)
 
 
-async def bind_unbound_scopes(store: Store, key: bytes) -> tuple[int, int]:
+async def bind_unbound_scopes(store: Scopes, key: bytes) -> tuple[int, int]:
     """Re-sign (MAC over the channel too) or drop each dump signed the old way;
     ``(re-signed, dropped)``. Run at start, before any run loads a dump."""
     bound = dropped = 0
@@ -153,13 +153,13 @@ def load_or_create_key(state_dir: Path) -> bytes:
 
 
 class SignedScopeStore:
-    """:class:`daemon.tools.ScopeStore` over the sessions ``Store``, with MACs.
+    """:class:`daemon.tools.ScopeStore` over the sessions store's ``scopes`` port, with MACs.
 
     Keyed by :class:`~daemon.tools.ThreadKey`: the scopes table keys a dump by
     its thread's (channel, thread id), and the MAC covers both.
     """
 
-    def __init__(self, store: Store, key: bytes, *, max_bytes: int, version: str | None = None):
+    def __init__(self, store: Scopes, key: bytes, *, max_bytes: int, version: str | None = None):
         self._store = store
         self._key = key
         self._max_bytes = max_bytes
@@ -197,7 +197,7 @@ class SignedScopeStore:
 
     @classmethod
     async def open(
-        cls, store: Store, key: bytes, *, max_bytes: int, version: str | None = None
+        cls, store: Scopes, key: bytes, *, max_bytes: int, version: str | None = None
     ) -> SignedScopeStore:
         """The store, once the dumps signed without their channel are re-signed or
         dropped (:func:`bind_unbound_scopes`): what the daemon uses at its start."""

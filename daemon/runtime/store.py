@@ -59,7 +59,7 @@ class SessionsRuntimeStore:
     async def record_prompt(self, message: InboundMessage) -> RecordOutcome:
         """Store the prompt and move the cursor to it (unless held), in one transaction."""
         target = self._capped(message.channel, message.id)
-        new = await self.store.record_prompt(
+        new = await self.store.runs.record_prompt(
             message.channel,
             message.thread,
             message.id,
@@ -69,10 +69,10 @@ class SessionsRuntimeStore:
             advance_cursor=not self._held(message.channel) and target == message.id,
         )
         if target != message.id and target and not self._held(message.channel):
-            await self.store.set_cursor(message.channel, target)
+            await self.store.cursors.set_cursor(message.channel, target)
         if new:
             return "new"
-        stored = await self.store.get_prompts([message.id])
+        stored = await self.store.queries.get_prompts([message.id])
         if stored and stored[0].status in ("done", "failed"):
             return "finished"
         return "pending"
@@ -81,12 +81,12 @@ class SessionsRuntimeStore:
         """Move the channel's cursor forward (never back), unless it is held."""
         target = self._capped(channel, message_id)
         if target and not self._held(channel):
-            await self.store.set_cursor(channel, target)
+            await self.store.cursors.set_cursor(channel, target)
 
     async def knows_thread(self, channel: str, thread_id: str) -> bool:
         """Whether prompts of this thread were recorded (the daemon takes part in it)."""
         try:
-            await self.store.resolve_thread(thread_id, channel)
+            await self.store.queries.resolve_thread(thread_id, channel)
         except ThreadLookupError:
             return False
         return True
@@ -96,7 +96,7 @@ class SessionsRuntimeStore:
 
         Call once at start, before any run starts (``Store.recover``'s rule).
         """
-        await self.store.recover()
+        await self.store.runs.recover()
         return [
             InboundMessage(
                 channel=p.channel,
@@ -106,29 +106,29 @@ class SessionsRuntimeStore:
                 text=p.text,
                 ts=p.ts,
             )
-            for p in await self.store.pending_prompts()
+            for p in await self.store.queries.pending_prompts()
         ]
 
     async def interrupted_runs(self) -> list[InterruptedRun]:
         """Runs cut off after a mutating call, whose pending prompts must not run again."""
-        return await self.store.interrupted_runs()
+        return await self.store.queries.interrupted_runs()
 
     async def start_run(
         self, run_id: str, channel: str, thread_id: str, prompt_ids: list[str]
     ) -> None:
         """The run row, with its prompts claimed as running; the thread's REPL dumps are
         held back from now until the run's end (:meth:`SignedScopeStore.open_run`)."""
-        await self.store.start_run(run_id, channel, thread_id, prompt_ids)
+        await self.store.runs.start_run(run_id, channel, thread_id, prompt_ids)
         if self.scopes is not None:
             self.scopes.open_run(ThreadKey(channel, thread_id), run_id)
 
     async def add_run_tokens(self, run_id: str, prompt_tokens: int, completion_tokens: int) -> None:
         """One model response's tokens, on the run's row now."""
-        await self.store.add_run_tokens(run_id, prompt_tokens, completion_tokens)
+        await self.store.runs.add_run_tokens(run_id, prompt_tokens, completion_tokens)
 
     async def history(self, channel: str, thread_id: str) -> list[HistoryTurn]:
         """Earlier user and assistant text of the thread, within the configured bounds."""
-        turns = await self.store.history(
+        turns = await self.store.queries.history(
             channel, thread_id, turns=self.history_turns, chars=self.history_chars
         )
         return [HistoryTurn(role=t.role, text=t.text) for t in turns]
@@ -153,7 +153,7 @@ class SessionsRuntimeStore:
         """
         scope = self.scopes.held(run_id) if self.scopes is not None and reply else None
         try:
-            await self.store.finish_run(
+            await self.store.runs.finish_run(
                 run_id,
                 result.status,
                 result.records,
@@ -170,16 +170,16 @@ class SessionsRuntimeStore:
 
     async def unacked_replies(self) -> list[OutboxReply]:
         """Replies committed and not acknowledged (published again at start)."""
-        return await self.store.unacked_replies()
+        return await self.store.outbox.unacked_replies()
 
     async def reply_acked(self, run_id: str, message_id: str) -> None:
         """The hub acknowledged the run's reply."""
-        await self.store.reply_acked(run_id, message_id)
+        await self.store.outbox.reply_acked(run_id, message_id)
 
     async def reply_refused(self, run_id: str, error: str) -> None:
         """The hub refused the run's reply: run and prompts end failed."""
-        await self.store.reply_refused(run_id, error)
+        await self.store.outbox.reply_refused(run_id, error)
 
     async def set_prompt_status(self, prompt_ids: list[str], status: PromptStatus) -> None:
         """Status of prompts no run finished."""
-        await self.store.mark_prompts(prompt_ids, status)
+        await self.store.runs.mark_prompts(prompt_ids, status)
