@@ -105,9 +105,6 @@ class Runtime:
         clock: Callable[[], float] = time.monotonic,
     ):
         self._ctx = RunContext(store, publisher, options or RuntimeOptions(), pump=self._pump)
-        self._store = store
-        self._publisher = publisher
-        self._options = self._ctx.options
         self._limiter = limiter
         self._clock = clock
         self._approvals = approvals
@@ -124,7 +121,7 @@ class Runtime:
     @property
     def options(self) -> RuntimeOptions:
         """The limits this runtime enforces."""
-        return self._options
+        return self._ctx.options
 
     @property
     def closing(self) -> bool:
@@ -141,11 +138,11 @@ class Runtime:
         """
         if self._ctx.closing:
             return False  # not recorded, cursor not advanced: the next start sees it again
-        nick = self._publisher.nick
+        nick = self._ctx.publisher.nick
         if message.sender == nick:
-            await self._store.advance_cursor(message.channel, message.id)
+            await self._ctx.store.advance_cursor(message.channel, message.id)
             return False
-        allowed = self._options.allowed_senders
+        allowed = self._ctx.options.allowed_senders
         if allowed is not None and message.sender not in allowed:
             log.info(
                 "runtime.sender_ignored",
@@ -154,26 +151,26 @@ class Runtime:
                 message_id=message.id,
                 reason="not in allowed_senders",
             )
-            await self._store.advance_cursor(message.channel, message.id)
+            await self._ctx.store.advance_cursor(message.channel, message.id)
             return False
         if self._approvals is not None and await self._approvals.handle(message):
-            await self._store.advance_cursor(message.channel, message.id)
+            await self._ctx.store.advance_cursor(message.channel, message.id)
             return False
         if message.text.strip() == RESET_COMMAND:
             await self._commands.reset(message)
-            await self._store.advance_cursor(message.channel, message.id)
+            await self._ctx.store.advance_cursor(message.channel, message.id)
             return False
         if message.text.strip() == STOP_COMMAND:
             await self._commands.stop(message)
-            await self._store.advance_cursor(message.channel, message.id)
+            await self._ctx.store.advance_cursor(message.channel, message.id)
             return False
         if not await self._addressed(message, nick):
-            await self._store.advance_cursor(message.channel, message.id)
+            await self._ctx.store.advance_cursor(message.channel, message.id)
             return False
         await self._wait_for_capacity()
         if self._ctx.closing:
             return False
-        outcome = await self._store.record_prompt(message)
+        outcome = await self._ctx.store.record_prompt(message)
         crash_point("prompt_recorded")
         if outcome == "finished" or message.id in self._ctx.known_ids:
             return False  # a replay of something answered or already scheduled
@@ -182,11 +179,11 @@ class Runtime:
 
     async def _addressed(self, message: InboundMessage, nick: str) -> bool:
         """Outside shared channels everything is; inside, mentions and known threads."""
-        if message.channel not in self._options.shared_channels:
+        if message.channel not in self._ctx.options.shared_channels:
             return True
         if mentions(message.text, nick):
             return True
-        return await self._store.knows_thread(message.channel, message.thread)
+        return await self._ctx.store.knows_thread(message.channel, message.thread)
 
     async def recover(self) -> int:
         """Schedule prompts recorded but not done (after a crash or restart); returns how many.
@@ -203,10 +200,12 @@ class Runtime:
         a prompt queued behind a paused run never overtakes it. First of all, the
         replies committed but not acked are published (:func:`publish_unacked`).
         """
-        await publish_unacked(self._store, self._publisher, self._options.publish_timeout)
-        pending = await self._store.pending_prompts()  # the store's own recovery first
+        await publish_unacked(
+            self._ctx.store, self._ctx.publisher, self._ctx.options.publish_timeout
+        )
+        pending = await self._ctx.store.pending_prompts()  # the store's own recovery first
         held = await report_all_interrupted(
-            self._store, self._publisher, self._options.publish_timeout
+            self._ctx.store, self._ctx.publisher, self._ctx.options.publish_timeout
         )
         if self._approvals is not None:
             await self._approvals.start()
@@ -233,7 +232,7 @@ class Runtime:
     def wedged(self, *, slack: float = WEDGE_SLACK) -> bool:
         """Whether a run is still active long after everything bounding it should have
         ended it (its deadline, the reply's publish timeout, plus ``slack``)."""
-        bound = self._options.max_run_seconds + self._options.publish_timeout + slack
+        bound = self._ctx.options.max_run_seconds + self._ctx.options.publish_timeout + slack
         now = self._clock()
         return any(
             t.active is not None and now - t.started_at > bound for t in self._ctx.threads.values()
@@ -257,7 +256,7 @@ class Runtime:
         """Start runs while slots are free and threads are ready."""
         ctx = self._ctx
         active = sum(1 for t in ctx.threads.values() if t.active is not None)
-        while not ctx.closing and ctx.ready and active < self._options.max_concurrent_runs:
+        while not ctx.closing and ctx.ready and active < self._ctx.options.max_concurrent_runs:
             key = ctx.ready.popleft()
             thread = ctx.threads[key]
             thread.ready = False
@@ -275,13 +274,15 @@ class Runtime:
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
             active += 1
-        if ctx.closing or ctx.queued_count < self._options.max_queued_prompts:
+        if ctx.closing or ctx.queued_count < self._ctx.options.max_queued_prompts:
             self._space.set()
         else:
             self._space.clear()
 
     async def _wait_for_capacity(self) -> None:
-        while not self._ctx.closing and self._ctx.queued_count >= self._options.max_queued_prompts:
+        while (
+            not self._ctx.closing and self._ctx.queued_count >= self._ctx.options.max_queued_prompts
+        ):
             self._space.clear()
             await self._space.wait()
 
@@ -329,15 +330,15 @@ class Runtime:
             crash_point("resume_started")
             bound.info("runtime.run_resumed", request=job.request_id, outcome=job.outcome)
         deadline: asyncio.Timeout | None = None
-        meter = TokenMeter(self._store, run_id)  # tokens on the run row as they are spent
+        meter = TokenMeter(self._ctx.store, run_id)  # tokens on the run row as they are spent
         try:
-            deadline = asyncio.timeout(self._options.max_run_seconds)
+            deadline = asyncio.timeout(self._ctx.options.max_run_seconds)
             with metering(meter):
                 if job is not None:
                     async with deadline:
                         result = await job.run()
                 else:
-                    history = await self._store.history(thread.channel, thread.thread_id)
+                    history = await self._ctx.store.history(thread.channel, thread.thread_id)
                     request = RunRequest(
                         run_id=run_id,
                         channel=thread.channel,
@@ -361,7 +362,7 @@ class Runtime:
             )
             ids = run.prompt_ids
             if stopped_by is not None:
-                await complete(self._store.finish_run(run_id, interrupted, ids, "failed"))
+                await complete(self._ctx.store.finish_run(run_id, interrupted, ids, "failed"))
                 await complete(self._say(run, f"Stopped by {stopped_by}."))
                 bound.info("runtime.run_stopped", stopped_by=stopped_by)
                 # The !stop consumed this cancellation; the task ends normally.
@@ -371,12 +372,12 @@ class Runtime:
                 return
             # Shutdown: back to queued so the next start answers them (unless the
             # run started a mutating call: recovery then posts the interrupted notice).
-            await complete(self._store.finish_run(run_id, interrupted, ids, "queued"))
+            await complete(self._ctx.store.finish_run(run_id, interrupted, ids, "queued"))
             bound.info("runtime.run_interrupted")
             raise
         except TimeoutError as exc:
             error = (
-                f"run deadline of {self._options.max_run_seconds:g} s exceeded"
+                f"run deadline of {self._ctx.options.max_run_seconds:g} s exceeded"
                 if deadline is not None and deadline.expired()
                 else f"TimeoutError: {exc}"
             )
@@ -411,8 +412,8 @@ class Runtime:
     async def _say(self, run: Run, text: str) -> None:
         """A short notice in the run's thread, in reply to its last prompt."""
         await publish_quietly(
-            self._publisher,
-            self._options.publish_timeout,
+            self._ctx.publisher,
+            self._ctx.options.publish_timeout,
             run.channel,
             run.thread_id,
             run.prompts[-1].id,
@@ -461,7 +462,7 @@ class Runtime:
         self._ctx.closing = True
         self._ctx.ready.clear()
         self._space.set()  # release an intake blocked on back-pressure
-        grace = self._options.shutdown_grace if grace is None else grace
+        grace = self._ctx.options.shutdown_grace if grace is None else grace
         runs = [t.active for t in self._ctx.threads.values() if t.active is not None]
         if runs:
             log.info("runtime.shutdown_waiting", active_runs=len(runs), grace_seconds=grace)
