@@ -44,7 +44,7 @@ class BackendError(AsyncaiError):
 class ScopeRejected(AsyncaiError):
     """A stored REPL dump exists but must not be loaded (issue 14).
 
-    Raised by :meth:`daemon.tools.ScopeStore.load`; the message is the reason
+    Raised by :meth:`daemon.code_mode.repl.ScopeStore.load`; the message is the reason
     in one line (``"its MAC does not match"``, ``"saved by Monty dump version
     3, this worker has 4"``), shown to the model in the variables note.
     """

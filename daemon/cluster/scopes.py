@@ -1,6 +1,6 @@
 """Thread REPL dumps in a JetStream object store, so whichever daemon holds a thread can load it.
 
-:class:`ObjectScopeStore` is the cluster's :class:`daemon.tools.ScopeStore`:
+:class:`ObjectScopeStore` is the cluster's :class:`daemon.code_mode.repl.ScopeStore`:
 the same HMAC-SHA256 as :class:`daemon.runtime.scopes.SignedScopeStore` (over
 the Monty version, the thread's channel and id, and the bytes, :func:`scope_mac`) under the
 same ``scope.key``. Every daemon of a cluster must have the same key: the
@@ -121,7 +121,7 @@ async def open_object_store(
 
 
 class ObjectScopeStore:
-    """:class:`daemon.tools.ScopeStore` over a JetStream object store, with MACs."""
+    """:class:`daemon.code_mode.repl.ScopeStore` over a JetStream object store, with MACs."""
 
     def __init__(
         self,

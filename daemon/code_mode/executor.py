@@ -12,15 +12,24 @@ Scopes (spec A10, DESIGN.md): ``thread_scope(thread)`` returns the REPL of a
 an LRU of ``max_scopes``. The evicted scope's checkout is closed before the next
 checkout; a scope with a snippet running is never evicted (the LRU overshoots).
 
-One ``run_code`` call, in order: ``restart`` (discard the checkout), the pre-run
-checks (``hooks.vet_snippet``: the size limit, then ``hooks.check_snippet`` off the
-loop), closing evicted checkouts, a checkout if the scope has none (then
-``hooks.scope_preamble`` with the tools' wrappers, :mod:`~daemon.code_mode.lazy`,
-fed or loaded: :mod:`~daemon.code_mode.repl.fresh`), the snippet
-(:mod:`~daemon.code_mode.sandbox.engine`),
-a reset if the snippet broke the checkout, ``hooks.after_snippet``, and the result
-(:mod:`daemon.code_mode.report`: the return contract with ``hooks.error_hints``, and the
-audit), all but the checks within ``max_wall``. Seams: :mod:`daemon.code_mode.repl.hooks`.
+One ``run_code`` call, in order:
+
+1. ``restart`` (discard the checkout);
+2. the pre-run checks (``hooks.vet_snippet``: the size limit, then
+   ``hooks.check_snippet`` off the loop);
+3. closing evicted checkouts;
+4. a checkout if the scope has none, then ``hooks.scope_preamble`` with the
+   tools' wrappers (:mod:`~daemon.code_mode.lazy`), fed or loaded
+   (:mod:`~daemon.code_mode.repl.fresh`);
+5. the snippet (:mod:`~daemon.code_mode.sandbox.engine`);
+6. a reset if the snippet broke the checkout;
+7. ``hooks.after_snippet``;
+8. the result (:mod:`daemon.code_mode.report`: the return contract with
+   ``hooks.error_hints``, and the audit).
+
+Everything after the pre-run checks is bounded by ``max_wall``. The seams for
+the helpers and the variables note are documented in
+:mod:`daemon.code_mode.repl.hooks`.
 
 Approvals (issue 13): with a ``gate``, a snippet may stop before calls that
 need a person. The run then ends with a :class:`~daemon.approvals.Pause` in
@@ -29,7 +38,7 @@ holds the REPL), and no hook runs. :meth:`CodeModeToolExecutor.resume`
 loads the snapshot into the scope's next checkout and drives the snippet on
 under the same steps, from the checkout on, with ``max_wall`` counted anew.
 
-Stored REPLs (issue 14): with ``scopes`` (a :class:`~daemon.tools.ScopeStore`),
+Stored REPLs (issue 14): with ``scopes`` (a :class:`~daemon.code_mode.repl.ScopeStore`),
 a thread's REPL is stored (:mod:`~daemon.code_mode.repl.persistence`), when a
 snippet changed it, by ``checkpoint`` (after each run), ``checkpoint_all``
 and ``aclose`` (shutdown), and before an evicted scope is closed

@@ -153,7 +153,7 @@ def load_or_create_key(state_dir: Path) -> bytes:
 
 
 class SignedScopeStore:
-    """:class:`daemon.tools.ScopeStore` over the sessions store's ``scopes`` port, with MACs.
+    """:class:`daemon.code_mode.repl.ScopeStore` over the sessions ``scopes`` port, with MACs.
 
     Keyed by :class:`~daemon.tools.ThreadKey`: the scopes table keys a dump by
     its thread's (channel, thread id), and the MAC covers both.

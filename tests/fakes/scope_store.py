@@ -1,4 +1,4 @@
-"""An in-memory :class:`~daemon.tools.ScopeStore`: thread REPL dumps in a dict by ``ThreadKey``.
+"""An in-memory ``ScopeStore``: thread REPL dumps in a dict by ``ThreadKey``.
 
 For tests of stored REPLs (issue 14) without SQLite::
 

@@ -7,7 +7,7 @@ description (``description``: ``run_code``'s schema and text), the index,
 and the return shapes learned from results and where they are kept (``shapes``,
 ``learned``: its ``ShapeStore`` port). Pure
 code apart from the shapes' store, which it reaches through
-:class:`~daemon.tools.ShapeStore`.
+:class:`~daemon.code_mode.catalog.ShapeStore`.
 
 This is code mode's public face to the rest of the daemon: the small-model
 harness and the runtime's restart note import what they need of the catalog

@@ -1,4 +1,4 @@
-"""Stored REPLs (issue 14): a thread's scope dumped into a :class:`~daemon.tools.ScopeStore`.
+"""Stored REPLs (issue 14): a thread's scope dumped into a ``ScopeStore``.
 
 :class:`ScopePersistence` does the two transfers, and the executor
 (:mod:`daemon.code_mode.executor`) decides when, holding the scope's lock:
