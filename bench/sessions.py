@@ -33,8 +33,8 @@ _HERE = Path(__file__).resolve().parent
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
 
 from sessions import RunMetrics, Store  # noqa: E402 (after the sys.path fix above)
+from sessions.audit import audit_query  # noqa: E402
 from sessions.ids import iso_utc, session_id, thread_key  # noqa: E402
-from sessions.store import audit_query  # noqa: E402
 from sessions.testing import run_records, tool_call_row  # noqa: E402
 
 TOOLS = [

@@ -15,6 +15,7 @@ May import: aiosqlite and the standard library; nothing of ``daemon``,
 
 from .approvals import Approvals, NewApproval, StoredApproval
 from .audit import AuditLog
+from .connection import DEFAULT_DB_PATH
 from .cursors import Cursors
 from .errors import MigrationError, StoreClosedError, StoreError, ThreadLookupError
 from .export import envelope, jsonl_lines, text_lines
@@ -40,7 +41,7 @@ from .report import approvals_report, audit_report, threads_report, transcript_r
 from .schema import SCHEMA_VERSION
 from .scopes import Scopes, StoredScope, UnboundScope, scope_cutoff
 from .shapes import Shapes, StoredShape
-from .store import DEFAULT_DB_PATH, Store
+from .store import Store
 from .writer import RunWriter
 
 __all__ = [

@@ -31,8 +31,8 @@ from types import TracebackType
 from typing import Self
 
 from .approvals import Approvals
-from .audit import AuditLog, audit_query
-from .connection import DEFAULT_BUSY_TIMEOUT, DEFAULT_DB_PATH, Connection
+from .audit import AuditLog
+from .connection import DEFAULT_BUSY_TIMEOUT, Connection
 from .cursors import Cursors
 from .outbox import Outbox
 from .queries import Queries
@@ -40,15 +40,10 @@ from .replica import Replica
 from .schema import MIGRATIONS, Migration
 from .scopes import Scopes
 from .shapes import Shapes
-from .writer import PROMPT_STATUSES, RUN_STATUSES, RunWriter
+from .writer import RunWriter
 
 __all__ = [
-    "DEFAULT_BUSY_TIMEOUT",
-    "DEFAULT_DB_PATH",
-    "PROMPT_STATUSES",
-    "RUN_STATUSES",
     "Store",
-    "audit_query",
 ]
 
 

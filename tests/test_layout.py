@@ -11,7 +11,7 @@
 - no function of daemon/, channels/ or sessions/ takes more than six
   positional parameters (keyword-only ones are free);
 - a module that is not a package's face hands on in ``__all__`` only names it
-  defines: no re-export shims (daemon/, channels/, servers/);
+  defines: no re-export shims;
 - ``daemon/`` keeps at most ten modules at its top level;
 - every package's ``__init__`` has a docstring and an ``__all__`` of real names;
 - no package imports another package's private module (issue 27): from
@@ -345,8 +345,8 @@ def _re_exports() -> set[str]:
     """Names a module (not a package's ``__init__``) lists in ``__all__`` but imports."""
     found: set[str] = set()
     for name, path in MODULES.items():
-        if path.name == "__init__.py" or name.split(".")[0] == "sessions":
-            continue  # sessions/ is being cut into ports (issue 27, item 1): not yet
+        if path.name == "__init__.py":
+            continue
         tree = ast.parse(path.read_text(), str(path))
         imported = {
             alias.asname or alias.name

@@ -16,8 +16,8 @@ import pytest
 from daemon.cli import main
 from daemon.cli.sessions import MAX_LIMIT
 from sessions import RunMetrics, Store
+from sessions.connection import DEFAULT_DB_PATH
 from sessions.ids import parse_since, thread_key
-from sessions.store import DEFAULT_DB_PATH
 from sessions.testing import run_records, tool_call_row
 
 ROOT = Path(__file__).resolve().parents[1]

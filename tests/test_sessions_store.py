@@ -25,9 +25,9 @@ from sessions import (
     ThreadLookupError,
     session_id,
 )
+from sessions.audit import audit_query
 from sessions.model import StartedCall
 from sessions.schema import MIGRATIONS, Migration, migrate
-from sessions.store import audit_query
 from sessions.testing import run_records, tool_call_row, user_record
 
 TABLES = {

@@ -14,10 +14,11 @@ import sys
 from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 
+from sessions.connection import DEFAULT_DB_PATH
 from sessions.errors import StoreError
 from sessions.ids import parse_since
 from sessions.report import approvals_report, audit_report, threads_report, transcript_report
-from sessions.store import DEFAULT_DB_PATH, Store
+from sessions.store import Store
 
 __all__ = ["MAX_LIMIT", "register"]
 
