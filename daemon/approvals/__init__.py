@@ -3,7 +3,7 @@
 Pure code, no I/O, and low in the house, so that code mode, MCP, the model and
 the runtime may all import it: :mod:`~daemon.approvals.values` holds what
 crosses the executor boundary (the gate and its :class:`Verdict`, a
-:class:`Pause` with its :class:`PendingCall` s, a :class:`Decision`);
+:class:`Pause` with its pending calls (:class:`PendingCall`), a :class:`Decision`);
 :mod:`~daemon.approvals.policy` decides of a call whether
 it runs, is refused or waits for a person (the ``[approvals]`` section) and
 who may decide; :mod:`~daemon.approvals.commands` reads ``!approve ID [run]``,

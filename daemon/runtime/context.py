@@ -1,13 +1,15 @@
 """What the scheduler shares with its collaborators: the ports, the options and the thread table.
 
-:class:`daemon.runtime.scheduler.Runtime` is assembled from collaborator
-objects: the thread commands (:mod:`daemon.runtime.commands`), the approval
-desk (:mod:`daemon.runtime.desk`), the end of a run
+:class:`daemon.runtime.scheduler.Runtime` is assembled from collaborators:
+the thread commands (:mod:`daemon.runtime.commands`), the end of a run
 (:mod:`daemon.runtime.deliver`) and the per-sender limits
-(:mod:`daemon.runtime.limits`). Each is handed one :class:`RunContext`, the
-scheduler's own: the store, the publisher and the options, and the table of
-threads (a :class:`ThreadRun` each), the ready FIFO and the counts of what
-waits. None of them keeps a copy of that state.
+(:mod:`daemon.runtime.limits`) are handed its one :class:`RunContext`: the
+store, the publisher and the options, and the table of threads (a
+:class:`ThreadRun` each), the ready FIFO and the counts of what waits. None
+of them keeps a copy of that state. The approval desk
+(:mod:`daemon.runtime.desk`), built before the runtime (it is the tools'
+approval gate too), touches no thread itself: it hands the scheduler a
+:class:`ResumeJob`, or asks it to hold a thread, through two hooks.
 
 A run in progress is named by a :class:`Run`: its id, its thread, its
 prompts and its log, what the helpers that record and answer it are given.
