@@ -4,10 +4,12 @@
 config), ``runtime`` (threads and runs), ``model`` (the OpenAI-compatible
 loop and the small-model harness), ``code_mode`` (run_code on Monty), ``mcp``
 (MCP servers over stdio), ``local_model`` (the embedded model); shared by all:
-``config``, ``executors`` (what a config builds), ``tools`` (the interfaces),
+``config``, ``executors`` (what a config builds), ``tools`` (the executor
+interface and its values), ``approvals`` (pure, and lowest of all: the values
+that cross the executor boundary, the policy, the commands and the words),
 ``limits`` (code mode's, which the config sets), ``errors``, ``backoff``,
 ``logging``, ``crashpoints`` (the SIGKILL at a named step that only tests
-arm); also ``approvals`` (the pure policy).
+arm); ``cluster`` (several daemons on NATS).
 daemon/ may import ``channels`` and ``sessions``; neither imports daemon/.
 """
 
