@@ -313,7 +313,8 @@ class NatsChannel:
         """Store ``text`` in the channel's stream; split into ``more`` chunks when it is long.
 
         A split text's chunks get the ``client_id``s ``ID``, ``ID.1``, ``ID.2``…
-        and all go into the first one's thread. A thread of another channel is ``bad_thread``.
+        and all go into the first one's thread. A ``thread`` of another channel's
+        stream is refused (``bad_thread``, :func:`~channels.nats.mapping.check_thread`).
         """
         check_publish(channel, text, thread, reply_to)
         if channel not in self._streams:
