@@ -2,7 +2,8 @@
 
 Holds the pure protocol (``protocol``, ``ids``, ``names``, ``split``, ``tokens``,
 ``ratelimit``), the client (``client/``: a sans-I/O protocol and its websocket
-transport), the same interface on NATS JetStream (``nats/``), the choice
+transport), the same interface on NATS JetStream (``nats/``), what both transports
+share (``inbox``: the lifecycle, the inbox wait, ``on_status``), the choice
 between them by URL (``transport``: :func:`open_channel`), the hub (``hub/``:
 one module per job, over ``store``), systemd's notify protocol (``notify``)
 and the ``atirc`` command (``cli``).

@@ -4,7 +4,8 @@
 to send out); ``websocket`` drives it over a connection (``handshake``), with
 its waiting futures (``pending``) and reconnect ``backoff``.
 
-May import: ``channels.protocol``, ``channels.errors``, ``channels.ids``,
+May import: ``channels.inbox`` (the base its transport shares with NATS's),
+``channels.protocol``, ``channels.errors``, ``channels.ids``,
 ``channels.split`` and websockets; never ``channels.hub``.
 """
 

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import structlog
@@ -58,13 +58,13 @@ from channels.client.protocol import (
     check_subscribe,
 )
 from channels.errors import (
-    ChannelBrokenError,
     ChannelClosedError,
     ChannelError,
     ChannelTimeoutError,
     ProtocolError,
 )
 from channels.frames import Ack, ErrorCode, Message, Publish, Status, Subscribed, Welcome
+from channels.inbox import InboxChannel
 from channels.protocol import encode
 
 __all__ = ["DEFAULT_URL", "WebSocketChannel"]
@@ -82,7 +82,7 @@ class _Session:
     ended: bool = False
 
 
-class WebSocketChannel:
+class WebSocketChannel(InboxChannel):
     """A :class:`~channels.client.interface.Channel` over one websocket connection to a hub.
 
     Without ``token`` the client says ``hello`` with ``nick`` (a hub without
@@ -93,6 +93,8 @@ class WebSocketChannel:
     reader's task (it must not block; what it raises is logged). Use it as an
     async context manager, or :meth:`connect` and :meth:`close`.
     """
+
+    _log = log
 
     def __init__(
         self,
@@ -111,6 +113,7 @@ class WebSocketChannel:
         on_status: Callable[[Status], None] | None = None,
     ) -> None:
         check_settings(url, token, nick)
+        super().__init__(on_status)
         if inbox_size < 2:
             raise ValueError("inbox_size must be at least 2")
         self.url = url
@@ -128,14 +131,10 @@ class WebSocketChannel:
             ping_interval,
         )
         self._ack_timeout = ack_timeout
-        self._on_status = on_status
-        self._state = "new"  # new → open → closed | broken
-        self._broken_cause: BaseException | None = None
         self._session: _Session | None = None
         self._supervisor: asyncio.Task[None] | None = None
         self._connect_lock = asyncio.Lock()
         self._changed = asyncio.Event()
-        self._inbox_ready = asyncio.Event()
         self._pending = Pending()
         # Publishes awaiting their ack at once: far below the hub's default burst,
         # so concurrent publishers never look like a flood.
@@ -148,13 +147,6 @@ class WebSocketChannel:
     def nick(self) -> str | None:
         """The nick the hub knows us by (from ``welcome``); None until connected."""
         return self._protocol.nick
-
-    async def __aenter__(self) -> WebSocketChannel:
-        await self.connect()
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.close()
 
     async def connect(self, *, retry: bool = True) -> None:
         """Connect and authenticate (idempotent).
@@ -205,20 +197,11 @@ class WebSocketChannel:
         supervisor = self._supervisor
         return self._state == "open" and supervisor is not None and supervisor.done()
 
-    def _check_usable(self) -> None:
-        if self._state == "closed":
-            raise ChannelClosedError("the channel was closed")
-        if self._state == "broken":
-            raise self._broken_error()
-
-    def _broken_error(self) -> ChannelBrokenError:
-        return ChannelBrokenError.of(self.url, self._broken_cause)
-
     def _wake(self) -> None:
         """Tell everyone waiting for a state change (a session began or ended, closed, broken)."""
         self._changed.set()
         self._changed = asyncio.Event()
-        self._inbox_ready.set()
+        super()._wake()
 
     # -- connecting -----------------------------------------------------------------------
 
@@ -240,11 +223,10 @@ class WebSocketChannel:
         self._wake()
 
     def _set_broken(self, cause: BaseException) -> None:
-        self._state = "broken"
-        self._broken_cause = cause
-        log.error("channels.broken", url=self.url, error=str(cause))
-        self._pending.fail_all(self._broken_error)
-        self._wake()
+        """Broken for good (:meth:`InboxChannel._set_broken`): every waiter fails."""
+        super()._set_broken(cause)
+        if self._state == "broken":
+            self._pending.fail_all(self._broken_error)
 
     def _supervisor_done(self, task: asyncio.Task[None]) -> None:
         """The supervisor ended: if not by close() or a broken hub, it died; say so.
@@ -314,20 +296,11 @@ class WebSocketChannel:
         if isinstance(event, MessageReceived):
             self._inbox_ready.set()
         elif isinstance(event, StatusReceived):
-            if self._on_status is not None:
-                try:
-                    self._on_status(event.status)
-                except Exception:  # the caller's bug must not end the reader
-                    log.exception("channels.status_callback_failed", channel=event.status.channel)
+            self._status_received(event.status)
         else:
             self._pending.settle(event)
 
     # -- the Channel interface ------------------------------------------------------------
-
-    async def _ensure_open(self) -> None:
-        if self._state == "new":
-            await self.connect()
-        self._check_usable()
 
     async def _wait_session(self) -> _Session:
         while True:
@@ -449,22 +422,12 @@ class WebSocketChannel:
             with contextlib.suppress(ConnectionClosed):
                 await session.ws.send(frame)
 
-    async def receive(self) -> Message:
-        """The next message; raises ChannelClosedError / ChannelBrokenError when there is none."""
-        while True:
-            if self._protocol.pending:
-                if self._protocol.wants_resync():
-                    # Before taking a message, so a cancellation here loses nothing.
-                    await self._resync()
-                message = self._protocol.next_message()
-                if message is not None:  # None: a concurrent receive took it meanwhile
-                    return message
-                continue
-            if self._state == "new":
-                await self.connect()
-            self._check_usable()
-            self._inbox_ready.clear()
-            await self._inbox_ready.wait()
+    async def _take(self) -> Message | None:
+        """The protocol's next message (None: a concurrent receive took it meanwhile)."""
+        if self._protocol.wants_resync():
+            # Before taking a message, so a cancellation here loses nothing.
+            await self._resync()
+        return self._protocol.next_message()
 
     async def _resync(self) -> None:
         """Subscribe again (``since`` = last delivered) to channels whose messages were dropped."""
@@ -484,14 +447,3 @@ class WebSocketChannel:
     def pending(self) -> int:
         """Messages received and not yet taken (an ``on_status`` call comes after these)."""
         return self._protocol.pending
-
-    def __aiter__(self) -> AsyncIterator[Message]:
-        """Iterate over messages; the iteration ends when the channel is closed."""
-        return self
-
-    async def __anext__(self) -> Message:
-        """The next message (see :meth:`receive`); StopAsyncIteration once closed."""
-        try:
-            return await self.receive()
-        except ChannelClosedError:
-            raise StopAsyncIteration from None

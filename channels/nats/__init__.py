@@ -6,7 +6,7 @@ stream sequences, the headers of a message and a status, credentials);
 starts; ``channel`` is :class:`NatsChannel`, the transport over nats-py.
 
 May import: ``channels.client`` (the interface, the checks, the backoff),
-``channels.errors``, ``channels.frames``, ``channels.ids``, ``channels.names``,
+``channels.errors``, ``channels.frames``, ``channels.inbox``, ``channels.ids``, ``channels.names``,
 ``channels.protocol``, ``channels.split``, nats-py and structlog; never
 ``channels.hub``.
 """

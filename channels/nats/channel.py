@@ -26,7 +26,7 @@ import asyncio
 import contextlib
 import uuid
 from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -45,14 +45,13 @@ from channels.client.backoff import exponential_backoff
 from channels.client.interface import PublishAck
 from channels.client.protocol import check_publish, check_status, check_subscribe
 from channels.errors import (
-    ChannelBrokenError,
-    ChannelClosedError,
     ChannelConfigError,
     HubUnreachableError,
     ProtocolError,
     UnauthorizedError,
 )
 from channels.frames import ErrorCode, Message, Status, Subscribed
+from channels.inbox import InboxChannel
 from channels.names import is_nick
 from channels.nats import mapping
 from channels.nats.jetstream import (
@@ -82,7 +81,7 @@ class _Reader:
     statuses: Subscription | None = None
 
 
-class NatsChannel:
+class NatsChannel(InboxChannel):
     """A :class:`~channels.client.interface.Channel` on a NATS server with JetStream.
 
     ``token`` is ``[channels] token`` / ``ATIRC_TOKEN``
@@ -95,6 +94,8 @@ class NatsChannel:
     ``heartbeat`` is the consumers' idle heartbeat: two missed ones make
     nats-py re-create a consumer (after the server restarted, say).
     """
+
+    _log = log
 
     def __init__(
         self,
@@ -114,6 +115,7 @@ class NatsChannel:
         reconnect_wait: float = 1.0,
         heartbeat: float = 2.0,
     ) -> None:
+        super().__init__(on_status)
         parts = urlsplit(url)
         if parts.scheme not in ("nats", "tls") or not parts.hostname:
             raise ChannelConfigError(f"invalid NATS URL {url!r}: nats://HOST:PORT")
@@ -137,20 +139,16 @@ class NatsChannel:
         self._ack_timeout = ack_timeout
         self._connect_timeout = connect_timeout
         self._inbox_size = inbox_size
-        self._on_status = on_status
         self._retention = Retention(retention_count, retention_age, duplicate_window)
         self._max_text = max_text
         self._reconnect_attempts = reconnect_attempts
         self._reconnect_wait = reconnect_wait
         self._heartbeat = heartbeat
-        self._state = "new"  # new → open → closed | broken
-        self._broken_cause: BaseException | None = None
         self._nc: NatsClient | None = None
         self._js: JetStreamContext | None = None
         self._streams: dict[str, StreamRef] = {}
         self._readers: dict[str, _Reader] = {}
         self._inbox: deque[Message] = deque()
-        self._inbox_ready = asyncio.Event()
         self._room = asyncio.Event()
         self._connect_lock = asyncio.Lock()
         self._subscribing = asyncio.Lock()
@@ -164,21 +162,9 @@ class NatsChannel:
         return self._nick if self._nc is not None else None
 
     @property
-    def broken(self) -> bool:
-        """True once nats-py gave up reconnecting or a delivery failed (cheap, no I/O)."""
-        return self._state == "broken"
-
-    @property
     def pending(self) -> int:
         """Messages received and not yet taken."""
         return len(self._inbox)
-
-    async def __aenter__(self) -> NatsChannel:
-        await self.connect()
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.close()
 
     async def connect(self, *, retry: bool = True) -> None:
         """Connect (idempotent); with ``retry``, keep trying with an exponential backoff."""
@@ -247,16 +233,9 @@ class NatsChannel:
         if self._state == "open":  # not by close(): nats-py gave up reconnecting
             self._set_broken(HubUnreachableError(f"the NATS server at {self.url} is gone"))
 
-    def _set_broken(self, cause: BaseException) -> None:
-        if self._state != "open":
-            return
-        self._state = "broken"
-        self._broken_cause = cause
-        log.error("channels.broken", url=self.url, error=str(cause))
-        self._wake()
-
     def _wake(self) -> None:
-        self._inbox_ready.set()
+        """Wake the receivers, and a delivery waiting for room in the inbox."""
+        super()._wake()
         self._room.set()
 
     async def close(self) -> None:
@@ -272,16 +251,8 @@ class NatsChannel:
             with contextlib.suppress(Exception):  # already closed when it gave up
                 await self._nc.close()
 
-    def _check_usable(self) -> None:
-        if self._state == "closed":
-            raise ChannelClosedError("the channel was closed")
-        if self._state == "broken":
-            raise ChannelBrokenError.of(self.url, self._broken_cause)
-
-    async def _ensure_open(self) -> tuple[NatsClient, JetStreamContext]:
-        if self._state == "new":
-            await self.connect()
-        self._check_usable()
+    async def _connected(self) -> tuple[NatsClient, JetStreamContext]:
+        await self._ensure_open()
         assert self._nc is not None
         assert self._js is not None
         return self._nc, self._js
@@ -290,7 +261,7 @@ class NatsChannel:
 
     async def _stream(self, channel: str) -> tuple[StreamRef, api.StreamInfo]:
         """The channel's stream (created when missing) and its info, read now; remembered."""
-        _, js = await self._ensure_open()
+        _, js = await self._connected()
         async with self._deadline(f"the stream of {channel}"):
             stream, info = await ensure_stream(js, channel, self._retention)
         self._streams[channel] = stream
@@ -332,7 +303,7 @@ class NatsChannel:
     async def _publish_one(
         self, channel: str, subject: str, payload: bytes, headers: dict[str, str]
     ) -> int:
-        _, js = await self._ensure_open()
+        _, js = await self._connected()
         name = mapping.stream_name(channel)
         async with self._deadline(f"a publish to {channel}"):
             while True:
@@ -358,7 +329,7 @@ class NatsChannel:
     async def status(self, channel: str, text: str, *, thread: str) -> None:
         """Show ``text`` as progress in ``thread`` now: core NATS, not stored, best effort."""
         check_status(channel, text, thread)
-        nc, _ = await self._ensure_open()
+        nc, _ = await self._connected()
         if not nc.is_connected:
             return  # stale by the time we are back
         headers = mapping.status_headers(self._nick, datetime.now(UTC))
@@ -378,7 +349,7 @@ class NatsChannel:
             return await self._subscribe(channel, since)
 
     async def _subscribe(self, channel: str, since: str | None) -> Subscribed:
-        nc, js = await self._ensure_open()
+        nc, js = await self._connected()
         stream, info = await self._stream(channel)
         state = info.state
         head = mapping.message_id(stream.epoch, state.last_seq) if state.messages else None
@@ -413,7 +384,7 @@ class NatsChannel:
         if self._on_status is not None:
             with contextlib.suppress(nats.errors.Error):
                 reader.statuses = await nc.subscribe(
-                    mapping.status_filter(channel), cb=self._status_received
+                    mapping.status_filter(channel), cb=self._status_message
                 )
         self._readers[channel] = reader
         return Subscribed(channel=channel, head=head, oldest=oldest)
@@ -466,35 +437,14 @@ class NatsChannel:
             log.error("channels.supervisor_died", url=self.url, exc_info=exc)
             self._set_broken(exc)
 
-    async def _status_received(self, msg: Msg) -> None:
+    async def _status_message(self, msg: Msg) -> None:
+        """A status of a subscribed channel, for ``on_status`` (nats-py's callback)."""
         status = mapping.status_from(msg.subject, msg.headers, msg.data)
-        if status is None or status.channel not in self._readers or self._on_status is None:
-            return
-        try:
-            self._on_status(status)
-        except Exception:  # the caller's bug must not end the subscription
-            log.exception("channels.status_callback_failed", channel=status.channel)
+        if status is not None and status.channel in self._readers:
+            self._status_received(status)
 
-    async def receive(self) -> Message:
-        """The next message; raises ChannelClosedError / ChannelBrokenError when there is none."""
-        while True:
-            if self._inbox:
-                message = self._inbox.popleft()
-                self._room.set()
-                return message
-            if self._state == "new":
-                await self.connect()
-            self._check_usable()
-            self._inbox_ready.clear()
-            await self._inbox_ready.wait()
-
-    def __aiter__(self) -> AsyncIterator[Message]:
-        """Iterate over messages; the iteration ends when the channel is closed."""
-        return self
-
-    async def __anext__(self) -> Message:
-        """The next message (see :meth:`receive`); StopAsyncIteration once closed."""
-        try:
-            return await self.receive()
-        except ChannelClosedError:
-            raise StopAsyncIteration from None
+    async def _take(self) -> Message | None:
+        """The oldest message of the inbox; a delivery waiting for room goes on."""
+        message = self._inbox.popleft()
+        self._room.set()
+        return message
