@@ -38,8 +38,9 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import nats.errors
 import nats.js.errors
@@ -60,6 +61,9 @@ __all__ = [
 ]
 
 _SAFE = re.compile(r"[A-Za-z0-9_-]+")
+_TRIES = 20  # revision-checked writes of one change, each lost to another write, before giving up
+
+T = TypeVar("T")
 
 
 def bucket_name(kind: str, nick: str) -> str:
@@ -165,6 +169,14 @@ def _encode(
     if paused is not None:
         entry["paused"] = paused.as_json()
     return json.dumps(entry).encode()
+
+
+@dataclass(frozen=True)
+class _Write(Generic[T]):
+    """What a compare-and-set step writes into the thread's entry, and returns once written."""
+
+    value: bytes
+    result: T
 
 
 class Leases:
@@ -293,6 +305,41 @@ class Leases:
             raise ClusterError(f"cannot take thread {thread} over: {exc}") from exc
         return Claim(self.member, old.answered, revision, old.mutating, old.paused)
 
+    async def _change(
+        self,
+        channel: str,
+        thread: str,
+        step: Callable[[Claim | None], _Write[T] | T],
+        *,
+        failing: str,
+        changing: str,
+    ) -> T:
+        """Compare-and-set the thread's entry: ``step`` reads it as it is now (None:
+        never claimed) and either answers at once or returns the :class:`_Write` to
+        make; the write is revision-checked (a ``create`` when there is no entry),
+        and when another write came between, it all goes again from a fresh read.
+
+        ClusterError ``"{failing}: ..."`` when the broker fails, and after
+        :data:`_TRIES` writes that each lost the race.
+        """
+        key = thread_key(channel, thread)
+        for _ in range(_TRIES):
+            current = await self.get(channel, thread)
+            decided = step(current)
+            if not isinstance(decided, _Write):
+                return decided
+            try:
+                if current is None:
+                    await self._kv_threads.create(key, decided.value)
+                else:
+                    await self._kv_threads.update(key, decided.value, last=current.revision)
+                return decided.result
+            except nats.js.errors.KeyWrongLastSequenceError:
+                continue
+            except nats.errors.Error as exc:
+                raise ClusterError(f"{failing}: {exc}") from exc
+        raise ClusterError(f"thread {thread}: its entry kept changing while {changing}")
+
     async def mark_answered(self, channel: str, thread: str, through: str) -> bool:
         """Record that the prompts of the thread up to ``through`` were answered.
 
@@ -302,18 +349,10 @@ class Leases:
         clear the ``mutating`` run of the daemon that now answers those
         prompts. Returns whether the marker is at ``through`` now.
         """
-        for _ in range(20):
-            current = await self.get(channel, thread)
+
+        def step(current: Claim | None) -> _Write[bool] | bool:
             if current is None:
-                try:
-                    await self._kv_threads.create(
-                        thread_key(channel, thread), _encode(self.member, through)
-                    )
-                    return True
-                except nats.js.errors.KeyWrongLastSequenceError:
-                    continue
-                except nats.errors.Error as exc:
-                    raise ClusterError(f"cannot mark thread {thread} answered: {exc}") from exc
+                return _Write(_encode(self.member, through), True)
             mutating = current.mutating
             if mutating is not None and max(mutating.prompts, default="") <= through:
                 mutating = None  # that run ended (answered, or its notice posted)
@@ -328,18 +367,16 @@ class Leases:
                 return True
             if current.owner != self.member:
                 return False
-            try:
-                await self._kv_threads.update(
-                    thread_key(channel, thread),
-                    _encode(current.owner, max(through, current.answered), mutating, paused),
-                    last=current.revision,
-                )
-                return True
-            except nats.js.errors.KeyWrongLastSequenceError:
-                continue
-            except nats.errors.Error as exc:
-                raise ClusterError(f"cannot mark thread {thread} answered: {exc}") from exc
-        raise ClusterError(f"thread {thread}: its entry kept changing while marked answered")
+            answered = max(through, current.answered)
+            return _Write(_encode(current.owner, answered, mutating, paused), True)
+
+        return await self._change(
+            channel,
+            thread,
+            step,
+            failing=f"cannot mark thread {thread} answered",
+            changing="marked answered",
+        )
 
     async def mark_mutating(
         self,
@@ -358,49 +395,41 @@ class Leases:
         :class:`ThreadMoved` when another daemon holds the thread: the call
         must not be made.
         """
-        for _ in range(20):
-            current = await self.get(channel, thread)
+
+        def step(current: Claim | None) -> _Write[None] | None:
             if current is not None and current.owner != self.member:
                 raise ThreadMoved(thread, current.owner)
             owner, answered = (current.owner, current.answered) if current else (self.member, "")
             before = current.mutating if current else None
             calls = before.calls if before is not None and before.run == run else ()
             paused = current.paused if current else None
-            value = _encode(
-                owner, answered, MutatingRun(run, tuple(prompts), (*calls, call)), paused
-            )
-            try:
-                if current is None:
-                    await self._kv_threads.create(thread_key(channel, thread), value)
-                else:
-                    await self._kv_threads.update(
-                        thread_key(channel, thread), value, last=current.revision
-                    )
-                return
-            except nats.js.errors.KeyWrongLastSequenceError:
-                continue
-            except nats.errors.Error as exc:
-                raise ClusterError(f"cannot record a mutating call of {thread}: {exc}") from exc
-        raise ClusterError(f"thread {thread}: its entry kept changing while a call was recorded")
+            mutating = MutatingRun(run, tuple(prompts), (*calls, call))
+            return _Write(_encode(owner, answered, mutating, paused), None)
+
+        await self._change(
+            channel,
+            thread,
+            step,
+            failing=f"cannot record a mutating call of {thread}",
+            changing="a call was recorded",
+        )
 
     async def mark_paused(self, channel: str, thread: str, paused: PausedEntry) -> bool:
         """Point the thread's entry at its run waiting for approval (its state is stored
         first). Revision-checked; False when the thread is not this daemon's."""
-        for _ in range(20):
-            current = await self.get(channel, thread)
+
+        def step(current: Claim | None) -> _Write[bool] | bool:
             if current is None or current.owner != self.member:
                 return False
-            value = _encode(current.owner, current.answered, current.mutating, paused)
-            try:
-                await self._kv_threads.update(
-                    thread_key(channel, thread), value, last=current.revision
-                )
-                return True
-            except nats.js.errors.KeyWrongLastSequenceError:
-                continue
-            except nats.errors.Error as exc:
-                raise ClusterError(f"cannot record the paused run of {thread}: {exc}") from exc
-        raise ClusterError(f"thread {thread}: its entry kept changing while a pause was recorded")
+            return _Write(_encode(current.owner, current.answered, current.mutating, paused), True)
+
+        return await self._change(
+            channel,
+            thread,
+            step,
+            failing=f"cannot record the paused run of {thread}",
+            changing="a pause was recorded",
+        )
 
     async def decide_paused(
         self,
@@ -416,8 +445,8 @@ class Leases:
         An entry that points at no paused run (its pause could not be shared) is
         decided by its holder alone.
         """
-        for _ in range(20):
-            current = await self.get(channel, thread)
+
+        def step(current: Claim | None) -> _Write[str] | str:
             if current is None or current.owner != self.member:
                 return "moved"
             paused = current.paused
@@ -426,14 +455,12 @@ class Leases:
             if paused is None or paused.approval != approval:
                 return "ok"  # not shared: nobody else can decide it
             decided = PausedEntry(paused.approval, paused.run, paused.prompts, outcome)
-            value = _encode(current.owner, current.answered, current.mutating, decided)
-            try:
-                await self._kv_threads.update(
-                    thread_key(channel, thread), value, last=current.revision
-                )
-                return "ok"
-            except nats.js.errors.KeyWrongLastSequenceError:
-                continue
-            except nats.errors.Error as exc:
-                raise ClusterError(f"cannot record the decision on {approval}: {exc}") from exc
-        raise ClusterError(f"thread {thread}: its entry kept changing while {approval} was decided")
+            return _Write(_encode(current.owner, current.answered, current.mutating, decided), "ok")
+
+        return await self._change(
+            channel,
+            thread,
+            step,
+            failing=f"cannot record the decision on {approval}",
+            changing=f"{approval} was decided",
+        )
