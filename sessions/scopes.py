@@ -140,16 +140,22 @@ class Scopes:
         if cursor.rowcount != 1:
             raise StoreError(f"scope of {key}: no such thread (record a prompt first)")
 
-    async def load_scope(self, channel: str, thread_id: str) -> StoredScope | None:
-        """The thread's stored scope, or None (never dumped, dropped or pruned)."""
+    async def _load(
+        self, table: str, channel: str, thread_id: str, what: str
+    ) -> StoredScope | None:
+        """The thread's dump in ``table`` (``scopes`` or ``unbound_scopes``), or None."""
         key = thread_key(channel, thread_id)
         rows = await self._db.read(
-            f"loading the scope of {key}",
-            f"SELECT {StoredScope.COLUMNS} FROM scopes s JOIN threads t ON t.id = s.thread"
+            f"loading the {what} of {key}",
+            f"SELECT {StoredScope.COLUMNS} FROM {table} s JOIN threads t ON t.id = s.thread"
             " WHERE s.thread = ?",
             (key,),
         )
         return StoredScope.from_row(rows[0]) if rows else None
+
+    async def load_scope(self, channel: str, thread_id: str) -> StoredScope | None:
+        """The thread's stored scope, or None (never dumped, dropped or pruned)."""
+        return await self._load("scopes", channel, thread_id, "scope")
 
     async def drop_scope(self, channel: str, thread_id: str) -> bool:
         """Delete the thread's stored scope (``!reset``); whether there was one."""
@@ -170,14 +176,7 @@ class Scopes:
 
     async def load_unbound_scope(self, channel: str, thread_id: str) -> StoredScope | None:
         """One dump of :meth:`unbound_scopes`, bytes and old MAC included."""
-        key = thread_key(channel, thread_id)
-        rows = await self._db.read(
-            f"loading the unbound scope of {key}",
-            f"SELECT {StoredScope.COLUMNS} FROM unbound_scopes s JOIN threads t ON t.id = s.thread"
-            " WHERE s.thread = ?",
-            (key,),
-        )
-        return StoredScope.from_row(rows[0]) if rows else None
+        return await self._load("unbound_scopes", channel, thread_id, "unbound scope")
 
     async def bind_scope(self, channel: str, thread_id: str, mac: str) -> bool:
         """Move the thread's unbound dump into ``scopes`` under ``mac`` (the caller's MAC
