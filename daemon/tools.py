@@ -25,6 +25,8 @@ learned (``ShapeStore``, :mod:`daemon.code_mode.catalog`).
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager
 from dataclasses import asdict, dataclass
@@ -33,6 +35,7 @@ from typing import Any, Literal, NamedTuple, Protocol, runtime_checkable
 from daemon.approvals import Decision, Pause
 
 __all__ = [
+    "OBSERVER_TIMEOUT",
     "AuditEntry",
     "AuditObserver",
     "BaseToolExecutor",
@@ -44,6 +47,7 @@ __all__ = [
     "ToolDefinition",
     "ToolExecutor",
     "not_recorded",
+    "observe_entry",
 ]
 
 
@@ -140,6 +144,18 @@ once the entry is recorded durably. For the ``started`` entry of a mutating
 call, raising (or not returning in time) means "not recorded": the call is
 then not made (issue 26), and the caller reads :func:`not_recorded`.
 """
+
+# How long an observer may take to record one entry (code mode's and direct mode's alike).
+OBSERVER_TIMEOUT = 10.0
+
+
+async def observe_entry(observer: AuditObserver, thread_id: str | None, entry: AuditEntry) -> None:
+    """Hand ``entry`` to ``observer`` (sync or async) within :data:`OBSERVER_TIMEOUT`;
+    what it raised, or ``TimeoutError`` past the bound, is raised."""
+    async with asyncio.timeout(OBSERVER_TIMEOUT):
+        maybe = observer(thread_id, entry)
+        if inspect.isawaitable(maybe):
+            await maybe
 
 
 def not_recorded(tool: str, error: BaseException) -> str:

@@ -12,7 +12,6 @@ no-re-run rule and the interrupted notice hold in both modes.
 from __future__ import annotations
 
 import asyncio
-import inspect
 import time
 import uuid
 from datetime import UTC, datetime
@@ -30,15 +29,13 @@ from daemon.tools import (
     ToolDefinition,
     ToolExecutor,
     not_recorded,
+    observe_entry,
 )
 from sessions.audit import AuditLog
 from sessions.errors import StoreError
 from sessions.model import ToolCallRow
 
 __all__ = ["AuditedExecutor", "audit_observer"]
-
-# The bound on recording one entry (what code mode gives its observer too).
-OBSERVER_TIMEOUT = 10.0
 
 log = structlog.get_logger("asyncai.daemon")
 
@@ -112,7 +109,7 @@ class AuditedExecutor:
     """Direct mode's executor: ``inner``'s calls reported to ``observer`` as they start and end.
 
     The started entry goes first; for a mutating tool the call is made only
-    when the observer returned (within :data:`OBSERVER_TIMEOUT`), else the
+    when the observer returned (within :data:`~daemon.tools.OBSERVER_TIMEOUT`), else the
     model gets an error result saying the call was not recorded and not
     made. Everything else is ``inner``'s.
     """
@@ -164,7 +161,7 @@ class AuditedExecutor:
             return AuditEntry(name, arguments, is_error, size, mutating, stamp, ms, outcome, key)
 
         try:
-            await self._report(thread, entry("started"))
+            await observe_entry(self._observer, thread, entry("started"))
         except Exception as exc:
             if mutating:
                 log.error("daemon.mutating_not_recorded", tool=name, error=repr(exc))
@@ -184,15 +181,9 @@ class AuditedExecutor:
         await self._report_quietly(thread, ended)
         return output
 
-    async def _report(self, thread: str | None, entry: AuditEntry) -> None:
-        async with asyncio.timeout(OBSERVER_TIMEOUT):
-            maybe = self._observer(thread, entry)
-            if inspect.isawaitable(maybe):
-                await maybe
-
     async def _report_quietly(self, thread: str | None, entry: AuditEntry) -> None:
         """The end of a call: a failure to record it is logged (the call was made)."""
         try:
-            await asyncio.shield(self._report(thread, entry))
+            await asyncio.shield(observe_entry(self._observer, thread, entry))
         except Exception:
             log.exception("daemon.audit_failed", tool=entry.tool, outcome=entry.outcome)

@@ -62,7 +62,6 @@ from here; the error report says so for mutating calls.
 from __future__ import annotations
 
 import asyncio
-import inspect
 import itertools
 import logging
 import os
@@ -96,14 +95,13 @@ from daemon.tools import (
     ToolCallOutput,
     ToolExecutor,
     not_recorded,
+    observe_entry,
 )
 
 __all__ = ["CallRefused", "NestedCalls"]
 
 log = structlog.get_logger("asyncai.code_mode")
 
-# An observer commits an audit row; it gets this long before the snippet moves on.
-OBSERVER_TIMEOUT = 10.0
 # How often a tool's results fit its learned shape in one run_code before no more are checked.
 SHAPE_CHECKS = 3
 _UNSET = object()
@@ -522,7 +520,7 @@ class NestedCalls:
     async def _record_start(self, call: StartedCall, stamp: float) -> None:
         """The call's ``started`` entry to the observer, before the call is made: a
         mutating call whose start is not recorded (the observer raised, or said
-        nothing in :data:`OBSERVER_TIMEOUT`) is not made (:func:`not_recorded`)."""
+        nothing in :data:`~daemon.tools.OBSERVER_TIMEOUT`) is not made (:func:`not_recorded`)."""
         try:
             await self._notify(_entry(call, _utc(stamp), 0.0, "started"), strict=call.mutating)
         except Exception as exc:
@@ -536,10 +534,7 @@ class NestedCalls:
         if self._observer is None:
             return
         try:
-            async with asyncio.timeout(OBSERVER_TIMEOUT):
-                maybe = self._observer(self._thread_id, entry)
-                if inspect.isawaitable(maybe):
-                    await maybe
+            await observe_entry(self._observer, self._thread_id, entry)
         except Exception:
             if strict:
                 raise
