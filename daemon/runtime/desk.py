@@ -260,7 +260,7 @@ class ApprovalDesk:
         if parsed is None:
             return False
         if isinstance(parsed, Malformed):
-            await self._say(message.channel, message.thread, message.id, parsed.problem)
+            await self._say(message, parsed.problem)
             return True
         request = await self._store.get_approval(parsed.request_id)
         if request is None or (request.channel, request.thread_id) != (
@@ -268,9 +268,7 @@ class ApprovalDesk:
             message.thread,
         ):
             await self._say(
-                message.channel,
-                message.thread,
-                message.id,
+                message,
                 f"There is no approval request {parsed.request_id} in this thread.",
             )
             return True
@@ -280,13 +278,11 @@ class ApprovalDesk:
             status = None if request.status == "pending" else f"{request.status}{who}"
             deciders = self.policy.who_decides(request.requested_by)
             text = request_text(request.id, calls, deciders=deciders, decided=status)
-            await self._say(message.channel, message.thread, message.id, text)
+            await self._say(message, text)
             return True
         if request.status != "pending":
             await self._say(
-                message.channel,
-                message.thread,
-                message.id,
+                message,
                 f"Request {request.id} was already {request.status}{who}.",
             )
             return True
@@ -306,9 +302,7 @@ class ApprovalDesk:
             return True  # the cluster refused it; the thread was told why
         if not decided_here:
             await self._say(
-                message.channel,
-                message.thread,
-                message.id,
+                message,
                 f"Request {request.id} was already decided.",
             )
             return True
@@ -345,9 +339,7 @@ class ApprovalDesk:
         if self.policy.may_decide(message.sender, request.requested_by):
             return False
         await self._say(
-            message.channel,
-            message.thread,
-            message.id,
+            message,
             f"{message.sender} may not decide request {request.id}: only "
             f"{self.policy.who_decides(request.requested_by)} may.",
         )
@@ -476,7 +468,7 @@ class ApprovalDesk:
                         if retry:
                             self._arm(request.id, RETRY_DECISION)
                     if asked is not None:
-                        await self._say(asked.channel, asked.thread, asked.id, text)
+                        await self._say(asked, text)
                     return None
             return await self._store.decide_approval(
                 request.id, outcome, by=by, reason=reason, scope=scope
@@ -569,23 +561,17 @@ class ApprovalDesk:
             )
         return {int(c["call_id"]): decision for c in request.calls}
 
-    async def _say(
-        self,
-        channel: str,
-        thread_id: str,
-        reply_to: str | None,
-        text: str,
-        key: str | None = None,
-    ) -> None:
-        """Publish a line in the thread; a failure is logged (the state is in the store)."""
+    async def _say(self, asked: InboundMessage, text: str) -> None:
+        """Answer ``asked`` with a line in its thread; a failure is logged (the state is
+        in the store)."""
         await publish_quietly(
             self._publisher,
             self._publish_timeout,
-            channel,
-            thread_id,
-            reply_to or thread_id,
+            asked.channel,
+            asked.thread,
+            asked.id,
             text,
-            client_id=reply_client_id(channel, f"approval:{key or reply_to}"),
+            client_id=reply_client_id(asked.channel, f"approval:{asked.id}"),
         )
 
 
