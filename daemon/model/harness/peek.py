@@ -93,15 +93,14 @@ def top_level_targets(tree: ast.Module) -> list[str]:
 # copies a path it sees exactly; a sketch shaped like a literal it pasted into its code as
 # an assignment (a SyntaxError at "..."). Text of several lines (a CSV body, logs) is
 # shown as its first lines, said to be a str: the model indexed such a body as if it were
-# parsed data. The records of each variable are filed with a call at depth -1, and that
-# call with no records gives them all back, so each block's value is the look so far:
+# parsed data. The top call (depth 0) files the variable's records once its walk ended,
+# in a default list (state that outlives the call without a REPL name of its own), and a
+# call without an out list gives them all back, so each block's value is the look so far:
 # the snippet binds no name the look did not bind when it printed its lines (the REPL's
 # variables note lists them).
 _PEEK_PATHS = """\
 def _peek_paths(x, path, out, depth=0, steps=[], looked=[]):
-    if depth < 0:
-        if out is not None:
-            looked.append(out)
+    if out is None:
         return looked
     if len(out) >= 30 or depth > 8:
         return
@@ -124,15 +123,16 @@ def _peek_paths(x, path, out, depth=0, steps=[], looked=[]):
         out.append(['start', path, steps, repr(x[:80])])
     else:
         out.append(['value', path, steps, repr(x)])
+    if depth == 0:
+        looked.append(out)
 """
 _PEEK_ONE = """\
 try:
     _peek_out = []
     _peek_paths({name}, '{name}', _peek_out)
-    _peek_paths(None, None, _peek_out, -1)
 except Exception:
     pass
-[_peek_paths(None, None, None, -1), []]
+[_peek_paths(None, None, None), []]
 """
 # After a KeyError: in each list of the variables whose items hold the key (through
 # dicts, at the same relative path), how many items have it. The first item alone
@@ -170,16 +170,13 @@ def _peek_kind(v):
         return 'a dict'
     return 'None'
 def _peek_missing(x, path, key, out, depth=0, steps=[], counted=[]):
-    if depth < 0:
-        if out is not None:
-            counted.append(out)
+    if out is None:
         return counted
     if len(out) >= 4 or depth > 6:
         return
-    if isinstance(x, dict):
-        if key in x:
-            out.append(['has', path, steps, repr(key), key])
-            return
+    if isinstance(x, dict) and key in x:
+        out.append(['has', path, steps, repr(key), key])
+    elif isinstance(x, dict):
         for k in list(x)[:30]:
             step = [repr(k), k if isinstance(k, str) else None]
             _peek_missing(x[k], path, key, out, depth + 1, steps + [step])
@@ -191,27 +188,27 @@ def _peek_missing(x, path, key, out, depth=0, steps=[], counted=[]):
                 break
         if rel is None:
             _peek_missing(x[0], path, key, out, depth + 1, steps + [['0', None]])
-            return
-        have = 0
-        kind = None
-        for it in x:
-            v, found = _peek_at(it, rel)
-            if found:
-                have += 1
-                if kind is None:
-                    kind = _peek_kind(v)
-        shown = [[repr(k), k if isinstance(k, str) else None] for k in rel]
-        out.append(['counted', path, steps, have, len(x), shown, kind])
+        else:
+            have = 0
+            kind = None
+            for it in x:
+                v, found = _peek_at(it, rel)
+                if found:
+                    have += 1
+                    if kind is None:
+                        kind = _peek_kind(v)
+            shown = [[repr(k), k if isinstance(k, str) else None] for k in rel]
+            out.append(['counted', path, steps, have, len(x), shown, kind])
+    if depth == 0 and out:
+        counted.append(out)
 """
 _MISSING_ONE = """\
 try:
     _peek_out = []
     _peek_missing({name}, '{name}', {key!r}, _peek_out)
-    if _peek_out:
-        _peek_missing(None, None, None, _peek_out, -1)
 except Exception:
     pass
-[_peek_paths(None, None, None, -1), _peek_missing(None, None, None, None, -1)]
+[_peek_paths(None, None, None), _peek_missing(None, None, None, None)]
 """
 
 
