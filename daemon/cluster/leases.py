@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
@@ -55,8 +55,10 @@ __all__ = [
     "Leases",
     "MutatingRun",
     "PausedEntry",
+    "Write",
     "bucket_name",
     "bucket_names",
+    "compare_and_set",
     "thread_key",
 ]
 
@@ -64,6 +66,7 @@ _SAFE = re.compile(r"[A-Za-z0-9_-]+")
 _TRIES = 20  # revision-checked writes of one change, each lost to another write, before giving up
 
 T = TypeVar("T")
+S = TypeVar("S")
 
 
 def bucket_name(kind: str, nick: str) -> str:
@@ -172,11 +175,46 @@ def _encode(
 
 
 @dataclass(frozen=True)
-class _Write(Generic[T]):
-    """What a compare-and-set step writes into the thread's entry, and returns once written."""
+class Write(Generic[T]):
+    """What a compare-and-set step writes into the entry, and returns once written."""
 
     value: bytes
     result: T
+
+
+async def compare_and_set(
+    kv: KeyValue,
+    key: str,
+    read: Callable[[], Awaitable[tuple[S, int | None]]],
+    step: Callable[[S], Write[T] | T],
+    *,
+    failing: str,
+    kept_changing: str,
+) -> T:
+    """Compare-and-set ``key``: ``read`` gives the entry as it is now and its revision
+    (None: no entry), ``step`` either answers at once or returns the :class:`Write` to
+    make; the write is revision-checked (a ``create`` when there is no entry), and
+    when another write came between, it all goes again from a fresh read.
+
+    ClusterError ``"{failing}: ..."`` when the broker fails, and ``kept_changing``
+    after :data:`_TRIES` writes that each lost the race.
+    """
+    for _ in range(_TRIES):
+        current, revision = await read()
+        decided = step(current)
+        if not isinstance(decided, Write):
+            return decided
+        try:
+            if revision is None:
+                await kv.create(key, decided.value)
+            else:
+                await kv.update(key, decided.value, last=revision)
+            return decided.result
+        except nats.js.errors.KeyWrongLastSequenceError:
+            continue
+        except nats.errors.Error as exc:
+            raise ClusterError(f"{failing}: {exc}") from exc
+    raise ClusterError(kept_changing)
 
 
 class Leases:
@@ -309,36 +347,25 @@ class Leases:
         self,
         channel: str,
         thread: str,
-        step: Callable[[Claim | None], _Write[T] | T],
+        step: Callable[[Claim | None], Write[T] | T],
         *,
         failing: str,
         changing: str,
     ) -> T:
-        """Compare-and-set the thread's entry: ``step`` reads it as it is now (None:
-        never claimed) and either answers at once or returns the :class:`_Write` to
-        make; the write is revision-checked (a ``create`` when there is no entry),
-        and when another write came between, it all goes again from a fresh read.
+        """:func:`compare_and_set` on the thread's entry (None: never claimed)."""
 
-        ClusterError ``"{failing}: ..."`` when the broker fails, and after
-        :data:`_TRIES` writes that each lost the race.
-        """
-        key = thread_key(channel, thread)
-        for _ in range(_TRIES):
+        async def read() -> tuple[Claim | None, int | None]:
             current = await self.get(channel, thread)
-            decided = step(current)
-            if not isinstance(decided, _Write):
-                return decided
-            try:
-                if current is None:
-                    await self._kv_threads.create(key, decided.value)
-                else:
-                    await self._kv_threads.update(key, decided.value, last=current.revision)
-                return decided.result
-            except nats.js.errors.KeyWrongLastSequenceError:
-                continue
-            except nats.errors.Error as exc:
-                raise ClusterError(f"{failing}: {exc}") from exc
-        raise ClusterError(f"thread {thread}: its entry kept changing while {changing}")
+            return current, None if current is None else current.revision
+
+        return await compare_and_set(
+            self._kv_threads,
+            thread_key(channel, thread),
+            read,
+            step,
+            failing=failing,
+            kept_changing=f"thread {thread}: its entry kept changing while {changing}",
+        )
 
     async def mark_answered(self, channel: str, thread: str, through: str) -> bool:
         """Record that the prompts of the thread up to ``through`` were answered.
@@ -350,9 +377,9 @@ class Leases:
         prompts. Returns whether the marker is at ``through`` now.
         """
 
-        def step(current: Claim | None) -> _Write[bool] | bool:
+        def step(current: Claim | None) -> Write[bool] | bool:
             if current is None:
-                return _Write(_encode(self.member, through), True)
+                return Write(_encode(self.member, through), True)
             mutating = current.mutating
             if mutating is not None and max(mutating.prompts, default="") <= through:
                 mutating = None  # that run ended (answered, or its notice posted)
@@ -368,7 +395,7 @@ class Leases:
             if current.owner != self.member:
                 return False
             answered = max(through, current.answered)
-            return _Write(_encode(current.owner, answered, mutating, paused), True)
+            return Write(_encode(current.owner, answered, mutating, paused), True)
 
         return await self._change(
             channel,
@@ -396,7 +423,7 @@ class Leases:
         must not be made.
         """
 
-        def step(current: Claim | None) -> _Write[None] | None:
+        def step(current: Claim | None) -> Write[None] | None:
             if current is not None and current.owner != self.member:
                 raise ThreadMoved(thread, current.owner)
             owner, answered = (current.owner, current.answered) if current else (self.member, "")
@@ -404,7 +431,7 @@ class Leases:
             calls = before.calls if before is not None and before.run == run else ()
             paused = current.paused if current else None
             mutating = MutatingRun(run, tuple(prompts), (*calls, call))
-            return _Write(_encode(owner, answered, mutating, paused), None)
+            return Write(_encode(owner, answered, mutating, paused), None)
 
         await self._change(
             channel,
@@ -418,10 +445,10 @@ class Leases:
         """Point the thread's entry at its run waiting for approval (its state is stored
         first). Revision-checked; False when the thread is not this daemon's."""
 
-        def step(current: Claim | None) -> _Write[bool] | bool:
+        def step(current: Claim | None) -> Write[bool] | bool:
             if current is None or current.owner != self.member:
                 return False
-            return _Write(_encode(current.owner, current.answered, current.mutating, paused), True)
+            return Write(_encode(current.owner, current.answered, current.mutating, paused), True)
 
         return await self._change(
             channel,
@@ -446,7 +473,7 @@ class Leases:
         decided by its holder alone.
         """
 
-        def step(current: Claim | None) -> _Write[str] | str:
+        def step(current: Claim | None) -> Write[str] | str:
             if current is None or current.owner != self.member:
                 return "moved"
             paused = current.paused
@@ -455,7 +482,7 @@ class Leases:
             if paused is None or paused.approval != approval:
                 return "ok"  # not shared: nobody else can decide it
             decided = PausedEntry(paused.approval, paused.run, paused.prompts, outcome)
-            return _Write(_encode(current.owner, current.answered, current.mutating, decided), "ok")
+            return Write(_encode(current.owner, current.answered, current.mutating, decided), "ok")
 
         return await self._change(
             channel,

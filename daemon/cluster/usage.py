@@ -38,7 +38,7 @@ import json
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import nats.errors
 import nats.js.errors
@@ -48,7 +48,7 @@ from nats.js.api import KeyValueConfig
 from nats.js.kv import KeyValue
 
 from daemon.cluster.errors import ClusterError
-from daemon.cluster.leases import bucket_name
+from daemon.cluster.leases import Write, bucket_name, compare_and_set
 from daemon.runtime.limits import (
     RUN_WINDOW,
     TOKEN_WINDOW,
@@ -66,7 +66,7 @@ __all__ = ["ClusterSenderLimiter", "SenderCounts", "usage_bucket"]
 
 log = structlog.get_logger("asyncai.cluster")
 
-TRIES = 20  # revision-checked writes retried this often while others write the entry
+T = TypeVar("T")
 _REMEMBERED_RUNS = 10_000  # run → senders kept for the token reports (bounded)
 
 
@@ -143,19 +143,22 @@ class SenderCounts:
             raise ClusterError(f"cannot read the usage of {sender}: {exc}") from exc
         return _decode(entry.value), entry.revision
 
-    async def _write(self, sender: str, runs: list[_Run], revision: int | None) -> bool:
-        """Write the entry if it is still at ``revision``; False when another daemon wrote it."""
-        key, value = sender.encode().hex(), _encode(runs)
-        try:
-            if revision is None:
-                await self._kv.create(key, value)
-            else:
-                await self._kv.update(key, value, last=revision)
-        except nats.js.errors.KeyWrongLastSequenceError:
-            return False
-        except nats.errors.Error as exc:
-            raise ClusterError(f"cannot write the usage of {sender}: {exc}") from exc
-        return True
+    async def _change(
+        self,
+        sender: str,
+        step: Callable[[list[_Run]], Write[T] | T],
+        *,
+        changing: str,
+    ) -> T:
+        """:func:`daemon.cluster.leases.compare_and_set` on the sender's entry."""
+        return await compare_and_set(
+            self._kv,
+            sender.encode().hex(),
+            lambda: self._read(sender),
+            step,
+            failing=f"cannot write the usage of {sender}",
+            kept_changing=f"the usage of {sender} kept changing while {changing}",
+        )
 
     async def runs(self, sender: str, now: datetime) -> list[SenderRun]:
         """The sender's runs within the token window, oldest first."""
@@ -175,8 +178,8 @@ class SenderCounts:
         their runs, in one compare-and-set with the check (see the module docstring)."""
         since, started = iso_utc(now - TOKEN_WINDOW), iso_utc(now)
         asked = set(prompt_ids)
-        for _ in range(TRIES):
-            stored, revision = await self._read(sender)
+
+        def step(stored: list[_Run]) -> Write[LimitReached | None] | LimitReached | None:
             runs = [r for r in stored if r.started >= since and r.run != run_id]
             for run in runs:
                 if asked.intersection(run.prompts):
@@ -185,24 +188,24 @@ class SenderCounts:
             if reached is not None:
                 return reached
             runs.append(_Run(run_id, started, 0, True, sorted(asked)))
-            if await self._write(sender, runs, revision):
-                return None
-        raise ClusterError(f"the usage of {sender} kept changing while a run was admitted")
+            return Write(_encode(runs), None)
+
+        return await self._change(sender, step, changing="a run was admitted")
 
     async def add_tokens(self, sender: str, run_id: str, tokens: int, now: datetime) -> None:
         """Add ``tokens`` to ``run_id`` among ``sender``'s runs (added now if it is not)."""
         since = iso_utc(now - TOKEN_WINDOW)
-        for _ in range(TRIES):
-            stored, revision = await self._read(sender)
+
+        def step(stored: list[_Run]) -> Write[None] | None:
             runs = [r for r in stored if r.started >= since or r.run == run_id]
             run = next((r for r in runs if r.run == run_id), None)
             if run is None:
                 run = _Run(run_id, iso_utc(now), 0, True, [])
                 runs.append(run)
             run.tokens += tokens
-            if await self._write(sender, runs, revision):
-                return
-        raise ClusterError(f"the usage of {sender} kept changing while tokens were added")
+            return Write(_encode(runs), None)
+
+        await self._change(sender, step, changing="tokens were added")
 
 
 # run id → the senders of its prompts, from the database (a run not admitted by this process)
