@@ -134,12 +134,6 @@ _INITIAL = [
 ]
 
 
-async def _initial_schema(db: aiosqlite.Connection) -> None:
-    """Threads, prompts, runs, records, tool_calls and cursors."""
-    for statement in _INITIAL:
-        await db.execute(statement)
-
-
 _APPROVALS = [
     # A nested call's audit row is written when the call starts ('started') and
     # completed when it ends, so a crash leaves the evidence of what began.
@@ -181,12 +175,6 @@ _APPROVALS = [
 ]
 
 
-async def _approvals(db: aiosqlite.Connection) -> None:
-    """Call outcomes and decisions in the audit; the approvals table."""
-    for statement in _APPROVALS:
-        await db.execute(statement)
-
-
 _SCOPES = [
     # A thread's REPL scope, dumped by Monty, so it survives eviction and a
     # restart: one row per thread (the latest dump replaces the one before).
@@ -203,12 +191,6 @@ _SCOPES = [
     # retention: prune_scopes deletes by age
     "CREATE INDEX scopes_dumped ON scopes (dumped)",
 ]
-
-
-async def _scopes(db: aiosqlite.Connection) -> None:
-    """The scopes table: each thread's last dumped REPL scope."""
-    for statement in _SCOPES:
-        await db.execute(statement)
 
 
 _TOOLS = [
@@ -230,12 +212,6 @@ _TOOLS = [
 ]
 
 
-async def _tools(db: aiosqlite.Connection) -> None:
-    """Per-server concurrency waits in the audit; learned return shapes."""
-    for statement in _TOOLS:
-        await db.execute(statement)
-
-
 _RUN_SENDERS = [
     # Whose prompts each run was started for (issue 26): the per-sender token
     # limit counts a run's tokens for its senders however the run ended. A
@@ -254,12 +230,6 @@ _RUN_SENDERS = [
 ]
 
 
-async def _run_senders(db: aiosqlite.Connection) -> None:
-    """The senders each run was started for."""
-    for statement in _RUN_SENDERS:
-        await db.execute(statement)
-
-
 _SCOPE_CHANNELS = [
     # Issue 26: a dump's MAC now covers its thread's channel. The dumps stored
     # before were signed over the thread id alone; they move here until the
@@ -276,12 +246,6 @@ _SCOPE_CHANNELS = [
     "INSERT INTO unbound_scopes SELECT thread, monty_version, dumped, size, data, mac FROM scopes",
     "DELETE FROM scopes",
 ]
-
-
-async def _scope_channels(db: aiosqlite.Connection) -> None:
-    """Dumps signed without their channel set apart, to be re-signed or dropped."""
-    for statement in _SCOPE_CHANNELS:
-        await db.execute(statement)
 
 
 _OUTBOX = [
@@ -306,20 +270,31 @@ _OUTBOX = [
 ]
 
 
-async def _outbox(db: aiosqlite.Connection) -> None:
-    """The outbox of replies committed with their run's end."""
-    for statement in _OUTBOX:
-        await db.execute(statement)
+def _executing(statements: Sequence[str]) -> Callable[[aiosqlite.Connection], Awaitable[None]]:
+    """A migration's ``apply``: ``statements``, executed one by one, in order."""
+
+    async def apply(db: aiosqlite.Connection) -> None:
+        for statement in statements:
+            await db.execute(statement)
+
+    return apply
 
 
 MIGRATIONS: tuple[Migration, ...] = (
-    Migration(1, "initial_schema", _initial_schema),
-    Migration(2, "approvals", _approvals),
-    Migration(3, "scopes", _scopes),
-    Migration(4, "tools", _tools),
-    Migration(5, "run_senders", _run_senders),
-    Migration(6, "scope_channels", _scope_channels),
-    Migration(7, "outbox", _outbox),
+    # Threads, prompts, runs, records, tool_calls and cursors.
+    Migration(1, "initial_schema", _executing(_INITIAL)),
+    # Call outcomes and decisions in the audit; the approvals table.
+    Migration(2, "approvals", _executing(_APPROVALS)),
+    # The scopes table: each thread's last dumped REPL scope.
+    Migration(3, "scopes", _executing(_SCOPES)),
+    # Per-server concurrency waits in the audit; learned return shapes.
+    Migration(4, "tools", _executing(_TOOLS)),
+    # The senders each run was started for.
+    Migration(5, "run_senders", _executing(_RUN_SENDERS)),
+    # Dumps signed without their channel set apart, to be re-signed or dropped.
+    Migration(6, "scope_channels", _executing(_SCOPE_CHANNELS)),
+    # The outbox of replies committed with their run's end.
+    Migration(7, "outbox", _executing(_OUTBOX)),
 )
 SCHEMA_VERSION = MIGRATIONS[-1].version
 
