@@ -65,8 +65,7 @@ class OutboxReply:
 class ScopeWrite:
     """A thread's REPL dump to store with the run's end (``data`` None: drop the stored one).
 
-    ``mac`` is the caller's hex HMAC-SHA256 (see :mod:`sessions.scopes`);
-    ``run_id`` names the run whose end the dump reflects.
+    ``mac`` is the caller's hex HMAC-SHA256 (see :mod:`sessions.scopes`).
     """
 
     channel: str
