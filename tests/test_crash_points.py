@@ -24,7 +24,8 @@ from channels.hub import Hub
 from daemon import crashpoints
 from daemon.crashpoints import ENV, STEPS, parse
 from daemon.runtime.interrupted import INTERRUPTED_HEAD
-from tests.fakes.fake_openai import FakeOpenAI, Reply, ToolCalls
+from tests.fakes.crashes import effect_lines, integrity, scripted_model
+from tests.fakes.fake_openai import FakeOpenAI
 from tests.fakes.notify import NotifySocket
 from tests.test_daemon import WAIT, Person, user_text, write_config
 from tests.test_daemon_process import DaemonProcess, _session_ended, _stop
@@ -125,41 +126,7 @@ def test_every_point_in_the_code_names_a_documented_step_and_every_step_has_one(
 #    P1 answered by exactly one reply or the interrupted notice, the REPL
 #    reflecting each finished run once (x), and PRAGMA integrity_check ok.
 #
-# "count" makes a mutating call, so a run cut off after it started is not run
-# again; "tally" makes none, so it is run again unless its reply was committed.
-# Direct mode has no REPL: "count" is the model's own append_line call, "tally"
-# a plain answer.
-
-TALLY = """
-try:
-    x += 1
-except NameError:
-    x = 1
-x
-"""
-COUNT = TALLY.replace("\nx\n", "\nawait append_line(path={path!r}, line={line!r})\nx\n")
-
-
-def _model(effects: Path, mode: str):
-    """The scripted model: "count N" → the counting call, "show" → x, a result → its text."""
-
-    def step(body: dict) -> Reply | ToolCalls:
-        last = body["messages"][-1]
-        if last["role"] == "tool":
-            return Reply(f"result: {last['content']}")
-        text = user_text(body).split("\n", 1)[0].strip()
-        if mode == "direct":
-            if text.startswith("count"):
-                return ToolCalls(("append_line", {"path": str(effects), "line": text}))
-            return Reply("result: no tools")
-        if text.startswith("count"):
-            return ToolCalls(("run_code", {"code": COUNT.format(path=str(effects), line=text)}))
-        if text.startswith("tally"):
-            return ToolCalls(("run_code", {"code": TALLY}))
-        return ToolCalls(("run_code", {"code": "x"}))
-
-    return step
-
+# "count" and "tally" (what each may leave behind): tests/fakes/crashes.py.
 
 # What a crash at each step leads to, after the restart (the table of docs/durability.md): the
 # prompt P1 ("count" or "tally"), answered ("reply") or not run again (the
@@ -177,6 +144,14 @@ OUTCOMES: dict[str, tuple[str, str, tuple[int, ...], tuple[int, ...]]] = {
     "reply_committed": ("tally", "reply", (0,), (2,)),  # the outbox publishes it at start
     "reply_published": ("tally", "reply", (0,), (2,)),
     "run_finished": ("tally", "reply", (0,), (2,)),
+}
+
+# Direct mode has no REPL: no scope_restored, and the run that answers P1 makes the
+# model's own call ("count") where code mode's tally makes none.
+DIRECT = {
+    step: ("count", expected, (1,), asked) if kind == "tally" else (kind, expected, calls, asked)
+    for step, (kind, expected, calls, asked) in OUTCOMES.items()
+    if step != "scope_restored"
 }
 
 
@@ -211,19 +186,19 @@ class Matrix:
         return self.daemon
 
     def lines(self) -> list[str]:
-        return self.effects.read_text().splitlines() if self.effects.exists() else []
+        return effect_lines(self.effects)
 
 
-@pytest.fixture(
-    scope="module", params=["code", pytest.param("direct", marks=pytest.mark.crash_matrix)]
-)
+@pytest.fixture(scope="module")
 async def matrix(request, tmp_path_factory) -> AsyncIterator[Matrix]:
+    """The world of the tool mode each test names (``parametrize("matrix", [MODE],
+    indirect=True)``): set up once, for the module's tests of that mode."""
     mode = request.param
     tmp = tmp_path_factory.mktemp(f"crash-{mode}")
     effects = tmp / "effects.txt"
     async with (
         Hub(tmp / "hub.db", host="127.0.0.1", port=0) as hub,
-        FakeOpenAI(fallback=_model(effects, mode)) as fake,
+        FakeOpenAI(fallback=scripted_model(effects, mode)) as fake,
     ):
         config = write_config(
             tmp / "asyncai.toml", hub_url=hub.url, model_url=fake.base_url, servers=True
@@ -261,22 +236,28 @@ async def _acked(db: Path) -> None:
             await asyncio.sleep(0.02)
 
 
-def _integrity(db: Path) -> str:
-    with contextlib.closing(sqlite3.connect(db)) as conn:
-        return str(conn.execute("PRAGMA integrity_check").fetchone()[0])
-
-
 @pytest.mark.timeout(180)  # two daemon starts and three runs: ~20 s, more on a busy machine
 @pytest.mark.parametrize("step", list(OUTCOMES))
+@pytest.mark.parametrize("matrix", ["code"], indirect=True)
 async def test_a_crash_at_each_step_keeps_every_promise(matrix: Matrix, step: str):
     """SIGKILL at ``step`` of a run, restart: see the comment above for the promises."""
-    kind, expected, calls, asked = OUTCOMES[step]
-    if matrix.mode == "direct":
-        if step == "scope_restored":
-            pytest.skip("direct mode has no REPL to restore")
-        if kind == "tally":  # no REPL: the run that answers makes the model's own call
-            kind, calls = "count", (1,)
-    m, alice = matrix, matrix.alice
+    await _crash_at(matrix, step, *OUTCOMES[step])
+
+
+@pytest.mark.crash_matrix
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("step", list(DIRECT))
+@pytest.mark.parametrize("matrix", ["direct"], indirect=True)
+async def test_a_crash_at_each_step_in_direct_mode_keeps_every_promise(matrix: Matrix, step: str):
+    """The same in direct mode, by the table ``DIRECT``."""
+    await _crash_at(matrix, step, *DIRECT[step])
+
+
+async def _crash_at(
+    m: Matrix, step: str, kind: str, expected: str, calls: tuple[int, ...], asked: tuple[int, ...]
+) -> None:
+    """One case: P0 answered, P1 cut off at ``step``, the restart; the promises checked."""
+    alice = m.alice
     before = m.lines()
     # P0, answered in full: the thread has a stored REPL (x = 1) and one line
     await m.running()
@@ -313,7 +294,7 @@ async def test_a_crash_at_each_step_keeps_every_promise(matrix: Matrix, step: st
     if m.mode == "code":  # the REPL reflects each finished run once
         finished = 2 if expected == "reply" else 1
         assert shown.text == f"result: {finished}", shown.text
-    assert _integrity(m.config.parent / "asyncai.db") == "ok"
+    assert integrity(m.config.parent / "asyncai.db") == "ok"
 
 
 # ---- a crash at each step of an approval ---------------------------------------------------
@@ -358,11 +339,10 @@ async def _approve_until_answered(alice: Person, thread: str, p1: str, seen: int
 @pytest.mark.crash_matrix
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("step", APPROVAL_STEPS)
+@pytest.mark.parametrize("matrix", ["code"], indirect=True)
 async def test_a_crash_at_each_approval_step_keeps_every_promise(matrix: Matrix, step: str):
     """SIGKILL at ``step`` of an approval, restart: the request is seen and decided,
     the approved call made once, P1 answered once, the REPL counting it once."""
-    if matrix.mode == "direct":
-        pytest.skip("the approval steps are checked in code mode")
     m, alice = matrix, matrix.alice
     before = m.lines()
     await m.running()
@@ -398,4 +378,4 @@ async def test_a_crash_at_each_approval_step_keeps_every_promise(matrix: Matrix,
     made = [line for line in m.lines()[len(before) :] if line == f"count {step} 1"]
     assert len(made) == 1  # the approved call, once
     assert shown.text == "result: 2", shown.text
-    assert _integrity(m.config.parent / "asyncai.db") == "ok"
+    assert integrity(m.config.parent / "asyncai.db") == "ok"

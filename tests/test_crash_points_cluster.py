@@ -32,10 +32,8 @@ daemon posts the interrupted notice instead.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import signal
-import sqlite3
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,7 +42,8 @@ import pytest
 
 from daemon.crashpoints import ENV
 from daemon.runtime.interrupted import INTERRUPTED_HEAD
-from tests.fakes.fake_openai import FakeOpenAI, Reply, Step, ToolCalls
+from tests.fakes.crashes import effect_lines, integrity, scripted_model
+from tests.fakes.fake_openai import FakeOpenAI
 from tests.fakes.nats_server import NatsServer
 from tests.fakes.notify import NotifySocket
 from tests.test_cluster_process import TAKEOVER, Watcher, member, thread_entry
@@ -52,38 +51,6 @@ from tests.test_daemon import WAIT, user_text, write_config
 from tests.test_daemon_process import DaemonProcess
 
 pytestmark = [pytest.mark.slow, pytest.mark.crash_matrix]
-
-TALLY = """
-try:
-    x += 1
-except NameError:
-    x = 1
-x
-"""
-COUNT = TALLY.replace("\nx\n", "\nawait append_line(path={path!r}, line={line!r})\nx\n")
-
-
-def _model(effects: Path, mode: str):
-    """The scripted model: "count" → the counting call, "tally" → x += 1, "show" → x,
-    a tool's result → its text."""
-
-    def step(body: dict) -> Step:
-        last = body["messages"][-1]
-        if last["role"] == "tool":
-            return Reply(f"result: {last['content']}")
-        text = user_text(body).split("\n", 1)[0].strip()
-        if mode == "direct":
-            if text.startswith("count"):
-                return ToolCalls(("append_line", {"path": str(effects), "line": text}))
-            return Reply("result: no tools")
-        if text.startswith("count"):
-            return ToolCalls(("run_code", {"code": COUNT.format(path=str(effects), line=text)}))
-        if text.startswith("tally"):
-            return ToolCalls(("run_code", {"code": TALLY}))
-        return ToolCalls(("run_code", {"code": "x"}))
-
-    return step
-
 
 # What a crash of the holder at each step leads to, once the other daemon took the
 # thread over: P1's kind, its outcome ("reply", or "notice": not run again), how many
@@ -158,15 +125,17 @@ class Cluster:
         return daemon
 
     def lines(self) -> list[str]:
-        return self.effects.read_text().splitlines() if self.effects.exists() else []
+        return effect_lines(self.effects)
 
 
-@pytest.fixture(scope="module", params=["code", "direct"])
+@pytest.fixture(scope="module")
 async def cluster(request, tmp_path_factory) -> AsyncIterator[Cluster]:
+    """The world of the tool mode each test names (``parametrize("cluster", [MODE],
+    indirect=True)``): set up once, for the module's tests of that mode."""
     mode = request.param
     tmp = tmp_path_factory.mktemp(f"crash-cluster-{mode}")
     effects = tmp / "effects.txt"
-    async with NatsServer() as broker, FakeOpenAI(fallback=_model(effects, mode)) as fake:
+    async with NatsServer() as broker, FakeOpenAI(fallback=scripted_model(effects, mode)) as fake:
         alice = Watcher(broker.url)
         await alice.start()
         world = Cluster(mode, tmp, broker, fake, alice, effects, os.urandom(32))
@@ -182,19 +151,29 @@ async def cluster(request, tmp_path_factory) -> AsyncIterator[Cluster]:
             await alice.close()
 
 
-def _integrity(db: Path) -> str:
-    with contextlib.closing(sqlite3.connect(db)) as conn:
-        return str(conn.execute("PRAGMA integrity_check").fetchone()[0])
-
-
 @pytest.mark.parametrize("step", list(OUTCOMES))
+@pytest.mark.parametrize("cluster", ["code"], indirect=True)
 async def test_the_holder_killed_at_each_step_keeps_every_promise(cluster: Cluster, step: str):
     """SIGKILL the thread's holder at ``step``; the other daemon takes over: see the
     module docstring for the promises."""
-    if cluster.mode == "direct" and step not in DIRECT:
-        pytest.skip("direct mode has no REPL to restore")
-    kind, expected, calls, asked = (DIRECT if cluster.mode == "direct" else OUTCOMES)[step]
-    c, alice, steady = cluster, cluster.alice, cluster.steady
+    await _holder_killed_at(cluster, step, *OUTCOMES[step])
+
+
+@pytest.mark.parametrize("step", list(DIRECT))
+@pytest.mark.parametrize("cluster", ["direct"], indirect=True)
+async def test_the_holder_killed_at_each_step_in_direct_mode_keeps_every_promise(
+    cluster: Cluster, step: str
+):
+    """The same in direct mode, by the table ``DIRECT``."""
+    await _holder_killed_at(cluster, step, *DIRECT[step])
+
+
+async def _holder_killed_at(
+    c: Cluster, step: str, kind: str, expected: str, calls: tuple[int, ...], asked: tuple[int, ...]
+) -> None:
+    """One case: P0 answered by the steady daemon, the holder of P1 killed at ``step``,
+    the steady daemon taking the thread back; the promises checked."""
+    alice, steady = c.alice, c.steady
     assert steady is not None
     assert steady.proc is not None
     before = c.lines()
@@ -239,4 +218,4 @@ async def test_the_holder_killed_at_each_step_keeps_every_promise(cluster: Clust
         [shown] = alice.replies[show]
         assert shown.text == f"result: {finished}", shown.text
     for daemon in (steady, holder):
-        assert _integrity(daemon.config.parent / "asyncai.db") == "ok"
+        assert integrity(daemon.config.parent / "asyncai.db") == "ok"
