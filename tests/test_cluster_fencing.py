@@ -16,7 +16,6 @@ import asyncio
 import contextlib
 import signal
 import sqlite3
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import nats
@@ -34,14 +33,6 @@ from tests.fakes.nats_server import NatsServer
 from tests.fakes.runtime_helpers import FakePublisher
 from tests.test_cluster_process import Watcher, _holder, member, thread_entry, two_daemons
 from tests.test_daemon import WAIT, write_config
-
-
-@pytest.fixture
-async def nc() -> AsyncIterator[Client]:
-    async with NatsServer() as broker:
-        client = await nats.connect(broker.url)
-        yield client
-        await client.close()
 
 
 async def _taken_over(nc: Client) -> tuple[Leases, Leases]:

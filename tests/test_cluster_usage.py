@@ -10,11 +10,9 @@ although each daemon ran at most one of her first two.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
 
-import nats
 import pytest
 from nats.aio.client import Client
 
@@ -24,7 +22,6 @@ from daemon.runtime.limits import SenderLimits
 from daemon.runtime.ports import InboundMessage
 from sessions.model import SenderRun
 from tests.fakes.fake_openai import FakeOpenAI, Reply, Step
-from tests.fakes.nats_server import NatsServer
 from tests.test_cluster_process import daemons_on_a_broker, member, thread_entry
 from tests.test_daemon import WAIT, user_text
 
@@ -36,14 +33,6 @@ class NoLocalRuns:
 
     async def sender_runs(self, sender: str, since: str) -> list[SenderRun]:
         return []
-
-
-@pytest.fixture
-async def nc() -> AsyncIterator[Client]:
-    async with NatsServer() as broker:
-        client = await nats.connect(broker.url)
-        yield client
-        await client.close()
 
 
 async def _limiter(nc: Client, limits: SenderLimits) -> ClusterSenderLimiter:
