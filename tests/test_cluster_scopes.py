@@ -24,6 +24,21 @@ async def _store(nc: Client, key: bytes = KEY, max_bytes: int = 1 << 20) -> Obje
     ).open()
 
 
+async def _two_daemons(
+    nc: Client, running: dict[str, str | None]
+) -> tuple[dict[str, Leases], dict[str, ObjectScopeStore]]:
+    """Daemons "a" and "b": each one's leases, and its store bound to them; the newest
+    prompt of the run going on in each is ``running[name]`` (None: no run)."""
+    leases = {
+        name: await Leases(nc.jetstream(), "asyncai", name, member_ttl=30.0).open()
+        for name in ("a", "b")
+    }
+    stores = {name: await _store(nc) for name in ("a", "b")}
+    for name, store in stores.items():
+        store.bind(leases[name], lambda _t, name=name: running[name])
+    return leases, stores
+
+
 async def test_a_dump_saved_by_one_daemon_loads_in_another(nc: Client) -> None:
     """Two stores on one bucket (two daemons): what one saves, the other loads, intact."""
     one, two = await _store(nc), await _store(nc)
@@ -134,13 +149,7 @@ async def test_the_loaded_dump_reflects_exactly_the_answered_runs(nc: Client) ->
     that lost the thread saves nothing there (§2.6)."""
     thread = ThreadKey("#ops", "000000000008")
     running: dict[str, str | None] = {"a": None, "b": None}
-    leases = {
-        name: await Leases(nc.jetstream(), "asyncai", name, member_ttl=30.0).open()
-        for name in ("a", "b")
-    }
-    stores = {name: await _store(nc) for name in ("a", "b")}
-    for name, store in stores.items():
-        store.bind(leases[name], lambda _t, name=name: running[name])
+    leases, stores = await _two_daemons(nc, running)
     a, b = stores["a"], stores["b"]
     claim = await leases["a"].claim(thread.channel, thread.thread_id)
     running["a"] = "000000000008"
@@ -181,13 +190,7 @@ async def test_the_dumps_of_a_run_not_run_again_are_forgotten_by_the_holder(
     goes on from before it. Only the holder forgets them."""
     thread = ThreadKey("#ops", "000000000011")
     running: dict[str, str | None] = {"a": "000000000011", "b": None}
-    leases = {
-        name: await Leases(nc.jetstream(), "asyncai", name, member_ttl=30.0).open()
-        for name in ("a", "b")
-    }
-    stores = {name: await _store(nc) for name in ("a", "b")}
-    for name, store in stores.items():
-        store.bind(leases[name], lambda _t, name=name: running[name])
+    leases, stores = await _two_daemons(nc, running)
     await leases["a"].claim(thread.channel, thread.thread_id)
     await stores["a"].save(thread, b"x = 1")
     await leases["a"].mark_answered(thread.channel, thread.thread_id, "000000000011")
