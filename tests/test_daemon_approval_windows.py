@@ -27,7 +27,7 @@ from daemon.app import Daemon, running
 from daemon.approvals import ApprovalPolicy
 from daemon.config import load_config
 from daemon.runtime.desk import ApprovalDesk
-from daemon.runtime.ports import RuntimeOptions
+from daemon.runtime.ports import InboundMessage, RuntimeOptions
 from daemon.runtime.runs import RunResult
 from daemon.runtime.scheduler import Runtime
 from daemon.runtime.store import SessionsRuntimeStore
@@ -214,6 +214,43 @@ async def test_a_request_that_cannot_be_published_fails_the_run_with_a_notice(
             await alice.close()
 
 
+def _desk(store: Store, pub: FakePublisher, resumed: list[str]) -> ApprovalDesk:
+    """The store's desk; a resumed run's id goes to ``resumed``, its reply is "resumed"."""
+
+    async def resume(request: Any, paused: Any, decisions: Any) -> RunResult:
+        resumed.append(request.run_id)
+        return RunResult(reply="resumed")
+
+    return ApprovalDesk(
+        store=store.approvals,
+        publisher=pub,
+        policy=ApprovalPolicy(),
+        resume=resume,
+        publish_timeout=5,
+    )
+
+
+async def _paused_run(store: Store) -> InboundMessage:
+    """Prompt "first", its run "paused-run" waiting on request abc123 (an erase, pending);
+    the prompt."""
+    first = msg("first")
+    await store.runs.record_prompt("#ops", first.thread, first.id, "alice", "x", iso_utc(NOW))
+    await store.runs.start_run("paused-run", "#ops", first.thread, [first.id])
+    await store.approvals.add_approval(
+        NewApproval(
+            id="abc123",
+            run_id="paused-run",
+            channel="#ops",
+            thread_id=first.thread,
+            requested_by="alice",
+            expires=iso_utc(NOW + timedelta(days=1)),
+            calls=[{"call_id": 0, "tool": "erase", "server": "test", "arguments": {}, "why": "x"}],
+            conversation={},
+        )
+    )
+    return first
+
+
 async def test_an_approve_while_another_run_of_the_thread_is_active_runs_after_it(
     tmp_path: Path,
 ):
@@ -221,41 +258,14 @@ async def test_an_approve_while_another_run_of_the_thread_is_active_runs_after_i
     another run of the thread is active; the !approve taken meanwhile is kept, and
     the paused run goes on as soon as that run ends."""
     resumed: list[str] = []
-
-    async def resume(request: Any, paused: Any, decisions: Any) -> RunResult:
-        resumed.append(request.run_id)
-        return RunResult(reply="resumed")
-
     pub = FakePublisher()
     model = ScriptedModel()
     async with Store(tmp_path / "asyncai.db") as store:
-        desk = ApprovalDesk(
-            store=store.approvals,
-            publisher=pub,
-            policy=ApprovalPolicy(),
-            resume=resume,
-            publish_timeout=5,
-        )
+        desk = _desk(store, pub, resumed)
         runtime = Runtime(
             store=SessionsRuntimeStore(store), publisher=pub, run=model, approvals=desk
         )
-        first = msg("first")
-        await store.runs.record_prompt("#ops", first.thread, first.id, "alice", "x", iso_utc(NOW))
-        await store.runs.start_run("paused-run", "#ops", first.thread, [first.id])
-        await store.approvals.add_approval(
-            NewApproval(
-                id="abc123",
-                run_id="paused-run",
-                channel="#ops",
-                thread_id=first.thread,
-                requested_by="alice",
-                expires=iso_utc(NOW + timedelta(days=1)),
-                calls=[
-                    {"call_id": 0, "tool": "erase", "server": "test", "arguments": {}, "why": "x"}
-                ],
-                conversation={},
-            )
-        )
+        first = await _paused_run(store)
         try:
             active = msg("meanwhile", thread=first.thread)
             assert await runtime.submit(active)
@@ -282,21 +292,10 @@ async def test_a_stop_of_queued_prompts_keeps_a_decided_run_that_waits_for_a_slo
     queued prompt, but the approved run keeps its place and goes on when the slot
     frees: the decision is not lost (nor left to resume at a later restart)."""
     resumed: list[str] = []
-
-    async def resume(request: Any, paused: Any, decisions: Any) -> RunResult:
-        resumed.append(request.run_id)
-        return RunResult(reply="resumed")
-
     pub = FakePublisher()
     model = ScriptedModel()
     async with Store(tmp_path / "asyncai.db") as store:
-        desk = ApprovalDesk(
-            store=store.approvals,
-            publisher=pub,
-            policy=ApprovalPolicy(),
-            resume=resume,
-            publish_timeout=5,
-        )
+        desk = _desk(store, pub, resumed)
         runtime = Runtime(
             store=SessionsRuntimeStore(store),
             publisher=pub,
@@ -304,23 +303,7 @@ async def test_a_stop_of_queued_prompts_keeps_a_decided_run_that_waits_for_a_slo
             approvals=desk,
             options=RuntimeOptions(max_concurrent_runs=1),
         )
-        first = msg("first")
-        await store.runs.record_prompt("#ops", first.thread, first.id, "alice", "x", iso_utc(NOW))
-        await store.runs.start_run("paused-run", "#ops", first.thread, [first.id])
-        await store.approvals.add_approval(
-            NewApproval(
-                id="abc123",
-                run_id="paused-run",
-                channel="#ops",
-                thread_id=first.thread,
-                requested_by="alice",
-                expires=iso_utc(NOW + timedelta(days=1)),
-                calls=[
-                    {"call_id": 0, "tool": "erase", "server": "test", "arguments": {}, "why": "x"}
-                ],
-                conversation={},
-            )
-        )
+        first = await _paused_run(store)
         try:
             assert await desk.adopt("abc123")
             assert await runtime.submit(msg("elsewhere"))  # takes the one slot
