@@ -4,12 +4,13 @@ small-model harness (on by default for the embedded local model only).
 
 from __future__ import annotations
 
+import os
 from dataclasses import replace
 
 from daemon.config import ModelConfig
 from daemon.local_model.fetch import DEFAULT_MODEL
 from daemon.model.endpoint import ChatEndpoint
-from daemon.model.harness import CodeBlockTurns, SmallModelProfile
+from daemon.model.harness import CodeBlockTurns, SmallModelProfile, from_environ
 from daemon.model.profile import ModelProfile, RunTools, Turns
 from daemon.model.prompts import FINAL_ROUND_PROMPT
 from daemon.model.rounds import ToolCallTurns
@@ -19,9 +20,15 @@ __all__ = ["DefaultProfile", "model_profile"]
 
 def model_profile(params: ModelConfig, model: str | None) -> ModelProfile:
     """The profile for ``model``: the small-model harness when ``[model] harness`` says so,
-    else for the embedded local model only; the default profile otherwise."""
+    else for the embedded local model only; the default profile otherwise.
+
+    The harness's rules switched off (``ASYNCAI_HARNESS_OFF``) and trials switched on
+    (``ASYNCAI_HARNESS_ON``), the bench's ablation knobs, are read here, once; an
+    unknown name is a :class:`~daemon.errors.ConfigError`."""
     harness = params.harness if params.harness is not None else model == DEFAULT_MODEL.alias
-    return SmallModelProfile(params) if harness else DefaultProfile(params)
+    if not harness:
+        return DefaultProfile(params)
+    return SmallModelProfile(params, from_environ(os.environ))
 
 
 def _final_round_prompt(question: str) -> str:

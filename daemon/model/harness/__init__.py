@@ -4,40 +4,54 @@ Measured with Qwen2.5-Coder-1.5B-Instruct on llama-cpp-python 0.3.36
 (notes/local-model.md, issue 9 and its benchmark, ``bench/small_model.py``),
 each piece fixes one observed failure:
 
-| failure                                                   | fix here                       |
-|-----------------------------------------------------------|--------------------------------|
-| ``tool_choice="auto"``: it never calls run_code; it writes | the code-block protocol: the   |
-| pseudo calls as text. Forced (a JSON grammar): with a real | model replies with a fenced    |
-| catalog, 6 of 6 snippets were one-line JavaScript          | ``python`` block, the harness  |
-|                                                           | runs it as run_code            |
-|                                                           | (:func:`extract_code`)         |
-| the API only in the tool description: it ignores it and   | :func:`system_prompt`: short   |
-| uses the kubernetes client library; the full sandbox text | rules, the catalog and a       |
-| (2 500 tokens) costs a minute of prompt processing        | worked example in the system   |
-|                                                           | message                        |
-| raw newlines, an unescaped ``"`` in arguments JSON (when a | :func:`recover_arguments`,     |
-| server does return tool calls); calls written as text     | :func:`text_tool_calls`        |
-| ``await f()['items']`` (await binds looser), a trailing    | :func:`repair_code`            |
-| assignment or ``return`` (result None), stub redefinitions |                                |
-| ``print(x)`` last: the result is ``{"output": "x"}``      | :func:`prints_as_result`       |
-| at temperature 0 it resends the failing snippet verbatim  | :data:`RETRY_TEMPERATURE`,     |
-|                                                           | :data:`MAX_FAILED_SNIPPETS`;   |
-|                                                           | :func:`retry_seed` (the same   |
-|                                                           | retry draws the same snippet)  |
-| after the result it restates the code, or invents facts   | :func:`result_message` (the    |
-|                                                           | result, then the question      |
-|                                                           | again, in the last message)    |
-| a wrong reading of the question (a filter dropped, "first | :mod:`vote`: a second sample   |
-| N" read as "below N") gives a confident wrong number      | for a short answer, a third on |
-|                                                           | a tie (:func:`vote_key`)       |
-| a key only some items have, read a level too high; a key  | :func:`key_hint` after a look  |
-| no value holds, read again and again                      | that counts the items with it  |
-| a key read a level off (``r['components']``, not          | :func:`key_fix`: read where    |
-| ``r['json']['components']``): a round, and new mistakes   | the look found it, run again   |
-| a URL in the question fetched with the wrong function     | :func:`url_hint`               |
-| the function named like a word of the question, not the   | :func:`topic_hint`: the one    |
-| one holding what it asks about (workspaces for pods)      | whose stub covers its words    |
-| a reply that retells the worked example                   | :func:`echoes_example`         |
+| failure                                  | fix here                       | rule(s)            |
+|------------------------------------------|--------------------------------|--------------------|
+| ``tool_choice="auto"``: it never calls   | the code-block protocol: the   | (the protocol)     |
+| run_code; it writes pseudo calls as      | model replies with a fenced    |                    |
+| text. Forced (a JSON grammar): with a    | ``python`` block, the harness  |                    |
+| real catalog, 6 of 6 snippets were       | runs it as run_code            |                    |
+| one-line JavaScript                      | (:func:`extract_code`)         |                    |
+| the API only in the tool description: it | :func:`system_prompt`: short   | worked-example,    |
+| ignores it and uses the kubernetes       | rules, the catalog and a       | hidden-fields      |
+| client library; the full sandbox text (2 | worked example in the system   |                    |
+| 500 tokens) costs a minute of prompt     | message                        |                    |
+| processing                               |                                |                    |
+| raw newlines, an unescaped ``"`` in      | :func:`recover_arguments`,     | recover-arguments, |
+| arguments JSON; calls written as text    | :func:`text_tool_calls`        | text-calls         |
+| ``await f()['items']`` (await binds      | :func:`repair_code`            | await-precedence,  |
+| looser), a trailing assignment or        |                                | last-assignment,   |
+| ``return`` (result None), stub           |                                | top-level-return,  |
+| redefinitions, ...                       |                                | drop-stubs, ...    |
+| ``print(x)`` last: the result is         | :func:`prints_as_result`       | prints-as-result   |
+| ``{"output": "x"}``                      |                                |                    |
+| at temperature 0 it resends the failing  | :func:`warm_retry`,            | warm-retry         |
+| snippet verbatim                         | :data:`MAX_FAILED_SNIPPETS`    |                    |
+| after the result it restates the code,   | :func:`result_message` (the    | readable,          |
+| or invents facts                         | result, then the question      | reply-from-result, |
+|                                          | again), the result quoted      | quote-result       |
+| a wrong reading of the question (a       | :mod:`vote`: a second sample   | vote               |
+| filter dropped, "first N" read as "below | for a short answer             |                    |
+| N")                                      |                                |                    |
+| a failed snippet's data unseen           | a look at its variables        | look,              |
+|                                          | (:mod:`peek`); after an empty  | empty-recheck      |
+|                                          | or None result too             |                    |
+| a key only some items have, read a level | :func:`key_hint` after a look  | key-hint,          |
+| too high; a key no value holds, read     | that counts the items          | item-hint          |
+| again                                    |                                |                    |
+| a key read a level off                   | :func:`key_fix`: read where    | key-fix,           |
+| (``r['components']``, not                | the look found it, run again   | keyfix-items,      |
+| ``r['json']['components']``)             |                                | dig-fix            |
+| a value treated as something else (CSV   | :func:`value_hint`             | value-hint,        |
+| text as JSON, ``dict.items()``)          |                                | csv-hint           |
+| the same or a telling error again        | :func:`retry_hint`,            | retry-hint,        |
+|                                          | :func:`repeat_hint`            | repeat-hint,       |
+|                                          |                                | instead-kubernetes |
+| a URL in the question fetched with the   | :func:`url_hint`               | url-hint           |
+| wrong function                           |                                |                    |
+| the function named like a word of the    | :func:`topic_hint`: the one    | topic-hint         |
+| question, not the one holding what it    | whose stub covers its words    |                    |
+| asks about (workspaces for pods)         |                                |                    |
+| a reply that retells the worked example  | :func:`echoes_example`         | echo-check         |
 
 The loop (``daemon.model.loop``) is given :class:`SmallModelProfile`
 (``profile``) when ``[model] harness`` is on, and calls it at its named
@@ -53,8 +67,16 @@ really is), ``keyfix`` (a key read where the look found it), ``fields``
 (result fields the stubs' sketches cut short), ``peek`` (the sandbox snippet
 that looks at a failed snippet's variables), ``look`` (what it found, as
 data: paths, values and counts, rendered only for the model), ``topics``
-(which function a question is about) and ``vote`` (self-consistency for short
-answers).
+(which function a question is about), ``vote`` (self-consistency for short
+answers) and ``rules`` (every rule's name, :data:`RULES`, and which are on).
+
+Every rule and mechanism has a stable name in :data:`RULES` (with the one-line
+class of questions or data it serves) and can be switched off for a
+measurement with ``ASYNCAI_HARNESS_OFF=name,name`` (the group ``fitted``
+names the eight rules issue 28 found fitted to one bench question); the
+table's right column names the main ones, :data:`RULES` has them all.
+:data:`TRIALS` are mechanisms under measurement, off until
+``ASYNCAI_HARNESS_ON`` names them.
 
 May import: what ``daemon.model`` may, and ``daemon.model``'s lower modules
 (``calls``, ``conversation``, ``endpoint``, ``execute``, ``records``,
@@ -69,6 +91,8 @@ from daemon.model.harness.feedback import (
     fetched_url,
     holds_none,
     is_empty_result,
+    is_no_answer,
+    looks_empty,
     prints_as_result,
     quote_result,
     readable,
@@ -109,8 +133,17 @@ from daemon.model.harness.prompts import (
     echoes_example,
     retry_seed,
     system_prompt,
+    warm_retry,
 )
 from daemon.model.harness.repair import repair_code
+from daemon.model.harness.rules import (
+    GROUPS,
+    RULES,
+    TRIALS,
+    Switches,
+    active,
+    from_environ,
+)
 from daemon.model.harness.topics import Topic, catalog_topics, topic_hint
 from daemon.model.harness.vote import (
     MAX_VOTE_SAMPLES,
@@ -119,10 +152,12 @@ from daemon.model.harness.vote import (
     majority,
     may_rerun,
     vote_key,
+    vote_samples,
 )
 
 __all__ = [
     "CODE_STOP",
+    "GROUPS",
     "HARNESS_CATALOG_BUDGET",
     "HARNESS_RULES",
     "HARNESS_SYSTEM_PROMPT",
@@ -131,13 +166,17 @@ __all__ = [
     "MAX_VOTE_SAMPLES",
     "REREAD",
     "RETRY_TEMPERATURE",
+    "RULES",
+    "TRIALS",
     "VOTE_TEMPERATURE",
     "WORKED_EXAMPLE",
     "CodeBlockTurns",
     "Look",
     "Signature",
     "SmallModelProfile",
+    "Switches",
     "Topic",
+    "active",
     "answer_instruction",
     "assigned_names",
     "catalog_signatures",
@@ -148,13 +187,16 @@ __all__ = [
     "error_signature",
     "extract_code",
     "fetched_url",
+    "from_environ",
     "hidden_fields",
     "hidden_paths",
     "holds_none",
     "is_code_only",
     "is_empty_result",
+    "is_no_answer",
     "key_fix",
     "key_hint",
+    "looks_empty",
     "majority",
     "may_rerun",
     "mend_call",
@@ -179,4 +221,6 @@ __all__ = [
     "value_atoms",
     "value_hint",
     "vote_key",
+    "vote_samples",
+    "warm_retry",
 ]

@@ -29,8 +29,8 @@ from daemon.model.execute import run_call
 from daemon.model.harness.feedback import (
     answer_instruction,
     fetched_url,
-    holds_none,
-    is_empty_result,
+    is_no_answer,
+    looks_empty,
     prints_as_result,
     quote_result,
     repeat_hint,
@@ -42,24 +42,23 @@ from daemon.model.harness.keyfix import key_fix
 from daemon.model.harness.keys import key_hint, missing_key, value_hint
 from daemon.model.harness.look import Look, read_look
 from daemon.model.harness.mending import mend_call, text_calls
-from daemon.model.harness.parsing import code_message, extract_code, is_code_only
+from daemon.model.harness.parsing import code_message, extract_code
 from daemon.model.harness.peek import assigned_names, peek_code, read_names
 from daemon.model.harness.prompts import (
     CODE_STOP,
     MAX_FAILED_SNIPPETS,
-    RETRY_TEMPERATURE,
     Signature,
-    echoes_example,
-    retry_seed,
+    warm_retry,
 )
+from daemon.model.harness.rules import on
 from daemon.model.harness.topics import Topic, topic_hint
 from daemon.model.harness.vote import (
-    MAX_VOTE_SAMPLES,
     REREAD,
     VOTE_TEMPERATURE,
     majority,
     may_rerun,
     vote_key,
+    vote_samples,
 )
 from daemon.model.prompts import EMPTY_REPLY
 from daemon.model.records import RunState, assistant_record, count_result, user_record
@@ -119,9 +118,7 @@ async def code_blocks(
         if not final:
             body["stop"] = [CODE_STOP]
             if ls.failures:  # at temperature 0 the failed snippet would come back as it was
-                warmer = max(endpoint.params.temperature or 0.0, RETRY_TEMPERATURE)
-                body["temperature"] = warmer
-                body.setdefault("seed", retry_seed(body["messages"]))
+                warm_retry(body, endpoint.params.temperature)
 
         response = await endpoint.complete(body, state.metrics, state.request.run_id, final=final)
         choice = response.choices[0]
@@ -132,10 +129,7 @@ async def code_blocks(
                 assistant_record(response, content, [], choice.finish_reason, endpoint.model_name)
             )
             state.reply = content.strip() or EMPTY_REPLY
-            said = content.strip()
-            if ls.last_result is not None and (
-                not said or is_code_only(content) or echoes_example(content)
-            ):
+            if ls.last_result is not None and is_no_answer(content):
                 # the model restated code, said nothing or retold the worked example:
                 # the result is the answer
                 state.reply = f"The result of run_code: {ls.last_result}"
@@ -214,8 +208,7 @@ async def after_block(
         state.metrics.harness_gave_up = True
     # an empty result (or a None answer) is often a filter on a guessed key: one look
     # at the data
-    looks_empty = is_empty_result(text) or holds_none(text)
-    recheck = looks_empty and not ls.rechecked and more
+    recheck = looks_empty(text) and not ls.rechecked and more
     look = fetch = start = None  # start: the call a new block should start with
     if (retry or recheck) and isinstance(code, str):
         fetch = url_hint(ls.question, code, functions)  # a URL the snippet never fetched
@@ -249,7 +242,8 @@ async def after_block(
     if failed and located is None and isinstance(code, str):
         located = value_hint(code, plain, look)  # what a value the snippet misread is
         text = plain if located else text  # it says more than the traceback's hint
-    if not (failed or recheck or ls.voted) and isinstance(code, str) and ls.samples > 1:
+    voting = vote_samples(ls.samples) > 1
+    if not (failed or recheck or ls.voted) and isinstance(code, str) and voting:
         ls.voted = True
         code, text = await _vote(endpoint, state, caller, ls, code, text, functions=functions)
         ls.last_result = text
@@ -295,7 +289,7 @@ async def _vote(
     if first is None or not may_rerun(code, ls.mutating):
         return code, text
     samples: list[tuple[str, str, str | None]] = [(code, text, first)]
-    wanted = min(ls.samples, MAX_VOTE_SAMPLES)
+    wanted = vote_samples(ls.samples)
     drawn = 1
     # one failed draw is drawn again (a tie-break that times out decides nothing)
     while len(samples) < wanted and drawn <= wanted:
@@ -371,7 +365,10 @@ async def _peek(
     """What the variables a failed (or empty-handed) snippet assigned, or read from an
     earlier snippet, hold now (their access paths and values), from the same REPL scope;
     None when there is nothing to show. ``skip`` are the catalog's functions (not data);
-    ``missing`` (a KeyError's key) adds how many items of each list hold it."""
+    ``missing`` (a KeyError's key) adds how many items of each list hold it. Rule
+    ``look``: off, there is never a look."""
+    if not on("look"):
+        return None
     names = assigned_names(code) + read_names(code, {*skip, *RESERVED_NAMES, *SEARCH_HELPERS})
     if not names:
         return None

@@ -15,6 +15,9 @@ from collections.abc import Collection, Iterable, Mapping
 from daemon.code_mode.catalog import NO_OUTPUT
 from daemon.code_mode.sandbox import MISSING_MODULE_ADVICE
 from daemon.model.harness.look import Look
+from daemon.model.harness.parsing import is_code_only
+from daemon.model.harness.prompts import echoes_example
+from daemon.model.harness.rules import on
 
 __all__ = [
     "answer_instruction",
@@ -22,6 +25,8 @@ __all__ = [
     "fetched_url",
     "holds_none",
     "is_empty_result",
+    "is_no_answer",
+    "looks_empty",
     "prints_as_result",
     "quote_result",
     "readable",
@@ -99,7 +104,10 @@ def result_message(
 
 def readable(result: str, limit: int = 40) -> str:
     """A JSON list or dict result as one line per item (``- name: a, phase: Failed``):
-    in compact JSON a 1.5B model dropped two of five items from its answer."""
+    in compact JSON a 1.5B model dropped two of five items from its answer (rule
+    ``readable``)."""
+    if not on("readable"):
+        return result
     try:
         value = json.loads(result)
     except ValueError:
@@ -126,6 +134,22 @@ def is_empty_result(text: str) -> bool:
     return text.startswith("(empty result")
 
 
+def looks_empty(text: str) -> bool:
+    """Whether a result is worth one look at the data and one more snippet (rule
+    ``empty-recheck``): it is empty, or holds a None where the answer should be."""
+    return on("empty-recheck") and (is_empty_result(text) or holds_none(text))
+
+
+def is_no_answer(reply: str) -> bool:
+    """Whether a reply after a result says nothing of its own, so the result is the
+    answer: it is empty or only code (rule ``reply-from-result``), or it retells the
+    worked example (rule ``echo-check``, :func:`echoes_example`)."""
+    said = reply.strip()
+    if on("reply-from-result") and (not said or is_code_only(reply)):
+        return True
+    return echoes_example(reply)
+
+
 _PRINTED_NONE = re.compile(r"(?<![\w'\"])None(?![\w'\"]| of\b)")
 
 
@@ -141,8 +165,8 @@ def holds_none(text: str) -> bool:
         value = json.loads(text)
     except ValueError:
         # printed text: an f-string that printed a None ("the busiest node is None
-        # with 2 pods"); "None of them" is English, not a value
-        return _PRINTED_NONE.search(text) is not None
+        # with 2 pods"); "None of them" is English, not a value (rule printed-none)
+        return on("printed-none") and _PRINTED_NONE.search(text) is not None
     if isinstance(value, dict):
         return any(v is None for v in value.values())
     if isinstance(value, list):
@@ -174,7 +198,10 @@ def retry_hint(code: str, error: str, functions: Iterable[str] = ()) -> str | No
     Seen with a 1.5B model: the same JavaScript snippet sent again and again,
     since its SyntaxError never says "this is not Python"; and invented
     functions (get_objects, list_nodes) called again after their NameError.
+    Rule ``retry-hint``.
     """
+    if not on("retry-hint"):
+        return None
     known = sorted(set(functions))
     m = _UNDEFINED.search(error)
     if m and m.group(1) in _MODULES:  # datetime.date(...) without the import
@@ -220,9 +247,10 @@ def prints_as_result(text: str) -> str:
 
     A small model ends on ``print(...)`` more often than on an expression;
     the printed text is then its answer, and a JSON wrapper only adds noise.
-    Blank printed output is :data:`NO_OUTPUT`: nothing was shown.
+    Blank printed output is :data:`NO_OUTPUT`: nothing was shown. Rule
+    ``prints-as-result``.
     """
-    if not text.startswith('{"output"'):
+    if not on("prints-as-result") or not text.startswith('{"output"'):
         return text
     try:
         value = json.loads(text)
@@ -278,8 +306,11 @@ def repeat_hint(error: str, previous: str | None, functions: Iterable[str] = ())
     A small model that reads the same traceback twice keeps its mistake (an
     import of ``requests``, a guessed key): the first hint told it what went
     wrong, this one says what to write instead, and that the line must go.
-    None when ``error`` is not the same exception as ``previous``.
+    None when ``error`` is not the same exception as ``previous``. Rule
+    ``repeat-hint`` (and ``instead-kubernetes`` for the kubernetes client).
     """
+    if not on("repeat-hint"):
+        return None
     sig = error_signature(error)
     if sig is None or previous is None or sig != error_signature(previous):
         return None
@@ -287,7 +318,7 @@ def repeat_hint(error: str, previous: str | None, functions: Iterable[str] = ())
     if m := _MODULE.search(sig):
         name = m.group(1).split(".")[0]
         instead = (
-            _INSTEAD.get(name)
+            (_INSTEAD.get(name) if name != "kubernetes" or on("instead-kubernetes") else None)
             or MISSING_MODULE_ADVICE.get(name)
             or ("write it with plain Python (lists, dicts, str methods) and the functions above")
         )
@@ -356,8 +387,9 @@ def quote_result(reply: str, result: str) -> str:
     Given five names one per line, a 1.5B model named three; asked for a count and
     the most common reason, it gave one. The value the code computed is the
     answer; the model's words only phrase it, so a value they drop is quoted.
+    Rule ``quote-result``.
     """
-    if len(result) > _QUOTED or is_empty_result(result):
+    if not on("quote-result") or len(result) > _QUOTED or is_empty_result(result):
         return reply
     atoms = value_atoms(result)
     if not atoms:
@@ -400,8 +432,10 @@ def url_hint(
 
     Asked for a total "in http://.../orders.json", the model listed kcp objects of
     resource "orders" and read a configmap three times over; the URL never reached
-    the function that fetches it.
+    the function that fetches it. Rule ``url-hint``.
     """
+    if not on("url-hint"):
+        return None
     urls = [u.rstrip(".,;:!?)") for u in _URL.findall(question)]
     fetchers = _fetchers(functions)
     if not urls or not fetchers or _calls_any(code, fetchers):

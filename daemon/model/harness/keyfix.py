@@ -18,6 +18,7 @@ from daemon.model.harness.keys import (
     plain_path,
 )
 from daemon.model.harness.look import Look
+from daemon.model.harness.rules import on
 
 __all__ = ["key_fix"]
 
@@ -38,9 +39,11 @@ def key_fix(code: str, error: str, look: Look | None) -> str | None:
     some items of a list lack (a Pending pod has no ``status.containerStatuses``)
     is read with ``dig(item, 'a.b', default=...)`` where the read is iterated,
     measured or compared (:class:`_DigFix`).
+
+    Rule ``key-fix`` (its parts: ``keyfix-items`` for ``'items'``, ``dig-fix``).
     """
     key = missing_key(error)
-    if key is None or look is None:
+    if key is None or look is None or not on("key-fix"):
         return None
     try:
         tree = ast.parse(code)
@@ -52,6 +55,8 @@ def key_fix(code: str, error: str, look: Look | None) -> str | None:
     fixer = _KeyFix(key, holders, lists)
     fixer.visit(tree)
     if not fixer.changed:
+        if not on("dig-fix"):
+            return None
         digs = _DigFix(key, tree, look)
         digs.visit(tree)
         if not digs.changed:
@@ -81,7 +86,7 @@ class _KeyFix(ast.NodeTransformer):
             return ast.copy_location(ast.Subscript(value=moved, slice=s, ctx=node.ctx), node)
         depth = base.count("[") + 1
         one_list = {p for p in self.lists if _below(base, p) and p.count("[") == depth}
-        if not below and self.key == "items" and len(one_list) == 1:
+        if not below and self.key == "items" and len(one_list) == 1 and on("keyfix-items"):
             self.changed = True
             return ast.copy_location(ast.parse(one_list.pop(), mode="eval").body, node)
         return node

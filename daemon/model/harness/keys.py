@@ -20,6 +20,7 @@ from daemon.model.harness.look import (
     TextStart,
     Value,
 )
+from daemon.model.harness.rules import on
 
 # counted_lists, first_item_path, key_paths, list_paths, loop_sources and plain_path
 # serve harness/keyfix.py too
@@ -50,10 +51,11 @@ def key_hint(error: str, look: Look | None, code: str | None = None) -> str | No
     how many lack it and writes the ``dig`` with its path and default: told only
     to skip such items, the model tested ``'containerStatuses' in pod``, a level
     too high, and summed nothing. A key read of a loop variable (``code`` given)
-    that its items do not have says what one item is (:func:`_item_hint`).
+    that its items do not have says what one item is (:func:`_item_hint`). Rule
+    ``key-hint``.
     """
     key = missing_key(error)
-    if key is None or look is None:
+    if key is None or look is None or not on("key-hint"):
         return None
     counted = counted_lists(look)
     if counted:
@@ -219,8 +221,10 @@ def value_hint(code: str, error: str, look: Look | None) -> str | None:
     - ``pods.items()`` on a result that holds its list at ``pods['items']``: the
       dict method gives ``(key, value)`` pairs (``('kind', 'List')``), and the
       model indexed those as pods, then was told to parse text.
+
+    Rule ``value-hint`` (and ``csv-hint`` for the CSV line).
     """
-    if look is None or not _PARSE_ERROR.search(error):
+    if look is None or not on("value-hint") or not _PARSE_ERROR.search(error):
         return None
     lists = list_paths(look)
     for m in _DICT_ITEMS.finditer(code):
@@ -236,7 +240,9 @@ def value_hint(code: str, error: str, look: Look | None) -> str | None:
 
 def _csv_hint(look: Look) -> str | None:
     """How to parse the first CSV text the look shows (a first line of comma-separated
-    names, not JSON), or None when it shows none."""
+    names, not JSON), or None when it shows none. Rule ``csv-hint``."""
+    if not on("csv-hint"):
+        return None
     for text in look.entries():
         if not isinstance(text, TextStart):
             continue
@@ -262,7 +268,10 @@ def _item_hint(code: str, key: str, look: Look) -> str | None:
     Asked which namespaces hold a Failed pod, the model wrote ``for w in
     items(pods)`` and read ``w['items']``, as if each item were a namespace holding
     pods; told "items is at pods['items']", it wrote the same loop again.
+    Rule ``item-hint``.
     """
+    if not on("item-hint"):
+        return None
     try:
         tree = ast.parse(code)
     except (SyntaxError, ValueError, MemoryError, RecursionError):

@@ -15,6 +15,7 @@ from daemon.model.calls import ToolCall, made_up_call
 from daemon.model.harness.parsing import recover_arguments, text_tool_calls
 from daemon.model.harness.prompts import Signature
 from daemon.model.harness.repair import repair_code
+from daemon.model.harness.rules import on
 from daemon.model.records import RunState
 
 __all__ = ["mend_call", "text_calls"]
@@ -23,7 +24,10 @@ log = structlog.get_logger("asyncai.backend")
 
 
 def text_calls(content: str, names: dict[str, str], state: RunState) -> list[ToolCall]:
-    """Tool calls the model wrote in its text, as :class:`ToolCall` with made-up ids."""
+    """Tool calls the model wrote in its text, as :class:`ToolCall` with made-up ids
+    (none with rule ``text-calls`` off)."""
+    if not on("text-calls"):
+        return []
     calls = [
         made_up_call(name, arguments, state) for name, arguments in text_tool_calls(content, names)
     ]
@@ -34,11 +38,14 @@ def text_calls(content: str, names: dict[str, str], state: RunState) -> list[Too
 
 def mend_call(call: ToolCall, functions: dict[str, Signature], state: RunState) -> None:
     """The harness's repairs of one run_code call, in place: arguments that are not
-    valid JSON, then the code (await precedence, a trailing assignment, stubs)."""
+    valid JSON (rule ``recover-arguments``), then the code (await precedence, a trailing
+    assignment, stubs: :func:`~daemon.model.harness.repair.repair_code`)."""
     if call.name != "run_code":
         return
     fixes: list[str] = []
     if call.error is not None:
+        if not on("recover-arguments"):
+            return
         recovered, how = recover_arguments(call.raw)
         if recovered is None:
             return  # the model is told its arguments did not parse

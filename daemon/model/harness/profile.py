@@ -6,10 +6,16 @@ the compact catalog and the worked example, code blocks instead of tool
 calls, their repairs, and the feedback after each block. With the tools
 offered directly, the tool-call protocol stays, with the harness's answer
 request for the last round and calls written as text read as calls.
+
+The profile holds the run's :class:`~daemon.model.harness.rules.Switches`
+(which rules are off, which trials on) and makes them current for every
+leg of a run it drives.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any
 
@@ -28,8 +34,10 @@ from daemon.model.harness.prompts import (
     compact_description,
     system_prompt,
 )
+from daemon.model.harness.rules import Switches, active
 from daemon.model.harness.topics import Topic, catalog_topics
 from daemon.model.profile import RunTools, Turns
+from daemon.model.prompts import FINAL_ROUND_PROMPT
 from daemon.model.records import RunState
 from daemon.model.rounds import ToolCallTurns
 from daemon.tools import ToolCallOutput
@@ -46,12 +54,15 @@ HARNESS_CATALOG_BUDGET = 16_000
 
 class SmallModelProfile:
     """The harness: code blocks in code mode, the tool-call protocol's answer request
-    and text calls otherwise (:class:`~daemon.model.profile.ModelProfile`)."""
+    and text calls otherwise (:class:`~daemon.model.profile.ModelProfile`).
+    ``switches``: the rules switched off (and trials on) for its runs; all rules
+    on by default."""
 
     catalog_budget: int | None = HARNESS_CATALOG_BUDGET
 
-    def __init__(self, params: ModelConfig) -> None:
+    def __init__(self, params: ModelConfig, switches: Switches | None = None) -> None:
         self.params = params
+        self.switches = switches or Switches()
 
     def turns(self, endpoint: ChatEndpoint, tools: RunTools, mode: str | None = None) -> Turns:
         """Code blocks in code mode (or for a run paused in them), else tool calls."""
@@ -59,13 +70,24 @@ class SmallModelProfile:
             # the catalog is read only for code blocks in code mode (a run paused in
             # them and resumed with the tools offered directly has none)
             catalog = tools.catalog if tools.code_mode else None
-            return CodeBlockTurns(endpoint, replace(tools, catalog=catalog), self.params)
+            return CodeBlockTurns(
+                endpoint, replace(tools, catalog=catalog), self.params, self.switches
+            )
+        on = self.switches.on
         return ToolCallTurns(
             endpoint,
             tools,
-            final_instruction=_answer_from_tool_results,
-            text_calls=text_calls,  # a call written as text (Qwen's <tool_call>, JSON) is a call
+            final_instruction=(
+                _answer_from_tool_results if on("direct-answer-instruction") else _final_round
+            ),
+            # a call written as text (Qwen's <tool_call>, JSON) is a call
+            **({"text_calls": text_calls} if on("text-calls") else {}),
         )
+
+
+def _final_round(question: str) -> str:
+    """The last round's request without the harness (rule ``direct-answer-instruction`` off)."""
+    return FINAL_ROUND_PROMPT
 
 
 def _answer_from_tool_results(question: str) -> str:
@@ -81,10 +103,17 @@ class CodeBlockTurns:
     mode = "small"
     offers_tools = False
 
-    def __init__(self, endpoint: ChatEndpoint, tools: RunTools, params: ModelConfig) -> None:
+    def __init__(
+        self,
+        endpoint: ChatEndpoint,
+        tools: RunTools,
+        params: ModelConfig,
+        switches: Switches | None = None,
+    ) -> None:
         self.endpoint = endpoint
         self.tools = tools
         self.params = params
+        self.switches = switches or Switches()
         catalog = tools.catalog
         self.functions: dict[str, Signature] = (
             catalog_signatures(catalog) if catalog is not None else {}
@@ -97,19 +126,28 @@ class CodeBlockTurns:
 
     def system_prompt(self) -> str:
         """The harness's rules, the compact catalog and the worked example; a run_code
-        that is not code mode's has no catalog: its description is shown whole."""
+        that is not code mode's has no catalog: its description is shown whole. Rule
+        ``worked-example`` off: no example."""
         tools = self.tools
         definitions = list(tools.definitions.values())
-        description = (
-            compact_description(tools.catalog)
-            if tools.catalog is not None
-            else (definitions[0].description if definitions else "")
-        )
+        with self._switched():
+            description = (
+                compact_description(tools.catalog)
+                if tools.catalog is not None
+                else (definitions[0].description if definitions else "")
+            )
+        example = self.params.worked_example or WORKED_EXAMPLE
         return system_prompt(
             self.params.system_prompt or HARNESS_SYSTEM_PROMPT,
             description,
-            self.params.worked_example or WORKED_EXAMPLE,
+            example if self.switches.on("worked-example") else "",
         )
+
+    @contextmanager
+    def _switched(self) -> Iterator[None]:
+        """This run's switches, current for the harness's rules."""
+        with active(self.switches):
+            yield
 
     def loop_state(self, messages: list[dict[str, Any]], question: str) -> LoopState:
         """A new run's position, with the code-block counters."""
@@ -126,28 +164,30 @@ class CodeBlockTurns:
     async def rounds(self, run: RunState, ls: LoopState) -> None:
         """Blocks until the model answers (:func:`~daemon.model.harness.blocks.code_blocks`)."""
         tools = self.tools
-        await code_blocks(
-            self.endpoint,
-            run,
-            tools.caller,
-            tools.names,
-            ls,
-            functions=self.functions,
-            topics=self.topics,
-        )
+        with self._switched():
+            await code_blocks(
+                self.endpoint,
+                run,
+                tools.caller,
+                tools.names,
+                ls,
+                functions=self.functions,
+                topics=self.topics,
+            )
 
     async def after_call(
         self, run: RunState, ls: LoopState, call: ToolCall, output: ToolCallOutput
     ) -> None:
         """A decided block's result and the next message
         (:func:`~daemon.model.harness.blocks.after_block`)."""
-        await after_block(
-            self.endpoint,
-            run,
-            self.tools.caller,
-            ls,
-            call,
-            output,
-            functions=self.functions,
-            topics=self.topics,
-        )
+        with self._switched():
+            await after_block(
+                self.endpoint,
+                run,
+                self.tools.caller,
+                ls,
+                call,
+                output,
+                functions=self.functions,
+                topics=self.topics,
+            )

@@ -15,6 +15,7 @@ from typing import Any
 
 from daemon.code_mode.catalog import Catalog, catalog_section, helpers_section
 from daemon.model.harness.fields import hidden_fields
+from daemon.model.harness.rules import on
 
 __all__ = [
     "CODE_STOP",
@@ -29,6 +30,7 @@ __all__ = [
     "echoes_example",
     "retry_seed",
     "system_prompt",
+    "warm_retry",
 ]
 
 HARNESS_SYSTEM_PROMPT = """\
@@ -82,9 +84,10 @@ def echoes_example(reply: str) -> bool:
 
     Asked for its answer after an empty result, a 1.5B model retold the worked
     example's closing sentence ("The question names the store, and asks about
-    pods: ..."): that is no answer, and the result is quoted instead.
+    pods: ..."): that is no answer, and the result is quoted instead. Rule
+    ``echo-check``.
     """
-    return not _ngrams(reply, _ECHO_WORDS).isdisjoint(_EXAMPLE_NGRAMS)
+    return on("echo-check") and not _ngrams(reply, _ECHO_WORDS).isdisjoint(_EXAMPLE_NGRAMS)
 
 
 # Generation stops after the code block's closing fence: what a small model writes
@@ -109,6 +112,16 @@ def retry_seed(messages: list[dict[str, Any]]) -> int:
     return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=4).digest(), "big")
 
 
+def warm_retry(body: dict[str, Any], configured: float | None) -> None:
+    """Sample a retry's request ``body`` warmer than greedy, seeded by its messages
+    (:func:`retry_seed`): at temperature 0 a small model resends the failed snippet.
+    Rule ``warm-retry``; off, the retry is sampled like the first snippet."""
+    if not on("warm-retry"):
+        return
+    body["temperature"] = max(configured or 0.0, RETRY_TEMPERATURE)
+    body.setdefault("seed", retry_seed(body["messages"]))
+
+
 def compact_description(catalog: Catalog) -> str:
     """The run_code description cut down for a small model: :data:`HARNESS_RULES`, then
     the helpers and the catalog of functions (what is specific to this deployment),
@@ -123,7 +136,7 @@ def compact_description(catalog: Catalog) -> str:
     """
     sections = f"{helpers_section()}\n{catalog_section(catalog)}"
     # a searchable catalog (issue 19) shows no Returns: lines for fields to complete
-    fields = "" if catalog.searchable else hidden_fields(catalog)
+    fields = "" if catalog.searchable or not on("hidden-fields") else hidden_fields(catalog)
     fields = f"\n\n{fields}" if fields else ""
     return f"{HARNESS_RULES}\n\n{sections.strip()}{fields}"
 

@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from daemon.code_mode.catalog import RESERVED_NAMES, SEARCH_HELPERS
 from daemon.model.harness.peek import top_level_targets
 from daemon.model.harness.prompts import Signature
+from daemon.model.harness.rules import on
 
 __all__ = ["repair_code"]
 
@@ -351,7 +352,8 @@ def repair_code(
     the sandbox reports the real error). ``functions`` are the catalog's
     names (stub redefinitions and imports of them are dropped), or its
     :func:`catalog_signatures` (then an invented function whose arguments fit
-    a close catalog one is renamed too).
+    a close catalog one is renamed too). Each repair is a rule of
+    :data:`~daemon.model.harness.rules.RULES`, named beside it, and acts only when on.
     """
     names = set(functions)
     signatures = functions if isinstance(functions, dict) else {}
@@ -359,7 +361,7 @@ def repair_code(
         tree = ast.parse(code)
     except (SyntaxError, ValueError, MemoryError, RecursionError):
         literal = code.replace("\\n", "\n")
-        if "\n" in code or literal == code:
+        if "\n" in code or literal == code or not on("literal-newlines"):
             return code, []
         try:  # a double-escaped snippet: "a = 1\\nb = 2" arrived as one line
             tree = ast.parse(literal)
@@ -371,27 +373,27 @@ def repair_code(
     body = [
         stmt for stmt in tree.body if not (_is_stub_of(stmt, names) or _imports_only(stmt, names))
     ]
-    if len(body) != len(tree.body):
+    if len(body) != len(tree.body) and on("drop-stubs"):
         repairs.append("dropped redefinitions or imports of the sandbox functions")
         tree.body = body
-    inlined = _inline_helpers(tree)
+    inlined = _inline_helpers(tree) if on("inline-helpers") else []
     if inlined:
         repairs.append("inlined helper functions called once: " + ", ".join(inlined))
     rebound = {n for n in top_level_targets(tree) if n in RESERVED_NAMES}
-    if rebound:
+    if rebound and on("rename-helpers"):
         tree = _RenameHelpers(rebound).visit(tree)
         repairs.append("renamed variables that shadowed helpers: " + ", ".join(sorted(rebound)))
     fixer = _AwaitPrecedence()
-    tree = fixer.visit(tree)
+    tree = fixer.visit(tree) if on("await-precedence") else tree
     if fixer.changed:
         repairs.append("await applied to the call, not to its subscript")
     unawait = _UnawaitHelpers(names)
-    tree = unawait.visit(tree)
+    tree = unawait.visit(tree) if on("unawait-helpers") else tree
     if unawait.changed:
         repairs.append("search_tools/describe called without await (they answer at once)")
     if unawait.helpers:
         repairs.append("helpers called without await (items, dig, count_by... answer at once)")
-    if signatures:
+    if signatures and on("known-functions"):
         local = set(top_level_targets(tree)) | set(RESERVED_NAMES) | set(SEARCH_HELPERS)
         local |= {
             n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)
@@ -401,20 +403,25 @@ def repair_code(
         if known.renamed:
             repairs.append("called the catalog function meant: " + ", ".join(known.renamed))
     results = _tool_results(tree, names)
-    if results:
+    if results and on("result-lists"):
         lists = _ResultLists(results)
         tree = lists.visit(tree)
         if lists.changed:
             repairs.append("the items of a tool result counted or looped over, not its keys")
     getter = _BoundGet()
-    tree = getter.visit(tree)
+    tree = getter.visit(tree) if on("bound-get") else tree
     if getter.changed:
         repairs.append("key=d.get made a lambda")
-    if tree.body and isinstance(tree.body[-1], ast.Return) and tree.body[-1].value is not None:
+    last_return = tree.body[-1] if tree.body else None
+    if (
+        isinstance(last_return, ast.Return)
+        and last_return.value is not None
+        and on("top-level-return")
+    ):
         # `return x` at the top level (a function body habit): x is the result
-        tree.body[-1] = ast.Expr(value=tree.body[-1].value)
+        tree.body[-1] = ast.Expr(value=last_return.value)
         repairs.append("a top-level return made the last expression")
-    if tree.body:
+    if tree.body and on("last-assignment"):
         last = tree.body[-1]
         target = None
         if isinstance(last, ast.Assign) and len(last.targets) == 1:

@@ -33,6 +33,7 @@ from typing import Any
 
 from daemon.code_mode.catalog import Catalog
 from daemon.model.harness.fields import entry_hidden_paths
+from daemon.model.harness.rules import on
 
 __all__ = ["MIN_GAIN", "Topic", "catalog_topics", "question_words", "topic_hint", "words"]
 
@@ -153,7 +154,9 @@ def _with_arguments(example: str, passed: Mapping[str, Any]) -> str:
 def topic_hint(question: str, code: str, functions: Mapping[str, Topic]) -> tuple[str, str] | None:
     """For a failed snippet: the function the question is about, when the snippet
     called none like it, as the hint and the call a new snippet should start with;
-    None when the snippet's functions cover the question as well."""
+    None when the snippet's functions cover the question as well. Rule ``topic-hint``."""
+    if not on("topic-hint"):
+        return None
     called, passed = _called(code, functions)
     if not called:
         return None

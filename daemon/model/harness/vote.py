@@ -26,7 +26,17 @@ import math
 from collections import Counter
 from collections.abc import Iterable, Sequence
 
-__all__ = ["MAX_VOTE_SAMPLES", "REREAD", "VOTE_TEMPERATURE", "majority", "may_rerun", "vote_key"]
+from daemon.model.harness.rules import on
+
+__all__ = [
+    "MAX_VOTE_SAMPLES",
+    "REREAD",
+    "VOTE_TEMPERATURE",
+    "majority",
+    "may_rerun",
+    "vote_key",
+    "vote_samples",
+]
 
 VOTE_TEMPERATURE = 0.8  # warmer than a retry: the point is another reading
 #: Added to the question for a sample: a second reading, not a second copy.
@@ -37,6 +47,12 @@ REREAD = (
 MAX_VOTE_SAMPLES = 3  # samples in all, the first one included
 _MAX_ATOMS = 40  # a longer list is data, not an answer to vote on
 _MAX_TEXT = 200
+
+
+def vote_samples(configured: int) -> int:
+    """The samples a short answer is voted on, the first included: ``[model]
+    answer_samples`` up to :data:`MAX_VOTE_SAMPLES`; 1 (no vote) with rule ``vote`` off."""
+    return max(1, min(configured, MAX_VOTE_SAMPLES)) if on("vote") else 1
 
 
 def vote_key(result: str) -> str | None:

@@ -1,0 +1,188 @@
+"""The harness's rules by name, and which of them a run has switched on (pure).
+
+Every rule or mechanism of the harness has a stable kebab-case name and a
+one-line statement of the class of questions or data it serves
+(:data:`RULES`). All of them are on by default; ``ASYNCAI_HARNESS_OFF`` (a
+comma list of names, or of groups: :data:`GROUPS`) switches some off, for the
+bench's ablations: a measuring knob, not a user setting. :data:`TRIALS` are
+mechanisms under measurement, off until ``ASYNCAI_HARNESS_ON`` names them.
+
+The environment is read once, where the profile is built
+(:func:`from_environ`, in ``daemon.model.profiles``); the profile makes its
+:class:`Switches` current for the run (:func:`active`), and each rule asks
+:func:`on` at the place where it acts, so a pure function of the harness
+stays a function of its arguments and the current switches.
+"""
+
+from __future__ import annotations
+
+import contextvars
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from daemon.errors import ConfigError
+
+__all__ = [
+    "GROUPS",
+    "OFF_VARIABLE",
+    "ON_VARIABLE",
+    "RULES",
+    "TRIALS",
+    "Switches",
+    "active",
+    "from_environ",
+    "on",
+    "parse_names",
+]
+
+OFF_VARIABLE = "ASYNCAI_HARNESS_OFF"
+ON_VARIABLE = "ASYNCAI_HARNESS_ON"
+
+#: Every rule and mechanism of the harness (on by default), by name: the class of
+#: questions or data it serves.
+RULES: dict[str, str] = {
+    # the fitted eight (issue 28): each was added for one bench question's data
+    "instead-kubernetes": "an import of the kubernetes client, twice: the repeat hint says "
+    "to call the catalog functions instead",
+    "keyfix-items": "a KeyError 'items' on a dict holding one list one level down: the key "
+    "fix reads that list",
+    "result-lists": "len(), loops and iterating builtins over a tool result (a dict) count "
+    "or loop over its items() list instead",
+    "csv-hint": "a CSV text read as JSON or indexed by a column: the hint says how to parse "
+    "it with csv.DictReader",
+    "item-hint": "a loop variable read with a key its items lack: the hint shows what one "
+    "item holds",
+    "inline-helpers": "a no-argument helper def called once: its body is inlined so the look "
+    "sees its variables",
+    "dig-fix": "a key only some items of a list hold, iterated, measured or compared: read "
+    "with dig(..., default) and run again",
+    "printed-none": "printed text holding a bare None (an f-string of a missing value) counts "
+    "as an empty result",
+    # the code-block protocol's mechanisms
+    "worked-example": "the system message ends with a worked (question, snippet) example",
+    "hidden-fields": "result fields the catalog's Returns: sketches cut short are listed as "
+    "access paths",
+    "text-calls": "a tool call written as text (Qwen's <tool_call>, JSON) is made as a call",
+    "recover-arguments": "run_code arguments that are not valid JSON (raw newlines, "
+    "unescaped quotes) are recovered",
+    "literal-newlines": "a snippet sent with literal \\n sequences on one line is split into lines",
+    "drop-stubs": "redefinitions (stubs) and imports of the sandbox functions are dropped",
+    "rename-helpers": "a variable that shadows a helper (items = items(r)) is renamed",
+    "await-precedence": "await f()['k'] awaits the call, not its subscript",
+    "unawait-helpers": "await on a helper that answers at once (items, dig, describe) is dropped",
+    "known-functions": "a call of an invented function whose keywords fit one close catalog "
+    "function calls that one",
+    "bound-get": "key=d.get (no bound methods in the sandbox) becomes a lambda",
+    "top-level-return": "a top-level return x makes x the result",
+    "last-assignment": "a snippet ending on an assignment returns the assigned name",
+    "prints-as-result": "a snippet that printed and returned None: the printed text is its result",
+    "readable": "a JSON list or dict result is shown one item per line before the answer",
+    "warm-retry": "a retry is sampled warmer, seeded by its prompt (greedy resends the "
+    "failed snippet)",
+    "retry-hint": "a failed snippet's error gets a line the traceback does not say "
+    "(JavaScript, a missing import, an invented name, unorderable keys)",
+    "repeat-hint": "the same error twice: a stronger hint that says what to write instead",
+    "look": "a failed snippet's variables are looked at (paths, values, counts) and shown "
+    "with the retry",
+    "empty-recheck": "an empty or None result gets one look at the data and one more snippet",
+    "key-hint": "a KeyError: where the key really is, from the look",
+    "value-hint": "a value treated as something else (text as JSON, dict.items()): what it "
+    "is, from the look",
+    "key-fix": "a key read one path off where the look found it: read there and run again, "
+    "no model round",
+    "url-hint": "a question naming a URL the snippet never fetched: the call that fetches it",
+    "topic-hint": "a failed snippet that called a function other than the one the question's "
+    "words name: start with that one",
+    "vote": "a short answer: a second sample from the question reread, a third on a tie",
+    "echo-check": "a reply that retells the worked example is replaced by the result",
+    "reply-from-result": "a reply that is empty or only code is replaced by the result",
+    "quote-result": "a reply that drops a value of a short result gets the result quoted",
+    # the tool-call protocol (tools offered directly)
+    "direct-answer-instruction": "with tools offered directly, the last round asks for the "
+    "answer in the harness's words",
+}
+
+#: Mechanisms under measurement: off until ``ASYNCAI_HARNESS_ON`` names them.
+TRIALS: dict[str, str] = {}
+
+#: Names that stand for several rules.
+GROUPS: dict[str, tuple[str, ...]] = {
+    "fitted": (
+        "instead-kubernetes",
+        "keyfix-items",
+        "result-lists",
+        "csv-hint",
+        "item-hint",
+        "inline-helpers",
+        "dig-fix",
+        "printed-none",
+    ),
+}
+
+
+@dataclass(frozen=True)
+class Switches:
+    """The rules a run has switched off and the trials it has switched on."""
+
+    off: frozenset[str] = frozenset()
+    trials: frozenset[str] = frozenset()
+
+    def on(self, name: str) -> bool:
+        """Whether the rule or trial ``name`` acts (a name neither knows is an error)."""
+        if name in RULES:
+            return name not in self.off
+        if name in TRIALS:
+            return name in self.trials
+        raise KeyError(f"no harness rule {name!r}")
+
+
+_CURRENT: contextvars.ContextVar[Switches] = contextvars.ContextVar(
+    "harness_switches",
+    default=Switches(),  # noqa: B039 (a frozen dataclass of frozensets: immutable)
+)
+
+
+def on(name: str) -> bool:
+    """Whether the rule ``name`` acts in the current run (all rules do by default)."""
+    return _CURRENT.get().on(name)
+
+
+@contextmanager
+def active(switches: Switches) -> Iterator[None]:
+    """Make ``switches`` current for the code in the ``with`` block (a run's leg)."""
+    token = _CURRENT.set(switches)
+    try:
+        yield
+    finally:
+        _CURRENT.reset(token)
+
+
+def parse_names(text: str, known: Mapping[str, str], variable: str) -> frozenset[str]:
+    """The rule names of a comma list (groups expanded); an unknown one is a
+    :class:`~daemon.errors.ConfigError` that lists the known names."""
+    names: set[str] = set()
+    for raw in text.split(","):
+        name = raw.strip()
+        if not name:
+            continue
+        if name in GROUPS and all(n in known for n in GROUPS[name]):
+            names.update(GROUPS[name])
+        elif name in known:
+            names.add(name)
+        else:
+            groups = [g for g, members in GROUPS.items() if all(n in known for n in members)]
+            raise ConfigError(
+                f"{variable}: unknown harness rule {name!r}; the known names are: "
+                + ", ".join(sorted(known))
+                + (f" (and the groups {', '.join(groups)})" if groups else "")
+            )
+    return frozenset(names)
+
+
+def from_environ(environ: Mapping[str, str]) -> Switches:
+    """The switches ``ASYNCAI_HARNESS_OFF`` and ``ASYNCAI_HARNESS_ON`` set."""
+    return Switches(
+        off=parse_names(environ.get(OFF_VARIABLE, ""), RULES, OFF_VARIABLE),
+        trials=parse_names(environ.get(ON_VARIABLE, ""), TRIALS, ON_VARIABLE),
+    )

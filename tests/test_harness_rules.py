@@ -1,0 +1,282 @@
+"""The harness's named rules (``daemon.model.harness.rules``): each one is on by default,
+and switched off (``ASYNCAI_HARNESS_OFF``) its behaviour is gone. Pure: every probe
+calls a harness function on fixed input, with fakes and no I/O."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+
+from daemon.config import ModelConfig
+from daemon.errors import ConfigError
+from daemon.model.calls import ToolCall
+from daemon.model.harness import (
+    GROUPS,
+    RULES,
+    TRIALS,
+    CodeBlockTurns,
+    SmallModelProfile,
+    Switches,
+    active,
+    compact_description,
+    echoes_example,
+    from_environ,
+    holds_none,
+    is_no_answer,
+    key_fix,
+    key_hint,
+    looks_empty,
+    mend_call,
+    prints_as_result,
+    quote_result,
+    readable,
+    repair_code,
+    repeat_hint,
+    retry_hint,
+    text_calls,
+    topic_hint,
+    url_hint,
+    value_hint,
+    vote_samples,
+    warm_retry,
+)
+from daemon.model.harness import blocks as harness_blocks
+from daemon.model.harness.topics import catalog_topics
+from daemon.model.profile import RunTools
+from daemon.model.records import RunState
+from daemon.runtime.runs import Prompt, RunRequest
+from daemon.tools import ToolCallOutput, ToolDefinition
+from tests.fakes.look import as_look
+from tests.test_harness_topics import QUESTION, WRONG
+from tests.test_harness_topics import catalog as topics_catalog
+
+ERROR = 'Traceback (most recent call last):\n  File "<python-input-1>"\nKeyError: {}'
+LOOK = (
+    "r['status'] == 200\n"
+    "len(r['json']['components']) == 4\n"
+    "r['json']['components'][0]['name'] == 'db'\n"
+    "r['json']: has 'components'"
+)
+ONE_LIST = "r['status'] == 200\nlen(r['json']) == 4\nr['json'][0]['id'] == 'o-1'"
+CSV = (
+    "inv['status'] == 200\ninv['body'] is a str of 5 lines (text, not parsed)\n"
+    "inv['body'].splitlines()[:3] == ['item,stock', 'bolts,120', 'nuts,45']"
+)
+PODS = (
+    "len(pods['items']) == 12\n"
+    "pods['items'][0]['metadata']['name'] == 'web-1'\n"
+    "pods['items'][0]['status']['phase'] == 'Running'\n"
+    "pods: has 'items'"
+)
+COUNTED = (
+    "len(pods['items']) == 12\n"
+    "pods['items'][0]['status']['phase'] == 'Pending'\n"
+    "pods['items']: 10 of 12 items have ['status']['containerStatuses'] (a list)"
+)
+FETCHERS = {"http_get": (frozenset({"url"}), frozenset({"url"}))}
+SIGNATURES = {"list_objects": (frozenset({"workspace"}), frozenset({"workspace"}))}
+
+
+def _state() -> RunState:
+    return RunState(RunRequest("r1", "#ops", "t1", [], [Prompt("m1", "alice", "q")]))
+
+
+def _tools(code_mode: bool) -> RunTools:
+    name = "run_code" if code_mode else "get_logs"
+    definition = ToolDefinition(name, "A tool.", {"type": "object"})
+    return RunTools(
+        caller=cast(Any, None),
+        thread=None,
+        tools=[],
+        names={name: name},
+        definitions={name: definition},
+        code_mode=code_mode,
+        catalog=None,
+        gate=None,
+    )
+
+
+def _system_prompt(switches: Switches) -> str:
+    turns = CodeBlockTurns(cast(Any, None), _tools(True), ModelConfig(model="m"), switches)
+    return turns.system_prompt()
+
+
+def _direct(switches: Switches) -> Any:
+    return SmallModelProfile(ModelConfig(model="m"), switches).turns(cast(Any, None), _tools(False))
+
+
+def _mended(_: Switches) -> dict[str, Any]:
+    call = ToolCall("c1", "run_code", '{"code": "a = 1\nb = 2"}', {}, "not JSON")
+    mend_call(call, {}, _state())
+    return call.arguments
+
+
+def _text_calls(switches: Switches) -> tuple[int, str]:
+    tags = '<tool_call>\n{"name": "run_code", "arguments": {"code": "1"}}\n</tool_call>'
+    found = text_calls(tags, {"run_code": "run_code"}, _state())
+    return len(found), _direct(switches).text_calls.__name__
+
+
+class _Caller:
+    """A fake executor: the look's snippet answers one value line; calls are counted."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def call_tool(self, name: str, arguments: dict[str, Any]) -> ToolCallOutput:
+        self.calls += 1
+        return ToolCallOutput("[]", is_error=False)
+
+
+def _looked(_: Switches) -> int:
+    caller = _Caller()
+    asyncio.run(harness_blocks._peek(cast(Any, caller), "x = 1", _state(), ()))
+    return caller.calls
+
+
+def _warm(_: Switches) -> dict[str, Any]:
+    body: dict[str, Any] = {"messages": [{"role": "user", "content": "q"}]}
+    warm_retry(body, None)
+    return body
+
+
+def _repaired(code: str, functions: Any = ()) -> Callable[[Switches], Any]:
+    return lambda _: repair_code(code, functions)
+
+
+_REPEATED = "ModuleNotFoundError: No module named 'kubernetes'"
+
+# Each rule: what it changes, called with the run's switches current.
+PROBES: dict[str, Callable[[Switches], Any]] = {
+    "instead-kubernetes": lambda _: repeat_hint(_REPEATED, _REPEATED),
+    "keyfix-items": lambda _: key_fix(
+        "sum(o['a'] for o in r['items'])", ERROR.format("items"), as_look(ONE_LIST)
+    ),
+    "result-lists": _repaired("e = await get_events(w='w')\nlen(e)", ["get_events"]),
+    "csv-hint": lambda _: value_hint("json.loads(inv['body'])", "JSONDecodeError", as_look(CSV)),
+    "item-hint": lambda _: key_hint(
+        ERROR.format("items"), as_look(PODS), "[w['items'] for w in items(pods)]"
+    ),
+    "inline-helpers": _repaired(
+        "async def get():\n    r = await f()\n    return r['x']\nv = await get()\nv", ["f"]
+    ),
+    "dig-fix": lambda _: key_fix(
+        "for p in pods['items']:\n    n = len(p['status']['containerStatuses'])",
+        ERROR.format("containerStatuses"),
+        as_look(COUNTED),
+    ),
+    "printed-none": lambda _: holds_none("the busiest node is None with 2 pods"),
+    "worked-example": _system_prompt,
+    "hidden-fields": lambda _: compact_description(topics_catalog()),
+    "text-calls": _text_calls,
+    "recover-arguments": _mended,
+    "literal-newlines": _repaired("a = 1\\nb = 2"),
+    "drop-stubs": _repaired("async def f():\n    pass\nx = await f()\nx", ["f"]),
+    "rename-helpers": _repaired("items = items(r)\nlen(items)"),
+    "await-precedence": _repaired("await f()['k']", ["f"]),
+    "unawait-helpers": _repaired("c = await count_by(xs, 'a')\nc"),
+    "known-functions": _repaired("x = await get_objects(workspace='w')\nx", SIGNATURES),
+    "bound-get": _repaired("max(d, key=d.get)"),
+    "top-level-return": _repaired("x = 1\nreturn x"),
+    "last-assignment": _repaired("x = 1"),
+    "prints-as-result": lambda _: prints_as_result('{"output": "hi\\n"}'),
+    "readable": lambda _: readable('[{"name": "a", "phase": "Failed"}]'),
+    "warm-retry": _warm,
+    "retry-hint": lambda _: retry_hint("let x = 1;", "SyntaxError: invalid syntax"),
+    "repeat-hint": lambda _: repeat_hint("KeyError: 'x'", "KeyError: 'x'"),
+    "look": _looked,
+    "empty-recheck": lambda _: looks_empty("(empty result)"),
+    "key-hint": lambda _: key_hint(ERROR.format("components"), as_look(LOOK)),
+    "value-hint": lambda _: value_hint(
+        "max(pods.items(), key=lambda kv: kv[1])",
+        "TypeError: string indices must be integers",
+        as_look(PODS),
+    ),
+    "key-fix": lambda _: key_fix("r['components']", ERROR.format("components"), as_look(LOOK)),
+    "url-hint": lambda _: url_hint("Total of http://h:1/o.json?", "x = 1", FETCHERS),
+    "topic-hint": lambda _: topic_hint(QUESTION, WRONG, catalog_topics(topics_catalog())),
+    "vote": lambda _: vote_samples(3),
+    "echo-check": lambda _: echoes_example("THE QUESTION names the store; and asks about pods"),
+    "reply-from-result": lambda _: is_no_answer(""),
+    "quote-result": lambda _: quote_result("Two.", '["a", "b"]'),
+    "direct-answer-instruction": lambda sw: _direct(sw).final_instruction("How many pods?"),
+}
+
+
+def test_every_rule_has_a_kebab_case_name_a_statement_and_a_probe() -> None:
+    """RULES names every probed rule and only those; names are kebab-case, statements
+    one line; the trials and groups name only known rules."""
+    assert set(PROBES) == set(RULES)
+    for name, statement in {**RULES, **TRIALS}.items():
+        assert re.fullmatch(r"[a-z]+(-[a-z]+)*", name), name
+        assert statement
+        assert "\n" not in statement
+    assert not set(RULES) & set(TRIALS)
+    for members in GROUPS.values():
+        assert set(members) <= set(RULES) | set(TRIALS)
+
+
+@pytest.mark.parametrize("name", sorted(RULES))
+def test_a_rule_acts_by_default_and_not_when_switched_off(name: str) -> None:
+    """The probe's outcome with every rule on (the default, with no switches current)
+    differs from its outcome with only this rule off."""
+    probe = PROBES[name]
+    default = probe(Switches())
+    off = Switches(off=frozenset({name}))
+    with active(off):
+        switched = probe(off)
+    assert default != switched, name
+    assert probe(Switches()) == default  # the switches were current only in the block
+
+
+def test_the_docs_list_every_rule() -> None:
+    """docs/local-model.md's table names every rule and trial, as `name`."""
+    page = (Path(__file__).resolve().parent.parent / "docs" / "local-model.md").read_text()
+    for name in (*RULES, *TRIALS):
+        assert f"| `{name}` |" in page, name
+
+
+def test_the_environment_names_rules_and_groups_and_rejects_unknown_names() -> None:
+    """A comma list, spaces and empty items aside; ``fitted`` stands for the eight
+    rules issue 28 found fitted; an unknown name is a ConfigError naming the known ones."""
+    assert from_environ({}) == Switches()
+    switches = from_environ({"ASYNCAI_HARNESS_OFF": " vote, key-fix,,"})
+    assert switches.off == {"vote", "key-fix"}
+    assert not switches.on("vote")
+    assert switches.on("look")
+    fitted = from_environ({"ASYNCAI_HARNESS_OFF": "fitted"}).off
+    assert fitted == {
+        "instead-kubernetes",
+        "keyfix-items",
+        "result-lists",
+        "csv-hint",
+        "item-hint",
+        "inline-helpers",
+        "dig-fix",
+        "printed-none",
+    }
+    with pytest.raises(ConfigError, match=r"unknown harness rule 'votes'.*key-fix.*vote"):
+        from_environ({"ASYNCAI_HARNESS_OFF": "votes"})
+    with pytest.raises(ConfigError, match="ASYNCAI_HARNESS_ON"):
+        from_environ({"ASYNCAI_HARNESS_ON": "vote"})  # a rule, not a trial
+
+
+def test_the_profile_reads_the_environment_once_where_it_is_built(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """model_profile gives the harness the switches of the environment; an unknown
+    name fails there, before any run."""
+    from daemon.model import model_profile
+
+    monkeypatch.setenv("ASYNCAI_HARNESS_OFF", "fitted,vote")
+    profile = model_profile(ModelConfig(model="m", harness=True), "m")
+    assert isinstance(profile, SmallModelProfile)
+    assert profile.switches.off == {*GROUPS["fitted"], "vote"}
+    monkeypatch.setenv("ASYNCAI_HARNESS_OFF", "nope")
+    with pytest.raises(ConfigError):
+        model_profile(ModelConfig(model="m", harness=True), "m")
