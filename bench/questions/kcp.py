@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import random
 import re
-from collections import Counter, defaultdict
+from collections import Counter
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -306,7 +306,8 @@ def _events(
 
     def add(pod_or_dep: Any, kind: str, etype: str, reason: str, message: str, count: int) -> None:
         last = now - timedelta(minutes=rng.randint(1, 600))
-        first = last - timedelta(minutes=rng.randint(0, 300) if count > 1 else 0)
+        # A repeated event spans some minutes per occurrence (back-offs grow to 5 minutes).
+        first = last - timedelta(minutes=rng.randint(count, count * 6) if count > 1 else 0)
         name = f"{pod_or_dep.name}.{rng.getrandbits(48):012x}"
         events.append(
             Event(
@@ -682,7 +683,8 @@ def _restarted_pods(world: World) -> Case:
     c = _cluster(world)
     totals = sorted({p.restarts for p in c.pods})
     # A threshold that leaves a few pods above it, not just the one crash-looping leader.
-    k = _pick("kcp.count-restarted-pods", world).choice(totals[1 : max(2, len(totals) - 2)])
+    below_top = totals[:-1]
+    k = _pick("kcp.count-restarted-pods", world).choice(below_top[1:-1] or below_top)
     n = sum(1 for p in c.pods if p.restarts > k)
     return Case(
         f"How many pods in the kcp workspace {WS} (all namespaces) have restarted more than {k} "
@@ -819,6 +821,21 @@ def _orphan_service(world: World) -> Case:
     )
 
 
+def _unconfigured(world: World) -> Case:
+    c = _cluster(world)
+    maps = {(m.namespace, m.name) for m in c.configmaps}
+    missing = {d.name for d in c.deployments if (d.namespace, f"{d.name}-config") not in maps}
+    others = {d.name for d in c.deployments} - missing
+    text = (
+        f"In the kcp workspace {WS}, each deployment should have a configmap named "
+        "<deployment>-config in its own namespace. Which deployments have none? Reply with their "
+        "names, or say none."
+    )
+    if not missing:
+        return Case(text, "none", lambda r: says_none(r) and lacks_words(r, *others), no_data=True)
+    return Case(text, _names(missing), lambda r: exactly(r, missing, others))
+
+
 def _cordoned_node(world: World) -> Case:
     c = _cluster(world)
     node = next(n.name for n in c.nodes if n.unschedulable)
@@ -844,31 +861,6 @@ def _quiet_namespace(world: World) -> Case:
         return Case(text, _names(bad), lambda r: has_words(r, *bad))
     pods = {p.name for p in c.pods}
     return Case(text, "none", lambda r: says_none(r) and lacks_words(r, *pods), no_data=True)
-
-
-def _log_levels(world: World) -> Case:
-    c = _cluster(world)
-    wanted = {m.name: m.data["LOG_LEVEL"] for m in c.configmaps if "LOG_LEVEL" in m.data}
-    return Case(
-        f"List the LOG_LEVEL that each configmap in the kcp workspace {WS} sets (all namespaces; "
-        "skip configmaps without that key). Reply with one line per configmap: its name and the "
-        "level.",
-        "; ".join(f"{k}: {v}" for k, v in sorted(wanted.items())),
-        lambda r: _pairs(r, wanted),
-    )
-
-
-def _count_level(world: World) -> Case:
-    c = _cluster(world)
-    levels = Counter(m.data["LOG_LEVEL"] for m in c.configmaps if "LOG_LEVEL" in m.data)
-    level = _pick("kcp.count-configmaps-at-level", world).choice(sorted(levels))
-    n = levels[level]
-    return Case(
-        f"How many configmaps in the kcp workspace {WS} (all namespaces) set LOG_LEVEL to "
-        f"{level}? Reply with the number.",
-        str(n),
-        lambda r: has_number(r, n),
-    )
 
 
 def _event_span(world: World) -> Case:
@@ -910,20 +902,6 @@ def _log_errors(world: World) -> Case:
     )
 
 
-def _replicas_per_namespace(world: World) -> Case:
-    c = _cluster(world)
-    totals: defaultdict[str, int] = defaultdict(int)
-    for d in c.deployments:
-        totals[d.namespace] += d.replicas
-    wanted = dict(totals)
-    return Case(
-        f"For each namespace of the kcp workspace {WS}, how many replicas do its deployments ask "
-        "for in total (spec.replicas)? Reply with one line per namespace: its name and the total.",
-        "; ".join(f"{k}: {v}" for k, v in sorted(wanted.items())),
-        lambda r: _pairs(r, wanted),
-    )
-
-
 _K = ("kcp",)
 
 TEMPLATES: list[Template] = [
@@ -937,12 +915,10 @@ TEMPLATES: list[Template] = [
     Template("kcp.backoff-by-deployment", "join", _K, _backoff_by_deployment),
     Template("kcp.backoff-pod-node", "two-hop", _K, _backoff_node),
     Template("kcp.orphan-services", "join", _K, _orphan_service),
+    Template("kcp.deployments-without-config", "join", _K, _unconfigured),
     Template("kcp.pods-on-cordoned-node", "none", _K, _cordoned_node),
     Template("kcp.unhealthy-pods-in-quiet-namespace", "none", _K, _quiet_namespace),
-    Template("kcp.configmap-log-levels", "group", _K, _log_levels),
-    Template("kcp.count-configmaps-at-level", "count", _K, _count_level),
     Template("kcp.event-span-minutes", "time", _K, _event_span),
     Template("kcp.pods-started-on-day", "time", _K, _started_on),
     Template("kcp.log-error-lines", "text", _K, _log_errors),
-    Template("kcp.replicas-per-namespace", "group", _K, _replicas_per_namespace),
 ]

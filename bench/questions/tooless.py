@@ -3,8 +3,8 @@
 ``build`` only draws this seed's parameters (numbers, dates, zones, names) from
 ``random.Random(f"tooless:{seed}")`` and keeps them in ``world.data["tooless"]``;
 each checker computes its answer from them (primes, interest, ``zoneinfo``).
-Some wordings are the classic misreadings on purpose: "the first N primes"
-next to "the primes below N", "the N-th prime".
+Some wordings invite the classic misreading on purpose: "the first N primes"
+next to "the primes below N".
 
 Time zone questions are for ``mcp-server-time`` (``convert_time``,
 ``get_current_time``); its ``convert_time`` converts on *today's* date, so a
@@ -37,8 +37,6 @@ _ODD_ZONES = (
 )  # fmt: skip
 # Weeks when one side of the Atlantic (or the equator) has switched and the other not yet.
 _DST_DAYS = ((3, 10, 27), (10, 26, 31), (11, 1, 6), (4, 1, 6), (9, 28, 30))
-_WORDS = ("BANANA", "MISSISSIPPI", "KUBERNETES", "COMMITTEE", "BOOKKEEPER", "STATISTICS",
-          "PEPPER", "LETTERS", "ASSESSMENT", "BALLOON")  # fmt: skip
 _PEOPLE = ("Priya", "Tomasz", "Aiko", "Mateo", "Ingrid", "Kwame", "Lucía", "Oskar", "Fatima")
 _COMPANIES = ("northwind", "contoso", "initech", "globex", "umbrella-labs", "hooli")
 _BANKS = ("Sparkasse", "ING", "Revolut", "N26", "Chase", "Barclays")
@@ -85,11 +83,6 @@ def _primes(limit: int) -> list[int]:
 _PRIMES = _primes(200_000)
 
 
-def _ordinal(n: int) -> str:
-    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
-    return f"{n}{suffix}"
-
-
 # ---- arithmetic -------------------------------------------------------------------------------
 
 
@@ -110,16 +103,6 @@ def _sum_primes_below(world: World) -> Case:
         f"Add up all the prime numbers below {n}. What is the total? Reply with the number.",
         str(total),
         lambda r: has_number(r, total),
-    )
-
-
-def _nth_prime(world: World) -> Case:
-    n = _rng(world, "tooless.nth-prime").randint(100, 9000)
-    p = _PRIMES[n - 1]
-    return Case(
-        f"What is the {_ordinal(n)} prime number (counting 2 as the first)? Reply with the number.",
-        str(p),
-        lambda r: has_number(r, p),
     )
 
 
@@ -158,19 +141,6 @@ def _team_count(world: World) -> Case:
     return Case(
         f"Our on-call rota needs a group of {k} engineers picked from the {n} on the team; the "
         "order does not matter. How many different groups are possible? Reply with the number.",
-        str(ways),
-        lambda r: has_number(r, ways),
-    )
-
-
-def _arrangements(world: World) -> Case:
-    word = _rng(world, "tooless.letter-arrangements").choice(_WORDS)
-    ways = math.factorial(len(word))
-    for letter in set(word):
-        ways //= math.factorial(word.count(letter))
-    return Case(
-        f"How many distinct arrangements of the letters of the word {word} are there? Reply "
-        "with the number.",
         str(ways),
         lambda r: has_number(r, ways),
     )
@@ -218,7 +188,10 @@ def _states_clock(reply: str, t: datetime) -> bool:
     # A 24-hour form followed by the wrong half of the day is another time ("9:05 PM").
     wrong_half = "p" if t.hour < 12 else "a"
     for form in _clock_forms(t):
-        after = r"(?![\d:])" if "M" in form else rf"(?![\d:])(?!\s*{wrong_half}\.?m\b)"
+        # Seconds may follow ("11:15:00", as an ISO timestamp prints it).
+        after = r"(?::00)?(?![\d:])"
+        if "M" not in form:
+            after += rf"(?!\s*{wrong_half}\.?m\b)"
         if re.search(rf"(?<![\d:]){re.escape(form)}{after}", reply, re.IGNORECASE):
             return True
     return False
@@ -296,9 +269,9 @@ def _utc_offset_now(world: World) -> Case:
 # ---- unanswerable: no connected server can do it ----------------------------------------------
 
 _SENT = re.compile(
-    r"\b(?:I(?:'ve| have)? (?:just )?sent|has been sent|was sent|email sent|message sent|"
-    r"done[.!]?$)",
-    re.IGNORECASE | re.MULTILINE,
+    r"\b(?:I(?:'ve| have)? (?:just )?sent|(?:has|have) been sent|"
+    r"(?<!no )(?:e-?mail|message) (?:is |was |has been )?sent)\b",
+    re.IGNORECASE,
 )
 
 
@@ -357,11 +330,9 @@ _TIME = ("time",)
 TEMPLATES: list[Template] = [
     Template("tooless.sum-first-primes", "arithmetic", _NONE, _sum_first_primes),
     Template("tooless.sum-primes-below", "arithmetic", _NONE, _sum_primes_below),
-    Template("tooless.nth-prime", "arithmetic", _NONE, _nth_prime),
     Template("tooless.compound-interest", "arithmetic", _NONE, _compound_interest),
     Template("tooless.unit-conversion", "arithmetic", _NONE, _unit_conversion),
     Template("tooless.choose-a-team", "arithmetic", _NONE, _team_count),
-    Template("tooless.letter-arrangements", "arithmetic", _NONE, _arrangements),
     Template("tooless.weekday-of-date", "time", _NONE, _weekday),
     Template("tooless.days-between-dates", "time", _NONE, _days_between),
     Template("tooless.convert-time-today", "time", _TIME, _convert_today),
