@@ -521,10 +521,11 @@ def write_fixtures(cluster: Cluster, directory: Path) -> None:
                     "spec": {"containers": [{"name": d.name, "image": d.image}]},
                 },
             },
+            # Like the API server, the status leaves out counts that are zero.
             "status": {
                 "replicas": d.replicas,
-                "readyReplicas": d.ready,
-                "availableReplicas": d.ready,
+                **({"readyReplicas": d.ready, "availableReplicas": d.ready} if d.ready else {}),
+                **({"unavailableReplicas": d.replicas - d.ready} if d.ready < d.replicas else {}),
             },
         }
         for d in cluster.deployments
