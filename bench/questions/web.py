@@ -134,6 +134,17 @@ def _unique_max(values: dict[str, float], step: float) -> None:
         values[top] = round(values[top] + step, 2)
 
 
+def _one_leads(items: list[dict[str, Any]], key: str, keep: int) -> None:
+    """Make one value of ``key`` the most common among ``items`` (a group-by has one answer):
+    on a tie, one item of another group joins the leader, from a group left with at least
+    ``keep`` items."""
+    counts = Counter(i[key] for i in items)
+    top, n = counts.most_common(1)[0]
+    if list(counts.values()).count(n) > 1:
+        donor = next(i for i in items if i[key] != top and counts[i[key]] > keep)
+        donor[key] = top
+
+
 def build(world: World) -> None:
     """Generate this seed's site into ``world.http_files``; keep it as ``world.data["web"]``."""
     rng = random.Random(f"web:{world.seed}")
@@ -176,11 +187,8 @@ def _build_shop(rng: random.Random, data: WebData) -> None:
     _unique_max(ratings, 0.1)
     for p in data.products:
         p["rating"] = min(ratings[p["name"]], 5.0)
-    counts = Counter(p["category"] for p in data.products)
-    top = counts.most_common(1)[0][0]
-    if list(counts.values()).count(counts[top]) > 1:  # one category must lead
-        other = next(p for p in data.products if p["category"] != top and counts[p["category"]] > 2)
-        other["category"] = top
+    _one_leads(data.products, "category", keep=2)  # and "cheapest in" still has a contest
+    _one_leads(data.products, "supplier", keep=0)
     customers = _names(rng, 5)
     for k in range(rng.randint(16, 24)):
         p = rng.choice(data.products)
@@ -223,11 +231,9 @@ def _build_issues(rng: random.Random, data: WebData) -> None:
                 "comments": rng.randint(0, 14),
             }
         )
-    open_by = Counter(i["assignee"] for i in data.issues if i["state"] == "open" and i["assignee"])
-    top = open_by.most_common(1)[0][0]
-    if list(open_by.values()).count(open_by[top]) > 1:  # one assignee must lead
-        extra = next(i for i in data.issues if i["state"] == "open" and i["assignee"] != top)
-        extra["assignee"] = top
+    _one_leads(
+        [i for i in data.issues if i["state"] == "open" and i["assignee"]], "assignee", keep=0
+    )
     data.issue_pages = -(-n // rng.randint(7, 9))
 
 
@@ -532,18 +538,18 @@ def _pick(world: World, name: str) -> random.Random:
     return random.Random(f"web:{world.seed}:{name}")
 
 
+_MISSING = re.compile(
+    r"\b(404|not found|no such|"
+    r"(?:do|does|did) ?n[o']t (?:exist|include|contain|list|mention|have|say|show|state)|"
+    r"(?:not|isn't|aren't) (?:listed|mentioned|included|present|given|specified|stated|available)|"
+    r"no (?:warranty|mention|field|record|information|info|data))\b",
+    re.IGNORECASE,
+)
+
+
 def _says_missing(reply: str) -> bool:
     """Whether ``reply`` says the page or the fact is not there (404, not listed, cannot)."""
-    return says_cannot(reply) or (
-        re.search(
-            r"\b(404|not found|no such|(?:does ?n[o']t|did ?n[o']t) (?:exist|include|contain|list|"
-            r"mention|have|say)|not (?:listed|mentioned|included|present|given|specified|stated)|"
-            r"no (?:warranty|mention|field|record|information|info|data))\b",
-            reply,
-            re.IGNORECASE,
-        )
-        is not None
-    )
+    return says_cannot(reply) or _MISSING.search(reply) is not None
 
 
 def _names_or_none(wanted: list[str], others: list[str]) -> tuple[str, Any]:
@@ -627,6 +633,42 @@ def _customer_spend(world: World) -> Case:
         "with the amount.",
         f"{total:.2f}",
         lambda reply: has_number(reply, total, 2),
+    )
+
+
+_MONTHS = [
+    "January", "February", "March", "April", "May", "June", "July", "August", "September",
+    "October", "November", "December",
+]  # fmt: skip
+
+
+def _orders_in_month(world: World) -> Case:
+    site = _site(world)
+    per_month = Counter(int(o["date"][5:7]) for o in site.orders)
+    # a month with a few orders, where one exists: a count of 1 is too easy to hit by chance
+    months = sorted(m for m, k in per_month.items() if k > 1) or sorted(per_month)
+    month = _pick(world, "orders-month").choice(months)
+    n = sum(1 for o in site.orders if int(o["date"][5:7]) == month)
+    return Case(
+        f"How many orders were placed in {_MONTHS[month - 1]} 2026? Our orders are listed at "
+        f"{site.url(site.shop + '/orders')}. Reply with the number.",
+        str(n),
+        lambda reply: has_number(reply, n),
+    )
+
+
+def _top_supplier(world: World) -> Case:
+    site = _site(world)
+    counts = Counter(p["supplier"] for p in site.products)
+    top, n = counts.most_common(1)[0]
+    others = [name for name in counts if name != top]
+    return Case(
+        f"Which supplier supplies the most of the products listed at "
+        f"{site.url(site.shop + '/products')}? The list does not name suppliers; each item's "
+        "url leads to its detail page, which does. Reply with the supplier and how many "
+        "products it supplies.",
+        f"{top} ({n})",
+        lambda reply: exactly(reply, [top], others) and has_number(reply, n),
     )
 
 
@@ -939,6 +981,8 @@ TEMPLATES: list[Template] = [
     Template("web.category-most-products", "group", ("simple",), _biggest_category),
     Template("web.top-rated-product", "two-hop", ("simple",), _top_rated),
     Template("web.customer-spend", "join", ("simple",), _customer_spend),
+    Template("web.orders-in-month", "count", ("simple",), _orders_in_month),
+    Template("web.top-supplier", "two-hop", ("simple",), _top_supplier),
     Template("web.open-issues-total", "pages", ("simple",), _open_issues),
     Template("web.assignee-most-open-issues", "group", ("simple",), _busiest_assignee),
     Template("web.issues-with-label", "pages", ("simple",), _label_count),
