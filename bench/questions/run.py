@@ -1,42 +1,396 @@
-"""The runner: ``python -m bench.questions``.
+"""The question set's runner: ``python -m bench.questions``.
 
-python -m bench.questions --install-servers     # the third-party servers' venvs
-python -m bench.questions --list                # id, split, shape, servers
-python -m bench.questions --tools               # every tool of the six servers
-python -m bench.questions --call git.git_log '{"repo_path": "/tmp/asyncai-bench/seed-0/repo"}'
+Per seed, a fresh world with all six servers connected; every selected
+template is asked once in a fresh thread through the daemon's own backend,
+temperature 0. Code mode asks all its questions (over ``--seeds`` seeds)
+before direct mode starts (over ``--direct-seeds``), so llama.cpp's
+prompt-prefix cache stays warm. The report (stdout, Markdown) has, per mode
+and split, pass@1, pass^3 (a template counts when all three seeds are right),
+the invented answers (data stated when no tool call returned any), and the
+medians of rounds, bytes read back by the model and seconds; per-question
+rows for dev only. Held-out questions show as aggregate scores only, their
+ids, replies and code neither printed nor saved, unless ``--show-held-out``
+(for after a change is final).
+
+Run::
+
+    python -m bench.questions                       # starts the local model: 3 + 1 seeds
+    python -m bench.questions --quick               # 1 seed, held-out only (ablations)
+    python -m bench.questions --base-url http://127.0.0.1:8080/v1 --model NAME
+    python -m bench.questions --split dev --only kcp.some-id --modes code --json out.json
+    python -m bench.questions --list                # id, split, shape, servers
+    python -m bench.questions --install-servers     # the third-party servers' venvs
+    python -m bench.questions --tools               # every tool of the six servers
+    python -m bench.questions --call git.git_log '{"repo_path": "/tmp/asyncai-bench/seed-0/repo"}'
+
+Without ``--base-url`` it needs ``asyncai model fetch`` and the ``local``
+extra, and skips (exit 0) when they are missing.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import dataclasses
+import datetime
+import json
+import os
 import socket
+import statistics
 import sys
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 from bench.questions import probe
+from bench.questions.core import SPLITS, Case, Template, says_cannot
 from bench.questions.servers import install_all
-from bench.questions.world import HTTP_PORT, open_world, templates
+from bench.questions.startup import startup, startup_table
+from bench.questions.world import HTTP_PORT, Served, open_world, templates
+from daemon.code_mode import CodeModeLimits, CodeModeToolExecutor
+from daemon.config import Config, ModelConfig
+from daemon.executors import code_mode_limits
 from daemon.logging import configure_logging
+from daemon.mcp.executor import McpToolExecutor
+from daemon.runtime.runs import Prompt, RunRequest, RunResult
+
+MODES = ("code", "direct")
+
+
+@dataclass
+class Outcome:
+    """One question (a template over one seed) in one mode."""
+
+    id: str
+    split: str
+    shape: str
+    mode: str
+    seed: int
+    ok: bool
+    invented: bool  # stated data though no tool call returned any (see :func:`invented`)
+    rounds: int
+    tool_calls: int  # run_code calls in code mode, MCP calls in direct mode
+    nested_calls: int
+    bytes_in: int  # tool output that reached the sandbox (or the model, in direct mode)
+    bytes_out: int  # what the model read back
+    seconds: float
+    status: str
+    prompt_tokens: int
+    completion_tokens: int
+    question: str
+    answer: str  # the expected answer
+    reply: str
+    code: list[dict[str, Any]] = field(default_factory=list)  # the tool calls and results
+    extra: dict[str, Any] = field(default_factory=dict)  # the harness's counters
+
+    def public(self, show_held_out: bool) -> dict[str, Any]:
+        """The outcome for the JSON file: a held-out one without its id, question,
+        answer, reply and code unless ``show_held_out``."""
+        data = dataclasses.asdict(self)
+        if self.split == "held-out" and not show_held_out:
+            for key in ("id", "question", "answer", "reply", "code"):
+                del data[key]
+        return data
+
+
+def limits_for(model: ModelConfig) -> CodeModeLimits:
+    """Code mode's limits as the daemon sets them for ``model`` (the harness's own
+    catalog budget when it is on)."""
+    return code_mode_limits(Config(model=model))
+
+
+def returned_data(result: RunResult, mode: str) -> bool:
+    """Whether any tool call of the run returned data: in code mode a nested call
+    that ended ``ok``, in direct mode a tool result that is not an error."""
+    for record in result.records:
+        if mode == "code":
+            audit = record.tool_use_result
+            calls = audit.get("nested_calls") if isinstance(audit, dict) else None
+            for call in calls if isinstance(calls, list) else []:
+                if (
+                    isinstance(call, dict)
+                    and not call.get("is_error")
+                    and call.get("outcome") == "ok"
+                ):
+                    return True
+            continue
+        content = record.message.get("content") if isinstance(record.message, dict) else None
+        for block in content if isinstance(content, list) else []:
+            is_result = isinstance(block, dict) and block.get("type") == "tool_result"
+            if is_result and not block.get("is_error"):
+                return True
+    return False
+
+
+def invented(template: Template, case: Case, result: RunResult, mode: str) -> bool:
+    """An answer made up: the question needs a server and has data to state, no tool
+    call of the run returned any (every call failed or was refused, or none was made),
+    and the reply states something rather than saying it cannot."""
+    return (
+        not case.no_data
+        and bool(template.servers)
+        and result.status == "done"
+        and not returned_data(result, mode)
+        and bool(result.reply.strip())
+        and not says_cannot(result.reply)
+    )
+
+
+def _tool_inputs(records: list) -> list[dict[str, Any]]:
+    """The tool calls and results of a run, in order, for the JSON report."""
+    out: list[dict[str, Any]] = []
+    for r in records:
+        content = r.message.get("content") if isinstance(r.message, dict) else None
+        for block in content if isinstance(content, list) else []:
+            if not isinstance(block, dict):
+                continue
+            if block.get("type") == "tool_use":
+                out.append({"call": block.get("name"), "input": block.get("input")})
+            elif block.get("type") == "tool_result":
+                out.append({"result": str(block.get("content"))[:1500]})
+    return out
+
+
+def _short(text: str, width: int = 90) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= width else flat[: width - 1] + "…"
+
+
+async def run_mode(
+    mode: str,
+    served: Served,
+    model: ModelConfig,
+    suite: list[Template],
+    report: Callable[[str], None],
+    outcomes: list[Outcome],
+    saved: Callable[[], None] = lambda: None,
+    show_held_out: bool = False,
+) -> None:
+    """Every template of ``suite`` once over ``served``'s world, each in a fresh thread,
+    in ``mode``; each outcome is appended to ``outcomes`` as it comes, then ``saved``
+    is called."""
+    from daemon.model import OpenAiCompatibleBackend
+
+    inner = McpToolExecutor(served.servers, call_timeout=60.0)
+    executor = inner if mode == "direct" else CodeModeToolExecutor(inner, limits_for(model))
+    config = dataclasses.replace(model, tool_mode="direct" if mode == "direct" else "code")
+    backend = OpenAiCompatibleBackend(config, executor, max_run_seconds=1800.0)
+    world = served.world
+    held_out = [t for t in suite if t.split == "held-out"]
+    try:
+        await inner.start()
+        if inner.failed_servers:  # every question is asked with all six, or not at all
+            raise RuntimeError(f"servers that could not start: {inner.failed_servers}")
+        for template in suite:
+            case = template.make(world)
+            thread = f"bench-{mode}-{uuid.uuid4().hex[:8]}"
+            request = RunRequest(
+                run_id=uuid.uuid4().hex,
+                channel="#bench",
+                thread_id=thread,
+                history=[],
+                prompts=[Prompt(id=uuid.uuid4().hex, sender="bench", text=case.text)],
+            )
+            started = time.monotonic()
+            result = await backend.run(request)
+            m = result.metrics
+            outcome = Outcome(
+                id=template.id,
+                split=template.split,
+                shape=template.shape,
+                mode=mode,
+                seed=world.seed,
+                ok=result.status == "done" and bool(case.check(result.reply)),
+                invented=invented(template, case, result, mode),
+                rounds=m.rounds,
+                tool_calls=m.run_code_calls,
+                nested_calls=m.nested_calls,
+                bytes_in=m.bytes_in,
+                bytes_out=m.bytes_out,
+                seconds=time.monotonic() - started,
+                status=result.status,
+                prompt_tokens=m.prompt_tokens,
+                completion_tokens=m.completion_tokens,
+                question=case.text,
+                answer=case.answer,
+                reply=result.reply,
+                code=_tool_inputs(result.records),
+                extra=m.extra(),
+            )
+            outcomes.append(outcome)
+            saved()
+            mark = "ok  " if outcome.ok else "FAIL"
+            where = f"[{mode:6} s{world.seed}]"
+            if template.split == "held-out" and not show_held_out:
+                k = held_out.index(template) + 1
+                report(f"{where} held-out {k}/{len(held_out)} {mark} {outcome.seconds:6.1f}s")
+            else:
+                report(
+                    f"{where} {mark} {template.id:34} rounds={m.rounds} calls={m.run_code_calls}"
+                    f"{' INVENTED' if outcome.invented else ''} {outcome.seconds:6.1f}s  "
+                    + _short(result.reply)
+                )
+    finally:
+        await backend.aclose()
+        await executor.aclose()
+
+
+# ---- the report ----------------------------------------------------------------------------
+
+
+def _median(values: Iterable[float]) -> float:
+    values = list(values)
+    return statistics.median(values) if values else 0.0
+
+
+def scores(outcomes: list[Outcome], seeds: int) -> dict[str, Any]:
+    """pass@1, pass^3 (when ``seeds`` is 3 or more: a template counts when every seed
+    ran right), invented and the medians, over ``outcomes`` (one mode, one split)."""
+    by_template: dict[str, list[Outcome]] = {}
+    for o in outcomes:
+        by_template.setdefault(o.id, []).append(o)
+    ok = sum(o.ok for o in outcomes)
+    out: dict[str, Any] = {
+        "asked": len(outcomes),
+        "right": ok,
+        "pass@1": ok / len(outcomes) if outcomes else 0.0,
+        "invented": sum(o.invented for o in outcomes),
+        "median_rounds": _median(o.rounds for o in outcomes),
+        "median_bytes_out": _median(o.bytes_out for o in outcomes),
+        "median_seconds": _median(o.seconds for o in outcomes),
+    }
+    if seeds >= 3:
+        complete = [runs for runs in by_template.values() if len(runs) >= seeds]
+        out["pass^3"] = sum(all(o.ok for o in runs) for runs in complete)
+        out["templates"] = len(complete)
+    return out
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.0f}%"
+
+
+def report(outcomes: list[Outcome], seeds: dict[str, int], show_held_out: bool) -> str:
+    """The Markdown report: scores per mode and split, then per-question rows (dev only
+    unless ``show_held_out``)."""
+    lines = [
+        "| mode | split | pass@1 | pass^3 | invented | median rounds | median bytes_out "
+        "| median s |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    modes = [m for m in MODES if m in seeds]
+    for mode in modes:
+        for split in SPLITS:
+            chosen = [o for o in outcomes if o.mode == mode and o.split == split]
+            if not chosen:
+                continue
+            s = scores(chosen, seeds[mode])
+            p3 = f"{s['pass^3']}/{s['templates']}" if "pass^3" in s else "–"
+            lines.append(
+                f"| {mode} | {split} | **{s['right']}/{s['asked']} ({_pct(s['pass@1'])})** | "
+                f"{p3} | {s['invented']} | {s['median_rounds']:g} | "
+                f"{s['median_bytes_out']:,.0f} | {s['median_seconds']:.0f} |"
+            )
+    shown = [o for o in outcomes if o.split == "dev" or show_held_out]
+    if shown:
+        lines += [
+            "",
+            "| question | split | "
+            + " | ".join(f"{m}: right | rounds | bytes_out | s" for m in modes)
+            + " |",
+            "|---|---|" + "---|---|---|---|" * len(modes),
+        ]
+        ids = list(dict.fromkeys(o.id for o in shown))
+        for tid in ids:
+            cells = []
+            for mode in modes:
+                runs = [o for o in shown if o.id == tid and o.mode == mode]
+                if not runs:
+                    cells.append("– | – | – | –")
+                    continue
+                marks = "".join(("✓" if o.ok else "✗") + ("!" if o.invented else "") for o in runs)
+                cells.append(
+                    f"{marks} | {_median(o.rounds for o in runs):g} | "
+                    f"{_median(o.bytes_out for o in runs):,.0f} | "
+                    f"{_median(o.seconds for o in runs):.0f}"
+                )
+            split = next(o.split for o in shown if o.id == tid)
+            lines.append(f"| {tid} | {split} | " + " | ".join(cells) + " |")
+        lines.append("")
+        lines.append("✓ right, ✗ wrong, one per seed; ! invented; the rest are medians.")
+    return "\n".join(lines)
+
+
+# ---- the command line ----------------------------------------------------------------------
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m bench.questions", description=(__doc__ or "").split("\n\n")[0]
     )
-    parser.add_argument(
+    what = parser.add_argument_group("what to ask")
+    what.add_argument("--seeds", type=int, default=3, help="code mode's seeds (default 3)")
+    what.add_argument("--direct-seeds", type=int, default=1, help="direct mode's (default 1)")
+    what.add_argument("--quick", action="store_true", help="1 seed, held-out only")
+    what.add_argument("--split", choices=("dev", "held-out", "all"), help="default: all")
+    what.add_argument("--only", help="comma-separated template ids")
+    what.add_argument("--modes", default="code,direct", help="comma-separated: code, direct")
+    model = parser.add_argument_group("the model")
+    model.add_argument(
+        "--base-url", help="an OpenAI-compatible endpoint (default: start the local model)"
+    )
+    model.add_argument("--model", help="model name at --base-url")
+    model.add_argument("--api-key", default=os.environ.get("OPENAI_API_KEY") or "local")
+    model.add_argument("--python", default=sys.executable, help="Python with llama-cpp-python")
+    model.add_argument(
+        "--harness",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help="the small-model harness (auto: on for the local model)",
+    )
+    model.add_argument(
+        "--harness-off",
+        metavar="NAMES",
+        help="comma-separated harness rules to switch off (ASYNCAI_HARNESS_OFF)",
+    )
+    model.add_argument(
+        "--answer-samples",
+        type=int,
+        choices=(1, 2, 3),
+        help="[model] answer_samples: the harness's vote (1: off; default: the config's)",
+    )
+    what.add_argument(
+        "--startup",
+        action="store_true",
+        help="first the startup phase: the seconds to the first replies, as `asyncai up` runs",
+    )
+    out = parser.add_argument_group("output")
+    out.add_argument("--json", type=Path, help="every outcome, rewritten after each question")
+    out.add_argument("--log", type=Path, help="the daemon's verbose NDJSON log goes here")
+    out.add_argument(
+        "--show-held-out",
+        action="store_true",
+        help="print and save held-out questions, replies and code (after a change is final)",
+    )
+    tools = parser.add_argument_group("the servers, without a model")
+    tools.add_argument(
         "--install-servers",
         action="store_true",
         help="make the third-party servers' venvs (pip, pinned) and exit",
     )
-    parser.add_argument("--list", action="store_true", help="one line per template and exit")
-    parser.add_argument(
+    tools.add_argument("--list", action="store_true", help="one line per template and exit")
+    tools.add_argument("--tools", action="store_true", help="list every tool and exit")
+    tools.add_argument(
         "--call",
         nargs=2,
         metavar=("SERVER.TOOL", "JSON-ARGS"),
         help="build the world, start all servers, call one tool and print its result as "
         "the sandbox receives it ({base_url} in JSON-ARGS: the HTTP server's URL)",
     )
-    parser.add_argument("--tools", action="store_true", help="list every tool and exit")
-    parser.add_argument("--seed", type=int, default=0, help="the world of --call/--tools")
+    tools.add_argument("--seed", type=int, default=0, help="the world of --call/--tools")
     parser.add_argument(
         "--http-port",
         type=int,
@@ -48,36 +402,21 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def list_templates() -> list[str]:
-    """``--list``: one line per template."""
+    """``--list``: one line per template: id, split, shape, servers."""
     return [f"{t.id:40} {t.split:8} {t.shape:12} {','.join(t.servers) or '-'}" for t in templates()]
 
 
-async def main(argv: list[str] | None = None) -> int:
-    """Parse flags and do what they ask."""
-    args = _parser().parse_args(argv)
-    configure_logging(False)  # warnings and errors only, on stderr
-    say = lambda s: print(s, flush=True)  # noqa: E731
-    if args.install_servers:
-        install_all(lambda s: print(s, file=sys.stderr, flush=True))
-        return 0
-    if args.list:
-        for line in list_templates():
-            say(line)
-        return 0
-    if args.call or args.tools:
-        install_all(lambda s: print(s, file=sys.stderr, flush=True))
-        port = args.http_port
-        if port and not _port_free(port):  # a bench run holds it, say
-            print(f"# port {port} is taken: any free port instead", file=sys.stderr)
-            port = 0
-        async with open_world(args.seed, http_port=port) as served:
-            print(f"# world at {served.world.root}, {served.world.base_url}", file=sys.stderr)
-            if args.tools:
-                await probe.list_tools(served, say)
-                return 0
-            return await probe.call(served, args.call[0], args.call[1], say)
-    print("the runner lands next; meanwhile: --list, --tools, --call", file=sys.stderr)
-    return 2
+def select(args: argparse.Namespace) -> list[Template]:
+    """The templates ``--split`` and ``--only`` choose (``--quick``: held-out)."""
+    split = args.split or ("held-out" if args.quick else "all")
+    chosen = [t for t in templates() if split == "all" or t.split == split]
+    if args.only:
+        wanted = {w.strip() for w in args.only.split(",") if w.strip()}
+        unknown = wanted - {t.id for t in templates()}
+        if unknown:
+            raise SystemExit(f"--only: no template {', '.join(sorted(unknown))}")
+        chosen = [t for t in chosen if t.id in wanted]
+    return chosen
 
 
 def _port_free(port: int) -> bool:
@@ -89,3 +428,154 @@ def _port_free(port: int) -> bool:
         except OSError:
             return False
     return True
+
+
+async def main(argv: list[str] | None = None) -> int:
+    """Parse flags and do what they ask."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    # the daemon warns of every call of a tool not annotated read-only (all four
+    # third-party servers' tools): on stderr that would bury the progress lines and
+    # show held-out questions' calls, so without --log it goes nowhere
+    log_file = (args.log or Path(os.devnull)).open("a")
+    configure_logging(bool(args.log), log_file)
+    say = lambda s: print(s, flush=True)  # noqa: E731
+    note = lambda s: print(s, file=sys.stderr, flush=True)  # noqa: E731
+    if args.install_servers:
+        install_all(note)
+        return 0
+    if args.list:
+        for line in list_templates():
+            say(line)
+        return 0
+    if args.call or args.tools:
+        install_all(note)
+        port = args.http_port
+        if port and not _port_free(port):  # a bench run holds it, say
+            note(f"# port {port} is taken: any free port instead")
+            port = 0
+        async with open_world(args.seed, http_port=port) as served:
+            note(f"# world at {served.world.root}, {served.world.base_url}")
+            if args.tools:
+                await probe.list_tools(served, say)
+                return 0
+            return await probe.call(served, args.call[0], args.call[1], say)
+    return await bench(parser, args)
+
+
+async def bench(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    """The benchmark run itself."""
+    if args.harness_off is not None:  # read by the harness as backends are built
+        os.environ["ASYNCAI_HARNESS_OFF"] = args.harness_off
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    if set(modes) - set(MODES):
+        parser.error(f"--modes: one or more of {', '.join(MODES)}")
+    seeds = {
+        "code": 1 if args.quick else args.seeds,
+        "direct": 1 if args.quick else args.direct_seeds,
+    }
+    seeds = {m: seeds[m] for m in modes}
+    suite = select(args)
+    if not suite:
+        parser.error("no template selected")
+    if args.http_port and not _port_free(args.http_port):
+        parser.error(f"--http-port {args.http_port} is taken; pass another, or 0")
+    note = lambda s: print(s, file=sys.stderr, flush=True)  # noqa: E731
+    install_all(note)
+
+    async with contextlib.AsyncExitStack() as stack:
+        base_url, model_name = args.base_url, args.model
+        server_seconds = None
+        if base_url is None:
+            from daemon.local_model import LocalModelError, LocalModelServer
+
+            try:
+                server = LocalModelServer.default(python=args.python)
+                note("starting the local model…")
+                loading = time.monotonic()
+                await stack.enter_async_context(server)
+                server_seconds = time.monotonic() - loading
+            except LocalModelError as exc:
+                note(f"python -m bench.questions: skipped: {exc}")
+                return 0
+            base_url, model_name = server.base_url, server.model
+        if not model_name:
+            parser.error("--model is required with --base-url")
+        model = ModelConfig(
+            base_url=base_url,
+            api_key=args.api_key,
+            model=model_name,
+            temperature=0.0,
+            request_timeout=900.0,
+            retries=0,
+        )
+        if args.harness != "auto":
+            model.harness = args.harness == "on"
+        if args.answer_samples is not None:
+            model.answer_samples = args.answer_samples
+        started = datetime.datetime.now(datetime.UTC)
+        outcomes: list[Outcome] = []
+        boot: list[tuple[str, float, bool | None, str]] = []
+        if server_seconds is not None:
+            boot.append(("model server start (load)", server_seconds, None, ""))
+        if args.startup:
+            boot += await startup(model, note)
+
+        def save() -> None:  # after every question, so a long run can be read as it goes
+            if not args.json:
+                return
+            held = {t.split for t in suite}
+            args.json.write_text(
+                json.dumps(
+                    {
+                        "date": started.isoformat(),
+                        "model": model_name,
+                        "base_url": base_url,
+                        "harness": args.harness,
+                        "harness_off": args.harness_off,
+                        "answer_samples": model.answer_samples,
+                        "seeds": seeds,
+                        "splits": sorted(held),
+                        "templates": len(suite),
+                        "show_held_out": args.show_held_out,
+                        "scores": _all_scores(outcomes, seeds),
+                        "outcomes": [o.public(args.show_held_out) for o in outcomes],
+                        "startup": [
+                            {"step": w, "seconds": t, "ok": ok, "reply": reply}
+                            for w, t, ok, reply in boot
+                        ],
+                    },
+                    indent=2,
+                    default=str,
+                )
+            )
+
+        for mode in modes:  # code mode's questions all before direct mode's (the prefix cache)
+            for seed in range(seeds[mode]):
+                async with open_world(seed, http_port=args.http_port) as served:
+                    await run_mode(
+                        mode, served, model, suite, note, outcomes, save, args.show_held_out
+                    )
+        print(
+            f"\nThe question set, {started:%Y-%m-%d %H:%M} UTC, model {model_name} at {base_url}, "
+            f"harness {args.harness}"
+            + (f" (off: {args.harness_off})" if args.harness_off else "")
+            + f", answer_samples {model.answer_samples}, {len(suite)} templates, seeds "
+            + ", ".join(f"{m} {n}" for m, n in seeds.items())
+            + "\n"
+        )
+        print(report(outcomes, seeds, args.show_held_out))
+        if boot:
+            print("\nStartup, as `asyncai up` runs (code mode, the bundled http_get only):\n")
+            print(startup_table(boot))
+        save()
+    return 0
+
+
+def _all_scores(outcomes: list[Outcome], seeds: dict[str, int]) -> dict[str, Any]:
+    return {
+        f"{mode} {split}": scores(chosen, seeds[mode])
+        for mode in seeds
+        for split in SPLITS
+        if (chosen := [o for o in outcomes if o.mode == mode and o.split == split])
+    }

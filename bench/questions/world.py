@@ -12,8 +12,6 @@ import contextlib
 import importlib
 import shutil
 import socket
-import sqlite3
-import subprocess
 import tempfile
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -34,16 +32,7 @@ HTTP_PORT = 8000
 
 def domains() -> list[ModuleType]:
     """The data modules, in :data:`DOMAINS` order."""
-    found = []
-    for name in DOMAINS:
-        try:
-            found.append(importlib.import_module(f"bench.questions.{name}"))
-        except ModuleNotFoundError as exc:
-            # TODO(#28): remove once all five modules are on main; until then a module
-            # not written yet is left out (only that module: a missing import inside one fails)
-            if exc.name != f"bench.questions.{name}":
-                raise
-    return found
+    return [importlib.import_module(f"bench.questions.{name}") for name in DOMAINS]
 
 
 def templates() -> list[Template]:
@@ -66,13 +55,6 @@ def build_world(seed: int, root: Path, base_url: str) -> World:
     world.kcp_fixtures.mkdir()
     for module in domains():
         module.build(world)
-    # TODO(#28): remove with domains()'s: until git.py and sql.py land, an empty
-    # repository and database, so that their servers start
-    if not world.repo.exists():
-        world.repo.mkdir()
-        subprocess.run(["git", "init", "-q", str(world.repo)], check=True)
-    if not world.db.exists():
-        sqlite3.connect(world.db).close()
     return world
 
 
