@@ -48,6 +48,9 @@ test: $(STAMP)
 	$(VENV)/bin/mypy
 	site=$$(mktemp -d) && NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir "$$site"; \
 		status=$$?; rm -rf "$$site"; exit $$status
+	# the question set's third-party MCP servers, pinned, each in a venv of its own
+	# (pip, once; tests/test_bench_questions.py starts them)
+	$(PY) -m bench.questions --install-servers
 	$(PY) -m pytest
 
 # The rest of the crash-point matrix (direct mode, the approval steps): CI runs it
@@ -59,6 +62,6 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
-# The fast benchmarks; bench/small_model.py needs a model endpoint (docs/benchmarks/index.md).
+# The fast benchmarks; `python -m bench.questions` needs a model (docs/benchmarks/index.md).
 bench: $(STAMP)
 	for b in bench/code_mode.py bench/channels.py bench/sessions.py bench/approvals.py bench/scopes.py bench/daemon.py bench/catalog.py; do $(PY) $$b || exit 1; done
