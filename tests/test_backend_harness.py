@@ -1,7 +1,7 @@
 """The backend's small-model harness, against the scripted model and real code mode.
 
 Each test replays what Qwen2.5-Coder-1.5B really did on llama-cpp-python
-(notes/local-model.md, issue 9, bench/small_model.py) and checks the harness's
+(notes/local-model.md, issue 9, ``python -m bench.questions``) and checks the harness's
 answer to it: the code-block protocol (a fenced python block runs as
 run_code), the catalog and example in the system message, broken arguments
 and code mended, printed output as the result, a warmer retry after a

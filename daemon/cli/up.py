@@ -56,7 +56,7 @@ log = structlog.get_logger("asyncai.up")
 CHANNEL = "#asyncai"
 DEFAULT_LISTEN = "127.0.0.1:6680"
 DEFAULT_STATE_DIR = Path(".asyncai")
-#: The question the banner suggests; bench/small_model.py times it and checks its answer.
+#: The question the banner suggests; `python -m bench.questions --startup` times it and checks it.
 #: (It was "the sum of the first 1000 primes", which the embedded 1.5B model reads as
 #: the primes below 1000, every time: docs/benchmarks/history.md.)
 BANNER_QUESTION = "What is the sum of the primes below 1000?"

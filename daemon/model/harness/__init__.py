@@ -1,7 +1,7 @@
 """The small-model profile: a harness that makes small models succeed with ``run_code``.
 
 Measured with Qwen2.5-Coder-1.5B-Instruct on llama-cpp-python 0.3.36
-(notes/local-model.md, issue 9 and its benchmark, ``bench/small_model.py``),
+(notes/local-model.md, issue 9; the benchmark is ``python -m bench.questions``),
 each piece fixes one observed failure:
 
 | failure                                  | fix here                       | rule(s)            |
