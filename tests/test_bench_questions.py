@@ -5,7 +5,9 @@ is fixed by the ids and about half, and every template holds over real built
 worlds (the git repository and the SQLite database really written): its
 expected answer passes its checker, "I do not know." fails it unless the case
 expects no data, and its prompt or answer changes with the seed. One test
-starts all six servers over seed 0's world and calls a tool of each.
+starts all six servers over seed 0's world and calls a tool of each. The
+runner's scoring is pure: "invented" answers, pass^3, and a report and JSON
+that keep held-out questions to their scores.
 """
 
 from __future__ import annotations
@@ -18,11 +20,14 @@ from pathlib import Path
 
 import pytest
 
-from bench.questions.core import SERVERS, SHAPES, SPLITS, Template, World, split_of
+from bench.questions.core import SERVERS, SHAPES, SPLITS, Case, Template, World, split_of
+from bench.questions.run import Outcome, invented, list_templates, report, scores
 from bench.questions.servers import PACKAGES, installed
 from bench.questions.world import build_world, open_world, templates
 from daemon.code_mode.convert import nested_value
 from daemon.mcp.executor import McpToolExecutor
+from daemon.runtime.runs import RunResult
+from sessions.model import Record
 
 SEEDS = (0, 1, 2)
 TEMPLATES = templates()
@@ -165,3 +170,76 @@ def test_the_world_paths_are_the_ones_prompts_name(tmp_path: Path) -> None:
     assert world.kcp_fixtures.is_dir()
     assert world.http_files
     assert all(p.startswith("/") for p in world.http_files)
+
+
+def _result(
+    reply: str, *, nested: list[dict] | None = None, direct_error: bool | None = None
+) -> RunResult:
+    """A finished run whose records hold code mode's nested calls or one direct result."""
+    records: list[Record] = []
+    if nested is not None:
+        result = {"type": "tool_result", "tool_use_id": "c1", "content": "x", "is_error": False}
+        message = {"role": "user", "content": [result]}
+        records.append(Record("u1", "user", "t", message, {"nested_calls": nested}))
+    if direct_error is not None:
+        result = {"type": "tool_result", "tool_use_id": "c1", "content": "x"}
+        result["is_error"] = direct_error
+        records.append(Record("u1", "user", "t", {"role": "user", "content": [result]}))
+    return RunResult(reply=reply, records=records)
+
+
+def test_an_answer_is_invented_when_no_call_returned_data() -> None:
+    """Invented: data stated though every call failed or none was made; not when a
+    call returned data, the reply says it cannot, no data is the answer, or no server
+    is needed."""
+    needs = Template("kcp.x", "count", ("kcp",), lambda w: Case("q", "3", lambda r: False))
+    tooless = Template("tooless.x", "arithmetic", (), needs.make)
+    case, none_case = Case("q", "3", lambda r: False), Case("q", "", lambda r: True, True)
+    failed = [{"tool": "list_objects", "is_error": True, "outcome": "error"}]
+    ok = [{"tool": "list_objects", "is_error": False, "outcome": "ok"}]
+    assert invented(needs, case, _result("There are 3 pods."), "code")
+    assert invented(needs, case, _result("There are 3 pods.", nested=failed), "code")
+    assert invented(needs, case, _result("There are 3.", direct_error=True), "direct")
+    assert not invented(needs, case, _result("There are 3 pods.", nested=ok), "code")
+    assert not invented(needs, case, _result("There are 3.", direct_error=False), "direct")
+    assert not invented(needs, case, _result("I cannot reach the cluster."), "code")
+    assert not invented(needs, none_case, _result("There are 3 pods."), "code")
+    assert not invented(tooless, case, _result("3"), "code")
+
+
+def _outcome(tid: str, split: str, seed: int, ok: bool, mode: str = "code") -> Outcome:
+    return Outcome(
+        id=tid, split=split, shape="count", mode=mode, seed=seed, ok=ok, invented=not ok,
+        rounds=2, tool_calls=1, nested_calls=1, bytes_in=10, bytes_out=5, seconds=1.0,
+        status="done", prompt_tokens=1, completion_tokens=1, question=f"ask {tid}",
+        answer="3", reply=f"reply {tid}", code=[{"call": "run_code"}],
+    )  # fmt: skip
+
+
+def test_scores_and_a_report_that_keeps_held_out_to_its_scores() -> None:
+    """pass@1 counts questions, pass^3 templates right on every seed; held-out ids,
+    questions and replies appear nowhere unless shown."""
+    runs = [_outcome("kcp.a", "dev", s, True) for s in SEEDS]
+    runs += [_outcome("kcp.b", "dev", s, s != 1) for s in SEEDS]
+    runs += [_outcome("kcp.secret", "held-out", s, True) for s in SEEDS]
+    dev = scores([o for o in runs if o.split == "dev"], 3)
+    assert (dev["right"], dev["asked"], dev["pass^3"], dev["templates"]) == (5, 6, 1, 2)
+    assert dev["invented"] == 1
+    assert "pass^3" not in scores(runs[:1], 1)
+    hidden = report(runs, {"code": 3}, show_held_out=False)
+    assert "kcp.a" in hidden
+    assert "secret" not in hidden
+    assert "| code | held-out | **3/3 (100%)** | 1/1 |" in hidden
+    assert "kcp.secret" in report(runs, {"code": 3}, show_held_out=True)
+    saved = json.dumps([o.public(show_held_out=False) for o in runs])
+    assert "secret" not in saved
+    assert "reply kcp.a" in saved
+    assert "secret" in json.dumps([o.public(show_held_out=True) for o in runs])
+
+
+def test_list_prints_id_split_shape_and_servers() -> None:
+    """--list: one line per template, its id, split, shape and servers."""
+    lines = list_templates()
+    assert len(lines) == len(TEMPLATES)
+    first = TEMPLATES[0]
+    assert lines[0].split() == [first.id, first.split, first.shape, ",".join(first.servers) or "-"]

@@ -467,6 +467,8 @@ async def bench(parser: argparse.ArgumentParser, args: argparse.Namespace) -> in
     """The benchmark run itself."""
     if args.harness_off is not None:  # read by the harness as backends are built
         os.environ["ASYNCAI_HARNESS_OFF"] = args.harness_off
+    harness_off = os.environ.get("ASYNCAI_HARNESS_OFF")  # given here or in the environment
+    harness_on = os.environ.get("ASYNCAI_HARNESS_ON")
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     if set(modes) - set(MODES):
         parser.error(f"--modes: one or more of {', '.join(MODES)}")
@@ -486,6 +488,7 @@ async def bench(parser: argparse.ArgumentParser, args: argparse.Namespace) -> in
     async with contextlib.AsyncExitStack() as stack:
         base_url, model_name = args.base_url, args.model
         server_seconds = None
+        server = None
         if base_url is None:
             from daemon.local_model import LocalModelError, LocalModelServer
 
@@ -532,7 +535,8 @@ async def bench(parser: argparse.ArgumentParser, args: argparse.Namespace) -> in
                         "model": model_name,
                         "base_url": base_url,
                         "harness": args.harness,
-                        "harness_off": args.harness_off,
+                        "harness_off": harness_off,
+                        "harness_on": harness_on,
                         "answer_samples": model.answer_samples,
                         "seeds": seeds,
                         "splits": sorted(held),
@@ -540,6 +544,7 @@ async def bench(parser: argparse.ArgumentParser, args: argparse.Namespace) -> in
                         "show_held_out": args.show_held_out,
                         "scores": _all_scores(outcomes, seeds),
                         "outcomes": [o.public(args.show_held_out) for o in outcomes],
+                        "memory": memory,
                         "startup": [
                             {"step": w, "seconds": t, "ok": ok, "reply": reply}
                             for w, t, ok, reply in boot
@@ -550,16 +555,25 @@ async def bench(parser: argparse.ArgumentParser, args: argparse.Namespace) -> in
                 )
             )
 
+        def rss() -> str:
+            size = server.rss() if server is not None else None
+            return "unknown (not started here)" if size is None else f"{size / 2**30:.2f} GiB"
+
+        memory = [("start", rss())]
+        if boot:
+            memory.append(("after the startup phase", rss()))
         for mode in modes:  # code mode's questions all before direct mode's (the prefix cache)
             for seed in range(seeds[mode]):
                 async with open_world(seed, http_port=args.http_port) as served:
                     await run_mode(
                         mode, served, model, suite, note, outcomes, save, args.show_held_out
                     )
+            memory.append((f"after {mode} mode", rss()))
         print(
             f"\nThe question set, {started:%Y-%m-%d %H:%M} UTC, model {model_name} at {base_url}, "
             f"harness {args.harness}"
-            + (f" (off: {args.harness_off})" if args.harness_off else "")
+            + (f" (off: {harness_off})" if harness_off else "")
+            + (f" (on: {harness_on})" if harness_on else "")
             + f", answer_samples {model.answer_samples}, {len(suite)} templates, seeds "
             + ", ".join(f"{m} {n}" for m, n in seeds.items())
             + "\n"
@@ -568,6 +582,10 @@ async def bench(parser: argparse.ArgumentParser, args: argparse.Namespace) -> in
         if boot:
             print("\nStartup, as `asyncai up` runs (code mode, the bundled http_get only):\n")
             print(startup_table(boot))
+        if server is not None:
+            print(
+                "\nThe model server's resident memory: " + ", ".join(f"{w} {m}" for w, m in memory)
+            )
         save()
     return 0
 
