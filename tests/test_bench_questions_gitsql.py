@@ -137,3 +137,14 @@ def test_database_is_what_the_data_says(worlds: dict[int, World]) -> None:
             "employees": len(d.employees),
         }
         assert {c.author.name for c in world.data["git"].main} <= names
+
+
+def test_has_pairs_reads_lines_inline_lists_and_tables() -> None:
+    """A key's own number must follow it: swapped numbers fail, layouts do not matter."""
+    wanted = {"parser": 3, "cli": 12}
+    assert gitq.has_pairs("parser: 3\ncli: 12", wanted)
+    assert gitq.has_pairs("cli has 12 commits, parser has 3.", wanted)
+    assert gitq.has_pairs("| scope | n |\n|---|---|\n| parser | 3 |\n| cli | 12 |", wanted)
+    assert not gitq.has_pairs("parser: 12, cli: 3", wanted)
+    assert not gitq.has_pairs("parser: 3", wanted)
+    assert gitq.has_pairs("office: 1,234.50", {"office": 1234.5}, 2)
