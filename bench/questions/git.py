@@ -562,13 +562,14 @@ def _tag_days(world: World) -> Case:
     a, b = sorted(rng.sample(sorted(g.tags), 2))
     delta = g.tags[b].when - g.tags[a].when
     days = delta.total_seconds() / 86400
+    # Floor or round: both read "whole days"; one decimal is more exact, not wrong.
     accept = {int(days), round(days)}
     return Case(
         f"How many days passed between the releases tagged {a} and {b} in the repository at "
         f"{world.repo}? Use the dates of the tagged commits. Reply with the number of days, "
         f"rounded to a whole number.",
         f"{days:.2f} (accepted: {sorted(accept)})",
-        lambda r: any(has_number(r, d) for d in accept),
+        lambda r: any(has_number(r, d) for d in accept) or has_number(r, days, 1),
     )
 
 
