@@ -365,9 +365,11 @@ NO_TERMINAL = (
 
 async def test_ask_without_a_terminal_refuses_a_call_it_would_ask_about(here: Path, capsys):
     """stdin is no terminal (pytest's): the mutating call is not made, the model reads a
-    PermissionError naming --approve-all and the settings, and its answer is the reply."""
+    PermissionError naming --approve-all and the settings; no call returned data, so the
+    reply names the refusal and its reason, never the model's invented answer."""
     target = files_server(here)
-    script = [ToolCalls(("append_line", {"path": str(target), "line": "one"})), "Not allowed."]
+    invented = "Added the line; the file now holds 3 lines."
+    script = [ToolCalls(("append_line", {"path": str(target), "line": "one"})), invented]
     async with FakeOpenAI(script) as fake:
         code, out, err = await run(
             capsys,
@@ -379,21 +381,31 @@ async def test_ask_without_a_terminal_refuses_a_call_it_would_ask_about(here: Pa
             "--tool-mode",
             "direct",
         )
-    assert (code, out) == (0, "Not allowed.\n"), err
+    assert (code, out) == (0, _refused_reply("append_line", NO_TERMINAL)), err
     assert written(target) == []
     assert fake.requests[1]["messages"][-1]["content"] == f"PermissionError: {NO_TERMINAL}"
 
 
+def _refused_reply(tool: str, why: str) -> str:
+    """The reply of a run whose one call was refused (daemon.model.nodata), printed."""
+    return (
+        "I could not find this out: no tool call returned any data, so I cannot answer "
+        f"from data and will not guess.\n- {tool} was refused: PermissionError: {why}\n"
+    )
+
+
 async def test_ask_without_a_terminal_refuses_inside_run_code(here: Path, capsys):
-    """Code mode: the snippet's await raises the same PermissionError; nothing is written."""
+    """Code mode: the snippet's await raises the same PermissionError; nothing is written;
+    the reply names the refused tool and why, not the model's invented answer."""
     target = files_server(here)
     snippet = f"await append_line(path={str(target)!r}, line='one')"
-    script = [ToolCalls(("run_code", {"code": snippet})), "Not allowed."]
+    invented = "Added the line; the file now holds 3 lines."
+    script = [ToolCalls(("run_code", {"code": snippet})), invented]
     async with FakeOpenAI(script) as fake:
         code, out, err = await run(
             capsys, "add a line", "--model", "m", "--base-url", fake.base_url
         )
-    assert (code, out) == (0, "Not allowed.\n"), err
+    assert (code, out) == (0, _refused_reply("append_line", NO_TERMINAL)), err
     assert written(target) == []
     result = fake.requests[1]["messages"][-1]["content"]
     assert f"PermissionError: {NO_TERMINAL}" in result
@@ -439,7 +451,8 @@ async def test_approve_all_still_refuses_a_deny_glob(here: Path, capsys):
             "--tool-mode",
             "direct",
         )
-    assert (code, out) == (0, "Refused.\n"), err
+    deny = "files.append_line is refused by [approvals] deny = 'files.append_*'"
+    assert (code, out) == (0, _refused_reply("append_line", deny)), err
     assert written(target) == []
     assert fake.requests[1]["messages"][-1]["content"] == (
         "PermissionError: files.append_line is refused by [approvals] deny = 'files.append_*'"
@@ -496,7 +509,8 @@ async def test_ask_at_a_terminal_puts_the_call_to_the_person(
     tmp_path: Path, answer: str, lines: list[str], result: str
 ):
     """stdin is a terminal: the question names the call on stderr; "y" makes it once,
-    "n" refuses it with the user's name, and the model's answer is the reply either way."""
+    "n" refuses it with the user's name; the model's answer is the reply when the call was
+    made, the refusal and its reason when it was not."""
     target = files_server(tmp_path)
     script = [ToolCalls(("append_line", {"path": str(target), "line": "one"})), "Done."]
     async with FakeOpenAI(script) as fake:
@@ -511,7 +525,10 @@ async def test_ask_at_a_terminal_puts_the_call_to_the_person(
             "--tool-mode",
             "direct",
         )
-    assert (code, out) == (0, "Done.\n"), err
+    user = getpass.getuser()
+    refused = result.format(user=user).removeprefix("PermissionError: ")
+    reply = "Done.\n" if lines else _refused_reply("append_line", refused)
+    assert (code, out) == (0, reply), err
     question = f'approve files.append_line({{"path": "{target}", "line": "one"}})? [y/N] '
     assert question in err
     assert written(target) == lines

@@ -102,7 +102,8 @@ async def test_approve_makes_the_call_exactly_once_and_the_run_answers(world):
 
 async def test_deny_never_makes_the_call_and_the_model_reads_why(world):
     """!deny ID reason: PermissionError("denied by alice: reason") inside the snippet;
-    the audit keeps the refused call with who refused it."""
+    the audit keeps the refused call with who refused it; the reply names the refusal
+    and its reason (no call returned data), not the model's words."""
     daemon, fake, alice, _, tmp = world
     target = tmp / "deny.txt"
     fake.add(
@@ -112,7 +113,8 @@ async def test_deny_never_makes_the_call_and_the_model_reads_why(world):
     mid, asked = await alice.ask("erase the file")
     assert ": destructive" in asked.text
     _, reply = await alice.ask(f"!deny {request_id(asked.text)} not today", thread=mid)
-    assert reply.text == "I was not allowed to erase it."
+    assert "- erase was refused: PermissionError: denied by alice: not today" in reply.text
+    assert "I was not allowed" not in reply.text
     assert lines_of(target) == []
     result = fake.requests[-1]["messages"][-1]["content"]
     assert "PermissionError: denied by alice: not today" in result
@@ -281,7 +283,8 @@ async def test_a_prompt_during_the_wait_queues_and_runs_after_the_decision(world
 
 
 async def test_an_unanswered_request_expires_as_a_denial(tmp_path):
-    """After expire_after seconds the call raises PermissionError and the run answers."""
+    """After expire_after seconds the call raises PermissionError and the run answers:
+    with no data, the reply names the refusal and its reason."""
     async with Hub(tmp_path / "hub.db", host="127.0.0.1", port=0) as hub, FakeOpenAI() as fake:
         path = approvals_config(
             tmp_path / "asyncai.toml", hub_url=hub.url, model_url=fake.base_url, expire_after=0.3
@@ -298,7 +301,9 @@ async def test_an_unanswered_request_expires_as_a_denial(tmp_path):
             await alice.start()
             mid, _ = await alice.ask("erase")
             [_, reply] = await alice.reply_in(mid, 2)
-            assert reply.text == "Nobody approved it in time."
+            assert "- erase was refused: PermissionError: denied: the request expired" in (
+                reply.text
+            )
             result = fake.requests[-1]["messages"][-1]["content"]
             assert "PermissionError: denied: the request expired after 0.3 s" in result
             assert lines_of(target) == []

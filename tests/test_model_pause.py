@@ -88,8 +88,9 @@ async def test_direct_mode_pauses_before_a_mutating_call_and_an_approval_makes_i
 
 
 async def test_a_denied_call_is_never_made_and_the_model_reads_why() -> None:
-    """Denial: PermissionError with who and why is the call's result."""
-    script = [ToolCalls(("delete_object", {"name": "web-1"})), "I was not allowed."]
+    """Denial: PermissionError with who and why is the call's result; the reply names the
+    refusal, whatever the model said (no call returned data)."""
+    script = [ToolCalls(("delete_object", {"name": "web-1"})), "Deleted web-1 and 3 more."]
     tools = direct_tools()
     async with FakeOpenAI(script) as fake:
         params = ModelConfig(base_url=fake.base_url, model="m", tool_mode="direct")
@@ -101,9 +102,13 @@ async def test_a_denied_call_is_never_made_and_the_model_reads_why() -> None:
         finally:
             await backend.aclose()
     assert tools.calls == []
-    assert done.reply == "I was not allowed."
+    assert "Deleted" not in done.reply
+    assert f"- delete_object was refused: {DENIED_BY_BOB}" in done.reply
     (tool_message,) = [m for m in fake.requests[1]["messages"] if m["role"] == "tool"]
-    assert tool_message["content"] == "PermissionError: denied by bob: not on a friday"
+    assert tool_message["content"] == DENIED_BY_BOB
+
+
+DENIED_BY_BOB = "PermissionError: denied by bob: not on a friday"
 
 
 async def test_an_approved_call_whose_name_now_reaches_another_server_is_not_made() -> None:
@@ -131,7 +136,9 @@ async def test_an_approved_call_whose_name_now_reaches_another_server_is_not_mad
             await after.aclose()
     assert staging.calls == []
     assert prod.calls == []
-    assert done.reply == "It was not made."
+    assert "- delete_object was refused: PermissionError: the approved call was not made" in (
+        done.reply
+    )
     (tool_message,) = [m for m in fake.requests[1]["messages"] if m["role"] == "tool"]
     assert tool_message["content"] == (
         "PermissionError: the approved call was not made: staging.delete_object was "

@@ -18,10 +18,14 @@ the code-mode catalog through :class:`~daemon.code_mode.catalog.CatalogSource`.
 
 Requests and their retries are ``daemon.model.endpoint``'s, tool calls
 ``daemon.model.calls``' and ``daemon.model.execute``'s, records and metrics
-``daemon.model.records``'.
+``daemon.model.records``'. Whatever the profile, a run whose tool calls all
+failed or were refused replies with what could not be done and why, never
+with the model's words (``daemon.model.nodata``): with no call returning
+data, any value it states was invented.
 
 Log events (logger ``asyncai.backend``): ``model.turn_summary`` (info, at the
-end of every run) and ``model.run_failed`` (error).
+end of every run), ``model.no_data_reply`` (warning: the reply was replaced)
+and ``model.run_failed`` (error).
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ from daemon.model.calls import ToolCall, tool_params
 from daemon.model.conversation import ConversationError, LoopState, Paused
 from daemon.model.endpoint import ChatEndpoint
 from daemon.model.execute import decided_call
+from daemon.model.nodata import no_data_reply, unanswered_calls
 from daemon.model.profile import ModelProfile, RunTools, Turns
 from daemon.model.profiles import model_profile
 from daemon.model.records import RunState, log_summary, user_record
@@ -197,6 +202,17 @@ class OpenAiCompatibleBackend:
         log_summary(run, status, time.monotonic() - started)
         if error is not None:
             return self._failed(run, error)
+        failures = unanswered_calls(run.records)
+        if failures is not None:
+            # no call returned data: what the model says is not from data (it invented
+            # "John Doe spent 1234 euros" after every call was refused)
+            log.warning(
+                "model.no_data_reply",
+                run_id=request.run_id,
+                thread_id=request.thread_id,
+                tools=[f.tool for f in failures],
+            )
+            run.reply = no_data_reply(failures)
         return RunResult(reply=run.reply, records=run.records, metrics=run.metrics)
 
     def _failed(self, run: RunState, error: str) -> RunResult:
