@@ -8,6 +8,9 @@ The kcp world's fixture files are written in the fake kubectl's layout.
 from __future__ import annotations
 
 import json
+import re
+from collections import Counter
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -78,3 +81,86 @@ def test_kcp_world_is_deterministic(tmp_path: Path) -> None:
     a, b = _world(7, tmp_path / "a"), _world(7, tmp_path / "b")
     for path in sorted(a.kcp_fixtures.iterdir()):
         assert path.read_text() == (b.kcp_fixtures / path.name).read_text(), path.name
+
+
+# ---- the answers are in the files the tools serve ---------------------------------------------
+#
+# The checkers compute from the generated Cluster; these recompute a few answers the way a
+# model would, from the fixture JSON the kcp tools return, with the prompt's parameters.
+
+
+def _items(world: World, resource: str) -> list[dict]:
+    return json.loads((world.kcp_fixtures / f"{resource}.json").read_text())["items"]
+
+
+def _restarts(pod: dict) -> int:
+    return sum(s["restartCount"] for s in pod["status"].get("containerStatuses", []))
+
+
+def _params(pattern: str, text: str) -> tuple[str, ...]:
+    """The prompt's parameters (a namespace, a threshold) that ``pattern`` captures."""
+    match = re.search(pattern, text)
+    assert match, (pattern, text)
+    return match.groups()
+
+
+def _from_files(template_id: str, text: str, world: World) -> str:
+    pods = _items(world, "pods")
+    events = _items(world, "events")
+    if template_id == "kcp.count-pods-in-phase":
+        ns, phase = _params(r"namespace (\S+) are in phase (\w+)", text)
+        hits = [p for p in pods if p["metadata"]["namespace"] == ns]
+        return str(sum(p["status"]["phase"] == phase for p in hits))
+    if template_id == "kcp.count-restarted-pods":
+        k = int(_params(r"more than (\d+)", text)[0])
+        return str(sum(_restarts(p) > k for p in pods))
+    if template_id == "kcp.pods-per-node":
+        nodes = Counter(p["spec"]["nodeName"] for p in pods if "nodeName" in p["spec"])
+        return "\n".join(f"{n}: {c}" for n, c in nodes.items())
+    if template_id == "kcp.deployments-not-ready":
+        names = [
+            d["metadata"]["name"]
+            for d in _items(world, "deployments")
+            if d["status"].get("readyReplicas", 0) < d["spec"]["replicas"]
+        ]
+        return ", ".join(names) or "none"
+    if template_id == "kcp.backoff-by-deployment":
+        app = {p["metadata"]["name"]: p["metadata"]["labels"].get("app") for p in pods}
+        totals: Counter[str] = Counter()
+        for e in events:
+            if e["reason"] == "BackOff":
+                totals[app[e["involvedObject"]["name"]]] += e["count"]
+        return totals.most_common(1)[0][0]
+    if template_id == "kcp.event-span-minutes":
+        reason, pod = _params(r"the (\w+) event about the pod (\S+) ", text)
+        e = next(e for e in events if e["reason"] == reason and e["involvedObject"]["name"] == pod)
+        first, last = (
+            datetime.fromisoformat(e[k].replace("Z", "+00:00"))
+            for k in ("firstTimestamp", "lastTimestamp")
+        )
+        return str(int((last - first).total_seconds() // 60))
+    if template_id == "kcp.log-error-lines":
+        lines = (world.kcp_fixtures / "logs.txt").read_text().splitlines()
+        return str(sum(" ERROR " in line for line in lines))
+    raise KeyError(template_id)
+
+
+RECOMPUTED = (
+    "kcp.count-pods-in-phase",
+    "kcp.count-restarted-pods",
+    "kcp.pods-per-node",
+    "kcp.deployments-not-ready",
+    "kcp.backoff-by-deployment",
+    "kcp.event-span-minutes",
+    "kcp.log-error-lines",
+)
+
+
+@pytest.mark.parametrize("template_id", RECOMPUTED)
+def test_answers_follow_from_the_fixture_files(template_id: str, worlds: dict[int, World]) -> None:
+    """An answer computed from the JSON the tools serve passes the checker."""
+    template = next(t for t in kcp.TEMPLATES if t.id == template_id)
+    for world in worlds.values():
+        case = template.make(world)
+        reply = _from_files(template_id, case.text, world)
+        assert case.check(reply), (case.text, reply, case.answer)

@@ -689,7 +689,8 @@ def _restarted_pods(world: World) -> Case:
     n = sum(1 for p in c.pods if p.restarts > k)
     return Case(
         f"How many pods in the kcp workspace {WS} (all namespaces) have restarted more than {k} "
-        "times, adding up the restart counts of all their containers? Reply with the number.",
+        f"time{'s' if k != 1 else ''}, adding up the restart counts of all their containers? "
+        "Reply with the number.",
         str(n),
         lambda r: has_number(r, n),
     )
