@@ -148,3 +148,13 @@ def test_has_pairs_reads_lines_inline_lists_and_tables() -> None:
     assert not gitq.has_pairs("parser: 12, cli: 3", wanted)
     assert not gitq.has_pairs("parser: 3", wanted)
     assert gitq.has_pairs("office: 1,234.50", {"office": 1234.5}, 2)
+
+
+def test_no_data_replies_are_heard_in_their_usual_words() -> None:
+    """ "None" with a longer subject, and "not recorded", pass; a listed answer does not."""
+    assert gitq.says_none_of("No cancelled orders were worth more than 830.")
+    assert gitq.says_none_of("There are none.")
+    assert not gitq.says_none_of("Orders 12 and 31 were worth more than 830.")
+    assert gitq.says_not_held("There is no campaign information in the database.")
+    assert gitq.says_not_held("I can't tell: the repository does not record reviews.")
+    assert not gitq.says_not_held("It was the Spring Sale campaign.")

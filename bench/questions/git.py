@@ -39,7 +39,17 @@ from bench.questions.core import (
     says_none,
 )
 
-__all__ = ["TEMPLATES", "Commit", "GitData", "Person", "build", "has_pairs", "people"]
+__all__ = [
+    "TEMPLATES",
+    "Commit",
+    "GitData",
+    "Person",
+    "build",
+    "has_pairs",
+    "people",
+    "says_none_of",
+    "says_not_held",
+]
 
 _FIRST = [
     "Amara",
@@ -450,6 +460,26 @@ def has_pairs(reply: str, wanted: Mapping[str, float], decimals: int | None = No
     return True
 
 
+# "No cancelled orders were ...": a few words between "no" and the verb, which the core's
+# says_none (one word) does not hear.
+_NO_SUBJECT = re.compile(
+    r"\bno(?:\s+[\w-]+){1,3}\s+(?:is|are|was|were|exceeds?|match(?:es)?|has|have|had)\b",
+    re.IGNORECASE,
+)
+
+
+def says_none_of(reply: str) -> bool:
+    """Whether ``reply`` says that nothing matches, with a longer subject ("no cancelled
+    orders were") heard too."""
+    return says_none(reply) or _NO_SUBJECT.search(reply) is not None
+
+
+def says_not_held(reply: str) -> bool:
+    """Whether ``reply`` says the data is not there: it cannot answer, or none is recorded
+    ("there is no campaign information")."""
+    return says_cannot(reply) or says_none_of(reply)
+
+
 def _total_commits(world: World) -> Case:
     n = len(_g(world).main)
     return Case(
@@ -551,7 +581,7 @@ def _weekend(world: World) -> Case:
         f"Did anyone commit on a weekend in the repository at {world.repo}? List every commit "
         f"made on a Saturday or Sunday (author's local time) with its hash, or say there are none.",
         "none",
-        lambda r: says_none(r) and not any(s in r for s in shas),
+        lambda r: says_none_of(r) and not any(s in r for s in shas),
         no_data=True,
     )
 
@@ -621,7 +651,7 @@ def _reviewer(world: World) -> Case:
         f'Who reviewed and approved the pull request that brought the commit "{c.message}" into '
         f"the repository at {world.repo}? Reply with the reviewer's name.",
         "cannot be answered: the repository records no reviews",
-        lambda r: says_cannot(r) and lacks_words(r, *(p.name for p in people(world.seed))),
+        lambda r: says_not_held(r) and lacks_words(r, *(p.name for p in people(world.seed))),
         no_data=True,
     )
 

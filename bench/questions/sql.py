@@ -28,10 +28,8 @@ from bench.questions.core import (
     has_number,
     has_words,
     lacks_words,
-    says_cannot,
-    says_none,
 )
-from bench.questions.git import has_pairs, people
+from bench.questions.git import has_pairs, people, says_none_of, says_not_held
 
 __all__ = ["TEMPLATES", "ShopData", "build"]
 
@@ -377,7 +375,7 @@ def _big_cancelled(world: World) -> Case:
         f"unit_price of their order_items)? Our shop data is in the SQLite database. Reply with "
         f"the order ids, or say there are none.",
         "none",
-        says_none,
+        says_none_of,
         no_data=True,
     )
 
@@ -439,7 +437,7 @@ def _campaign(world: World) -> Case:
         f"Which marketing campaign brought {who} to our shop? Check the shop's SQLite database. "
         f"Reply with the campaign name.",
         "cannot be answered: the database records no campaigns",
-        says_cannot,
+        says_not_held,
         no_data=True,
     )
 
