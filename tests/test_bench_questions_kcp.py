@@ -1,8 +1,9 @@
 """The kcp and tool-less question templates hold against their own expected answers.
 
 For each of three seeds: the expected answer passes the checker, "I do not know."
-fails it unless the case expects no data, and the seeds differ in prompt or answer.
-The kcp world's fixture files are written in the fake kubectl's layout.
+fails it unless the case expects no data, a number one off fails, and the seeds
+differ in prompt or answer. The kcp world's fixture files are written in the fake
+kubectl's layout, and some answers are recomputed from those files.
 """
 
 from __future__ import annotations
@@ -51,6 +52,9 @@ def test_expected_answer_passes_and_ignorance_fails(
         assert case.check(case.answer), (template.id, case.text, case.answer)
         if not case.no_data:
             assert not case.check("I do not know."), (template.id, case.text)
+        if re.fullmatch(r"-?\d+(\.\d+)?", case.answer):  # a number: one off is wrong
+            off = f"{float(case.answer) + 1:.{len(case.answer.partition('.')[2])}f}"
+            assert not case.check(off), (template.id, case.text, off)
     assert len({(c.text, c.answer) for c in cases}) > 1, template.id
 
 

@@ -663,6 +663,11 @@ def _one_of(reply: str, winners: set[str], candidates: set[str]) -> bool:
     return any(has_words(reply, w) for w in winners) and lacks_words(reply, *(candidates - winners))
 
 
+def _says_no_pods(reply: str) -> bool:
+    """ "None", or the plain "it has no pods" the core's phrases leave out."""
+    return says_none(reply) or re.search(r"\bno (?:[\w-]+ ){0,3}pods?\b", reply, re.I) is not None
+
+
 def _names(names: list[str] | set[str], empty: str = "none") -> str:
     return ", ".join(sorted(names)) or empty
 
@@ -849,7 +854,7 @@ def _cordoned_node(world: World) -> Case:
     if on_it:  # the world promises none; keep the checker honest if that ever changes
         return Case(text, _names(on_it), lambda r: has_words(r, *on_it))
     pods = {p.name for p in c.pods}
-    return Case(text, "none", lambda r: says_none(r) and lacks_words(r, *pods), no_data=True)
+    return Case(text, "none", lambda r: _says_no_pods(r) and lacks_words(r, *pods), no_data=True)
 
 
 def _quiet_namespace(world: World) -> Case:
@@ -862,7 +867,7 @@ def _quiet_namespace(world: World) -> Case:
     if bad:
         return Case(text, _names(bad), lambda r: has_words(r, *bad))
     pods = {p.name for p in c.pods}
-    return Case(text, "none", lambda r: says_none(r) and lacks_words(r, *pods), no_data=True)
+    return Case(text, "none", lambda r: _says_no_pods(r) and lacks_words(r, *pods), no_data=True)
 
 
 def _event_span(world: World) -> Case:
