@@ -526,3 +526,23 @@ async def test_text_is_shown_as_lines_and_the_same_error_twice_gets_a_stronger_h
     assert "the same error as last time" not in first
     assert "Hint: the same error as last time. That value is a str (text)" in second
     assert result.reply == "pod-0, pod-4 and pod-8."
+
+
+async def test_check_answer_lets_the_model_correct_a_misread_count(code_mode, monkeypatch):
+    """Trial check-answer (ASYNCAI_HARNESS_ON): a short value comes back with the question
+    to check it against; the model's corrected block runs, and its result is answered
+    as usual (no second check). The check sees the code it checks."""
+    monkeypatch.setenv("ASYNCAI_HARNESS_ON", "check-answer")
+    ex, _ = code_mode
+    wrong = "pods = await list_pods(namespace='prod')\nlen(items(pods))"
+    right = FILTER.replace("[p['metadata']['name']", "len([p").replace("'Failed']", "'Failed'])")
+    script = [block(wrong), block(right), "3 pods are failing."]
+    fake, (result,) = await run_script(ex, script, request("how many pods are failing?"))
+    check = fake.requests[1]["messages"]
+    assert check[-1]["content"].startswith("The code returned:\n12\n\nBefore you answer, check")
+    assert "how many pods are failing?" in check[-1]["content"]
+    assert check[-2] == {"role": "assistant", "content": f"```python\n{wrong}\n```"}
+    assert fake.requests[1]["stop"] == [CODE_STOP]  # a corrected block may follow
+    answer = fake.requests[2]["messages"][-1]["content"]
+    assert answer.startswith("The code returned:\n3\n\nAnswer my question now")
+    assert result.reply == "3 pods are failing."

@@ -5,6 +5,7 @@ calls a harness function on fixed input, with fakes and no I/O."""
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -23,6 +24,8 @@ from daemon.model.harness import (
     SmallModelProfile,
     Switches,
     active,
+    check_message,
+    checks_answer,
     compact_description,
     echoes_example,
     from_environ,
@@ -208,10 +211,17 @@ PROBES: dict[str, Callable[[Switches], Any]] = {
 }
 
 
+# Each trial: what it changes once switched on.
+TRIAL_PROBES: dict[str, Callable[[Switches], Any]] = {
+    "check-answer": lambda _: checks_answer("42"),
+}
+
+
 def test_every_rule_has_a_kebab_case_name_a_statement_and_a_probe() -> None:
     """RULES names every probed rule and only those; names are kebab-case, statements
     one line; the trials and groups name only known rules."""
     assert set(PROBES) == set(RULES)
+    assert set(TRIAL_PROBES) == set(TRIALS)
     for name, statement in {**RULES, **TRIALS}.items():
         assert re.fullmatch(r"[a-z]+(-[a-z]+)*", name), name
         assert statement
@@ -232,6 +242,33 @@ def test_a_rule_acts_by_default_and_not_when_switched_off(name: str) -> None:
         switched = probe(off)
     assert default != switched, name
     assert probe(Switches()) == default  # the switches were current only in the block
+
+
+@pytest.mark.parametrize("name", sorted(TRIALS))
+def test_a_trial_is_off_by_default_and_acts_when_switched_on(name: str) -> None:
+    """A trial changes nothing until ASYNCAI_HARNESS_ON names it."""
+    probe = TRIAL_PROBES[name]
+    default = probe(Switches())
+    on = Switches(trials=frozenset({name}))
+    with active(on):
+        switched = probe(on)
+    assert default != switched, name
+
+
+def test_check_answer_asks_for_a_short_value_only_and_restates_the_question() -> None:
+    """Switched on, a number, a name or a short list is checked; long data, an empty
+    result or nothing is not. The message shows the value and the question, names the
+    usual misreadings, and lets the model answer or write a new block."""
+    with active(Switches(trials=frozenset({"check-answer"}))):
+        assert checks_answer("76127")
+        assert checks_answer('["pod-0", "pod-4"]')
+        assert not checks_answer("(empty result)")
+        assert not checks_answer(json.dumps(list(range(100))))
+    message = check_message("76127", "  What is the sum of the first 1000 primes?\n")
+    assert message.startswith("The code returned:\n76127\n\n")
+    assert "My question was:\nWhat is the sum of the first 1000 primes?\n" in message
+    assert '"the first N" is not "below N"' in message
+    assert "write a new ```python block" in message
 
 
 def test_the_docs_list_every_rule() -> None:

@@ -52,6 +52,9 @@ each piece fixes one observed failure:
 | question, not the one holding what it    | whose stub covers its words    |                    |
 | asks about (workspaces for pods)         |                                |                    |
 | a reply that retells the worked example  | :func:`echoes_example`         | echo-check         |
+| (trial) "the first N" read as "below N": | :func:`check_message`: the     | check-answer       |
+| a short value that answers another       | value against the question     |                    |
+| question                                 | once, answer or correct        |                    |
 
 The loop (``daemon.model.loop``) is given :class:`SmallModelProfile`
 (``profile``) when ``[model] harness`` is on, and calls it at its named
@@ -87,6 +90,7 @@ May import: what ``daemon.model`` may, and ``daemon.model``'s lower modules
 from daemon.model.harness.blocks import MAX_KEY_FIXES
 from daemon.model.harness.feedback import (
     answer_instruction,
+    check_message,
     error_signature,
     fetched_url,
     holds_none,
@@ -149,6 +153,7 @@ from daemon.model.harness.vote import (
     MAX_VOTE_SAMPLES,
     REREAD,
     VOTE_TEMPERATURE,
+    checks_answer,
     majority,
     may_rerun,
     vote_key,
@@ -181,6 +186,8 @@ __all__ = [
     "assigned_names",
     "catalog_signatures",
     "catalog_topics",
+    "check_message",
+    "checks_answer",
     "code_message",
     "compact_description",
     "echoes_example",

@@ -28,6 +28,7 @@ from daemon.model.endpoint import ChatEndpoint
 from daemon.model.execute import run_call
 from daemon.model.harness.feedback import (
     answer_instruction,
+    check_message,
     fetched_url,
     is_no_answer,
     looks_empty,
@@ -55,6 +56,7 @@ from daemon.model.harness.topics import Topic, topic_hint
 from daemon.model.harness.vote import (
     REREAD,
     VOTE_TEMPERATURE,
+    checks_answer,
     majority,
     may_rerun,
     vote_key,
@@ -260,11 +262,17 @@ async def after_block(
         start=start,
     )
     ls.answering = not (retry or recheck)
+    if ls.answering and more and not (failed or ls.checked) and checks_answer(text):
+        # trial check-answer: the short value against the question, once; the model
+        # answers, or writes one more block
+        ls.checked = True
+        ls.answering = False
+        reply = check_message(text, ls.question)
     # A retry follows the question alone, with the feedback: shown its failed
     # code, a small model sends it again verbatim. The answer sees the code.
     del messages[ls.base :]
-    if ls.answering:
-        messages.append(ran)
+    if ls.answering or (ls.checked and not (retry or recheck)):
+        messages.append(ran)  # the answer (or the check) sees the code
     messages.append({"role": "user", "content": reply})
 
 

@@ -104,7 +104,11 @@ RULES: dict[str, str] = {
 }
 
 #: Mechanisms under measurement: off until ``ASYNCAI_HARNESS_ON`` names them.
-TRIALS: dict[str, str] = {}
+TRIALS: dict[str, str] = {
+    "check-answer": "a short answer (a number, a name, a short list): one more round "
+    "restates the question and asks the model to check the value answers it, or to "
+    "correct it with one more snippet",
+}
 
 #: Names that stand for several rules.
 GROUPS: dict[str, tuple[str, ...]] = {
