@@ -617,8 +617,13 @@ def write_fixtures(cluster: Cluster, directory: Path) -> None:
     (directory / "api-resources.txt").write_text(
         "\n".join([*resources[:1], *extra, *resources[1:]]) + "\n"
     )
+    # The fake's workspaces plus "shop", so list_workspaces under root shows the one asked about.
     workspaces = "workspaces.tenancy.kcp.io.json"
-    (directory / workspaces).write_text((_FAKES / workspaces).read_text())
+    listing = json.loads((_FAKES / workspaces).read_text())
+    shop = json.loads(json.dumps(listing["items"][0]))
+    shop["metadata"].update(name=WS.rsplit(":", 1)[1], uid="uid-shop")
+    listing["items"].append(shop)
+    (directory / workspaces).write_text(json.dumps(listing, indent=1))
 
 
 def build(world: World) -> None:
