@@ -1,22 +1,30 @@
 """The git and SQLite question modules: their worlds build fast and alike, their checkers hold.
 
-No server runs here: the repository and the database are read back with git and
-sqlite3 themselves, the way mcp-server-git and mcp-server-sqlite would read them.
+The repository and the database are read back with git and sqlite3 themselves;
+one slow test serves seed 1 and solves questions from the real servers' output.
 """
 
 from __future__ import annotations
 
+import ast
 import re
 import sqlite3
 import subprocess
 import time
+from collections import Counter
+from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from bench.questions import git as gitq
 from bench.questions import sql as sqlq
 from bench.questions.core import SHAPES, Template, World
+from bench.questions.servers import installed
+from bench.questions.world import open_world
+from daemon.code_mode.convert import nested_value
+from daemon.mcp.executor import McpToolExecutor
 
 SEEDS = (0, 1, 2)
 TEMPLATES = gitq.TEMPLATES + sqlq.TEMPLATES
@@ -158,3 +166,88 @@ def test_no_data_replies_are_heard_in_their_usual_words() -> None:
     assert gitq.says_not_held("There is no campaign information in the database.")
     assert gitq.says_not_held("I can't tell: the repository does not record reviews.")
     assert not gitq.says_not_held("It was the Spring Sale campaign.")
+
+
+def _top(values: Any) -> str:
+    top: str = Counter(values).most_common(1)[0][0]
+    return top
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+async def test_answers_are_what_the_real_servers_show() -> None:
+    """Seed 1 served: solving questions from git_log / git_show / git_branch text and
+    read_query rows (a Python repr, or a parsed [] when empty) gives the expected answers."""
+    missing = [name for name in ("git", "sqlite") if not installed(name)]
+    assert not missing, "run `python -m bench.questions --install-servers`"
+    async with open_world(1, http_port=0) as served:
+        world, repo = served.world, str(served.world.repo)
+        cases = {t.id: t.make(world) for t in TEMPLATES}
+        executor = McpToolExecutor(served.servers, call_timeout=60.0)
+        try:
+            await executor.start()
+
+            async def call(tool: str, **args: object) -> Any:
+                output = await executor.call_tool(tool, args)
+                assert not output.is_error, (tool, output.content)
+                return nested_value(output)
+
+            async def rows(query: str) -> list[dict[str, Any]]:
+                got = await call("read_query", query=query)
+                return got if isinstance(got, list) else ast.literal_eval(got)
+
+            log = await call("git_log", repo_path=repo, max_count=1000)
+            entries = re.findall(r"Commit: (\w+)\nAuthor: (.*)\nDate: (.*)\nMessage: (.*)", log)
+            dates = [datetime.fromisoformat(d) for _, _, d, _ in entries]
+            team = {r["name"]: r["team"] for r in await rows("select name, team from employees")}
+            authors = [a for _, a, _, _ in entries]
+            replies = {
+                "git.total-commits": str(len(entries)),
+                "git.count-fix-commits": str(sum(m.startswith("fix") for *_, m in entries)),
+                "git.top-author": _top(authors),
+                "git.weekday-most-commits": _top(d.strftime("%A") for d in dates),
+                "git.team-most-commits": _top(team[a] for a in authors),
+                "git.weekend-commits": "none" if all(d.weekday() < 5 for d in dates) else "some",
+            }
+            first, last = re.findall(r"\d{4}-\d\d-\d\d", cases["git.commits-in-date-range"].text)
+            ranged = await call(
+                "git_log",
+                repo_path=repo,
+                max_count=1000,
+                start_timestamp=first,
+                end_timestamp=f"{last}T23:59:59",
+            )
+            replies["git.commits-in-date-range"] = str(ranged.count("Commit:"))
+            shows = [await call("git_show", repo_path=repo, revision=e[0]) for e in entries[:5]]
+            added = [
+                sum(line[:1] == "+" and line[:3] != "+++" for line in s.splitlines()) for s in shows
+            ]
+            replies["git.biggest-recent-commit"] = entries[added.index(max(added))][0]
+            branches = await call("git_branch", repo_path=repo, branch_type="local")
+            replies["git.feature-branches"] = branches
+            top = replies["git.top-author"]
+            replies["sql.top-committer-salary"] = str(
+                (await rows(f"select salary from employees where name = '{top}'"))[0]["salary"]
+            )
+            day = re.findall(r"\d{4}-\d\d-\d\d", cases["sql.orders-on-tokyo-day"].text)[0]
+            tokyo = "select count(*) n from orders where date(ordered_at, '+9 hours') = ?"
+            replies["sql.orders-on-tokyo-day"] = str(
+                (await rows(tokyo.replace("?", f"'{day}'")))[0]["n"]
+            )
+            limit = re.findall(r"more than (\d+)", cases["sql.big-cancelled-orders"].text)[0]
+            over = await rows(
+                "select o.id from orders o join order_items i on i.order_id = o.id "
+                "where o.status = 'cancelled' group by o.id "
+                f"having sum(i.quantity * i.unit_price) > {limit}"
+            )
+            replies["sql.big-cancelled-orders"] = "none" if not over else str(over)
+            spent = await rows(
+                "select c.name, sum(i.quantity * i.unit_price) t from customers c "
+                "join orders o on o.customer_id = c.id join order_items i on i.order_id = o.id "
+                "where o.status = 'delivered' group by c.id order by t desc limit 1"
+            )
+            replies["sql.top-spending-customer"] = spent[0]["name"]
+        finally:
+            await executor.aclose()
+    wrong = {tid: r for tid, r in replies.items() if not cases[tid].check(r)}
+    assert not wrong, {tid: (r[:200], cases[tid].answer) for tid, r in wrong.items()}
