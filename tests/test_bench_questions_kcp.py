@@ -3,7 +3,7 @@
 For each of three seeds: the expected answer passes the checker, "I do not know."
 fails it unless the case expects no data, a number one off fails, and the seeds
 differ in prompt or answer. The kcp world's fixture files are written in the fake
-kubectl's layout, and some answers are recomputed from those files.
+kubectl's layout, and every kcp answer is recomputed from those files.
 """
 
 from __future__ import annotations
@@ -89,8 +89,8 @@ def test_kcp_world_is_deterministic(tmp_path: Path) -> None:
 
 # ---- the answers are in the files the tools serve ---------------------------------------------
 #
-# The checkers compute from the generated Cluster; these recompute a few answers the way a
-# model would, from the fixture JSON the kcp tools return, with the prompt's parameters.
+# The checkers compute from the generated Cluster; these recompute every answer the way a
+# model would, from the fixture JSON the kcp tools return, with the prompt's parameters:
 
 
 def _items(world: World, resource: str) -> list[dict]:
@@ -109,6 +109,7 @@ def _params(pattern: str, text: str) -> tuple[str, ...]:
 
 
 def _from_files(template_id: str, text: str, world: World) -> str:
+    """The reply a careful model would give from the fixture JSON: one branch per template."""
     pods = _items(world, "pods")
     events = _items(world, "events")
     if template_id == "kcp.count-pods-in-phase":
@@ -146,18 +147,72 @@ def _from_files(template_id: str, text: str, world: World) -> str:
     if template_id == "kcp.log-error-lines":
         lines = (world.kcp_fixtures / "logs.txt").read_text().splitlines()
         return str(sum(" ERROR " in line for line in lines))
+    node = {p["metadata"]["name"]: p["spec"].get("nodeName") for p in pods}
+    if template_id == "kcp.node-most-restarts":
+        totals: Counter[str] = Counter()
+        for p in pods:
+            if "nodeName" in p["spec"]:
+                totals[p["spec"]["nodeName"]] += _restarts(p)
+        name, total = totals.most_common(1)[0]
+        return f"{name} with {total} restarts"
+    if template_id == "kcp.longest-running-pod":
+        (ns,) = _params(r"in the namespace (\S+) of", text)
+        running = [
+            p
+            for p in pods
+            if p["metadata"]["namespace"] == ns and p["status"]["phase"] == "Running"
+        ]
+        return min(running, key=lambda p: p["status"]["startTime"])["metadata"]["name"]
+    if template_id == "kcp.warning-reasons":
+        (ns,) = _params(r"In the namespace (\S+) of", text)
+        reasons: Counter[str] = Counter()
+        for e in events:
+            if e["metadata"]["namespace"] == ns and e["type"] == "Warning":
+                reasons[e["reason"]] += e["count"]
+        return "\n".join(f"{r}: {n}" for r, n in reasons.items())
+    if template_id == "kcp.backoff-pod-node":
+        top = max((e for e in events if e["reason"] == "BackOff"), key=lambda e: e["count"])
+        return str(node[top["involvedObject"]["name"]])
+    if template_id == "kcp.orphan-services":
+        orphans = [
+            s["metadata"]["name"]
+            for s in _items(world, "services")
+            if not any(
+                p["metadata"]["namespace"] == s["metadata"]["namespace"]
+                and s["spec"]["selector"].items() <= p["metadata"]["labels"].items()
+                for p in pods
+            )
+        ]
+        return ", ".join(orphans)
+    if template_id == "kcp.deployments-without-config":
+        maps = {
+            (m["metadata"]["namespace"], m["metadata"]["name"]) for m in _items(world, "configmaps")
+        }
+        missing = [
+            d["metadata"]["name"]
+            for d in _items(world, "deployments")
+            if (d["metadata"]["namespace"], d["metadata"]["name"] + "-config") not in maps
+        ]
+        return ", ".join(missing) or "none"
+    if template_id == "kcp.pods-on-cordoned-node":
+        (name,) = _params(r"the node (\S+) in", text)
+        on_it = [p for p, n in node.items() if n == name]
+        return ", ".join(on_it) or "There are none."
+    if template_id == "kcp.unhealthy-pods-in-quiet-namespace":
+        (ns,) = _params(r"in the namespace (\S+) of", text)
+        bad = [
+            p["metadata"]["name"]
+            for p in pods
+            if p["metadata"]["namespace"] == ns and p["status"]["phase"] in ("Pending", "Failed")
+        ]
+        return ", ".join(bad) or "There are none."
+    if template_id == "kcp.pods-started-on-day":
+        (day,) = _params(r"start time on (\S+) ", text)
+        return str(sum(p["status"].get("startTime", "").startswith(day) for p in pods))
     raise KeyError(template_id)
 
 
-RECOMPUTED = (
-    "kcp.count-pods-in-phase",
-    "kcp.count-restarted-pods",
-    "kcp.pods-per-node",
-    "kcp.deployments-not-ready",
-    "kcp.backoff-by-deployment",
-    "kcp.event-span-minutes",
-    "kcp.log-error-lines",
-)
+RECOMPUTED = [t.id for t in kcp.TEMPLATES]
 
 
 @pytest.mark.parametrize("template_id", RECOMPUTED)
