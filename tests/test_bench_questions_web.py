@@ -83,6 +83,43 @@ def test_the_prompts_urls_are_served(template: Template, worlds: dict[int, World
         assert all(served) or (case.no_data and template.shape == "unanswerable"), urls
 
 
+@pytest.mark.parametrize(
+    ("template_id", "reply", "right"),
+    [
+        ("web.open-issues-closing-label", "No open issues carry that label.", True),
+        ("web.open-issues-closing-label", "There are no such open issues.", True),
+        ("web.open-issues-closing-label", "I could not find the tracker.", False),
+        ("web.pricey-in-category", "No products in that category cost more than that.", True),
+        ("web.pricey-in-category", "None of them.", True),
+        ("web.missing-api", "That URL returns 404 Not Found, so I cannot say.", True),
+        ("web.missing-api", "There were 12 returns.", False),
+        ("web.product-warranty", "Its details don't mention a warranty.", True),
+        ("web.product-warranty", "The warranty isn't listed on its page.", True),
+        ("web.product-warranty", "It has a 2 year warranty.", False),
+    ],
+)
+def test_no_data_checks_hear_usual_words(
+    template_id: str, reply: str, right: bool, worlds: dict[int, World]
+) -> None:
+    """A none or unanswerable case accepts its answer in the words a model usually uses."""
+    template = next(t for t in web.TEMPLATES if t.id == template_id)
+    for world in worlds.values():
+        assert template.make(world).check(reply) is right, (world.seed, reply)
+
+
+def test_answers_pass_in_other_spellings(worlds: dict[int, World]) -> None:
+    """A version written "v1.2.3" and a title without its "The" are still the answer."""
+    by_id = {t.id: t for t in web.TEMPLATES}
+    for world in worlds.values():
+        site: web.WebData = world.data["web"]
+        best = max(site.releases, key=lambda r: r["downloads"])
+        case = by_id["web.release-most-downloads"].make(world)
+        assert case.check(f"v{best['version']}, codename {best['codename']}")
+        oldest = min(site.books, key=lambda b: b["year"])
+        case = by_id["web.library-oldest-book"].make(world)
+        assert case.check(f"{oldest['title'].removeprefix('The ')}, {oldest['branch']} branch")
+
+
 def test_templates_are_unique_and_shaped() -> None:
     """Ids are unique and in the web domain; every shape named is one of the set's."""
     ids = [t.id for t in web.TEMPLATES]

@@ -552,11 +552,25 @@ def _says_missing(reply: str) -> bool:
     return says_cannot(reply) or _MISSING.search(reply) is not None
 
 
-def _names_or_none(wanted: list[str], others: list[str]) -> tuple[str, Any]:
-    """The answer text and check for a list that may be empty in some seed."""
+def _says_none_of(reply: str, noun: str) -> bool:
+    """``says_none``, or "no ... <noun>s" in a few words ("No open issues are labeled ...",
+    "there are no products in ...")."""
+    return says_none(reply) or (
+        re.search(rf"\bno\b[\w\s\"'-]{{0,40}}?\b{noun}s?\b", reply, re.IGNORECASE) is not None
+    )
+
+
+def _names_or_none(wanted: list[str], others: list[str], noun: str) -> tuple[str, Any]:
+    """The answer text and check for a list of ``noun``s that may be empty in some seed; a
+    reply naming one of ``others`` is wrong either way."""
     if not wanted:
-        return "None.", lambda reply: says_none(reply) and lacks_words(reply, *others)
+        return "None.", lambda reply: _says_none_of(reply, noun) and lacks_words(reply, *others)
     return ", ".join(wanted), lambda reply: exactly(reply, wanted, others)
+
+
+def _has_version(reply: str, version: str) -> bool:
+    """Whether ``reply`` states ``version`` ("3.1.2", "v3.1.2"), not a longer one ("13.1.2")."""
+    return re.search(rf"(?<![\d.]){re.escape(version)}(?!\d|\.\d)", reply) is not None
 
 
 def _low_stock(world: World) -> Case:
@@ -720,10 +734,8 @@ def _open_closing_label(world: World) -> Case:
     site = _site(world)
     label = site.closing_label
     hits = [str(i["number"]) for i in site.issues if i["state"] == "open" and label in i["labels"]]
-    closed = [
-        str(i["number"]) for i in site.issues if label in i["labels"] and i["state"] != "open"
-    ]
-    answer, check = _names_or_none(hits, closed)
+    # no "others": "#184 and #190 carry it, but both are closed, so none" is a right reply
+    answer, check = _names_or_none(hits, [], "issue")
     return Case(
         f'Which issues labeled "{label}" are still open in our tracker at {_issues_url(site)}? '
         "Look at every page (follow the next links). Reply with their numbers, or say that "
@@ -798,7 +810,7 @@ def _most_downloads(world: World) -> Case:
         "Reply with its version and codename.",
         f"{best['version']} {best['codename']}",
         lambda reply: (
-            exactly(reply, [best["codename"]], others) and has_words(reply, best["version"])
+            exactly(reply, [best["codename"]], others) and _has_version(reply, best["version"])
         ),
     )
 
@@ -902,14 +914,14 @@ def _available_by_author(world: World) -> Case:
 def _oldest_book(world: World) -> Case:
     site = _site(world)
     oldest = min(site.books, key=lambda b: b["year"])
-    others = [b["title"] for b in site.books if b is not oldest]
+    # "Glass Letters" names "The Glass Letters" (every title is "The X Y", each X Y once)
+    title = oldest["title"].removeprefix("The ")
+    others = [b["title"].removeprefix("The ") for b in site.books if b is not oldest]
     return Case(
         f"What is the oldest book (earliest year) in the library catalog at {_catalog_url(site)}, "
         "and which branch holds it? Reply with the title and the branch.",
         f"{oldest['title']} ({oldest['branch']})",
-        lambda reply: (
-            exactly(reply, [oldest["title"]], others) and has_words(reply, oldest["branch"])
-        ),
+        lambda reply: exactly(reply, [title], others) and has_words(reply, oldest["branch"]),
     )
 
 
@@ -935,7 +947,7 @@ def _pricey(world: World) -> Case:
     limit = int(max(p["price"] for p in items)) + rng.choice([10, 25, 40])
     hits = [p["name"] for p in items if p["price"] > limit]
     others = [p["name"] for p in items if p["price"] <= limit]
-    answer, check = _names_or_none(hits, others)
+    answer, check = _names_or_none(hits, others, "product")
     return Case(
         f"Which products in the {cat} category of {site.url(site.shop + '/products')} cost more "
         f"than {limit}? Reply with their names, or say that there are none.",
