@@ -363,7 +363,9 @@ def _stream(
 
 def _git(repo: str, *args: str, stdin: str | None = None) -> str:
     env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
-    env |= {"GIT_CONFIG_NOSYSTEM": "1", "HOME": repo, "GIT_CONFIG_GLOBAL": os.devnull}
+    # No system or user config: a hook, template or default of the machine must not
+    # change the repository the seed describes.
+    env |= {"GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull}
     return subprocess.run(
         ["git", "-C", repo, *args], input=stdin, capture_output=True, text=True, check=True, env=env
     ).stdout
@@ -493,8 +495,8 @@ def _total_commits(world: World) -> Case:
 def _count_fixes(world: World) -> Case:
     n = sum(c.kind == "fix" for c in _g(world).main)
     return Case(
-        f"In the repository at {world.repo}, how many commits in the whole history are bug "
-        f'fixes, i.e. their message starts with "fix"? Reply with the number.',
+        f"On the main branch of the repository at {world.repo}, how many commits in the whole "
+        f'history are bug fixes, i.e. their message starts with "fix"? Reply with the number.',
         str(n),
         lambda r: has_number(r, n),
     )
@@ -505,7 +507,8 @@ def _top_author(world: World) -> Case:
     top = counts.most_common(1)[0][0]
     others = [a for a in counts if a != top]
     return Case(
-        f"Who has made the most commits to the repository at {world.repo} (all of its history)? "
+        f"Who has made the most commits to the main branch of the repository at {world.repo} "
+        f"(all of its history)? "
         f"Reply with the author's name.",
         top,
         lambda r: has_words(r, top) and lacks_words(r, *others),
@@ -517,8 +520,8 @@ def _per_scope(world: World) -> Case:
     answer = ", ".join(f"{s}: {n}" for s, n in sorted(counts.items()))
     return Case(
         f"Our commit messages in {world.repo} follow conventional commits, like "
-        f'"fix(parser): ...". Over the whole history, how many commits are there per scope '
-        f"(the word in parentheses)? Reply with one line per scope: scope: count.",
+        f'"fix(parser): ...". Over the whole history of main, how many commits are there per '
+        f"scope (the word in parentheses)? Reply with one line per scope: scope: count.",
         answer,
         lambda r: has_pairs(r, counts),
     )
@@ -529,7 +532,8 @@ def _team_commits(world: World) -> Case:
     top = counts.most_common(1)[0][0]
     others = [t for t in counts if t != top]
     return Case(
-        f"Which team has made the most commits to the repository at {world.repo}? Commit "
+        f"Which team has made the most commits to the main branch of the repository at "
+        f"{world.repo}? Commit "
         f"authors are in the employees table of our SQLite database (columns name and team). "
         f"Reply with the team name.",
         top,
@@ -546,7 +550,8 @@ def _weekday(world: World) -> Case:
         if d != top
     ]
     return Case(
-        f"On which day of the week were the most commits made in the repository at {world.repo}? "
+        f"On which day of the week were the most commits made on the main branch of the "
+        f"repository at {world.repo}? "
         f"Use each commit's date as the log shows it (the author's local time). "
         f"Reply with the weekday.",
         top,
@@ -565,7 +570,8 @@ def _range(world: World) -> Case:
     hi = datetime(end.year, end.month, end.day, tzinfo=UTC) + timedelta(days=1)
     n = sum(lo <= c.when < hi for c in g.main)
     return Case(
-        f"How many commits were made in the repository at {world.repo} from {start:%Y-%m-%d} "
+        f"How many commits were made on the main branch of the repository at {world.repo} "
+        f"from {start:%Y-%m-%d} "
         f"through {end:%Y-%m-%d} (both days included)? Reply with the number.",
         str(n),
         lambda r: has_number(r, n),
@@ -613,8 +619,8 @@ def _files_by(world: World) -> Case:
     wanted = sorted({f for c in g.main if c.author.name == name for f in c.files})
     others = [f for f in g.files if f not in wanted]
     return Case(
-        f"Which files has {name} changed in the repository at {world.repo}? Look at each of "
-        f"their commits. Reply with the file paths, one per line.",
+        f"Which files has {name} changed on the main branch of the repository at {world.repo}? "
+        f"Look at each of their commits. Reply with the file paths, one per line.",
         "\n".join(wanted),
         lambda r: has_words(r, *wanted) and lacks_words(r, *others),
     )
@@ -638,8 +644,8 @@ def _biggest_recent(world: World) -> Case:
         return named and not wrong
 
     return Case(
-        f"Of the 5 most recent commits in the repository at {world.repo}, which one added the "
-        f"most lines? Reply with its commit hash and message.",
+        f"Of the 5 most recent commits on the main branch of the repository at {world.repo}, "
+        f"which one added the most lines? Reply with its commit hash and message.",
         f"{top.sha[:7]} {top.message} (+{top.added})",
         check,
     )

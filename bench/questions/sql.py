@@ -448,7 +448,8 @@ def _salary_of_top_committer(world: World) -> Case:
     top = counts.most_common(1)[0][0]
     salary = next(e["salary"] for e in _d(world).employees if e["name"] == top)
     return Case(
-        f"What is the salary of whoever made the most commits to the repository at {world.repo}? "
+        f"What is the salary of whoever made the most commits to the main branch of the "
+        f"repository at {world.repo}? "
         f"Salaries are in the employees table of our SQLite database. Reply with the salary.",
         f"{salary} ({top})",
         lambda r: has_number(r, salary),
