@@ -8,6 +8,7 @@ import asyncio
 import json
 import re
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, cast
 
@@ -21,6 +22,7 @@ from daemon.model.harness import (
     RULES,
     TRIALS,
     CodeBlockTurns,
+    Example,
     SmallModelProfile,
     Switches,
     active,
@@ -148,6 +150,18 @@ def _warm(_: Switches) -> dict[str, Any]:
     return body
 
 
+def _with_examples(switches: Switches) -> str:
+    example = Example("What time is it in Tokyo?", "await now(tz='Asia/Tokyo')")
+    definition = ToolDefinition("run_code", "Run Python.", {"type": "object"})
+    tools = replace(_tools(True), definitions={"run_code": definition})
+    turns = CodeBlockTurns(
+        cast(Any, None), tools, ModelConfig(model="m"), switches, examples=[example]
+    )
+    messages = [{"role": "system", "content": turns.system_prompt()}]
+    turns.loop_state(messages, "What time is it in Paris?")
+    return messages[0]["content"]
+
+
 def _repaired(code: str, functions: Any = ()) -> Callable[[Switches], Any]:
     return lambda _: repair_code(code, functions)
 
@@ -204,6 +218,7 @@ PROBES: dict[str, Callable[[Switches], Any]] = {
     "url-hint": lambda _: url_hint("Total of http://h:1/o.json?", "x = 1", FETCHERS),
     "topic-hint": lambda _: topic_hint(QUESTION, WRONG, catalog_topics(topics_catalog())),
     "vote": lambda _: vote_samples(3),
+    "examples": lambda sw: _with_examples(sw),
     "echo-check": lambda _: echoes_example("THE QUESTION names the store; and asks about pods"),
     "reply-from-result": lambda _: is_no_answer(""),
     "quote-result": lambda _: quote_result("Two.", '["a", "b"]'),

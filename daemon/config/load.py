@@ -7,7 +7,7 @@ it came from, so that pydantic's check of the merged whole can name the file,
 the variable or the flag of a bad value (:mod:`daemon.config.messages`).
 
 Relative paths written in a config file (``mcp_json``, ``code_mode.preamble``,
-``sessions.db``, a server's ``cwd``) are relative to the file's directory;
+``model.examples``, ``sessions.db``, a server's ``cwd``) are relative to the file's directory;
 relative paths from flags and the defaults are relative to the working
 directory.
 """
@@ -43,7 +43,7 @@ ENVIRONMENT: dict[str, str] = {
 # Config's tables
 _SECTIONS = ["model", "code_mode", "channels", "runtime", "sessions", "approvals"]
 _TOP_KEYS = [*_SECTIONS, "mcp_servers", "mcp_json"]
-_PATH_KEYS = ["mcp_json", "code_mode.preamble", "sessions.db"]
+_PATH_KEYS = ["mcp_json", "code_mode.preamble", "model.examples", "sessions.db"]
 _CONFIG = TypeAdapter(Config)
 
 
@@ -144,6 +144,7 @@ def config_from_document(
         config.mcp_servers[unique_name(Path(server.command).name, config.mcp_servers)] = server
 
     _read_preamble(config)
+    _read_examples(config)
     scopes = config.code_mode.effective_max_scopes()
     if config.runtime.max_concurrent_runs > scopes:
         raise ConfigError(
@@ -193,6 +194,18 @@ def _get(config: Config, key: str) -> Any:
 def _set(config: Config, key: str, value: Any) -> None:
     parent, _, name = key.rpartition(".")
     setattr(_get(config, parent) if parent else config, name, value)
+
+
+def _read_examples(config: Config) -> None:
+    """``model.examples``' text, read at load so that a missing file fails at start (the
+    harness parses it when it builds its profile)."""
+    examples = config.model.examples
+    if examples is None:
+        return
+    try:
+        config.model.examples_text = examples.read_text(encoding="utf-8")
+    except (OSError, ValueError) as exc:  # ValueError: not UTF-8, or a NUL in the path
+        raise ConfigError(f"cannot read model.examples {examples}: {exc}") from exc
 
 
 def _read_preamble(config: Config) -> None:

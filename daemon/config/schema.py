@@ -80,6 +80,10 @@ class ModelConfig:
     # (model "qwen-coder-1.5b"), off for every other model.
     harness: Flag | None = None
     worked_example: Text | None = None  # the harness's example; None: the built-in one
+    # The harness's solved (question, snippet) pairs (TOML [[example]] tables, or JSON
+    # Lines for a .jsonl name): the closest two per question replace worked_example
+    examples: PathValue | None = None
+    examples_text: str | None = field(default=None, init=False, repr=False)
     # The harness's self-consistency: snippets drawn for a short answer (a number, a
     # short list); 2 or 3 check the first against warmer samples. Off (1) by default:
     # on the bench it changed no outcome and cost 36 more snippets (docs/benchmarks/history.md).

@@ -52,6 +52,8 @@ each piece fixes one observed failure:
 | question, not the one holding what it    | whose stub covers its words    |                    |
 | asks about (workspaces for pods)         |                                |                    |
 | a reply that retells the worked example  | :func:`echoes_example`         | echo-check         |
+| one example about orders says nothing of | :func:`closest_examples` of    | examples           |
+| a deployment's own tools                 | ``[model] examples``           |                    |
 | (trial) "the first N" read as "below N": | :func:`check_message`: the     | check-answer       |
 | a short value that answers another       | value against the question     |                    |
 | question                                 | once, answer or correct        |                    |
@@ -71,7 +73,9 @@ really is), ``keyfix`` (a key read where the look found it), ``fields``
 that looks at a failed snippet's variables), ``look`` (what it found, as
 data: paths, values and counts, rendered only for the model), ``topics``
 (which function a question is about), ``vote`` (self-consistency for short
-answers) and ``rules`` (every rule's name, :data:`RULES`, and which are on).
+answers), ``examples`` (solved questions of ``[model] examples``, the closest
+shown per question) and ``rules`` (every rule's name, :data:`RULES`, and which
+are on).
 
 Every rule and mechanism has a stable name in :data:`RULES` (with the one-line
 class of questions or data it serves) and can be switched off for a
@@ -88,6 +92,13 @@ May import: what ``daemon.model`` may, and ``daemon.model``'s lower modules
 """
 
 from daemon.model.harness.blocks import MAX_KEY_FIXES
+from daemon.model.harness.examples import (
+    CHOSEN_EXAMPLES,
+    Example,
+    closest_examples,
+    parse_examples,
+    render_examples,
+)
 from daemon.model.harness.feedback import (
     answer_instruction,
     check_message,
@@ -128,6 +139,7 @@ from daemon.model.harness.prompts import (
     CODE_STOP,
     HARNESS_RULES,
     HARNESS_SYSTEM_PROMPT,
+    HOW_TO_ANSWER,
     MAX_FAILED_SNIPPETS,
     RETRY_TEMPERATURE,
     WORKED_EXAMPLE,
@@ -161,11 +173,13 @@ from daemon.model.harness.vote import (
 )
 
 __all__ = [
+    "CHOSEN_EXAMPLES",
     "CODE_STOP",
     "GROUPS",
     "HARNESS_CATALOG_BUDGET",
     "HARNESS_RULES",
     "HARNESS_SYSTEM_PROMPT",
+    "HOW_TO_ANSWER",
     "MAX_FAILED_SNIPPETS",
     "MAX_KEY_FIXES",
     "MAX_VOTE_SAMPLES",
@@ -176,6 +190,7 @@ __all__ = [
     "VOTE_TEMPERATURE",
     "WORKED_EXAMPLE",
     "CodeBlockTurns",
+    "Example",
     "Look",
     "Signature",
     "SmallModelProfile",
@@ -188,6 +203,7 @@ __all__ = [
     "catalog_topics",
     "check_message",
     "checks_answer",
+    "closest_examples",
     "code_message",
     "compact_description",
     "echoes_example",
@@ -208,6 +224,7 @@ __all__ = [
     "may_rerun",
     "mend_call",
     "missing_key",
+    "parse_examples",
     "peek_code",
     "prints_as_result",
     "quote_result",
@@ -215,6 +232,7 @@ __all__ = [
     "read_names",
     "readable",
     "recover_arguments",
+    "render_examples",
     "repair_code",
     "repeat_hint",
     "result_message",

@@ -20,14 +20,22 @@ from dataclasses import replace
 from typing import Any
 
 from daemon.config import ModelConfig
+from daemon.errors import ConfigError
 from daemon.model.calls import ToolCall
 from daemon.model.conversation import LoopState
 from daemon.model.endpoint import ChatEndpoint
 from daemon.model.harness.blocks import after_block, code_blocks
+from daemon.model.harness.examples import (
+    Example,
+    closest_examples,
+    parse_examples,
+    render_examples,
+)
 from daemon.model.harness.feedback import answer_instruction
 from daemon.model.harness.mending import text_calls
 from daemon.model.harness.prompts import (
     HARNESS_SYSTEM_PROMPT,
+    HOW_TO_ANSWER,
     WORKED_EXAMPLE,
     Signature,
     catalog_signatures,
@@ -63,6 +71,7 @@ class SmallModelProfile:
     def __init__(self, params: ModelConfig, switches: Switches | None = None) -> None:
         self.params = params
         self.switches = switches or Switches()
+        self.examples = read_examples(params)  # [model] examples, parsed once
 
     def turns(self, endpoint: ChatEndpoint, tools: RunTools, mode: str | None = None) -> Turns:
         """Code blocks in code mode (or for a run paused in them), else tool calls."""
@@ -71,7 +80,11 @@ class SmallModelProfile:
             # them and resumed with the tools offered directly has none)
             catalog = tools.catalog if tools.code_mode else None
             return CodeBlockTurns(
-                endpoint, replace(tools, catalog=catalog), self.params, self.switches
+                endpoint,
+                replace(tools, catalog=catalog),
+                self.params,
+                self.switches,
+                examples=self.examples,
             )
         on = self.switches.on
         return ToolCallTurns(
@@ -83,6 +96,21 @@ class SmallModelProfile:
             # a call written as text (Qwen's <tool_call>, JSON) is a call
             **({"text_calls": text_calls} if on("text-calls") else {}),
         )
+
+
+def read_examples(params: ModelConfig) -> list[Example]:
+    """The examples of ``[model] examples`` (none without the file); a file that cannot
+    be read or parsed is a :class:`~daemon.errors.ConfigError` naming it."""
+    path = params.examples
+    if path is None:
+        return []
+    text = params.examples_text
+    try:
+        if text is None:  # a ModelConfig built in code, not loaded
+            text = path.read_text(encoding="utf-8")
+        return parse_examples(text, path.name)
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"model.examples {path}: {exc}") from exc
 
 
 def _final_round(question: str) -> str:
@@ -109,11 +137,16 @@ class CodeBlockTurns:
         tools: RunTools,
         params: ModelConfig,
         switches: Switches | None = None,
+        *,
+        examples: list[Example] | None = None,
     ) -> None:
         self.endpoint = endpoint
         self.tools = tools
         self.params = params
         self.switches = switches or Switches()
+        # solved questions to choose from per question (rule examples); none: the one
+        # worked example
+        self.examples = (examples or []) if self.switches.on("examples") else []
         catalog = tools.catalog
         self.functions: dict[str, Signature] = (
             catalog_signatures(catalog) if catalog is not None else {}
@@ -127,7 +160,14 @@ class CodeBlockTurns:
     def system_prompt(self) -> str:
         """The harness's rules, the compact catalog and the worked example; a run_code
         that is not code mode's has no catalog: its description is shown whole. Rule
-        ``worked-example`` off: no example."""
+        ``worked-example`` off: no example. With ``[model] examples``, the first of them
+        (a run's own are chosen by :meth:`loop_state`)."""
+        return self._system(self.examples[:1])
+
+    def _system(self, examples: list[Example]) -> str:
+        """The system message with ``examples``, or the worked example when there are none;
+        everything before them is the same from question to question (the server's
+        prompt cache holds it)."""
         tools = self.tools
         definitions = list(tools.definitions.values())
         with self._switched():
@@ -137,6 +177,8 @@ class CodeBlockTurns:
                 else (definitions[0].description if definitions else "")
             )
         example = self.params.worked_example or WORKED_EXAMPLE
+        if examples:
+            example = f"{HOW_TO_ANSWER}\n\n{render_examples(examples)}"
         return system_prompt(
             self.params.system_prompt or HARNESS_SYSTEM_PROMPT,
             description,
@@ -150,7 +192,11 @@ class CodeBlockTurns:
             yield
 
     def loop_state(self, messages: list[dict[str, Any]], question: str) -> LoopState:
-        """A new run's position, with the code-block counters."""
+        """A new run's position, with the code-block counters; with ``[model] examples``,
+        the system message shows the ones closest to ``question``."""
+        if self.examples and messages and messages[0].get("role") == "system":
+            chosen = closest_examples(question, self.examples)
+            messages[0] = {"role": "system", "content": self._system(chosen)}
         return LoopState(
             mode=self.mode,
             messages=messages,

@@ -21,6 +21,7 @@ __all__ = [
     "CODE_STOP",
     "HARNESS_RULES",
     "HARNESS_SYSTEM_PROMPT",
+    "HOW_TO_ANSWER",
     "MAX_FAILED_SNIPPETS",
     "RETRY_TEMPERATURE",
     "WORKED_EXAMPLE",
@@ -52,10 +53,15 @@ third-party packages, files, network or subprocesses: only the functions below r
 - A function whose tool fails raises RuntimeError; a failed snippet comes back as its \
 traceback: then fix it."""
 
-WORKED_EXAMPLE = """\
+#: What every worked example is shown after: how an answer looks.
+HOW_TO_ANSWER = """\
 How to answer: reply with one ```python block that calls the functions above with \
 `await` and keyword arguments, filters the data in Python, and ends with an expression \
-that holds the answer. Put each statement on its own line.
+that holds the answer. Put each statement on its own line."""
+
+WORKED_EXAMPLE = (
+    HOW_TO_ANSWER
+    + """
 
 Worked example (only an illustration: list_orders is not one of your functions).
 Question: in store north, which open orders are over 100, with their totals?
@@ -66,6 +72,7 @@ big = [o for o in items(orders) if o['total'] > 100]
 ```
 The question names the store, and asks about orders: so the code lists the orders, \
 passing the store as an argument."""
+)
 
 _WORD = re.compile(r"\w+")
 _ECHO_WORDS = 6

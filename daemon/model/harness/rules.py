@@ -95,6 +95,8 @@ RULES: dict[str, str] = {
     "topic-hint": "a failed snippet that called a function other than the one the question's "
     "words name: start with that one",
     "vote": "a short answer: a second sample from the question reread, a third on a tie",
+    "examples": "solved (question, snippet) pairs of [model] examples: the closest two by "
+    "their words replace the worked example (without the file, nothing changes)",
     "echo-check": "a reply that retells the worked example is replaced by the result",
     "reply-from-result": "a reply that is empty or only code is replaced by the result",
     "quote-result": "a reply that drops a value of a short result gets the result quoted",

@@ -1,0 +1,130 @@
+"""Worked examples in the deployment's own terms: solved (question, snippet) pairs from
+the file ``[model] examples`` names, the closest one or two shown per question (pure).
+
+A small model copies the shape of the example it is shown; one built-in
+example about orders says nothing of a deployment's git logs or SQL rows.
+The file holds solved questions in the deployment's own tools, and each
+question gets the entries whose words are closest to its own, by a cheap
+lexical similarity: the content words of both (stemmed, stop words, names and
+URLs left out, as :func:`~daemon.model.harness.topics.question_words` reads
+them), each shared word weighted by how rare it is among the examples
+(inverse document frequency), over the example's own weight. Two dozen
+examples score in well under a millisecond and need no model or new
+dependency; an embedding would cost a second model in memory on 2 cores.
+
+The file (TOML, or JSON Lines when its name ends in ``.jsonl``)::
+
+    [[example]]
+    question = "How many open orders does store north have over 100?"
+    code = '''
+    orders = await list_orders(store='north', status='open')
+    len([o for o in items(orders) if o['total'] > 100])
+    '''
+    note = "The store is an argument; the filter is Python."   # optional
+
+    {"question": "...", "code": "...", "note": "..."}         # one per line (.jsonl)
+
+Without the file, ``[model] worked_example`` (else the built-in one) is the
+one example, shown as written. Rule ``examples``: off, the file is not used.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import tomllib
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from daemon.model.harness.topics import question_words
+
+__all__ = ["CHOSEN_EXAMPLES", "Example", "closest_examples", "parse_examples", "render_examples"]
+
+CHOSEN_EXAMPLES = 2  # entries shown per question: a third costs tokens and adds little
+
+
+@dataclass(frozen=True)
+class Example:
+    """One solved question: what was asked, the snippet that answers it, and an
+    optional note on why it is written so."""
+
+    question: str
+    code: str
+    note: str = ""
+
+
+def parse_examples(text: str, name: str) -> list[Example]:
+    """The examples of a file's text (JSON Lines when ``name`` ends in ``.jsonl``, else
+    TOML ``[[example]]`` tables); a ValueError that says what is wrong, and where."""
+    if name.endswith(".jsonl"):
+        entries = []
+        for n, line in enumerate(text.splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                entries.append((f"line {n}", json.loads(line)))
+            except ValueError as exc:
+                raise ValueError(f"line {n} is not JSON: {exc}") from exc
+    else:
+        try:
+            document = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as exc:
+            raise ValueError(f"not valid TOML: {exc}") from exc
+        tables = document.get("example")
+        if not isinstance(tables, list):
+            raise ValueError("no [[example]] tables")
+        entries = [(f"example {n}", table) for n, table in enumerate(tables, 1)]
+    examples = [_example(where, entry) for where, entry in entries]
+    if not examples:
+        raise ValueError("no examples")
+    return examples
+
+
+def _example(where: str, entry: object) -> Example:
+    if not isinstance(entry, dict):
+        raise ValueError(f"{where} is not a table or an object")
+    unknown = set(entry) - {"question", "code", "note"}
+    if unknown:
+        raise ValueError(f"{where} has unknown keys: {', '.join(sorted(unknown))}")
+    values = {k: entry.get(k, "") for k in ("question", "code", "note")}
+    for key, value in values.items():
+        if not isinstance(value, str):
+            raise ValueError(f"{where}: {key} must be text")
+    if not values["question"].strip() or not values["code"].strip():
+        raise ValueError(f"{where} needs a question and its code")
+    return Example(values["question"].strip(), values["code"].strip("\n"), values["note"].strip())
+
+
+def closest_examples(
+    question: str, examples: Sequence[Example], k: int = CHOSEN_EXAMPLES
+) -> list[Example]:
+    """The ``k`` examples whose questions share the most (and rarest) words with
+    ``question``, closest first, in file order on a tie; the first example when none
+    shares a word (the model still sees how an answer looks)."""
+    if not examples:
+        return []
+    bags = [question_words(e.question) for e in examples]
+    df = Counter(w for bag in bags for w in bag)
+    idf = {w: math.log(1 + len(examples) / n) for w, n in df.items()}
+    asked = question_words(question)
+    scored = []
+    for index, bag in enumerate(bags):
+        shared = sum(idf[w] ** 2 for w in asked & bag)
+        norm = math.sqrt(sum(idf[w] ** 2 for w in bag)) or 1.0
+        if shared > 0:
+            scored.append((-shared / norm, index))
+    chosen = [examples[i] for _, i in sorted(scored)[:k]]
+    return chosen or [examples[0]]
+
+
+def render_examples(examples: Sequence[Example]) -> str:
+    """The examples as the system message shows them: each question, its block, its note."""
+    parts = [
+        "Worked examples (illustrations: their functions may not be yours; your "
+        "functions are the ones listed above)."
+    ]
+    for example in examples:
+        note = f"\n{example.note}" if example.note else ""
+        parts.append(f"Question: {example.question}\n```python\n{example.code}\n```{note}")
+    return "\n\n".join(parts)
