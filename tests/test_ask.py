@@ -25,7 +25,7 @@ from daemon.approvals import PendingCall
 from daemon.cli import main
 from daemon.cli.approve import ReadLine, ask_at_terminal
 from daemon.logging import reset_logging
-from tests.fakes.fake_openai import Error, FakeOpenAI, Raw, ToolCalls
+from tests.fakes.fake_openai import Error, FakeOpenAI, Raw, Reply, ToolCalls
 
 ASYNCAI = str(Path(sys.executable).parent / "asyncai")
 KEY = "sk-ask-test-9876543210fedcba"
@@ -409,6 +409,30 @@ async def test_ask_without_a_terminal_refuses_inside_run_code(here: Path, capsys
     assert written(target) == []
     result = fake.requests[1]["messages"][-1]["content"]
     assert f"PermissionError: {NO_TERMINAL}" in result
+
+
+@pytest.mark.parametrize("mode", ["code", "direct"])
+async def test_ask_with_the_harness_never_replies_with_data_no_call_returned(
+    here: Path, capsys, mode: str
+):
+    """The small-model harness on ([model] harness = true), every call refused: the
+    model's invented answer after the refusal is not the reply; the refused tool and
+    its reason are, in code mode (the code-block protocol) and direct mode."""
+    target = files_server(here)
+    with (here / "asyncai.toml").open("a") as f:
+        f.write("[model]\nharness = true\n")
+    invented = "John Doe appended 1234 lines, version 1.2."
+    first = (
+        Reply(f"```python\nawait append_line(path={str(target)!r}, line='one')\n")
+        if mode == "code"
+        else ToolCalls(("append_line", {"path": str(target), "line": "one"}))
+    )
+    async with FakeOpenAI([first, invented]) as fake:
+        code, out, err = await run(
+            capsys, "add a line", "--model", "m", "--base-url", fake.base_url, "--tool-mode", mode
+        )
+    assert (code, out) == (0, _refused_reply("append_line", NO_TERMINAL)), err
+    assert written(target) == []
 
 
 async def test_ask_with_approve_all_makes_the_call_once(here: Path, capsys):
