@@ -25,7 +25,8 @@ each piece fixes one observed failure:
 | ``print(x)`` last: the result is         | :func:`prints_as_result`       | prints-as-result   |
 | ``{"output": "x"}``                      |                                |                    |
 | at temperature 0 it resends the failing  | :func:`warm_retry`,            | warm-retry         |
-| snippet verbatim                         | :data:`MAX_FAILED_SNIPPETS`    |                    |
+| snippet verbatim                         | :data:`MAX_FAILED_SNIPPETS`,   | retry-alone        |
+|                                          | :func:`replays_code`           |                    |
 | after the result it restates the code,   | :func:`result_message` (the    | readable,          |
 | or invents facts                         | result, then the question      | reply-from-result, |
 |                                          | again), the result quoted      | quote-result       |
@@ -112,6 +113,7 @@ from daemon.model.harness.feedback import (
     quote_result,
     readable,
     repeat_hint,
+    replays_code,
     result_message,
     retry_hint,
     url_hint,
@@ -235,6 +237,7 @@ __all__ = [
     "render_examples",
     "repair_code",
     "repeat_hint",
+    "replays_code",
     "result_message",
     "retry_hint",
     "retry_seed",

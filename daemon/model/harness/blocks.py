@@ -35,6 +35,7 @@ from daemon.model.harness.feedback import (
     prints_as_result,
     quote_result,
     repeat_hint,
+    replays_code,
     result_message,
     retry_hint,
     url_hint,
@@ -271,7 +272,7 @@ async def after_block(
     # A retry follows the question alone, with the feedback: shown its failed
     # code, a small model sends it again verbatim. The answer sees the code.
     del messages[ls.base :]
-    if ls.answering or (ls.checked and not (retry or recheck)):
+    if replays_code(retry or recheck):
         messages.append(ran)  # the answer (or the check) sees the code
     messages.append({"role": "user", "content": reply})
 

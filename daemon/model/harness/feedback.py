@@ -32,6 +32,7 @@ __all__ = [
     "quote_result",
     "readable",
     "repeat_hint",
+    "replays_code",
     "result_message",
     "retry_hint",
     "url_hint",
@@ -124,6 +125,13 @@ def check_message(result: str, question: str) -> str:
         "every name and number from the result, with no code. If it does not, write a new "
         "```python block that computes exactly what I asked."
     )
+
+
+def replays_code(retry: bool) -> bool:
+    """Whether the next message follows the snippet that ran, as the model's turn: always
+    before the answer (it sees what it computed), never before a retry (rule
+    ``retry-alone``): shown its failed code, a small model sends it again verbatim."""
+    return not retry or not on("retry-alone")
 
 
 def readable(result: str, limit: int = 40) -> str:

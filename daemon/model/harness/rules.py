@@ -78,6 +78,8 @@ RULES: dict[str, str] = {
     "last-assignment": "a snippet ending on an assignment returns the assigned name",
     "prints-as-result": "a snippet that printed and returned None: the printed text is its result",
     "readable": "a JSON list or dict result is shown one item per line before the answer",
+    "retry-alone": "a retry follows the question and the feedback alone, without the failed "
+    "code as the model's turn (shown it, a small model resends it)",
     "warm-retry": "a retry is sampled warmer, seeded by its prompt (greedy resends the "
     "failed snippet)",
     "retry-hint": "a failed snippet's error gets a line the traceback does not say "
