@@ -20,6 +20,7 @@ from daemon.model.harness import (
     SmallModelProfile,
     Switches,
     closest_examples,
+    echoes_example,
     parse_examples,
     render_examples,
 )
@@ -153,3 +154,12 @@ def test_the_config_reads_the_file_beside_it_and_a_bad_one_fails_at_start(tmp_pa
     (tmp_path / "solved.toml").unlink()
     with pytest.raises(ConfigError, match=r"cannot read model\.examples"):
         load_config(config, environ={})
+
+
+def test_a_reply_that_retells_a_shown_example_echoes_it() -> None:
+    """The echo check reads the example the system message showed: a chosen entry's
+    note retold is an echo of it, not of the built-in example."""
+    shown = f"{HOW_TO_ANSWER}\n\n{render_examples([EXAMPLES[0]])}"
+    assert echoes_example("git_log returns text: parse it first. So I did.", shown)
+    assert not echoes_example("git_log returns text: parse it first. So I did.")
+    assert not echoes_example("There are 3 authors.", shown)

@@ -49,6 +49,7 @@ from daemon.model.harness.peek import assigned_names, peek_code, read_names
 from daemon.model.harness.prompts import (
     CODE_STOP,
     MAX_FAILED_SNIPPETS,
+    WORKED_EXAMPLE,
     Signature,
     warm_retry,
 )
@@ -87,6 +88,7 @@ async def code_blocks(
     *,
     functions: dict[str, Signature],
     topics: Mapping[str, Topic] | None = None,
+    example: str = WORKED_EXAMPLE,
 ) -> None:
     """The harness's code-block protocol for small models (code mode).
 
@@ -101,7 +103,8 @@ async def code_blocks(
     calls as ``tool_use``/``tool_result`` blocks, as in the plain loop;
     the result messages are harness text and stay out of them. The loop's
     position lives in ``ls``, so a run paused at a block goes on from there
-    (:func:`after_block`, then this again).
+    (:func:`after_block`, then this again). ``example``: the worked example(s) the
+    system message showed (an answer that retells them is no answer).
     """
     messages = ls.messages
     max_rounds = endpoint.params.max_rounds
@@ -132,7 +135,7 @@ async def code_blocks(
                 assistant_record(response, content, [], choice.finish_reason, endpoint.model_name)
             )
             state.reply = content.strip() or EMPTY_REPLY
-            if ls.last_result is not None and is_no_answer(content):
+            if ls.last_result is not None and is_no_answer(content, example):
                 # the model restated code, said nothing or retold the worked example:
                 # the result is the answer
                 state.reply = f"The result of run_code: {ls.last_result}"

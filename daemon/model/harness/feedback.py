@@ -16,7 +16,7 @@ from daemon.code_mode.catalog import NO_OUTPUT
 from daemon.code_mode.sandbox import MISSING_MODULE_ADVICE
 from daemon.model.harness.look import Look
 from daemon.model.harness.parsing import is_code_only
-from daemon.model.harness.prompts import echoes_example
+from daemon.model.harness.prompts import WORKED_EXAMPLE, echoes_example
 from daemon.model.harness.rules import on
 
 __all__ = [
@@ -172,14 +172,14 @@ def looks_empty(text: str) -> bool:
     return on("empty-recheck") and (is_empty_result(text) or holds_none(text))
 
 
-def is_no_answer(reply: str) -> bool:
+def is_no_answer(reply: str, example: str = WORKED_EXAMPLE) -> bool:
     """Whether a reply after a result says nothing of its own, so the result is the
     answer: it is empty or only code (rule ``reply-from-result``), or it retells the
-    worked example (rule ``echo-check``, :func:`echoes_example`)."""
+    worked example it was shown (rule ``echo-check``, :func:`echoes_example`)."""
     said = reply.strip()
     if on("reply-from-result") and (not said or is_code_only(reply)):
         return True
-    return echoes_example(reply)
+    return echoes_example(reply, example)
 
 
 _PRINTED_NONE = re.compile(r"(?<![\w'\"])None(?![\w'\"]| of\b)")

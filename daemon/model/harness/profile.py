@@ -176,14 +176,22 @@ class CodeBlockTurns:
                 if tools.catalog is not None
                 else (definitions[0].description if definitions else "")
             )
-        example = self.params.worked_example or WORKED_EXAMPLE
-        if examples:
-            example = f"{HOW_TO_ANSWER}\n\n{render_examples(examples)}"
+        example = self._example(examples)
         return system_prompt(
             self.params.system_prompt or HARNESS_SYSTEM_PROMPT,
             description,
             example if self.switches.on("worked-example") else "",
         )
+
+    def _example(self, examples: list[Example]) -> str:
+        """The example text the system message shows: ``examples``, else the worked one."""
+        if examples:
+            return f"{HOW_TO_ANSWER}\n\n{render_examples(examples)}"
+        return self.params.worked_example or WORKED_EXAMPLE
+
+    def _chosen(self, question: str) -> list[Example]:
+        """The examples shown for ``question`` (the same again for a resumed run)."""
+        return closest_examples(question, self.examples) if self.examples else []
 
     @contextmanager
     def _switched(self) -> Iterator[None]:
@@ -195,8 +203,7 @@ class CodeBlockTurns:
         """A new run's position, with the code-block counters; with ``[model] examples``,
         the system message shows the ones closest to ``question``."""
         if self.examples and messages and messages[0].get("role") == "system":
-            chosen = closest_examples(question, self.examples)
-            messages[0] = {"role": "system", "content": self._system(chosen)}
+            messages[0] = {"role": "system", "content": self._system(self._chosen(question))}
         return LoopState(
             mode=self.mode,
             messages=messages,
@@ -219,6 +226,7 @@ class CodeBlockTurns:
                 ls,
                 functions=self.functions,
                 topics=self.topics,
+                example=self._example(self._chosen(ls.question)),
             )
 
     async def after_call(

@@ -86,15 +86,19 @@ def _ngrams(text: str, n: int) -> set[tuple[str, ...]]:
 _EXAMPLE_NGRAMS = _ngrams(WORKED_EXAMPLE, _ECHO_WORDS)
 
 
-def echoes_example(reply: str) -> bool:
-    """Whether a reply repeats six words in a row of :data:`WORKED_EXAMPLE`.
+def echoes_example(reply: str, example: str = WORKED_EXAMPLE) -> bool:
+    """Whether a reply repeats six words in a row of the example the system message
+    showed (:data:`WORKED_EXAMPLE`, ``[model] worked_example`` or the chosen examples).
 
     Asked for its answer after an empty result, a 1.5B model retold the worked
     example's closing sentence ("The question names the store, and asks about
     pods: ..."): that is no answer, and the result is quoted instead. Rule
     ``echo-check``.
     """
-    return on("echo-check") and not _ngrams(reply, _ECHO_WORDS).isdisjoint(_EXAMPLE_NGRAMS)
+    if not on("echo-check"):
+        return False
+    shown = _EXAMPLE_NGRAMS if example == WORKED_EXAMPLE else _ngrams(example, _ECHO_WORDS)
+    return not _ngrams(reply, _ECHO_WORDS).isdisjoint(shown)
 
 
 # Generation stops after the code block's closing fence: what a small model writes
