@@ -49,7 +49,7 @@ test: $(STAMP)
 	site=$$(mktemp -d) && NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir "$$site"; \
 		status=$$?; rm -rf "$$site"; exit $$status
 	# the question set's third-party MCP servers, pinned, each in a venv of its own
-	# (pip, once; tests/test_bench_questions.py starts them)
+	# (uv, once; tests/test_bench_questions.py starts them)
 	$(PY) -m bench.questions --install-servers
 	$(PY) -m pytest
 
