@@ -203,6 +203,13 @@ def test_an_answer_is_invented_when_no_call_returned_data() -> None:
     assert not invented(needs, case, _result("There are 3 pods.", nested=ok), "code")
     assert not invented(needs, case, _result("There are 3.", direct_error=False), "direct")
     assert not invented(needs, case, _result("I cannot reach the cluster."), "code")
+    # the daemon's own honest reply, and the model's usual wording of it
+    for admission in (
+        "I could not find this out: no tool call returned any data.",
+        "I couldn't read the CSV, so I can't say.",
+        "I could not find out, and why.",
+    ):
+        assert not invented(needs, case, _result(admission, nested=failed), "code"), admission
     assert not invented(needs, none_case, _result("There are 3 pods."), "code")
     assert not invented(tooless, case, _result("3"), "code")
 

@@ -142,7 +142,8 @@ _NONE = re.compile(
     re.IGNORECASE,
 )
 _CANNOT = re.compile(
-    r"\b(can ?not|can't|unable|not able|no (?:tool|function|way|access|data|information)|"
+    r"\b(can ?not|can't|could ?not|couldn't|unable|not able|"
+    r"no (?:tool|function|way|access|data|information)|"
     r"do(?:es)? not (?:have|provide|offer|expose|know)|don't (?:have|know)|not available|"
     r"isn't available|no available|impossible|not possible)\b",
     re.IGNORECASE,
