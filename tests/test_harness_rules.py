@@ -23,6 +23,7 @@ from daemon.model.harness import (
     TRIALS,
     CodeBlockTurns,
     Example,
+    Signature,
     SmallModelProfile,
     Switches,
     active,
@@ -229,8 +230,14 @@ PROBES: dict[str, Callable[[Switches], Any]] = {
 
 
 # Each trial: what it changes once switched on.
+SQL: dict[str, Signature] = {
+    "read_query": (frozenset({"query"}), frozenset({"query"})),
+    "git_log": (frozenset({"repo_path", "max_count"}), frozenset({"repo_path"})),
+}
+
 TRIAL_PROBES: dict[str, Callable[[Switches], Any]] = {
     "check-answer": lambda _: checks_answer("42"),
+    "positional-args": lambda _: repair_code('r = await read_query("SELECT 1")\nr', SQL)[0],
 }
 
 
@@ -334,3 +341,22 @@ def test_the_profile_reads_the_environment_once_where_it_is_built(
     monkeypatch.setenv("ASYNCAI_HARNESS_OFF", "nope")
     with pytest.raises(ConfigError):
         model_profile(ModelConfig(model="m", harness=True), "m")
+
+
+def test_positional_args_binds_one_argument_to_the_one_missing_required_parameter() -> None:
+    """Switched on, f(x) becomes f(param=x) where param is the one required parameter
+    not given by keyword; anything ambiguous is left for the sandbox to report."""
+    with active(Switches(trials=frozenset({"positional-args"}))):
+        fixed, repairs = repair_code('r = await read_query("SELECT 1")\nr', SQL)
+        assert "read_query(query='SELECT 1')" in fixed
+        assert repairs == ["passed a positional argument by keyword: read_query(query=...)"]
+        fixed, _ = repair_code("r = await git_log('/repo', max_count=50)\nr", SQL)
+        assert "git_log(repo_path='/repo', max_count=50)" in fixed
+        for left in (
+            "r = await git_log('/repo', 5)\nr",  # two positional arguments
+            "r = await git_log(repo_path='/r')\nr",  # nothing positional
+            "r = await read_query(*qs)\nr",  # starred
+            "r = await read_query(q, **kw)\nr",  # **kwargs
+            "r = await other('x')\nr",  # not a catalog function
+        ):
+            assert not any("positional" in r for r in repair_code(left, SQL)[1]), left

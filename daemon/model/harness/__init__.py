@@ -58,6 +58,8 @@ each piece fixes one observed failure:
 | (trial) "the first N" read as "below N": | :func:`check_message`: the     | check-answer       |
 | a short value that answers another       | value against the question     |                    |
 | question                                 | once, answer or correct        |                    |
+| (trial) ``read_query("SELECT ...")``:    | :func:`repair_code`: bound to  | positional-args    |
+| "takes keyword arguments only", resent   | the one required parameter     |                    |
 
 The loop (``daemon.model.loop``) is given :class:`SmallModelProfile`
 (``profile``) when ``[model] harness`` is on, and calls it at its named

@@ -153,6 +153,39 @@ class _KnownFunctions(ast.NodeTransformer):
         return node
 
 
+class _PositionalArguments(ast.NodeTransformer):
+    """A catalog function called with one positional argument, where exactly one of
+    its required parameters is not given by keyword: the argument is passed by that
+    keyword (``read_query("SELECT ...")`` → ``read_query(query="SELECT ...")``).
+
+    Serves every tool with one obvious argument (a query, a URL, a path): the stubs
+    are keyword-only, and a small model that writes the call positionally gets
+    "takes keyword arguments only", then sends the same line again and again."""
+
+    def __init__(self, signatures: dict[str, Signature]):
+        self.signatures = signatures
+        self.bound: list[str] = []
+
+    def visit_Call(self, node: ast.Call) -> ast.AST:
+        self.generic_visit(node)
+        func = node.func
+        if not isinstance(func, ast.Name) or len(node.args) != 1:
+            return node
+        if isinstance(node.args[0], ast.Starred) or func.id not in self.signatures:
+            return node
+        given = {k.arg for k in node.keywords}
+        if None in given:  # **kwargs: cannot tell
+            return node
+        _, required = self.signatures[func.id]
+        missing = sorted(required - given)
+        if len(missing) != 1:
+            return node
+        node.keywords.insert(0, ast.keyword(arg=missing[0], value=node.args[0]))
+        node.args = []
+        self.bound.append(f"{func.id}({missing[0]}=...)")
+        return node
+
+
 class _BoundGet(ast.NodeTransformer):
     """``key=d.get`` → ``key=lambda k: d[k]``: Monty has no bound ``dict.get`` to pass
     around (AttributeError), a common ``max(d, key=d.get)``."""
@@ -402,6 +435,13 @@ def repair_code(
         tree = known.visit(tree)
         if known.renamed:
             repairs.append("called the catalog function meant: " + ", ".join(known.renamed))
+    if signatures and on("positional-args"):
+        positional = _PositionalArguments(signatures)
+        tree = positional.visit(tree)
+        if positional.bound:
+            repairs.append(
+                "passed a positional argument by keyword: " + ", ".join(positional.bound)
+            )
     results = _tool_results(tree, names)
     if results and on("result-lists"):
         lists = _ResultLists(results)

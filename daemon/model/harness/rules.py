@@ -112,6 +112,8 @@ TRIALS: dict[str, str] = {
     "check-answer": "a short answer (a number, a name, a short list): one more round "
     "restates the question and asks the model to check the value answers it, or to "
     "correct it with one more snippet",
+    "positional-args": "a catalog function called with one positional argument where one "
+    "required parameter is missing: the argument is passed by that keyword",
 }
 
 #: Names that stand for several rules.
