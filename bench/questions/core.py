@@ -158,3 +158,8 @@ def says_none(reply: str) -> bool:
 def says_cannot(reply: str) -> bool:
     """Whether ``reply`` says that the question cannot be answered with what it has."""
     return _CANNOT.search(reply) is not None
+
+
+def number_case(text: str, n: int | float) -> Case:
+    """A question whose answer is the number ``n`` (a count, a sum): the reply must state it."""
+    return Case(text, str(n), lambda reply: has_number(reply, n))

@@ -35,6 +35,7 @@ from bench.questions.core import (
     has_number,
     has_words,
     lacks_words,
+    number_case,
     says_cannot,
     says_none,
 )
@@ -484,21 +485,19 @@ def says_not_held(reply: str) -> bool:
 
 def _total_commits(world: World) -> Case:
     n = len(_g(world).main)
-    return Case(
+    return number_case(
         f"How many commits are there in total on the main branch of the git repository at "
         f"{world.repo}? Count the whole history. Reply with the number.",
-        str(n),
-        lambda r: has_number(r, n),
+        n,
     )
 
 
 def _count_fixes(world: World) -> Case:
     n = sum(c.kind == "fix" for c in _g(world).main)
-    return Case(
+    return number_case(
         f"On the main branch of the repository at {world.repo}, how many commits in the whole "
         f'history are bug fixes, i.e. their message starts with "fix"? Reply with the number.',
-        str(n),
-        lambda r: has_number(r, n),
+        n,
     )
 
 
@@ -569,12 +568,11 @@ def _range(world: World) -> Case:
     lo = datetime(start.year, start.month, start.day, tzinfo=UTC)
     hi = datetime(end.year, end.month, end.day, tzinfo=UTC) + timedelta(days=1)
     n = sum(lo <= c.when < hi for c in g.main)
-    return Case(
+    return number_case(
         f"How many commits were made on the main branch of the repository at {world.repo} "
         f"from {start:%Y-%m-%d} "
         f"through {end:%Y-%m-%d} (both days included)? Reply with the number.",
-        str(n),
-        lambda r: has_number(r, n),
+        n,
     )
 
 

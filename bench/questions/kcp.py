@@ -30,6 +30,7 @@ from bench.questions.core import (
     has_number,
     has_words,
     lacks_words,
+    number_case,
     says_none,
 )
 
@@ -682,11 +683,10 @@ def _count_in_phase(world: World) -> Case:
     counts = Counter((p.namespace, p.phase) for p in c.pods)
     ns, phase = _pick("kcp.count-pods-in-phase", world).choice(sorted(counts))
     n = counts[ns, phase]
-    return Case(
+    return number_case(
         f"In the kcp workspace {WS}, how many pods in the namespace {ns} are in phase {phase}? "
         "Reply with the number.",
-        str(n),
-        lambda r: has_number(r, n),
+        n,
     )
 
 
@@ -697,12 +697,11 @@ def _restarted_pods(world: World) -> Case:
     below_top = totals[:-1]
     k = _pick("kcp.count-restarted-pods", world).choice(below_top[1:-1] or below_top)
     n = sum(1 for p in c.pods if p.restarts > k)
-    return Case(
+    return number_case(
         f"How many pods in the kcp workspace {WS} (all namespaces) have restarted more than {k} "
         f"time{'s' if k != 1 else ''}, adding up the restart counts of all their containers? "
         "Reply with the number.",
-        str(n),
-        lambda r: has_number(r, n),
+        n,
     )
 
 
@@ -880,12 +879,11 @@ def _event_span(world: World) -> Case:
     spans = [e for e in c.events if e.kind == "Pod" and e.last > e.first]
     e = _pick("kcp.event-span-minutes", world).choice(spans)
     minutes = int((e.last - e.first).total_seconds() // 60)
-    return Case(
+    return number_case(
         f"In the kcp workspace {WS}, the {e.reason} event about the pod {e.object} (namespace "
         f"{e.namespace}): how many minutes passed between its firstTimestamp and its "
         "lastTimestamp? Reply with the number of minutes.",
-        str(minutes),
-        lambda r: has_number(r, minutes),
+        minutes,
     )
 
 
@@ -894,11 +892,10 @@ def _started_on(world: World) -> Case:
     days = Counter(p.start.date() for p in c.pods if p.start)
     day = _pick("kcp.pods-started-on-day", world).choice(sorted(days))
     n = days[day]
-    return Case(
+    return number_case(
         f"How many pods in the kcp workspace {WS} (all namespaces) have a start time on "
         f"{day.isoformat()} (UTC)? Reply with the number.",
-        str(n),
-        lambda r: has_number(r, n),
+        n,
     )
 
 
@@ -906,11 +903,10 @@ def _log_errors(world: World) -> Case:
     c = _cluster(world)
     pod = c.logs_pod
     n = sum(1 for line in c.logs if line.split()[1] == "ERROR")
-    return Case(
+    return number_case(
         f"How many ERROR lines are in the logs of the pod {pod.name} (namespace {pod.namespace}) "
         f"in the kcp workspace {WS}? Reply with the number.",
-        str(n),
-        lambda r: has_number(r, n),
+        n,
     )
 
 

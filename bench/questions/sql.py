@@ -28,6 +28,7 @@ from bench.questions.core import (
     has_number,
     has_words,
     lacks_words,
+    number_case,
 )
 from bench.questions.git import has_pairs, people, says_none_of, says_not_held
 
@@ -286,11 +287,10 @@ def _customers_in(world: World) -> Case:
     d = _d(world)
     country = _pick(world, "country").choice(sorted({c["country"] for c in d.customers}))
     n = sum(c["country"] == country for c in d.customers)
-    return Case(
+    return number_case(
         f"How many of our customers are in {country}? The shop's SQLite database has a customers "
         f"table with a country column. Reply with the number.",
-        str(n),
-        lambda r: has_number(r, n),
+        n,
     )
 
 

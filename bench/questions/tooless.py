@@ -22,7 +22,15 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from zoneinfo import ZoneInfo
 
-from bench.questions.core import Case, Template, World, has_number, has_words, says_cannot
+from bench.questions.core import (
+    Case,
+    Template,
+    World,
+    has_number,
+    has_words,
+    number_case,
+    says_cannot,
+)
 
 __all__ = ["TEMPLATES", "Params", "build"]
 
@@ -89,20 +97,18 @@ _PRIMES = _primes(200_000)
 def _sum_first_primes(world: World) -> Case:
     n = _rng(world, "tooless.sum-first-primes").randint(40, 1500)
     total = sum(_PRIMES[:n])
-    return Case(
+    return number_case(
         f"What is the sum of the first {n} prime numbers? Reply with the number.",
-        str(total),
-        lambda r: has_number(r, total),
+        total,
     )
 
 
 def _sum_primes_below(world: World) -> Case:
     n = _rng(world, "tooless.sum-primes-below").randint(100, 20000)
     total = sum(p for p in _PRIMES if p < n)
-    return Case(
+    return number_case(
         f"Add up all the prime numbers below {n}. What is the total? Reply with the number.",
-        str(total),
-        lambda r: has_number(r, total),
+        total,
     )
 
 
@@ -138,11 +144,10 @@ def _team_count(world: World) -> Case:
     n = rng.randint(8, 40)
     k = rng.randint(2, min(7, n - 2))
     ways = math.comb(n, k)
-    return Case(
+    return number_case(
         f"Our on-call rota needs a group of {k} engineers picked from the {n} on the team; the "
         "order does not matter. How many different groups are possible? Reply with the number.",
-        str(ways),
-        lambda r: has_number(r, ways),
+        ways,
     )
 
 
@@ -168,11 +173,10 @@ def _days_between(world: World) -> Case:
     start = date(2020, 1, 1) + timedelta(days=rng.randint(0, 365 * 6))
     end = start + timedelta(days=rng.randint(20, 900))
     days = (end - start).days
-    return Case(
+    return number_case(
         f"How many days are there from {start.isoformat()} to {end.isoformat()}? Count the end "
         "date but not the start date. Reply with the number.",
-        str(days),
-        lambda r: has_number(r, days),
+        days,
     )
 
 

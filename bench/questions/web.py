@@ -36,6 +36,7 @@ from bench.questions.core import (
     has_number,
     has_words,
     lacks_words,
+    number_case,
     says_cannot,
     says_none,
 )
@@ -577,11 +578,10 @@ def _low_stock(world: World) -> Case:
     site = _site(world)
     limit = _pick(world, "low-stock").choice([3, 5, 8, 12, 15])
     n = sum(1 for p in site.products if p["stock"] < limit)
-    return Case(
+    return number_case(
         f"Our shop's product list is at {site.url(site.shop + '/products')}. How many products "
         f"have fewer than {limit} units in stock? Reply with the number.",
-        str(n),
-        lambda reply: has_number(reply, n),
+        n,
     )
 
 
@@ -663,11 +663,10 @@ def _orders_in_month(world: World) -> Case:
     months = sorted(m for m, k in per_month.items() if k > 1) or sorted(per_month)
     month = _pick(world, "orders-month").choice(months)
     n = sum(1 for o in site.orders if int(o["date"][5:7]) == month)
-    return Case(
+    return number_case(
         f"How many orders were placed in {_MONTHS[month - 1]} 2026? Our orders are listed at "
         f"{site.url(site.shop + '/orders')}. Reply with the number.",
-        str(n),
-        lambda reply: has_number(reply, n),
+        n,
     )
 
 
@@ -693,12 +692,11 @@ def _issues_url(site: WebData) -> str:
 def _open_issues(world: World) -> Case:
     site = _site(world)
     n = sum(1 for i in site.issues if i["state"] == "open")
-    return Case(
+    return number_case(
         f"Our issue tracker's API returns issues one page at a time, starting at "
         f"{_issues_url(site)}; each page has a next link to the following page. How many issues "
         "are open across all pages? Reply with the number.",
-        str(n),
-        lambda reply: has_number(reply, n),
+        n,
     )
 
 
@@ -721,12 +719,11 @@ def _label_count(world: World) -> Case:
     labels = sorted({lab for i in site.issues for lab in i["labels"] if lab != site.closing_label})
     label = _pick(world, "label").choice(labels)
     n = sum(1 for i in site.issues if label in i["labels"])
-    return Case(
+    return number_case(
         f'How many issues, open or closed, carry the label "{label}" in the tracker at '
         f"{_issues_url(site)}? It returns a page at a time with a next link; count over every "
         "page. Reply with the number.",
-        str(n),
-        lambda reply: has_number(reply, n),
+        n,
     )
 
 
@@ -754,23 +751,21 @@ def _region_units(world: World) -> Case:
     site = _site(world)
     region = _pick(world, "region").choice(sorted({r["region"] for r in site.sales}))
     n = sum(r["units"] or 0 for r in site.sales if r["region"] == region)
-    return Case(
+    return number_case(
         f"Our sales export is a CSV file at {_csv_url(site)}. How many units were sold in the "
         f"{region} region in total? Some units cells are empty (not recorded): leave those out. "
         "Reply with the number.",
-        str(n),
-        lambda reply: has_number(reply, n),
+        n,
     )
 
 
 def _missing_units(world: World) -> Case:
     site = _site(world)
     n = sum(1 for r in site.sales if r["units"] is None)
-    return Case(
+    return number_case(
         f"In the CSV at {_csv_url(site)}, how many rows have an empty units cell? "
         "Reply with the number.",
-        str(n),
-        lambda reply: has_number(reply, n),
+        n,
     )
 
 
@@ -778,11 +773,10 @@ def _first_rows(world: World) -> Case:
     site = _site(world)
     k = _pick(world, "first-rows").randint(6, 12)
     n = sum(r["units"] or 0 for r in site.sales[:k])
-    return Case(
+    return number_case(
         f"What is the sum of the units column over the first {k} data rows (the rows right "
         f"after the header) of {_csv_url(site)}? Count an empty cell as 0. Reply with the number.",
-        str(n),
-        lambda reply: has_number(reply, n),
+        n,
     )
 
 
@@ -819,11 +813,10 @@ def _releases_in_year(world: World) -> Case:
     site = _site(world)
     year = _pick(world, "year").choice(sorted({r["date"][:4] for r in site.releases}))
     n = sum(1 for r in site.releases if r["date"].startswith(year))
-    return Case(
+    return number_case(
         f"How many releases came out in {year}, according to the releases page at "
         f"{site.url('/releases.html')}? Reply with the number.",
-        str(n),
-        lambda reply: has_number(reply, n),
+        n,
     )
 
 
@@ -865,12 +858,11 @@ def _warehouse_units(world: World) -> Case:
         for s in site.stock
         if s["warehouse"] == warehouse and cat_of[s["product_id"]] == cat
     )
-    return Case(
+    return number_case(
         f"{site.url('/data/warehouse-stock.csv')} lists our stock per warehouse by product_id, "
         f"and {site.url(site.shop + '/products')} gives each product's category. How many units "
         f"of {cat} products are held in the {warehouse} warehouse? Reply with the number.",
-        str(n),
-        lambda reply: has_number(reply, n),
+        n,
     )
 
 
@@ -884,13 +876,12 @@ def _open_issues_by_city(world: World) -> Case:
         for i in site.issues
         if i["state"] == "open" and i["assignee"] and city_of[i["assignee"]] == city
     )
-    return Case(
+    return number_case(
         f"How many open issues are assigned to people who work from {city}? The team page "
         f"{site.url('/team.html')} says where each person works; the tracker API at "
         f"{_issues_url(site)} lists the issues with their assignee, a page at a time (follow "
         "the next links). Reply with the number.",
-        str(n),
-        lambda reply: has_number(reply, n),
+        n,
     )
 
 
@@ -902,12 +893,11 @@ def _available_by_author(world: World) -> Case:
     site = _site(world)
     author = _pick(world, "author").choice(sorted({b["author"] for b in site.books}))
     n = sum(1 for b in site.books if b["author"] == author and b["copies_available"] > 0)
-    return Case(
+    return number_case(
         f"The library catalog at {_catalog_url(site)} lists the books of every branch. How many "
         f"books by {author} have at least one copy available, over all branches? Reply with "
         "the number.",
-        str(n),
-        lambda reply: has_number(reply, n),
+        n,
     )
 
 
@@ -929,11 +919,10 @@ def _security_fixes(world: World) -> Case:
     site = _site(world)
     versions = [c["version"] for c in site.changelog if c["security"]]
     n = len(versions)
-    return Case(
+    return number_case(
         f"Our changelog is the page {site.url('/changelog.html')}; it is long. How many versions "
         "in it shipped a security fix? Reply with the number.",
-        str(n),
-        lambda reply: has_number(reply, n),
+        n,
     )
 
 
