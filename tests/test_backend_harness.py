@@ -19,14 +19,17 @@ import pytest
 from daemon.code_mode import CodeModeToolExecutor
 from daemon.config import ModelConfig
 from daemon.model import OpenAiCompatibleBackend
+from daemon.model.conversation import LoopState
 from daemon.model.harness import (
     CODE_STOP,
+    FETCH_WORKED_EXAMPLE,
     HARNESS_RULES,
     MAX_FAILED_SNIPPETS,
     WORKED_EXAMPLE,
     retry_seed,
 )
 from daemon.model.prompts import FINAL_ROUND_PROMPT
+from daemon.model.records import RunState
 from daemon.runtime.runs import Prompt, RunRequest
 from tests.fakes.executor import FakeToolExecutor, code_mode_over
 from tests.fakes.fake_openai import FakeOpenAI, Reply, ToolCalls
@@ -546,3 +549,124 @@ async def test_check_answer_lets_the_model_correct_a_misread_count(code_mode, mo
     answer = fake.requests[2]["messages"][-1]["content"]
     assert answer.startswith("The code returned:\n3\n\nAnswer my question now")
     assert result.reply == "3 pods are failing."
+
+
+FETCH = "pods = await list_pods(namespace='prod')"
+COMPUTE = "[p['metadata']['name'] for p in pods if p['status']['phase'] == 'Failed']"
+
+
+async def test_fetch_look_shows_the_fetched_variables_before_the_computation(
+    code_mode, monkeypatch
+):
+    """Trial fetch-look: the system message asks for two snippets (its example too); after
+    a first snippet that called a function, the next user message shows what its variables
+    hold (paths and values) and its result, and asks for the block that computes the answer
+    from them; that block runs in the same REPL (no second fetch) and its result is what
+    the answer request carries."""
+    monkeypatch.setenv("ASYNCAI_HARNESS_ON", "fetch-look")
+    ex, inner = code_mode
+    script = [block(FETCH), block(COMPUTE), "pod-0, pod-4 and pod-8 are failing."]
+    fake, (result,) = await run_script(ex, script, request())
+    first, look, answer = fake.requests
+    assert first["messages"][0]["content"].endswith(FETCH_WORKED_EXAMPLE)
+    shown = look["messages"][-1]["content"]
+    assert shown.startswith("Your code ran. What your variables hold now")
+    assert "len(pods) == 12\npods[0]['metadata']['name'] == 'pod-0'\n" in shown
+    assert "Its result:\n[" in shown  # the trailing assignment's value
+    assert shown.endswith(
+        f"do not call the functions again) and ends with an expression "
+        f"that holds the answer. My question: {QUESTION}"
+    )
+    # the fetch is the model's turn before the look; a code round, greedy (no failure)
+    fetched = {"role": "assistant", "content": f"```python\n{FETCH}\npods\n```"}  # as it ran
+    assert look["messages"][-2] == fetched
+    assert look["stop"] == [CODE_STOP]
+    assert look["temperature"] == 0.0
+    assert "seed" not in look
+    assert inner.calls == [("list_pods", {"namespace": "prod"})]  # fetched once
+    last = answer["messages"][-1]["content"]
+    assert last.startswith("The code returned:\n3 items:\n- pod-0\n- pod-4\n- pod-8")
+    assert answer["messages"][-2] == {"role": "assistant", "content": f"```python\n{COMPUTE}\n```"}
+    assert shown in [m["content"] for m in answer["messages"]]  # the look stays in view
+    assert "stop" not in answer
+    assert result.reply == "pod-0, pod-4 and pod-8 are failing."
+    assert result.metrics.peeks == 1
+    assert result.metrics.tool_errors == 0
+
+
+async def test_without_fetch_look_a_fetching_snippet_gets_the_answer_request(code_mode):
+    """Trial fetch-look off (the default): the one-snippet plan, as before: a snippet that
+    only fetched gets the answer request with its result, and no look."""
+    ex, _ = code_mode
+    script = [block(FETCH), "pod-0, pod-4 and pod-8 are failing."]
+    fake, (result,) = await run_script(ex, script, request())
+    assert fake.requests[0]["messages"][0]["content"].endswith(WORKED_EXAMPLE)
+    last = fake.requests[1]["messages"][-1]["content"]
+    assert last.startswith("The code returned:\n")
+    assert "What your variables hold" not in last
+    assert "stop" not in fake.requests[1]
+    assert result.metrics.peeks == 0
+
+
+async def test_fetch_look_is_once_a_run_and_a_failure_keeps_the_retry(code_mode, monkeypatch):
+    """Trial fetch-look: a failed first snippet takes the retry (with the failure's look),
+    and the retry's good result gets the answer request: the model has seen its data.
+    After a fetch's look, a computing block that fetches again gets no second look."""
+    monkeypatch.setenv("ASYNCAI_HARNESS_ON", "fetch-look")
+    ex, _ = code_mode
+    guess = f"{FETCH}\n[p['state'] for p in pods]"
+    script = [block(guess), block(FILTER), "pod-0, pod-4 and pod-8."]
+    fake, (result,) = await run_script(ex, script, request())
+    retry = fake.requests[1]["messages"][-1]["content"]
+    assert retry.startswith("Your last attempt failed:\nTraceback")
+    assert "KeyError" in retry
+    assert "What your variables hold now" in retry
+    assert fake.requests[2]["messages"][-1]["content"].startswith("The code returned:\n3 items")
+    assert result.metrics.peeks == 1
+    # once a run: the second fetching snippet is answered
+    script = [block(FETCH), block(FILTER), "pod-0, pod-4 and pod-8."]
+    fake, (result,) = await run_script(ex, script, request(run="R2", thread="T2"))
+    assert fake.requests[1]["messages"][-1]["content"].startswith("Your code ran.")
+    assert fake.requests[2]["messages"][-1]["content"].startswith("The code returned:\n3 items")
+    assert result.metrics.peeks == 1
+
+
+async def test_fetch_look_skips_snippets_without_calls_and_fetches_that_return_none(
+    code_mode, monkeypatch
+):
+    """Trial fetch-look: arithmetic (no function called) is answered at once; a fetch that
+    ends on a loop (None) gets the look, not a failure's retry (greedy, no result shown)."""
+    monkeypatch.setenv("ASYNCAI_HARNESS_ON", "fetch-look")
+    ex, _ = code_mode
+    fake, (result,) = await run_script(ex, [block("x = 6 * 7\nx"), "42."], request())
+    assert fake.requests[1]["messages"][-1]["content"].startswith("The code returned:\n42")
+    assert result.metrics.peeks == 0
+    loop = "pods = []\nfor ns in ['prod']:\n    pods.extend(await list_pods(namespace=ns))"
+    script = [block(loop), block(COMPUTE), "pod-0, pod-4 and pod-8."]
+    fake, (result,) = await run_script(ex, script, request(run="R2", thread="T2"))
+    shown = fake.requests[1]["messages"][-1]["content"]
+    assert shown.startswith("Your code ran.")
+    assert "len(pods) == 12" in shown
+    assert "Its result" not in shown
+    assert "seed" not in fake.requests[1]
+    assert fake.requests[2]["messages"][-1]["content"].startswith("The code returned:\n3 items")
+    assert result.reply == "pod-0, pod-4 and pod-8."
+
+
+async def test_fetch_look_leaves_the_last_round_to_the_answer(code_mode, monkeypatch):
+    """Trial fetch-look: with one round left, a fetch is answered, not looked at."""
+    monkeypatch.setenv("ASYNCAI_HARNESS_ON", "fetch-look")
+    ex, _ = code_mode
+    fake, (result,) = await run_script(ex, [block(FETCH), "12 pods."], request(), max_rounds=2)
+    assert fake.requests[1]["messages"][-1]["content"].startswith("The code returned:\n")
+    assert result.metrics.peeks == 0
+
+
+def test_a_paused_run_keeps_its_look() -> None:
+    """The fetch-look flag is part of the loop's stored position: a run paused and resumed
+    after its look does not look again."""
+    ls = LoopState(mode="small", looked=True, base=4)
+    stored = json.loads(json.dumps(ls.to_json(RunState(request()))))
+    resumed, _ = LoopState.from_json(stored, request())
+    assert resumed.looked
+    assert resumed.base == 4

@@ -13,6 +13,8 @@ import pytest
 from daemon.config import ModelConfig, load_config
 from daemon.errors import ConfigError
 from daemon.model.harness import (
+    FETCH_FIRST,
+    FETCH_WORKED_EXAMPLE,
     HOW_TO_ANSWER,
     WORKED_EXAMPLE,
     CodeBlockTurns,
@@ -23,6 +25,7 @@ from daemon.model.harness import (
     echoes_example,
     parse_examples,
     render_examples,
+    split_fetch,
 )
 from daemon.model.profile import RunTools
 from daemon.tools import ToolDefinition
@@ -163,3 +166,26 @@ def test_a_reply_that_retells_a_shown_example_echoes_it() -> None:
     assert echoes_example("git_log returns text: parse it first. So I did.", shown)
     assert not echoes_example("git_log returns text: parse it first. So I did.")
     assert not echoes_example("There are 3 authors.", shown)
+
+
+def test_fetch_look_shows_the_examples_in_two_snippets() -> None:
+    """Trial fetch-look: the how-to asks for a fetch, then a computation; an example that
+    fetches first is shown as two blocks; one that cannot be cut stays whole; the built-in
+    example is its two-snippet version."""
+    assert split_fetch("r = await f(x=1)\ns = await g()\n\nlen(r) + len(s)") == (
+        "r = await f(x=1)\ns = await g()",
+        "len(r) + len(s)",
+    )
+    assert split_fetch("await get_current_time(timezone='Asia/Tokyo')") is None
+    assert split_fetch("x = 1\nr = await f()\nr") is None  # it does not fetch first
+    assert split_fetch("r = await (") is None
+    on = Switches(trials=frozenset({"fetch-look"}))
+    system = _turns(EXAMPLES, on).system_prompt()
+    assert system.endswith(f"{FETCH_FIRST}\n\n{render_examples(EXAMPLES[:1], True)}")
+    assert HOW_TO_ANSWER not in system
+    assert _turns([], on).system_prompt().endswith(FETCH_WORKED_EXAMPLE)
+    shown = render_examples([Example("q", "r = await f()\nlen(r)")], two_step=True)
+    assert shown.endswith(
+        "```python\nr = await f()\n```\n(I show you what the variables hold.)\n"
+        "```python\nlen(r)\n```"
+    )

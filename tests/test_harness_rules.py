@@ -238,6 +238,7 @@ SQL: dict[str, Signature] = {
 TRIAL_PROBES: dict[str, Callable[[Switches], Any]] = {
     "check-answer": lambda _: checks_answer("42"),
     "positional-args": lambda _: repair_code('r = await read_query("SELECT 1")\nr', SQL)[0],
+    "fetch-look": _system_prompt,
 }
 
 

@@ -60,6 +60,10 @@ each piece fixes one observed failure:
 | question                                 | once, answer or correct        |                    |
 | (trial) ``read_query("SELECT ...")``:    | :func:`repair_code`: bound to  | positional-args    |
 | "takes keyword arguments only", resent   | the one required parameter     |                    |
+| (trial) a result's shape guessed         | :func:`look_message`: the      | fetch-look         |
+| (``r['items']`` on ``{status, body,      | first snippet fetches, the     |                    |
+| json}``, text indexed as a dict) by a    | harness shows its variables,   |                    |
+| snippet that fetches and filters at once | a second one computes          |                    |
 
 The loop (``daemon.model.loop``) is given :class:`SmallModelProfile`
 (``profile``) when ``[model] harness`` is on, and calls it at its named
@@ -101,6 +105,7 @@ from daemon.model.harness.examples import (
     closest_examples,
     parse_examples,
     render_examples,
+    split_fetch,
 )
 from daemon.model.harness.feedback import (
     answer_instruction,
@@ -110,6 +115,7 @@ from daemon.model.harness.feedback import (
     holds_none,
     is_empty_result,
     is_no_answer,
+    look_message,
     looks_empty,
     prints_as_result,
     quote_result,
@@ -141,6 +147,8 @@ from daemon.model.harness.peek import (
 from daemon.model.harness.profile import HARNESS_CATALOG_BUDGET, CodeBlockTurns, SmallModelProfile
 from daemon.model.harness.prompts import (
     CODE_STOP,
+    FETCH_FIRST,
+    FETCH_WORKED_EXAMPLE,
     HARNESS_RULES,
     HARNESS_SYSTEM_PROMPT,
     HOW_TO_ANSWER,
@@ -179,6 +187,8 @@ from daemon.model.harness.vote import (
 __all__ = [
     "CHOSEN_EXAMPLES",
     "CODE_STOP",
+    "FETCH_FIRST",
+    "FETCH_WORKED_EXAMPLE",
     "GROUPS",
     "HARNESS_CATALOG_BUDGET",
     "HARNESS_RULES",
@@ -223,6 +233,7 @@ __all__ = [
     "is_no_answer",
     "key_fix",
     "key_hint",
+    "look_message",
     "looks_empty",
     "majority",
     "may_rerun",
@@ -243,6 +254,7 @@ __all__ = [
     "result_message",
     "retry_hint",
     "retry_seed",
+    "split_fetch",
     "system_prompt",
     "text_calls",
     "text_tool_calls",

@@ -31,6 +31,7 @@ from daemon.model.harness.feedback import (
     check_message,
     fetched_url,
     is_no_answer,
+    look_message,
     looks_empty,
     prints_as_result,
     quote_result,
@@ -203,12 +204,18 @@ async def after_block(
         text = f"{text}\n{hint}" if hint else text
     _record_result(state, call, output, text)
     ls.next_call = 1
+    more = ls.round_no + 1 < max_rounds  # the last round must be the answer
+    if (
+        isinstance(code, str)
+        and more
+        and await _fetch_look(caller, state, ls, code, output, functions=functions)
+    ):
+        return
     failed = output.is_error or text == NO_OUTPUT
     if failed:
         ls.failures += 1
     else:
         ls.last_result = text
-    more = ls.round_no + 1 < max_rounds  # the last round must be the answer
     retry = failed and ls.failures < MAX_FAILED_SNIPPETS and more
     if failed and not retry:
         state.metrics.harness_gave_up = True
@@ -243,6 +250,7 @@ async def after_block(
             return
     recheck = recheck and (look is not None or start is not None)
     ls.rechecked = ls.rechecked or recheck
+    ls.looked = ls.looked or look is not None  # shown with the retry (or the recheck)
     # where a missing key really is
     located = key_hint(text, look, code if isinstance(code, str) else None) if failed else None
     if failed and located is None and isinstance(code, str):
@@ -278,6 +286,43 @@ async def after_block(
     if replays_code(retry or recheck):
         messages.append(ran)  # the answer (or the check) sees the code
     messages.append({"role": "user", "content": reply})
+
+
+async def _fetch_look(
+    caller: ToolExecutor,
+    state: RunState,
+    ls: LoopState,
+    code: str,
+    output: ToolCallOutput,
+    *,
+    functions: Iterable[str],
+) -> bool:
+    """Trial ``fetch-look``: after the run's first snippet that called a function and
+    raised nothing, show what its variables hold and ask for the block that computes the
+    answer from them (:func:`look_message`); False (nothing done) when the trial is
+    off, the model has seen a look already, or the look shows nothing.
+
+    The fetch and the look stay in the conversation (``ls.base`` moves past them): a
+    retry of the computation, a vote's sample and the answer all follow them. A fetch
+    that ends on a loop returns None: not a failure here, the look is what it is for.
+    """
+    nested = (output.audit or {}).get("nested_calls")
+    if not on("fetch-look") or ls.looked or output.is_error or not nested:
+        return False
+    look = await _peek(caller, code, state, functions, rule="fetch-look")
+    if look is None:
+        return False
+    ls.looked = True
+    ls.answering = False
+    text = _shown(output)
+    if text != NO_OUTPUT:
+        ls.last_result = text
+    messages = ls.messages
+    del messages[ls.base :]
+    messages.append({"role": "assistant", "content": code_message(code)})
+    messages.append({"role": "user", "content": look_message(look, text, ls.question)})
+    ls.base = len(messages)
+    return True
 
 
 async def _vote(
@@ -373,13 +418,15 @@ async def _peek(
     state: RunState,
     skip: Iterable[str],
     missing: str | None = None,
+    *,
+    rule: str = "look",
 ) -> Look | None:
     """What the variables a failed (or empty-handed) snippet assigned, or read from an
     earlier snippet, hold now (their access paths and values), from the same REPL scope;
     None when there is nothing to show. ``skip`` are the catalog's functions (not data);
     ``missing`` (a KeyError's key) adds how many items of each list hold it. Rule
-    ``look``: off, there is never a look."""
-    if not on("look"):
+    ``look`` (or the ``rule`` that asks for the look): off, there is never a look."""
+    if not on(rule):
         return None
     names = assigned_names(code) + read_names(code, {*skip, *RESERVED_NAMES, *SEARCH_HELPERS})
     if not names:

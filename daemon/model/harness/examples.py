@@ -30,6 +30,7 @@ one example, shown as written. Rule ``examples``: off, the file is not used.
 
 from __future__ import annotations
 
+import ast
 import json
 import math
 import tomllib
@@ -39,7 +40,14 @@ from dataclasses import dataclass
 
 from daemon.model.harness.topics import question_words
 
-__all__ = ["CHOSEN_EXAMPLES", "Example", "closest_examples", "parse_examples", "render_examples"]
+__all__ = [
+    "CHOSEN_EXAMPLES",
+    "Example",
+    "closest_examples",
+    "parse_examples",
+    "render_examples",
+    "split_fetch",
+]
 
 CHOSEN_EXAMPLES = 2  # entries shown per question: a third costs tokens and adds little
 
@@ -118,13 +126,42 @@ def closest_examples(
     return chosen or [examples[0]]
 
 
-def render_examples(examples: Sequence[Example]) -> str:
-    """The examples as the system message shows them: each question, its block, its note."""
+def render_examples(examples: Sequence[Example], two_step: bool = False) -> str:
+    """The examples as the system message shows them: each question, its block, its note.
+    ``two_step`` (trial ``fetch-look``): a snippet that fetches first and computes after
+    is shown as two blocks (:func:`split_fetch`), the look between them."""
     parts = [
         "Worked examples (illustrations: their functions may not be yours; your "
         "functions are the ones listed above)."
     ]
     for example in examples:
         note = f"\n{example.note}" if example.note else ""
-        parts.append(f"Question: {example.question}\n```python\n{example.code}\n```{note}")
+        split = split_fetch(example.code) if two_step else None
+        code = (
+            f"{split[0]}\n```\n(I show you what the variables hold.)\n```python\n{split[1]}"
+            if split
+            else example.code
+        )
+        parts.append(f"Question: {example.question}\n```python\n{code}\n```{note}")
     return "\n\n".join(parts)
+
+
+def split_fetch(code: str) -> tuple[str, str] | None:
+    """A snippet cut where it stops calling functions: its leading top-level statements
+    that ``await`` (the fetch) and the rest (the computation), or None when either part
+    would be empty or the code does not parse."""
+    try:
+        body = ast.parse(code).body
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        return None
+    fetching = 0
+    for stmt in body:
+        if not any(isinstance(node, ast.Await) for node in ast.walk(stmt)):
+            break
+        fetching += 1
+    if fetching == 0 or fetching == len(body):
+        return None
+    lines = code.splitlines()
+    cut = body[fetching].lineno - 1
+    first, rest = "\n".join(lines[:cut]).strip("\n"), "\n".join(lines[cut:]).strip("\n")
+    return (first, rest) if first and rest else None

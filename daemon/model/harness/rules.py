@@ -114,6 +114,9 @@ TRIALS: dict[str, str] = {
     "correct it with one more snippet",
     "positional-args": "a catalog function called with one positional argument where one "
     "required parameter is missing: the argument is passed by that keyword",
+    "fetch-look": "a tool result whose shape the model must guess (no output schema, "
+    "text): the first snippet only fetches into variables, the harness shows what they "
+    "hold, and a second snippet computes the answer from them",
 }
 
 #: Names that stand for several rules.
