@@ -670,3 +670,21 @@ def test_a_paused_run_keeps_its_look() -> None:
     resumed, _ = LoopState.from_json(stored, request())
     assert resumed.looked
     assert resumed.base == 4
+
+
+async def test_a_reply_that_copies_the_error_wording_is_replaced(code_mode):
+    """The answer request's own words for an error, parroted, are no answer: after failed
+    snippets the reply says why the code failed; after a result, the result is the reply."""
+    ex, _ = code_mode
+    parrot = "One sentence saying what stopped you."
+    script = [block("1/0")] * MAX_FAILED_SNIPPETS + [parrot, block(FILTER), parrot]
+    fake, (failed, answered) = await run_script(
+        ex, script, request(), request(run="R2", thread="T2")
+    )
+    assert (
+        "write one sentence saying what stopped you"
+        in (fake.requests[MAX_FAILED_SNIPPETS]["messages"][-1]["content"])
+    )
+    assert failed.reply.endswith("ended with: ZeroDivisionError: division by zero")
+    assert answered.reply == 'The result of run_code: ["pod-0","pod-4","pod-8"]'
+    assert answered.metrics.reply_from_result is True

@@ -25,12 +25,15 @@ from daemon.model.harness import (
     echoes_example,
     error_signature,
     extract_code,
+    failure_reply,
     hidden_fields,
     hidden_paths,
     holds_none,
     is_code_only,
+    is_no_answer,
     key_hint,
     missing_key,
+    parrots_instruction,
     peek_code,
     prints_as_result,
     quote_result,
@@ -47,6 +50,7 @@ from daemon.model.harness import (
     url_hint,
     value_atoms,
 )
+from daemon.model.harness.feedback import STOPPED
 from daemon.tools import ToolDefinition
 from tests.fakes.look import as_look
 
@@ -205,6 +209,57 @@ def test_answer_instruction_repeats_the_question() -> None:
     text = answer_instruction("  Which pods crash?\n")
     assert "Which pods crash?" in text
     assert "Do not write code" in text
+
+
+def test_answer_instruction_gives_no_sentence_to_copy_for_an_error() -> None:
+    """For an error the request asks for a sentence of the model's own: the old
+    template ("say that you could not find out, and why") came back word for word."""
+    text = answer_instruction("Which pods crash?")
+    assert "could not find out" not in text
+    assert f"if it is an error, write {STOPPED}." in text
+
+
+def test_a_reply_that_copies_the_error_wording_is_no_answer() -> None:
+    """The request's own wording for an error, or a near copy of three or more of its
+    words in order, is no answer; an answer, an admission in the model's own words and
+    "nothing matched" (a real answer for an empty result) are answers."""
+    for parrot in (
+        "One sentence saying what stopped you.",
+        "one sentence saying what stoped you",
+        "What stopped you.",
+        "  Saying what stopped you  ",
+    ):
+        assert parrots_instruction(parrot), parrot
+        assert is_no_answer(parrot), parrot
+    for answer in (
+        "Nothing matched.",
+        "3 pods crash: a, b and c.",
+        "I could not answer: the sandbox has no pandas module.",
+        "What stopped me was a KeyError on 'items'.",
+        "",
+    ):
+        assert not parrots_instruction(answer), answer
+    assert not is_no_answer("Nothing matched.")
+
+
+def test_a_failure_reply_says_why_in_one_line() -> None:
+    """The exception line of the last error (hint lines after it are not the reason),
+    else its first line; long reasons are cut."""
+    error = (
+        'Traceback (most recent call last):\n  File "<python-input-1>", line 1\n'
+        "ModuleNotFoundError: No module named 'pandas'\n"
+        "Hint: the sandbox has no module 'pandas'."
+    )
+    reply = failure_reply(error)
+    assert reply == (
+        "I could not answer this: none of the code I ran returned a result. "
+        "The last attempt ended with: ModuleNotFoundError: No module named 'pandas'"
+    )
+    assert "\n" not in reply
+    assert failure_reply("(no output; the last expression was None)").endswith(
+        "ended with: (no output; the last expression was None)"
+    )
+    assert failure_reply("KeyError: '" + "k" * 500 + "'").endswith(" …")
 
 
 def test_code_is_taken_from_the_first_python_block() -> None:

@@ -64,6 +64,8 @@ each piece fixes one observed failure:
 | (``r['items']`` on ``{status, body,      | first snippet fetches, the     |                    |
 | json}``, text indexed as a dict) by a    | harness shows its variables,   |                    |
 | snippet that fetches and filters at once | a second one computes          |                    |
+| a reply after failed snippets that       | :func:`failure_reply`: why the | reply-from-result  |
+| parrots the answer request's wording     | code failed (its last error)   |                    |
 
 The loop (``daemon.model.loop``) is given :class:`SmallModelProfile`
 (``profile``) when ``[model] harness`` is on, and calls it at its named
@@ -111,12 +113,14 @@ from daemon.model.harness.feedback import (
     answer_instruction,
     check_message,
     error_signature,
+    failure_reply,
     fetched_url,
     holds_none,
     is_empty_result,
     is_no_answer,
     look_message,
     looks_empty,
+    parrots_instruction,
     prints_as_result,
     quote_result,
     readable,
@@ -223,6 +227,7 @@ __all__ = [
     "echoes_example",
     "error_signature",
     "extract_code",
+    "failure_reply",
     "fetched_url",
     "from_environ",
     "hidden_fields",
@@ -239,6 +244,7 @@ __all__ = [
     "may_rerun",
     "mend_call",
     "missing_key",
+    "parrots_instruction",
     "parse_examples",
     "peek_code",
     "prints_as_result",

@@ -29,6 +29,7 @@ from daemon.model.execute import run_call
 from daemon.model.harness.feedback import (
     answer_instruction,
     check_message,
+    failure_reply,
     fetched_url,
     is_no_answer,
     look_message,
@@ -135,15 +136,7 @@ async def code_blocks(
             state.records.append(
                 assistant_record(response, content, [], choice.finish_reason, endpoint.model_name)
             )
-            state.reply = content.strip() or EMPTY_REPLY
-            if ls.last_result is not None and is_no_answer(content, example):
-                # the model restated code, said nothing or retold the worked example:
-                # the result is the answer
-                state.reply = f"The result of run_code: {ls.last_result}"
-                state.metrics.reply_from_result = True
-            elif ls.last_result is not None:
-                # the value the code computed is the answer: what the words drop is quoted
-                state.reply = quote_result(state.reply, ls.last_result)
+            state.reply = _reply(state, ls, content, example)
             return
         mend_call(call, functions, state)
         output = await _run_block(endpoint, state, caller, names, ls, call, response=response)
@@ -446,16 +439,50 @@ async def _peek(
     return look
 
 
-def _previous_error(state: RunState) -> str | None:
-    """The text of the run's last tool result when it was an error (from the records,
-    so a run resumed after a pause sees it too), else None."""
+def _reply(state: RunState, ls: LoopState, content: str, example: str) -> str:
+    """The run's reply, from the model's answer ``content`` and what the run's snippets
+    returned (``example``: the worked example(s) the system message showed)."""
+    said = content.strip() or EMPTY_REPLY
+    if ls.last_result is None:  # no snippet ran to a result (or none ran)
+        error = _last_result(state)
+        if error is not None and is_no_answer(content, example):
+            # nothing of its own after failed snippets (empty, code, or the answer
+            # request's own words): why the code failed
+            return failure_reply(error)
+        return said
+    if is_no_answer(content, example):
+        # the model restated code, said nothing or retold the worked example: the result
+        # is the answer
+        state.metrics.reply_from_result = True
+        return f"The result of run_code: {ls.last_result}"
+    # the value the code computed is the answer: what the words drop is quoted
+    return quote_result(said, ls.last_result)
+
+
+def _last_tool_result(state: RunState) -> dict[str, Any] | None:
+    """The run's last ``tool_result`` block (from the records, so a run resumed after a
+    pause sees it too), or None when the run has none."""
     for record in reversed(state.records):
         content = record.message.get("content") if isinstance(record.message, dict) else None
         for block in reversed(content if isinstance(content, list) else []):
             if isinstance(block, dict) and block.get("type") == "tool_result":
-                text = block.get("content")
-                return text if block.get("is_error") and isinstance(text, str) else None
+                return block
     return None
+
+
+def _last_result(state: RunState) -> str | None:
+    """The text of the run's last tool result (a snippet's error, or its empty output),
+    or None when the run has none."""
+    block = _last_tool_result(state)
+    text = block.get("content") if block is not None else None
+    return None if block is None else text if isinstance(text, str) else ""
+
+
+def _previous_error(state: RunState) -> str | None:
+    """The text of the run's last tool result when it was an error, else None."""
+    block = _last_tool_result(state)
+    text = block.get("content") if block is not None else None
+    return text if block is not None and block.get("is_error") and isinstance(text, str) else None
 
 
 def _code_call(message: Any, content: str, state: RunState) -> ToolCall | None:

@@ -20,15 +20,18 @@ from daemon.model.harness.prompts import WORKED_EXAMPLE, echoes_example
 from daemon.model.harness.rules import on
 
 __all__ = [
+    "STOPPED",
     "answer_instruction",
     "check_message",
     "error_signature",
+    "failure_reply",
     "fetched_url",
     "holds_none",
     "is_empty_result",
     "is_no_answer",
     "look_message",
     "looks_empty",
+    "parrots_instruction",
     "prints_as_result",
     "quote_result",
     "readable",
@@ -41,6 +44,13 @@ __all__ = [
 ]
 
 
+# What the answer request asks for when the result is an error. It asks for a sentence
+# of the model's own and gives none to copy: asked to "say that you could not find out,
+# and why", a 1.5B model replied "I could not find out, and why." A reply that copies
+# this wording anyway is no answer (:func:`parrots_instruction`).
+STOPPED = "one sentence saying what stopped you"
+
+
 def answer_instruction(question: str, source: str = "the result above") -> str:
     """The user line that asks for the answer: from the result, in words, no code."""
     return (
@@ -48,8 +58,24 @@ def answer_instruction(question: str, source: str = "the result above") -> str:
         f"{question.strip()}\n"
         "Reply in one to three plain sentences that state every name and number from the "
         "result. Do not write code and do not describe the code. If the result is empty, "
-        "say that nothing matched; if it is an error, say that you could not find out, and why."
+        f"say that nothing matched; if it is an error, write {STOPPED}."
     )
+
+
+def _words(text: str) -> list[str]:
+    return re.findall(r"[a-z0-9']+", text.lower())
+
+
+_STOPPED_WORDS = " ".join(_words(STOPPED))
+
+
+def parrots_instruction(reply: str) -> bool:
+    """Whether a reply is the answer request's own wording for an error (:data:`STOPPED`)
+    or a near copy of it ("What stopped you."), not a sentence of the model's own."""
+    said = " ".join(_words(reply))
+    if len(said.split()) >= 3 and f" {said} " in f" {_STOPPED_WORDS} ":
+        return True  # three or more of its words, in its order
+    return bool(said) and difflib.SequenceMatcher(None, said, _STOPPED_WORDS).ratio() >= 0.8
 
 
 _RESULT_SHOWN = 6_000  # characters of a result repeated in the answer request
@@ -201,12 +227,36 @@ def looks_empty(text: str) -> bool:
 
 def is_no_answer(reply: str, example: str = WORKED_EXAMPLE) -> bool:
     """Whether a reply after a result says nothing of its own, so the result is the
-    answer: it is empty or only code (rule ``reply-from-result``), or it retells the
+    answer: it is empty, only code or the answer request's own words for an error
+    (rule ``reply-from-result``, :func:`parrots_instruction`), or it retells the
     worked example it was shown (rule ``echo-check``, :func:`echoes_example`)."""
     said = reply.strip()
-    if on("reply-from-result") and (not said or is_code_only(reply)):
+    if on("reply-from-result") and (not said or is_code_only(reply) or parrots_instruction(reply)):
         return True
     return echoes_example(reply, example)
+
+
+_WHY_CHARS = 200  # of the last error's line, in a failure reply
+
+
+def failure_reply(error: str) -> str:
+    """The reply of a run none of whose snippets ran to a result: the question could
+    not be answered, and why in one line (the last error's exception line,
+    ``KeyError: 'items'``, else its first line).
+
+    No data came back that the model saw, so whatever it says would be a guess:
+    after three failed snippets a 1.5B model stated names and counts it never
+    computed, or proposed code it never ran (trial ``failed-honest``, in
+    ``daemon.model.harness.blocks``).
+    """
+    lines = [line.strip() for line in error.splitlines() if line.strip()]
+    why = error_signature(error) or (lines[0] if lines else "no error text")
+    if len(why) > _WHY_CHARS:
+        why = why[:_WHY_CHARS] + " …"
+    return (
+        "I could not answer this: none of the code I ran returned a result. "
+        f"The last attempt ended with: {why}"
+    )
 
 
 _PRINTED_NONE = re.compile(r"(?<![\w'\"])None(?![\w'\"]| of\b)")

@@ -100,7 +100,8 @@ RULES: dict[str, str] = {
     "examples": "solved (question, snippet) pairs of [model] examples: the closest two by "
     "their words replace the worked example (without the file, nothing changes)",
     "echo-check": "a reply that retells the worked example is replaced by the result",
-    "reply-from-result": "a reply that is empty or only code is replaced by the result",
+    "reply-from-result": "a reply that is empty, only code or the answer request's own "
+    "words is replaced by the result (when every snippet failed: by why the last one failed)",
     "quote-result": "a reply that drops a value of a short result gets the result quoted",
     # the tool-call protocol (tools offered directly)
     "direct-answer-instruction": "with tools offered directly, the last round asks for the "
