@@ -672,6 +672,59 @@ def test_a_paused_run_keeps_its_look() -> None:
     assert resumed.base == 4
 
 
+@pytest.mark.parametrize("trial", [False, True])
+async def test_failed_honest_replies_why_when_no_snippet_ran_to_a_result(
+    code_mode, monkeypatch, trial
+):
+    """Trial failed-honest: after the last failed snippet the run says the question could
+    not be answered and the last error's line, without asking the model (its words could
+    only guess: it stated values it never computed). Off, the model answers as before."""
+    if trial:
+        monkeypatch.setenv("ASYNCAI_HARNESS_ON", "failed-honest")
+    ex, _ = code_mode
+    guess = "The busiest pod is pod-7, with 12 restarts."
+    script = [block("1/0")] * MAX_FAILED_SNIPPETS + [guess]
+    fake, (result,) = await run_script(ex, script, request())
+    assert result.metrics.harness_gave_up is True
+    if not trial:
+        assert len(fake.requests) == MAX_FAILED_SNIPPETS + 1
+        assert result.reply == guess
+        return
+    assert len(fake.requests) == MAX_FAILED_SNIPPETS  # no answer round
+    assert result.reply == (
+        "I could not answer this: none of the code I ran returned a result. "
+        "The last attempt ended with: ZeroDivisionError: division by zero"
+    )
+    last = result.records[-1].message
+    assert last["role"] == "assistant"
+    assert last["content"] == [{"type": "text", "text": result.reply}]
+
+
+async def test_failed_honest_replaces_words_after_a_failed_snippet(code_mode, monkeypatch):
+    """Trial failed-honest: a reply in words in place of a retry, with no result behind
+    it, is replaced too."""
+    monkeypatch.setenv("ASYNCAI_HARNESS_ON", "failed-honest")
+    ex, _ = code_mode
+    _, (result,) = await run_script(ex, [block("1/0"), "There are 3 pods."], request())
+    assert result.reply.endswith("ended with: ZeroDivisionError: division by zero")
+
+
+async def test_failed_honest_keeps_answers_without_code_or_with_a_result(code_mode, monkeypatch):
+    """Trial failed-honest: a question answered without code (arithmetic, or "no tool
+    can answer this") keeps the model's words, and so does a run where one snippet ran
+    to a result after failures."""
+    monkeypatch.setenv("ASYNCAI_HARNESS_ON", "failed-honest")
+    ex, _ = code_mode
+    no_tool = "No tool here can tell the weather in Paris."
+    script = [no_tool, block("1/0"), block(FILTER), "pod-0, pod-4 and pod-8."]
+    fake, (plain, after) = await run_script(
+        ex, script, request("what is the weather in Paris?"), request(run="R2", thread="T2")
+    )
+    assert plain.reply == no_tool
+    assert after.reply == "pod-0, pod-4 and pod-8."
+    assert len(fake.requests) == 4
+
+
 async def test_a_reply_that_copies_the_error_wording_is_replaced(code_mode):
     """The answer request's own words for an error, parroted, are no answer: after failed
     snippets the reply says why the code failed; after a result, the result is the reply."""

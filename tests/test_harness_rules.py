@@ -17,6 +17,7 @@ import pytest
 from daemon.config import ModelConfig
 from daemon.errors import ConfigError
 from daemon.model.calls import ToolCall
+from daemon.model.conversation import LoopState
 from daemon.model.harness import (
     GROUPS,
     RULES,
@@ -55,7 +56,7 @@ from daemon.model.harness import (
 from daemon.model.harness import blocks as harness_blocks
 from daemon.model.harness.topics import catalog_topics
 from daemon.model.profile import RunTools
-from daemon.model.records import RunState
+from daemon.model.records import RunState, user_record
 from daemon.runtime.runs import Prompt, RunRequest
 from daemon.tools import ToolCallOutput, ToolDefinition
 from tests.fakes.look import as_look
@@ -235,8 +236,17 @@ SQL: dict[str, Signature] = {
     "git_log": (frozenset({"repo_path", "max_count"}), frozenset({"repo_path"})),
 }
 
+
+def _gave_up(_: Switches) -> str | None:
+    state = _state()
+    result = {"type": "tool_result", "tool_use_id": "c1", "is_error": True}
+    state.records.append(user_record([{**result, "content": ERROR.format("'items'")}]))
+    return harness_blocks._gave_up(state, LoopState("small", failures=1, answering=True))
+
+
 TRIAL_PROBES: dict[str, Callable[[Switches], Any]] = {
     "check-answer": lambda _: checks_answer("42"),
+    "failed-honest": _gave_up,
     "positional-args": lambda _: repair_code('r = await read_query("SELECT 1")\nr', SQL)[0],
     "fetch-look": _system_prompt,
 }

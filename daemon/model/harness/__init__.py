@@ -66,6 +66,9 @@ each piece fixes one observed failure:
 | snippet that fetches and filters at once | a second one computes          |                    |
 | a reply after failed snippets that       | :func:`failure_reply`: why the | reply-from-result  |
 | parrots the answer request's wording     | code failed (its last error)   |                    |
+| (trial) every snippet failed, and the    | :func:`failure_reply` instead  | failed-honest      |
+| answer states values it never computed   | of the model's words; no       |                    |
+|                                          | answer round                   |                    |
 
 The loop (``daemon.model.loop``) is given :class:`SmallModelProfile`
 (``profile``) when ``[model] harness`` is on, and calls it at its named

@@ -111,6 +111,13 @@ async def code_blocks(
     messages = ls.messages
     max_rounds = endpoint.params.max_rounds
     while ls.round_no < max_rounds:
+        honest = _gave_up(state, ls) if ls.answering else None
+        if honest is not None:  # the answer round would only guess: it is not asked
+            state.records.append(
+                assistant_record(_HARNESS_TURN, honest, [], "stop", endpoint.model_name)
+            )
+            state.reply = honest
+            return
         ls.round_no += 1
         round_no = ls.round_no
         final = ls.answering or round_no == max_rounds
@@ -444,6 +451,9 @@ def _reply(state: RunState, ls: LoopState, content: str, example: str) -> str:
     returned (``example``: the worked example(s) the system message showed)."""
     said = content.strip() or EMPTY_REPLY
     if ls.last_result is None:  # no snippet ran to a result (or none ran)
+        honest = _gave_up(state, ls)
+        if honest is not None:  # trial failed-honest: words with no data behind them
+            return honest
         error = _last_result(state)
         if error is not None and is_no_answer(content, example):
             # nothing of its own after failed snippets (empty, code, or the answer
@@ -457,6 +467,22 @@ def _reply(state: RunState, ls: LoopState, content: str, example: str) -> str:
         return f"The result of run_code: {ls.last_result}"
     # the value the code computed is the answer: what the words drop is quoted
     return quote_result(said, ls.last_result)
+
+
+def _gave_up(state: RunState, ls: LoopState) -> str | None:
+    """Trial ``failed-honest``: the reply of a run whose snippets all failed, or None when
+    the trial is off, a snippet ran to a result, or none ran (a question answered
+    without code keeps the model's words).
+
+    Serves every question whose code never ran to a result: the answer request
+    shows the last traceback, and a small model answered it with values it never
+    computed. Nested calls may have returned data inside the sandbox, but no
+    result reached the model.
+    """
+    if ls.last_result is not None or not on("failed-honest"):
+        return None
+    error = _last_result(state)
+    return failure_reply(error) if error is not None else None
 
 
 def _last_tool_result(state: RunState) -> dict[str, Any] | None:

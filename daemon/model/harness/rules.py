@@ -118,6 +118,8 @@ TRIALS: dict[str, str] = {
     "fetch-look": "a tool result whose shape the model must guess (no output schema, "
     "text): the first snippet only fetches into variables, the harness shows what they "
     "hold, and a second snippet computes the answer from them",
+    "failed-honest": "a run whose every snippet failed (none ran to a result): the reply says "
+    "the question could not be answered and the last error's line, not the model's words",
 }
 
 #: Names that stand for several rules.
