@@ -36,7 +36,12 @@ from daemon.code_mode.catalog.learned import (
     ShapeStore,
     shape_notice,
 )
-from daemon.code_mode.catalog.schema import SKETCH_MAX_DEPTH, schema_type, unwrap_result
+from daemon.code_mode.catalog.schema import (
+    SKETCH_MAX_DEPTH,
+    Resolver,
+    schema_type,
+    unwrap_result,
+)
 from daemon.code_mode.catalog.search import SEARCH_HELPERS, helper_result, is_helper
 from daemon.code_mode.contract import NO_OUTPUT
 from daemon.code_mode.helpers import RESERVED_NAMES
@@ -52,6 +57,7 @@ __all__ = [
     "CatalogEntry",
     "CatalogSource",
     "LearnedShape",
+    "Resolver",
     "ShapeBook",
     "ShapeRecord",
     "ShapeStore",

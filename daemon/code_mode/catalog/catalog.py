@@ -105,6 +105,9 @@ class CatalogEntry:
     returns: str = "Any"  # the return annotation
     sketch: str | None = None  # the ``Returns:`` shape, when there is an output schema
     observed: bool = False  # the shape was learned from results, not declared (issue 19)
+    # the learned shape (a JSON schema) the sketch shows, when ``observed``: the
+    # harness renders it again as a typed example
+    shape: Mapping[str, Any] | None = None
 
     @property
     def tool_name(self) -> str:
@@ -220,12 +223,12 @@ def _params(schema: Any, resolver: Resolver) -> tuple[tuple[Param, ...], bool]:
 def _entry(py_name: str, d: ToolDefinition, learned: Mapping[str, Any] | None) -> CatalogEntry:
     input_schema = d.input_schema or {}
     params, extra = _params(input_schema, Resolver(input_schema))
-    returns, sketch, observed = "Any", None, False
+    returns, sketch, observed, shape = "Any", None, False, None
     if not isinstance(d.output_schema, Mapping) and learned is not None:
         # a learned shape is our own schema, never wrapped (issue 19)
         resolver = Resolver(learned)
         returns = schema_annotation(learned, resolver, ())
-        sketch, observed = shape_sketch(learned, resolver, (), 0), True
+        sketch, observed, shape = shape_sketch(learned, resolver, (), 0), True, learned
     elif isinstance(d.output_schema, Mapping):
         root = d.output_schema
         shape = unwrap_result(root, d.name)
@@ -246,6 +249,7 @@ def _entry(py_name: str, d: ToolDefinition, learned: Mapping[str, Any] | None) -
         returns=returns,
         sketch=sketch,
         observed=observed,
+        shape=shape,
     )
 
 
