@@ -120,6 +120,9 @@ TRIALS: dict[str, str] = {
     "hold, and a second snippet computes the answer from them",
     "failed-honest": "a run whose every snippet failed (none ran to a result): the reply says "
     "the question could not be answered and the last error's line, not the model's words",
+    "shape-first": "a question about functions whose result has a declared output schema "
+    "or a learned shape: after the question, each one's result as a small typed example "
+    "(one item of each list, a type for each value), at most two functions",
 }
 
 #: Names that stand for several rules.
