@@ -6,7 +6,6 @@ one slow test serves seed 1 and solves questions from the real servers' output.
 
 from __future__ import annotations
 
-import ast
 import re
 import sqlite3
 import subprocess
@@ -177,7 +176,7 @@ def _top(values: Any) -> str:
 @pytest.mark.timeout(120)
 async def test_answers_are_what_the_real_servers_show() -> None:
     """Seed 1 served: solving questions from git_log / git_show / git_branch text and
-    read_query rows (a Python repr, or a parsed [] when empty) gives the expected answers."""
+    read_query rows (Python literal text, arriving as a list) gives the expected answers."""
     missing = [name for name in ("git", "sqlite") if not installed(name)]
     assert not missing, "run `python -m bench.questions --install-servers`"
     async with open_world(1, http_port=0) as served:
@@ -193,8 +192,9 @@ async def test_answers_are_what_the_real_servers_show() -> None:
                 return nested_value(output)
 
             async def rows(query: str) -> list[dict[str, Any]]:
-                got = await call("read_query", query=query)
-                return got if isinstance(got, list) else ast.literal_eval(got)
+                got = await call("read_query", query=query)  # str(rows): Python literal text
+                assert isinstance(got, list), got
+                return got
 
             log = await call("git_log", repo_path=repo, max_count=1000)
             entries = re.findall(r"Commit: (\w+)\nAuthor: (.*)\nDate: (.*)\nMessage: (.*)", log)

@@ -171,3 +171,36 @@ def test_the_depth_limit_is_exact(kind):
         nested_value(ToolCallOutput(json.dumps(nest(MAX_DEPTH + 1, kind)), False))
     with pytest.raises(ConversionError):
         nested_value(ToolCallOutput("[" * 10_000 + "]" * 10_000, False))
+
+
+PY_ATOMS = st.none() | st.booleans() | st.integers(-(10**30), 10**30) | st.text()
+PY_ROWS = st.lists(st.dictionaries(st.text(), PY_ATOMS | st.tuples(PY_ATOMS, PY_ATOMS)), max_size=5)
+
+
+@given(PY_ROWS)
+def test_python_literal_text_arrives_as_the_value_it_writes(rows):
+    """str() of rows (dicts, tuples, None, True, any text) arrives as the rows, tuples as
+    lists, as their JSON would."""
+    output = ToolCallOutput(repr(rows), False)
+    assert nested_value(output) == to_json_value(rows)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "[INFO] started",
+        "{not: valid}",
+        "(1 + 2)",
+        "(3)",
+        "'quoted'",
+        "[x for x in y]",
+        "[__import__('os')]",
+        "{'a': 1}\n{'b': 2}",
+        "None",
+        "[1, 2] and more",
+    ],
+)
+def test_other_text_stays_text(text):
+    """Text that is no Python container literal (a log line, code, a name, one value,
+    two literals) arrives as the str it is: literal_eval builds no names or calls."""
+    assert nested_value(ToolCallOutput(text, False)) == text

@@ -53,6 +53,10 @@ TEXTS = {
     "not_json": NOT_JSON,
     "nan_big": json.dumps([float("nan"), *ROWS]),
     "surrogate_big": '["\\ud800", ' + BIG[1:],
+    # what a Python server's str(rows) sends (the reference mcp-server-sqlite)
+    "py_rows_big": repr(ROWS),
+    "py_rows_small": repr(ROWS[:2]),
+    "py_tuples": repr([(r["id"], r["name"]) for r in ROWS[:3]]),
 }
 
 
@@ -184,6 +188,17 @@ async def test_unparsable_text_arrives_as_str_and_deep_json_raises_the_hosts_err
     )
     assert long.replace("deep_big", "X") == short.replace("deep_small", "X")
     assert "nested more than 200 levels" in long
+
+
+async def test_python_literal_rows_arrive_as_the_rows_they_write(executor):
+    """A list of dicts or tuples written as Python (str(rows)) arrives as that list,
+    long or short, the same as its JSON would; tuples as lists."""
+    assert text_marker(ToolCallOutput(TEXTS["py_rows_big"], False), "t") is None
+    scope = executor.thread_scope(ThreadKey("#t", "t"))
+    assert json.loads(await run(scope, "await py_rows_big()")) == ROWS
+    assert json.loads(await run(scope, "await py_rows_small()")) == ROWS[:2]
+    got = await run(scope, "v = await py_tuples()\n[type(v[0]).__name__, v[2]]")
+    assert json.loads(got) == ["list", [2, ROWS[2]["name"]]]
 
 
 async def test_constants_and_surrogates_keep_the_hosts_reading(executor):

@@ -24,6 +24,7 @@ value. Nothing here raises anything else.
 
 from __future__ import annotations
 
+import ast
 import json
 import math
 import re
@@ -38,7 +39,9 @@ __all__ = [
     "ConversionError",
     "dumps_compact",
     "log_content",
+    "looks_python_literal",
     "nested_value",
+    "python_literal",
     "result_bytes",
     "sandbox_text",
     "to_json_value",
@@ -219,7 +222,9 @@ def nested_value(output: ToolCallOutput) -> Any:
     """The Python value a successful nested call returns into the sandbox.
 
     JSON text arrives parsed; without text, ``structured`` content arrives
-    as it is; any other text arrives as ``str``. (``is_error`` outputs never
+    as it is; a list, dict or tuple written in Python literal syntax (what
+    ``str()`` of rows gives) arrives as that value (:func:`python_literal`); any
+    other text arrives as ``str``. (``is_error`` outputs never
     get here: they raise ``RuntimeError`` in the sandbox.) A lone surrogate,
     which ``json.loads`` lets through, arrives as U+FFFD. A value nested past
     :data:`MAX_DEPTH` raises :class:`ConversionError`.
@@ -232,13 +237,58 @@ def nested_value(output: ToolCallOutput) -> Any:
     except RecursionError:
         raise _too_deep() from None
     except ValueError:  # not JSON
-        value = text
+        value = python_literal(text)
     # counting brackets is fast C; only a value that may be deep is walked
     if text.count("[") + text.count("{") > MAX_DEPTH and _deeper_than(value, MAX_DEPTH):
         raise _too_deep()
     if (text.isascii() and "\\u" not in text) or _MAYBE_SURROGATE.search(text) is None:
         return value  # the common case: no walk over a large result
     return _without_surrogates(value)
+
+
+# Python servers that return ``str(rows)`` (the reference mcp-server-sqlite) send a
+# list of dicts written as Python, not JSON: ``[{'id': 1, 'name': None}]``. Read
+# as text, a small model indexes a str it took for data. ``ast.literal_eval``
+# builds only literals (no names, calls or attributes), so reading it is safe;
+# it is tried on a container's text only, up to this size (its parse is about
+# ten times json's).
+PYTHON_LITERAL_MAX = 1 << 20
+
+
+def looks_python_literal(text: str) -> bool:
+    """Whether ``text`` (a container's opening) may be Python literal syntax rather
+    than JSON: its first string is quoted with ``'``, or its first 256 characters hold
+    ``None``, ``True``, ``False`` or a tuple after a bracket, comma or colon. Cheap
+    (it reads the head only) and may be wrong in JSON's favour: it decides only
+    where a large result is parsed (``daemon.code_mode.lazy``), not how."""
+    if text.lstrip()[:1] not in _OPENERS:
+        return False
+    head = text[:256]
+    single, double = head.find("'"), head.find('"')
+    if single != -1 and (double == -1 or single < double):
+        return True
+    return _PYTHON_ATOM.search(head) is not None
+
+
+_OPENERS = ("[", "{", "(")
+_PYTHON_ATOM = re.compile(r"^\s*\(|[\[(,:]\s*(?:None|True|False|\()")
+
+
+def python_literal(text: str) -> Any:
+    """``text`` as the list, dict or tuple it writes in Python literal syntax (a
+    tuple as a list), or ``text`` itself when it is anything else."""
+    if len(text) > PYTHON_LITERAL_MAX or text.lstrip()[:1] not in _OPENERS:
+        return text
+    try:
+        value = ast.literal_eval(text.strip())
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return text
+    if not isinstance(value, list | dict | tuple):
+        return text
+    try:
+        return to_json_value(value)
+    except ConversionError:  # too deep, or an int too long to write: the text as it came
+        return text
 
 
 def result_bytes(output: ToolCallOutput) -> int:

@@ -60,7 +60,7 @@ import re
 from collections.abc import Iterable
 
 from daemon.code_mode.bindings import module_bindings
-from daemon.code_mode.convert import too_deep_message
+from daemon.code_mode.convert import looks_python_literal, too_deep_message
 from daemon.code_mode.helpers import PRELOADED_MODULES, PRIVATE_PREFIX, RESERVED_NAMES
 from daemon.tools import ToolCallOutput
 
@@ -206,6 +206,8 @@ def text_marker(output: ToolCallOutput, tool: str) -> tuple[str, str] | None:
     text = output.content
     if len(text) < TEXT_MIN or text.lstrip()[:1] not in ("[", "{"):
         return None
+    if looks_python_literal(text):
+        return None  # Python literal syntax, not JSON: the host reads it (nested_value)
     if "NaN" in text or "Infinity" in text or "\\ud" in text or "\\uD" in text:
         return None  # possibly a JSON constant or an escaped surrogate: let the host decide
     try:

@@ -15,6 +15,7 @@ and ``duration_ms`` are those of the call itself, from when it got its slot:
 |------------------------------|-----------------------------------------------|
 | ``is_error``                 | ``RuntimeError(<text>)``, catchable           |
 | JSON text, or ``structured`` when there is no text | the parsed value        |
+| a list, dict or tuple in Python literal syntax (``str(rows)``) | that value (a tuple as a list) |
 | other text                   | ``str``                                       |
 | ``ToolTransportError``       | ``RuntimeError("tool error: ...")``           |
 | no answer in ``tool_timeout``| ``RuntimeError("tool X timed out after 120s")`` |
