@@ -409,6 +409,17 @@ def test_return_annotation_from_output_schema() -> None:
     assert "Returns:" not in stub_of(tool("g"))
 
 
+@pytest.mark.parametrize("junk", [[[]], [{}], [None, "string"], [["integer"]], 7])
+def test_junk_type_in_a_schema_reads_as_any(junk: Any) -> None:
+    """A server's schema whose "type" holds lists, objects or numbers (not JSON Schema)
+    renders as Any: one bad tool must not stop the catalog being built."""
+    bad = {"type": junk}
+    assert "Any" in schema_type(bad)
+    assert "Any" in return_sketch({"type": "object", "properties": {"x": bad}})
+    stub = stub_of(tool("odd", {"x": bad}, ["x"], description="Odd.", output=bad))
+    assert stub.startswith("async def odd(*, x: ")
+
+
 def test_mcp_wrapped_result_is_unwrapped() -> None:
     """mcp's {"result": T} wrapping (title <tool>Output) renders as T: the sandbox gets the text."""
     wrapped = {

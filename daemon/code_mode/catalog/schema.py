@@ -176,7 +176,7 @@ def schema_annotation(schema: Any, resolver: Resolver, seen: tuple[str, ...]) ->
             return "Any"
     parts = []
     for t in types:
-        if t in _PRIMITIVES:
+        if isinstance(t, str) and t in _PRIMITIVES:
             parts.append(_PRIMITIVES[t])
         elif t == "array":
             items = schema.get("items")
@@ -241,7 +241,7 @@ def shape_sketch(schema: Any, resolver: Resolver, seen: tuple[str, ...], depth: 
             return "Any"
     parts = []
     for t in types:
-        if t in _PRIMITIVES:
+        if isinstance(t, str) and t in _PRIMITIVES:
             parts.append(_PRIMITIVES[t])
         elif t == "array":
             if depth >= SKETCH_MAX_DEPTH:
