@@ -1,0 +1,106 @@
+"""The bench's worked examples (bench/questions/examples.toml): dev questions only, and right.
+
+Each example is a dev template's question as seed 0 asks it (the default world
+directory, port 8000). The slow test runs every snippet in the real code-mode
+sandbox over seed 0's world with all six servers and holds its result to that
+template's checker, so an example that teaches a wrong answer fails here.
+"""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+from bench.questions.core import SERVERS, Case, Template, World
+from bench.questions.servers import PACKAGES, installed
+from bench.questions.world import HTTP_PORT, build_world, open_world, templates
+from daemon.code_mode import CodeModeLimits, CodeModeToolExecutor
+from daemon.mcp.executor import McpToolExecutor
+from daemon.model.harness.examples import Example, parse_examples
+from daemon.tools import ThreadKey
+
+if TYPE_CHECKING:
+    from pydantic_monty import AsyncMonty
+
+FILE = Path(__file__).parent.parent / "bench" / "questions" / "examples.toml"
+# the seed-0 world as the file's questions and snippets name it: a bench run's
+FILE_ROOT = "/tmp/asyncai-bench/seed-0"
+FILE_URL = f"http://127.0.0.1:{HTTP_PORT}"
+
+
+def _examples() -> list[Example]:
+    return parse_examples(FILE.read_text(encoding="utf-8"), FILE.name)
+
+
+def _in_file_terms(text: str, world: World) -> str:
+    """``text`` of ``world`` with its directory and URL written as the file writes them."""
+    return text.replace(world.base_url, FILE_URL).replace(str(world.root), FILE_ROOT)
+
+
+def _in_world_terms(text: str, world: World) -> str:
+    return text.replace(FILE_URL, world.base_url).replace(FILE_ROOT, str(world.root))
+
+
+def _templates_of(world: World, examples: list[Example]) -> list[tuple[Template, Case] | None]:
+    """Each example's template and case over ``world`` (seed 0): the one whose question
+    is the example's, or None."""
+    by_text = {}
+    for template in templates():
+        case = template.make(world)
+        by_text[_in_file_terms(case.text, world)] = (template, case)
+    return [by_text.get(e.question) for e in examples]
+
+
+def test_every_example_is_a_dev_question_of_seed_0(tmp_path: Path) -> None:
+    """The file parses; each question is one dev template's seed-0 question, word for
+    word, no template twice; together they use every one of the bench's servers."""
+    examples = _examples()
+    assert 10 <= len(examples) <= 16
+    world = build_world(0, tmp_path / "seed-0", FILE_URL)
+    found = _templates_of(world, examples)
+    unmatched = [e.question[:80] for e, f in zip(examples, found, strict=True) if f is None]
+    assert not unmatched, f"not a template's seed-0 question: {unmatched}"
+    chosen = [f[0] for f in found if f is not None]
+    held_out = [t.id for t in chosen if t.split != "dev"]
+    assert not held_out, f"held-out templates in the examples: {held_out}"
+    ids = [t.id for t in chosen]
+    assert len(ids) == len(set(ids)), ids
+    used = {server for t in chosen for server in t.servers}
+    assert used == set(SERVERS), set(SERVERS) - used
+    assert len({t.shape for t in chosen}) >= 8
+    assert all(e.note for e in examples)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+async def test_every_snippet_answers_its_question_in_the_real_sandbox(
+    monty_pool: AsyncMonty,
+) -> None:
+    """Seed 0 served with all six servers: each snippet, run by code mode's run_code in
+    a fresh scope, returns a result that passes its template's checker."""
+    missing = [name for name in PACKAGES if not installed(name)]
+    assert not missing, "run `python -m bench.questions --install-servers`"
+    examples = _examples()
+    async with open_world(0, http_port=0) as served:
+        world = served.world
+        found = _templates_of(world, examples)
+        inner = McpToolExecutor(served.servers, call_timeout=60.0)
+        executor = CodeModeToolExecutor(inner, CodeModeLimits(), pool=monty_pool)
+        wrong = {}
+        try:
+            await inner.start()
+            assert inner.failed_servers == {}
+            for example, match in zip(examples, found, strict=True):
+                assert match is not None, example.question[:80]
+                template, case = match
+                scope = executor.thread_scope(ThreadKey("#examples", uuid.uuid4().hex))
+                code = _in_world_terms(example.code, world)
+                output = await scope.call_tool("run_code", {"code": code})
+                if output.is_error or not case.check(output.content):
+                    wrong[template.id] = (output.content[:300], case.answer)
+        finally:
+            await executor.aclose()
+    assert not wrong, wrong
