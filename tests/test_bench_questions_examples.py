@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from bench.questions.core import SERVERS, Case, Template, World
+from bench.questions.run import _parser, bench
 from bench.questions.servers import PACKAGES, installed
 from bench.questions.world import HTTP_PORT, build_world, open_world, templates
 from daemon.code_mode import CodeModeLimits, CodeModeToolExecutor
@@ -72,6 +73,22 @@ def test_every_example_is_a_dev_question_of_seed_0(tmp_path: Path) -> None:
     assert used == set(SERVERS), set(SERVERS) - used
     assert len({t.shape for t in chosen}) >= 8
     assert all(e.note for e in examples)
+
+
+async def test_runner_refuses_a_bad_examples_file_before_any_model(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--examples`` with a file that does not parse stops the run at once (exit 2,
+    the file and the fault named), before a model is started or a server installed."""
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[[example]]\nquestion = "q"\n', encoding="utf-8")
+    parser = _parser()
+    args = parser.parse_args(["--examples", str(bad), "--http-port", "0", "--split", "dev"])
+    assert args.examples == bad
+    with pytest.raises(SystemExit) as exc:
+        await bench(parser, args)
+    assert exc.value.code == 2
+    assert "bad.toml" in capsys.readouterr().err
 
 
 @pytest.mark.slow

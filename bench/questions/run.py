@@ -18,6 +18,7 @@ Run::
     python -m bench.questions --quick               # 1 seed, held-out only (ablations)
     python -m bench.questions --base-url http://127.0.0.1:8080/v1 --model NAME
     python -m bench.questions --split dev --only kcp.some-id --modes code --json out.json
+    python -m bench.questions --examples bench/questions/examples.toml --quick
     python -m bench.questions --list                # id, split, shape, servers
     python -m bench.questions --install-servers     # the third-party servers' venvs
     python -m bench.questions --tools               # every tool of the six servers
@@ -55,6 +56,7 @@ from daemon.config import Config, ModelConfig
 from daemon.executors import code_mode_limits
 from daemon.logging import configure_logging
 from daemon.mcp.executor import McpToolExecutor
+from daemon.model.harness.examples import parse_examples
 from daemon.runtime.runs import Prompt, RunRequest, RunResult
 
 MODES = ("code", "direct")
@@ -362,6 +364,13 @@ def _parser() -> argparse.ArgumentParser:
         choices=(1, 2, 3),
         help="[model] answer_samples: the harness's vote (1: off; default: the config's)",
     )
+    model.add_argument(
+        "--examples",
+        type=Path,
+        metavar="FILE",
+        help="[model] examples: solved questions, the closest two shown per question "
+        "(the bench's own: bench/questions/examples.toml, dev questions only)",
+    )
     what.add_argument(
         "--startup",
         action="store_true",
@@ -482,6 +491,11 @@ async def bench(parser: argparse.ArgumentParser, args: argparse.Namespace) -> in
         parser.error("no template selected")
     if args.http_port and not _port_free(args.http_port):
         parser.error(f"--http-port {args.http_port} is taken; pass another, or 0")
+    if args.examples is not None:  # a bad file fails here, not after the model has loaded
+        try:
+            parse_examples(args.examples.read_text(encoding="utf-8"), args.examples.name)
+        except (OSError, ValueError) as exc:
+            parser.error(f"--examples {args.examples}: {exc}")
     note = lambda s: print(s, file=sys.stderr, flush=True)  # noqa: E731
     install_all(note)
 
@@ -516,6 +530,8 @@ async def bench(parser: argparse.ArgumentParser, args: argparse.Namespace) -> in
             model.harness = args.harness == "on"
         if args.answer_samples is not None:
             model.answer_samples = args.answer_samples
+        if args.examples is not None:
+            model.examples = args.examples
         started = datetime.datetime.now(datetime.UTC)
         outcomes: list[Outcome] = []
         boot: list[tuple[str, float, bool | None, str]] = []
@@ -538,6 +554,7 @@ async def bench(parser: argparse.ArgumentParser, args: argparse.Namespace) -> in
                         "harness_off": harness_off,
                         "harness_on": harness_on,
                         "answer_samples": model.answer_samples,
+                        "examples": str(args.examples) if args.examples else None,
                         "seeds": seeds,
                         "splits": sorted(held),
                         "templates": len(suite),
@@ -574,7 +591,9 @@ async def bench(parser: argparse.ArgumentParser, args: argparse.Namespace) -> in
             f"harness {args.harness}"
             + (f" (off: {harness_off})" if harness_off else "")
             + (f" (on: {harness_on})" if harness_on else "")
-            + f", answer_samples {model.answer_samples}, {len(suite)} templates, seeds "
+            + f", answer_samples {model.answer_samples}"
+            + (f", examples {args.examples}" if args.examples else "")
+            + f", {len(suite)} templates, seeds "
             + ", ".join(f"{m} {n}" for m, n in seeds.items())
             + "\n"
         )
