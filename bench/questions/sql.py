@@ -7,7 +7,8 @@ authors to their teams). Names, values, sizes and row order come from the
 seed; the rows are kept in ``world.data["sql"]`` for the checkers.
 
 The server answers ``read_query`` with the text of a Python list of dicts
-(``str(rows)``), not JSON. Some questions are one query; some need Python
+(``str(rows)``), not JSON; code mode reads such text as the list it writes
+(spec 0004's nested results, adapted). Some questions are one query; some need Python
 over the rows (time zones, averages of per-order totals).
 """
 
