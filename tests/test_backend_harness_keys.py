@@ -1,7 +1,7 @@
 """The harness's reading of what a failed snippet's values really are, against the
 scripted model and real code mode: a key read one path off is read where the look
-found it and the snippet runs again with no model round (``key_fix``); CSV text and
-a result's ``.items()`` get a hint that names what the value is (``value_hint``).
+found it and the snippet runs again with no model round (``key_fix``); a result's
+``.items()`` gets a hint that names what the value is (``value_hint``).
 """
 
 from __future__ import annotations
@@ -28,18 +28,7 @@ STATUS = {
         ],
     },
 }
-ORDERS = {"status": 200, "json": [{"id": "o-1", "amount": 120.5}, {"id": "o-2", "amount": 80}]}
-INVENTORY = {"status": 200, "body": "item,stock\nbolts,120\nnuts,45\nwashers,8\n"}
 PODS = {"kind": "List", "items": [{"metadata": {"name": "web-1"}, "restarts": 3}]}
-
-WORKLOADS = {
-    "kind": "List",
-    "items": [
-        {"metadata": {"name": "a"}, "status": {"phase": "Pending"}},
-        {"metadata": {"name": "b"}, "status": {"containerStatuses": [{"restartCount": 2}] * 2}},
-        {"metadata": {"name": "c"}, "status": {"containerStatuses": [{"restartCount": 3}]}},
-    ],
-}
 
 
 def tools() -> FakeToolExecutor:
@@ -50,17 +39,12 @@ def tools() -> FakeToolExecutor:
     @fake.tool(read_only=True)
     async def fetch(*, url: str) -> dict:
         """Fetch a URL: status, body text, and json when the body is JSON."""
-        return {"/status": STATUS, "/orders": ORDERS, "/inventory": INVENTORY}[url]
+        return {"/status": STATUS}[url]
 
     @fake.tool(read_only=True)
     async def list_pods() -> dict:
         """List the pods."""
         return PODS
-
-    @fake.tool(read_only=True)
-    async def list_workloads() -> dict:
-        """List the workloads with their container statuses (a Pending one has none)."""
-        return WORKLOADS
 
     @fake.tool(read_only=False, destructive=True)
     async def restart(*, url: str) -> dict:
@@ -116,17 +100,6 @@ async def test_a_key_one_path_off_is_read_where_it_is_without_a_model_round(code
     assert "s['json']['components']" in codes[1]
 
 
-async def test_items_of_a_result_whose_list_is_elsewhere_reads_that_list(code_mode):
-    """``r['items']`` (the kubernetes name for the list) of a result whose one list is
-    ``r['json']`` reads that list."""
-    ex, _ = code_mode
-    code = "r = await fetch(url='/orders')\nsum(o['amount'] for o in r['items'])"
-    fake, (result,) = await run_script(ex, [block(code), "200.5 in all."], request())
-    assert len(fake.requests) == 2
-    assert "200.5" in fake.requests[1]["messages"][-1]["content"]
-    assert result.metrics.key_fixes == 1
-
-
 async def test_a_snippet_naming_a_mutating_function_is_never_run_again(code_mode):
     """The same misread key in a snippet that calls a mutating tool: no rerun (it would
     repeat the side effect); the model gets the hint with the path and writes the fix."""
@@ -157,24 +130,6 @@ async def test_a_rerun_that_fails_again_is_a_failure_and_fixes_are_bounded(code_
     assert result.reply == "2.7.1."
 
 
-async def test_csv_text_parsed_as_json_gets_the_csv_reader_line(code_mode):
-    """A CSV body given to json.loads: the hint names the format from its first line
-    and writes the csv.DictReader line with the body's path (Monty has csv)."""
-    ex, _ = code_mode
-    bad = "inv = await fetch(url='/inventory')\nrows = json.loads(inv['body'])\nrows"
-    good = (
-        "import csv\nrows = list(csv.DictReader(inv['body'].splitlines()))\n"
-        "min(rows, key=lambda r: int(r['stock']))['item']"
-    )
-    script = [block(bad), block(good), "washers."]
-    fake, (_result,) = await run_script(ex, script, request())
-    retry = fake.requests[1]["messages"][-1]["content"]
-    assert "JSONDecodeError" in retry
-    assert "inv['body'] is CSV text (its first line is 'item,stock'), not JSON" in retry
-    assert "list(csv.DictReader(inv['body'].splitlines()))" in retry
-    assert "washers" in fake.requests[2]["messages"][-1]["content"]
-
-
 async def test_dict_items_of_a_list_result_is_told_where_the_list_is(code_mode):
     """``pods.items()`` of a result holding its list at ``pods['items']``: the dict
     method's pairs were indexed as pods; the hint says so, not "parse the text"."""
@@ -202,20 +157,3 @@ async def test_a_question_about_a_fetched_url_gets_no_other_function_as_its_topi
     assert "What your variables hold now" in retry
     assert "restart(" not in retry
     assert "Hint: my question is about" not in retry
-
-
-async def test_a_key_some_items_lack_is_read_with_dig_where_it_is_iterated(code_mode):
-    """The most restarts, summed over ``p['status']['containerStatuses']`` in a
-    ``key=lambda p``: a Pending item has none; the look counts 2 of 3, and the harness
-    runs the snippet again with ``dig(p, 'status.containerStatuses', default=[])``."""
-    ex, _ = code_mode
-    code = (
-        "w = await list_workloads()\nbest = max(items(w), key=lambda p: "
-        "sum(c['restartCount'] for c in p['status']['containerStatuses']))\n"
-        "best['metadata']['name']"
-    )
-    fake, (result,) = await run_script(ex, [block(code), "b, with 4."], request())
-    assert len(fake.requests) == 2
-    assert fake.requests[1]["messages"][-1]["content"].startswith("The code returned:\nb\n")
-    assert result.metrics.key_fixes == 1
-    assert "dig(p, 'status.containerStatuses', default=[])" in ran_codes(result)[1]

@@ -641,8 +641,9 @@ def test_a_counted_key_gets_its_dig_with_path_and_default() -> None:
 
 def test_a_key_in_no_variable_is_said_to_be_nowhere_or_a_value() -> None:
     """A KeyError's key that the look found in a dict outside a list is located there;
-    one that no path holds is made up (do not read it); one that is a value of the
-    data was used as a key of a dict the snippet fills (start it with .get)."""
+    one that no path holds is made up (do not read it); one that is a word of a text
+    (a CSV column, a word of a log line) is inside text to parse first; one that is a
+    value of the data was used as a key of a dict the snippet fills (start it with .get)."""
     looked = "r['status'] == 200\nr['json']['version'] == '1'\nr['json']: has 'components'"
     assert key_hint(TRACEBACK.format("KeyError: components"), as_look(looked)) == (
         "Hint: components is not where your code looked; it is at r['json']['components']."
@@ -652,22 +653,14 @@ def test_a_key_in_no_variable_is_said_to_be_nowhere_or_a_value() -> None:
         "Hint: no value your variables hold has a key nodes (see what they hold above): "
         "do not read it. Use only the keys shown there, or get the data from another function."
     )
-    csv = (
-        "r['status'] == 200\nr['body'] is a str of 5 lines (text, not parsed)\n"
-        "r['body'].splitlines()[:3] == ['item,stock', 'bolts,40', 'nuts,25']"
-    )
-    assert key_hint(TRACEBACK.format("KeyError: stock"), as_look(csv)) == (
-        "Hint: r['body'] is CSV text (its first line is 'item,stock'), not JSON: do not "
-        "json.loads it. Parse it with `import csv` and rows = "
-        "list(csv.DictReader(r['body'].splitlines())): one dict per line, keyed by 'item', "
-        "'stock'; the values are str, so compare numbers as int(row['stock'])."
-    )
-    logs = "r['body'] is a str of 9 lines (text, not parsed)\nr['body'].splitlines()[:3] == " + (
-        "['10:00 ERROR stock low', '10:01 INFO ok', '10:02 INFO ok']"
-    )
-    hint = key_hint(TRACEBACK.format("KeyError: stock"), as_look(logs))
-    assert hint is not None
-    assert hint.startswith("Hint: stock is only inside text (a str shown above")
+    for first in ("['item,stock', 'bolts,40', 'nuts,25']", "['10:00 ERROR stock low', '10:01']"):
+        text = "r['body'] is a str of 9 lines (text, not parsed)\n"
+        hint = key_hint(
+            TRACEBACK.format("KeyError: stock"),
+            as_look(f"{text}r['body'].splitlines()[:3] == {first}"),
+        )
+        assert hint is not None
+        assert hint.startswith("Hint: stock is only inside text (a str shown above")
     pods = "len(p['items']) == 12\np['items'][0]['spec']['nodeName'] == 'node-a'"
     hint = key_hint(TRACEBACK.format("KeyError: 'node-a'"), as_look(pods))
     assert hint is not None
@@ -726,56 +719,6 @@ def test_the_look_after_a_key_error_counts_the_items_holding_it() -> None:
     assert "_peek_missing" not in plain
 
 
-def test_a_tool_result_is_counted_and_looped_over_by_its_items() -> None:
-    """len() of, or a loop over, a name bound to a catalog call's result means its items,
-    not the keys of the dict the tool returned; other names and expressions stay."""
-    code = (
-        "events = await get_events(workspace='w')\n"
-        "n = len(events)\n"
-        "reasons = [e['reason'] for e in events]\n"
-        "for e in events:\n"
-        "    print(e)\n"
-        "r = await http_get(url='u')\n"
-        "len(r['json']) + len(reasons)"
-    )
-    fixed, repairs = repair_code(code, ["get_events", "http_get"])
-    assert fixed.splitlines()[1:4] == [
-        "n = len(items(events))",
-        "reasons = [e['reason'] for e in items(events)]",
-        "for e in items(events):",
-    ]
-    assert fixed.endswith("len(r['json']) + len(reasons)")
-    assert repairs == ["the items of a tool result counted or looped over, not its keys"]
-    rebound = "events = await get_events(workspace='w')\nevents = [1]\nlen(events)"
-    assert repair_code(rebound, ["get_events"]) == (rebound, [])
-
-
-def test_a_tool_result_handed_to_an_iterating_builtin_means_its_items() -> None:
-    """max/min/sorted/sum/list/any/... of a tool result (and map/filter/zip over one)
-    iterate its items, not the keys of its dict; other arguments stay."""
-    code = (
-        "ws = await list_workspaces(workspace='w')\n"
-        "a = max(ws, key=lambda w: len(w['name']))\n"
-        "b = sorted(ws, key=lambda w: w['name'], reverse=True)\n"
-        "c = list(filter(None, ws))\n"
-        "d = list(zip(ws, [1, 2]))\n"
-        "e = max(1, 2)\n"
-        "[a, b, c, d, e, any(ws)]"
-    )
-    fixed, repairs = repair_code(code, ["list_workspaces"])
-    assert fixed.splitlines()[1:] == [
-        "a = max(items(ws), key=lambda w: len(w['name']))",
-        "b = sorted(items(ws), key=lambda w: w['name'], reverse=True)",
-        "c = list(filter(None, items(ws)))",
-        "d = list(zip(items(ws), [1, 2]))",
-        "e = max(1, 2)",
-        "[a, b, c, d, e, any(items(ws))]",
-    ]
-    assert repairs == ["the items of a tool result counted or looped over, not its keys"]
-    starred = "ws = await list_workspaces(workspace='w')\nmax(*ws)"
-    assert repair_code(starred, ["list_workspaces"]) == (starred, [])
-
-
 def test_an_awaited_helper_is_called_without_await() -> None:
     """``await count_by(...)`` (a helper answers at once: awaiting its dict fails) loses
     its await; a catalog function of a helper's name, and other awaits, keep theirs."""
@@ -814,11 +757,6 @@ def test_a_none_where_the_answer_should_be_is_suspect() -> None:
     assert not holds_none('{"node": "node-a", "count": 4}')
     assert not holds_none("null-ish text")
     assert not holds_none('{"a": {"b": null}}')  # deeper: a field, not the answer
-    # printed text: a None an f-string printed, not the word in a sentence or a string
-    assert holds_none("The node running the most pods is None with 2 pods.")
-    assert holds_none("node: None")
-    assert not holds_none("None of the pods failed.")
-    assert not holds_none("the value 'None' is a literal; NoneType; Nonexistent")
 
 
 def test_a_retry_seed_is_a_function_of_the_prompt_alone():

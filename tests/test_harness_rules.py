@@ -20,7 +20,6 @@ from daemon.errors import ConfigError
 from daemon.model.calls import ToolCall
 from daemon.model.conversation import LoopState
 from daemon.model.harness import (
-    GROUPS,
     RULES,
     TRIALS,
     CodeBlockTurns,
@@ -34,7 +33,6 @@ from daemon.model.harness import (
     compact_description,
     echoes_example,
     from_environ,
-    holds_none,
     is_no_answer,
     key_fix,
     key_hint,
@@ -71,21 +69,11 @@ LOOK = (
     "r['json']['components'][0]['name'] == 'db'\n"
     "r['json']: has 'components'"
 )
-ONE_LIST = "r['status'] == 200\nlen(r['json']) == 4\nr['json'][0]['id'] == 'o-1'"
-CSV = (
-    "inv['status'] == 200\ninv['body'] is a str of 5 lines (text, not parsed)\n"
-    "inv['body'].splitlines()[:3] == ['item,stock', 'bolts,120', 'nuts,45']"
-)
 PODS = (
     "len(pods['items']) == 12\n"
     "pods['items'][0]['metadata']['name'] == 'web-1'\n"
     "pods['items'][0]['status']['phase'] == 'Running'\n"
     "pods: has 'items'"
-)
-COUNTED = (
-    "len(pods['items']) == 12\n"
-    "pods['items'][0]['status']['phase'] == 'Pending'\n"
-    "pods['items']: 10 of 12 items have ['status']['containerStatuses'] (a list)"
 )
 FETCHERS = {"http_get": (frozenset({"url"}), frozenset({"url"}))}
 SIGNATURES = {"list_objects": (frozenset({"workspace"}), frozenset({"workspace"}))}
@@ -183,28 +171,8 @@ def _repaired(code: str, functions: Any = ()) -> Callable[[Switches], Any]:
     return lambda _: repair_code(code, functions)
 
 
-_REPEATED = "ModuleNotFoundError: No module named 'kubernetes'"
-
 # Each rule: what it changes, called with the run's switches current.
 PROBES: dict[str, Callable[[Switches], Any]] = {
-    "instead-kubernetes": lambda _: repeat_hint(_REPEATED, _REPEATED),
-    "keyfix-items": lambda _: key_fix(
-        "sum(o['a'] for o in r['items'])", ERROR.format("items"), as_look(ONE_LIST)
-    ),
-    "result-lists": _repaired("e = await get_events(w='w')\nlen(e)", ["get_events"]),
-    "csv-hint": lambda _: value_hint("json.loads(inv['body'])", "JSONDecodeError", as_look(CSV)),
-    "item-hint": lambda _: key_hint(
-        ERROR.format("items"), as_look(PODS), "[w['items'] for w in items(pods)]"
-    ),
-    "inline-helpers": _repaired(
-        "async def get():\n    r = await f()\n    return r['x']\nv = await get()\nv", ["f"]
-    ),
-    "dig-fix": lambda _: key_fix(
-        "for p in pods['items']:\n    n = len(p['status']['containerStatuses'])",
-        ERROR.format("containerStatuses"),
-        as_look(COUNTED),
-    ),
-    "printed-none": lambda _: holds_none("the busiest node is None with 2 pods"),
     "worked-example": _system_prompt,
     "hidden-fields": lambda _: compact_description(topics_catalog()),
     "text-calls": _text_calls,
@@ -269,7 +237,7 @@ TRIAL_PROBES: dict[str, Callable[[Switches], Any]] = {
 
 def test_every_rule_has_a_kebab_case_name_a_statement_and_a_probe() -> None:
     """RULES names every probed rule and only those; names are kebab-case, statements
-    one line; the trials and groups name only known rules."""
+    one line; no name is both a rule and a trial."""
     assert set(PROBES) == set(RULES)
     assert set(TRIAL_PROBES) == set(TRIALS)
     for name, statement in {**RULES, **TRIALS}.items():
@@ -277,8 +245,6 @@ def test_every_rule_has_a_kebab_case_name_a_statement_and_a_probe() -> None:
         assert statement
         assert "\n" not in statement
     assert not set(RULES) & set(TRIALS)
-    for members in GROUPS.values():
-        assert set(members) <= set(RULES) | set(TRIALS)
 
 
 @pytest.mark.parametrize("name", sorted(RULES))
@@ -329,24 +295,13 @@ def test_the_docs_list_every_rule() -> None:
 
 
 def test_the_environment_names_rules_and_groups_and_rejects_unknown_names() -> None:
-    """A comma list, spaces and empty items aside; ``fitted`` stands for the eight
-    rules issue 28 found fitted; an unknown name is a ConfigError naming the known ones."""
+    """A comma list, spaces and empty items aside; an unknown name is a ConfigError
+    naming the known ones."""
     assert from_environ({}) == Switches()
     switches = from_environ({"ASYNCAI_HARNESS_OFF": " vote, key-fix,,"})
     assert switches.off == {"vote", "key-fix"}
     assert not switches.on("vote")
     assert switches.on("look")
-    fitted = from_environ({"ASYNCAI_HARNESS_OFF": "fitted"}).off
-    assert fitted == {
-        "instead-kubernetes",
-        "keyfix-items",
-        "result-lists",
-        "csv-hint",
-        "item-hint",
-        "inline-helpers",
-        "dig-fix",
-        "printed-none",
-    }
     with pytest.raises(ConfigError, match=r"unknown harness rule 'votes'.*key-fix.*vote"):
         from_environ({"ASYNCAI_HARNESS_OFF": "votes"})
     with pytest.raises(ConfigError, match="ASYNCAI_HARNESS_ON"):
@@ -360,10 +315,10 @@ def test_the_profile_reads_the_environment_once_where_it_is_built(
     name fails there, before any run."""
     from daemon.model import model_profile
 
-    monkeypatch.setenv("ASYNCAI_HARNESS_OFF", "fitted,vote")
+    monkeypatch.setenv("ASYNCAI_HARNESS_OFF", "key-fix,vote")
     profile = model_profile(ModelConfig(model="m", harness=True), "m")
     assert isinstance(profile, SmallModelProfile)
-    assert profile.switches.off == {*GROUPS["fitted"], "vote"}
+    assert profile.switches.off == {"key-fix", "vote"}
     monkeypatch.setenv("ASYNCAI_HARNESS_OFF", "nope")
     with pytest.raises(ConfigError):
         model_profile(ModelConfig(model="m", harness=True), "m")

@@ -64,7 +64,7 @@ def _entry(line: str) -> Entry:
     if m := _TEXT_SIZE.match(line):
         return TextSize(_path(m.group(1)), int(m.group(2)))
     if m := _TEXT_START.match(line):
-        return TextStart(_path(m.group(1)), m.group(2), tuple(ast.literal_eval(m.group(2))))
+        return TextStart(_path(m.group(1)), m.group(2))
     if m := _PREFIX.match(line):
         return Prefix(_path(m.group(1)), m.group(2))
     m = _VALUE.match(line)

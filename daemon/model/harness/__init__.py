@@ -36,17 +36,16 @@ each piece fixes one observed failure:
 | a failed snippet's data unseen           | a look at its variables        | look,              |
 |                                          | (:mod:`peek`); after an empty  | empty-recheck      |
 |                                          | or None result too             |                    |
-| a key only some items have, read a level | :func:`key_hint` after a look  | key-hint,          |
-| too high; a key no value holds, read     | that counts the items          | item-hint          |
+| a key only some items have, read a level | :func:`key_hint` after a look  | key-hint           |
+| too high; a key no value holds, read     | that counts the items          |                    |
 | again                                    |                                |                    |
-| a key read a level off                   | :func:`key_fix`: read where    | key-fix,           |
-| (``r['components']``, not                | the look found it, run again   | keyfix-items,      |
-| ``r['json']['components']``)             |                                | dig-fix            |
-| a value treated as something else (CSV   | :func:`value_hint`             | value-hint,        |
-| text as JSON, ``dict.items()``)          |                                | csv-hint           |
+| a key read a level off                   | :func:`key_fix`: read where    | key-fix            |
+| (``r['components']``, not                | the look found it, run again   |                    |
+| ``r['json']['components']``)             |                                |                    |
+| a dict's ``.items()`` read as its list   | :func:`value_hint`             | value-hint         |
+| (the list sits at ``['items']``)         |                                |                    |
 | the same or a telling error again        | :func:`retry_hint`,            | retry-hint,        |
-|                                          | :func:`repeat_hint`            | repeat-hint,       |
-|                                          |                                | instead-kubernetes |
+|                                          | :func:`repeat_hint`            | repeat-hint        |
 | a URL in the question fetched with the   | :func:`url_hint`               | url-hint           |
 | wrong function                           |                                |                    |
 | the function named like a word of the    | :func:`topic_hint`: the one    | topic-hint         |
@@ -96,9 +95,8 @@ are on).
 
 Every rule and mechanism has a stable name in :data:`RULES` (with the one-line
 class of questions or data it serves) and can be switched off for a
-measurement with ``ASYNCAI_HARNESS_OFF=name,name`` (the group ``fitted``
-names the eight rules issue 28 found fitted to one bench question); the
-table's right column names the main ones, :data:`RULES` has them all.
+measurement with ``ASYNCAI_HARNESS_OFF=name,name``; the table's right
+column names the main ones, :data:`RULES` has them all.
 :data:`TRIALS` are mechanisms under measurement, off until
 ``ASYNCAI_HARNESS_ON`` names them.
 
@@ -177,7 +175,6 @@ from daemon.model.harness.prompts import (
 )
 from daemon.model.harness.repair import repair_code
 from daemon.model.harness.rules import (
-    GROUPS,
     RULES,
     TRIALS,
     Switches,
@@ -202,7 +199,6 @@ __all__ = [
     "CODE_STOP",
     "FETCH_FIRST",
     "FETCH_WORKED_EXAMPLE",
-    "GROUPS",
     "HARNESS_CATALOG_BUDGET",
     "HARNESS_RULES",
     "HARNESS_SYSTEM_PROMPT",

@@ -252,7 +252,7 @@ async def after_block(
     ls.rechecked = ls.rechecked or recheck
     ls.looked = ls.looked or look is not None  # shown with the retry (or the recheck)
     # where a missing key really is
-    located = key_hint(text, look, code if isinstance(code, str) else None) if failed else None
+    located = key_hint(text, look) if failed else None
     if failed and located is None and isinstance(code, str):
         located = value_hint(code, plain, look)  # what a value the snippet misread is
         text = plain if located else text  # it says more than the traceback's hint

@@ -259,23 +259,17 @@ def failure_reply(error: str) -> str:
     )
 
 
-_PRINTED_NONE = re.compile(r"(?<![\w'\"])None(?![\w'\"]| of\b)")
-
-
 def holds_none(text: str) -> bool:
-    """Whether a result answers with ``null`` (``{"node": null, "count": 2}``), or
-    printed a ``None`` (``busiest node: None``).
+    """Whether a JSON result answers with ``null`` (``{"node": null, "count": 2}``, or
+    an item of a list that does); text that is not JSON does not.
 
-    Asked for the busiest node, the model counted a key its data did not
-    have and reported the node ``None``; like an empty result, a ``None``
-    where the answer should be is worth one look at the data.
+    A value read with a key its data lacks comes back ``None``; like an empty
+    result, a ``None`` where the answer should be is worth one look at the data.
     """
     try:
         value = json.loads(text)
     except ValueError:
-        # printed text: an f-string that printed a None ("the busiest node is None
-        # with 2 pods"); "None of them" is English, not a value (rule printed-none)
-        return on("printed-none") and _PRINTED_NONE.search(text) is not None
+        return False
     if isinstance(value, dict):
         return any(v is None for v in value.values())
     if isinstance(value, list):
@@ -394,7 +388,6 @@ _INSTEAD = {
     "urllib": "fetch URLs with `r = await http_get(url=...)` (a function already defined)",
     "httpx": "fetch URLs with `r = await http_get(url=...)` (a function already defined)",
     "aiohttp": "fetch URLs with `r = await http_get(url=...)` (a function already defined)",
-    "kubernetes": "call the functions listed above (list_objects and the others) instead",
     "pandas": "use lists and dicts: [row for row in rows if ...], sum(...), max(..., key=...)",
     "numpy": "use lists: sum(xs), max(xs), sorted(xs)",
     "dateutil": "use datetime.datetime.fromisoformat(text.replace('Z', '+00:00'))",
@@ -416,7 +409,7 @@ def repeat_hint(error: str, previous: str | None, functions: Iterable[str] = ())
     import of ``requests``, a guessed key): the first hint told it what went
     wrong, this one says what to write instead, and that the line must go.
     None when ``error`` is not the same exception as ``previous``. Rule
-    ``repeat-hint`` (and ``instead-kubernetes`` for the kubernetes client).
+    ``repeat-hint``.
     """
     if not on("repeat-hint"):
         return None
@@ -427,7 +420,7 @@ def repeat_hint(error: str, previous: str | None, functions: Iterable[str] = ())
     if m := _MODULE.search(sig):
         name = m.group(1).split(".")[0]
         instead = (
-            (_INSTEAD.get(name) if name != "kubernetes" or on("instead-kubernetes") else None)
+            _INSTEAD.get(name)
             or MISSING_MODULE_ADVICE.get(name)
             or ("write it with plain Python (lists, dicts, str methods) and the functions above")
         )

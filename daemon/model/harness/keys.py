@@ -22,15 +22,10 @@ from daemon.model.harness.look import (
 )
 from daemon.model.harness.rules import on
 
-# counted_lists, first_item_path, key_paths, list_paths, loop_sources and plain_path
-# serve harness/keyfix.py too
+# key_paths and plain_path serve harness/keyfix.py too
 __all__ = [
-    "counted_lists",
-    "first_item_path",
     "key_hint",
     "key_paths",
-    "list_paths",
-    "loop_sources",
     "missing_key",
     "plain_path",
     "value_hint",
@@ -39,7 +34,7 @@ __all__ = [
 _KEY = re.compile(r"^KeyError: (.+)$")
 
 
-def key_hint(error: str, look: Look | None, code: str | None = None) -> str | None:
+def key_hint(error: str, look: Look | None) -> str | None:
     """Where a missing key really is, from the look at the variables (:func:`peek_code`).
 
     Asked for ``status["components"]`` of an ``http_get`` result, the model
@@ -50,18 +45,14 @@ def key_hint(error: str, look: Look | None, code: str | None = None) -> str | No
     counted the items holding the key (``peek_code(names, missing=key)``) says
     how many lack it and writes the ``dig`` with its path and default: told only
     to skip such items, the model tested ``'containerStatuses' in pod``, a level
-    too high, and summed nothing. A key read of a loop variable (``code`` given)
-    that its items do not have says what one item is (:func:`_item_hint`). Rule
-    ``key-hint``.
+    too high, and summed nothing. Rule ``key-hint``.
     """
     key = missing_key(error)
     if key is None or look is None or not on("key-hint"):
         return None
-    counted = counted_lists(look)
+    counted = _counted_lists(look)
     if counted:
         return _counted_hint(key, *min(counted, key=lambda c: c[1] == c[2]))
-    if code is not None and not _in_text(key, look) and (item := _item_hint(code, key, look)):
-        return item  # (a key inside text is a column to parse: the text hint says how)
     found = [str(path) for path in key_paths(key, look)]
     if not found:
         return _nowhere_hint(key, look)
@@ -96,7 +87,7 @@ def _step(holds: Holds) -> Step:
     return Step(holds.shown, holds.key)
 
 
-def list_paths(look: Look) -> set[str]:
+def _list_paths(look: Look) -> set[str]:
     """The paths of the lists the look shows (``len(r['json']) == 4``)."""
     return {str(e.path) for e in look.entries() if isinstance(e, Length)}
 
@@ -106,8 +97,8 @@ def _nowhere_hint(key: str, look: Look) -> str:
     where ``c['status'] == 'up'``), or used as a key of a dict the snippet fills
     (``counts[pod['spec']['nodeName']] += 1`` on an empty dict), or
     a key the model made up (``ws['workspaces'][0]['nodes']``), read three times over
-    while the hint said only that it was missing; or a column of text not parsed yet
-    (a CSV body read as ``row['stock']``)."""
+    while the hint said only that it was missing; or a word of text not parsed yet
+    (a CSV body's column read as ``row['stock']``)."""
     value = next(
         (
             e.path
@@ -125,7 +116,7 @@ def _nowhere_hint(key: str, look: Look) -> str:
             "or count_by(xs, 'a.b')."
         )
     if _in_text(key, look):
-        return _csv_hint(look) or (
+        return (
             f"Hint: {key} is only inside text (a str shown above by its first lines), not "
             "a key: parse the text first: json.loads(text) for JSON; for CSV, rows = "
             "[line.split(',') for line in text.splitlines()], whose first row names the columns."
@@ -162,7 +153,7 @@ def missing_key(error: str) -> str | None:
 _DEFAULTS = {"a list": "[]", "a dict": "{}", "a number": "0", "a str": "''", "a bool": "False"}
 
 
-def counted_lists(look: Look) -> list[tuple[Path, int, int, list[str], str]]:
+def _counted_lists(look: Look) -> list[tuple[Path, int, int, list[str], str]]:
     """``(list path, items with the key, items, relative path, kind)`` of each list the look
     counted, in order; one reached through a key that is not a str is left out."""
     found = []
@@ -213,20 +204,15 @@ def value_hint(code: str, error: str, look: Look | None) -> str | None:
     """What a value really is, when the snippet treated it as something else, from the
     look at the variables; None when the look does not say.
 
-    - Text parsed as JSON (``JSONDecodeError``) or indexed as data, where the look
-      shows it is CSV (a first line of comma-separated names): told "json.loads
-      for JSON; for CSV, split the lines", a 1.5B model chose ``json.loads`` of a
-      CSV body three times over. The hint names the format, from the first line,
-      and the one line that parses it.
-    - ``pods.items()`` on a result that holds its list at ``pods['items']``: the
-      dict method gives ``(key, value)`` pairs (``('kind', 'List')``), and the
-      model indexed those as pods, then was told to parse text.
+    ``pods.items()`` on a result that holds its list at ``pods['items']``: the
+    dict method gives ``(key, value)`` pairs (``('kind', 'List')``), and the
+    model indexed those as pods, then was told to parse text.
 
-    Rule ``value-hint`` (and ``csv-hint`` for the CSV line).
+    Rule ``value-hint``.
     """
     if look is None or not on("value-hint") or not _PARSE_ERROR.search(error):
         return None
-    lists = list_paths(look)
+    lists = _list_paths(look)
     for m in _DICT_ITEMS.finditer(code):
         name = m.group(1)
         if f"{name}['items']" in lists:
@@ -235,134 +221,4 @@ def value_hint(code: str, error: str, look: Look | None) -> str | None:
                 f"of {name} itself, not its list. The list is {name}['items']: "
                 f"for item in {name}['items'] (or items({name}))."
             )
-    return _csv_hint(look)
-
-
-def _csv_hint(look: Look) -> str | None:
-    """How to parse the first CSV text the look shows (a first line of comma-separated
-    names, not JSON), or None when it shows none. Rule ``csv-hint``."""
-    if not on("csv-hint"):
-        return None
-    for text in look.entries():
-        if not isinstance(text, TextStart):
-            continue
-        path = text.path
-        first = text.first[0] if text.first else ""
-        if "," not in first or first.lstrip()[:1] in ("{", "["):
-            continue
-        columns = [c.strip() for c in first.split(",")]
-        return (
-            f"Hint: {path} is CSV text (its first line is {first!r}), not JSON: do not "
-            f"json.loads it. Parse it with `import csv` and rows = "
-            f"list(csv.DictReader({path}.splitlines())): one dict per line, keyed by "
-            f"{', '.join(map(repr, columns[:4]))}; the values are str, so compare numbers "
-            f"as int(row[{columns[-1]!r}])."
-        )
     return None
-
-
-def _item_hint(code: str, key: str, look: Look) -> str | None:
-    """For ``v[key]`` where ``v`` runs over a list the look shows (``for v in items(x)``,
-    ``x['items']``, ``x``) and its first item has no such key: what one item is.
-
-    Asked which namespaces hold a Failed pod, the model wrote ``for w in
-    items(pods)`` and read ``w['items']``, as if each item were a namespace holding
-    pods; told "items is at pods['items']", it wrote the same loop again.
-    Rule ``item-hint``.
-    """
-    if not on("item-hint"):
-        return None
-    try:
-        tree = ast.parse(code)
-    except (SyntaxError, ValueError, MemoryError, RecursionError):
-        return None
-    loops = loop_sources(tree)
-    for node in ast.walk(tree):
-        if not (
-            isinstance(node, ast.Subscript)
-            and isinstance(node.value, ast.Name)
-            and node.value.id in loops
-            and isinstance(node.slice, ast.Constant)
-            and node.slice.value == key
-        ):
-            continue
-        var, over = node.value.id, loops[node.value.id]
-        first = first_item_path(over, look)
-        if first is None:
-            continue
-        keys = _keys_at(first, look)
-        if not keys or key in keys:
-            continue
-        shown = ", ".join(keys[:8])
-        return (
-            f"Hint: {var} is one item of {ast.unparse(over)}, shaped like {first} (the "
-            f"first): its keys are {shown}, and {key} is not one of them. Read what you "
-            f"need from those keys, as the list of what your variables hold shows under "
-            f"{first}."
-        )
-    return None
-
-
-_KEYED = frozenset({"max", "min", "sorted"})
-
-
-def loop_sources(tree: ast.AST) -> dict[str, ast.expr]:
-    """Each variable that runs over a list, and that list's expression: loop and
-    comprehension targets, and the one parameter of a ``key=lambda`` of max(),
-    min() or sorted() (``max(items(pods), key=lambda p: ...)``)."""
-    loops: dict[str, ast.expr] = {}
-    for node in ast.walk(tree):
-        if isinstance(node, ast.comprehension | ast.For | ast.AsyncFor):
-            if isinstance(node.target, ast.Name):
-                loops.setdefault(node.target.id, node.iter)
-        elif (
-            isinstance(node, ast.Call)
-            and isinstance(node.func, ast.Name)
-            and node.func.id in _KEYED
-            and node.args
-        ):
-            for kw in node.keywords:
-                fn = kw.value
-                if kw.arg == "key" and isinstance(fn, ast.Lambda) and len(fn.args.args) == 1:
-                    loops.setdefault(fn.args.args[0].arg, node.args[0])
-    return loops
-
-
-def first_item_path(over: ast.expr, look: Look) -> str | None:
-    """The look's path of the first item a loop runs over (``items(x)``, ``x['items']``,
-    ``x``), or None when the look shows no such list."""
-    if (
-        isinstance(over, ast.Call)
-        and isinstance(over.func, ast.Name)
-        and over.func.id == "items"
-        and len(over.args) == 1
-    ):
-        inner = over.args[0]
-        if not plain_path(inner):
-            return None
-        base = ast.unparse(inner)
-        lists = list_paths(look)
-        for path in (f"{base}['items']", base):
-            if path in lists:
-                return f"{path}[0]"
-        # items() of a dict without "items": its one list value (an HTTP response's json)
-        below = {
-            str(e.path)
-            for e in look.entries()
-            if isinstance(e, Length) and e.path.steps and str(e.path.up()) == base
-        }
-        return f"{below.pop()}[0]" if len(below) == 1 else None
-    if not plain_path(over):
-        return None
-    path = ast.unparse(over)
-    return f"{path}[0]" if path in list_paths(look) else None
-
-
-def _keys_at(path: str, look: Look) -> list[str]:
-    """The keys the look shows right under ``path`` (a dict), in order."""
-    found: list[str] = []
-    for entry in look.entries():
-        step = entry.path.within(path)
-        if step is not None and step.key is not None and step.key not in found:
-            found.append(step.key)
-    return found

@@ -66,14 +66,6 @@ class Path:
         """This path less its last ``n`` steps."""
         return Path(self.root, self.steps[: len(self.steps) - n])
 
-    def within(self, path: str) -> Step | None:
-        """The step right below ``path`` (a path as written) on the way to this one, or None
-        when this path does not pass below it."""
-        for n in range(len(self.steps)):
-            if str(Path(self.root, self.steps[:n])) == path:
-                return self.steps[n]
-        return None
-
 
 @dataclass(frozen=True)
 class Value:
@@ -113,8 +105,7 @@ class TextStart:
     """The first lines of a text (at most 3, each cut at 80 characters)."""
 
     path: Path
-    sample: str  # the sandbox's repr of ``first``
-    first: tuple[str, ...]
+    sample: str  # the sandbox's repr of the list of them
 
     def line(self) -> str:
         return f"{self.path}.splitlines()[:3] == {self.sample}"
@@ -232,8 +223,8 @@ def _entry(record: Any) -> Entry:
         (lines,) = rest
         return TextSize(path, _int(lines))
     if kind == "lines":
-        sample, first = rest
-        return TextStart(path, _str(sample), tuple(map(_str, first)))
+        (sample,) = rest
+        return TextStart(path, _str(sample))
     if kind == "start":
         (sample,) = rest
         return Prefix(path, _str(sample))

@@ -118,7 +118,7 @@ def _peek_paths(x, path, out, depth=0, steps=[], looked=[]):
         lines = x.splitlines()
         first = [l[:80] for l in lines[:3]]
         out.append(['text', path, steps, len(lines)])
-        out.append(['lines', path, steps, repr(first), first])
+        out.append(['lines', path, steps, repr(first)])
     elif isinstance(x, str) and len(x) > 80:
         out.append(['start', path, steps, repr(x[:80])])
     else:

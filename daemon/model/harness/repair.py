@@ -219,163 +219,6 @@ class _BoundGet(ast.NodeTransformer):
         return node
 
 
-# Builtins whose first argument is iterated: given a tool result (a dict), they see its
-# keys. ``max(workspaces, key=lambda w: ...)`` handed each key, a str, to the lambda,
-# and the TypeError that followed read like text to parse.
-_ITERATING = frozenset(
-    {"max", "min", "sorted", "sum", "list", "set", "tuple", "enumerate", "any", "all"}
-    | {"reversed"}
-)
-
-
-class _ResultLists(ast.NodeTransformer):
-    """``len(pods)``, ``for p in pods`` and ``max(pods, ...)`` (the builtins that iterate
-    their argument), where ``pods = await list_objects(...)``, → ``len(items(pods))``,
-    ``for p in items(pods)`` and ``max(items(pods), ...)``.
-
-    A tool returns a dict (a list sits under "items"), so the length of the
-    result is its number of keys: asked for the number of Warning events, the
-    model reported ``len(events)``, the four keys of kubectl's list. Neither
-    the number of keys nor iterating over them is ever what it meant.
-    """
-
-    def __init__(self, results: set[str]):
-        self.results = results
-        self.changed = False
-
-    def _wrap(self, node: ast.expr) -> ast.expr:
-        if isinstance(node, ast.Name) and node.id in self.results:
-            self.changed = True
-            call = ast.Call(func=ast.Name(id="items", ctx=ast.Load()), args=[node], keywords=[])
-            return ast.copy_location(call, node)
-        return node
-
-    def visit_Call(self, node: ast.Call) -> ast.AST:
-        self.generic_visit(node)
-        func = node.func.id if isinstance(node.func, ast.Name) else None
-        if func == "len" and len(node.args) == 1:
-            node.args = [self._wrap(node.args[0])]
-        elif func in _ITERATING and node.args and not isinstance(node.args[0], ast.Starred):
-            node.args = [self._wrap(node.args[0]), *node.args[1:]]
-        elif func in ("map", "filter") and len(node.args) == 2:
-            node.args = [node.args[0], self._wrap(node.args[1])]
-        elif func == "zip":
-            node.args = [self._wrap(a) for a in node.args]
-        return node
-
-    def visit_For(self, node: ast.For) -> ast.AST:
-        self.generic_visit(node)
-        node.iter = self._wrap(node.iter)
-        return node
-
-    def visit_comprehension(self, node: ast.comprehension) -> ast.AST:
-        self.generic_visit(node)
-        node.iter = self._wrap(node.iter)
-        return node
-
-
-def _tool_results(tree: ast.Module, functions: set[str]) -> set[str]:
-    """Names bound only by ``name = await f(...)`` of a catalog function, at the top level."""
-    bound: dict[str, bool] = {}
-    for stmt in tree.body:
-        if not isinstance(stmt, ast.Assign):
-            continue
-        value = stmt.value
-        is_result = (
-            isinstance(value, ast.Await)
-            and isinstance(value.value, ast.Call)
-            and isinstance(value.value.func, ast.Name)
-            and value.value.func.id in functions
-        )
-        for target in stmt.targets:
-            for node in ast.walk(target):
-                if isinstance(node, ast.Name):
-                    only = len(stmt.targets) == 1 and target is node
-                    bound[node.id] = bound.get(node.id, True) and is_result and only
-    return {name for name, ok in bound.items() if ok}
-
-
-def _inline_helpers(tree: ast.Module) -> list[str]:
-    """Inline each helper function the snippet defines and calls once, as
-    ``v = await f()`` (or ``v = f()``), with no arguments: its body runs at the top
-    level and its ``return`` value is assigned to ``v``. Returns the helpers'
-    names.
-
-    A 1.5B model wraps a fetch in ``async def get_releases(): r = await
-    http_get(...); return r["releases"]``. When that fails, the data lives in the
-    function's locals: the look at the variables (and the key fix after it) sees
-    nothing, and the retry made the dates up. Only a plain helper moves: a body
-    with one ``return``, at its end; no ``global``, ``yield`` or nested ``def``;
-    no local name that the rest of the snippet uses.
-    """
-    defs = {
-        stmt.name: stmt
-        for stmt in tree.body
-        if isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef) and _plain_helper(stmt)
-    }
-    inlined: list[str] = []
-    for name, fn in defs.items():
-        uses = [n for n in ast.walk(tree) if isinstance(n, ast.Name) and n.id == name]
-        if len(uses) != 1:
-            continue
-        at = next((i for i, stmt in enumerate(tree.body) if _calls_once(stmt, fn)), None)
-        if at is None:
-            continue
-        local = {
-            n.id for n in ast.walk(fn) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)
-        }
-        outside = {
-            n.id
-            for stmt in tree.body
-            if stmt is not fn and stmt is not tree.body[at]
-            for n in ast.walk(stmt)
-            if isinstance(n, ast.Name)
-        }
-        if local & outside:
-            continue
-        call, last = tree.body[at], fn.body[-1]
-        if not (isinstance(call, ast.Assign) and isinstance(last, ast.Return) and last.value):
-            continue  # (never: _calls_once and _plain_helper said so)
-        body = [*fn.body[:-1], ast.Assign(targets=call.targets, value=last.value)]
-        tree.body[at : at + 1] = body
-        tree.body.remove(fn)
-        inlined.append(name)
-    return inlined
-
-
-def _plain_helper(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
-    """No parameters or decorators; one ``return <value>``, last; no ``global``,
-    ``nonlocal``, ``yield`` or nested function."""
-    a = fn.args
-    if fn.decorator_list or a.args or a.posonlyargs or a.kwonlyargs or a.vararg or a.kwarg:
-        return False
-    last = fn.body[-1] if fn.body else None
-    if not (isinstance(last, ast.Return) and last.value is not None):
-        return False
-    banned = (ast.Return, ast.Global, ast.Nonlocal, ast.Yield, ast.YieldFrom, ast.Lambda)
-    scopes = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
-    nodes = [n for stmt in fn.body[:-1] for n in ast.walk(stmt)]
-    return not any(isinstance(n, (banned, scopes)) for n in nodes)
-
-
-def _calls_once(stmt: ast.stmt, fn: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
-    """Whether ``stmt`` is ``v = await fn()`` (``v = fn()`` for a plain def)."""
-    if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1):
-        return False
-    value = stmt.value
-    if isinstance(fn, ast.AsyncFunctionDef):
-        if not isinstance(value, ast.Await):
-            return False
-        value = value.value
-    return (
-        isinstance(value, ast.Call)
-        and isinstance(value.func, ast.Name)
-        and value.func.id == fn.name
-        and not value.args
-        and not value.keywords
-    )
-
-
 def repair_code(
     code: str, functions: Iterable[str] | dict[str, Signature] = ()
 ) -> tuple[str, list[str]]:
@@ -409,9 +252,6 @@ def repair_code(
     if len(body) != len(tree.body) and on("drop-stubs"):
         repairs.append("dropped redefinitions or imports of the sandbox functions")
         tree.body = body
-    inlined = _inline_helpers(tree) if on("inline-helpers") else []
-    if inlined:
-        repairs.append("inlined helper functions called once: " + ", ".join(inlined))
     rebound = {n for n in top_level_targets(tree) if n in RESERVED_NAMES}
     if rebound and on("rename-helpers"):
         tree = _RenameHelpers(rebound).visit(tree)
@@ -442,12 +282,6 @@ def repair_code(
             repairs.append(
                 "passed a positional argument by keyword: " + ", ".join(positional.bound)
             )
-    results = _tool_results(tree, names)
-    if results and on("result-lists"):
-        lists = _ResultLists(results)
-        tree = lists.visit(tree)
-        if lists.changed:
-            repairs.append("the items of a tool result counted or looped over, not its keys")
     getter = _BoundGet()
     tree = getter.visit(tree) if on("bound-get") else tree
     if getter.changed:

@@ -3,9 +3,9 @@
 Every rule or mechanism of the harness has a stable kebab-case name and a
 one-line statement of the class of questions or data it serves
 (:data:`RULES`). All of them are on by default; ``ASYNCAI_HARNESS_OFF`` (a
-comma list of names, or of groups: :data:`GROUPS`) switches some off, for the
-bench's ablations: a measuring knob, not a user setting. :data:`TRIALS` are
-mechanisms under measurement, off until ``ASYNCAI_HARNESS_ON`` names them.
+comma list of names) switches some off, for the bench's ablations: a
+measuring knob, not a user setting. :data:`TRIALS` are mechanisms under
+measurement, off until ``ASYNCAI_HARNESS_ON`` names them.
 
 The environment is read once, where the profile is built
 (:func:`from_environ`, in ``daemon.model.profiles``); the profile makes its
@@ -24,7 +24,6 @@ from dataclasses import dataclass
 from daemon.errors import ConfigError
 
 __all__ = [
-    "GROUPS",
     "OFF_VARIABLE",
     "ON_VARIABLE",
     "RULES",
@@ -42,23 +41,6 @@ ON_VARIABLE = "ASYNCAI_HARNESS_ON"
 #: Every rule and mechanism of the harness (on by default), by name: the class of
 #: questions or data it serves.
 RULES: dict[str, str] = {
-    # the fitted eight (issue 28): each was added for one bench question's data
-    "instead-kubernetes": "an import of the kubernetes client, twice: the repeat hint says "
-    "to call the catalog functions instead",
-    "keyfix-items": "a KeyError 'items' on a dict holding one list one level down: the key "
-    "fix reads that list",
-    "result-lists": "len(), loops and iterating builtins over a tool result (a dict) count "
-    "or loop over its items() list instead",
-    "csv-hint": "a CSV text read as JSON or indexed by a column: the hint says how to parse "
-    "it with csv.DictReader",
-    "item-hint": "a loop variable read with a key its items lack: the hint shows what one "
-    "item holds",
-    "inline-helpers": "a no-argument helper def called once: its body is inlined so the look "
-    "sees its variables",
-    "dig-fix": "a key only some items of a list hold, iterated, measured or compared: read "
-    "with dig(..., default) and run again",
-    "printed-none": "printed text holding a bare None (an f-string of a missing value) counts "
-    "as an empty result",
     # the code-block protocol's mechanisms
     "worked-example": "the system message ends with a worked (question, snippet) example",
     "hidden-fields": "result fields the catalog's Returns: sketches cut short are listed as "
@@ -89,8 +71,8 @@ RULES: dict[str, str] = {
     "with the retry",
     "empty-recheck": "an empty or None result gets one look at the data and one more snippet",
     "key-hint": "a KeyError: where the key really is, from the look",
-    "value-hint": "a value treated as something else (text as JSON, dict.items()): what it "
-    "is, from the look",
+    "value-hint": "a dict's items() method read as its list (the list sits at ['items']): "
+    "where the list is, from the look",
     "key-fix": "a key read one path off where the look found it: read there and run again, "
     "no model round",
     "url-hint": "a question naming a URL the snippet never fetched: the call that fetches it",
@@ -123,20 +105,6 @@ TRIALS: dict[str, str] = {
     "shape-first": "a question about functions whose result has a declared output schema "
     "or a learned shape: after the question, each one's result as a small typed example "
     "(one item of each list, a type for each value), at most two functions",
-}
-
-#: Names that stand for several rules.
-GROUPS: dict[str, tuple[str, ...]] = {
-    "fitted": (
-        "instead-kubernetes",
-        "keyfix-items",
-        "result-lists",
-        "csv-hint",
-        "item-hint",
-        "inline-helpers",
-        "dig-fix",
-        "printed-none",
-    ),
 }
 
 
@@ -178,24 +146,19 @@ def active(switches: Switches) -> Iterator[None]:
 
 
 def parse_names(text: str, known: Mapping[str, str], variable: str) -> frozenset[str]:
-    """The rule names of a comma list (groups expanded); an unknown one is a
+    """The rule names of a comma list; an unknown one is a
     :class:`~daemon.errors.ConfigError` that lists the known names."""
     names: set[str] = set()
     for raw in text.split(","):
         name = raw.strip()
         if not name:
             continue
-        if name in GROUPS and all(n in known for n in GROUPS[name]):
-            names.update(GROUPS[name])
-        elif name in known:
-            names.add(name)
-        else:
-            groups = [g for g, members in GROUPS.items() if all(n in known for n in members)]
+        if name not in known:
             raise ConfigError(
                 f"{variable}: unknown harness rule {name!r}; the known names are: "
                 + ", ".join(sorted(known))
-                + (f" (and the groups {', '.join(groups)})" if groups else "")
             )
+        names.add(name)
     return frozenset(names)
 
 
