@@ -70,6 +70,13 @@ def request(text: str = QUESTION, thread: str = "T1", run: str = "R1") -> RunReq
     return RunRequest(run, "#ops", thread, [], [Prompt("m1", "alice", text)])
 
 
+def rules_off(monkeypatch: pytest.MonkeyPatch, *names: str) -> None:
+    """Switch the harness rules ``names`` off for one test (``ASYNCAI_HARNESS_OFF``, read
+    where the backend builds its profile): a test of another mechanism, scripted for the
+    one-snippet flow that those rules change, keeps testing its own mechanism."""
+    monkeypatch.setenv("ASYNCAI_HARNESS_OFF", ",".join(names))
+
+
 async def run_script(
     executor: Any, script: list, *requests: RunRequest, **params: Any
 ) -> tuple[FakeOpenAI, list]:
@@ -100,23 +107,28 @@ def block(code: str) -> Reply:
 FILTER = "pods = await list_pods(namespace='prod')\n" + (
     "[p['metadata']['name'] for p in items(pods) if p['status']['phase'] == 'Failed']"
 )
+# the two snippets of rule fetch-look: a fetch, then a computation on what it fetched
+FETCH = "pods = await list_pods(namespace='prod')"
+COMPUTE = "[p['metadata']['name'] for p in pods if p['status']['phase'] == 'Failed']"
 
 
 async def test_code_block_protocol_for_the_local_model(code_mode):
     """For the embedded model: no tools in the request but a stop after the code block,
-    the catalog stub, short rules and the worked example in a system message that stays
-    byte-identical from run to run; the fenced block runs as run_code, and the result
-    comes back in a user message with the question, which the answer then answers."""
+    the catalog stub, short rules and the worked example (in two snippets: rule
+    fetch-look) in a system message that stays byte-identical from run to run; the
+    fenced blocks run as run_code (the fetch, then the computation after the look at
+    what it fetched), and the result comes back in a user message with the question,
+    which the answer then answers."""
     ex, inner = code_mode
-    script = [block(FILTER), "pod-0, pod-4 and pod-8 are failing."] * 2
+    script = [block(FETCH), block(COMPUTE), "pod-0, pod-4 and pod-8 are failing."] * 2
     fake, (result, _) = await run_script(ex, script, request(), request(run="R2", thread="T2"))
-    first, second, third, _ = fake.requests
+    first, look, second, again, _, _ = fake.requests
     assert "tools" not in first
     assert "tool_choice" not in first
     assert first["stop"] == [CODE_STOP]
     system = first["messages"][0]["content"]
     assert "async def list_pods(*, namespace: str)" in system
-    assert WORKED_EXAMPLE in system
+    assert system.endswith(FETCH_WORKED_EXAMPLE)
     assert HARNESS_RULES in system
     assert "Return contract:" not in system  # the long sandbox text stays out
     # list_pods declares no output schema: the first run taught its shape, which its
@@ -131,10 +143,13 @@ async def test_code_block_protocol_for_the_local_model(code_mode):
         '    """'
     )
     assert before in system
-    assert third["messages"][0]["content"] == system.replace(before, after)
-    # the code ran; the answer request carries the result and the question, and no stop
-    assert inner.calls == [("list_pods", {"namespace": "prod"})] * 2  # once per run
-    assert second["messages"][-2] == {"role": "assistant", "content": f"```python\n{FILTER}\n```"}
+    assert again["messages"][0]["content"] == system.replace(before, after)
+    # the fetch ran once a run; the look asks for the computation, still a code round
+    assert inner.calls == [("list_pods", {"namespace": "prod"})] * 2
+    assert look["messages"][-1]["content"].startswith("Your code ran.")
+    assert look["stop"] == [CODE_STOP]
+    # the answer request carries the computation's result and the question, and no stop
+    assert second["messages"][-2] == {"role": "assistant", "content": f"```python\n{COMPUTE}\n```"}
     last = second["messages"][-1]
     assert last["role"] == "user"
     assert last["content"].startswith("The code returned:\n3 items:\n- pod-0\n- pod-4\n- pod-8")
@@ -143,16 +158,15 @@ async def test_code_block_protocol_for_the_local_model(code_mode):
     assert "stop" not in second
     assert result.reply == "pod-0, pod-4 and pod-8 are failing."
     m = result.metrics
-    assert (m.rounds, m.run_code_calls, m.final_round_forced) == (2, 1, False)
-    assert m.code_blocks == 1
-    # records: the prompt, the call as tool_use, its tool_result, the answer
-    assert [r.type for r in result.records] == ["user", "assistant", "user", "assistant"]
-    tool_use = result.records[1].message["content"][0]
-    assert (tool_use["type"], tool_use["name"], tool_use["input"]) == (
-        "tool_use",
-        "run_code",
-        {"code": FILTER},
-    )
+    assert (m.rounds, m.run_code_calls, m.final_round_forced) == (3, 2, False)
+    assert m.code_blocks == 2
+    # records: the prompt, each call as tool_use with its tool_result, the answer
+    assert [r.type for r in result.records] == ["user", *["assistant", "user"] * 2, "assistant"]
+    uses = [result.records[i].message["content"][0] for i in (1, 3)]
+    assert [(u["type"], u["name"], u["input"]) for u in uses] == [
+        ("tool_use", "run_code", {"code": f"{FETCH}\npods"}),  # as it ran (last-assignment)
+        ("tool_use", "run_code", {"code": COMPUTE}),
+    ]
 
 
 async def test_other_models_are_left_alone_unless_asked(code_mode):
@@ -170,9 +184,10 @@ async def test_other_models_are_left_alone_unless_asked(code_mode):
     assert result.reply == "Hello!"  # a reply without code is the answer
 
 
-async def test_real_tool_calls_still_run_and_broken_json_is_recovered(code_mode):
+async def test_real_tool_calls_still_run_and_broken_json_is_recovered(code_mode, monkeypatch):
     """An endpoint that does return tool calls: raw newlines and unescaped quotes in the
     arguments still run; the record holds the recovered arguments."""
+    rules_off(monkeypatch, "fetch-look")  # one call, then the answer
     ex, inner = code_mode
     raw = (
         '{"code": "pods = await list_pods(namespace="prod")\n'
@@ -199,9 +214,10 @@ async def test_a_run_code_call_written_as_text_runs(code_mode):
     assert result.reply == "Three.\n\nThe result of run_code: pod-0, pod-4, pod-8"
 
 
-async def test_code_repairs_await_precedence_and_a_trailing_assignment(code_mode):
+async def test_code_repairs_await_precedence_and_a_trailing_assignment(code_mode, monkeypatch):
     """`await f()[...]` awaits the call, and a snippet ending in an assignment returns the
     assigned value, so one snippet is enough; the record shows the code that ran."""
+    rules_off(monkeypatch, "fetch-look")  # one snippet, then the answer
     ex, _ = code_mode
     code = (
         "pods = await list_pods(namespace='prod')[0:12]\n"
@@ -217,17 +233,19 @@ async def test_code_repairs_await_precedence_and_a_trailing_assignment(code_mode
     assert ran.endswith("\nfailed")
 
 
-async def test_printed_output_is_the_result(code_mode):
+async def test_printed_output_is_the_result(code_mode, monkeypatch):
     """A snippet that ends on print() hands the model the printed text, not a JSON wrapper."""
+    rules_off(monkeypatch, "fetch-look")  # one snippet, then the answer
     ex, _ = code_mode
     code = "pods = await list_pods(namespace='prod')\nprint(len(pods))"
     fake, _ = await run_script(ex, [block(code), "12 pods."], request())
     assert fake.requests[1]["messages"][-1]["content"].startswith("The code returned:\n12\n\n")
 
 
-async def test_a_failed_snippet_is_retried_warmer(code_mode):
+async def test_a_failed_snippet_is_retried_warmer(code_mode, monkeypatch):
     """An error (or nothing shown) asks for a corrected block, at a higher temperature; the
     first good result then gets the answer request."""
+    rules_off(monkeypatch, "fetch-look")  # the good snippet gets the answer request
     ex, _ = code_mode
     script = [
         block("pods = await list_pods()"),  # TypeError: namespace is required
@@ -256,8 +274,9 @@ async def test_a_failed_snippet_is_retried_warmer(code_mode):
     assert result.metrics.run_code_calls == 3
 
 
-async def test_a_reply_that_restates_code_is_replaced_by_the_result(code_mode):
+async def test_a_reply_that_restates_code_is_replaced_by_the_result(code_mode, monkeypatch):
     """If the answer is only a code block, the run_code result is the reply."""
+    rules_off(monkeypatch, "fetch-look")  # one snippet, then the answer
     ex, _ = code_mode
     script = [block(FILTER), f"```python\n{FILTER}\n```"]
     _, (result,) = await run_script(ex, script, request())
@@ -284,10 +303,11 @@ async def test_a_reply_that_retells_the_worked_example_is_replaced_by_the_result
     assert result.metrics.reply_from_result is True
 
 
-async def test_after_the_last_failed_snippet_the_model_answers(code_mode):
+async def test_after_the_last_failed_snippet_the_model_answers(code_mode, monkeypatch):
     """MAX_FAILED_SNIPPETS failures end the tries: the last result asks for an answer
     (which may say what went wrong); a JavaScript snippet's SyntaxError carries a hint to
     write Python."""
+    rules_off(monkeypatch, "failed-honest")  # on, the harness says why
     ex, _ = code_mode
     js = block("let n = 1; let m = n + 1;")
     answer = "I could not find out: my code was not valid Python."
@@ -303,9 +323,10 @@ async def test_after_the_last_failed_snippet_the_model_answers(code_mode):
     assert result.metrics.harness_gave_up is True
 
 
-async def test_the_round_limit_bounds_the_tries(code_mode):
+async def test_the_round_limit_bounds_the_tries(code_mode, monkeypatch):
     """With max_rounds=3 the second failure already asks for the answer (the last round
     must be one)."""
+    rules_off(monkeypatch, "failed-honest")  # the last round is the model's answer
     ex, _ = code_mode
     bad = block("1/0")
     fake, (result,) = await run_script(ex, [bad, bad, "No idea."], request(), max_rounds=3)
@@ -486,9 +507,10 @@ async def test_a_snippet_calling_a_function_named_like_the_place_gets_the_one_as
     assert result.reply.startswith("pod-0, pod-4 and pod-8.")
 
 
-async def test_an_empty_result_is_shown_with_the_data_once(code_mode):
+async def test_an_empty_result_is_shown_with_the_data_once(code_mode, monkeypatch):
     """An empty result gets one look at the data and the choice: answer in words or send a
     corrected block. An answer in words then ends the run."""
+    rules_off(monkeypatch, "fetch-look")  # the empty result, not a fetch's look
     ex, _ = code_mode
     empty = (
         "pods = await list_pods(namespace='prod')\n[p for p in pods if p.get('phase') == 'Failed']"
@@ -536,6 +558,7 @@ async def test_check_answer_lets_the_model_correct_a_misread_count(code_mode, mo
     to check it against; the model's corrected block runs, and its result is answered
     as usual (no second check). The check sees the code it checks."""
     monkeypatch.setenv("ASYNCAI_HARNESS_ON", "check-answer")
+    rules_off(monkeypatch, "fetch-look")  # the wrong count's snippet fetches and counts
     ex, _ = code_mode
     wrong = "pods = await list_pods(namespace='prod')\nlen(items(pods))"
     right = FILTER.replace("[p['metadata']['name']", "len([p").replace("'Failed']", "'Failed'])")
@@ -551,19 +574,12 @@ async def test_check_answer_lets_the_model_correct_a_misread_count(code_mode, mo
     assert result.reply == "3 pods are failing."
 
 
-FETCH = "pods = await list_pods(namespace='prod')"
-COMPUTE = "[p['metadata']['name'] for p in pods if p['status']['phase'] == 'Failed']"
-
-
-async def test_fetch_look_shows_the_fetched_variables_before_the_computation(
-    code_mode, monkeypatch
-):
-    """Trial fetch-look: the system message asks for two snippets (its example too); after
-    a first snippet that called a function, the next user message shows what its variables
-    hold (paths and values) and its result, and asks for the block that computes the answer
-    from them; that block runs in the same REPL (no second fetch) and its result is what
-    the answer request carries."""
-    monkeypatch.setenv("ASYNCAI_HARNESS_ON", "fetch-look")
+async def test_fetch_look_shows_the_fetched_variables_before_the_computation(code_mode):
+    """Rule fetch-look (on by default): the system message asks for two snippets (its
+    example too); after a first snippet that called a function, the next user message
+    shows what its variables hold (paths and values) and its result, and asks for the
+    block that computes the answer from them; that block runs in the same REPL (no second
+    fetch) and its result is what the answer request carries."""
     ex, inner = code_mode
     script = [block(FETCH), block(COMPUTE), "pod-0, pod-4 and pod-8 are failing."]
     fake, (result,) = await run_script(ex, script, request())
@@ -594,9 +610,12 @@ async def test_fetch_look_shows_the_fetched_variables_before_the_computation(
     assert result.metrics.tool_errors == 0
 
 
-async def test_without_fetch_look_a_fetching_snippet_gets_the_answer_request(code_mode):
-    """Trial fetch-look off (the default): the one-snippet plan, as before: a snippet that
+async def test_without_fetch_look_a_fetching_snippet_gets_the_answer_request(
+    code_mode, monkeypatch
+):
+    """Rule fetch-look off (ASYNCAI_HARNESS_OFF): the one-snippet plan: a snippet that
     only fetched gets the answer request with its result, and no look."""
+    rules_off(monkeypatch, "fetch-look")
     ex, _ = code_mode
     script = [block(FETCH), "pod-0, pod-4 and pod-8 are failing."]
     fake, (result,) = await run_script(ex, script, request())
@@ -608,11 +627,10 @@ async def test_without_fetch_look_a_fetching_snippet_gets_the_answer_request(cod
     assert result.metrics.peeks == 0
 
 
-async def test_fetch_look_is_once_a_run_and_a_failure_keeps_the_retry(code_mode, monkeypatch):
-    """Trial fetch-look: a failed first snippet takes the retry (with the failure's look),
+async def test_fetch_look_is_once_a_run_and_a_failure_keeps_the_retry(code_mode):
+    """Rule fetch-look: a failed first snippet takes the retry (with the failure's look),
     and the retry's good result gets the answer request: the model has seen its data.
     After a fetch's look, a computing block that fetches again gets no second look."""
-    monkeypatch.setenv("ASYNCAI_HARNESS_ON", "fetch-look")
     ex, _ = code_mode
     guess = f"{FETCH}\n[p['state'] for p in pods]"
     script = [block(guess), block(FILTER), "pod-0, pod-4 and pod-8."]
@@ -631,12 +649,9 @@ async def test_fetch_look_is_once_a_run_and_a_failure_keeps_the_retry(code_mode,
     assert result.metrics.peeks == 1
 
 
-async def test_fetch_look_skips_snippets_without_calls_and_fetches_that_return_none(
-    code_mode, monkeypatch
-):
-    """Trial fetch-look: arithmetic (no function called) is answered at once; a fetch that
+async def test_fetch_look_skips_snippets_without_calls_and_fetches_that_return_none(code_mode):
+    """Rule fetch-look: arithmetic (no function called) is answered at once; a fetch that
     ends on a loop (None) gets the look, not a failure's retry (greedy, no result shown)."""
-    monkeypatch.setenv("ASYNCAI_HARNESS_ON", "fetch-look")
     ex, _ = code_mode
     fake, (result,) = await run_script(ex, [block("x = 6 * 7\nx"), "42."], request())
     assert fake.requests[1]["messages"][-1]["content"].startswith("The code returned:\n42")
@@ -653,9 +668,8 @@ async def test_fetch_look_skips_snippets_without_calls_and_fetches_that_return_n
     assert result.reply == "pod-0, pod-4 and pod-8."
 
 
-async def test_fetch_look_leaves_the_last_round_to_the_answer(code_mode, monkeypatch):
-    """Trial fetch-look: with one round left, a fetch is answered, not looked at."""
-    monkeypatch.setenv("ASYNCAI_HARNESS_ON", "fetch-look")
+async def test_fetch_look_leaves_the_last_round_to_the_answer(code_mode):
+    """Rule fetch-look: with one round left, a fetch is answered, not looked at."""
     ex, _ = code_mode
     fake, (result,) = await run_script(ex, [block(FETCH), "12 pods."], request(), max_rounds=2)
     assert fake.requests[1]["messages"][-1]["content"].startswith("The code returned:\n")
@@ -672,21 +686,22 @@ def test_a_paused_run_keeps_its_look() -> None:
     assert resumed.base == 4
 
 
-@pytest.mark.parametrize("trial", [False, True])
+@pytest.mark.parametrize("honest", [True, False])
 async def test_failed_honest_replies_why_when_no_snippet_ran_to_a_result(
-    code_mode, monkeypatch, trial
+    code_mode, monkeypatch, honest
 ):
-    """Trial failed-honest: after the last failed snippet the run says the question could
-    not be answered and the last error's line, without asking the model (its words could
-    only guess: it stated values it never computed). Off, the model answers as before."""
-    if trial:
-        monkeypatch.setenv("ASYNCAI_HARNESS_ON", "failed-honest")
+    """Rule failed-honest (on by default): after the last failed snippet the run says the
+    question could not be answered and the last error's line, without asking the model
+    (its words could only guess: it stated values it never computed). Switched off
+    (ASYNCAI_HARNESS_OFF), the model answers."""
+    if not honest:
+        rules_off(monkeypatch, "failed-honest")
     ex, _ = code_mode
     guess = "The busiest pod is pod-7, with 12 restarts."
     script = [block("1/0")] * MAX_FAILED_SNIPPETS + [guess]
     fake, (result,) = await run_script(ex, script, request())
     assert result.metrics.harness_gave_up is True
-    if not trial:
+    if not honest:
         assert len(fake.requests) == MAX_FAILED_SNIPPETS + 1
         assert result.reply == guess
         return
@@ -700,20 +715,18 @@ async def test_failed_honest_replies_why_when_no_snippet_ran_to_a_result(
     assert last["content"] == [{"type": "text", "text": result.reply}]
 
 
-async def test_failed_honest_replaces_words_after_a_failed_snippet(code_mode, monkeypatch):
-    """Trial failed-honest: a reply in words in place of a retry, with no result behind
+async def test_failed_honest_replaces_words_after_a_failed_snippet(code_mode):
+    """Rule failed-honest: a reply in words in place of a retry, with no result behind
     it, is replaced too."""
-    monkeypatch.setenv("ASYNCAI_HARNESS_ON", "failed-honest")
     ex, _ = code_mode
     _, (result,) = await run_script(ex, [block("1/0"), "There are 3 pods."], request())
     assert result.reply.endswith("ended with: ZeroDivisionError: division by zero")
 
 
-async def test_failed_honest_keeps_answers_without_code_or_with_a_result(code_mode, monkeypatch):
-    """Trial failed-honest: a question answered without code (arithmetic, or "no tool
+async def test_failed_honest_keeps_answers_without_code_or_with_a_result(code_mode):
+    """Rule failed-honest: a question answered without code (arithmetic, or "no tool
     can answer this") keeps the model's words, and so does a run where one snippet ran
     to a result after failures."""
-    monkeypatch.setenv("ASYNCAI_HARNESS_ON", "failed-honest")
     ex, _ = code_mode
     no_tool = "No tool here can tell the weather in Paris."
     script = [no_tool, block("1/0"), block(FILTER), "pod-0, pod-4 and pod-8."]
@@ -725,9 +738,10 @@ async def test_failed_honest_keeps_answers_without_code_or_with_a_result(code_mo
     assert len(fake.requests) == 4
 
 
-async def test_a_reply_that_copies_the_error_wording_is_replaced(code_mode):
+async def test_a_reply_that_copies_the_error_wording_is_replaced(code_mode, monkeypatch):
     """The answer request's own words for an error, parroted, are no answer: after failed
     snippets the reply says why the code failed; after a result, the result is the reply."""
+    rules_off(monkeypatch, "failed-honest", "fetch-look")  # the model's own answers
     ex, _ = code_mode
     parrot = "One sentence saying what stopped you."
     script = [block("1/0")] * MAX_FAILED_SNIPPETS + [parrot, block(FILTER), parrot]
@@ -744,25 +758,25 @@ async def test_a_reply_that_copies_the_error_wording_is_replaced(code_mode):
 
 
 async def test_shape_first_shows_the_learned_result_after_the_question(code_mode, monkeypatch):
-    """Trial shape-first (ASYNCAI_HARNESS_ON): once list_pods' shape is learned, the next
+    """Rule shape-first (on by default): once list_pods' shape is learned, the next
     question about pods ends with that result as a typed example, after the question (the
-    system message is the same either way); off, the question stands alone."""
+    system message is the same either way); off (ASYNCAI_HARNESS_OFF), the question
+    stands alone."""
     question = "which pods of namespace prod are failing?"
     example = "list_pods(...) returns [{'metadata': {'name': str}, 'status': {'phase': str}}]"
-    script = [block(FILTER), "pod-0, pod-4 and pod-8 are failing."] * 2
+    script = [block(FETCH), block(COMPUTE), "pod-0, pod-4 and pod-8 are failing."] * 2
     runs = request(question), request(question, run="R2", thread="T2")
     ex, _ = code_mode
-    monkeypatch.setenv("ASYNCAI_HARNESS_ON", "shape-first")
     on, _ = await run_script(ex, script, *runs)
     # the first run knows no shape yet; it learned it, and the next run shows it
-    first, _, second, _ = on.requests
+    first, _, _, second, _, _ = on.requests
     assert first["messages"][-1]["content"] == question
     shown = second["messages"][-1]["content"]
     assert shown.startswith(f"{question}\n\nWhat these functions return")
     assert shown.endswith(f"\n{example}")
     # off: with the shape known, the first request of each run ends with the question
-    monkeypatch.delenv("ASYNCAI_HARNESS_ON")
+    rules_off(monkeypatch, "shape-first")
     fresh = request(question, run="R3", thread="T3"), request(question, run="R4", thread="T4")
     off, _ = await run_script(ex, script, *fresh)
-    assert [r["messages"][-1]["content"] for r in off.requests[::2]] == [question] * 2
+    assert [r["messages"][-1]["content"] for r in off.requests[::3]] == [question] * 2
     assert second["messages"][0] == off.requests[0]["messages"][0]  # the same system message

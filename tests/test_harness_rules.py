@@ -171,6 +171,19 @@ def _repaired(code: str, functions: Any = ()) -> Callable[[Switches], Any]:
     return lambda _: repair_code(code, functions)
 
 
+SQL: dict[str, Signature] = {
+    "read_query": (frozenset({"query"}), frozenset({"query"})),
+    "git_log": (frozenset({"repo_path", "max_count"}), frozenset({"repo_path"})),
+}
+
+
+def _gave_up(_: Switches) -> str | None:
+    state = _state()
+    result = {"type": "tool_result", "tool_use_id": "c1", "is_error": True}
+    state.records.append(user_record([{**result, "content": ERROR.format("'items'")}]))
+    return harness_blocks._gave_up(state, LoopState("small", failures=1, answering=True))
+
+
 # Each rule: what it changes, called with the run's switches current.
 PROBES: dict[str, Callable[[Switches], Any]] = {
     "worked-example": _system_prompt,
@@ -208,30 +221,17 @@ PROBES: dict[str, Callable[[Switches], Any]] = {
     "echo-check": lambda _: echoes_example("THE QUESTION names the store; and asks about pods"),
     "reply-from-result": lambda _: is_no_answer(""),
     "quote-result": lambda _: quote_result("Two.", '["a", "b"]'),
+    "positional-args": _repaired('r = await read_query("SELECT 1")\nr', SQL),
+    "fetch-look": _system_prompt,
+    "failed-honest": _gave_up,
+    "shape-first": _shapes_shown,
     "direct-answer-instruction": lambda sw: _direct(sw).final_instruction("How many pods?"),
 }
 
 
 # Each trial: what it changes once switched on.
-SQL: dict[str, Signature] = {
-    "read_query": (frozenset({"query"}), frozenset({"query"})),
-    "git_log": (frozenset({"repo_path", "max_count"}), frozenset({"repo_path"})),
-}
-
-
-def _gave_up(_: Switches) -> str | None:
-    state = _state()
-    result = {"type": "tool_result", "tool_use_id": "c1", "is_error": True}
-    state.records.append(user_record([{**result, "content": ERROR.format("'items'")}]))
-    return harness_blocks._gave_up(state, LoopState("small", failures=1, answering=True))
-
-
 TRIAL_PROBES: dict[str, Callable[[Switches], Any]] = {
     "check-answer": lambda _: checks_answer("42"),
-    "failed-honest": _gave_up,
-    "positional-args": lambda _: repair_code('r = await read_query("SELECT 1")\nr', SQL)[0],
-    "fetch-look": _system_prompt,
-    "shape-first": _shapes_shown,
 }
 
 
@@ -325,9 +325,9 @@ def test_the_profile_reads_the_environment_once_where_it_is_built(
 
 
 def test_positional_args_binds_one_argument_to_the_one_missing_required_parameter() -> None:
-    """Switched on, f(x) becomes f(param=x) where param is the one required parameter
+    """On by default, f(x) becomes f(param=x) where param is the one required parameter
     not given by keyword; anything ambiguous is left for the sandbox to report."""
-    with active(Switches(trials=frozenset({"positional-args"}))):
+    with active(Switches()):
         fixed, repairs = repair_code('r = await read_query("SELECT 1")\nr', SQL)
         assert "read_query(query='SELECT 1')" in fixed
         assert repairs == ["passed a positional argument by keyword: read_query(query=...)"]

@@ -1,6 +1,6 @@
 """A function's result as a small typed example (``daemon.model.harness.shapes``), and
 which functions a question is about before any snippet ran (``topics.asked_functions``):
-pure, without I/O. Trial ``shape-first``."""
+pure, without I/O. Rule ``shape-first``."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from daemon.model.harness.shapes import (
 from daemon.model.harness.topics import asked_functions
 from daemon.tools import ToolDefinition
 
-ON = Switches(trials=frozenset({"shape-first"}))
+OFF = Switches(off=frozenset({"shape-first"}))
 STR = {"type": "string"}
 INT = {"type": "integer"}
 
@@ -206,19 +206,19 @@ def test_each_function_with_a_schema_or_a_learned_shape_has_an_example() -> None
     assert len(result_example(entries["list_pods"], limit=40) or "") <= 40
 
 
-def test_the_shapes_are_shown_only_with_the_trial_on() -> None:
-    """Off (the default): nothing. On: the header, one line per function that has an
-    example, and the note on ``?`` only when a line marks a key."""
+def test_the_shapes_are_shown_unless_the_rule_is_off() -> None:
+    """On (the default): the header, one line per function that has an example, and the
+    note on ``?`` only when a line marks a key. Off: nothing."""
     cat = catalog()
-    assert shapes_first(["list_pods"], cat) == ""
-    with active(ON):
-        assert shapes_first(["list_pods", "git_log"], cat) == "\n".join(
-            [SHAPES_HEADER, result_example(cat.entries["list_pods"]) or ""]
-        )
-        shown = shapes_first(["http_get"], cat).splitlines()
-        assert shown[1] == "http_get(...) returns {'status': int, 'body': str, 'json'?: Any}"
-        assert shown[2].startswith("A key marked ? may be missing")
-        assert shapes_first(["git_log", "list_names", "no_such"], cat) == ""
+    assert shapes_first(["list_pods", "git_log"], cat) == "\n".join(
+        [SHAPES_HEADER, result_example(cat.entries["list_pods"]) or ""]
+    )
+    shown = shapes_first(["http_get"], cat).splitlines()
+    assert shown[1] == "http_get(...) returns {'status': int, 'body': str, 'json'?: Any}"
+    assert shown[2].startswith("A key marked ? may be missing")
+    assert shapes_first(["git_log", "list_names", "no_such"], cat) == ""
+    with active(OFF):
+        assert shapes_first(["list_pods"], cat) == ""
 
 
 def test_the_functions_a_question_is_about() -> None:

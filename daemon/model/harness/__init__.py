@@ -57,20 +57,20 @@ each piece fixes one observed failure:
 | (trial) "the first N" read as "below N": | :func:`check_message`: the     | check-answer       |
 | a short value that answers another       | value against the question     |                    |
 | question                                 | once, answer or correct        |                    |
-| (trial) ``read_query("SELECT ...")``:    | :func:`repair_code`: bound to  | positional-args    |
-| "takes keyword arguments only", resent   | the one required parameter     |                    |
-| (trial) a result's shape guessed         | :func:`look_message`: the      | fetch-look         |
-| (``r['items']`` on ``{status, body,      | first snippet fetches, the     |                    |
-| json}``, text indexed as a dict) by a    | harness shows its variables,   |                    |
-| snippet that fetches and filters at once | a second one computes          |                    |
+| ``read_query("SELECT ...")``: "takes     | :func:`repair_code`: bound to  | positional-args    |
+| keyword arguments only", resent          | the one required parameter     |                    |
+| a result's shape guessed (``r['items']`` | :func:`look_message`: the      | fetch-look         |
+| on ``{status, body, json}``, text        | first snippet fetches, the     |                    |
+| indexed as a dict) by a snippet that     | harness shows its variables,   |                    |
+| fetches and filters at once              | a second one computes          |                    |
 | a reply after failed snippets that       | :func:`failure_reply`: why the | reply-from-result  |
 | parrots the answer request's wording     | code failed (its last error)   |                    |
-| (trial) every snippet failed, and the    | :func:`failure_reply` instead  | failed-honest      |
-| answer states values it never computed   | of the model's words; no       |                    |
+| every snippet failed, and the answer     | :func:`failure_reply` instead  | failed-honest      |
+| states values it never computed          | of the model's words; no       |                    |
 |                                          | answer round                   |                    |
-| (trial) a key the result lacks read      | :func:`shapes_first`: after    | shape-first        |
-| first (``r['items']`` of a dict holding  | the question, the result of    |                    |
-| it elsewhere), text indexed as a dict    | the functions it is about as a |                    |
+| a key the result lacks read first        | :func:`shapes_first`: after    | shape-first        |
+| (``r['items']`` of a dict holding it     | the question, the result of    |                    |
+| elsewhere), text indexed as a dict       | the functions it is about as a |                    |
 |                                          | typed example                  |                    |
 
 The loop (``daemon.model.loop``) is given :class:`SmallModelProfile`

@@ -297,9 +297,9 @@ async def _fetch_look(
     *,
     functions: Iterable[str],
 ) -> bool:
-    """Trial ``fetch-look``: after the run's first snippet that called a function and
+    """Rule ``fetch-look``: after the run's first snippet that called a function and
     raised nothing, show what its variables hold and ask for the block that computes the
-    answer from them (:func:`look_message`); False (nothing done) when the trial is
+    answer from them (:func:`look_message`); False (nothing done) when the rule is
     off, the model has seen a look already, or the look shows nothing.
 
     The fetch and the look stay in the conversation (``ls.base`` moves past them): a
@@ -452,7 +452,7 @@ def _reply(state: RunState, ls: LoopState, content: str, example: str) -> str:
     said = content.strip() or EMPTY_REPLY
     if ls.last_result is None:  # no snippet ran to a result (or none ran)
         honest = _gave_up(state, ls)
-        if honest is not None:  # trial failed-honest: words with no data behind them
+        if honest is not None:  # rule failed-honest: words with no data behind them
             return honest
         error = _last_result(state)
         if error is not None and is_no_answer(content, example):
@@ -470,8 +470,8 @@ def _reply(state: RunState, ls: LoopState, content: str, example: str) -> str:
 
 
 def _gave_up(state: RunState, ls: LoopState) -> str | None:
-    """Trial ``failed-honest``: the reply of a run whose snippets all failed, or None when
-    the trial is off, a snippet ran to a result, or none ran (a question answered
+    """Rule ``failed-honest``: the reply of a run whose snippets all failed, or None when
+    the rule is off, a snippet ran to a result, or none ran (a question answered
     without code keeps the model's words).
 
     Serves every question whose code never ran to a result: the answer request

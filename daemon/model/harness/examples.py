@@ -128,7 +128,7 @@ def closest_examples(
 
 def render_examples(examples: Sequence[Example], two_step: bool = False) -> str:
     """The examples as the system message shows them: each question, its block, its note.
-    ``two_step`` (trial ``fetch-look``): a snippet that fetches first and computes after
+    ``two_step`` (rule ``fetch-look``): a snippet that fetches first and computes after
     is shown as two blocks (:func:`split_fetch`), the look between them."""
     parts = [
         "Worked examples (illustrations: their functions may not be yours; your "

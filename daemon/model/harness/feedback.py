@@ -158,7 +158,7 @@ _LOOK_RESULT_SHOWN = 800  # characters of a fetch's result beside its look (the 
 
 
 def look_message(look: Look, result: str, question: str) -> str:
-    """The user message after a snippet that fetched (trial ``fetch-look``): what its
+    """The user message after a snippet that fetched (rule ``fetch-look``): what its
     variables hold (paths and values), its result when it has one, and the request for
     the block that computes the answer from those variables.
 
@@ -246,7 +246,7 @@ def failure_reply(error: str) -> str:
 
     No data came back that the model saw, so whatever it says would be a guess:
     after three failed snippets a 1.5B model stated names and counts it never
-    computed, or proposed code it never ran (trial ``failed-honest``, in
+    computed, or proposed code it never ran (rule ``failed-honest``, in
     ``daemon.model.harness.blocks``).
     """
     lines = [line.strip() for line in error.splitlines() if line.strip()]

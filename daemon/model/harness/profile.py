@@ -188,7 +188,7 @@ class CodeBlockTurns:
 
     def _example(self, examples: list[Example]) -> str:
         """The example text the system message shows: ``examples``, else the worked one.
-        Trial ``fetch-look``: how to answer in two snippets, the examples split in two
+        Rule ``fetch-look``: how to answer in two snippets, the examples split in two
         where they fetch first, the built-in example in two snippets, and a configured
         worked example after the two-step instruction (its own words left as written)."""
         two_step = self.switches.on("fetch-look")
@@ -227,7 +227,7 @@ class CodeBlockTurns:
         )
 
     def _shapes_first(self, messages: list[dict[str, Any]], question: str) -> None:
-        """Trial ``shape-first``: the question's message ends with the typed results of
+        """Rule ``shape-first``: the question's message ends with the typed results of
         the functions it is about (after the question: the system message before it
         stays the same from question to question, as the prompt cache needs)."""
         catalog = self.tools.catalog

@@ -76,7 +76,7 @@ The question names the store, and asks about orders: so the code lists the order
 passing the store as an argument."""
 )
 
-#: What the worked example is shown after with trial ``fetch-look`` on: the two snippets.
+#: What the worked example is shown after with rule ``fetch-look`` on: the two snippets.
 FETCH_FIRST = """\
 How to answer, in two steps. First reply with one ```python block that only calls the \
 functions above (with `await` and keyword arguments) and assigns their results to \
@@ -85,8 +85,8 @@ Then reply with a second ```python block that computes the answer from those var
 (they are kept: do not call the functions again) and ends with an expression that \
 holds it. Put each statement on its own line."""
 
-#: The worked example with trial ``fetch-look`` on: the same question, fetched, looked
-#: at (the lines as the harness shows them) and computed.
+#: The worked example with rule ``fetch-look`` on (the default): the same question,
+#: fetched, looked at (the lines as the harness shows them) and computed.
 FETCH_WORKED_EXAMPLE = (
     FETCH_FIRST
     + """

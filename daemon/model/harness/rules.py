@@ -85,16 +85,6 @@ RULES: dict[str, str] = {
     "reply-from-result": "a reply that is empty, only code or the answer request's own "
     "words is replaced by the result (when every snippet failed: by why the last one failed)",
     "quote-result": "a reply that drops a value of a short result gets the result quoted",
-    # the tool-call protocol (tools offered directly)
-    "direct-answer-instruction": "with tools offered directly, the last round asks for the "
-    "answer in the harness's words",
-}
-
-#: Mechanisms under measurement: off until ``ASYNCAI_HARNESS_ON`` names them.
-TRIALS: dict[str, str] = {
-    "check-answer": "a short answer (a number, a name, a short list): one more round "
-    "restates the question and asks the model to check the value answers it, or to "
-    "correct it with one more snippet",
     "positional-args": "a catalog function called with one positional argument where one "
     "required parameter is missing: the argument is passed by that keyword",
     "fetch-look": "a tool result whose shape the model must guess (no output schema, "
@@ -105,6 +95,16 @@ TRIALS: dict[str, str] = {
     "shape-first": "a question about functions whose result has a declared output schema "
     "or a learned shape: after the question, each one's result as a small typed example "
     "(one item of each list, a type for each value), at most two functions",
+    # the tool-call protocol (tools offered directly)
+    "direct-answer-instruction": "with tools offered directly, the last round asks for the "
+    "answer in the harness's words",
+}
+
+#: Mechanisms under measurement: off until ``ASYNCAI_HARNESS_ON`` names them.
+TRIALS: dict[str, str] = {
+    "check-answer": "a short answer (a number, a name, a short list): one more round "
+    "restates the question and asks the model to check the value answers it, or to "
+    "correct it with one more snippet",
 }
 
 

@@ -6,7 +6,7 @@ question. A small model's first snippet then reads a key the result does not
 have (``r['items']`` of a dict whose list sits under another key), indexes text
 as if it were a dict, or reads a key only some items hold as if all did.
 
-Trial ``shape-first``: right after the question (never before the catalog,
+Rule ``shape-first``: right after the question (never before the catalog,
 which the server's prompt cache holds), for the functions the question is
 about (:func:`~daemon.model.harness.topics.asked_functions`, at most two)
 whose result has a declared output schema or a learned shape (issue 19), the
@@ -201,7 +201,7 @@ def result_example(entry: CatalogEntry, *, limit: int = MAX_EXAMPLE_CHARS) -> st
 
 def shapes_first(names: Iterable[str], catalog: Catalog) -> str:
     """What the first request shows after the question: the result examples of the
-    catalog functions ``names`` (those that have one), or "" when none has. Trial
+    catalog functions ``names`` (those that have one), or "" when none has. Rule
     ``shape-first``."""
     if not on("shape-first"):
         return ""
