@@ -61,15 +61,19 @@ How to answer: reply with one ```python block that calls the functions above wit
 `await` and keyword arguments, filters the data in Python, and ends with an expression \
 that holds the answer. Put each statement on its own line."""
 
-WORKED_EXAMPLE = (
-    HOW_TO_ANSWER
-    + """
+# the worked example's question and its fetch, the same in both plans
+_EXAMPLE_FETCH = """
 
 Worked example (only an illustration: list_orders is not one of your functions).
 Question: in store north, which open orders are over 100, with their totals?
 ```python
 orders = await list_orders(store='north', status='open')
-big = [o for o in items(orders) if o['total'] > 100]
+"""
+
+WORKED_EXAMPLE = (
+    HOW_TO_ANSWER
+    + _EXAMPLE_FETCH
+    + """big = [o for o in items(orders) if o['total'] > 100]
 [{'id': o['id'], 'total': o['total']} for o in big]
 ```
 The question names the store, and asks about orders: so the code lists the orders, \
@@ -89,13 +93,8 @@ holds it. Put each statement on its own line."""
 #: fetched, looked at (the lines as the harness shows them) and computed.
 FETCH_WORKED_EXAMPLE = (
     FETCH_FIRST
-    + """
-
-Worked example (only an illustration: list_orders is not one of your functions).
-Question: in store north, which open orders are over 100, with their totals?
-```python
-orders = await list_orders(store='north', status='open')
-```
+    + _EXAMPLE_FETCH
+    + """```
 What your variables hold now (paths and values; the first item of each list):
 len(orders['items']) == 7
 orders['items'][0]['id'] == 'A12'
