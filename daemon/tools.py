@@ -15,6 +15,11 @@ thread id (issue 26): a thread id alone is only unique within its channel,
 so every per-thread thing here (a REPL scope, its note, its stored dump) is
 looked up by both, and a prompt of one channel never reaches another's.
 
+A channel sees only the tools its policy lets it see (issue 29): its executor
+is a view over the daemon's one MCP executor, an :class:`OffersTools`, whose
+definitions leave the others out and which refuses a call of one of them.
+Code mode asks it again where a nested call leaves the sandbox.
+
 REPL persistence (issue 14): an executor whose thread REPLs survive eviction
 and restart is :class:`PersistentScopes`, which the daemon drives (a
 checkpoint after each run and at shutdown, a restore before a run's note, a
@@ -41,6 +46,7 @@ __all__ = [
     "BaseToolExecutor",
     "CallOutcome",
     "CallSlots",
+    "OffersTools",
     "PersistentScopes",
     "ThreadKey",
     "ToolCallOutput",
@@ -214,6 +220,20 @@ class CallSlots(Protocol):
         Yields the milliseconds waited (None: no limit applies to ``name``).
         A ``call_tool(name)`` made inside the body uses this slot.
         """
+        ...
+
+
+@runtime_checkable
+class OffersTools(Protocol):
+    """An executor that offers only some of the tools behind it (a channel's view, issue 29).
+
+    A tool it does not offer is not there: not in :meth:`ToolExecutor.definitions`,
+    and code mode answers a call of it as it answers any undefined name, with a
+    ``NameError``, asking :meth:`offers` where the call leaves the sandbox.
+    """
+
+    def offers(self, name: str) -> bool:
+        """Whether the tool called ``name`` exists for this executor's callers."""
         ...
 
 

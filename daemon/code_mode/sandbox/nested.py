@@ -43,6 +43,14 @@ keeps such snippets off its path), raise :class:`CallRefused`, a
 ``PermissionError`` in the sandbox, before anything is made; the refusal is
 audited (``decision="denied"``, ``decided_by="policy"``) in :attr:`NestedCalls.refused`.
 
+A channel's tools (issue 29): when the inner executor offers only some of
+its tools (:class:`daemon.tools.OffersTools`, a channel's view), a call of a
+tool it does not offer is not there, whatever path brought it: it raises
+:class:`ToolNotOffered`, a ``NameError`` in the sandbox as for any undefined
+name, before the gate is asked and before anything is made or audited. The
+catalog never shows such a tool, so only a function kept from before (a
+stored REPL, a paused snippet) could try; this is the check that holds anyway.
+
 How a call ended, as :attr:`NestedCalls.started` and the audit keep it:
 
 | the call                                              | outcome     |
@@ -93,13 +101,14 @@ from daemon.tools import (
     AuditObserver,
     CallOutcome,
     CallSlots,
+    OffersTools,
     ToolCallOutput,
     ToolExecutor,
     not_recorded,
     observe_entry,
 )
 
-__all__ = ["CallRefused", "NestedCalls"]
+__all__ = ["CallRefused", "NestedCalls", "ToolNotOffered"]
 
 log = structlog.get_logger("asyncai.code_mode")
 
@@ -136,6 +145,13 @@ class _ToolFailed(RuntimeError):
 
 class CallRefused(PermissionError):
     """The approval gate refused a call, so it was not made: ``PermissionError`` in the sandbox."""
+
+
+class ToolNotOffered(NameError):
+    """The inner executor does not offer the tool (not in this channel): ``NameError``."""
+
+    def __init__(self, py_name: str):
+        super().__init__(f"name {py_name!r} is not defined")
 
 
 def _runtime_error(message: str) -> ExternalExceptionData:
@@ -231,6 +247,7 @@ class NestedCalls:
         self._thread_id = thread_id
         self._observer = observer
         self._slot = inner.call_slot if isinstance(inner, CallSlots) else None
+        self._offers = inner.offers if isinstance(inner, OffersTools) else None
         self._loggers: dict[bool, Any | None] = {}  # by mutating: bound once per run_code
         self._deadlines = Deadlines(limits.tool_timeout)
         # results of a tool that fit its learned shape, in this run_code (see _observe)
@@ -271,6 +288,8 @@ class NestedCalls:
             return _runtime_error(str(exc))
         except CallRefused as exc:
             return {"exc_type": "PermissionError", "message": str(exc)}
+        except ToolNotOffered as exc:
+            return {"exc_type": "NameError", "message": str(exc)}
 
     def verdict(self, entry: CatalogEntry, arguments: dict) -> Verdict:
         """The gate's verdict on a call (``allow`` without a gate or for a read-only tool);
@@ -316,6 +335,9 @@ class NestedCalls:
         One coroutine for the whole call: in place, each frame less is a few
         percent of our cost of a small call.
         """
+        if self._offers is not None and not self._offers(entry.definition.name):
+            log.warning("code_mode.tool_not_offered", tool=entry.definition.qualified_name)
+            raise ToolNotOffered(entry.py_name)
         if self._gate is not None and entry.definition.mutating:
             verdict = self.verdict(entry, arguments)
             if verdict.action != "allow":
