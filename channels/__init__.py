@@ -34,6 +34,7 @@ from channels.errors import (
 from channels.frames import ErrorCode, Message, Subscribed
 from channels.hub import Hub, HubStats
 from channels.ids import ZERO_ID, id_for_time
+from channels.names import is_channel
 from channels.nats import NatsChannel
 from channels.notify import notify, watchdog_interval
 from channels.transport import AnyChannel, id_space, open_channel
@@ -64,6 +65,7 @@ __all__ = [
     "exponential_backoff",
     "id_for_time",
     "id_space",
+    "is_channel",
     "notify",
     "open_channel",
     "watchdog_interval",

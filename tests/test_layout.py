@@ -233,7 +233,7 @@ MAY_IMPORT = {
     "daemon.code_mode.sandbox": SHARED | {"daemon.code_mode", "daemon.code_mode.catalog"},
     "daemon.code_mode.repl": SHARED | {"daemon.code_mode", "daemon.code_mode.sandbox"},
     "daemon.mcp": SHARED,
-    "daemon.config": SHARED | {"daemon.mcp"},
+    "daemon.config": SHARED | {"daemon.mcp", "channels"},
     "daemon.runtime": SHARED
     | {
         "daemon.code_mode",

@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import json
+import re
 import types
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
@@ -28,7 +30,7 @@ from daemon.config.schema import SECRET_NAME
 from daemon.config.values import SIZE_ERROR, parse_size
 from daemon.errors import ConfigError
 
-__all__ = ["config_error", "unknown_key"]
+__all__ = ["config_error", "toml_key", "unknown_key"]
 
 _UNKNOWN = {"unexpected_keyword_argument", "extra_forbidden"}
 _BOUNDS = {
@@ -37,6 +39,18 @@ _BOUNDS = {
     "less_than": "less than",
     "less_than_equal": "at most",
 }
+
+
+_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+\Z")
+
+
+def toml_key(parts: Sequence[str]) -> str:
+    """The parts of a key as TOML writes it: ``model.api_key``, ``channel."#ops".servers``.
+
+    A part that is no bare key (a channel's ``#``, a dot, a space) is quoted,
+    so that the dots left are the ones between parts.
+    """
+    return ".".join(p if _BARE_KEY.match(p) else json.dumps(p, ensure_ascii=False) for p in parts)
 
 
 def unknown_key(key: str, known: Iterable[str], where: str) -> str:
@@ -100,21 +114,33 @@ def config_error(
 
 
 def _locate(schema: type, loc: tuple[int | str, ...]) -> tuple[str, type, str]:
-    """The dotted key an error is about, the dataclass holding it, and its field name.
+    """The key an error is about (as :func:`toml_key` writes it), the dataclass holding it,
+    and its field name.
 
-    The walk stops at the first field that is not a dataclass: an error inside
-    a list or a table is about the whole value of its key.
+    The walk stops at the first field that is not a dataclass, or a table of
+    them (``[channel."#name"]``, whose next step is a name): an error inside a
+    list or a table of strings is about the whole value of its key.
     """
     owner, parts = schema, []
-    for i, step in enumerate(loc):
-        if not isinstance(step, str):
-            break
+    i = 0
+    while i < len(loc) and isinstance(loc[i], str):
+        step = str(loc[i])
         parts.append(step)
         inner = _optional(_hints(owner).get(step))
-        if i + 1 == len(loc) or not (isinstance(inner, type) and dataclasses.is_dataclass(inner)):
+        named = get_origin(inner) is dict and _is_dataclass(get_args(inner)[1])
+        if named and i + 1 < len(loc) and isinstance(loc[i + 1], str):
+            parts.append(str(loc[i + 1]))  # the table's name: '#ops', 'big'
+            i += 1
+            inner = get_args(inner)[1]
+        if i + 1 >= len(loc) or not _is_dataclass(inner):
             break
         owner = inner
-    return ".".join(parts), owner, parts[-1] if parts else ""
+        i += 1
+    return toml_key(parts), owner, parts[-1] if parts else ""
+
+
+def _is_dataclass(hint: Any) -> bool:
+    return isinstance(hint, type) and dataclasses.is_dataclass(hint)
 
 
 def _hints(owner: type) -> dict[str, Any]:

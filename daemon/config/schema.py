@@ -1,12 +1,13 @@
-"""The configuration's dataclasses: one per TOML section, and ``Config`` over them.
+"""The configuration's sections: one dataclass per kind of TOML table.
 
 Plain stdlib dataclasses, as the rest of the daemon uses them; their field
 annotations (:mod:`daemon.config.values`) also tell pydantic how to check a
 value, and ``__pydantic_config__`` forbids unknown keys, so the loader
-validates the merged file, environment and flags with one ``TypeAdapter``.
-Building one in code checks nothing, as before.
+validates the merged file, environment and flags with one ``TypeAdapter``
+over :class:`daemon.config.Config`, which holds them
+(:mod:`daemon.config.root`). Building one in code checks nothing, as before.
 
-Secrets (the API key, the channel token, MCP server environment values) never
+Secrets (the API keys, the channel token, MCP server environment values) never
 appear in a ``repr``: their fields are ``repr=False``, ``McpServerConfig``
 prints only the names of its environment, and ``Config.secrets()`` lists the
 values for the log redactor.
@@ -31,16 +32,17 @@ from daemon.config.values import (
     Size,
     Text,
 )
-from daemon.errors import ConfigError
 from daemon.limits import CodeModeLimits
 
 __all__ = [
     "DEFAULT_CONFIG_PATH",
     "SECRET_NAME",
     "ApprovalsConfig",
+    "ChannelApprovalsConfig",
+    "ChannelConfig",
     "ChannelsConfig",
     "CodeModeConfig",
-    "Config",
+    "EndpointConfig",
     "McpServerConfig",
     "ModelConfig",
     "RuntimeConfig",
@@ -56,16 +58,22 @@ _SECTION = ConfigDict(extra="forbid")  # a key that is no field is an error that
 
 
 @dataclass
-class ModelConfig:
-    """``[model]``: the OpenAI-compatible endpoint and the run loop around it."""
+class EndpointConfig:
+    """``[models.NAME]``: a named OpenAI-compatible endpoint and the run loop's model keys.
+
+    The keys of ``[model]`` that belong to an endpoint (its address, key, model
+    name, sampling, timeouts, retries, rounds and the small-model harness);
+    ``tool_mode`` and ``system_prompt`` are a channel's, ``local_max_rss`` the
+    daemon's. The defaults are the built-in ones, not ``[model]``'s: a named
+    endpoint never inherits ``[model]``'s ``api_key`` (nor ``OPENAI_API_KEY``),
+    which would hand one provider's key to another's address.
+    """
 
     __pydantic_config__ = _SECTION
 
     base_url: Text = "https://api.openai.com/v1"
     api_key: Text | None = field(default=None, repr=False)
     model: Text | None = None  # required before a run: --model, ASYNCAI_MODEL or the file
-    tool_mode: Literal["code", "direct"] = "code"
-    system_prompt: Text | None = None  # None: the built-in prompt of the tool mode
     temperature: Annotated[float, Strict(), Field(ge=0, le=2)] | None = None
     max_tokens: Count | None = None
     request_timeout: Seconds = 300.0  # local models are slow
@@ -88,6 +96,34 @@ class ModelConfig:
     # short list); 2 or 3 check the first against warmer samples. Off (1) by default:
     # on the bench it changed no outcome and cost 36 more snippets (docs/benchmarks/history.md).
     answer_samples: Annotated[int, Strict(), Field(ge=1, le=3)] = 1
+
+    def as_model(
+        self,
+        *,
+        tool_mode: Literal["code", "direct"],
+        system_prompt: str | None,
+        local_max_rss: int,
+    ) -> ModelConfig:
+        """A fresh ``ModelConfig`` of this endpoint's keys and a channel's (and daemon's) ones."""
+        values = {f.name: getattr(self, f.name) for f in fields(EndpointConfig) if f.init}
+        model = ModelConfig(
+            **values,
+            tool_mode=tool_mode,
+            system_prompt=system_prompt,
+            local_max_rss=local_max_rss,
+        )
+        model.examples_text = self.examples_text  # read by the loader, not an init field
+        return model
+
+
+@dataclass
+class ModelConfig(EndpointConfig):
+    """``[model]``: the default endpoint, and the global ``tool_mode`` and ``system_prompt``."""
+
+    __pydantic_config__ = _SECTION
+
+    tool_mode: Literal["code", "direct"] = "code"
+    system_prompt: Text | None = None  # None: the built-in prompt of the tool mode
     # asyncai up's embedded model server is restarted between runs above this resident size
     local_max_rss: Annotated[Size, Field(gt=0)] = 5 * 1024**3
 
@@ -220,6 +256,55 @@ class ApprovalsConfig:
 
 
 @dataclass
+class ChannelApprovalsConfig:
+    """``[channel."#name".approvals]``: the keys of ``[approvals]``, each None to inherit it."""
+
+    __pydantic_config__ = _SECTION
+
+    mode: Literal["ask", "allow", "deny"] | None = None
+    allow: list[Text] | None = None
+    deny: list[Text] | None = None
+    approvers: list[Text] | None = None
+    expire_after: Seconds | None = None
+
+    def over(self, base: ApprovalsConfig) -> ApprovalsConfig:
+        """``base`` with the keys this table sets in its place (fresh lists, no aliasing)."""
+        return ApprovalsConfig(
+            mode=base.mode if self.mode is None else self.mode,
+            allow=list(base.allow if self.allow is None else self.allow),
+            deny=list(base.deny if self.deny is None else self.deny),
+            approvers=list(base.approvers if self.approvers is None else self.approvers),
+            expire_after=base.expire_after if self.expire_after is None else self.expire_after,
+        )
+
+
+@dataclass
+class ChannelConfig:
+    """``[channel."#name"]``: one channel's overrides of the global values; None inherits.
+
+    ``servers``, ``tools_allow`` and ``tools_deny`` decide which tools exist in
+    the channel at all (no global key: every server, every tool); the
+    ``approvals`` table what a call of one that exists needs; ``endpoint``
+    names a ``[models.NAME]`` in place of ``[model]``; ``max_concurrent_runs``
+    caps the channel's runs within ``[runtime] max_concurrent_runs``, it
+    reserves nothing. :meth:`daemon.config.Config.policy` resolves them.
+    """
+
+    __pydantic_config__ = _SECTION
+
+    servers: list[Text] | None = None  # [mcp_servers] names; None: all of them
+    tools_allow: list[Text] | None = None  # server.tool globs; None or empty: every tool
+    tools_deny: list[Text] | None = None  # globs removed from the catalog; deny wins
+    approvals: ChannelApprovalsConfig = field(default_factory=ChannelApprovalsConfig)
+    tool_mode: Literal["code", "direct"] | None = None  # None: [model] tool_mode
+    endpoint: Text | None = None  # a [models.NAME]; None: [model]
+    system_prompt: Text | None = None  # None: [model] system_prompt
+    max_runs_per_sender_per_hour: Count | None = None  # None: [runtime]'s
+    max_tokens_per_sender_per_day: Count | None = None  # None: [runtime]'s
+    max_concurrent_runs: Count | None = None  # None: no cap but [runtime]'s total
+
+
+@dataclass
 class SessionsConfig:
     """``[sessions]``: the SQLite file of transcripts, runs and audit."""
 
@@ -227,41 +312,3 @@ class SessionsConfig:
 
     db: PathValue = Path(".asyncai/asyncai.db")
     scope_retention_days: NonNegativeSeconds = 30.0  # stored REPLs older than this are deleted
-
-
-@dataclass
-class Config:
-    """The whole configuration. ``Config()`` is the built-in defaults.
-
-    The loader validates the sections and ``mcp_json`` through this class;
-    ``mcp_servers`` and ``path`` it fills itself.
-    """
-
-    __pydantic_config__ = _SECTION
-
-    model: ModelConfig = field(default_factory=ModelConfig)
-    code_mode: CodeModeConfig = field(default_factory=CodeModeConfig)
-    mcp_servers: dict[str, McpServerConfig] = field(default_factory=dict)
-    mcp_json: PathValue | None = None
-    channels: ChannelsConfig = field(default_factory=ChannelsConfig)
-    runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
-    sessions: SessionsConfig = field(default_factory=SessionsConfig)
-    approvals: ApprovalsConfig = field(default_factory=ApprovalsConfig)
-    path: Path | None = None  # the file read, if any
-
-    def secrets(self) -> list[str]:
-        """Values the log redactor must never print (API key, tokens, secret-looking env)."""
-        out = [v for v in (self.model.api_key, self.channels.token) if v]
-        for server in self.mcp_servers.values():
-            out.extend(v for k, v in server.env.items() if SECRET_NAME.search(k) and v)
-        return out
-
-    def require_model(self) -> str:
-        """The model name, or a ConfigError saying where to set it."""
-        if not self.model.model:
-            where = self.path or DEFAULT_CONFIG_PATH
-            raise ConfigError(
-                f"no model configured: set 'model' in [model] of {where}, "
-                "pass --model, or set ASYNCAI_MODEL"
-            )
-        return self.model.model
