@@ -22,6 +22,7 @@ COMMANDS: list[str] = [
     "daemon.cli.model",
     "daemon.cli.sessions",
     "daemon.cli.cluster",
+    "daemon.cli.config",
 ]
 
 

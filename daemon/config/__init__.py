@@ -26,7 +26,9 @@ of value their keys take (:mod:`daemon.config.values`), ``Config`` over them
 (:mod:`daemon.config.load`), the checks across sections
 (:mod:`daemon.config.checks`), the wording of its errors
 (:mod:`daemon.config.messages`), the sources of MCP servers
-(:mod:`daemon.config.servers`) and the shared flags (:mod:`daemon.config.flags`).
+(:mod:`daemon.config.servers`), the shared flags (:mod:`daemon.config.flags`)
+and the effective values with their origins, as ``asyncai config show``
+prints them (:mod:`daemon.config.show`).
 
 May import: ``daemon.errors``, ``daemon.limits`` (``CodeModeLimits``, which
 ``[code_mode]`` sets), ``daemon.mcp.spec`` (the one check of an
@@ -51,6 +53,7 @@ from daemon.config.schema import (
     RuntimeConfig,
     SessionsConfig,
 )
+from daemon.config.show import Setting, Settings, effective_settings, settings_json, settings_text
 
 __all__ = [
     "DEFAULT_CONFIG_PATH",
@@ -67,7 +70,12 @@ __all__ = [
     "ModelConfig",
     "RuntimeConfig",
     "SessionsConfig",
+    "Setting",
+    "Settings",
     "add_config_arguments",
+    "effective_settings",
     "load_config",
     "overrides_from_args",
+    "settings_json",
+    "settings_text",
 ]
