@@ -232,7 +232,7 @@ def settings_text(view: Settings) -> str:
 def _line(setting: Setting) -> str:
     """``key = value  # origin``, aligned."""
     text = f"{setting.key} = {_shown(setting.value)}"
-    where = setting.origin
+    where: str = setting.origin
     if setting.origin == "environment":
         where = setting.source.replace(_ENVIRONMENT, "environment ")
     elif setting.origin == "file":
