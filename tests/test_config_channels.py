@@ -341,3 +341,24 @@ def test_digest_is_stable_and_sees_what_a_cluster_must_share() -> None:
     keyed = Config(model=ModelConfig(api_key="sk-1", base_url="http://a"))
     assert keyed.policy("").digest() == Config().policy("").digest()
     assert "sk-1" not in keyed.policy("").digest()
+
+
+DOCS = Path(__file__).resolve().parent.parent / "docs" / "configuration.md"
+
+
+def fenced_after(heading: str, language: str = "toml") -> str:
+    """The first ``language`` code block after ``heading`` in the configuration reference."""
+    text = DOCS.read_text(encoding="utf-8")
+    after = text[text.index(heading) :]
+    start = after.index(f"```{language}\n") + len(language) + 4
+    return after[start : after.index("```", start)]
+
+
+def test_the_references_worked_example_loads_as_the_issue_says(tmp_path: Path) -> None:
+    """docs/configuration.md's three channels are the issue's, and they load as written."""
+    example = fenced_after("### Worked example: three channels")
+    config = load(tmp_path, example)
+    assert config == load(tmp_path, THREE)  # the same file as this module's
+    assert config.policy("#help").servers == frozenset({"simple"})
+    assert config.policy("#team").model.model == "qwen2.5-coder-32b"
+    assert config.policy("#ops").approvals.approvers == ["alice", "bob"]

@@ -195,3 +195,26 @@ def test_the_defaults_show_as_defaults() -> None:
         "origin": "default",
         "via": "approvals.mode",
     }
+
+
+def test_the_references_sample_output_is_what_config_show_prints(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every line of docs/configuration.md's sample output is a line config show prints for
+    the worked example (digests included), with OPENAI_API_KEY set."""
+    docs = (Path(__file__).resolve().parent.parent / "docs" / "configuration.md").read_text()
+    section = docs[docs.index("### Worked example: three channels") :]
+    example = section.split("```toml\n", 1)[1].split("```", 1)[0]
+    shown = section[section.index("### `asyncai config show`") :]
+    sample = shown.split("```\n", 1)[1].split("```", 1)[0]
+    (tmp_path / "asyncai.toml").write_text(example, encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-doc-example")
+    for var in ("OPENAI_BASE_URL", "ASYNCAI_MODEL", "ATIRC_URL", "ATIRC_TOKEN", "ATIRC_NICK"):
+        monkeypatch.delenv(var, raising=False)
+    assert main(["config", "show", "--config", "asyncai.toml"]) == 0
+    out = capsys.readouterr().out
+    printed = {" ".join(line.split()) for line in out.splitlines()}
+    for line in sample.splitlines():
+        if line:
+            assert " ".join(line.split()) in printed, line
