@@ -362,3 +362,18 @@ def test_the_references_worked_example_loads_as_the_issue_says(tmp_path: Path) -
     assert config.policy("#help").servers == frozenset({"simple"})
     assert config.policy("#team").model.model == "qwen2.5-coder-32b"
     assert config.policy("#ops").approvals.approvers == ["alice", "bob"]
+
+
+def test_servers_from_mcp_json_and_flags_count_as_known(tmp_path: Path) -> None:
+    """A section's servers are checked after every source of servers: the file's tables,
+    its mcp_json and --mcp-stdio, so a server named by any of them is known."""
+    write(tmp_path / "mcp.json", '{"mcpServers": {"time": {"command": "mcp-server-time"}}}')
+    text = (
+        'mcp_json = "mcp.json"\n[channels]\nchannels = ["#x"]\n'
+        '[channel."#x"]\nservers = ["time", "asyncai-mcp-simple"]\n'
+    )
+    path = write(tmp_path / "asyncai.toml", text)
+    config = load_config(path, {"mcp_stdio": ["asyncai-mcp-simple"]}, environ={})
+    assert config.policy("#x").servers == frozenset({"time", "asyncai-mcp-simple"})
+    assert config.sources["mcp_servers.time"] == str(tmp_path / "mcp.json")
+    assert config.sources["mcp_servers.asyncai-mcp-simple"] == "the command line"
