@@ -183,8 +183,11 @@ class Queries:
                 break
         return builder.result()
 
-    async def sender_runs(self, sender: str, since: str) -> list[SenderRun]:
-        """Runs started at or after ``since`` for prompts of ``sender``, oldest first.
+    async def sender_runs(
+        self, sender: str, since: str, channel: str | None = None
+    ) -> list[SenderRun]:
+        """Runs started at or after ``since`` for prompts of ``sender``, oldest first; with
+        ``channel``, only the runs of that channel's threads (a channel's own limits).
 
         A run that answered several senders' prompts (coalesced) is one of
         each sender's runs, with all its tokens. Every run started for the
@@ -195,14 +198,23 @@ class Queries:
         the run limit counts instead.
         """
         since = canonical_timestamp(since, "since")
-        rows = await self._db.read(
-            f"reading the runs of {sender}",
+        select = (
             "SELECT r.started, r.prompt_tokens + r.completion_tokens,"
             " EXISTS (SELECT 1 FROM prompts p WHERE p.run_id = r.id AND p.sender = s.sender"
             " AND p.status != 'queued')"
             " FROM run_senders s JOIN runs r ON r.id = s.run_id"
-            " WHERE s.sender = ? AND s.started >= ? ORDER BY s.started",
-            (sender, since),
+        )
+        args: tuple[str, ...]
+        if channel is None:
+            sql, args = f"{select} WHERE s.sender = ? AND s.started >= ?", (sender, since)
+        else:
+            sql = (
+                f"{select} JOIN threads t ON t.id = r.thread"
+                " WHERE s.sender = ? AND s.started >= ? AND t.channel = ?"
+            )
+            args = (sender, since, channel)
+        rows = await self._db.read(
+            f"reading the runs of {sender}", f"{sql} ORDER BY s.started", args
         )
         return [
             SenderRun(started=row[0], tokens=int(row[1]), answered=bool(row[2])) for row in rows

@@ -33,7 +33,7 @@ from daemon.runtime.ports import (
 )
 from daemon.runtime.scheduler import Runtime
 from daemon.runtime.store import SessionsRuntimeStore
-from daemon.tools import ThreadKey
+from daemon.tools import ThreadKey, ToolDefinition
 from sessions.model import PromptStatus, StartedCall
 from sessions.store import Store
 from tests.fakes.runtime_helpers import NICK, FakePublisher, ScriptedModel, msg
@@ -542,4 +542,52 @@ async def test_reset_without_a_repl_says_there_is_none(parts):
     await rt.submit(msg("!reset"))
     await pub.wait_for(1)
     assert pub.sent[0].text == RESET_NONE
+    await rt.shutdown(grace=1)
+
+
+async def test_a_channels_cap_holds_within_the_total_and_reserves_nothing(parts):
+    """#ops capped at 1 of 3 slots: its second thread waits in its place while #help's
+    threads behind it start; when #ops' run ends, its next thread takes the slot."""
+    _, pub, model = parts
+    rt = runtime_of(parts, max_concurrent_runs=3, channel_max_concurrent={"#ops": 1})
+    ops = [msg("ops one"), msg("ops two")]
+    helps = [msg("help one", channel="#help"), msg("help two", channel="#help")]
+    for m in [*ops, *helps]:
+        await rt.submit(m)
+    await model.wait_started(3)
+    assert [r.prompts[0].text for r in model.requests] == ["ops one", "help one", "help two"]
+    assert rt.counts().waiting_threads == 1  # ops two, at #ops' cap though a slot is free
+    model.release(0)
+    await model.wait_started(4)
+    assert model.requests[3].prompts[0].text == "ops two"
+    model.release_all()
+    await pub.wait_for(4)
+    await rt.shutdown(grace=1)
+
+
+def test_a_channels_cap_is_at_least_one():
+    """A cap of 0 would never run the channel: refused like max_concurrent_runs = 0."""
+    with pytest.raises(ValueError, match="max_concurrent_runs"):
+        RuntimeOptions(channel_max_concurrent={"#ops": 0})
+
+
+async def test_tools_answers_with_the_channels_tools_and_asks_no_model(parts):
+    """!tools is answered in the thread from the tools function of the message's channel;
+    no run starts and the message is not a prompt."""
+    store, pub, model = parts
+    asked: list[str] = []
+
+    async def tools(channel: str):
+        asked.append(channel)
+        return [ToolDefinition("echo", "Echo the text.\nMore.", {}, server="test")], "deny"
+
+    rt = Runtime(store=store, publisher=pub, run=model, tools=tools)
+    await rt.submit(msg("!tools", channel="#help"))
+    await pub.wait_for(1)
+    assert asked == ["#help"]
+    assert pub.sent[0].text == (
+        "Tools in #help (1); approvals: deny (a call that can change something is refused):\n"
+        "- test.echo: Echo the text."
+    )
+    assert model.requests == []
     await rt.shutdown(grace=1)

@@ -46,6 +46,24 @@ async def test_sender_runs_counts_each_run_that_answered_the_sender(tmp_path):
         assert await store.queries.sender_runs("alice", "2999-01-01T00:00:00.000Z") == []
 
 
+async def test_sender_runs_of_one_channel_leave_the_others_out(tmp_path):
+    """With a channel, only the runs of that channel's threads count (a channel's own
+    limits, issue 29); without one, every channel's, as before."""
+    async with Store(tmp_path / "asyncai.db") as store:
+        ts = now_iso()
+        await store.runs.record_prompt("#ops", "t1", "p1", "alice", "hi", ts)
+        await store.runs.record_prompt("#help", "t1", "p2", "alice", "hi", ts)
+        await store.runs.record_prompt("#help", "t2", "p3", "alice", "hi", ts)
+        await store.runs.start_run("r1", "#ops", "t1", ["p1"])
+        await store.runs.start_run("r2", "#help", "t1", ["p2"])
+        await store.runs.start_run("r3", "#help", "t2", ["p3"])
+        since = "2000-01-01T00:00:00.000Z"
+        assert len(await store.queries.sender_runs("alice", since)) == 3
+        assert len(await store.queries.sender_runs("alice", since, "#ops")) == 1
+        assert len(await store.queries.sender_runs("alice", since, "#help")) == 2
+        assert await store.queries.sender_runs("alice", since, "#team") == []
+
+
 async def test_switching_the_id_space_drops_the_channel_cursors_once(tmp_path):
     """A hub's cursors mean nothing to NATS (and back): switching drops them, keeps the
     first start, and claiming the same space again drops nothing."""

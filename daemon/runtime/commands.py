@@ -1,4 +1,4 @@
-"""The commands a person types in a thread: ``!stop`` and ``!reset``.
+"""The commands a person types in a thread: ``!stop``, ``!reset`` and ``!tools``.
 
 :class:`ThreadCommands` is one of the scheduler's collaborators: it acts on
 the scheduler's threads through the shared
@@ -7,23 +7,34 @@ thread's active run (or ends its run paused for approval, which needs the
 right to decide its request, as ``!deny`` does) and drops what queued behind
 it; the thread gets a short "stopped" reply. ``!reset`` empties
 the REPL of an idle thread, its saved copy included (issue 14); a busy
-thread is told to stop first. Decisions on approvals (``!approve``,
+thread is told to stop first. ``!tools`` lists the tools the thread's channel
+offers and its approvals mode (issue 29; the words: :mod:`daemon.runtime.messages`).
+Decisions on approvals (``!approve``,
 ``!deny``) are the :class:`~daemon.runtime.desk.ApprovalDesk`'s.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 
 import structlog
 
 from daemon.runtime.context import RunContext
 from daemon.runtime.deliver import publish_quietly
 from daemon.runtime.desk import ApprovalDesk
+from daemon.runtime.messages import tools_reply
 from daemon.runtime.ports import InboundMessage
 from daemon.tools import ThreadKey as ScopeKey  # the context's ThreadKey is the plain tuple
+from daemon.tools import ToolDefinition
 
-__all__ = ["RESET_COMMAND", "STOP_COMMAND", "ResetFunction", "ThreadCommands"]
+__all__ = [
+    "RESET_COMMAND",
+    "STOP_COMMAND",
+    "TOOLS_COMMAND",
+    "ResetFunction",
+    "ThreadCommands",
+    "ToolsFunction",
+]
 
 log = structlog.get_logger("asyncai.runtime")
 
@@ -33,11 +44,19 @@ STOP_COMMAND = "!stop"
 RESET_COMMAND = "!reset"
 """A message whose whole text is this empties the thread's REPL and its saved copy."""
 
-ResetFunction = Callable[[ScopeKey], Awaitable[None]]
+ResetFunction = Callable[[ScopeKey], Awaitable[bool | None]]
 """Drop a thread's REPL and its stored dump: the code-mode executor's ``reset``.
 
 It is handed the channel with the thread id: ``!reset`` in one channel never
-empties the REPL of a thread of the same id in another."""
+empties the REPL of a thread of the same id in another. It returns False when
+the thread's channel has no REPL (its tools are called directly, issue 29)."""
+
+TOOLS_COMMAND = "!tools"
+"""A message whose whole text is this lists the channel's tools and its approvals mode."""
+
+ToolsFunction = Callable[[str], Awaitable[tuple[Sequence[ToolDefinition], str]]]
+"""A channel's tools, in the order offered, and its approvals mode (``ask``, ``allow``,
+``deny``): what ``!tools`` says (the daemon's lanes)."""
 
 RESET_DONE = "The REPL of this thread was reset: its variables and their saved copy are gone."
 RESET_BUSY = "This thread has a run going on: !stop it first, then !reset."
@@ -48,11 +67,41 @@ class ThreadCommands:
     """``!stop`` and ``!reset`` on the scheduler's threads."""
 
     def __init__(
-        self, context: RunContext, *, desk: ApprovalDesk | None, reset: ResetFunction | None
+        self,
+        context: RunContext,
+        *,
+        desk: ApprovalDesk | None,
+        reset: ResetFunction | None,
+        tools: ToolsFunction | None = None,
     ):
         self._ctx = context
         self._desk = desk
         self._reset = reset
+        self._tools = tools
+
+    async def tools(self, message: InboundMessage) -> None:
+        """``!tools``: the channel's tools (``server.tool`` and a one-line summary each)
+        and its approvals mode, in the thread. Busy or idle, nothing else changes."""
+        ctx = self._ctx
+        if self._tools is None:
+            text = "This daemon cannot list its tools here."
+        else:
+            try:
+                tools, mode = await self._tools(message.channel)
+            except Exception as exc:
+                log.exception("runtime.tools_failed", channel=message.channel)
+                text = f"The tools could not be listed: {type(exc).__name__}: {exc}"
+            else:
+                text = tools_reply(message.channel, tools, mode)
+        log.info("runtime.tools_listed", channel=message.channel, thread=message.thread)
+        await publish_quietly(
+            ctx.publisher,
+            ctx.options.publish_timeout,
+            message.channel,
+            message.thread,
+            message.id,
+            text,
+        )
 
     async def stop(self, message: InboundMessage) -> None:
         """``!stop``: cancel the thread's active run and drop what queued behind it."""
@@ -113,13 +162,13 @@ class ThreadCommands:
             text = RESET_NONE
         else:
             try:
-                await self._reset(ScopeKey(message.channel, message.thread))
+                had_repl = await self._reset(ScopeKey(message.channel, message.thread))
             except Exception as exc:
                 log.exception("runtime.reset_failed", channel=message.channel)
                 text = f"The REPL could not be reset: {type(exc).__name__}: {exc}"
             else:
                 log.info("runtime.reset", channel=message.channel, thread=message.thread)
-                text = RESET_DONE
+                text = RESET_NONE if had_repl is False else RESET_DONE
         await publish_quietly(
             ctx.publisher,
             ctx.options.publish_timeout,

@@ -16,6 +16,12 @@ runs table, so a restart does not reset them:
   run's row as it arrives (:mod:`daemon.runtime.usage`). A run is not cut
   off when it goes over: the limit stops the next one.
 
+Per channel (issue 29): a channel whose ``[channel."#name"]`` section exists
+has its limits (its own keys, else ``[runtime]``'s) counted over its own runs
+only, with a limiter of its own (``SenderLimiter(channel=...)``): a sender's
+runs in ``#help`` never count against ``#ops``. The channels without a
+section share ``[runtime]``'s limits counted over every channel, as before.
+
 The counts are read through :class:`SenderUsage` and written through the
 runtime's store (``add_run_tokens``). In a cluster (``nats://``) they are
 counted on the broker instead, across the daemons: :mod:`daemon.cluster.usage`
@@ -82,13 +88,14 @@ class LimitReached:
     unit: str  # "run", "token"
     window: str  # "the last hour"
     frees_at: datetime
+    section: str = "[runtime]"  # where the limit is set: [channel."#help"] for a channel's
 
     def reply(self) -> str:
         """The one line the thread gets instead of a run."""
         when = self.frees_at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
         used = f"{self.used} {self.unit}{'' if self.used == 1 else 's'} in {self.window}"
         return (
-            f"Not run: {self.sender} reached [runtime] {self.key} = {self.limit} "
+            f"Not run: {self.sender} reached {self.section} {self.key} = {self.limit} "
             f"({used}); it frees up at {when}."
         )
 
@@ -98,10 +105,15 @@ def _moment(started: str) -> datetime:
 
 
 def limit_reached(
-    sender: str, limits: SenderLimits, runs: Sequence[SenderRun], now: datetime
+    sender: str,
+    limits: SenderLimits,
+    runs: Sequence[SenderRun],
+    now: datetime,
+    section: str = "[runtime]",
 ) -> LimitReached | None:
     """The first limit ``sender`` has reached, given their runs of the last day (oldest
-    first), or None. Pure: the store reads and the clock are the caller's."""
+    first), or None; ``section``: where the limits are set, for the reply. Pure: the
+    store reads and the clock are the caller's."""
     recent = [r for r in runs if r.answered and _moment(r.started) >= now - RUN_WINDOW]
     cap = limits.max_runs_per_hour
     if cap is not None and len(recent) >= cap:
@@ -115,6 +127,7 @@ def limit_reached(
             "run",
             "the last hour",
             _moment(oldest_to_leave.started) + RUN_WINDOW,
+            section,
         )
     cap = limits.max_tokens_per_day
     day = [r for r in runs if _moment(r.started) >= now - TOKEN_WINDOW]
@@ -135,6 +148,7 @@ def limit_reached(
             "token",
             "the last 24 hours",
             frees_at,
+            section,
         )
     return None
 
@@ -142,8 +156,11 @@ def limit_reached(
 class SenderUsage(Protocol):
     """Where a sender's runs are read (``sessions.Store.sender_runs``)."""
 
-    async def sender_runs(self, sender: str, since: str) -> list[SenderRun]:
-        """Runs started at or after ``since`` that answered a prompt of ``sender``."""
+    async def sender_runs(
+        self, sender: str, since: str, channel: str | None = None
+    ) -> list[SenderRun]:
+        """Runs started at or after ``since`` that answered a prompt of ``sender`` (in
+        ``channel`` only, when given)."""
         ...
 
 
@@ -152,7 +169,11 @@ def _utc_now() -> datetime:
 
 
 class SenderLimiter:
-    """Checks senders against :class:`SenderLimits` from their stored runs."""
+    """Checks senders against :class:`SenderLimits` from their stored runs.
+
+    ``channel``: count only that channel's runs, and name its section in the
+    reply (a channel with a section of its own, issue 29); None: every channel's.
+    """
 
     def __init__(
         self,
@@ -160,8 +181,10 @@ class SenderLimiter:
         limits: SenderLimits,
         *,
         clock: Callable[[], datetime] = _utc_now,
+        channel: str | None = None,
     ):
         self.limits = limits
+        self.channel = channel
         self._usage = usage
         self._clock = clock
         self.lock = asyncio.Lock()  # held from the check until the run row is written
@@ -187,11 +210,19 @@ class SenderLimiter:
         since = iso_utc(now - max(RUN_WINDOW, TOKEN_WINDOW))
         reached: dict[str, LimitReached] = {}
         for sender in sorted(senders):
-            runs = await self._usage.sender_runs(sender, since)
-            found = limit_reached(sender, self.limits, runs, now)
+            if self.channel is None:
+                runs = await self._usage.sender_runs(sender, since)
+            else:
+                runs = await self._usage.sender_runs(sender, since, self.channel)
+            found = limit_reached(sender, self.limits, runs, now, self.section)
             if found is not None:
                 reached[sender] = found
         return reached
+
+    @property
+    def section(self) -> str:
+        """Where its limits are set, as the reply names it."""
+        return "[runtime]" if self.channel is None else f'[channel."{self.channel}"]'
 
 
 async def start_within_limits(

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
 from daemon.errors import AsyncaiError
@@ -79,12 +79,17 @@ class RuntimeOptions:
     publish_timeout: float = 60.0  # the hub's ack of a reply
     shared_channels: frozenset[str] = frozenset()
     allowed_senders: frozenset[str] | None = None  # None: everyone may prompt
+    # a channel's cap on its runs at once, within max_concurrent_runs (issue 29): not a
+    # reservation, so the other channels may use every slot it leaves free
+    channel_max_concurrent: Mapping[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.max_concurrent_runs < 1:
             raise ValueError("max_concurrent_runs must be at least 1")
         if self.max_queued_prompts < 1:
             raise ValueError("max_queued_prompts must be at least 1")
+        if any(cap < 1 for cap in self.channel_max_concurrent.values()):
+            raise ValueError("a channel's max_concurrent_runs must be at least 1")
         if self.max_run_seconds <= 0 or self.publish_timeout <= 0 or self.shutdown_grace < 0:
             raise ValueError(
                 "max_run_seconds and publish_timeout must be positive, shutdown_grace not negative"

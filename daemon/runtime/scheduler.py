@@ -12,8 +12,11 @@ Rules (DESIGN.md, "Runtime: threads and runs"):
   slot) queue, and are coalesced into ONE follow-up run, in arrival order.
   The follow-up carries the same thread id, so the backend gives it the same
   REPL scope.
-- At most ``max_concurrent_runs`` runs at once. Threads that are ready wait in
-  a FIFO of thread keys; no task exists for them until a slot frees, so a
+- At most ``max_concurrent_runs`` runs at once, and at most a channel's own
+  ``max_concurrent_runs`` of that channel's (issue 29: a cap within the
+  total, not a reservation; a thread of a channel at its cap waits in its
+  place while the threads behind it of other channels start). Threads that
+  are ready wait in a FIFO of thread keys; no task exists for them until a slot frees, so a
   burst costs memory for the prompts only. That memory is bounded too: when
   ``max_queued_prompts`` prompts wait, :meth:`Runtime.submit` blocks until a
   run takes some, so the intake stops reading the channel; the hub keeps the
@@ -56,12 +59,20 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterable
 
 import structlog
 
 from daemon.crashpoints import crash_point
-from daemon.runtime.commands import RESET_COMMAND, STOP_COMMAND, ResetFunction, ThreadCommands
+from daemon.runtime.commands import (
+    RESET_COMMAND,
+    STOP_COMMAND,
+    TOOLS_COMMAND,
+    ResetFunction,
+    ThreadCommands,
+    ToolsFunction,
+)
 from daemon.runtime.complete import complete
 from daemon.runtime.context import ResumeJob, Run, RunContext, ThreadRun
 from daemon.runtime.deliver import deliver, publish_quietly, publish_unacked
@@ -102,15 +113,18 @@ class Runtime:
         approvals: ApprovalDesk | None = None,
         reset: ResetFunction | None = None,
         limiter: SenderLimiter | None = None,
+        limiters: Callable[[str], SenderLimiter | None] | None = None,
+        tools: ToolsFunction | None = None,
         clock: Callable[[], float] = time.monotonic,
     ):
         self._ctx = RunContext(store, publisher, options or RuntimeOptions(), pump=self._pump)
-        self._limiter = limiter
+        # a channel's limiter (issue 29: its own limits, counted in it), else the one
+        self._limiters = limiters if limiters is not None else (lambda _channel: limiter)
         self._clock = clock
         self._approvals = approvals
         if approvals is not None:
             approvals.bind(schedule=self._schedule_resume, hold=self._hold)
-        self._commands = ThreadCommands(self._ctx, desk=approvals, reset=reset)
+        self._commands = ThreadCommands(self._ctx, desk=approvals, reset=reset, tools=tools)
         self._run = run
         self._tasks: set[asyncio.Task[None]] = set()
         self._space = asyncio.Event()  # set while fewer than max_queued_prompts wait
@@ -162,6 +176,10 @@ class Runtime:
             return False
         if message.text.strip() == STOP_COMMAND:
             await self._commands.stop(message)
+            await self._ctx.store.advance_cursor(message.channel, message.id)
+            return False
+        if message.text.strip() == TOOLS_COMMAND:
+            await self._commands.tools(message)
             await self._ctx.store.advance_cursor(message.channel, message.id)
             return False
         if not await self._addressed(message, nick):
@@ -256,8 +274,26 @@ class Runtime:
         """Start runs while slots are free and threads are ready."""
         ctx = self._ctx
         active = sum(1 for t in ctx.threads.values() if t.active is not None)
+        caps = ctx.options.channel_max_concurrent
+        running = Counter(t.channel for t in ctx.threads.values() if t.active is not None)
         while not ctx.closing and ctx.ready and active < self._ctx.options.max_concurrent_runs:
-            key = ctx.ready.popleft()
+            if not caps:
+                key = ctx.ready.popleft()
+            else:
+                # the first ready thread whose channel is under its cap
+                index = next(
+                    (
+                        i
+                        for i, (channel, _) in enumerate(ctx.ready)
+                        if running[channel] < caps.get(channel, active + 1)
+                    ),
+                    None,
+                )
+                if index is None:
+                    break  # every ready thread's channel is at its cap
+                key = ctx.ready[index]
+                del ctx.ready[index]
+                running[key[0]] += 1
             thread = ctx.threads[key]
             thread.ready = False
             thread.stopped_by = None
@@ -316,7 +352,8 @@ class Runtime:
     async def _execute(self, thread: ThreadRun, run: Run, job: ResumeJob | None = None) -> None:
         run_id, bound = run.run_id, run.log
         if job is None:
-            admitted = await start_within_limits(self._ctx, self._limiter, run)
+            limiter = self._limiters(run.channel)
+            admitted = await start_within_limits(self._ctx, limiter, run)
             if not admitted:
                 return  # every sender of the run is over a limit: no run
             run = Run(run_id, run.channel, run.thread_id, admitted, bound)
