@@ -4,11 +4,14 @@
 
 - the sessions ``Store`` (opened first: every prompt is recorded before
   anything else happens to it);
-- the executor the config asks for (:func:`build_tool_executor`: MCP servers
-  over stdio, in code mode unless direct), with an audit observer that commits
-  a ``tool_calls`` row as each call starts and ends (a mutating call waits for it);
-- the OpenAI-compatible backend (it appends the executor's variables note to
-  the newest user message: after an eviction or a restart, the REPL is empty);
+- the MCP servers over stdio, started once (:func:`build_mcp_executor`), and
+  each channel's lane (:mod:`daemon.lanes`, issue 29): the tools its policy
+  sees (a view of those servers), the executor its tool mode asks for
+  (:func:`build_tool_executor`: code mode unless direct) with an audit
+  observer that commits a ``tool_calls`` row as each call starts and ends (a
+  mutating call waits for it), and the OpenAI-compatible backend of its
+  endpoint (it appends the executor's variables note to the newest user
+  message: after an eviction or a restart, the REPL is empty);
 - the channel: subscribed with ``since`` = the stored cursor of each
   channel, after the prompts recorded but not done were scheduled again. A
   channel without a cursor is read from the daemon's first start (stored
@@ -70,16 +73,15 @@ from daemon.cluster import (
     open_cluster,
 )
 from daemon.code_mode.repl import ScopeStore
-from daemon.config import Config
+from daemon.config import ChannelPolicy, Config
 from daemon.errors import AsyncaiError
-from daemon.executors import build_mcp_executor, build_tool_executor
-from daemon.model import OpenAiCompatibleBackend
+from daemon.executors import build_mcp_executor, build_tool_executor, channel_tools
+from daemon.lanes import Lanes, LaneTools
 from daemon.runtime import Runtime, RuntimeOptions, RuntimeStore
 from daemon.runtime.audit import audit_observer
 from daemon.runtime.desk import ApprovalDesk
 from daemon.runtime.intake import ChannelPublisher, ChunkJoiner, inbound
 from daemon.runtime.limits import SenderLimiter, SenderLimits
-from daemon.runtime.note import RestartNoteExecutor
 from daemon.runtime.progress import (
     PROGRESS_INTERVAL,
     RunProgress,
@@ -90,7 +92,7 @@ from daemon.runtime.runs import PausedRun, RunRequest, RunResult
 from daemon.runtime.scopes import SignedScopeStore, load_or_create_key
 from daemon.runtime.store import SessionsRuntimeStore
 from daemon.runtime.watchdog import health_problems, heartbeat
-from daemon.tools import PersistentScopes, ToolExecutor
+from daemon.tools import ToolExecutor
 from sessions.errors import StoreError
 from sessions.scopes import Scopes, scope_cutoff
 from sessions.store import Store
@@ -111,8 +113,14 @@ POOL_SETTLE = 0.05
 
 
 def runtime_options(config: Config) -> RuntimeOptions:
-    """The runtime's limits and policies from ``[runtime]`` and ``[channels]``."""
+    """The runtime's limits and policies from ``[runtime]`` and ``[channels]``, and each
+    channel's ``max_concurrent_runs`` (a cap within the daemon's, issue 29)."""
     allowed = config.channels.allowed_senders
+    caps = {
+        channel: cap
+        for channel in config.channels.channels
+        if (cap := config.policy(channel).max_concurrent_runs) is not None
+    }
     return RuntimeOptions(
         max_concurrent_runs=config.runtime.max_concurrent_runs,
         max_queued_prompts=config.runtime.max_queued_prompts,
@@ -121,6 +129,7 @@ def runtime_options(config: Config) -> RuntimeOptions:
         publish_timeout=config.runtime.publish_timeout,
         shared_channels=frozenset(config.channels.shared),
         allowed_senders=frozenset(allowed) if allowed else None,
+        channel_max_concurrent=caps,
     )
 
 
@@ -131,7 +140,8 @@ class Daemon:
     """One daemon: :meth:`start`, then :meth:`wait` until stopped, then :meth:`aclose`.
 
     ``channel`` and ``executor`` replace the ones the config describes (tests
-    and ``asyncai up`` pass a client for their in-process hub). ``env`` is
+    and ``asyncai up`` pass a client for their in-process hub); an ``executor``
+    handed in serves every channel as it is (no channel's tools are filtered). ``env`` is
     where ``NOTIFY_SOCKET`` and ``WATCHDOG_USEC`` are read (default
     ``os.environ``). ``progress_interval``: seconds between two statuses of
     a run, at least (tests pass 0 to see every one). ``warm_up``: send the
@@ -155,10 +165,9 @@ class Daemon:
         self._env = env
         self._channel = channel
         self._executor = executor
-        self._noted: RestartNoteExecutor | None = None
         self._mcp: Any = None  # the McpToolExecutor, when built here (to report its servers)
+        self._lanes: Lanes | None = None  # each channel's tools, executor and model
         self._store: Store | None = None
-        self._backend: Any = None
         self.runtime: Runtime | None = None
         self._stop = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
@@ -241,24 +250,13 @@ class Daemon:
         if dropped := await store.cursors.claim_cursor_space(space):
             log.warning("daemon.cursors_reset", ids=space, dropped=dropped, read_from="first start")
         self._cluster = await open_cluster(config, self._store)
-        if self._executor is None:
-            self._mcp = build_mcp_executor(config)
-            self._executor = build_tool_executor(
-                config,
-                observer=progress_observer(audited(self._cluster, audit_observer(store.audit))),
-                inner=self._mcp,
-                gate=self.gate,
-                scopes=await self._scope_store(store.scopes),
-                shapes=store.shapes,  # learned return shapes (issue 19)
-            )
-        self._noted = RestartNoteExecutor(self._executor)
-        # Start the servers and the pool now: a broken setup fails before READY=1.
-        await self._executor.start()
-        self._backend = OpenAiCompatibleBackend(config, self._noted, gate=self.gate)
+        lanes = self._lanes = Lanes(config, await self._lane_tools(store), gate=self.gate)
+        # Start the servers and each channel's pool now: a broken setup fails before READY=1.
+        await lanes.start(config.channels.channels or [""])
         if self._warm_up:
             # a local llama.cpp server: its prompt cache takes the system prompt now,
             # before READY=1, instead of during the first person's wait
-            await self._backend.warm_up()
+            await lanes.warm_up()
         if self._channel is None:
             self._channel = open_channel(
                 config.channels.url, token=config.channels.token, nick=config.channels.nick
@@ -287,8 +285,10 @@ class Daemon:
             run=self._run,
             options=runtime_options(config),
             approvals=self._desk,
-            reset=self._executor.reset if isinstance(self._executor, PersistentScopes) else None,
+            reset=lanes.reset if lanes.persistent else None,
             limiter=self._limiter(),
+            limiters=self._channel_limiters() if self._cluster is None else None,
+            tools=lanes.offer,
         )
         recovered = await self.runtime.recover()  # paused threads held (the desk) first
         for name in config.channels.channels:
@@ -318,7 +318,32 @@ class Daemon:
 
     def _clustered(self, store: SessionsRuntimeStore) -> RuntimeStore:
         """The runtime's store; in a cluster, one that tells the others what was answered."""
-        return clustered(self._cluster, store, self._desk, self._executor)
+        return clustered(self._cluster, store, self._desk, self._lanes)
+
+    async def _lane_tools(self, store: Store) -> LaneTools:
+        """How a channel's lane gets its tools: a view of the one MCP executor (built and
+        started once) with the executor its tool mode asks for around it; the executor
+        handed to the daemon, when there is one, for every channel."""
+        given = self._executor
+        if given is not None:
+            return lambda _config, _policy: (given, None)
+        mcp = self._mcp = build_mcp_executor(self.config)
+        observer = progress_observer(audited(self._cluster, audit_observer(store.audit)))
+        scopes = await self._scope_store(store.scopes)
+
+        def build(config: Config, policy: ChannelPolicy) -> tuple[ToolExecutor, ToolExecutor]:
+            view = channel_tools(mcp, policy.sees)
+            executor = build_tool_executor(
+                config,
+                observer=observer,
+                inner=view,
+                gate=self.gate,
+                scopes=scopes,
+                shapes=store.shapes,  # learned return shapes (issue 19)
+            )
+            return executor, view
+
+        return build
 
     def _limiter(self) -> SenderLimiter | None:
         """The per-sender limits of ``[runtime]``, or None when both are unlimited."""
@@ -327,6 +352,31 @@ class Daemon:
             runtime.max_runs_per_sender_per_hour, runtime.max_tokens_per_sender_per_day
         )
         return None if limits.unlimited else counted(self._cluster, self.store.queries, limits)
+
+    def _channel_limiters(self) -> Callable[[str], SenderLimiter | None]:
+        """Each channel's per-sender limits (issue 29): a channel with a section of its own
+        counts its own runs against its limits (its keys, else ``[runtime]``'s); the others
+        share :meth:`_limiter`. Alone only: a cluster counts ``[runtime]``'s on the broker."""
+        shared = self._limiter()
+        limiters: dict[str, SenderLimiter | None] = {}
+
+        def limiter(channel: str) -> SenderLimiter | None:
+            if channel not in limiters:
+                policy = self.config.policy(channel)
+                limits = SenderLimits(
+                    policy.max_runs_per_sender_per_hour, policy.max_tokens_per_sender_per_day
+                )
+                if not policy.channel:
+                    limiters[channel] = shared
+                elif limits.unlimited:
+                    limiters[channel] = None
+                else:
+                    limiters[channel] = SenderLimiter(
+                        self.store.queries, limits, channel=policy.channel
+                    )
+            return limiters[channel]
+
+        return limiter
 
     async def _connect(self) -> None:
         """Connect now when the channel can (a hub's or NATS's), so the nick is known."""
@@ -380,11 +430,17 @@ class Daemon:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        if self._executor is not None:
-            await _closing("executor", self._executor.aclose())
+        lanes = self._lanes.lanes if self._lanes is not None else []
+        # each lane's own executor (its pool; its view closes nothing), then the one
+        # behind every channel: the MCP servers, or the executor handed to the daemon
+        executors = [lane.executor for lane in lanes if lane.tools is not None]
+        executors += [shared for shared in (self._executor, self._mcp) if shared is not None]
+        for executor in executors:
+            await _closing("executor", executor.aclose())
+        if executors:
             await asyncio.sleep(POOL_SETTLE)
-        if self._backend is not None:
-            await _closing("backend", self._backend.aclose())
+        for lane in lanes:
+            await _closing("backend", lane.backend.aclose())
         if self._channel is not None:
             await _closing("channel", self._channel.close())
         if self._store is not None:
@@ -413,8 +469,8 @@ class Daemon:
         counts = self.runtime.counts() if self.runtime is not None else None
         active = counts.active_runs if counts else 0
         queued = counts.queued_prompts if counts else 0
-        # Only the code-mode executor has REPL scopes; a direct-mode one has none.
-        scopes = getattr(self._executor, "live_scopes", 0)
+        # Only code-mode executors have REPL scopes; a direct-mode one has none.
+        scopes = self._lanes.live_scopes if self._lanes is not None else 0
         return f"active runs: {active}, queued prompts: {queued}, live scopes: {scopes}"
 
     async def _scope_store(self, scopes: Scopes) -> ScopeStore:
@@ -433,13 +489,14 @@ class Daemon:
     async def _run(self, request: RunRequest) -> RunResult:
         """One run through the backend; the thread's saved REPL loaded first (for the note)
         and saved after it if a snippet changed it (see :meth:`SignedScopeStore.open_run`)."""
-        assert self._noted is not None
-        persistent = self._executor if isinstance(self._executor, PersistentScopes) else None
+        assert self._lanes is not None
+        lane = self._lanes.lane(request.channel)
+        persistent = lane.persistent
         if persistent is not None:
             await persistent.restore_scope(request.thread)
-        self._noted.before_run(request.thread, had_earlier_runs=bool(request.history))
+        lane.noted.before_run(request.thread, had_earlier_runs=bool(request.history))
         async with self._progress(request):
-            result = await self._backend.run(request)
+            result = await lane.backend.run(request)
         if persistent is not None:
             await persistent.checkpoint(request.thread)
         return result
@@ -448,14 +505,16 @@ class Daemon:
         self, request: RunRequest, paused: PausedRun, decisions: Mapping[int, Decision]
     ) -> RunResult:
         """A paused run going on through the backend, once decided."""
+        assert self._lanes is not None
+        lane = self._lanes.lane(request.channel)
         if self._signed is not None:
             self._signed.open_run(request.thread, request.run_id)
         async with self._progress(request):
-            result = await self._backend.resume(
+            result = await lane.backend.resume(
                 request, paused.conversation, paused.pause, decisions
             )
-        if isinstance(self._executor, PersistentScopes):
-            await self._executor.checkpoint(request.thread)
+        if lane.persistent is not None:
+            await lane.persistent.checkpoint(request.thread)
         return result
 
     def _progress(self, request: RunRequest) -> contextlib.AbstractAsyncContextManager[RunProgress]:
@@ -473,9 +532,9 @@ class Daemon:
         return self.runtime is None or self.runtime.counts().active_runs == 0
 
     async def warm_up_model(self) -> None:
-        """Warm the model's prompt cache again (after its server restarted)."""
-        if self._backend is not None:
-            await self._backend.warm_up()
+        """Warm the models' prompt caches again (after the local server restarted)."""
+        if self._lanes is not None:
+            await self._lanes.warm_up()
 
     def gate(self, definition: GatedTool, arguments: dict[str, Any]) -> Verdict:
         """``[approvals]`` applied to one call (with the run's grants once running).

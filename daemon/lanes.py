@@ -1,0 +1,178 @@
+"""Each channel's lane: the tools, the executor and the model that answer its prompts (issue 29).
+
+A channel's :class:`~daemon.config.ChannelPolicy` (``Config.policy(channel)``)
+chooses, for that channel only:
+
+- its tools: a :class:`~daemon.executors.ChannelTools` view of the daemon's one
+  MCP executor, offering what the policy ``sees`` (the servers start once);
+- its tool mode (code mode over the view, or the view itself, audited);
+- its endpoint (``[models.NAME]``, else ``[model]``) and system prompt, and with
+  the endpoint the model profile: the small-model harness and code mode's
+  catalog budget follow the endpoint the channel uses
+  (:func:`~daemon.executors.code_mode_limits` reads the lane's ``[model]``).
+
+Channels whose policies agree on all of these share one lane: one executor (a
+thread's REPL is still its own: scopes are keyed by channel and thread) and one
+backend. The channels without a section share the global lane, so a
+configuration without ``[channel."#name"]`` sections runs as before, on one
+executor and one backend. A lane is built the first time a channel needs it
+(the daemon builds those of its channels before ``READY=1``).
+
+:class:`Lanes` also routes what the daemon asks of "the executor" per thread to
+the thread's lane: a run's REPL restored and stored, ``!reset``, a cluster's
+takeover (:class:`~daemon.tools.PersistentScopes`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from daemon.approvals import ApprovalGate
+from daemon.code_mode.catalog import CatalogSource
+from daemon.config import ChannelPolicy, Config, ModelConfig
+from daemon.model import OpenAiCompatibleBackend
+from daemon.runtime import RestartNoteExecutor
+from daemon.tools import PersistentScopes, ThreadKey, ToolDefinition, ToolExecutor
+
+__all__ = ["Lane", "LaneTools", "Lanes", "lane_config"]
+
+LaneTools = Callable[[Config, ChannelPolicy], tuple[ToolExecutor, ToolExecutor | None]]
+"""``build(config, policy)``: a lane's executor, and the tools it offers (its view of the
+MCP executor; None when every channel uses one executor handed to the daemon).
+``config`` is the daemon's with the lane's endpoint as ``[model]``."""
+
+
+def lane_config(config: Config, policy: ChannelPolicy) -> Config:
+    """The daemon's configuration with the channel's endpoint, tool mode and system prompt
+    as its ``[model]``: what the lane's executor and backend are built from."""
+    return dataclasses.replace(config, model=policy.model)
+
+
+def _model_key(model: ModelConfig) -> tuple[Any, ...]:
+    # every field, the API key included (its repr leaves it out)
+    return tuple(getattr(model, f.name) for f in dataclasses.fields(model))
+
+
+def _lane_key(policy: ChannelPolicy) -> tuple[Any, ...]:
+    return (policy.servers, policy.tools_allow, policy.tools_deny, _model_key(policy.model))
+
+
+@dataclass
+class Lane:
+    """One lane: what answers the prompts of the channels whose policies share it."""
+
+    policy: ChannelPolicy  # the first channel's that built it (the others' agree on the lane)
+    executor: ToolExecutor  # code mode over the view, or the view audited
+    tools: ToolExecutor | None  # the view (None: the daemon was handed its executor)
+    noted: RestartNoteExecutor  # the executor, with the restart note
+    backend: OpenAiCompatibleBackend
+
+    @property
+    def persistent(self) -> PersistentScopes | None:
+        """The executor when its thread REPLs are stored (code mode), else None."""
+        return self.executor if isinstance(self.executor, PersistentScopes) else None
+
+    def offered(self) -> list[ToolDefinition]:
+        """The tools this lane's channels offer (valid once started): the view's, else
+        those behind code mode's ``run_code``, else the executor's own."""
+        if self.tools is not None:
+            return self.tools.definitions()
+        if isinstance(self.executor, CatalogSource) and self.executor.catalog is not None:
+            return [entry.definition for entry in self.executor.catalog.entries.values()]
+        return self.executor.definitions()
+
+
+class Lanes:
+    """The lanes of one daemon, by channel; built on first use, closed by the daemon."""
+
+    def __init__(self, config: Config, build: LaneTools, *, gate: ApprovalGate | None):
+        self._config = config
+        self._build = build
+        self._gate = gate
+        self._by_key: dict[tuple[Any, ...], Lane] = {}
+        self._by_channel: dict[str, Lane] = {}
+
+    def lane(self, channel: str) -> Lane:
+        """The lane of ``channel`` (built now if no channel needed it yet)."""
+        lane = self._by_channel.get(channel)
+        if lane is not None:
+            return lane
+        policy = self._config.policy(channel)
+        key = _lane_key(policy)
+        lane = self._by_key.get(key)
+        if lane is None:
+            config = lane_config(self._config, policy)
+            executor, tools = self._build(config, policy)
+            noted = RestartNoteExecutor(executor)
+            backend = OpenAiCompatibleBackend(config, noted, gate=self._gate)
+            lane = self._by_key[key] = Lane(policy, executor, tools, noted, backend)
+        self._by_channel[channel] = lane
+        return lane
+
+    @property
+    def lanes(self) -> list[Lane]:
+        """Every lane built so far, in the order they were built."""
+        return list(self._by_key.values())
+
+    async def start(self, channels: Iterable[str]) -> None:
+        """Build the lanes of ``channels`` and start their executors (the servers and the
+        pools: a broken setup fails before ``READY=1``)."""
+        for channel in channels:
+            self.lane(channel)
+        for lane in self.lanes:
+            await lane.executor.start()
+
+    async def warm_up(self) -> None:
+        """Warm each lane's model (best effort, see ``OpenAiCompatibleBackend.warm_up``)."""
+        for lane in self.lanes:
+            await lane.backend.warm_up()
+
+    @property
+    def live_scopes(self) -> int:
+        """The REPL scopes live in every lane (systemd's STATUS= line)."""
+        return sum(getattr(lane.executor, "live_scopes", 0) for lane in self.lanes)
+
+    @property
+    def persistent(self) -> bool:
+        """Whether some lane stores its thread REPLs (``!reset`` has something to reset)."""
+        return any(lane.persistent is not None for lane in self.lanes)
+
+    async def offer(self, channel: str) -> tuple[list[ToolDefinition], str]:
+        """``!tools``: the tools ``channel`` offers and its approvals mode."""
+        lane = self.lane(channel)
+        await lane.executor.start()
+        return lane.offered(), self._config.policy(channel).approvals.mode
+
+    # -- PersistentScopes, each thread in its channel's lane --------------------------------
+
+    async def restore_scope(self, thread: ThreadKey) -> None:
+        """The thread's lane's :meth:`~daemon.tools.PersistentScopes.restore_scope`."""
+        if (scopes := self.lane(thread.channel).persistent) is not None:
+            await scopes.restore_scope(thread)
+
+    async def checkpoint(self, thread: ThreadKey) -> None:
+        """The thread's lane's :meth:`~daemon.tools.PersistentScopes.checkpoint`."""
+        if (scopes := self.lane(thread.channel).persistent) is not None:
+            await scopes.checkpoint(thread)
+
+    async def checkpoint_all(self) -> None:
+        """Every lane's :meth:`~daemon.tools.PersistentScopes.checkpoint_all`."""
+        for lane in self.lanes:
+            if lane.persistent is not None:
+                await lane.persistent.checkpoint_all()
+
+    async def forget(self, thread: ThreadKey) -> None:
+        """The thread's lane's :meth:`~daemon.tools.PersistentScopes.forget`."""
+        if (scopes := self.lane(thread.channel).persistent) is not None:
+            await scopes.forget(thread)
+
+    async def reset(self, thread: ThreadKey) -> bool:
+        """The thread's lane's :meth:`~daemon.tools.PersistentScopes.reset` (``!reset``);
+        False when its channel has no REPL (direct mode)."""
+        if (scopes := self.lane(thread.channel).persistent) is None:
+            return False
+        await scopes.reset(thread)
+        return True
