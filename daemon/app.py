@@ -287,7 +287,7 @@ class Daemon:
             approvals=self._desk,
             reset=lanes.reset if lanes.persistent else None,
             limiter=self._limiter(),
-            limiters=self._channel_limiters() if self._cluster is None else None,
+            limiters=self._channel_limiters(),
             tools=lanes.offer,
         )
         recovered = await self.runtime.recover()  # paused threads held (the desk) first
@@ -356,7 +356,7 @@ class Daemon:
     def _channel_limiters(self) -> Callable[[str], SenderLimiter | None]:
         """Each channel's per-sender limits (issue 29): a channel with a section of its own
         counts its own runs against its limits (its keys, else ``[runtime]``'s); the others
-        share :meth:`_limiter`. Alone only: a cluster counts ``[runtime]``'s on the broker."""
+        share :meth:`_limiter`. In a cluster, each is counted on the broker."""
         shared = self._limiter()
         limiters: dict[str, SenderLimiter | None] = {}
 
@@ -371,8 +371,8 @@ class Daemon:
                 elif limits.unlimited:
                     limiters[channel] = None
                 else:
-                    limiters[channel] = SenderLimiter(
-                        self.store.queries, limits, channel=policy.channel
+                    limiters[channel] = counted(
+                        self._cluster, self.store.queries, limits, channel=policy.channel
                     )
             return limiters[channel]
 

@@ -35,19 +35,41 @@ class NoLocalRuns:
         return []
 
 
-async def _limiter(nc: Client, limits: SenderLimits) -> ClusterSenderLimiter:
+async def _limiter(
+    nc: Client, limits: SenderLimits, channel: str | None = None
+) -> ClusterSenderLimiter:
     counts = await SenderCounts(nc.jetstream(), "asyncai").open()
 
     async def run_senders(run_id: str) -> set[str]:
         return {"alice"}
 
     return ClusterSenderLimiter(
-        counts, NoLocalRuns(), limits, run_senders=run_senders, clock=lambda: NOW
+        counts, NoLocalRuns(), limits, run_senders=run_senders, clock=lambda: NOW, channel=channel
     )
 
 
-def _prompt(n: int, sender: str = "alice") -> InboundMessage:
-    return InboundMessage("#ops", f"{n:026d}", f"{n:026d}", sender, "hi")
+def _prompt(n: int, sender: str = "alice", channel: str = "#ops") -> InboundMessage:
+    return InboundMessage(channel, f"{n:026d}", f"{n:026d}", sender, "hi")
+
+
+async def test_a_channels_own_limit_counts_its_runs_only_on_the_broker(nc: Client) -> None:
+    """#help's limiter (one run an hour) counts alice's #help runs only, though her #ops
+    run is in the same entry; the global limiter counts both (issue 29)."""
+    help_ = await _limiter(nc, SenderLimits(max_runs_per_hour=1), channel="#help")
+    everywhere = await _limiter(nc, SenderLimits(max_runs_per_hour=5))
+    assert await everywhere.admit("run-ops", [_prompt(1, "dave")]) == {}
+    assert await help_.admit("run-help", [_prompt(2, "dave", "#help")]) == {}
+    refused = await help_.admit("run-help-2", [_prompt(3, "dave", "#help")])
+    assert refused["dave"].used == 1
+    assert (
+        refused["dave"]
+        .reply()
+        .startswith('Not run: dave reached [channel."#help"] max_runs_per_sender_per_hour = 1')
+    )
+    assert await everywhere.check({"dave"}) == {}
+    counts = await SenderCounts(nc.jetstream(), "asyncai").open()
+    assert len(await counts.runs("dave", NOW)) == 2
+    assert len(await counts.runs("dave", NOW, "#help")) == 1
 
 
 async def test_two_daemons_racing_for_the_last_run_admit_it_once(nc: Client) -> None:

@@ -235,13 +235,24 @@ class ClusterNode:
         self.scopes.bind(self.leases, self._wrapped.running_through)
         return self._wrapped
 
-    def limiter(self, local: SenderUsage, limits: SenderLimits) -> ClusterSenderLimiter:
+    def limiter(
+        self, local: SenderUsage, limits: SenderLimits, *, channel: str | None = None
+    ) -> ClusterSenderLimiter:
         """The per-sender limits counted on the broker across the daemons
         (:mod:`daemon.cluster.usage`); ``local``: this daemon's database, checked
-        when the broker cannot be reached. Call after :meth:`wrap`."""
-        limiter = ClusterSenderLimiter(self.counts, local, limits, run_senders=self._run_senders)
-        if self._wrapped is not None:
-            self._wrapped.tokens = limiter.spent
+        when the broker cannot be reached; ``channel``: a channel's own limiter, which
+        counts that channel's runs only. Call after :meth:`wrap`.
+
+        A run's tokens are added on the broker by one limiter that counts tokens (the
+        runs are the sender's, whichever limiter admitted them)."""
+        limiter = ClusterSenderLimiter(
+            self.counts, local, limits, run_senders=self._run_senders, channel=channel
+        )
+        wrapped = self._wrapped
+        if wrapped is not None and (
+            wrapped.tokens is None or limits.max_tokens_per_day is not None
+        ):
+            wrapped.tokens = limiter.spent
         return limiter
 
     async def _run_senders(self, run_id: str) -> set[str]:

@@ -7,7 +7,7 @@ each limit. In a cluster the counts live on the broker: a key-value bucket
 hex), listing the runs started for that sender within the token window (a
 day), oldest first::
 
-    {"runs": [[run id, started, tokens, answered, [prompt ids]], ...]}
+    {"runs": [[run id, started, tokens, answered, [prompt ids], channel], ...]}
 
 - Admitting a run (:meth:`ClusterSenderLimiter.admit`) reads the sender's
   entry, checks it with the rule one daemon uses
@@ -27,6 +27,12 @@ Why one entry per sender rather than a key per run: the check reads one
 value and the admission writes one (a round trip each), and one
 compare-and-set decides a race. The entry is pruned to the window at each
 write; the bucket's ``max_age`` drops the entry of a sender silent for longer.
+
+Per channel (issue 29): each run keeps its channel (an entry written before
+has none: it counts for every channel's limiter as for none). A channel with
+a section of its own has a limiter of its own (``channel=``) that checks only
+that channel's runs of the sender's entry, and names its section in the
+refusal; the others check them all, as before.
 
 With the broker unreachable when a run is admitted, the daemon checks its own
 database instead, as it would alone (one log line, ``cluster.limits_local``).
@@ -82,16 +88,28 @@ class _Run:
     tokens: int
     answered: bool
     prompts: list[str]
+    channel: str | None = None  # None: written before runs kept their channel
 
     def as_json(self) -> list[Any]:
-        return [self.run, self.started, self.tokens, self.answered, self.prompts]
+        return [self.run, self.started, self.tokens, self.answered, self.prompts, self.channel]
+
+    def counts_in(self, channel: str | None) -> bool:
+        """Whether the run counts for a limiter of ``channel`` (None: every channel's)."""
+        return channel is None or self.channel is None or self.channel == channel
 
 
 def _decode(value: bytes | None) -> list[_Run]:
     try:
         data: Any = json.loads(value or b"{}")
         return [
-            _Run(str(r[0]), str(r[1]), int(r[2]), bool(r[3]), [str(p) for p in r[4]])
+            _Run(
+                str(r[0]),
+                str(r[1]),
+                int(r[2]),
+                bool(r[3]),
+                [str(p) for p in r[4]],
+                str(r[5]) if len(r) > 5 and r[5] is not None else None,
+            )
             for r in data.get("runs", [])
         ]
     except (ValueError, TypeError, IndexError, AttributeError) as exc:
@@ -160,11 +178,11 @@ class SenderCounts:
             kept_changing=f"the usage of {sender} kept changing while {changing}",
         )
 
-    async def runs(self, sender: str, now: datetime) -> list[SenderRun]:
-        """The sender's runs within the token window, oldest first."""
+    async def runs(self, sender: str, now: datetime, channel: str | None = None) -> list[SenderRun]:
+        """The sender's runs within the token window, oldest first (``channel``'s only)."""
         since = iso_utc(now - TOKEN_WINDOW)
         runs, _ = await self._read(sender)
-        return _sender_runs([r for r in runs if r.started >= since])
+        return _sender_runs([r for r in runs if r.started >= since and r.counts_in(channel)])
 
     async def admit(
         self,
@@ -173,9 +191,14 @@ class SenderCounts:
         prompt_ids: list[str],
         limits: SenderLimits,
         now: datetime,
+        *,
+        channel: str | None = None,
+        only: str | None = None,
+        section: str = "[runtime]",
     ) -> LimitReached | None:
-        """The limit ``sender`` has reached, or None after ``run_id`` was added to
-        their runs, in one compare-and-set with the check (see the module docstring)."""
+        """The limit ``sender`` has reached, or None after ``run_id`` (of ``channel``) was
+        added to their runs, in one compare-and-set with the check (see the module
+        docstring); ``only``: check the runs of that channel only, ``section`` naming it."""
         since, started = iso_utc(now - TOKEN_WINDOW), iso_utc(now)
         asked = set(prompt_ids)
 
@@ -184,10 +207,11 @@ class SenderCounts:
             for run in runs:
                 if asked.intersection(run.prompts):
                     run.answered = False  # its prompts are answered by this run now
-            reached = limit_reached(sender, limits, _sender_runs(runs), now)
+            counted = _sender_runs([r for r in runs if r.counts_in(only)])
+            reached = limit_reached(sender, limits, counted, now, section)
             if reached is not None:
                 return reached
-            runs.append(_Run(run_id, started, 0, True, sorted(asked)))
+            runs.append(_Run(run_id, started, 0, True, sorted(asked), channel))
             return Write(_encode(runs), None)
 
         return await self._change(sender, step, changing="a run was admitted")
@@ -225,8 +249,9 @@ class ClusterSenderLimiter(SenderLimiter):
         *,
         run_senders: RunSenders,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        channel: str | None = None,
     ):
-        super().__init__(local, limits, clock=clock)
+        super().__init__(local, limits, clock=clock, channel=channel)
         self._counts = counts
         self._run_senders = run_senders
         self._senders: dict[str, set[str]] = {}  # admitted here: run → its counted senders
@@ -242,9 +267,19 @@ class ClusterSenderLimiter(SenderLimiter):
         reached: dict[str, LimitReached] = {}
         admitted: set[str] = set()
         try:
+            run_channel = prompts[0].channel if prompts else None
             for sender in sorted({m.sender for m in prompts}):
                 ids = [m.id for m in prompts if m.sender == sender]
-                found = await self._counts.admit(sender, run_id, ids, self.limits, now)
+                found = await self._counts.admit(
+                    sender,
+                    run_id,
+                    ids,
+                    self.limits,
+                    now,
+                    channel=run_channel,
+                    only=self.channel,
+                    section=self.section,
+                )
                 if found is None:
                     admitted.add(sender)
                 else:
@@ -265,8 +300,8 @@ class ClusterSenderLimiter(SenderLimiter):
         reached: dict[str, LimitReached] = {}
         try:
             for sender in sorted(senders):
-                runs = await self._counts.runs(sender, now)
-                found = limit_reached(sender, self.limits, runs, now)
+                runs = await self._counts.runs(sender, now, self.channel)
+                found = limit_reached(sender, self.limits, runs, now, self.section)
                 if found is not None:
                     reached[sender] = found
         except ClusterError as exc:

@@ -40,10 +40,19 @@ def clustered(
     return store if node is None else node.wrap(store, desk, executor)
 
 
-def counted(node: ClusterNode | None, local: SenderUsage, limits: SenderLimits) -> SenderLimiter:
+def counted(
+    node: ClusterNode | None,
+    local: SenderUsage,
+    limits: SenderLimits,
+    *,
+    channel: str | None = None,
+) -> SenderLimiter:
     """The per-sender limits over ``local`` (this daemon's database); in a cluster,
-    counted on the broker across the daemons (:meth:`ClusterNode.limiter`)."""
-    return SenderLimiter(local, limits) if node is None else node.limiter(local, limits)
+    counted on the broker across the daemons (:meth:`ClusterNode.limiter`);
+    ``channel``: a channel's own limits, counting its runs only."""
+    if node is None:
+        return SenderLimiter(local, limits, channel=channel)
+    return node.limiter(local, limits, channel=channel)
 
 
 def fenced(node: ClusterNode | None, publisher: RuntimePublisher) -> RuntimePublisher:
