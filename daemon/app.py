@@ -431,10 +431,11 @@ class Daemon:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         lanes = self._lanes.lanes if self._lanes is not None else []
+        built = self._lanes.built if self._lanes is not None else []
         # each lane's own executor (its pool; its view closes nothing), then the one
         # behind every channel: the MCP servers, or the executor handed to the daemon
-        executors = [lane.executor for lane in lanes if lane.tools is not None]
-        executors += [shared for shared in (self._executor, self._mcp) if shared is not None]
+        behind = [shared for shared in (self._executor, self._mcp) if shared is not None]
+        executors = [*built, *behind]
         for executor in executors:
             await _closing("executor", executor.aclose())
         if executors:

@@ -11,11 +11,13 @@ chooses, for that channel only:
   catalog budget follow the endpoint the channel uses
   (:func:`~daemon.executors.code_mode_limits` reads the lane's ``[model]``).
 
-Channels whose policies agree on all of these share one lane: one executor (a
-thread's REPL is still its own: scopes are keyed by channel and thread) and one
-backend. The channels without a section share the global lane, so a
-configuration without ``[channel."#name"]`` sections runs as before, on one
-executor and one backend. A lane is built the first time a channel needs it
+Channels whose policies agree on all of these share one lane and its backend
+(one model client). Lanes that differ only in their endpoint or system prompt
+share an executor too when their tools, tool mode and catalog budget agree: one
+Monty pool and one LRU of REPL scopes (a thread's REPL is still its own: scopes
+are keyed by channel and thread). The channels without a section share the
+global lane, so a configuration without ``[channel."#name"]`` sections runs as
+before, on one executor and one backend. A lane is built the first time a channel needs it
 (the daemon builds those of its channels before ``READY=1``).
 
 :class:`Lanes` also routes what the daemon asks of "the executor" per thread to
@@ -33,6 +35,7 @@ from typing import Any
 from daemon.approvals import ApprovalGate
 from daemon.code_mode.catalog import CatalogSource
 from daemon.config import ChannelPolicy, Config, ModelConfig
+from daemon.executors import code_mode_limits
 from daemon.model import OpenAiCompatibleBackend
 from daemon.runtime import RestartNoteExecutor
 from daemon.tools import PersistentScopes, ThreadKey, ToolDefinition, ToolExecutor
@@ -56,8 +59,15 @@ def _model_key(model: ModelConfig) -> tuple[Any, ...]:
     return tuple(getattr(model, f.name) for f in dataclasses.fields(model))
 
 
-def _lane_key(policy: ChannelPolicy) -> tuple[Any, ...]:
-    return (policy.servers, policy.tools_allow, policy.tools_deny, _model_key(policy.model))
+def _tools_key(policy: ChannelPolicy) -> tuple[Any, ...]:
+    return (policy.servers, policy.tools_allow, policy.tools_deny)
+
+
+def _executor_key(policy: ChannelPolicy, config: Config) -> tuple[Any, ...]:
+    # what the executor is built from: the tools, the mode, and the catalog budget the
+    # endpoint's profile asks for (the rest of [code_mode] is the daemon's)
+    budget = code_mode_limits(config).catalog_budget
+    return (*_tools_key(policy), policy.model.tool_mode, budget)
 
 
 @dataclass
@@ -94,6 +104,7 @@ class Lanes:
         self._gate = gate
         self._by_key: dict[tuple[Any, ...], Lane] = {}
         self._by_channel: dict[str, Lane] = {}
+        self._executors: dict[tuple[Any, ...], tuple[ToolExecutor, ToolExecutor | None]] = {}
 
     def lane(self, channel: str) -> Lane:
         """The lane of ``channel`` (built now if no channel needed it yet)."""
@@ -101,11 +112,14 @@ class Lanes:
         if lane is not None:
             return lane
         policy = self._config.policy(channel)
-        key = _lane_key(policy)
+        key = (*_tools_key(policy), _model_key(policy.model))
         lane = self._by_key.get(key)
         if lane is None:
             config = lane_config(self._config, policy)
-            executor, tools = self._build(config, policy)
+            built = self._executors.get(shared := _executor_key(policy, config))
+            if built is None:
+                built = self._executors[shared] = self._build(config, policy)
+            executor, tools = built
             noted = RestartNoteExecutor(executor)
             backend = OpenAiCompatibleBackend(config, noted, gate=self._gate)
             lane = self._by_key[key] = Lane(policy, executor, tools, noted, backend)
@@ -117,13 +131,24 @@ class Lanes:
         """Every lane built so far, in the order they were built."""
         return list(self._by_key.values())
 
+    @property
+    def executors(self) -> list[ToolExecutor]:
+        """Every lane's executor, each once (lanes may share one), in the order built."""
+        return [executor for executor, _ in self._executors.values()]
+
+    @property
+    def built(self) -> list[ToolExecutor]:
+        """The executors built here for lanes (not one handed to the daemon): what the
+        daemon closes before the executor behind them."""
+        return [executor for executor, tools in self._executors.values() if tools is not None]
+
     async def start(self, channels: Iterable[str]) -> None:
         """Build the lanes of ``channels`` and start their executors (the servers and the
         pools: a broken setup fails before ``READY=1``)."""
         for channel in channels:
             self.lane(channel)
-        for lane in self.lanes:
-            await lane.executor.start()
+        for executor in self.executors:
+            await executor.start()
 
     async def warm_up(self) -> None:
         """Warm each lane's model (best effort, see ``OpenAiCompatibleBackend.warm_up``)."""
@@ -133,12 +158,12 @@ class Lanes:
     @property
     def live_scopes(self) -> int:
         """The REPL scopes live in every lane (systemd's STATUS= line)."""
-        return sum(getattr(lane.executor, "live_scopes", 0) for lane in self.lanes)
+        return sum(getattr(executor, "live_scopes", 0) for executor in self.executors)
 
     @property
     def persistent(self) -> bool:
         """Whether some lane stores its thread REPLs (``!reset`` has something to reset)."""
-        return any(lane.persistent is not None for lane in self.lanes)
+        return any(isinstance(executor, PersistentScopes) for executor in self.executors)
 
     async def offer(self, channel: str) -> tuple[list[ToolDefinition], str]:
         """``!tools``: the tools ``channel`` offers and its approvals mode."""
@@ -160,9 +185,9 @@ class Lanes:
 
     async def checkpoint_all(self) -> None:
         """Every lane's :meth:`~daemon.tools.PersistentScopes.checkpoint_all`."""
-        for lane in self.lanes:
-            if lane.persistent is not None:
-                await lane.persistent.checkpoint_all()
+        for executor in self.executors:
+            if isinstance(executor, PersistentScopes):
+                await executor.checkpoint_all()
 
     async def forget(self, thread: ThreadKey) -> None:
         """The thread's lane's :meth:`~daemon.tools.PersistentScopes.forget`."""

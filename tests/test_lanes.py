@@ -20,7 +20,7 @@ from tests.fakes.executor import FakeToolExecutor
 
 TOML = """
 [channels]
-channels = ["#help", "#faq", "#team", "#direct", "#ops", "#dev"]
+channels = ["#help", "#faq", "#team", "#direct", "#ops", "#dev", "#big"]
 
 [mcp_servers.simple]
 command = "asyncai-mcp-simple"
@@ -33,6 +33,13 @@ model = "fake-model"
 base_url = "http://127.0.0.1:8/v1"
 model = "tiny"
 harness = true
+
+[models.big]
+base_url = "http://127.0.0.1:7/v1"
+model = "big-model"
+
+[channel."#big"]
+endpoint = "big"
 
 [channel."#help"]
 servers = ["simple"]
@@ -69,7 +76,8 @@ async def lanes(config):
     yield made
     for lane in made.lanes:
         await lane.backend.aclose()
-        await lane.executor.aclose()
+    for executor in made.executors:
+        await executor.aclose()
 
 
 def test_channels_whose_policies_agree_share_a_lane(lanes):
@@ -81,6 +89,19 @@ def test_channels_whose_policies_agree_share_a_lane(lanes):
     assert lanes.lane("#team") is not lanes.lane("#ops")
     assert lanes.lane("#direct") is not lanes.lane("#ops")
     assert len(lanes.lanes) == 4
+
+
+def test_lanes_that_differ_only_in_their_model_share_the_executor(lanes):
+    """#big asks another endpoint with the same tools, mode and catalog budget: a lane (a
+    model client) of its own on the global lane's executor, one pool; #team's endpoint
+    wants the harness's catalog budget, so it has an executor of its own."""
+    big, ops, team = lanes.lane("#big"), lanes.lane("#ops"), lanes.lane("#team")
+    assert big is not ops
+    assert big.backend is not ops.backend
+    assert big.executor is ops.executor
+    assert team.executor is not ops.executor
+    assert lanes.executors == [ops.executor, team.executor]
+    assert lanes.built == lanes.executors
 
 
 def test_a_lane_runs_on_its_channels_endpoint_with_its_profile(lanes, config):
