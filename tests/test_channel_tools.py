@@ -17,10 +17,20 @@ from collections.abc import AsyncIterator
 from fnmatch import fnmatchcase
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from daemon.code_mode import CodeModeToolExecutor
+from daemon.code_mode.catalog import Catalog
 from daemon.executors import ChannelTools, channel_tools
-from daemon.tools import CallSlots, OffersTools, ThreadKey, ToolDefinition
+from daemon.tools import (
+    BaseToolExecutor,
+    CallSlots,
+    OffersTools,
+    ThreadKey,
+    ToolCallOutput,
+    ToolDefinition,
+)
 from tests.fakes.executor import FakeToolExecutor
 from tests.test_code_mode_indirect import FORMS, LIMITS, Form
 
@@ -214,3 +224,43 @@ async def test_where_the_call_leaves_the_sandbox_the_view_is_asked_again(
     assert "NameError: name 'append_line' is not defined" in out.content, out.content
     assert fake.calls_to("append_line") == []
     assert [e for e in seen if e.tool == "append_line"] == []
+
+
+class Listed(BaseToolExecutor):
+    """An executor that only lists tools (the properties below call nothing)."""
+
+    def __init__(self, definitions: list[ToolDefinition]):
+        self._definitions = definitions
+
+    def definitions(self) -> list[ToolDefinition]:
+        return list(self._definitions)
+
+    async def call_tool(self, name: str, arguments: dict) -> ToolCallOutput:
+        raise AssertionError("not called")
+
+
+SERVERS = ["kcp", "simple", "git"]
+# tool names are unique across servers: the MCP executor routes by name
+listings = st.lists(
+    st.tuples(st.sampled_from(SERVERS), st.from_regex(r"[a-z]{1,8}", fullmatch=True)),
+    max_size=12,
+    unique_by=lambda pair: pair[1],
+)
+
+
+@given(listed=listings, seen=st.data())
+def test_a_channels_view_and_catalog_are_the_executors_tools_filtered(listed, seen):
+    """Over any tool list and any policy (a random set of visible server.tool names): the
+    view lists exactly the visible tools in the executor's order, offers exactly those,
+    and code mode's catalog over it (stubs, search_tools, describe) holds exactly them."""
+    visible = set(seen.draw(st.lists(st.sampled_from(listed), unique=True))) if listed else set()
+    definitions = [
+        ToolDefinition(name, f"{server} {name}", {"type": "object"}, server=server)
+        for server, name in listed
+    ]
+    view = channel_tools(Listed(definitions), lambda server, tool: (server, tool) in visible)
+    expected = [d for d in definitions if (d.server, d.name) in visible]
+    assert view.definitions() == expected
+    assert {d.name for d in definitions if view.offers(d.name)} == {d.name for d in expected}
+    catalog = Catalog(view.definitions())
+    assert [e.definition for e in catalog.entries.values()] == expected
