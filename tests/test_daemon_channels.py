@@ -94,6 +94,7 @@ max_concurrent_runs = 1
 
 [channel."#team"]
 endpoint = "big"
+system_prompt = "You answer the team."
 max_runs_per_sender_per_hour = 2
 
 [channel."#direct"]
@@ -242,7 +243,8 @@ async def test_direct_mode_offers_only_the_channels_tools_and_refuses_the_rest(w
 
 
 async def test_team_runs_go_to_the_big_endpoint(world):
-    """#team's run asks [models.big] with its model name and key; #help's asks [model]."""
+    """#team's run asks [models.big] with its model name and key, under #team's system
+    prompt; #help's asks [model] under the built-in one."""
     _, model, big, alice, _ = world
     before = len(model.requests)
     big.add(Reply("from the big model"))
@@ -250,11 +252,13 @@ async def test_team_runs_go_to_the_big_endpoint(world):
     assert reply == "from the big model"
     assert big.requests[-1]["model"] == "big-model"
     assert big.headers[-1]["authorization"] == "Bearer big-key"
+    assert big.requests[-1]["messages"][0] == {"role": "system", "content": "You answer the team."}
     assert len(model.requests) == before
     model.add(Reply("from the default model"))
     _, reply = await alice.ask("#help", "hello small")
     assert reply == "from the default model"
     assert model.requests[-1]["model"] == "fake-model"
+    assert "You answer the team." not in model.requests[-1]["messages"][0]["content"]
 
 
 async def test_tools_lists_exactly_the_channels_tools_and_its_approvals_mode(world):
