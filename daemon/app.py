@@ -256,7 +256,7 @@ class Daemon:
         if self._warm_up:
             # a local llama.cpp server: its prompt cache takes the system prompt now,
             # before READY=1, instead of during the first person's wait
-            await lanes.warm_up()
+            await lanes.warm_up(config.model.base_url)
         if self._channel is None:
             self._channel = open_channel(
                 config.channels.url, token=config.channels.token, nick=config.channels.nick
@@ -535,7 +535,7 @@ class Daemon:
     async def warm_up_model(self) -> None:
         """Warm the models' prompt caches again (after the local server restarted)."""
         if self._lanes is not None:
-            await self._lanes.warm_up()
+            await self._lanes.warm_up(self.config.model.base_url)
 
     def gate(self, definition: GatedTool, arguments: dict[str, Any]) -> Verdict:
         """``[approvals]`` applied to one call (with the run's grants once running).

@@ -150,10 +150,12 @@ class Lanes:
         for executor in self.executors:
             await executor.start()
 
-    async def warm_up(self) -> None:
-        """Warm each lane's model (best effort, see ``OpenAiCompatibleBackend.warm_up``)."""
+    async def warm_up(self, base_url: str) -> None:
+        """Warm the lanes' models served at ``base_url`` (the embedded local model's), best
+        effort (``OpenAiCompatibleBackend.warm_up``); a remote endpoint is not asked."""
         for lane in self.lanes:
-            await lane.backend.warm_up()
+            if lane.backend.params.base_url == base_url:
+                await lane.backend.warm_up()
 
     @property
     def live_scopes(self) -> int:

@@ -17,6 +17,7 @@ from daemon.lanes import Lanes, lane_config
 from daemon.model.harness import SmallModelProfile
 from daemon.tools import ThreadKey, ToolExecutor
 from tests.fakes.executor import FakeToolExecutor
+from tests.fakes.fake_openai import FakeOpenAI, Reply
 
 TOML = """
 [channels]
@@ -126,3 +127,32 @@ async def test_reset_says_whether_the_channel_has_a_repl(lanes):
     assert await lanes.reset(ThreadKey("#direct", "t")) is False
     assert await lanes.reset(ThreadKey("#ops", "t")) is True
     assert lanes.persistent
+
+
+async def test_warm_up_asks_only_the_lanes_at_the_local_endpoint(tmp_path):
+    """``asyncai up`` warms the embedded model's prompt cache: the lanes whose endpoint is
+    [model]'s are warmed, a lane on another endpoint is not asked."""
+    async with FakeOpenAI(fallback=Reply("ok")) as local, FakeOpenAI(fallback=Reply("ok")) as big:
+        path = tmp_path / "asyncai.toml"
+        path.write_text(
+            f'[channels]\nchannels = ["#ops", "#team"]\n[model]\nbase_url = "{local.base_url}"\n'
+            f'model = "m"\n[models.big]\nbase_url = "{big.base_url}"\nmodel = "b"\n'
+            '[channel."#team"]\nendpoint = "big"\n'
+        )
+        config = load_config(path, environ={})
+        made = Lanes(
+            config,
+            lambda c, _p: (build_tool_executor(c, inner=FakeToolExecutor()), None),
+            gate=None,
+        )
+        try:
+            made.lane("#ops")
+            made.lane("#team")
+            await made.warm_up(config.model.base_url)
+            assert len(local.requests) == 1
+            assert big.requests == []
+        finally:
+            for lane in made.lanes:
+                await lane.backend.aclose()
+            for executor in made.executors:
+                await executor.aclose()
