@@ -8,14 +8,19 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from daemon.approvals import (
+    AllowRule,
     ApprovalPolicy,
     Approve,
     Deny,
     Malformed,
     PendingCall,
+    RuleBook,
     Show,
+    always_granted_text,
+    always_refused_text,
     call_text,
     new_request_id,
+    new_rule_id,
     parse_decision,
     request_text,
 )
@@ -115,6 +120,7 @@ def test_broken_decisions_say_what_is_wrong() -> None:
     wrong = parse_decision("!approve k3x9ab everything")
     assert isinstance(wrong, Malformed)
     assert "'everything'" in wrong.problem
+    assert "'run' or 'always'" in wrong.problem
 
 
 @given(st.text())
@@ -184,3 +190,66 @@ def test_request_ids_are_short_and_typeable() -> None:
     assert len(ids) == 200
     assert all(len(i) == 6 and i.isalnum() and i == i.lower() for i in ids)
     assert not any(c in i for i in ids for c in "01lo")
+
+
+# ---- "always" rules (issue 29) -----------------------------------------------------------
+
+
+def rule(tool: str = "kcp.scale_object", channel: str = "#ops", rid: str = "r4ule2") -> AllowRule:
+    """A rule as !approve ID always leaves it."""
+    return AllowRule(rid, channel, tool, "alice", "2026-12-01T22:00:00.000Z", "k3x9ab")
+
+
+def test_approve_always_is_parsed() -> None:
+    """!approve ID always asks for a rule; 'run' and 'always' are the only words after the id."""
+    assert parse_decision("!approve k3x9ab always") == Approve("k3x9ab", always=True)
+    assert parse_decision("!approve K3X9AB ALWAYS") == Approve("k3x9ab", always=True)
+    wrong = parse_decision("!approve k3x9ab always run")
+    assert isinstance(wrong, Malformed)
+    assert "'run' or 'always'" in wrong.problem
+
+
+def test_a_rule_answers_what_ask_would_ask_and_nothing_else() -> None:
+    """The rule runs the call that mode = "ask" would ask about; a deny glob and
+    mode = "deny" still refuse; another tool still asks."""
+    always = rule()
+    allowed = ApprovalPolicy().verdict(SCALE, always=always)
+    assert allowed.action == "allow"
+    assert allowed.reason == "allowed always in #ops by alice (rule r4ule2)"
+    assert ApprovalPolicy(deny=["kcp.scale_*"]).verdict(SCALE, always=always).action == "deny"
+    assert ApprovalPolicy(mode="deny").verdict(SCALE, always=always).action == "deny"
+    assert ApprovalPolicy().verdict(DELETE, always=always).action == "ask"  # another tool
+
+
+def test_only_an_explicit_approver_may_say_always() -> None:
+    """Without an approvers list nobody may (each author decides their own requests)."""
+    assert not ApprovalPolicy().may_grant_always("alice")
+    ops = ApprovalPolicy(approvers=["alice", "bob"])
+    assert ops.may_grant_always("bob")
+    assert not ops.may_grant_always("carol")
+    text = always_refused_text("k3x9ab", "#help", "alice", ())
+    assert "\n" not in text
+    assert "#help has no approvers list" in text
+    assert "!approve k3x9ab approves this request only" in text
+
+
+def test_the_rule_book_finds_a_rule_by_channel_and_tool() -> None:
+    """One rule per channel and tool; the older one stands when two meet (a cluster race)."""
+    older = rule(rid="aaaaaa")
+    newer = AllowRule("bbbbbb", "#ops", "kcp.scale_object", "bob", "2026-12-02T00:00:00.000Z")
+    book = RuleBook([newer, older, rule("git.commit", "#dev", "cccccc")])
+    assert book.find("#ops", "kcp.scale_object") == older
+    assert book.find("#dev", "kcp.scale_object") is None
+    assert book.find("#dev", "git.commit") is not None
+    assert len(book) == 2
+    assert [r.id for r in book] == ["cccccc", "aaaaaa"]
+    assert len(new_rule_id()) == 6
+
+
+def test_the_granted_line_names_each_rule_and_how_to_revoke_it() -> None:
+    """One line: the tools, their rule ids, the command that revokes."""
+    text = always_granted_text("#ops", [("r4ule2", "kcp.scale_object")])
+    assert text == (
+        "From now on kcp.scale_object (rule r4ule2) runs in #ops without asking; "
+        "asyncai approvals --revoke r4ule2 removes it."
+    )

@@ -6,7 +6,9 @@ crosses the executor boundary (the gate and its :class:`Verdict`, a
 :class:`Pause` with its pending calls (:class:`PendingCall`), a :class:`Decision`);
 :mod:`~daemon.approvals.policy` decides of a call whether
 it runs, is refused or waits for a person (the ``[approvals]`` section) and
-who may decide; :mod:`~daemon.approvals.commands` reads ``!approve ID [run]``,
+who may decide; :mod:`~daemon.approvals.rules` holds the rules ``!approve ID always``
+leaves (a tool that no longer asks in a channel);
+:mod:`~daemon.approvals.commands` reads ``!approve ID [run|always]``,
 ``!deny ID [reason]`` and ``!show ID``; :mod:`~daemon.approvals.messages` writes
 the request a thread sees, every argument in full, and the one-line answers to a
 decision. The waiting itself (store, resume) is the runtime's desk
@@ -18,11 +20,19 @@ values carry a :class:`Pause`).
 """
 
 from daemon.approvals.commands import Approve, Deny, Malformed, Show, parse_decision
-from daemon.approvals.messages import call_text, new_request_id, request_text
+from daemon.approvals.messages import (
+    always_granted_text,
+    always_refused_text,
+    call_text,
+    new_request_id,
+    request_text,
+)
 from daemon.approvals.policy import ApprovalPolicy, ApprovalsSection, why_mutating
+from daemon.approvals.rules import AllowRule, RuleBook, new_rule_id
 from daemon.approvals.values import ApprovalGate, Decision, GatedTool, Pause, PendingCall, Verdict
 
 __all__ = [
+    "AllowRule",
     "ApprovalGate",
     "ApprovalPolicy",
     "ApprovalsSection",
@@ -33,10 +43,14 @@ __all__ = [
     "Malformed",
     "Pause",
     "PendingCall",
+    "RuleBook",
     "Show",
     "Verdict",
+    "always_granted_text",
+    "always_refused_text",
     "call_text",
     "new_request_id",
+    "new_rule_id",
     "parse_decision",
     "request_text",
     "why_mutating",

@@ -1,4 +1,9 @@
-"""What a person types about a request: ``!approve ID [run]``, ``!deny ID [reason]``, ``!show ID``.
+"""What a person types about a request: ``!approve ID [run|always]``, ``!deny ID [reason]``,
+``!show ID``.
+
+``!approve ID always`` (issue 29) approves the request and asks for a rule:
+the same ``server.tool`` in this channel no longer asks (who may say it is
+the policy's, :meth:`~daemon.approvals.policy.ApprovalPolicy.may_grant_always`).
 
 ``!show ID`` decides nothing: it prints the request again, in full (issue 26).
 Parsed from a whole message; anything else is not a decision (None), so a
@@ -20,10 +25,12 @@ _SHOW = re.compile(r"!show(?:\s+(?P<id>\S+)(?:\s+(?P<rest>.*))?)?", re.DOTALL)
 
 @dataclass(frozen=True)
 class Approve:
-    """``!approve ID`` (this request) or ``!approve ID run`` (also the run's later calls)."""
+    """``!approve ID`` (this request), ``!approve ID run`` (also the run's later calls) or
+    ``!approve ID always`` (also every later call of the same tools in this channel)."""
 
     request_id: str
     whole_run: bool = False
+    always: bool = False
 
 
 @dataclass(frozen=True)
@@ -56,10 +63,10 @@ def parse_decision(text: str) -> Approve | Deny | Show | Malformed | None:
     if m is not None:
         if not m.group("id"):
             return Malformed("!approve needs the request's id: !approve ID")
-        rest = (m.group("rest") or "").strip()
-        if rest and rest.lower() != "run":
-            return Malformed(f"!approve takes an id and optionally 'run', not {rest!r}")
-        return Approve(m.group("id").lower(), whole_run=bool(rest))
+        rest = (m.group("rest") or "").strip().lower()
+        if rest not in ("", "run", "always"):
+            return Malformed(f"!approve takes an id and optionally 'run' or 'always', not {rest!r}")
+        return Approve(m.group("id").lower(), whole_run=rest == "run", always=rest == "always")
     m = _DENY.fullmatch(stripped)
     if m is not None:
         if not m.group("id"):

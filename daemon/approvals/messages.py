@@ -20,7 +20,13 @@ from typing import Any
 
 from daemon.approvals.values import PendingCall
 
-__all__ = ["call_text", "new_request_id", "request_text"]
+__all__ = [
+    "always_granted_text",
+    "always_refused_text",
+    "call_text",
+    "new_request_id",
+    "request_text",
+]
 
 # Lower-case letters and digits without look-alikes (0/o, 1/l): easy to type in a chat.
 _ALPHABET = "abcdefghijkmnpqrstuvwxyz23456789"
@@ -83,3 +89,28 @@ def request_text(
     if decided is not None:
         lines.append(f"Request {request_id} was already {decided}.")
     return "\n".join(lines)
+
+
+def always_refused_text(request_id: str, channel: str, nick: str, approvers: Sequence[str]) -> str:
+    """The one line that refuses ``!approve ID always`` (nothing is decided)."""
+    if not approvers:
+        return (
+            f"{nick} may not say 'always' here: {channel} has no approvers list "
+            f"([approvals] approvers), so each prompt's author decides their own requests "
+            f"and nobody may allow a tool for the whole channel; !approve {request_id} "
+            "approves this request only."
+        )
+    return (
+        f"{nick} may not say 'always' here: only {', '.join(approvers)} may allow a tool "
+        f"for the whole of {channel}."
+    )
+
+
+def always_granted_text(channel: str, rules: Sequence[tuple[str, str]]) -> str:
+    """The line that confirms ``!approve ID always``: ``rules`` are (rule id, server.tool)."""
+    names = ", ".join(f"{tool} (rule {rule})" for rule, tool in rules)
+    first = rules[0][0] if rules else "ID"
+    return (
+        f"From now on {names} run{'s' if len(rules) == 1 else ''} in {channel} without asking; "
+        f"asyncai approvals --revoke {first} removes {'it' if len(rules) == 1 else 'one'}."
+    )

@@ -2,9 +2,15 @@
 
 Order of the rules: a read-only call always runs; a ``deny`` glob refuses; an
 ``allow`` glob runs; a tool the run was granted (``!approve ID run``) runs;
-otherwise ``mode`` says (``ask`` by default). Globs are :mod:`fnmatch`
+otherwise ``mode`` says (``ask`` by default), and where it would ask, a rule
+``!approve ID always`` left for the tool in this channel runs the call
+instead. A rule never turns a refusal into a call: a ``deny`` glob and
+``mode = "deny"`` win over it. Globs are :mod:`fnmatch`
 patterns over ``server.tool`` (just ``tool`` for a tool without a server),
 matched case-sensitively: tool names are.
+
+One policy is one channel's (issue 29: each channel's ``[approvals]``, its
+table's keys over the global ones); the desk picks it by the call's channel.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from typing import Any, Literal, Protocol
 
+from daemon.approvals.rules import AllowRule
 from daemon.approvals.values import GatedTool, Verdict
 
 __all__ = ["ApprovalPolicy", "ApprovalsSection", "why_mutating"]
@@ -84,8 +91,10 @@ class ApprovalPolicy:
         arguments: dict[str, Any] | None = None,
         *,
         granted: Collection[str] = (),
+        always: AllowRule | None = None,
     ) -> Verdict:
-        """Whether this call may run now; ``granted`` are the run's approved ``server.tool``s."""
+        """Whether this call may run now; ``granted`` are the run's approved ``server.tool``s,
+        ``always`` the channel's rule for this tool, if it has one."""
         if not definition.mutating:
             return Verdict("allow", "read-only")
         name = definition.qualified_name
@@ -105,6 +114,11 @@ class ApprovalPolicy:
                 "deny",
                 f"{name} is {why} and [approvals] mode = 'deny' refuses such calls",
             )
+        if always is not None and always.tool == name:
+            return Verdict(
+                "allow",
+                f"allowed always in {always.channel} by {always.granted_by} (rule {always.id})",
+            )
         return Verdict("ask", why)
 
     def may_decide(self, nick: str, requester: str) -> bool:
@@ -112,6 +126,12 @@ class ApprovalPolicy:
         if self.approvers:
             return nick in self.approvers
         return nick == requester
+
+    def may_grant_always(self, nick: str) -> bool:
+        """Whether ``nick`` may say ``!approve ID always``: only a nick of an explicit
+        ``approvers`` list (where the list is empty, each prompt's author decides their
+        own requests, and nobody decides for the channel)."""
+        return nick in self.approvers
 
     def who_decides(self, requester: str) -> str:
         """The nicks that may decide, for a refusal's message."""
