@@ -3,7 +3,7 @@
 Holds the schema and its migrations (``schema``), the row types and each
 table's row mapper (``model``), the store (``store``: one ``connection``
 shared by its narrow ports, the prompt and run ``writer``, the ``cursors``,
-the reply ``outbox``, the ``audit``, the ``approvals``, the dumped REPL
+the reply ``outbox``, the ``audit``, the ``approvals`` and their ``rules``, the dumped REPL
 ``scopes``, the learned ``shapes``, the ``replica`` and the ``queries``),
 ids (``ids``),
 the thread history (``history``), the Claude Code JSONL export (``export``)
@@ -17,7 +17,13 @@ from .approvals import Approvals, NewApproval, StoredApproval
 from .audit import AuditLog
 from .connection import DEFAULT_DB_PATH
 from .cursors import Cursors
-from .errors import MigrationError, StoreClosedError, StoreError, ThreadLookupError
+from .errors import (
+    MigrationError,
+    RuleLookupError,
+    StoreClosedError,
+    StoreError,
+    ThreadLookupError,
+)
 from .export import envelope, jsonl_lines, text_lines
 from .ids import iso_utc, now_iso, parse_since, session_id, thread_key
 from .model import (
@@ -37,7 +43,15 @@ from .model import (
 from .outbox import Outbox, OutboxReply, ScopeWrite
 from .queries import Queries
 from .replica import MalformedRunDocument, Replica
-from .report import approvals_report, audit_report, threads_report, transcript_report
+from .report import (
+    approvals_report,
+    audit_report,
+    revoke_report,
+    rules_report,
+    threads_report,
+    transcript_report,
+)
+from .rules import ApprovalRules, NewRule, StoredRule
 from .schema import SCHEMA_VERSION
 from .scopes import Scopes, StoredScope, UnboundScope, scope_cutoff
 from .shapes import Shapes, StoredShape
@@ -47,6 +61,7 @@ from .writer import RunWriter
 __all__ = [
     "DEFAULT_DB_PATH",
     "SCHEMA_VERSION",
+    "ApprovalRules",
     "Approvals",
     "AuditEntry",
     "AuditLog",
@@ -56,12 +71,14 @@ __all__ = [
     "MalformedRunDocument",
     "MigrationError",
     "NewApproval",
+    "NewRule",
     "Outbox",
     "OutboxReply",
     "PromptStatus",
     "Queries",
     "Record",
     "Replica",
+    "RuleLookupError",
     "RunMetrics",
     "RunWriter",
     "ScopeWrite",
@@ -75,6 +92,7 @@ __all__ = [
     "StoredApproval",
     "StoredPrompt",
     "StoredRecord",
+    "StoredRule",
     "StoredScope",
     "StoredShape",
     "ThreadLookupError",
@@ -88,6 +106,8 @@ __all__ = [
     "jsonl_lines",
     "now_iso",
     "parse_since",
+    "revoke_report",
+    "rules_report",
     "scope_cutoff",
     "session_id",
     "text_lines",

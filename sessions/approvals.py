@@ -20,6 +20,7 @@ from .connection import Connection, canonical_timestamp
 from .errors import StoreError
 from .ids import now_iso, thread_key
 from .model import StoredPrompt
+from .rules import NewRule, insert_rules
 
 __all__ = ["PAUSED_RUN", "ApprovalStatus", "Approvals", "NewApproval", "StoredApproval"]
 
@@ -150,15 +151,29 @@ class Approvals:
         by: str,
         reason: str | None = None,
         scope: Literal["call", "run"] | None = None,
+        rules: Sequence[NewRule] = (),
     ) -> bool:
-        """Record the decision if the request is still pending; whether this call decided it."""
-        async with self._db.statement(f"deciding approval {request_id}") as db:
-            cursor = await db.execute(
-                "UPDATE approvals SET status = ?, decided_by = ?, decided = ?, reason = ?,"
-                " scope = ? WHERE id = ? AND status = 'pending'",
-                (status, by, now_iso(), reason, scope, request_id),
-            )
-        return cursor.rowcount == 1
+        """Record the decision if the request is still pending; whether this call decided it.
+
+        ``rules`` (``!approve ID always``) are stored in the same transaction, and
+        only if this call decided the request: the rule is committed before the
+        approval it rides on can take effect, and never without it.
+        """
+        update = (
+            "UPDATE approvals SET status = ?, decided_by = ?, decided = ?, reason = ?,"
+            " scope = ? WHERE id = ? AND status = 'pending'"
+        )
+        params = (status, by, now_iso(), reason, scope, request_id)
+        if not rules:
+            async with self._db.statement(f"deciding approval {request_id}") as db:
+                cursor = await db.execute(update, params)
+            return cursor.rowcount == 1
+        async with self._db.transaction(f"deciding approval {request_id} always") as db:
+            cursor = await db.execute(update, params)
+            if cursor.rowcount != 1:
+                return False
+            await insert_rules(db, rules)
+        return True
 
     async def mark_resumed(self, request_id: str) -> None:
         """The resumed run has taken the decision: it is not acted on again after a restart."""

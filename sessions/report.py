@@ -1,5 +1,8 @@
 """What ``asyncai threads``, ``audit``, ``transcript`` and ``approvals`` print, as lines.
 
+``approvals --rules`` lists the rules ``!approve ID always`` left, and
+``approvals --revoke RULE`` takes one out of force (the one write here).
+
 Each report reads the port of an open :class:`~sessions.store.Store` it needs and returns the lines
 to print: a table, JSON objects one per line, or the transcript as text or
 Claude Code JSONL. The command line around them (arguments, opening the
@@ -14,15 +17,19 @@ from dataclasses import asdict
 
 from .approvals import Approvals, StoredApproval
 from .audit import AuditLog
+from .errors import RuleLookupError
 from .export import jsonl_lines, text_lines
 from .model import AuditEntry, ThreadSummary
 from .queries import Queries
+from .rules import ApprovalRules, StoredRule
 
 __all__ = [
     "ARGUMENTS_WIDTH",
     "approvals_report",
     "audit_report",
     "human_size",
+    "revoke_report",
+    "rules_report",
     "threads_report",
     "transcript_report",
 ]
@@ -112,6 +119,40 @@ async def approvals_report(
                 ]
             )
     return _table(header, rows)
+
+
+async def rules_report(rules: ApprovalRules, *, as_json: bool) -> list[str]:
+    """The rules in force, by channel and tool: who allowed each and when. ``ID`` is what
+    ``asyncai approvals --revoke`` takes."""
+    found = await rules.rules()
+    if as_json:
+        return [json.dumps(_rule_json(r), ensure_ascii=False) for r in found]
+    if not found:
+        return ["no approval rules in force"]
+    header = ["ID", "CHANNEL", "TOOL", "GRANTED BY", "GRANTED", "REQUEST"]
+    rows = [
+        [r.id, r.channel, r.tool, r.granted_by, _when(r.granted), r.request_id or "-"]
+        for r in found
+    ]
+    return _table(header, rows)
+
+
+async def revoke_report(rules: ApprovalRules, rule_id: str, *, by: str) -> list[str]:
+    """Revoke the rule ``rule_id``; the line that says so. :class:`RuleLookupError` when no
+    rule in force has that id."""
+    rule = await rules.get_rule(rule_id)
+    if rule is None or rule.revoked is not None or not await rules.revoke_rule(rule_id, by=by):
+        raise RuleLookupError(
+            f"no approval rule {rule_id} in force (asyncai approvals --rules lists them)"
+        )
+    return [
+        f"revoked rule {rule.id}: {rule.tool} asks again in {rule.channel} "
+        "(a running daemon stops applying it within about two seconds)"
+    ]
+
+
+def _rule_json(r: StoredRule) -> dict[str, object]:
+    return asdict(r)
 
 
 def _approval_json(a: StoredApproval) -> dict[str, object]:

@@ -270,6 +270,30 @@ _OUTBOX = [
 ]
 
 
+_APPROVAL_RULES = [
+    # Issue 29: "!approve ID always" leaves a rule: ``tool`` (server.tool) no
+    # longer asks in ``channel``. Kept after it is revoked, as the record of
+    # who allowed what and when; at most one rule in force per (channel, tool).
+    # ``request_id`` names the request it was granted with (no reference: a
+    # rule copied from a cluster's broker was granted on another daemon).
+    # ``shared``: when it was known to be on the cluster's broker (NULL alone),
+    # so a rule gone from the broker is known to be revoked elsewhere.
+    """CREATE TABLE approval_rules (
+        id          TEXT PRIMARY KEY,
+        channel     TEXT NOT NULL,
+        tool        TEXT NOT NULL,
+        granted_by  TEXT NOT NULL,
+        granted     TEXT NOT NULL,
+        request_id  TEXT NOT NULL DEFAULT '',
+        revoked     TEXT,
+        revoked_by  TEXT,
+        shared      TEXT
+    )""",
+    "CREATE UNIQUE INDEX approval_rules_in_force ON approval_rules (channel, tool)"
+    " WHERE revoked IS NULL",
+]
+
+
 def _executing(statements: Sequence[str]) -> Callable[[aiosqlite.Connection], Awaitable[None]]:
     """A migration's ``apply``: ``statements``, executed one by one, in order."""
 
@@ -295,6 +319,8 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(6, "scope_channels", _executing(_SCOPE_CHANNELS)),
     # The outbox of replies committed with their run's end.
     Migration(7, "outbox", _executing(_OUTBOX)),
+    # The rules "!approve ID always" leaves, per channel and tool.
+    Migration(8, "approval_rules", _executing(_APPROVAL_RULES)),
 )
 SCHEMA_VERSION = MIGRATIONS[-1].version
 

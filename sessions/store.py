@@ -11,6 +11,8 @@ A caller takes the port it needs, never the whole store:
   ends, and the audit read back;
 - ``approvals`` (``approvals.Approvals``): approval requests, a paused run
   stored whole, and their decisions;
+- ``rules`` (``rules.ApprovalRules``): the rules ``!approve ID always`` left
+  (a tool that no longer asks in a channel);
 - ``scopes`` (``scopes.Scopes``): each thread's dumped REPL scope;
 - ``shapes`` (``shapes.Shapes``): the return shapes code mode learned;
 - ``replica`` (``replica.Replica``): a finished run's rows exported, and
@@ -37,6 +39,7 @@ from .cursors import Cursors
 from .outbox import Outbox
 from .queries import Queries
 from .replica import Replica
+from .rules import ApprovalRules
 from .schema import MIGRATIONS, Migration
 from .scopes import Scopes
 from .shapes import Shapes
@@ -88,6 +91,7 @@ class Store:
         self.outbox = Outbox(db)
         self.audit = AuditLog(db)
         self.approvals = Approvals(db)
+        self.rules = ApprovalRules(db)
         self.scopes = Scopes(db)
         self.shapes = Shapes(db)
         self.replica = Replica(db)

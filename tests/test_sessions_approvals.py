@@ -10,6 +10,8 @@ import pytest
 
 from sessions import Store, StoreError
 from sessions.approvals import NewApproval
+from sessions.rules import NewRule
+from sessions.schema import MIGRATIONS
 
 CALLS = [{"call_id": 1, "tool": "delete_object", "server": "kcp", "arguments": {"name": "web"}}]
 CONVERSATION = {"messages": [{"role": "user", "content": "delete web"}], "rounds": 1}
@@ -166,3 +168,102 @@ async def test_asyncai_approvals_on_an_empty_database(
     assert lines == ["no approval requests yet"]
     _, lines = await asyncio.to_thread(run_cli, capsys, "approvals", "--db", str(path), "--pending")
     assert lines == ["no pending approval requests"]
+
+
+# ---- "always" rules (issue 29) -----------------------------------------------------------
+
+
+def always(rule_id: str = "r4ule2", tool: str = "kcp.delete_object", **changes: str) -> NewRule:
+    """A rule !approve k3x9ab always leaves in #ops."""
+    fields = {
+        "id": rule_id,
+        "channel": "#ops",
+        "tool": tool,
+        "granted_by": "alice",
+        "granted": "2026-11-30T08:01:00Z",
+        "request_id": "k3x9ab",
+    }
+    return NewRule(**{**fields, **changes})
+
+
+async def test_a_rule_is_stored_with_its_decision_in_one_transaction(store: Store) -> None:
+    """!approve ID always: the decision and its rule, both or neither; a request decided
+    already leaves no rule behind."""
+    await store.approvals.add_approval(request())
+    assert await store.approvals.decide_approval("k3x9ab", "approved", by="alice", rules=[always()])
+    [rule] = await store.rules.rules()
+    assert (rule.id, rule.channel, rule.tool, rule.granted_by, rule.request_id) == (
+        "r4ule2",
+        "#ops",
+        "kcp.delete_object",
+        "alice",
+        "k3x9ab",
+    )
+    assert rule.granted == "2026-11-30T08:01:00.000Z"
+    assert (rule.revoked, rule.shared) == (None, None)
+    # decided already: the second decision and its rule are not stored
+    second = always("zzzzzz", tool="kcp.scale_object")
+    assert not await store.approvals.decide_approval("k3x9ab", "approved", by="bob", rules=[second])
+    assert [r.id for r in await store.rules.rules()] == ["r4ule2"]
+
+
+async def test_a_bad_rule_rolls_its_decision_back(store: Store) -> None:
+    """A rule that cannot be stored leaves the request pending (the approval waits for it)."""
+    await store.approvals.add_approval(request())
+    with pytest.raises(StoreError):
+        await store.approvals.decide_approval(
+            "k3x9ab", "approved", by="alice", rules=[always(granted="not a time")]
+        )
+    got = await store.approvals.get_approval("k3x9ab")
+    assert got is not None
+    assert got.status == "pending"
+    assert await store.rules.rules() == []
+
+
+async def test_one_rule_in_force_per_channel_and_tool_and_revoked_ones_are_kept(
+    store: Store,
+) -> None:
+    """A second rule for the same channel and tool is skipped; revoking keeps the row,
+    and the tool may then be allowed again."""
+    await store.rules.add_rules([always()])
+    await store.rules.add_rules([always("second")])
+    await store.rules.add_rules([always("devrule", channel="#dev")])
+    assert [r.id for r in await store.rules.rules()] == ["devrule", "r4ule2"]
+    assert await store.rules.revoke_rule("r4ule2", by="root")
+    assert not await store.rules.revoke_rule("r4ule2", by="root")  # once
+    assert not await store.rules.revoke_rule("nope", by="root")
+    assert [r.id for r in await store.rules.rules()] == ["devrule"]
+    await store.rules.add_rules([always("again")])
+    every = {r.id: r for r in await store.rules.rules(revoked=True)}
+    assert set(every) == {"devrule", "r4ule2", "again"}
+    assert every["r4ule2"].revoked_by == "root"
+    assert every["r4ule2"].revoked is not None
+    got = await store.rules.get_rule("again")
+    assert got is not None
+    assert got.revoked is None
+
+
+async def test_rules_copied_from_a_broker_are_marked_shared(store: Store) -> None:
+    """copy_in stores the broker's rules as shared; mark_shared notes a local one."""
+    await store.rules.add_rules([always()])
+    await store.rules.copy_in([always("fromb2", tool="kcp.scale_object", granted_by="bob")])
+    await store.rules.mark_shared(["r4ule2"])
+    assert all(r.shared is not None for r in await store.rules.rules())
+
+
+async def test_the_rules_table_comes_with_migration_8(tmp_path: Path) -> None:
+    """A version-7 database with a decided request gains the empty rules table."""
+    path = tmp_path / "old.db"
+    async with Store(path, migrations=MIGRATIONS[:7]) as old:
+        await old.runs.record_prompt("#ops", "T1", "M1", "a", "x", "2026-11-29T18:00:00Z")
+        await old.runs.start_run("R1", "#ops", "T1", ["M1"])
+        await old.approvals.add_approval(request())
+    async with Store(path) as store:
+        assert await store.rules.rules() == []
+        got = await store.approvals.get_approval("k3x9ab")
+        assert got is not None
+        assert await store.approvals.decide_approval(
+            "k3x9ab", "approved", by="alice", rules=[always()]
+        )
+        assert [r.id for r in await store.rules.rules()] == ["r4ule2"]
+    assert MIGRATIONS[7].name == "approval_rules"

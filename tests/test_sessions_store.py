@@ -39,6 +39,7 @@ TABLES = {
     "cursors",
     "scopes",
     "schema_migrations",
+    "approval_rules",
 }
 
 
