@@ -15,7 +15,7 @@ import pytest
 
 from daemon.cli import main
 from daemon.cli.sessions import MAX_LIMIT
-from sessions import RunMetrics, Store
+from sessions import NewRule, RunMetrics, Store
 from sessions.connection import DEFAULT_DB_PATH
 from sessions.ids import parse_since, thread_key
 from sessions.testing import run_records, tool_call_row
@@ -407,3 +407,55 @@ def test_a_non_utf8_argument_is_one_line_not_a_traceback(db):
             b"; pass text in UTF-8\n"
         )
         assert done.stdout == b""
+
+
+def test_approvals_rules_lists_and_revoke_removes(capsys, tmp_path):
+    """`approvals --rules [--json]` lists the rules in force with their ids; `--revoke ID`
+    takes one out of force (one line), a second time it is an error naming the listing."""
+    path = tmp_path / "asyncai.db"
+
+    async def grant() -> None:
+        async with Store(path) as store:
+            await store.rules.add_rules(
+                [
+                    NewRule("r4ule2", "#ops", "kcp.scale_object", "alice", "2026-12-01T22:00:00Z"),
+                    NewRule("d3vrul", "#dev", "git.commit", "bob", "2026-12-01T21:00:00Z", "k3"),
+                ]
+            )
+
+    asyncio.run(grant())
+    status, out, err = run_cli(capsys, "approvals", "--db", str(path), "--rules")
+    assert (status, err) == (0, "")
+    assert out.splitlines() == [
+        "ID      CHANNEL  TOOL              GRANTED BY  GRANTED                  REQUEST",
+        "d3vrul  #dev     git.commit        bob         2026-12-01 21:00:00.000  k3",
+        "r4ule2  #ops     kcp.scale_object  alice       2026-12-01 22:00:00.000  -",
+    ]
+    status, out, _ = run_cli(capsys, "approvals", "--db", str(path), "--rules", "--json")
+    rows = [json.loads(line) for line in out.splitlines()]
+    assert [(r["id"], r["channel"], r["tool"], r["granted_by"]) for r in rows] == [
+        ("d3vrul", "#dev", "git.commit", "bob"),
+        ("r4ule2", "#ops", "kcp.scale_object", "alice"),
+    ]
+    status, out, err = run_cli(capsys, "approvals", "--db", str(path), "--revoke", "R4ULE2")
+    assert (status, err) == (0, "")
+    assert out.startswith("revoked rule r4ule2: kcp.scale_object asks again in #ops")
+    status, out, err = run_cli(capsys, "approvals", "--db", str(path), "--revoke", "r4ule2")
+    assert (status, out) == (1, "")
+    assert err.strip() == (
+        "asyncai: no approval rule r4ule2 in force (asyncai approvals --rules lists them)"
+    )
+    _, out, _ = run_cli(capsys, "approvals", "--db", str(path), "--rules")
+    assert [line.split()[0] for line in out.splitlines()] == ["ID", "d3vrul"]
+    # the requests' listing keeps its flags; --rules and --pending are one or the other
+    status, out, _ = run_cli(capsys, "approvals", "--db", str(path), "--pending")
+    assert (status, out) == (0, "no pending approval requests\n")
+    with pytest.raises(SystemExit) as exited:
+        run_cli(capsys, "approvals", "--db", str(path), "--rules", "--pending")
+    assert exited.value.code == 2
+
+
+def test_approvals_rules_on_an_empty_database(capsys, db):
+    """No rule yet: one line saying so."""
+    status, out, _ = run_cli(capsys, "approvals", "--db", str(db), "--rules")
+    assert (status, out) == (0, "no approval rules in force\n")

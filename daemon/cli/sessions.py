@@ -1,6 +1,10 @@
 """``asyncai threads``, ``audit``, ``transcript`` and ``approvals``: read the store.
 
 Argument parsing and printing only; the lines come from :mod:`sessions.report`.
+``approvals --rules`` lists the rules ``!approve ID always`` left and
+``approvals --revoke RULE`` revokes one by the id that listing prints (the
+running daemon reads its rules again every ``RULES_REFRESH`` seconds,
+:mod:`daemon.runtime.desk`).
 Each command returns the exit status: 0 on success, 1 when the database is
 missing or unreadable or a thread is not found (one line on stderr, never a
 traceback), 2 for bad arguments (argparse's own message).
@@ -10,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import getpass
 import sys
 from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
@@ -17,7 +22,14 @@ from pathlib import Path
 from sessions.connection import DEFAULT_DB_PATH
 from sessions.errors import StoreError
 from sessions.ids import parse_since
-from sessions.report import approvals_report, audit_report, threads_report, transcript_report
+from sessions.report import (
+    approvals_report,
+    audit_report,
+    revoke_report,
+    rules_report,
+    threads_report,
+    transcript_report,
+)
 from sessions.store import Store
 
 __all__ = ["MAX_LIMIT", "register"]
@@ -118,12 +130,25 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # argparse has no
 
     approvals = subparsers.add_parser(
         "approvals",
-        help="approval requests of mutating calls, newest first",
+        help="approval requests of mutating calls, newest first; the 'always' rules",
         description="Requests for approval of mutating tool calls (one row per call): id, "
-        "thread, tool, arguments, when requested, the decision, who decided and when.",
+        "thread, tool, arguments, when requested, the decision, who decided and when. "
+        "--rules lists the rules '!approve ID always' left (a tool that no longer asks in "
+        "a channel) with their ids; --revoke RULE takes one out of force.",
     )
     _add_db(approvals)
-    approvals.add_argument("--pending", action="store_true", help="only requests still waiting")
+    which = approvals.add_mutually_exclusive_group()
+    which.add_argument("--pending", action="store_true", help="only requests still waiting")
+    which.add_argument(
+        "--rules",
+        action="store_true",
+        help="the 'always' rules in force: id, channel, server.tool, who granted it and when",
+    )
+    which.add_argument(
+        "--revoke",
+        metavar="RULE",
+        help="revoke the rule with this id (as --rules prints it): the tool asks again",
+    )
     approvals.add_argument(
         "--limit",
         type=_positive_int,
@@ -201,10 +226,22 @@ def transcript_command(args: argparse.Namespace) -> int:
 
 
 def approvals_command(args: argparse.Namespace) -> int:
-    """``asyncai approvals``."""
+    """``asyncai approvals``, ``--rules`` and ``--revoke RULE``."""
+    if args.revoke is not None:
+        by = f"{_user()} (asyncai approvals --revoke)"
+        return _run(args, lambda store: revoke_report(store.rules, args.revoke.lower(), by=by))
+    if args.rules:
+        return _run(args, lambda store: rules_report(store.rules, as_json=args.json))
     return _run(
         args,
         lambda store: approvals_report(
             store.approvals, pending=args.pending, limit=args.limit, as_json=args.json
         ),
     )
+
+
+def _user() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):  # no name for this uid (a container)
+        return "unknown user"
