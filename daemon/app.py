@@ -174,6 +174,7 @@ class Daemon:
         self._intake: asyncio.Task[None] | None = None
         self._closed = False
         self._policy = ApprovalPolicy.from_config(config.approvals)
+        self._policies: dict[str, ApprovalPolicy] = {}  # by channel, as calls need them
         self._desk: ApprovalDesk | None = None
         self._cluster: ClusterNode | None = None  # nats:// only: threads shared with others
         self._signed: SignedScopeStore | None = None  # one daemon's REPL dumps, in its SQLite
@@ -186,6 +187,11 @@ class Daemon:
         if self._store is None:
             raise RuntimeError("the daemon is not started")
         return self._store
+
+    @property
+    def desk(self) -> ApprovalDesk | None:
+        """The approval desk (after :meth:`start`): its rules in force, for status and tests."""
+        return self._desk
 
     def request_stop(self) -> None:
         """Begin an orderly shutdown (what SIGTERM and SIGINT do)."""
@@ -270,6 +276,8 @@ class Daemon:
             resume=self._resume,
             publish_timeout=config.runtime.publish_timeout,
             mirror=mirror(self._cluster),
+            policies=self._channel_policy,
+            rules=store.rules,
         )
         self.runtime = Runtime(
             store=self._clustered(
@@ -536,6 +544,15 @@ class Daemon:
         """Warm the models' prompt caches again (after the local server restarted)."""
         if self._lanes is not None:
             await self._lanes.warm_up(self.config.model.base_url)
+
+    def _channel_policy(self, channel: str) -> ApprovalPolicy:
+        """``channel``'s ``[approvals]`` (its ``[channel."#name".approvals]`` over the
+        global section), built once per channel."""
+        policy = self._policies.get(channel)
+        if policy is None:
+            policy = ApprovalPolicy.from_config(self.config.policy(channel).approvals)
+            self._policies[channel] = policy
+        return policy
 
     def gate(self, definition: GatedTool, arguments: dict[str, Any]) -> Verdict:
         """``[approvals]`` applied to one call (with the run's grants once running).

@@ -219,6 +219,7 @@ async def test_current_tool_use_names_the_run_and_the_assistant_record():
         thread_id="T7",
         tool_use_id=result.records[1].message["content"][0]["id"],
         record_uuid=result.records[1].uuid,
+        channel=req.channel,
     )
     assert current_tool_use.get() is None
 

@@ -97,7 +97,7 @@ async def _execute(
     (and for the gate, which learns the run from it)."""
     request = state.request
     token = current_tool_use.set(
-        ToolUseContext(request.run_id, request.thread_id, tool_use_id, record_uuid)
+        ToolUseContext(request.run_id, request.thread_id, tool_use_id, record_uuid, request.channel)
     )
     try:
         if gate is not None and definition is not None:

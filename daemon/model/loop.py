@@ -303,7 +303,13 @@ class OpenAiCompatibleBackend:
                 raise BackendError("the executor cannot resume a paused snippet")
             request = run.request
             token = current_tool_use.set(
-                ToolUseContext(request.run_id, request.thread_id, call.id, ls.assistant_uuid)
+                ToolUseContext(
+                    request.run_id,
+                    request.thread_id,
+                    call.id,
+                    ls.assistant_uuid,
+                    request.channel,
+                )
             )
             try:
                 async with asyncio.timeout(self.params.tool_call_timeout):

@@ -12,17 +12,20 @@ of a request win).
 which binds its two hooks to it: hold a thread busy while its run waits, and
 run a decided request's :class:`~daemon.runtime.context.ResumeJob` in its thread.
 
-- as the :data:`~daemon.approvals.ApprovalGate` it applies ``[approvals]`` to each
-  mutating call, with the run's ``!approve ID run`` grants (the run comes from
-  ``current_tool_use``, which the backend sets around every tool call);
+- as the :data:`~daemon.approvals.ApprovalGate` it applies the call's channel's
+  ``[approvals]`` (issue 29: ``policies``, the channel's table over the global
+  section) to each mutating call, with the run's ``!approve ID run`` grants
+  and the channel's ``!approve ID always`` rules (the run and its channel come
+  from ``current_tool_use``, which the backend sets around every tool call);
 - :meth:`pause` takes a paused run from the scheduler (which holds its thread
   first): it stores the request in ONE statement (calls, snapshot,
   conversation), publishes it in the thread and arms its expiry; a request
   that cannot be published or stored ends the run failed, never a silent
   wait for the expiry;
 - :meth:`handle` takes ``!show ID`` (the request again, in full, for anyone in
-  the thread) and ``!approve ID [run]`` / ``!deny ID [reason]``: a nick
-  that may not decide, an unknown id or one already decided gets one line,
+  the thread) and ``!approve ID [run|always]`` / ``!deny ID [reason]``: a nick
+  that may not decide (by the channel's approvers), an unknown id or one
+  already decided gets one line,
   and nothing runs; a decision is recorded once and the run is handed back to
   the scheduler as a ``ResumeJob`` (it takes a concurrency slot then, not
   while it waits). The request is read once per decision: what the decision
@@ -32,19 +35,30 @@ run a decided request's :class:`~daemon.runtime.context.ResumeJob` in its thread
   not acted on after a restart; :meth:`adopt` does the same for one request
   another daemon stored here.
 
+``!approve ID always`` leaves a rule per ``server.tool`` of the request: only a
+nick of the channel's explicit ``approvers`` may say it (else one line says
+why, and nothing is decided). The rules are written in the same transaction
+as the decision (and in a cluster on the broker before it), so the call the
+approval lets run never runs without its rule standing. The gate reads the
+rules from memory (it is synchronous); the desk reads them again from the
+store (in a cluster, the broker) every ``rules_refresh`` seconds
+(:data:`RULES_REFRESH`), which is how soon a rule revoked with ``asyncai
+approvals --revoke`` stops applying in a running daemon.
+
 With several daemons an :class:`ApprovalMirror` (``daemon.cluster``), given at
 construction, shares each request and takes each decision across the daemons
 first: once, wherever the thread is.
 
 Nothing is kept only in memory that a restart needs: the request, its
-decision and the run's grants are rows of the ``approvals`` table.
+decision and the run's grants are rows of the ``approvals`` table, the rules
+rows of ``approval_rules``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import Any, Literal, Protocol
@@ -52,6 +66,7 @@ from typing import Any, Literal, Protocol
 import structlog
 
 from daemon.approvals import (
+    AllowRule,
     ApprovalPolicy,
     Approve,
     Decision,
@@ -60,9 +75,13 @@ from daemon.approvals import (
     Malformed,
     Pause,
     PendingCall,
+    RuleBook,
     Show,
     Verdict,
+    always_granted_text,
+    always_refused_text,
     new_request_id,
+    new_rule_id,
     parse_decision,
     request_text,
 )
@@ -72,14 +91,16 @@ from daemon.runtime.context import Outcome, ResumeJob, Run
 from daemon.runtime.deliver import publish_quietly
 from daemon.runtime.ports import ApprovalStore, InboundMessage, RuntimePublisher, reply_client_id
 from daemon.runtime.runs import PausedRun, Prompt, RunRequest, RunResult, current_tool_use
-from sessions import NewApproval, StoredApproval
+from sessions import NewApproval, NewRule, StoredApproval, StoredRule
 from sessions.ids import iso_utc
 
 __all__ = [
+    "RULES_REFRESH",
     "ApprovalDesk",
     "ApprovalMirror",
     "RequestNotPublished",
     "ResumeFunction",
+    "RuleStore",
     "Shared",
 ]
 
@@ -90,6 +111,7 @@ ResumeFunction = Callable[[RunRequest, PausedRun, Mapping[int, Decision]], Await
 
 Shared = Literal["ok", "moved", "retry"]
 RETRY_DECISION = 5.0  # seconds before an expiry the cluster could not record is tried again
+RULES_REFRESH = 1.0  # seconds between two reads of the "always" rules (how soon a revoke applies)
 
 
 class ApprovalMirror(Protocol):
@@ -102,6 +124,29 @@ class ApprovalMirror(Protocol):
     async def decide(self, request: StoredApproval, outcome: Outcome) -> Shared:
         """Take the decision across the daemons first: "ok" (go on), "moved" (another
         daemon holds the thread, or it was decided there), "retry" (the broker is away)."""
+        ...
+
+    async def share_rules(self, rules: Sequence[NewRule]) -> bool:
+        """Put ``!approve ID always`` rules on the broker, before the decision they ride
+        on: whether they are there (False: the broker did not answer; nothing decided)."""
+        ...
+
+    async def withdraw_rules(self, rules: Sequence[NewRule]) -> None:
+        """Take rules shared for a decision that was then not taken here off the broker
+        (a failure is logged, never raised)."""
+        ...
+
+    async def rules_in_force(self) -> Sequence[StoredRule]:
+        """The rules in force across the daemons (the broker's), with this daemon's
+        copy brought in line (raises when the broker cannot be read)."""
+        ...
+
+
+class RuleStore(Protocol):
+    """The ``approval_rules`` table, as the desk reads it (``sessions``' rules serve it)."""
+
+    async def rules(self, *, revoked: bool = False) -> list[StoredRule]:
+        """The rules in force."""
         ...
 
 
@@ -131,10 +176,18 @@ class ApprovalDesk:
         publish_timeout: float = 60.0,
         clock: Callable[[], float] = time.time,
         mirror: ApprovalMirror | None = None,
+        policies: Callable[[str], ApprovalPolicy] | None = None,
+        rules: RuleStore | None = None,
+        rules_refresh: float = RULES_REFRESH,
     ):
         self._store = store
         self._publisher = publisher
-        self.policy = policy
+        self.policy = policy  # the global [approvals]: a call outside any channel's run
+        self._policies = policies  # each channel's (None: ``policy`` everywhere)
+        self._rules = rules  # None: no "always" rules (they are refused)
+        self._rules_refresh = rules_refresh
+        self._book = RuleBook()
+        self._refresher: asyncio.Task[None] | None = None
         self._resume = resume
         self._publish_timeout = publish_timeout
         self._clock = clock
@@ -153,11 +206,27 @@ class ApprovalDesk:
 
     # ---- the gate ---------------------------------------------------------------------
 
+    def policy_of(self, channel: str) -> ApprovalPolicy:
+        """The ``[approvals]`` in force in ``channel`` (its own table over the global one)."""
+        if self._policies is None or not channel:
+            return self.policy
+        return self._policies(channel)
+
+    @property
+    def rules(self) -> RuleBook:
+        """The ``!approve ID always`` rules the gate applies now."""
+        return self._book
+
     def gate(self, definition: GatedTool, arguments: dict[str, Any]) -> Verdict:
-        """The policy's verdict on one call, with the current run's grants."""
+        """The call's channel's verdict on one call, with the current run's grants and the
+        channel's "always" rule for the tool."""
         context = current_tool_use.get()
-        granted = self._grants.get(context.run_id, set()) if context is not None else set()
-        return self.policy.verdict(definition, arguments, granted=granted)
+        if context is None:
+            return self.policy.verdict(definition, arguments)
+        granted = self._grants.get(context.run_id, set())
+        always = self._book.find(context.channel, definition.qualified_name)
+        policy = self.policy_of(context.channel)
+        return policy.verdict(definition, arguments, granted=granted, always=always)
 
     # ---- a run pauses -----------------------------------------------------------------
 
@@ -189,7 +258,8 @@ class ApprovalDesk:
         request_id = new_request_id()
         requester = prompts[0].sender if prompts else ""
         now = self._clock()
-        expires = now + self.policy.expire_after
+        policy = self.policy_of(channel)
+        expires = now + policy.expire_after
         conversation = {**result.paused.conversation, "pause_state": pause.state}
         new = NewApproval(
             id=request_id,
@@ -215,7 +285,7 @@ class ApprovalDesk:
             thread=thread_id,
             calls=[f"{c.server}.{c.tool}" if c.server else c.tool for c in pause.calls],
         )
-        text = request_text(request_id, pause.calls, deciders=self.policy.who_decides(requester))
+        text = request_text(request_id, pause.calls, deciders=policy.who_decides(requester))
         reply_to = prompts[-1].id if prompts else thread_id
         if not await self._publish_request(channel, thread_id, reply_to, text, request_id):
             return request_id  # decided already: the hub had it, only its ack was lost
@@ -276,7 +346,7 @@ class ApprovalDesk:
         if isinstance(parsed, Show):  # the request again, in full: anyone may read it
             calls = [PendingCall(**c) for c in request.calls]
             status = None if request.status == "pending" else f"{request.status}{who}"
-            deciders = self.policy.who_decides(request.requested_by)
+            deciders = self.policy_of(request.channel).who_decides(request.requested_by)
             text = request_text(request.id, calls, deciders=deciders, decided=status)
             await self._say(message, text)
             return True
@@ -288,16 +358,33 @@ class ApprovalDesk:
             return True
         if await self._refused(message, request):
             return True
+        rules: list[NewRule] = []
         if isinstance(parsed, Approve):
             outcome: Outcome = "approved"
             scope: Literal["call", "run"] = "run" if parsed.whole_run else "call"
             reason = ""
+            if parsed.always:
+                refusal = self._always_refused(message, request)
+                if refusal is not None:
+                    await self._say(message, refusal)
+                    return True
+                rules = self._new_rules(request, by=message.sender)
+                if rules and not await self._share_rules(message, request, rules):
+                    return True
         else:
             assert isinstance(parsed, Deny)
             outcome, scope, reason = "denied", "call", parsed.reason
         decided_here = await self._decide(
-            request, outcome, by=message.sender, reason=reason or None, scope=scope, asked=message
+            request,
+            outcome,
+            by=message.sender,
+            reason=reason or None,
+            scope=scope,
+            asked=message,
+            rules=rules,
         )
+        if not decided_here and rules and self._mirror is not None:
+            await self._mirror.withdraw_rules(rules)
         if decided_here is None:
             return True  # the cluster refused it; the thread was told why
         if not decided_here:
@@ -312,9 +399,53 @@ class ApprovalDesk:
             decision=outcome,
             by=message.sender,
             scope=scope,
+            always=[r.tool for r in rules] or None,
         )
+        if rules:
+            self._book = RuleBook([*self._book, *(_allow_rule(r) for r in rules)])
+            log.warning(
+                "approvals.rules_granted",
+                request=request.id,
+                channel=request.channel,
+                rules={r.id: r.tool for r in rules},
+                by=message.sender,
+            )
+            granted = [(r.id, r.tool) for r in rules]
+            await self._say(message, always_granted_text(request.channel, granted))
         await self._hand_over(request)
         return True
+
+    def _always_refused(self, message: InboundMessage, request: StoredApproval) -> str | None:
+        """Why ``message``'s ``!approve ID always`` is refused (None: it is not)."""
+        policy = self.policy_of(request.channel)
+        if self._rules is None:
+            return "'always' is not available here: this daemon keeps no rules."
+        if policy.may_grant_always(message.sender):
+            return None
+        return always_refused_text(request.id, request.channel, message.sender, policy.approvers)
+
+    def _new_rules(self, request: StoredApproval, *, by: str) -> list[NewRule]:
+        """One rule per ``server.tool`` of the request without a rule in its channel yet."""
+        tools = dict.fromkeys(_qualified(c) for c in request.calls)
+        granted = _iso(self._clock())
+        return [
+            NewRule(new_rule_id(), request.channel, tool, by, granted, request.id)
+            for tool in tools
+            if self._book.find(request.channel, tool) is None
+        ]
+
+    async def _share_rules(
+        self, message: InboundMessage, request: StoredApproval, rules: list[NewRule]
+    ) -> bool:
+        """In a cluster, the rules on the broker before the decision (else one line)."""
+        if self._mirror is None or await self._mirror.share_rules(rules):
+            return True
+        await self._say(
+            message,
+            f"Request {request.id} could not be decided now (the daemons' broker did not "
+            "take the rule); please send the decision again.",
+        )
+        return False
 
     async def stop(self, message: InboundMessage) -> bool:
         """``!stop`` (``message``) on a paused run of its thread: the request ends as
@@ -335,13 +466,15 @@ class ApprovalDesk:
         return False
 
     async def _refused(self, message: InboundMessage, request: StoredApproval) -> bool:
-        """Whether the sender of ``message`` may not decide ``request`` (then told so)."""
-        if self.policy.may_decide(message.sender, request.requested_by):
+        """Whether the sender of ``message`` may not decide ``request`` (then told so):
+        by the approvers of the request's channel."""
+        policy = self.policy_of(request.channel)
+        if policy.may_decide(message.sender, request.requested_by):
             return False
         await self._say(
             message,
             f"{message.sender} may not decide request {request.id}: only "
-            f"{self.policy.who_decides(request.requested_by)} may.",
+            f"{policy.who_decides(request.requested_by)} may.",
         )
         return True
 
@@ -354,7 +487,11 @@ class ApprovalDesk:
     async def start(self) -> int:
         """After a restart: keep paused threads busy, re-arm expiries, publish each
         pending request again, resume decisions taken but not acted on. Returns how
-        many requests it found."""
+        many requests it found. The "always" rules are read first, and again
+        every ``rules_refresh`` seconds from then on."""
+        await self.refresh_rules()
+        if self._rules is not None and self._refresher is None:
+            self._refresher = asyncio.create_task(self._refresh_loop(), name="approval rules")
         pending = await self._store.pending_approvals()
         for request in pending:
             self._restore(request)
@@ -384,7 +521,7 @@ class ApprovalDesk:
         one copy, and a request stored just before a crash cut its publish off is
         seen (issue 26). A failure is logged: the next start tries again."""
         calls = [PendingCall(**c) for c in request.calls]
-        deciders = self.policy.who_decides(request.requested_by)
+        deciders = self.policy_of(request.channel).who_decides(request.requested_by)
         prompts = await self._store.run_prompts(request.run_id)
         await publish_quietly(
             self._publisher,
@@ -402,8 +539,38 @@ class ApprovalDesk:
         if request.id not in self._timers:
             self._arm(request.id, _seconds(request.expires) - self._clock())
 
+    async def refresh_rules(self) -> None:
+        """Read the rules in force again (in a cluster, the broker's); a failure is logged
+        and the rules read before stay in force."""
+        if self._rules is None:
+            return
+        try:
+            found: Sequence[StoredRule]
+            if self._mirror is not None:
+                found = await self._mirror.rules_in_force()
+            else:
+                found = await self._rules.rules()
+        except Exception as exc:
+            log.warning("approvals.rules_not_read", error=f"{type(exc).__name__}: {exc}")
+            return
+        book = RuleBook(_allow_rule(r) for r in found)
+        gone = {r.id for r in self._book} - {r.id for r in book}
+        if gone:
+            log.warning("approvals.rules_revoked", rules=sorted(gone))
+        self._book = book
+
+    async def _refresh_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self._rules_refresh)
+            await self.refresh_rules()
+
     async def close(self) -> None:
-        """Cancel the expiry timers (the requests stay stored and are re-armed at start)."""
+        """Cancel the rules' refresh and the expiry timers (the requests stay stored and
+        are re-armed at start)."""
+        if self._refresher is not None:
+            self._refresher.cancel()
+            await asyncio.gather(self._refresher, return_exceptions=True)
+            self._refresher = None
         timers = list(self._timers.values())
         self._timers.clear()
         for task in timers:
@@ -448,6 +615,7 @@ class ApprovalDesk:
         scope: Literal["call", "run"] | None = None,
         asked: InboundMessage | None = None,
         retry: bool = False,
+        rules: Sequence[NewRule] = (),
     ) -> bool | None:
         """Record the decision once: with several daemons across them first, then here.
         True: decided by this call; False: decided before; None: the cluster refused
@@ -471,7 +639,7 @@ class ApprovalDesk:
                         await self._say(asked, text)
                     return None
             return await self._store.decide_approval(
-                request.id, outcome, by=by, reason=reason, scope=scope
+                request.id, outcome, by=by, reason=reason, scope=scope, rules=rules
             )
 
     async def _forget(self, request: StoredApproval) -> None:
@@ -553,7 +721,8 @@ class ApprovalDesk:
         if request.status == "approved":
             decision = Decision(True, request.decided_by or "", "", waited, "approved")
         elif request.status == "expired":
-            reason = f"the request expired after {self.policy.expire_after:g} s"
+            expire_after = self.policy_of(request.channel).expire_after
+            reason = f"the request expired after {expire_after:g} s"
             decision = Decision(False, "expiry", reason, waited, "expired")
         else:
             decision = Decision(
@@ -573,6 +742,12 @@ class ApprovalDesk:
             text,
             client_id=reply_client_id(asked.channel, f"approval:{asked.id}"),
         )
+
+
+def _allow_rule(rule: NewRule | StoredRule) -> AllowRule:
+    return AllowRule(
+        rule.id, rule.channel, rule.tool, rule.granted_by, rule.granted, rule.request_id
+    )
 
 
 def _qualified(call: Mapping[str, Any]) -> str:

@@ -23,7 +23,7 @@ from typing import Literal, Protocol
 
 from daemon.errors import AsyncaiError
 from daemon.runtime.runs import HistoryTurn, RunRequest, RunResult
-from sessions import NewApproval, StoredApproval, StoredPrompt
+from sessions import NewApproval, NewRule, StoredApproval, StoredPrompt
 from sessions.model import InterruptedRun, PromptStatus
 from sessions.outbox import OutboxReply
 
@@ -124,8 +124,10 @@ class ApprovalStore(Protocol):
         by: str,
         reason: str | None = None,
         scope: Literal["call", "run"] | None = None,
+        rules: Sequence[NewRule] = (),
     ) -> bool:
-        """Record the decision if the request is still pending; whether this call decided it."""
+        """Record the decision if the request is still pending; whether this call decided it
+        (``rules``, of ``!approve ID always``: stored with it, in its transaction)."""
         ...
 
     async def mark_resumed(self, request_id: str) -> None:

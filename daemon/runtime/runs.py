@@ -102,6 +102,7 @@ class ToolUseContext:
     thread_id: str
     tool_use_id: str
     record_uuid: str  # the assistant record that carries the tool_use block
+    channel: str = ""  # the run's channel: whose [approvals] the gate applies (issue 29)
 
 
 current_tool_use: ContextVar[ToolUseContext | None] = ContextVar("current_tool_use", default=None)
