@@ -20,6 +20,11 @@ When a daemon of a cluster pauses a run for approval (:mod:`daemon.runtime.desk`
   :class:`~daemon.cluster.store.ClusterRuntimeStore`), so it posts the
   interrupted notice then; before any started, it runs the prompts again.
 
+The ``!approve ID always`` rules are the broker's too (:mod:`.rules`): shared
+before the decision they ride on, withdrawn when it was not taken here, and
+read back (with this daemon's SQLite copy brought in line) at each of the
+desk's refreshes.
+
 A daemon that takes a thread over whose entry points at an undecided request
 (:class:`MovedApproval`, from :mod:`.router`) loads the state, checks its MAC,
 writes the rows and the request into its own SQLite and hands the request to
@@ -34,6 +39,7 @@ from __future__ import annotations
 import base64
 import hmac
 import json
+from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
 
@@ -46,6 +52,7 @@ from nats.js.object_store import ObjectStore
 from daemon.cluster.errors import ClusterError
 from daemon.cluster.leases import Leases, PausedEntry, bucket_name, thread_key
 from daemon.cluster.router import MovedApproval
+from daemon.cluster.rules import ClusterRules
 from daemon.cluster.scopes import open_object_store
 from daemon.cluster.store import ClusterRuntimeStore
 from daemon.runtime.context import Outcome
@@ -53,6 +60,7 @@ from daemon.runtime.desk import ApprovalDesk, Shared
 from daemon.runtime.scopes import keyed_mac
 from sessions.approvals import NewApproval, StoredApproval
 from sessions.errors import StoreError
+from sessions.rules import NewRule, StoredRule
 from sessions.store import Store
 
 __all__ = ["ClusterApprovals", "PausedRejected", "PausedStates", "approvals_bucket"]
@@ -185,10 +193,13 @@ def _approval(data: Any) -> NewApproval:
 class ClusterApprovals:
     """The desk's mirror in a cluster, and the adoption of moved requests."""
 
-    def __init__(self, states: PausedStates, leases: Leases, store: Store):
+    def __init__(
+        self, states: PausedStates, leases: Leases, store: Store, rules: ClusterRules | None = None
+    ):
         self.states = states
         self._leases = leases
         self._store = store
+        self.rules = rules  # None: no rules across the daemons ("always" stays local)
         self._desk: ApprovalDesk | None = None
         self._wrapped: ClusterRuntimeStore | None = None
 
@@ -236,6 +247,21 @@ class ClusterApprovals:
         except ClusterError as exc:  # the bucket's ttl prunes it; the entry says decided
             log.info("cluster.approval_state_kept", request=request.id, error=str(exc))
         return "ok"
+
+    async def share_rules(self, rules: Sequence[NewRule]) -> bool:
+        """``!approve ID always``'s rules on the broker before the decision."""
+        return True if self.rules is None else await self.rules.share(rules)
+
+    async def withdraw_rules(self, rules: Sequence[NewRule]) -> None:
+        """The rules of a decision not taken here, off the broker again."""
+        if self.rules is not None:
+            await self.rules.withdraw(rules)
+
+    async def rules_in_force(self) -> Sequence[StoredRule]:
+        """The broker's rules (this daemon's copy brought in line)."""
+        if self.rules is None:
+            return await self._store.rules.rules()
+        return await self.rules.in_force()
 
     async def adopt(self, moved: MovedApproval) -> bool:
         """Load a moved request into this daemon's SQLite and desk; False when its state

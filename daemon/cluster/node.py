@@ -12,7 +12,8 @@
   heartbeat never waits for the runtime's back-pressure;
 - the audit exporter (:class:`daemon.cluster.audit.AuditExporter`).
 
-The requests of runs paused for approval are shared and decided through
+The requests of runs paused for approval (and the ``!approve ID always`` rules,
+:mod:`daemon.cluster.rules`) are shared and decided through
 :class:`daemon.cluster.approvals.ClusterApprovals` (the desk's mirror, given to
 the desk as it is built; it learns the desk in :meth:`ClusterNode.wrap`); a
 taken-over thread's request is loaded into this daemon in the hand-off, before
@@ -48,6 +49,7 @@ from daemon.cluster.errors import ClusterError, ThreadMoved, honour_cancel
 from daemon.cluster.history import stream_history
 from daemon.cluster.leases import Leases
 from daemon.cluster.router import MovedApproval, Routed, ThreadRouter
+from daemon.cluster.rules import ClusterRules
 from daemon.cluster.scopes import ObjectScopeStore
 from daemon.cluster.store import ClusterRuntimeStore
 from daemon.cluster.usage import ClusterSenderLimiter, SenderCounts
@@ -144,6 +146,7 @@ class ClusterNode:
             PausedStates(js, nick, scope_key, retention_seconds=scope_retention),
             self.leases,
             store,
+            ClusterRules(js, nick, store.rules),
         )
         self.counts = SenderCounts(js, nick)  # per-sender limits, across the daemons
         self._js = js
@@ -189,6 +192,8 @@ class ClusterNode:
             await node.leases.open()
             await node.scopes.open()
             await node.approvals.states.open()
+            if node.approvals.rules is not None:
+                await node.approvals.rules.open()
             await node.counts.open()
             await ensure_audit_stream(node._js)
             await node.router.beat()
