@@ -1,10 +1,12 @@
-"""The ``!approve ID always`` rules across a cluster (issue 29), on a real nats-server and
-real SQLite.
+"""The ``!approve ID always`` rules across a cluster, and the channel policies its members
+must share (issue 29), on a real nats-server and real SQLite.
 
 A rule one daemon grants is on the broker before its decision, so the other
 daemon applies it at its next refresh and keeps a copy in its SQLite; a rule
 revoked in one daemon's SQLite (``asyncai approvals --revoke``) leaves the
-broker, and then the other daemon's copy.
+broker, and then the other daemon's copy; a member whose policy digests
+differ is refused at join with the channel named (a real daemon exits 1 with
+that line).
 """
 
 from __future__ import annotations
@@ -14,13 +16,19 @@ from pathlib import Path
 import pytest
 from nats.aio.client import Client
 
+from daemon.app import Daemon
 from daemon.approvals import ApprovalPolicy
 from daemon.cluster.errors import ClusterError
+from daemon.cluster.node import ClusterNode
+from daemon.cluster.policies import PolicyMismatch, check_join, differing, presence
 from daemon.cluster.rules import REVOKED_ELSEWHERE, ClusterRules
+from daemon.config import load_config
 from daemon.runtime.desk import ApprovalDesk
 from daemon.runtime.ports import InboundMessage
 from daemon.runtime.runs import RunResult
 from sessions import NewRule, Store
+from tests.fakes.executor import FakeToolExecutor
+from tests.fakes.fake_openai import FakeOpenAI
 from tests.fakes.nats_server import NatsServer
 from tests.test_cluster_approvals import Daemon as Member
 from tests.test_cluster_approvals import _request
@@ -95,6 +103,107 @@ async def test_a_broker_that_is_away_shares_nothing(tmp_path: Path) -> None:
         assert not await rules.share([rule("r4ule2")])
         with pytest.raises(ClusterError):
             await rules.in_force()
+
+
+def test_policies_differ_by_channel_and_a_missing_section_means_the_global_one() -> None:
+    """A channel with a section on one side only is compared with the other's global
+    policy; the refusal names the channel and the member."""
+    mine = {"": "g1", "#ops": "o1"}
+    assert differing(mine, {"": "g1", "#ops": "o1"}) == []
+    assert differing(mine, {"": "g1", "#ops": "o2"}) == ["#ops"]
+    assert differing(mine, {"": "g1"}) == ["#ops"]
+    assert differing({"": "g1", "#dev": "g1"}, {"": "g1"}) == []  # the same as the global
+    assert differing(mine, {"": "g2", "#ops": "o1"}) == [""]
+    with pytest.raises(PolicyMismatch, match=r"channel #ops differs from member 0123abcd's"):
+        check_join(mine, {"0123abcdef": presence({"": "g1", "#ops": "o2"})}, me="me")
+    check_join(mine, {"me": presence({"": "x"}), "old": b"alive"}, me="me")  # not compared
+
+
+async def test_a_member_with_other_channel_policies_is_refused_at_join(tmp_path: Path) -> None:
+    """The second daemon's #ops policy differs: it does not join (and leaves no member
+    key); one with the same policies joins."""
+    async with NatsServer() as broker, Store(tmp_path / "a.db") as store:
+
+        async def join(name: str, policies: dict[str, str]) -> ClusterNode:
+            state = tmp_path / name
+            state.mkdir()
+            return await ClusterNode.open(
+                broker.url,
+                store,
+                token=None,
+                nick="asyncai",
+                takeover_seconds=6.0,
+                scope_key=b"k" * 32,
+                max_scope_bytes=1 << 20,
+                scope_retention=0.0,
+                state_dir=state,
+                policies=policies,
+            )
+
+        first = await join("one", {"": "g", "#ops": "ops-v1"})
+        try:
+            with pytest.raises(PolicyMismatch) as refused:
+                await join("two", {"": "g", "#ops": "ops-v2"})
+            assert "channel #ops differs from member" in str(refused.value)
+            assert await first.leases.live_members() == {first.leases.member}
+            third = await join("three", {"": "g", "#ops": "ops-v1"})
+            await third.close()
+        finally:
+            await first.close()
+
+
+def _daemon_config(state: Path, url: str, model_url: str, ops: str) -> Path:
+    """A daemon of the cluster; ``ops``: its #ops approvals table's lines."""
+    state.mkdir()
+    path = state / "asyncai.toml"
+    path.write_text(f"""
+[model]
+base_url = "{model_url}"
+model = "fake-model"
+api_key = "test-key"
+retries = 0
+
+[channels]
+url = "{url}"
+nick = "asyncai"
+channels = ["#ops", "#dev"]
+
+[runtime]
+shutdown_grace = 1
+
+[sessions]
+db = "{state / "asyncai.db"}"
+
+[channel."#ops".approvals]
+{ops}
+""")
+    return path
+
+
+async def test_a_daemon_with_other_approvers_in_ops_does_not_start(tmp_path: Path, capsys) -> None:
+    """Two daemons on one broker: the second one's #ops approvers differ, so it exits 1
+    with one line naming #ops (and is no member); a third with the first's policies
+    starts and joins."""
+    async with NatsServer() as broker, FakeOpenAI() as fake:
+
+        def daemon(name: str, ops: str) -> Daemon:
+            path = _daemon_config(tmp_path / name, broker.url, fake.base_url, ops)
+            return Daemon(load_config(path, environ={}), executor=FakeToolExecutor(), env={})
+
+        first = daemon("one", 'approvers = ["alice"]')
+        await first.start()
+        try:
+            second = daemon("two", 'approvers = ["alice", "mallory"]')
+            assert await second.run() == 1
+            err = capsys.readouterr().err
+            assert "asyncai: the daemon did not start: not joining the cluster: channel #ops" in (
+                err
+            )
+            third = daemon("three", 'approvers = ["alice"]')
+            await third.start()
+            await third.aclose()
+        finally:
+            await first.aclose()
 
 
 class RulingMember(Member):

@@ -20,6 +20,8 @@ answers this thread" as one value anybody can read.
 - :mod:`.scopes`: REPL dumps in an object store, HMAC-signed;
 - :mod:`.approvals`: runs paused for approval, their state in an object store
   (signed the same way) and their decisions in the thread's entry, once;
+- :mod:`.policies`: a daemon whose channel policies differ from the members'
+  does not join;
 - :mod:`.rules`: the ``!approve ID always`` rules on the broker, every
   daemon's SQLite copy kept in line;
 - :mod:`.audit`: each finished run's rows on ``asyncai.audit``, and the

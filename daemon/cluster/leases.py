@@ -2,7 +2,8 @@
 
 Two JetStream key-value buckets (:class:`Leases` owns both):
 
-- ``members``: one key per live daemon, rewritten every ``beat`` seconds. The
+- ``members``: one key per live daemon, rewritten every ``beat`` seconds, its
+  value the daemon's channel policy digests (:mod:`.policies`). The
   bucket's ``max_age`` is ``member_ttl``, so the broker itself deletes the key
   of a daemon that stopped beating: liveness is judged by one clock (the
   broker's), never by comparing the hosts' clocks.
@@ -229,6 +230,7 @@ class Leases:
         self.member = member
         self.member_ttl = member_ttl
         self._names = bucket_names(nick)
+        self.presence = b"alive"  # the member key's value (the policy digests, .policies)
         self._members: KeyValue | None = None
         self._threads: KeyValue | None = None
 
@@ -269,7 +271,7 @@ class Leases:
     async def beat(self) -> None:
         """Say this daemon is alive (once per ``member_ttl / 4`` or more often)."""
         try:
-            await self._kv_members.put(self.member, b"alive")
+            await self._kv_members.put(self.member, self.presence)
         except nats.errors.Error as exc:
             raise ClusterError(f"cannot write the heartbeat: {exc}") from exc
 
@@ -288,6 +290,19 @@ class Leases:
             return set()
         except nats.errors.Error as exc:
             raise ClusterError(f"cannot list the members: {exc}") from exc
+
+    async def member_values(self) -> dict[str, bytes | None]:
+        """The live members' keys and what each carries (:mod:`.policies`)."""
+        values: dict[str, bytes | None] = {}
+        for member in await self.live_members():
+            try:
+                entry = await self._kv_members.get(member)
+            except nats.js.errors.KeyNotFoundError:
+                continue  # gone since the listing
+            except nats.errors.Error as exc:
+                raise ClusterError(f"cannot read member {member}: {exc}") from exc
+            values[member] = entry.value
+        return values
 
     async def alive(self, member: str) -> bool:
         """Whether ``member``'s key is still there."""

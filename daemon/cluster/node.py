@@ -25,6 +25,10 @@ after at most that long, and its threads are taken over at the next scan of
 another daemon: within ``5/6 × takeover_seconds``. A daemon that stops
 cleanly removes its key at once.
 
+A daemon whose channel policies differ from a live member's does not join
+(:mod:`daemon.cluster.policies`): the start fails with one line naming the
+channel.
+
 The daemon's identity is ``cluster.member`` beside its database (a UUID
 made at its first start), so a restarted daemon is the same member and
 keeps its threads when it comes back in time.
@@ -36,7 +40,7 @@ import asyncio
 import contextlib
 import uuid
 from collections import Counter, deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 
 import structlog
@@ -48,6 +52,7 @@ from daemon.cluster.connect import connect_nats
 from daemon.cluster.errors import ClusterError, ThreadMoved, honour_cancel
 from daemon.cluster.history import stream_history
 from daemon.cluster.leases import Leases
+from daemon.cluster.policies import check_join, presence
 from daemon.cluster.router import MovedApproval, Routed, ThreadRouter
 from daemon.cluster.rules import ClusterRules
 from daemon.cluster.scopes import ObjectScopeStore
@@ -172,8 +177,11 @@ class ClusterNode:
         scope_retention: float,
         state_dir: Path,
         publish_timeout: float = 60.0,
+        policies: Mapping[str, str] | None = None,
     ) -> ClusterNode:
-        """Connect, open the buckets and the audit stream, beat once."""
+        """Connect, open the buckets and the audit stream, check that this daemon's channel
+        ``policies`` (digests by channel) are the live members' (:mod:`.policies`:
+        :class:`PolicyMismatch` if not), beat once."""
         member = member_id(state_dir)
         nc = await connect_nats(url, token=token, name=f"asyncai-cluster-{member[:8]}")
         node = cls(
@@ -190,6 +198,9 @@ class ClusterNode:
         )
         try:
             await node.leases.open()
+            if policies is not None:
+                node.leases.presence = presence(policies)
+                check_join(policies, await node.leases.member_values(), me=member)
             await node.scopes.open()
             await node.approvals.states.open()
             if node.approvals.rules is not None:
@@ -484,6 +495,7 @@ async def open_cluster(config: Config, store: Store) -> ClusterNode | None:
         scope_retention=config.sessions.scope_retention_days * 86_400,
         state_dir=state_dir,
         publish_timeout=config.runtime.publish_timeout,
+        policies={name: policy.digest() for name, policy in config.policies().items()},
     )
     node.shared_channels = frozenset(config.channels.shared)
     node.allowed_senders = frozenset(config.channels.allowed_senders) or None
