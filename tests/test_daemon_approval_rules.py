@@ -13,19 +13,27 @@ from __future__ import annotations
 import asyncio
 import sys
 import time
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 from channels.client import Message
 from channels.hub import Hub
 from daemon.app import Daemon
+from daemon.approvals import ApprovalPolicy
 from daemon.config import load_config
-from daemon.runtime.desk import RULES_REFRESH
-from sessions import NewRule, Store
+from daemon.runtime.context import ResumeJob
+from daemon.runtime.desk import RULES_REFRESH, ApprovalDesk
+from daemon.runtime.runs import RunResult
+from sessions import NewApproval, NewRule, Store, StoredRule
+from sessions.ids import iso_utc
 from tests.fakes.fake_openai import FakeOpenAI, Reply, ToolCalls
+from tests.fakes.runtime_helpers import FakePublisher, msg
 from tests.test_daemon import WAIT, Person, write_config
 from tests.test_daemon_approvals import lines_of, request_id
 
 ASYNCAI = Path(sys.executable).with_name("asyncai")
+NOW = datetime.now(UTC)
 OPS_APPROVERS = '\n[channel."#ops".approvals]\napprovers = ["alice", "carol"]\n'
 
 
@@ -264,3 +272,67 @@ async def test_a_deny_glob_beats_always(tmp_path: Path) -> None:
         finally:
             await alice.close()
             await daemon.aclose()
+
+
+class StaleRules:
+    """The store's rules, read at once but handed back only when ``release`` is set: a
+    refresh that read the table before a grant committed."""
+
+    def __init__(self, inner: Any):
+        self.inner = inner
+        self.release = asyncio.Event()
+        self.reading = asyncio.Event()
+
+    async def rules(self, *, revoked: bool = False) -> list[StoredRule]:
+        """What the table held when asked, after ``release``."""
+        found = await self.inner.rules(revoked=revoked)
+        self.reading.set()
+        await self.release.wait()
+        return found
+
+
+async def test_a_refresh_read_before_a_grant_does_not_drop_the_rule(tmp_path: Path) -> None:
+    """The desk reads its rules while alice's "!approve ID always" commits: the stale
+    read is not applied, so the new rule stays in force (no call asks in between)."""
+    async with Store(tmp_path / "asyncai.db") as store:
+        first = msg("first")
+        await store.runs.record_prompt("#ops", first.thread, first.id, "alice", "x", iso_utc(NOW))
+        await store.runs.start_run("R1", "#ops", first.thread, [first.id])
+        await store.approvals.add_approval(
+            NewApproval(
+                id="abc123",
+                run_id="R1",
+                channel="#ops",
+                thread_id=first.thread,
+                requested_by="alice",
+                expires=iso_utc(NOW + timedelta(days=1)),
+                calls=[{"call_id": 0, "tool": "erase", "server": "test", "arguments": {}}],
+                conversation={},
+            )
+        )
+        stale = StaleRules(store.rules)
+        jobs: list[ResumeJob] = []
+
+        async def resume(*_: object) -> RunResult:
+            raise AssertionError("not resumed here")
+
+        desk = ApprovalDesk(
+            store=store.approvals,
+            publisher=FakePublisher(),
+            policy=ApprovalPolicy(),
+            resume=resume,
+            policies=lambda channel: ApprovalPolicy(approvers=("alice",)),
+            rules=stale,
+        )
+        desk.bind(schedule=jobs.append, hold=lambda c, t: None)
+        refresh = asyncio.create_task(desk.refresh_rules())
+        await stale.reading.wait()  # read: no rule yet
+        assert await desk.handle(msg("!approve abc123 always", thread=first.thread))
+        assert desk.rules.find("#ops", "test.erase") is not None
+        stale.release.set()
+        await refresh
+        assert desk.rules.find("#ops", "test.erase") is not None
+        await desk.refresh_rules()  # the next read has it from the table
+        assert desk.rules.find("#ops", "test.erase") is not None
+        assert [j.outcome for j in jobs] == ["approved"]
+        await desk.close()

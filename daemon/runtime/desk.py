@@ -187,6 +187,7 @@ class ApprovalDesk:
         self._rules = rules  # None: no "always" rules (they are refused)
         self._rules_refresh = rules_refresh
         self._book = RuleBook()
+        self._grants_made = 0  # rules granted here: a refresh read before one is stale
         self._refresher: asyncio.Task[None] | None = None
         self._resume = resume
         self._publish_timeout = publish_timeout
@@ -403,6 +404,7 @@ class ApprovalDesk:
         )
         if rules:
             self._book = RuleBook([*self._book, *(_allow_rule(r) for r in rules)])
+            self._grants_made += 1
             log.warning(
                 "approvals.rules_granted",
                 request=request.id,
@@ -544,6 +546,7 @@ class ApprovalDesk:
         and the rules read before stay in force."""
         if self._rules is None:
             return
+        before = self._grants_made
         try:
             found: Sequence[StoredRule]
             if self._mirror is not None:
@@ -553,6 +556,8 @@ class ApprovalDesk:
         except Exception as exc:
             log.warning("approvals.rules_not_read", error=f"{type(exc).__name__}: {exc}")
             return
+        if self._grants_made != before:
+            return  # read before a rule granted meanwhile: the next refresh has it
         book = RuleBook(_allow_rule(r) for r in found)
         gone = {r.id for r in self._book} - {r.id for r in book}
         if gone:
