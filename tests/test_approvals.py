@@ -253,3 +253,11 @@ def test_the_granted_line_names_each_rule_and_how_to_revoke_it() -> None:
         "From now on kcp.scale_object (rule r4ule2) runs in #ops without asking; "
         "asyncai approvals --revoke r4ule2 removes it."
     )
+
+
+def test_the_request_offers_always_where_the_channel_has_approvers() -> None:
+    """Allow once, allow always, deny: the "always" line only when asked for."""
+    call = PendingCall(1, "scale_object", "kcp", {"name": "web"}, "not read-only")
+    lines = request_text("k3x9ab", [call], deciders="alice", always=True).splitlines()
+    assert lines[-3:] == ["!approve k3x9ab", "!approve k3x9ab always", "!deny k3x9ab [reason]"]
+    assert "always" not in request_text("k3x9ab", [call], deciders="alice")

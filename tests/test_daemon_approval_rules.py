@@ -112,6 +112,11 @@ async def test_ops_asks_and_only_its_approvers_decide(tmp_path: Path) -> None:
             mid, request = await asks(bob, "append a line")
             assert "Who may decide: alice, carol." in request.text
             rid = request_id(request.text)
+            assert request.text.splitlines()[-3:] == [  # allow once, allow always, deny
+                f"!approve {rid}",
+                f"!approve {rid} always",
+                f"!deny {rid} [reason]",
+            ]
             await bob.say(f"!approve {rid}", thread=mid)
             [_, refusal] = await bob.reply_in(mid, 2)
             assert refusal.text == f"bob may not decide request {rid}: only alice, carol may."
@@ -126,6 +131,7 @@ async def test_ops_asks_and_only_its_approvers_decide(tmp_path: Path) -> None:
             mid, request = await asks(bob_dev, "append a line here")
             assert "Who may decide: bob." in request.text
             rid = request_id(request.text)
+            assert "always" not in request.text  # nobody may say it in #dev
             await alice_dev.say(f"!approve {rid}", thread=mid)
             [_, refusal] = await bob_dev.reply_in(mid, 2)
             assert refusal.text == f"alice may not decide request {rid}: only bob may."

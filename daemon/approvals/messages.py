@@ -2,12 +2,14 @@
 
 The request names each pending call as ``server.tool(arguments)`` with every
 argument in full (issue 26: what an approver sees is what runs), as JSON on
-one line, and ends with the two command lines, literally, with the request's
-short id. A long request is one long message: the publisher splits it over
-several, as it does a long reply, and ``!show ID`` prints it again. Characters
-that show as something else or as nothing (controls, bidirectional overrides,
-zero-width marks) are written as JSON ``\\uXXXX`` escapes, so the text still
-reads back as exactly the arguments.
+one line, and ends with the command lines, literally, with the request's
+short id: ``!approve ID``, ``!approve ID always`` where the channel has
+approvers who may say it, and ``!deny ID [reason]``. A long request is one
+long message: the publisher splits it over several, as it does a long reply,
+and ``!show ID`` prints it again. Characters that show as something else or
+as nothing (controls, bidirectional overrides, zero-width marks) are written
+as JSON ``\\uXXXX`` escapes, so the text still reads back as exactly the
+arguments.
 """
 
 from __future__ import annotations
@@ -71,10 +73,16 @@ def call_text(tool: str, server: str | None, arguments: dict[str, Any]) -> str:
 
 
 def request_text(
-    request_id: str, calls: Sequence[PendingCall], *, deciders: str, decided: str | None = None
+    request_id: str,
+    calls: Sequence[PendingCall],
+    *,
+    deciders: str,
+    decided: str | None = None,
+    always: bool = False,
 ) -> str:
-    """The message that asks a person to approve ``calls``; ``decided`` (``!show`` of a
-    decided request): how it was decided, said on a last line."""
+    """The message that asks a person to approve ``calls``; ``always``: offer
+    ``!approve ID always`` too (the channel's approvers may say it); ``decided``
+    (``!show`` of a decided request): how it was decided, said on a last line."""
     if len(calls) == 1:
         head = "This run wants to make a call that needs approval:"
     else:
@@ -84,6 +92,7 @@ def request_text(
     lines += [
         f"Who may decide: {deciders}.",
         f"!approve {request_id}",
+        *([f"!approve {request_id} always"] if always else []),
         f"!deny {request_id} [reason]",
     ]
     if decided is not None:

@@ -286,7 +286,12 @@ class ApprovalDesk:
             thread=thread_id,
             calls=[f"{c.server}.{c.tool}" if c.server else c.tool for c in pause.calls],
         )
-        text = request_text(request_id, pause.calls, deciders=policy.who_decides(requester))
+        text = request_text(
+            request_id,
+            pause.calls,
+            deciders=policy.who_decides(requester),
+            always=self._offers_always(policy),
+        )
         reply_to = prompts[-1].id if prompts else thread_id
         if not await self._publish_request(channel, thread_id, reply_to, text, request_id):
             return request_id  # decided already: the hub had it, only its ack was lost
@@ -347,8 +352,14 @@ class ApprovalDesk:
         if isinstance(parsed, Show):  # the request again, in full: anyone may read it
             calls = [PendingCall(**c) for c in request.calls]
             status = None if request.status == "pending" else f"{request.status}{who}"
-            deciders = self.policy_of(request.channel).who_decides(request.requested_by)
-            text = request_text(request.id, calls, deciders=deciders, decided=status)
+            policy = self.policy_of(request.channel)
+            text = request_text(
+                request.id,
+                calls,
+                deciders=policy.who_decides(request.requested_by),
+                decided=status,
+                always=self._offers_always(policy),
+            )
             await self._say(message, text)
             return True
         if request.status != "pending":
@@ -416,6 +427,10 @@ class ApprovalDesk:
             await self._say(message, always_granted_text(request.channel, granted))
         await self._hand_over(request)
         return True
+
+    def _offers_always(self, policy: ApprovalPolicy) -> bool:
+        """Whether a request in a channel of ``policy`` offers ``!approve ID always``."""
+        return self._rules is not None and bool(policy.approvers)
 
     def _always_refused(self, message: InboundMessage, request: StoredApproval) -> str | None:
         """Why ``message``'s ``!approve ID always`` is refused (None: it is not)."""
@@ -523,7 +538,8 @@ class ApprovalDesk:
         one copy, and a request stored just before a crash cut its publish off is
         seen (issue 26). A failure is logged: the next start tries again."""
         calls = [PendingCall(**c) for c in request.calls]
-        deciders = self.policy_of(request.channel).who_decides(request.requested_by)
+        policy = self.policy_of(request.channel)
+        deciders = policy.who_decides(request.requested_by)
         prompts = await self._store.run_prompts(request.run_id)
         await publish_quietly(
             self._publisher,
@@ -531,7 +547,7 @@ class ApprovalDesk:
             request.channel,
             request.thread_id,
             prompts[-1].id if prompts else request.thread_id,
-            request_text(request.id, calls, deciders=deciders),
+            request_text(request.id, calls, deciders=deciders, always=self._offers_always(policy)),
             client_id=reply_client_id(request.channel, f"approval:{request.id}"),
         )
 
