@@ -188,6 +188,7 @@ class ApprovalDesk:
         self._rules_refresh = rules_refresh
         self._book = RuleBook()
         self._grants_made = 0  # rules granted here: a refresh read before one is stale
+        self._rules_unread = False  # the last refresh failed (logged once until one works)
         self._refresher: asyncio.Task[None] | None = None
         self._resume = resume
         self._publish_timeout = publish_timeout
@@ -570,8 +571,13 @@ class ApprovalDesk:
             else:
                 found = await self._rules.rules()
         except Exception as exc:
-            log.warning("approvals.rules_not_read", error=f"{type(exc).__name__}: {exc}")
+            if not self._rules_unread:  # once per outage, not every second
+                log.warning("approvals.rules_not_read", error=f"{type(exc).__name__}: {exc}")
+            self._rules_unread = True
             return
+        if self._rules_unread:
+            log.warning("approvals.rules_read_again")
+            self._rules_unread = False
         if self._grants_made != before:
             return  # read before a rule granted meanwhile: the next refresh has it
         book = RuleBook(_allow_rule(r) for r in found)
