@@ -34,7 +34,6 @@ from __future__ import annotations
 import asyncio
 import datetime
 import json
-import random
 import statistics
 import sys
 import time
@@ -52,6 +51,7 @@ from pydantic_monty import (
     MontyComplete,
 )
 
+from bench.rows import make_rows
 from daemon.code_mode import CodeModeLimits, CodeModeToolExecutor
 from daemon.code_mode.lazy import snapshot_wrappers_source, wrappers_source
 from daemon.code_mode.sandbox.pool import close_pool, pool_options
@@ -65,21 +65,6 @@ THREADS = 100  # threads that run once each (first-run row, memory)
 SETTLE = 0.01  # seconds between one new thread's first run and the next's
 
 COUNT = 'len([r for r in rows if r["kcp"] == "a" and r["size"] > 5000 and "x" in r["tags"]])'
-
-
-def make_rows(n: int = 11_000) -> list[dict]:
-    """About 1 MB of Kubernetes-ish rows, deterministic."""
-    rng = random.Random(0)
-    return [
-        {
-            "id": i,
-            "name": f"object-{i}",
-            "kcp": rng.choice("abc"),
-            "size": rng.randint(0, 10_000),
-            "tags": [rng.choice("xyz") for _ in range(2)],
-        }
-        for i in range(n)
-    ]
 
 
 async def snapshot_floor(session: AsyncMontySession, code: str, tool: Any) -> Any:

@@ -43,7 +43,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.code_mode import make_rows  # the same 1 MB of rows on both sides
+from bench.rows import make_rows  # the same 1 MB of rows on both sides
 from daemon.code_mode import CodeModeLimits, CodeModeToolExecutor
 from daemon.logging import configure_logging
 from daemon.tools import ThreadKey, ToolCallOutput
