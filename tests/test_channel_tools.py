@@ -20,6 +20,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from daemon.approvals import ApprovalPolicy, Decision
 from daemon.code_mode import CodeModeToolExecutor
 from daemon.code_mode.catalog import Catalog
 from daemon.executors import ChannelTools, channel_tools
@@ -32,6 +33,7 @@ from daemon.tools import (
     ToolDefinition,
 )
 from tests.fakes.executor import FakeToolExecutor
+from tests.fakes.scope_store import MemoryScopeStore
 from tests.test_code_mode_indirect import FORMS, LIMITS, Form
 
 HELP = ThreadKey("#help", "t")
@@ -264,3 +266,51 @@ def test_a_channels_view_and_catalog_are_the_executors_tools_filtered(listed, se
     assert {d.name for d in definitions if view.offers(d.name)} == {d.name for d in expected}
     catalog = Catalog(view.definitions())
     assert [e.definition for e in catalog.entries.values()] == expected
+
+
+async def test_a_function_kept_in_a_stored_repl_cannot_reach_a_tool_the_channel_lost(
+    fake, executors, monty_pool
+):
+    """The channel saw kcp.append_line when a snippet kept a function calling it; after a
+    restart under a policy without kcp, the stored REPL comes back and calling the function
+    is a NameError for the tool's host function: no call is made."""
+    store = MemoryScopeStore()
+    before = CodeModeToolExecutor(
+        channel_tools(fake, lambda _s, _t: True), LIMITS, pool=monty_pool, scopes=store
+    )
+    executors.append(before)
+    define = "async def later():\n    return await append_line(line='x')\n1"
+    out = await before.thread_scope(HELP).call_tool("run_code", {"code": define})
+    assert out.content == "1"
+    await before.checkpoint_all()
+    after = CodeModeToolExecutor(
+        channel_tools(fake, help_sees), LIMITS, pool=monty_pool, scopes=store
+    )
+    executors.append(after)
+    out = await after.thread_scope(HELP).call_tool("run_code", {"code": "await later()"})
+    assert "NameError" in out.content, out.content
+    assert fake.calls_to("append_line") == []
+
+
+async def test_an_approved_call_is_not_made_once_the_channel_no_longer_offers_it(
+    fake, executors, monty_pool
+):
+    """A call paused for approval while the channel offered kcp.append_line, approved after a
+    restart under a policy without kcp: the call is not made, and the snippet reads why."""
+    asking = CodeModeToolExecutor(
+        channel_tools(fake, lambda _s, _t: True),
+        LIMITS,
+        pool=monty_pool,
+        gate=ApprovalPolicy(mode="ask").verdict,
+    )
+    executors.append(asking)
+    code = 'r = await append_line(line="x")\nr'
+    paused = await asking.thread_scope(HELP).call_tool("run_code", {"code": code})
+    assert paused.pause is not None, paused.content
+    after = CodeModeToolExecutor(channel_tools(fake, help_sees), LIMITS, pool=monty_pool)
+    executors.append(after)
+    await after.start()
+    (pending,) = paused.pause.calls
+    out = await after.resume(HELP, paused.pause, {pending.call_id: Decision(True, "alice")})
+    assert "append_line() is no longer offered, so the call was not made" in out.content
+    assert fake.calls_to("append_line") == []
