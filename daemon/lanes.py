@@ -37,7 +37,7 @@ from daemon.code_mode.catalog import CatalogSource
 from daemon.config import ChannelPolicy, Config, ModelConfig
 from daemon.executors import code_mode_limits
 from daemon.model import OpenAiCompatibleBackend
-from daemon.runtime import RestartNoteExecutor
+from daemon.runtime import RestartNoteExecutor, ToolsOffered
 from daemon.tools import PersistentScopes, ThreadKey, ToolDefinition, ToolExecutor
 
 __all__ = ["Lane", "LaneTools", "Lanes", "lane_config"]
@@ -167,11 +167,16 @@ class Lanes:
         """Whether some lane stores its thread REPLs (``!reset`` has something to reset)."""
         return any(isinstance(executor, PersistentScopes) for executor in self.executors)
 
-    async def offer(self, channel: str) -> tuple[list[ToolDefinition], str]:
-        """``!tools``: the tools ``channel`` offers and its approvals mode."""
+    async def offer(self, channel: str) -> ToolsOffered:
+        """``!tools``: the tools ``channel`` offers, its approvals mode, and its servers that
+        have not started (yet: they are retried, and their tools join once up)."""
         lane = self.lane(channel)
         await lane.executor.start()
-        return lane.offered(), self._config.policy(channel).approvals.mode
+        policy = self._config.policy(channel)
+        failed = getattr(lane.tools or lane.executor, "failed_servers", {}) or {}
+        servers = policy.servers
+        missing = [name for name in failed if servers is None or name in servers]
+        return ToolsOffered(lane.offered(), policy.approvals.mode, missing)
 
     # -- PersistentScopes, each thread in its channel's lane --------------------------------
 

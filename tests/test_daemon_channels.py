@@ -27,6 +27,7 @@ from channels.client import Message, WebSocketChannel
 from channels.hub import Hub
 from daemon.app import Daemon
 from daemon.config import load_config
+from daemon.runtime.commands import RESET_DONE, RESET_NONE
 from tests.fakes.fake_openai import FakeOpenAI, Hold, Reply, ToolCalls
 from tests.test_code_mode_indirect import FORMS, Form
 from tests.test_daemon import TEST_SERVER, WAIT
@@ -80,8 +81,11 @@ args = ["-m", "servers.simple", "--deny-private"]
 command = "{sys.executable}"
 args = ["{TEST_SERVER}", "--label", "daemon"]
 
+[mcp_servers.broken]
+command = "{tmp / "no-such-server"}"
+
 [channel."#help"]
-servers = ["simple", "test"]
+servers = ["simple", "test", "broken"]
 tools_allow = ["simple.*", "test.echo", "test.nap", "test.erase"]
 tools_deny = ["*.erase"]
 
@@ -262,15 +266,18 @@ async def test_team_runs_go_to_the_big_endpoint(world):
 
 
 async def test_tools_lists_exactly_the_channels_tools_and_its_approvals_mode(world):
-    """!tools in #help: its three tools as server.tool with a summary each, mode deny;
-    in #ops: every kcp and simple tool and no test tool, mode ask. No model is asked."""
+    """!tools in #help: its three tools as server.tool with a summary each, mode deny, and
+    its server that did not start; in #ops: every kcp and simple tool and no test tool,
+    mode ask, and no word of the broken server it does not use. No model is asked."""
     _, model, big, alice, _ = world
     asked = len(model.requests), len(big.requests)
     _, text = await alice.ask("#help", "!tools")
-    first, *lines = text.splitlines()
+    first, *lines, last = text.splitlines()
     assert first.startswith("Tools in #help (3); approvals: deny")
     assert [line.split(":")[0] for line in lines] == [f"- {name}" for name in HELP_TOOLS]
     assert all(len(line.split(": ", 1)[1]) > 0 for line in lines)
+    assert last.startswith("Not started (retried in the background")
+    assert last.endswith(": broken.")
     _, text = await alice.ask("#ops", "!tools")
     first, *lines = text.splitlines()
     assert "approvals: ask" in first
@@ -278,6 +285,7 @@ async def test_tools_lists_exactly_the_channels_tools_and_its_approvals_mode(wor
     assert servers == {"kcp", "simple"}
     assert "- kcp.delete_object: " in text
     assert "- simple.http_get: " in text
+    assert "broken" not in text
     assert (len(model.requests), len(big.requests)) == asked
 
 
@@ -326,3 +334,13 @@ async def test_a_channels_concurrency_cap_holds_while_another_channel_runs(world
     hold.release.set()
     assert [m.text for m in await alice.reply_in(first)] == ["first"]
     assert [m.text for m in await alice.reply_in(second)] == ["second"]
+
+
+async def test_reset_knows_which_channels_have_a_repl(world):
+    """!reset in #direct (tools called directly) says there is no REPL; in #help (code
+    mode) it resets the thread's."""
+    _, _, _, alice, _ = world
+    _, text = await alice.ask("#direct", "!reset")
+    assert text == RESET_NONE
+    _, text = await alice.ask("#help", "!reset")
+    assert text == RESET_DONE

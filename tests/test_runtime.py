@@ -21,7 +21,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from daemon.errors import BackendError
-from daemon.runtime.commands import RESET_BUSY, RESET_DONE, RESET_NONE
+from daemon.runtime.commands import RESET_BUSY, RESET_DONE, RESET_NONE, ToolsOffered
 from daemon.runtime.complete import complete
 from daemon.runtime.interrupted import INTERRUPTED_HEAD, INTERRUPTED_TAIL, interrupted_notice
 from daemon.runtime.ports import (
@@ -577,9 +577,10 @@ async def test_tools_answers_with_the_channels_tools_and_asks_no_model(parts):
     store, pub, model = parts
     asked: list[str] = []
 
-    async def tools(channel: str):
+    async def tools(channel: str) -> ToolsOffered:
         asked.append(channel)
-        return [ToolDefinition("echo", "Echo the text.\nMore.", {}, server="test")], "deny"
+        echo = ToolDefinition("echo", "Echo the text.\nMore.", {}, server="test")
+        return ToolsOffered([echo], "deny", ["kcp"])
 
     rt = Runtime(store=store, publisher=pub, run=model, tools=tools)
     await rt.submit(msg("!tools", channel="#help"))
@@ -587,7 +588,8 @@ async def test_tools_answers_with_the_channels_tools_and_asks_no_model(parts):
     assert asked == ["#help"]
     assert pub.sent[0].text == (
         "Tools in #help (1); approvals: deny (a call that can change something is refused):\n"
-        "- test.echo: Echo the text."
+        "- test.echo: Echo the text.\n"
+        "Not started (retried in the background; their tools join once up): kcp."
     )
     assert model.requests == []
     await rt.shutdown(grace=1)

@@ -23,6 +23,7 @@ restart note's catalog and words), ``channels`` and ``sessions``; never
 """
 
 from daemon.runtime.audit import AuditedExecutor, audit_observer
+from daemon.runtime.commands import ToolsOffered
 from daemon.runtime.context import Outcome
 from daemon.runtime.desk import ApprovalDesk, ApprovalMirror, Shared
 from daemon.runtime.intake import ChannelPublisher, ChunkJoiner, inbound
@@ -107,6 +108,7 @@ __all__ = [
     "Shared",
     "SignedScopeStore",
     "ToolUseContext",
+    "ToolsOffered",
     "audit_observer",
     "current_tool_use",
     "health_problems",

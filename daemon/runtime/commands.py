@@ -16,6 +16,7 @@ Decisions on approvals (``!approve``,
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 
 import structlog
 
@@ -34,6 +35,7 @@ __all__ = [
     "ResetFunction",
     "ThreadCommands",
     "ToolsFunction",
+    "ToolsOffered",
 ]
 
 log = structlog.get_logger("asyncai.runtime")
@@ -54,9 +56,19 @@ the thread's channel has no REPL (its tools are called directly, issue 29)."""
 TOOLS_COMMAND = "!tools"
 """A message whose whole text is this lists the channel's tools and its approvals mode."""
 
-ToolsFunction = Callable[[str], Awaitable[tuple[Sequence[ToolDefinition], str]]]
-"""A channel's tools, in the order offered, and its approvals mode (``ask``, ``allow``,
-``deny``): what ``!tools`` says (the daemon's lanes)."""
+
+@dataclass(frozen=True)
+class ToolsOffered:
+    """What ``!tools`` says of a channel: its tools in the order offered, its approvals
+    mode (``ask``, ``allow``, ``deny``), and its servers not started (yet)."""
+
+    tools: Sequence[ToolDefinition]
+    approvals_mode: str
+    not_started: Sequence[str] = ()
+
+
+ToolsFunction = Callable[[str], Awaitable[ToolsOffered]]
+"""What ``!tools`` says of a channel (the daemon's lanes)."""
 
 RESET_DONE = "The REPL of this thread was reset: its variables and their saved copy are gone."
 RESET_BUSY = "This thread has a run going on: !stop it first, then !reset."
@@ -87,12 +99,14 @@ class ThreadCommands:
             text = "This daemon cannot list its tools here."
         else:
             try:
-                tools, mode = await self._tools(message.channel)
+                offered = await self._tools(message.channel)
             except Exception as exc:
                 log.exception("runtime.tools_failed", channel=message.channel)
                 text = f"The tools could not be listed: {type(exc).__name__}: {exc}"
             else:
-                text = tools_reply(message.channel, tools, mode)
+                text = tools_reply(
+                    message.channel, offered.tools, offered.approvals_mode, offered.not_started
+                )
         log.info("runtime.tools_listed", channel=message.channel, thread=message.thread)
         await publish_quietly(
             ctx.publisher,

@@ -30,12 +30,24 @@ def summary(description: str) -> str:
     return line or "(no description)"
 
 
-def tools_reply(channel: str, tools: Sequence[ToolDefinition], approvals_mode: str) -> str:
+def tools_reply(
+    channel: str,
+    tools: Sequence[ToolDefinition],
+    approvals_mode: str,
+    not_started: Sequence[str] = (),
+) -> str:
     """``!tools``' answer: ``server.tool: summary`` for each of the channel's tools, in the
-    order they are offered, and the channel's approvals mode."""
+    order they are offered, and the channel's approvals mode; then the channel's servers
+    that have not started (yet), whose tools are missing until they do."""
     mode = f"approvals: {approvals_mode} ({_MODES.get(approvals_mode, approvals_mode)})"
     if not tools:
-        return f"No tools in {channel}; {mode}."
-    lines = [f"Tools in {channel} ({len(tools)}); {mode}:"]
-    lines += [f"- {tool.qualified_name}: {summary(tool.description)}" for tool in tools]
+        lines = [f"No tools in {channel}; {mode}."]
+    else:
+        lines = [f"Tools in {channel} ({len(tools)}); {mode}:"]
+        lines += [f"- {tool.qualified_name}: {summary(tool.description)}" for tool in tools]
+    if not_started:
+        servers = ", ".join(not_started)
+        lines.append(
+            f"Not started (retried in the background; their tools join once up): {servers}."
+        )
     return "\n".join(lines)
