@@ -37,6 +37,7 @@ from channels.ids import ZERO_ID, id_for_time
 from channels.names import is_channel
 from channels.nats import NatsChannel
 from channels.notify import notify, watchdog_interval
+from channels.tokens import load_tokens
 from channels.transport import AnyChannel, id_space, open_channel
 
 __all__ = [
@@ -66,6 +67,7 @@ __all__ = [
     "id_for_time",
     "id_space",
     "is_channel",
+    "load_tokens",
     "notify",
     "open_channel",
     "watchdog_interval",

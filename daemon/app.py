@@ -31,6 +31,11 @@ channel healthy and the runtime not wedged (:mod:`daemon.runtime.watchdog`),
 While a run works, its progress goes to its thread as channel ``status``
 frames (:mod:`daemon.runtime.progress`; never after the reply).
 
+With ``[web] listen`` set, the operator's console (:mod:`daemon.web`, issue
+30) is served by uvicorn on this same event loop, started last before
+``READY=1`` and stopped first at shutdown; without its tokens file the daemon
+does not start (the message says how to make one).
+
 Shutdown (SIGTERM, SIGINT, or :meth:`Daemon.request_stop`), in a fixed order:
 stop reading the channel, give active runs ``runtime.shutdown_grace`` seconds,
 cancel the rest and record them interrupted (their prompts are answered after
@@ -93,7 +98,9 @@ from daemon.runtime.scopes import SignedScopeStore, load_or_create_key
 from daemon.runtime.store import SessionsRuntimeStore
 from daemon.runtime.watchdog import health_problems, heartbeat
 from daemon.tools import ToolExecutor
+from daemon.web import Console, Sources, WebServer, console_app, read_tokens
 from sessions.errors import StoreError
+from sessions.ids import thread_key
 from sessions.scopes import Scopes, scope_cutoff
 from sessions.store import Store
 
@@ -180,6 +187,10 @@ class Daemon:
         self._signed: SignedScopeStore | None = None  # one daemon's REPL dumps, in its SQLite
         # Chunks of split prompts, held until their last one (the cursor waits for them).
         self._joiner = ChunkJoiner()
+        self._web: WebServer | None = None  # the console, when [web] listen is set
+        self.console: Console | None = None
+        # each working run's last status line, by thread key: what the console shows live
+        self._statuses: dict[str, str] = {}
 
     @property
     def store(self) -> Store:
@@ -187,6 +198,11 @@ class Daemon:
         if self._store is None:
             raise RuntimeError("the daemon is not started")
         return self._store
+
+    @property
+    def web_url(self) -> str | None:
+        """The console's address as bound (after :meth:`start`), or None without one."""
+        return self._web.url if self._web is not None else None
 
     @property
     def desk(self) -> ApprovalDesk | None:
@@ -248,6 +264,8 @@ class Daemon:
     async def start(self) -> None:
         """Open the store, start the tools, connect, schedule leftovers, subscribe; READY=1."""
         config = self.config
+        if config.web.listen is not None:
+            read_tokens(config.web.tokens)  # no console without a way to log in: fail now
         store = self._store = await Store(config.sessions.db).open()
         # Stored at the first start only: a channel without a cursor is read from there.
         first_start = await store.cursors.first_start_cursor(id_for_time(time.time_ns() // 10**6))
@@ -306,6 +324,8 @@ class Daemon:
         self._tasks.append(self._intake)
         if self._cluster is not None:
             self._cluster.start(self.runtime.submit, publisher)
+        if config.web.listen is not None:
+            await self._start_console(config.web.listen)
         gc.collect()
         gc.freeze()  # see the module docstring
         notify(f"READY=1\nSTATUS={self.status_line()}", env=self._env)
@@ -323,6 +343,21 @@ class Daemon:
         )
         beat = heartbeat(self.health_problems, self.status_line, env=self._env)
         self._tasks.append(asyncio.create_task(beat, name="asyncai-heartbeat"))
+
+    async def _start_console(self, listen: str) -> None:
+        """The console on ``listen``, reading this daemon's store, runs and REPLs."""
+        assert self._store is not None
+        self.console = Console(
+            Sources(
+                config=self.config,
+                store=self._store,
+                status=self._statuses.get,
+                desk=self._desk,
+            )
+        )
+        self._web = WebServer(console_app(self.console), listen)
+        await self._web.start()
+        log.warning("daemon.console", url=self._web.url)
 
     def _clustered(self, store: SessionsRuntimeStore) -> RuntimeStore:
         """The runtime's store; in a cluster, one that tells the others what was answered."""
@@ -426,6 +461,10 @@ class Daemon:
             return
         self._closed = True
         notify("STOPPING=1", env=self._env)
+        if self.console is not None:
+            self.console.closing.set()  # its live streams end
+        if self._web is not None:  # stop accepting first: no decision lands mid-shutdown
+            await _closing("console", self._web.aclose())
         if self._intake is not None:
             self._intake.cancel()
             await asyncio.gather(self._intake, return_exceptions=True)
@@ -531,10 +570,22 @@ class Daemon:
         channel = self._channel
         assert channel is not None  # start() made it
 
+        key = thread_key(request.channel, request.thread_id)
+        statuses = self._statuses
+
         async def send(text: str) -> None:
+            statuses[key] = text
             await channel.status(request.channel, text, thread=request.thread_id)
 
-        return showing_progress(send, interval=self._progress_interval)
+        @contextlib.asynccontextmanager
+        async def shown() -> AsyncIterator[RunProgress]:
+            try:
+                async with showing_progress(send, interval=self._progress_interval) as progress:
+                    yield progress
+            finally:
+                statuses.pop(key, None)
+
+        return shown()
 
     def idle(self) -> bool:
         """Whether no run is active now (the local model server may be restarted)."""

@@ -16,6 +16,7 @@ import signal
 import sys
 from pathlib import Path
 
+import httpx2
 import pytest
 
 from channels.client import WebSocketChannel
@@ -24,6 +25,7 @@ from daemon.errors import ConfigError
 from sessions.store import Store
 from tests.fakes.fake_openai import FakeOpenAI, Reply, ToolCalls
 from tests.test_daemon import WAIT
+from tests.test_web_auth import log_in
 
 pytestmark = pytest.mark.slow
 
@@ -104,7 +106,9 @@ async def test_up_answers_on_asyncai_with_http_get_and_stops_on_ctrl_c(tmp_path)
         )
         fake.add(ToolCalls(("run_code", {"code": code})), Reply("db1 is down."))
         env = clean_env(tmp_path, OPENAI_BASE_URL=fake.base_url, ASYNCAI_MODEL="fake-model")
-        proc = await asyncai(tmp_path, "up", "--listen", "127.0.0.1:0", env=env)
+        proc = await asyncai(
+            tmp_path, "up", "--listen", "127.0.0.1:0", "--web-listen", "127.0.0.1:0", env=env
+        )
         try:
             lines: list[str] = []
             async with asyncio.timeout(WAIT * 2):
@@ -118,6 +122,13 @@ async def test_up_answers_on_asyncai_with_http_get_and_stops_on_ctrl_c(tmp_path)
             assert "--wait" in printed
             hub_url = re.search(r"hub +(ws://\S+)", printed).group(1)
             assert f"ATIRC_URL={hub_url}" in printed  # not the default port: atirc must be told
+            # the console's line: its login URL with the token up wrote for 'operator'
+            login = r"console +(http://\S+/)login#token=(\S+) +\(nick operator"
+            console = re.search(login, printed)
+            assert console is not None, printed
+            tokens = tmp_path / ".asyncai" / "web.tokens"
+            assert os.stat(tokens).st_mode & 0o777 == 0o600
+            assert f"{console.group(2)} operator" in tokens.read_text()
 
             async with WebSocketChannel(hub_url, nick="alice") as alice:
                 await alice.subscribe("#asyncai")
@@ -129,6 +140,12 @@ async def test_up_answers_on_asyncai_with_http_get_and_stops_on_ctrl_c(tmp_path)
             assert message.text == "db1 is down."
             tool_result = fake.requests[1]["messages"][-1]
             assert json.loads(tool_result["content"]) == ["db1"]
+            # a newcomer logs in with the printed token and sees the thread
+            async with httpx2.AsyncClient(base_url=console.group(1)) as browser:
+                assert (await log_in(browser, console.group(2))).status_code == 303
+                threads = await browser.get("/")
+                assert threads.status_code == 200
+                assert "#asyncai" in threads.text
 
             os.killpg(proc.pid, signal.SIGINT)
             async with asyncio.timeout(WAIT):

@@ -256,6 +256,8 @@ MAY_IMPORT = {
     },
     "daemon.cluster": SHARED
     | {"daemon.config", "daemon.runtime", "daemon.code_mode.repl", "sessions", "channels"},
+    # the console (issue 30): reads the store, decides through the runtime's desk
+    "daemon.web": SHARED | {"daemon.config", "daemon.runtime", "sessions", "channels"},
 }
 
 

@@ -1,7 +1,8 @@
 """``asyncai serve``: the daemon (:class:`daemon.app.Daemon`) until SIGTERM or SIGINT.
 
 Exit status 0; 1 when the daemon could not start or the hub went away for good
-(systemd restarts it); 2 for a configuration error.
+(systemd restarts it); 2 for a configuration error, such as ``[web] listen``
+without the console's tokens file (the message says how to make one).
 """
 
 from __future__ import annotations
@@ -40,6 +41,10 @@ def _main(args: argparse.Namespace) -> int:
             raise ConfigError(
                 f'no channels to answer: set channels = ["#ops"] in [channels] of {where}'
             )
+        if config.web.listen is not None:
+            from daemon.web import read_tokens
+
+            read_tokens(config.web.tokens)  # nobody could log in: refuse, saying how to fix it
     except ConfigError as exc:
         print(f"asyncai serve: {exc}", file=sys.stderr)
         return 2

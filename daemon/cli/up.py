@@ -14,6 +14,11 @@ It starts, in this order:
    server (``http_get``) besides any configured ones, its database in
    ``./.asyncai/asyncai.db``.
 
+It also serves the operator's console on ``127.0.0.1:6690`` (``--web-listen``;
+``[web] listen`` of the config file wins), creating ``.asyncai/web.tokens``
+with one random token for the nick ``operator`` when the file is missing, and
+its banner prints the login URL with that token.
+
 Then it prints how to talk to it and runs until Ctrl-C or SIGTERM (exit 0).
 An ``asyncai.toml`` in the working directory (or ``--config``) still applies,
 except for the channels, the hub URL and the database, which ``up`` sets.
@@ -56,6 +61,8 @@ log = structlog.get_logger("asyncai.up")
 CHANNEL = "#asyncai"
 DEFAULT_LISTEN = "127.0.0.1:6680"
 DEFAULT_STATE_DIR = Path(".asyncai")
+DEFAULT_WEB_LISTEN = "127.0.0.1:6690"
+WEB_NICK = "operator"  # the nick of the token up writes into a new tokens file
 #: The question the banner suggests; `python -m bench.questions --startup` times it and checks it.
 #: (It was "the sum of the first 1000 primes", which the embedded 1.5B model reads as
 #: the primes below 1000, every time: docs/benchmarks/history.md.)
@@ -116,6 +123,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="DIR",
         help="hub and session databases (default ./.asyncai)",
     )
+    parser.add_argument(
+        "--web-listen",
+        default=None,
+        metavar="HOST:PORT",
+        help=f"where the console listens (default [web] listen, else {DEFAULT_WEB_LISTEN})",
+    )
     parser.set_defaults(func=_main)
 
 
@@ -123,6 +136,9 @@ def _main(args: argparse.Namespace) -> int:
     try:
         config = load_config(args.config, overrides_from_args(args))
         host, port = _listen(args.listen)
+        if args.web_listen is not None:
+            _listen(args.web_listen)
+            config.web.listen = args.web_listen
     except ConfigError as exc:
         print(f"asyncai up: {exc}", file=sys.stderr)
         return 2
@@ -189,6 +205,11 @@ async def up(
                 return 1
             stack.push_async_callback(hub.aclose)
             _configure(config, hub.url, endpoint, state_dir)
+            try:
+                token = _console_token(config, state_dir)
+            except ConfigError as exc:  # a tokens file that cannot be used as it is
+                print(f"asyncai up: {exc}", file=sys.stderr)
+                return 1
             from daemon.app import Daemon  # the whole daemon: loaded only when it runs
 
             daemon = Daemon(config, warm_up=endpoint.local)
@@ -209,7 +230,11 @@ async def up(
             try:
                 return await daemon.run(
                     ready=lambda: print(
-                        _instructions(hub.url, endpoint, config), file=out, flush=True
+                        _instructions(
+                            hub.url, endpoint, config, console=_login_url(daemon.web_url, token)
+                        ),
+                        file=out,
+                        flush=True,
                     )
                 )
             finally:
@@ -266,6 +291,32 @@ def _configure(config: Config, hub_url: str, endpoint: ModelEndpoint, state_dir:
             SIMPLE_SERVER: McpServerConfig(command="asyncai-mcp-simple"),
             **config.mcp_servers,
         }
+
+
+def _console_token(config: Config, state_dir: Path) -> str | None:
+    """The console's address and tokens file as ``up`` sets them; a token for the banner.
+
+    ``[web] listen`` defaults to ``127.0.0.1:6690``; ``[web] tokens``, unless
+    the config file names one, is ``STATE_DIR/web.tokens``, created with one
+    random token for ``operator`` when missing. The token returned is the
+    first of ``operator`` (None when the file has none).
+    """
+    from daemon.web import create_tokens, first_token
+
+    if config.web.listen is None:
+        config.web.listen = DEFAULT_WEB_LISTEN
+    if "web.tokens" not in config.sources:
+        config.web.tokens = state_dir / "web.tokens"
+    if not config.web.tokens.exists():
+        return create_tokens(config.web.tokens, WEB_NICK)
+    return first_token(config.web.tokens, WEB_NICK)
+
+
+def _login_url(url: str | None, token: str | None) -> str | None:
+    """The console's login page, with the token in the fragment (never sent to the server)."""
+    if url is None:
+        return None
+    return f"{url}login" + (f"#token={token}" if token else "")
 
 
 def _endpoint_configured(config: Config, environ: dict[str, str]) -> bool:
@@ -357,19 +408,25 @@ async def _start_local_model(stack: contextlib.AsyncExitStack, state_dir: Path) 
     return ModelEndpoint(base_url=server.base_url, model=server.model, local=True, server=server)
 
 
-def _instructions(hub_url: str, endpoint: ModelEndpoint, config: Config) -> str:
+def _instructions(
+    hub_url: str, endpoint: ModelEndpoint, config: Config, *, console: str | None = None
+) -> str:
     env = "" if hub_url == "ws://127.0.0.1:6680/" else f"ATIRC_URL={hub_url} "
     tools = ", ".join(config.mcp_servers)
     model = f"{endpoint.model} at {endpoint.base_url}" + (" (local)" if endpoint.local else "")
     db = config.sessions.db
     # the readers default to the daemon's database: name it only when it is elsewhere
     db_flag = "" if db == DEFAULT_STATE_DIR / "asyncai.db" else f" --db {db}"
+    console_line = (
+        f"{console}   (nick {WEB_NICK}; tokens in {config.web.tokens})" if console else "(off)"
+    )
     return f"""\
 asyncai is up.
   hub      {hub_url}   channel {CHANNEL}
   model    {model}
   tools    {tools} (MCP servers; the model calls them from run_code)
   state    {db}
+  console  {console_line}
 
 Talk to it from another terminal:
   {env}.venv/bin/atirc pub '{CHANNEL}' "{BANNER_QUESTION}" --wait

@@ -52,6 +52,7 @@ from daemon.config.schema import (
     ModelConfig,
     RuntimeConfig,
     SessionsConfig,
+    WebConfig,
 )
 from daemon.config.show import Setting, Settings, effective_settings, settings_json, settings_text
 
@@ -72,6 +73,7 @@ __all__ = [
     "SessionsConfig",
     "Setting",
     "Settings",
+    "WebConfig",
     "add_config_arguments",
     "effective_settings",
     "load_config",

@@ -10,7 +10,7 @@ across sections that no single key's type can make (a channel section's
 server, endpoint, approvers) follow (:mod:`daemon.config.checks`).
 
 Relative paths written in a config file (``mcp_json``, ``code_mode.preamble``,
-``model.examples``, ``models.NAME.examples``, ``sessions.db``, a server's ``cwd``)
+``model.examples``, ``models.NAME.examples``, ``sessions.db``, ``web.tokens``, a server's ``cwd``)
 are relative to the file's directory;
 relative paths from flags and the defaults are relative to the working
 directory.
@@ -58,7 +58,7 @@ COMMAND_LINE = "the command line"  # the source of a key a flag sets
 Key = tuple[str, ...]  # a key's parts: ("model", "api_key"), ("channel", "#ops", "servers")
 
 # Config's tables: one each, and the named ones ([models.NAME], [channel."#name"])
-_SECTIONS = ["model", "code_mode", "channels", "runtime", "sessions", "approvals"]
+_SECTIONS = ["model", "code_mode", "channels", "runtime", "sessions", "approvals", "web"]
 _NAMED = ["models", "channel"]
 _TOP_KEYS = [*_SECTIONS, *_NAMED, "mcp_servers", "mcp_json"]
 _PATH_KEYS = [
@@ -66,6 +66,7 @@ _PATH_KEYS = [
     ("code_mode", "preamble"),
     ("model", "examples"),
     ("sessions", "db"),
+    ("web", "tokens"),
 ]
 _CONFIG = TypeAdapter(Config)
 

@@ -27,7 +27,7 @@ from pydantic import ValidationError
 from pydantic_core import ErrorDetails
 
 from daemon.config.schema import SECRET_NAME
-from daemon.config.values import SIZE_ERROR, parse_size
+from daemon.config.values import LISTEN_ERROR, SIZE_ERROR, parse_size
 from daemon.errors import ConfigError
 
 __all__ = ["config_error", "toml_key", "unknown_key"]
@@ -105,6 +105,10 @@ def config_error(
     if kind == SIZE_ERROR:
         return ConfigError(
             f"key '{key}' in {source} must be a size like 4GiB or 1048576, not {value!r}"
+        )
+    if kind == LISTEN_ERROR:
+        return ConfigError(
+            f"key '{key}' in {source} must be HOST:PORT like 127.0.0.1:6690, not {value!r}"
         )
     hint = _hints(owner).get(name)
     shown = "(hidden)" if _is_secret(owner, name) else repr(value)

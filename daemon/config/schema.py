@@ -25,6 +25,7 @@ from pydantic import ConfigDict, Field, Strict
 from daemon.config.values import (
     Count,
     Flag,
+    Listen,
     NonNegativeInt,
     NonNegativeSeconds,
     PathValue,
@@ -47,6 +48,7 @@ __all__ = [
     "ModelConfig",
     "RuntimeConfig",
     "SessionsConfig",
+    "WebConfig",
 ]
 
 DEFAULT_CONFIG_PATH = Path("asyncai.toml")
@@ -312,3 +314,19 @@ class SessionsConfig:
 
     db: PathValue = Path(".asyncai/asyncai.db")
     scope_retention_days: NonNegativeSeconds = 30.0  # stored REPLs older than this are deleted
+
+
+@dataclass
+class WebConfig:
+    """``[web]``: the operator's console the daemon serves (issue 30); off unless ``listen``.
+
+    ``tokens`` is a file of ``TOKEN NICK`` lines in the hub's tokens format
+    (mode 0600, tokens of at least 16 characters): a session is started with
+    one of them, and acts as its nick. With ``listen`` set and no such file,
+    the daemon does not start.
+    """
+
+    __pydantic_config__ = _SECTION
+
+    listen: Listen | None = None  # "127.0.0.1:6690"; None: no console
+    tokens: PathValue = Path(".asyncai/web.tokens")

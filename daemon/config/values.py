@@ -5,7 +5,8 @@ Each is an ``Annotated`` type that pydantic reads when it validates the config
 Strict, because TOML has its own types and a quoted number is a mistake worth
 naming (``request_timeout = "300"``); the one exception is a number of seconds,
 where an integer is as good as a float. Sizes take units (:func:`parse_size`);
-a path may start with ``~`` (:func:`expand_home`).
+a path may start with ``~`` (:func:`expand_home`); an address to listen on is
+``HOST:PORT``.
 """
 
 from __future__ import annotations
@@ -15,15 +16,17 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import BeforeValidator, Field, Strict
+from pydantic import AfterValidator, BeforeValidator, Field, Strict
 from pydantic_core import PydanticCustomError
 
 from daemon.errors import ConfigError
 
 __all__ = [
+    "LISTEN_ERROR",
     "SIZE_ERROR",
     "Count",
     "Flag",
+    "Listen",
     "NonNegativeInt",
     "NonNegativeSeconds",
     "PathValue",
@@ -74,6 +77,23 @@ def _non_empty(value: Any) -> Any:
 
 
 PathValue = Annotated[Path, BeforeValidator(_non_empty)]
+
+LISTEN_ERROR = "listen"  # the pydantic error type of a text that is not HOST:PORT
+
+# a name or an address (IPv6 in brackets), a colon, a port number
+_LISTEN = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[^\s:\[\]]+):([0-9]{1,5})$")
+
+
+def _listen(value: Any) -> Any:
+    """``"HOST:PORT"`` as given; any other text is an error the loader names."""
+    if isinstance(value, str):
+        m = _LISTEN.match(value)
+        if not m or int(m.group(2)) > 65535:
+            raise PydanticCustomError(LISTEN_ERROR, "not HOST:PORT")
+    return value
+
+
+Listen = Annotated[str, AfterValidator(_listen), Strict()]
 
 
 def expand_home(path: Path, key: str, where: str) -> Path:
