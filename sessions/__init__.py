@@ -4,8 +4,8 @@ Holds the schema and its migrations (``schema``), the row types and each
 table's row mapper (``model``), the store (``store``: one ``connection``
 shared by its narrow ports, the prompt and run ``writer``, the ``cursors``,
 the reply ``outbox``, the ``audit``, the ``approvals`` and their ``rules``, the dumped REPL
-``scopes``, the learned ``shapes``, the ``replica`` and the ``queries``),
-ids (``ids``),
+``scopes``, the learned ``shapes``, the ``replica`` and the ``queries``), the
+``usage`` summed per day, sender or channel, ids (``ids``),
 the thread history (``history``), the Claude Code JSONL export (``export``)
 and what ``asyncai threads/audit/transcript`` print (``report``).
 
@@ -24,7 +24,7 @@ from .errors import (
     StoreError,
     ThreadLookupError,
 )
-from .export import envelope, jsonl_lines, text_lines
+from .export import AUDIT_CSV_COLUMNS, audit_csv_lines, envelope, jsonl_lines, text_lines
 from .ids import iso_utc, now_iso, parse_since, session_id, thread_key
 from .model import (
     AuditEntry,
@@ -56,9 +56,11 @@ from .schema import SCHEMA_VERSION
 from .scopes import Scopes, StoredScope, UnboundScope, scope_cutoff
 from .shapes import Shapes, StoredShape
 from .store import Store
+from .usage import UsageBy, UsageRow
 from .writer import RunWriter
 
 __all__ = [
+    "AUDIT_CSV_COLUMNS",
     "DEFAULT_DB_PATH",
     "SCHEMA_VERSION",
     "ApprovalRules",
@@ -99,7 +101,10 @@ __all__ = [
     "ThreadSummary",
     "ToolCallRow",
     "UnboundScope",
+    "UsageBy",
+    "UsageRow",
     "approvals_report",
+    "audit_csv_lines",
     "audit_report",
     "envelope",
     "iso_utc",

@@ -227,3 +227,40 @@ class Approvals:
             (max(1, limit),),
         )
         return [StoredApproval.from_row(r) for r in rows]
+
+    async def search(
+        self,
+        *,
+        text: str = "",
+        status: ApprovalStatus | Literal["decided"] | None = None,
+        channel: str | None = None,
+        limit: int = 100,
+    ) -> list[StoredApproval]:
+        """Requests, newest first, that match: ``text`` anywhere in the id, the calls
+        (tool, server, every argument), who asked, who decided or the reason (case
+        insensitive; "" matches all); ``status`` one status, or "decided" for every one
+        but pending; ``channel`` one channel. Every value is a bound parameter."""
+        where: list[str] = []
+        params: list[Any] = []
+        if status == "decided":
+            where.append("a.status != 'pending'")
+        elif status is not None:
+            where.append("a.status = ?")
+            params.append(status)
+        if channel is not None:
+            where.append("t.channel = ?")
+            params.append(channel)
+        if text:
+            like = "%" + text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+            columns = ("a.id", "a.calls", "a.requested_by", "a.decided_by", "a.reason")
+            where.append(
+                "(" + " OR ".join(f"coalesce({c}, '') LIKE ? ESCAPE '\\'" for c in columns) + ")"
+            )
+            params.extend([like] * len(columns))
+        sql = f"SELECT {_COLUMNS}{_FROM}"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += " ORDER BY a.requested DESC, a.id LIMIT ?"
+        params.append(max(1, limit))
+        rows = await self._db.read("searching approvals", sql, params)
+        return [StoredApproval.from_row(r) for r in rows]

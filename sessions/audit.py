@@ -113,12 +113,19 @@ class AuditLog:
         mutating: bool | None = None,
         since: str | None = None,
         limit: int | None = 100,
+        tools: Sequence[str] | None = None,
+        outcome: str | None = None,
+        sender: str | None = None,
+        until: str | None = None,
     ) -> list[AuditEntry]:
         """Nested tool calls, newest first, filtered by every argument that is not None.
 
         ``thread`` is a thread id (in any channel unless ``channel`` is
-        given); ``since`` an ISO timestamp (calls started at or after it).
-        Every value is a bound parameter.
+        given); ``since`` an ISO timestamp (calls started at or after it),
+        ``until`` one (calls started before it); ``tools`` any of these tool
+        names (a server's tools: the rows name the tool, not its server);
+        ``sender`` a nick whose prompt the call's run answered. Every value is
+        a bound parameter.
         """
         keys: list[str] | None = None
         if thread is not None:
@@ -142,6 +149,10 @@ class AuditLog:
             mutating=mutating,
             since=since,
             limit=limit,
+            tools=tools,
+            outcome=outcome,
+            sender=sender,
+            until=until,
         )
         rows = await self._db.read("reading the audit", sql, params)
         return [AuditEntry.from_row(row) for row in rows]
@@ -155,11 +166,15 @@ def audit_query(
     mutating: bool | None = None,
     since: str | None = None,
     limit: int | None = 100,
+    tools: Sequence[str] | None = None,
+    outcome: str | None = None,
+    sender: str | None = None,
+    until: str | None = None,
 ) -> tuple[str, list[Any]]:
     """The audit's SQL and parameters. Filters are bound, never spliced into the text.
 
     ``thread_keys`` are thread keys (``ids.thread_key``); an empty list
-    matches nothing.
+    matches nothing, and so does an empty ``tools``.
     """
     where: list[str] = []
     params: list[Any] = []
@@ -177,9 +192,24 @@ def audit_query(
     if mutating is not None:
         where.append("t.mutating = ?")
         params.append(int(mutating))
+    if tools is not None:
+        where.append(f"t.tool IN ({','.join('?' * len(tools))})" if tools else "0")
+        params.extend(tools)
+    if outcome is not None:
+        where.append("t.outcome = ?")
+        params.append(outcome)
+    if sender is not None:
+        # the run's senders (run_senders' key starts with the sender, so this is a seek)
+        where.append(
+            "EXISTS (SELECT 1 FROM run_senders s WHERE s.sender = ? AND s.run_id = t.run_id)"
+        )
+        params.append(sender)
     if since is not None:
         where.append("t.started >= ?")
         params.append(canonical_timestamp(since, "since"))
+    if until is not None:
+        where.append("t.started < ?")
+        params.append(canonical_timestamp(until, "until"))
     sql = (
         f"SELECT {AuditEntry.COLUMNS}"
         # CROSS JOIN keeps tool_calls the outer loop, so "newest first" walks

@@ -10,13 +10,39 @@ record: UI metadata that a model never sees on resume.
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from .model import StoredRecord
+from .model import AuditEntry, StoredRecord
 
-__all__ = ["envelope", "jsonl_lines", "text_lines"]
+__all__ = ["AUDIT_CSV_COLUMNS", "audit_csv_lines", "envelope", "jsonl_lines", "text_lines"]
+
+AUDIT_CSV_COLUMNS = (
+    "id",
+    "started",
+    "channel",
+    "thread_id",
+    "run_id",
+    "tool",
+    "arguments",
+    "mutating",
+    "outcome",
+    "is_error",
+    "bytes",
+    "duration_ms",
+    "decision",
+    "decided_by",
+    "wait_ms",
+    "queue_ms",
+)
+"""The audit CSV's header: one column per field of a ``tool_calls`` row."""
+
+# A cell a spreadsheet would read as a formula (CSV injection): written with a
+# leading apostrophe, which spreadsheets show as text and hide.
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 
 RESULT_PREVIEW_CHARS = 2000  # how much of a tool result the text form shows
 
@@ -129,3 +155,31 @@ def text_lines(
             else:
                 yield f"[{when}] {record.type}: ({kind} block)"
         yield ""
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, dict):
+        value = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    text = str(value)
+    if isinstance(value, str) and text.startswith(_FORMULA_START):
+        return "'" + text
+    return text
+
+
+def audit_csv_lines(entries: Iterable[AuditEntry]) -> Iterator[str]:
+    """The audit as CSV (RFC 4180, ``\\r\\n`` line ends): the header, then one line per
+    call with its arguments as JSON; text a spreadsheet would run as a formula is
+    written as text."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer)
+    writer.writerow(AUDIT_CSV_COLUMNS)
+    yield buffer.getvalue()
+    for entry in entries:
+        buffer.seek(0)
+        buffer.truncate()
+        writer.writerow([_cell(getattr(entry, name)) for name in AUDIT_CSV_COLUMNS])
+        yield buffer.getvalue()

@@ -29,6 +29,7 @@ from .model import (
     StoredRecord,
     ThreadSummary,
 )
+from .usage import UsageBy, UsageRow, usage_query
 
 __all__ = ["Queries"]
 
@@ -221,6 +222,15 @@ class Queries:
         ]
 
     # ---- what people read ------------------------------------------------
+
+    async def usage(
+        self, by: UsageBy, *, since: str | None = None, until: str | None = None
+    ) -> list[UsageRow]:
+        """Tokens, runs, nested calls and bytes kept out of the context, summed per day,
+        sender or channel (:mod:`sessions.usage`), for runs started in ``[since, until)``."""
+        sql, params = usage_query(by, since=since, until=until)
+        rows = await self._db.read(f"summing usage by {by}", sql, params)
+        return [UsageRow.from_row(row) for row in rows]
 
     async def threads(self, limit: int | None = 50) -> list[ThreadSummary]:
         """The most recently active threads with their counts and scope size, newest first."""
