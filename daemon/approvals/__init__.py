@@ -24,6 +24,7 @@ from daemon.approvals.messages import (
     always_granted_text,
     always_refused_text,
     call_text,
+    decided_elsewhere_text,
     new_request_id,
     request_text,
 )
@@ -49,6 +50,7 @@ __all__ = [
     "always_granted_text",
     "always_refused_text",
     "call_text",
+    "decided_elsewhere_text",
     "new_request_id",
     "new_rule_id",
     "parse_decision",

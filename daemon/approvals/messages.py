@@ -26,6 +26,7 @@ __all__ = [
     "always_granted_text",
     "always_refused_text",
     "call_text",
+    "decided_elsewhere_text",
     "new_request_id",
     "request_text",
 ]
@@ -123,3 +124,16 @@ def always_granted_text(channel: str, rules: Sequence[tuple[str, str]]) -> str:
         f"From now on {names} run{'s' if len(rules) == 1 else ''} in {channel} without asking; "
         f"asyncai approvals --revoke {first} removes {'it' if len(rules) == 1 else 'one'}."
     )
+
+
+def decided_elsewhere_text(
+    request_id: str, by: str, *, approved: bool, scope: str = "call", reason: str = "", where: str
+) -> str:
+    """The line a thread reads when ``by`` decided its request from outside the thread
+    (``where``: "the console"): what ``!approve ID [run|always]`` / ``!deny ID [reason]``
+    typed in the thread would have shown."""
+    if not approved:
+        why = f": {reason}" if reason else "."
+        return f"{by} denied request {request_id} from {where}{why}"
+    extent = {"run": " for the rest of the run", "always": " always"}.get(scope, "")
+    return f"{by} approved request {request_id}{extent} from {where}."

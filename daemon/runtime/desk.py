@@ -26,7 +26,9 @@ run a decided request's :class:`~daemon.runtime.context.ResumeJob` in its thread
   the thread) and ``!approve ID [run|always]`` / ``!deny ID [reason]``: a nick
   that may not decide (by the channel's approvers), an unknown id or one
   already decided gets one line,
-  and nothing runs; a decision is recorded once and the run is handed back to
+  and nothing runs; :meth:`decide` takes the same commands from outside the thread
+  (the console), through the same code and rights, and says a decision taken in
+  the thread; a decision is recorded once and the run is handed back to
   the scheduler as a ``ResumeJob`` (it takes a concurrency slot then, not
   while it waits). The request is read once per decision: what the decision
   changed is read back with the run's other requests (its grants);
@@ -59,7 +61,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal, Protocol
 
@@ -80,6 +82,7 @@ from daemon.approvals import (
     Verdict,
     always_granted_text,
     always_refused_text,
+    decided_elsewhere_text,
     new_request_id,
     new_rule_id,
     parse_decision,
@@ -98,6 +101,7 @@ __all__ = [
     "RULES_REFRESH",
     "ApprovalDesk",
     "ApprovalMirror",
+    "Decided",
     "RequestNotPublished",
     "ResumeFunction",
     "RuleStore",
@@ -112,6 +116,35 @@ ResumeFunction = Callable[[RunRequest, PausedRun, Mapping[int, Decision]], Await
 Shared = Literal["ok", "moved", "retry"]
 RETRY_DECISION = 5.0  # seconds before an expiry the cluster could not record is tried again
 RULES_REFRESH = 1.0  # seconds between two reads of the "always" rules (how soon a revoke applies)
+
+
+Say = Callable[[str], Awaitable[None]]
+"""Tell the one who asked for a decision one line (in the thread, or back to the console)."""
+
+
+@dataclass(frozen=True)
+class Decided:
+    """What a decision taken outside the thread (:meth:`ApprovalDesk.decide`) came to:
+    whether it decided the request, and every line its decider was told (a refusal, or
+    the lines the thread was given)."""
+
+    decided: bool
+    lines: list[str]
+
+
+@dataclass(frozen=True)
+class _Asker:
+    """Who asks for a decision, where from, and where the answers go.
+
+    ``thread`` None: from outside any thread (the console), so the request is
+    found by its id alone; ``announce`` then says a decision in the request's
+    thread, which did not see the command."""
+
+    sender: str
+    thread: tuple[str, str] | None
+    say: Say
+    announce: Callable[[StoredApproval, str], Awaitable[None]] | None = None
+    where: str = "the thread"
 
 
 class ApprovalMirror(Protocol):
@@ -336,19 +369,67 @@ class ApprovalDesk:
         parsed = parse_decision(message.text)
         if parsed is None:
             return False
-        if isinstance(parsed, Malformed):
-            await self._say(message, parsed.problem)
-            return True
-        request = await self._store.get_approval(parsed.request_id)
-        if request is None or (request.channel, request.thread_id) != (
-            message.channel,
-            message.thread,
-        ):
-            await self._say(
-                message,
-                f"There is no approval request {parsed.request_id} in this thread.",
+
+        async def say(text: str) -> None:
+            await self._say(message, text)
+
+        asker = _Asker(message.sender, (message.channel, message.thread), say)
+        await self._take(parsed, asker)
+        return True
+
+    async def decide(self, command: str, *, by: str, where: str = "the console") -> Decided:
+        """A decision taken outside the thread (the console): ``command`` is what ``by``
+        would type in the thread (``!approve ID``, ``!approve ID run``, ``!approve ID
+        always``, ``!deny ID [reason]``), parsed and decided by the very code of
+        :meth:`handle`, with the same rights (the request's channel's approvers, or the
+        prompt's author; "always" only for listed approvers). What a person in the
+        thread would be told (a refusal, "already decided") comes back to the caller
+        and not to the thread; a decision taken is said in the thread (its one line,
+        then what the thread reads after the command: the rules "always" left), before
+        the run goes on."""
+        parsed = parse_decision(command)
+        if parsed is None or isinstance(parsed, Show):
+            return Decided(False, [f"not a decision: {command!r}"])
+        answers: list[str] = []
+
+        async def say(text: str) -> None:
+            answers.append(text)
+
+        thread: list[tuple[str, str, str]] = []  # (channel, thread, reply_to) once known
+
+        async def announce(request: StoredApproval, text: str) -> None:
+            if not thread:
+                prompts = await self._store.run_prompts(request.run_id)
+                reply_to = prompts[-1].id if prompts else request.thread_id
+                thread.append((request.channel, request.thread_id, reply_to))
+            channel, thread_id, reply_to = thread[0]
+            answers.append(text)
+            await publish_quietly(
+                self._publisher,
+                self._publish_timeout,
+                channel,
+                thread_id,
+                reply_to,
+                text,
+                client_id=reply_client_id(channel, f"approval:{request.id}:{len(answers)}"),
             )
-            return True
+
+        decided = await self._take(parsed, _Asker(by, None, say, announce, where))
+        return Decided(decided, answers)
+
+    async def _take(self, parsed: Approve | Deny | Show | Malformed, asker: _Asker) -> bool:
+        """A parsed decision (or ``!show``) from ``asker``: answered, acted on; whether a
+        request was decided by it."""
+        if isinstance(parsed, Malformed):
+            await asker.say(parsed.problem)
+            return False
+        request = await self._store.get_approval(parsed.request_id)
+        if request is None or (
+            asker.thread is not None and (request.channel, request.thread_id) != asker.thread
+        ):
+            where = " in this thread" if asker.thread is not None else ""
+            await asker.say(f"There is no approval request {parsed.request_id}{where}.")
+            return False
         who = f" by {request.decided_by}" if request.decided_by else ""
         if isinstance(parsed, Show):  # the request again, in full: anyone may read it
             calls = [PendingCall(**c) for c in request.calls]
@@ -361,59 +442,65 @@ class ApprovalDesk:
                 decided=status,
                 always=self._offers_always(policy),
             )
-            await self._say(message, text)
-            return True
+            await asker.say(text)
+            return False
         if request.status != "pending":
-            await self._say(
-                message,
-                f"Request {request.id} was already {request.status}{who}.",
-            )
-            return True
-        if await self._refused(message, request):
-            return True
+            await asker.say(f"Request {request.id} was already {request.status}{who}.")
+            return False
+        if await self._refused(asker.sender, asker.say, request):
+            return False
         rules: list[NewRule] = []
         if isinstance(parsed, Approve):
             outcome: Outcome = "approved"
             scope: Literal["call", "run"] = "run" if parsed.whole_run else "call"
             reason = ""
             if parsed.always:
-                refusal = self._always_refused(message, request)
+                refusal = self._always_refused(asker.sender, request)
                 if refusal is not None:
-                    await self._say(message, refusal)
-                    return True
-                rules = self._new_rules(request, by=message.sender)
-                if rules and not await self._share_rules(message, request, rules):
-                    return True
+                    await asker.say(refusal)
+                    return False
+                rules = self._new_rules(request, by=asker.sender)
+                if rules and not await self._share_rules(asker.say, request, rules):
+                    return False
         else:
             assert isinstance(parsed, Deny)
             outcome, scope, reason = "denied", "call", parsed.reason
         decided_here = await self._decide(
             request,
             outcome,
-            by=message.sender,
+            by=asker.sender,
             reason=reason or None,
             scope=scope,
-            asked=message,
+            say=asker.say,
             rules=rules,
         )
         if not decided_here and rules and self._mirror is not None:
             await self._mirror.withdraw_rules(rules)
         if decided_here is None:
-            return True  # the cluster refused it; the thread was told why
+            return False  # the cluster refused it; the asker was told why
         if not decided_here:
-            await self._say(
-                message,
-                f"Request {request.id} was already decided.",
-            )
-            return True
+            await asker.say(f"Request {request.id} was already decided.")
+            return False
         log.warning(
             "approvals.decided",
             request=request.id,
             decision=outcome,
-            by=message.sender,
+            by=asker.sender,
             scope=scope,
             always=[r.tool for r in rules] or None,
+            where=asker.where,
         )
+        if asker.announce is not None:  # the thread did not see the command: it reads this
+            always = isinstance(parsed, Approve) and parsed.always
+            text = decided_elsewhere_text(
+                request.id,
+                asker.sender,
+                approved=outcome == "approved",
+                scope="always" if always else scope,
+                reason=reason,
+                where=asker.where,
+            )
+            await asker.announce(request, text)
         if rules:
             self._book = RuleBook([*self._book, *(_allow_rule(r) for r in rules)])
             self._grants_made += 1
@@ -422,10 +509,14 @@ class ApprovalDesk:
                 request=request.id,
                 channel=request.channel,
                 rules={r.id: r.tool for r in rules},
-                by=message.sender,
+                by=asker.sender,
             )
             granted = [(r.id, r.tool) for r in rules]
-            await self._say(message, always_granted_text(request.channel, granted))
+            text = always_granted_text(request.channel, granted)
+            if asker.announce is not None:
+                await asker.announce(request, text)
+            else:
+                await asker.say(text)
         await self._hand_over(request)
         return True
 
@@ -433,14 +524,14 @@ class ApprovalDesk:
         """Whether a request in a channel of ``policy`` offers ``!approve ID always``."""
         return self._rules is not None and bool(policy.approvers)
 
-    def _always_refused(self, message: InboundMessage, request: StoredApproval) -> str | None:
-        """Why ``message``'s ``!approve ID always`` is refused (None: it is not)."""
+    def _always_refused(self, sender: str, request: StoredApproval) -> str | None:
+        """Why ``sender``'s ``!approve ID always`` is refused (None: it is not)."""
         policy = self.policy_of(request.channel)
         if self._rules is None:
             return "'always' is not available here: this daemon keeps no rules."
-        if policy.may_grant_always(message.sender):
+        if policy.may_grant_always(sender):
             return None
-        return always_refused_text(request.id, request.channel, message.sender, policy.approvers)
+        return always_refused_text(request.id, request.channel, sender, policy.approvers)
 
     def _new_rules(self, request: StoredApproval, *, by: str) -> list[NewRule]:
         """One rule per ``server.tool`` of the request without a rule in its channel yet."""
@@ -452,14 +543,11 @@ class ApprovalDesk:
             if self._book.find(request.channel, tool) is None
         ]
 
-    async def _share_rules(
-        self, message: InboundMessage, request: StoredApproval, rules: list[NewRule]
-    ) -> bool:
+    async def _share_rules(self, say: Say, request: StoredApproval, rules: list[NewRule]) -> bool:
         """In a cluster, the rules on the broker before the decision (else one line)."""
         if self._mirror is None or await self._mirror.share_rules(rules):
             return True
-        await self._say(
-            message,
+        await say(
             f"Request {request.id} could not be decided now (the daemons' broker did not "
             "take the rule); please send the decision again.",
         )
@@ -473,7 +561,11 @@ class ApprovalDesk:
         for request in await self._store.pending_approvals():
             if (request.channel, request.thread_id) != (message.channel, message.thread):
                 continue
-            if await self._refused(message, request):
+
+            async def say(text: str) -> None:
+                await self._say(message, text)
+
+            if await self._refused(message.sender, say, request):
                 return True
             decided_here = await self._decide(request, "stopped", by=message.sender)
             if decided_here is None:
@@ -483,15 +575,14 @@ class ApprovalDesk:
                 return True
         return False
 
-    async def _refused(self, message: InboundMessage, request: StoredApproval) -> bool:
-        """Whether the sender of ``message`` may not decide ``request`` (then told so):
-        by the approvers of the request's channel."""
+    async def _refused(self, sender: str, say: Say, request: StoredApproval) -> bool:
+        """Whether ``sender`` may not decide ``request`` (then told so, by ``say``): by the
+        approvers of the request's channel."""
         policy = self.policy_of(request.channel)
-        if policy.may_decide(message.sender, request.requested_by):
+        if policy.may_decide(sender, request.requested_by):
             return False
-        await self._say(
-            message,
-            f"{message.sender} may not decide request {request.id}: only "
+        await say(
+            f"{sender} may not decide request {request.id}: only "
             f"{policy.who_decides(request.requested_by)} may.",
         )
         return True
@@ -640,14 +731,14 @@ class ApprovalDesk:
         by: str,
         reason: str | None = None,
         scope: Literal["call", "run"] | None = None,
-        asked: InboundMessage | None = None,
+        say: Say | None = None,
         retry: bool = False,
         rules: Sequence[NewRule] = (),
     ) -> bool | None:
         """Record the decision once: with several daemons across them first, then here.
         True: decided by this call; False: decided before; None: the cluster refused
-        it (another daemon holds the thread, or the broker did not answer: then the
-        thread is told, or with ``retry`` the expiry is armed again)."""
+        it (another daemon holds the thread, or the broker did not answer: then ``say``
+        tells the asker, or with ``retry`` the expiry is armed again)."""
         async with self._deciding:  # one decision at a time: an expiry and an !approve race
             if self._mirror is not None:
                 shared = await self._mirror.decide(request, outcome)
@@ -662,8 +753,8 @@ class ApprovalDesk:
                         )
                         if retry:
                             self._arm(request.id, RETRY_DECISION)
-                    if asked is not None:
-                        await self._say(asked, text)
+                    if say is not None:
+                        await say(text)
                     return None
             return await self._store.decide_approval(
                 request.id, outcome, by=by, reason=reason, scope=scope, rules=rules
