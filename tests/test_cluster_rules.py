@@ -20,7 +20,14 @@ from daemon.app import Daemon
 from daemon.approvals import ApprovalPolicy
 from daemon.cluster.errors import ClusterError
 from daemon.cluster.node import ClusterNode
-from daemon.cluster.policies import PolicyMismatch, check_join, differing, presence
+from daemon.cluster.policies import (
+    PolicyMismatch,
+    check_join,
+    differing,
+    presence,
+    read_presence,
+    read_started,
+)
 from daemon.cluster.rules import REVOKED_ELSEWHERE, ClusterRules
 from daemon.config import load_config
 from daemon.runtime.desk import ApprovalDesk
@@ -272,3 +279,14 @@ async def test_always_on_one_daemon_is_applied_by_the_other(tmp_path: Path, nc: 
     finally:
         await a.store.aclose()
         await b.store.aclose()
+
+
+def test_a_member_key_says_when_its_daemon_started() -> None:
+    """The console's Health page reads each member's start from its key; a key without
+    it (an older asyncai, or a plain value) says nothing, and the digests read the same."""
+    value = presence({"": "g1"}, started=1764633600.25)
+    assert read_started(value) == 1764633600.25
+    assert read_presence(value) == {"": "g1"}
+    assert read_started(presence({"": "g1"})) is None
+    assert read_started(b"alive") is None
+    assert read_started(b'{"started": "soon"}') is None

@@ -274,8 +274,9 @@ async def until_logged(logs: list[dict[str, Any]], event: str, server: str) -> d
 async def test_a_server_that_failed_at_start_is_retried_and_its_tools_appear(
     tmp_path: Path,
 ) -> None:
-    """It is listed in failed_servers and retried with backoff; once it starts, its tools
-    are routed and listed (a name another server answers stays with that one)."""
+    """It is listed in failed_servers and retried with backoff (server_states says so,
+    with the retries so far); once it starts, its tools are routed and listed (a name
+    another server answers stays with that one)."""
     flag = tmp_path / "ready"
     executor = McpToolExecutor(
         {
@@ -293,9 +294,19 @@ async def test_a_server_that_failed_at_start_is_retried_and_its_tools_appear(
             assert "late_hello" not in executor.routes
             assert executor.tools_version == 0
             await until_logged(logs, "mcp.server_retry", "late")
+            first, late = executor.server_states()  # the console's Health page
+            assert (first.name, first.failed, first.retries) == ("first", None, 0)
+            assert first.pid is not None
+            assert first.tools > 0
+            assert (late.name, late.pid, late.tools) == ("late", None, 0)
+            assert late.failed is not None
+            assert late.retries >= 1
             flag.touch()
             recovered = await until_logged(logs, "mcp.server_recovered", "late")
         assert recovered["tools"] == ["late_hello"]
+        up = executor.server_states()[1]
+        assert (up.failed, up.tools) == (None, 1)
+        assert up.pid is not None
         assert executor.tools_version == 1
         assert executor.failed_servers == {}
         assert executor.routes["late_hello"] == "late"

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 import uuid
 from collections import Counter, deque
 from collections.abc import Awaitable, Callable, Mapping
@@ -52,7 +53,7 @@ from daemon.cluster.connect import connect_nats
 from daemon.cluster.errors import ClusterError, ThreadMoved, honour_cancel
 from daemon.cluster.history import stream_history
 from daemon.cluster.leases import Leases
-from daemon.cluster.policies import check_join, presence
+from daemon.cluster.policies import check_join, presence, read_started
 from daemon.cluster.router import MovedApproval, Routed, ThreadRouter
 from daemon.cluster.rules import ClusterRules
 from daemon.cluster.scopes import ObjectScopeStore
@@ -199,7 +200,7 @@ class ClusterNode:
         try:
             await node.leases.open()
             if policies is not None:
-                node.leases.presence = presence(policies)
+                node.leases.presence = presence(policies, started=time.time())
                 check_join(policies, await node.leases.member_values(), me=member)
             await node.scopes.open()
             await node.approvals.states.open()
@@ -217,6 +218,16 @@ class ClusterNode:
         node._tasks.append(asyncio.create_task(node._beat(), name="asyncai-cluster"))
         log.warning("cluster.joined", member=member, live=sorted(node.router.live))
         return node
+
+    async def members(self) -> dict[str, float | None]:
+        """The cluster's live members (this daemon's too) and when each started (None:
+        its key does not say). Raises :class:`ClusterError` when the broker is away."""
+        return {m: read_started(v) for m, v in (await self.leases.member_values()).items()}
+
+    @property
+    def member(self) -> str:
+        """This daemon's member name."""
+        return self.leases.member
 
     def wrap(
         self,

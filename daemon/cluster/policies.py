@@ -27,7 +27,14 @@ import structlog
 
 from daemon.cluster.errors import ClusterError
 
-__all__ = ["PolicyMismatch", "check_join", "differing", "presence", "read_presence"]
+__all__ = [
+    "PolicyMismatch",
+    "check_join",
+    "differing",
+    "presence",
+    "read_presence",
+    "read_started",
+]
 
 log = structlog.get_logger("asyncai.cluster")
 
@@ -36,9 +43,22 @@ class PolicyMismatch(ClusterError):
     """This daemon's channel policies differ from a live member's: it does not join."""
 
 
-def presence(digests: Mapping[str, str]) -> bytes:
-    """A member key's value: the daemon's policy digests by channel."""
-    return json.dumps({"policies": dict(sorted(digests.items()))}).encode()
+def presence(digests: Mapping[str, str], started: float | None = None) -> bytes:
+    """A member key's value: the daemon's policy digests by channel, and when it started
+    (epoch seconds; the console's Health page shows each member's uptime)."""
+    data: dict[str, Any] = {"policies": dict(sorted(digests.items()))}
+    if started is not None:
+        data["started"] = round(started, 3)
+    return json.dumps(data).encode()
+
+
+def read_started(value: bytes | None) -> float | None:
+    """When the member whose key carries ``value`` started; None when it does not say."""
+    try:
+        started = json.loads(value or b"")["started"]
+    except (ValueError, TypeError, KeyError):
+        return None
+    return float(started) if isinstance(started, int | float) else None
 
 
 def read_presence(value: bytes | None) -> dict[str, str] | None:

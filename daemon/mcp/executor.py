@@ -45,6 +45,7 @@ import difflib
 import json
 from collections.abc import Mapping
 from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
 from typing import Any
 
 import structlog
@@ -60,7 +61,7 @@ from daemon.mcp.slots import ServerSlots
 from daemon.mcp.spec import ServerSpec
 from daemon.tools import BaseToolExecutor, ToolCallOutput, ToolDefinition
 
-__all__ = ["McpToolExecutor", "call_output", "tool_definition"]
+__all__ = ["McpToolExecutor", "ServerState", "call_output", "tool_definition"]
 
 log = structlog.get_logger("asyncai.mcp")
 
@@ -73,6 +74,17 @@ DEFAULT_CONNECT_TIMEOUT = 30.0
 #: ``delay(attempt)``: 1 s, 2 s, 4 s, ... capped at 5 minutes (each attempt
 #: spawns the server, and a broken one may stay broken for long).
 RETRY_BACKOFF = Backoff(initial=1.0, maximum=300.0)
+
+
+@dataclass(frozen=True)
+class ServerState:
+    """One MCP server as :meth:`McpToolExecutor.server_states` reports it."""
+
+    name: str
+    pid: int | None  # its live process (None: not running)
+    tools: int  # tools it answers
+    failed: str | None  # why it could not start (None: it started)
+    retries: int  # retries made since it failed at start
 
 
 class McpToolExecutor(BaseToolExecutor):
@@ -112,6 +124,7 @@ class McpToolExecutor(BaseToolExecutor):
             {name: conn.spec.max_concurrent for name, conn in self._conns.items()}
         )
         self._retries: dict[str, asyncio.Task[None]] = {}  # servers that failed at start
+        self._attempts: dict[str, int] = {}  # retries of each so far (the console's Health)
         self._tools_version = 0  # grows as a server that failed at start adds its tools
         self._started = False
         self._closed = False
@@ -124,6 +137,21 @@ class McpToolExecutor(BaseToolExecutor):
         Each is being retried in the background until it starts (see the module docstring).
         """
         return dict(self._failed)
+
+    def server_states(self) -> list[ServerState]:
+        """Each configured server as it stands now, in configuration order: its process,
+        the tools it answers, and for one that failed to start its error and how many
+        retries were made (it is retried with backoff until it starts)."""
+        return [
+            ServerState(
+                name=name,
+                pid=conn.pid,
+                tools=sum(1 for server in self._routes.values() if server == name),
+                failed=self._failed.get(name),
+                retries=self._attempts.get(name, 0),
+            )
+            for name, conn in self._conns.items()
+        ]
 
     @property
     def tools_version(self) -> int:
@@ -203,6 +231,7 @@ class McpToolExecutor(BaseToolExecutor):
         attempt = 0
         while not self._closed:
             attempt += 1
+            self._attempts[conn.name] = attempt
             delay = self._retry_backoff.delay(attempt)
             log.info("mcp.server_retry", server=conn.name, attempt=attempt, wait=delay)
             await asyncio.sleep(delay)

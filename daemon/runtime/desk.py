@@ -520,6 +520,11 @@ class ApprovalDesk:
         await self._hand_over(request)
         return True
 
+    def offers_always(self, channel: str) -> bool:
+        """Whether a request in ``channel`` offers ``!approve ID always`` (the console's
+        Always button): this daemon keeps rules, and the channel lists approvers."""
+        return self._offers_always(self.policy_of(channel))
+
     def _offers_always(self, policy: ApprovalPolicy) -> bool:
         """Whether a request in a channel of ``policy`` offers ``!approve ID always``."""
         return self._rules is not None and bool(policy.approvers)
