@@ -767,3 +767,33 @@ async def test_a_completion_off_the_spec_where_the_loop_does_not_read_is_read_as
     message = response.choices[0].message
     assert (message.content, message.tool_calls[0].function.name) == ("", "f")
     assert (metrics.rounds, metrics.prompt_tokens) == (1, 0)
+
+
+async def test_the_endpoints_latency_is_timed_now_or_its_error_said():
+    """latency() (the console's Health page): one GET /models timed; a port where nothing
+    listens has no latency, only its error; a 404 is still the endpoint answering."""
+    async with FakeOpenAI() as fake:
+        for base_url in (fake.base_url, fake.base_url[: -len("/v1")]):
+            backend = OpenAiCompatibleBackend(
+                ModelConfig(base_url=base_url, model="m"), CodeLikeExecutor()
+            )
+            try:
+                elapsed, error = await backend.latency()
+            finally:
+                await backend.aclose()
+            assert elapsed is not None
+            assert elapsed >= 0
+            assert error is None
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    backend = OpenAiCompatibleBackend(
+        ModelConfig(base_url=f"http://127.0.0.1:{port}/v1", model="m"), CodeLikeExecutor()
+    )
+    try:
+        elapsed, error = await backend.latency(within=2.0)
+    finally:
+        await backend.aclose()
+    assert elapsed is None
+    assert error is not None
+    assert error.startswith("APIConnectionError")

@@ -228,6 +228,22 @@ class OpenAiCompatibleBackend:
             error=error,
         )
 
+    async def latency(self, within: float = 3.0) -> tuple[float | None, str | None]:
+        """How long one ``GET /models`` of the endpoint takes now (ms), and what went
+        wrong (None: nothing); for the console's Health page. Any HTTP answer counts as
+        reached (an endpoint without ``/models`` answers 404, in its own time) within
+        ``within`` seconds; a
+        failure to connect or a timeout has no latency, only its error."""
+        started = time.perf_counter()
+        try:
+            await self.client.with_options(timeout=within, max_retries=0).models.list()
+        except openai.APIStatusError as exc:
+            elapsed = (time.perf_counter() - started) * 1000
+            return elapsed, (f"HTTP {exc.status_code}" if exc.status_code >= 500 else None)
+        except openai.APIError as exc:
+            return None, f"{type(exc).__name__}: {exc}"
+        return (time.perf_counter() - started) * 1000, None
+
     async def warm_up(self) -> float:
         """Send the byte-stable start of every run (the system prompt, and the tools)
         with a one-token answer, so that a llama.cpp server's prompt cache holds it

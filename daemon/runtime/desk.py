@@ -3,9 +3,10 @@
 The values it acts on (a :class:`~daemon.approvals.Pause`, its pending calls,
 a :class:`~daemon.approvals.Decision`), the policy, the commands and the words
 are :mod:`daemon.approvals`'; the rows are ``sessions``', reached only
-through the :class:`~daemon.runtime.ports.ApprovalStore` port. Requests,
-decisions, ``!stop`` and expiry all go through one desk's shared state (its
-expiry timers, the runs' grants, and the lock that lets exactly one decision
+through the :class:`~daemon.runtime.ports.ApprovalStore` port. It is
+one piece because requests, decisions (from the thread or the console), ``!stop``
+and expiry all go through one desk's shared state (its expiry timers, the
+runs' grants, the rules in force, and the lock that lets exactly one decision
 of a request win).
 
 :class:`ApprovalDesk` sits beside the scheduler (:mod:`daemon.runtime.scheduler`),
