@@ -230,10 +230,10 @@ class OpenAiCompatibleBackend:
 
     async def latency(self, within: float = 3.0) -> tuple[float | None, str | None]:
         """How long one ``GET /models`` of the endpoint takes now (ms), and what went
-        wrong (None: nothing); for the console's Health page. Any HTTP answer counts as
-        reached (an endpoint without ``/models`` answers 404, in its own time) within
-        ``within`` seconds; a
-        failure to connect or a timeout has no latency, only its error."""
+        wrong (None: nothing); for the console's Health page. Any HTTP answer within
+        ``within`` seconds counts as reached (an endpoint without ``/models`` answers
+        404, in its own time); a failure to connect or a timeout has no latency, only
+        its error."""
         started = time.perf_counter()
         try:
             await self.client.with_options(timeout=within, max_retries=0).models.list()
