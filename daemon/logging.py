@@ -40,6 +40,7 @@ __all__ = [
     "configure_logging",
     "log_content",
     "redact",
+    "redact_text",
     "register_secret",
     "reset_logging",
 ]
@@ -70,6 +71,12 @@ def _scrub(text: str) -> str:
         if secret in text:
             text = text.replace(secret, REDACTED)
     return _SECRET_SHAPES.sub(REDACTED, text)
+
+
+def redact_text(text: str) -> str:
+    """``text`` with registered secrets and credential shapes cut out, as in every log line
+    (a trace's snippet attribute goes by the same rules)."""
+    return _scrub(text)
 
 
 def _redact_value(value: Any) -> Any:

@@ -11,6 +11,8 @@ is logged (``model.request_retry``, a warning, logger ``asyncai.backend``).
 Each request is reported as the run's progress ("thinking", or "answering"
 for a ``final`` round: :mod:`daemon.runtime.progress`), and each response's
 token usage as the run's spending as it arrives (:mod:`daemon.runtime.usage`).
+Each request, its retries included, is one ``model.request`` span of the run's
+timeline (:mod:`daemon.runtime.timing`: model, tokens, retries).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from daemon.config import ModelConfig
 from daemon.errors import BackendError
 from daemon.model.response import completion_problem
 from daemon.runtime.progress import model_request
+from daemon.runtime.timing import Span, timed
 from daemon.runtime.usage import tokens_spent
 from sessions.model import RunMetrics
 
@@ -67,6 +70,12 @@ class ChatEndpoint:
         the round that asks for the answer (shown as the run's progress).
         """
         model_request(final=final)
+        with timed("model.request", model=self.model_name) as span:
+            return await self._attempts(body, metrics, run_id, span)
+
+    async def _attempts(
+        self, body: dict[str, Any], metrics: RunMetrics, run_id: str, span: Span | None
+    ) -> Any:
         attempts = self.params.retries + 1
         limit = self.params.request_timeout
         for attempt in range(1, attempts + 1):
@@ -91,6 +100,11 @@ class ChatEndpoint:
                 response = _completion(content)
                 metrics.rounds += 1
                 usage = response.usage
+                if span is not None:
+                    span.attributes["retries"] = attempt - 1
+                    if usage is not None:
+                        span.attributes["prompt_tokens"] = usage.prompt_tokens or 0
+                        span.attributes["completion_tokens"] = usage.completion_tokens or 0
                 if usage is not None:
                     metrics.prompt_tokens += usage.prompt_tokens or 0
                     metrics.completion_tokens += usage.completion_tokens or 0

@@ -10,6 +10,7 @@ JSON-decoded when possible).
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import structlog
 
@@ -21,6 +22,7 @@ from daemon.model.prompts import INVALID_ARGUMENTS
 from daemon.model.records import RunState
 from daemon.runtime.progress import tool_call_started
 from daemon.runtime.runs import ToolUseContext, current_tool_use
+from daemon.runtime.timing import SpanKind, snippet_attribute, timed
 from daemon.tools import ToolCallOutput, ToolDefinition, ToolExecutor
 
 __all__ = ["decided_call", "run_call"]
@@ -114,8 +116,14 @@ async def _execute(
                     pause=Pause(calls=(pending,)),
                 )
         tool_call_started(name)  # the run's progress: "running code"
-        async with asyncio.timeout(limit):
-            return await caller.call_tool(name, arguments)
+        kind, attributes = _span_of(name, arguments, definition)
+        with timed(kind, **attributes) as span:
+            async with asyncio.timeout(limit):
+                output = await caller.call_tool(name, arguments)
+            if span is not None:
+                span.attributes["outcome"] = _outcome(output)
+                span.attributes["bytes"] = len(output.content.encode())
+            return output
     except TimeoutError:
         return ToolCallOutput(
             f"Error: {name} did not finish within {limit:g} s and was cancelled.", is_error=True
@@ -124,6 +132,28 @@ async def _execute(
         return ToolCallOutput(f"Error: tool error: {exc}", is_error=True)
     finally:
         current_tool_use.reset(token)
+
+
+def _span_of(
+    name: str, arguments: dict, definition: ToolDefinition | None
+) -> tuple[SpanKind, dict[str, Any]]:
+    """The span of the model's call of ``name``: ``run_code`` (the snippet's size and the
+    snippet, capped and redacted), or a direct ``tool_call`` (server, tool, mutating)."""
+    if name == "run_code":
+        code = arguments.get("code")
+        text = code if isinstance(code, str) else ""
+        return "run_code", {"snippet_chars": len(text), "snippet": snippet_attribute(text)}
+    server = definition.server if definition is not None else None
+    mutating = definition.mutating if definition is not None else True
+    return "tool_call", {"server": server, "tool": name, "mutating": mutating}
+
+
+def _outcome(output: ToolCallOutput) -> str:
+    """How a call of the model's ended, as its span says: ``paused`` for approval, else
+    ``error`` or ``ok``."""
+    if output.pause is not None:
+        return "paused"
+    return "error" if output.is_error else "ok"
 
 
 async def decided_call(

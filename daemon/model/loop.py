@@ -53,6 +53,7 @@ from daemon.model.profile import ModelProfile, RunTools, Turns
 from daemon.model.profiles import model_profile
 from daemon.model.records import RunState, log_summary, user_record
 from daemon.runtime.runs import PausedRun, RunRequest, RunResult, ToolUseContext, current_tool_use
+from daemon.runtime.timing import timed
 from daemon.tools import Resumable, ToolCallOutput, ToolExecutor
 from sessions.model import RunMetrics
 
@@ -328,8 +329,14 @@ class OpenAiCompatibleBackend:
                 )
             )
             try:
-                async with asyncio.timeout(self.params.tool_call_timeout):
-                    return await self.executor.resume(ctx.thread, pause, decisions)
+                # the snippet going on after the decision: a run_code span of its own
+                with timed("run_code", resumed=True) as span:
+                    async with asyncio.timeout(self.params.tool_call_timeout):
+                        output = await self.executor.resume(ctx.thread, pause, decisions)
+                    if span is not None:
+                        span.attributes["outcome"] = "error" if output.is_error else "ok"
+                        span.attributes["bytes"] = len(output.content.encode())
+                    return output
             except TimeoutError:
                 return ToolCallOutput(
                     f"Error: run_code did not finish within {self.params.tool_call_timeout:g} s "

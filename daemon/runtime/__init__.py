@@ -13,8 +13,9 @@ interruption (:mod:`daemon.runtime.interrupted`), the shield around the
 reply and the run's record (:mod:`daemon.runtime.complete`), the per-sender
 limits (:mod:`daemon.runtime.limits`) and the tokens a run spends
 (:mod:`daemon.runtime.usage`), the nested-call audit rows
-(:mod:`daemon.runtime.audit`) and systemd's watchdog
-(:mod:`daemon.runtime.watchdog`).
+(:mod:`daemon.runtime.audit`), systemd's watchdog
+(:mod:`daemon.runtime.watchdog`) and the one timing source of a run, whose spans
+the traces, the metrics and the time split read (:mod:`daemon.runtime.timing`).
 
 May import: ``daemon.errors``, ``daemon.tools``, ``daemon.approvals``, ``daemon.crashpoints``, the
 faces of ``daemon.code_mode.catalog`` and ``daemon.code_mode.repl`` (the
@@ -72,6 +73,22 @@ from daemon.runtime.scopes import (
     scope_mac,
 )
 from daemon.runtime.store import SessionsRuntimeStore
+from daemon.runtime.timing import (
+    RunTimeline,
+    Span,
+    SpanKind,
+    Timelines,
+    TimeSplit,
+    TimingSink,
+    WaitedDecision,
+    current_span,
+    current_timeline,
+    mark,
+    snippet_attribute,
+    time_split,
+    timed,
+    timing_observer,
+)
 from daemon.runtime.usage import tokens_spent
 from daemon.runtime.watchdog import health_problems, heartbeat
 from sessions.model import PromptStatus
@@ -97,6 +114,7 @@ __all__ = [
     "RunProgress",
     "RunRequest",
     "RunResult",
+    "RunTimeline",
     "Runtime",
     "RuntimeOptions",
     "RuntimePublisher",
@@ -107,9 +125,17 @@ __all__ = [
     "SessionsRuntimeStore",
     "Shared",
     "SignedScopeStore",
+    "Span",
+    "SpanKind",
+    "TimeSplit",
+    "Timelines",
+    "TimingSink",
     "ToolUseContext",
     "ToolsOffered",
+    "WaitedDecision",
     "audit_observer",
+    "current_span",
+    "current_timeline",
     "current_tool_use",
     "health_problems",
     "heartbeat",
@@ -117,6 +143,7 @@ __all__ = [
     "keyed_mac",
     "limit_reached",
     "load_or_create_key",
+    "mark",
     "mentions",
     "model_request",
     "monty_version",
@@ -124,6 +151,10 @@ __all__ = [
     "report_interrupted",
     "scope_mac",
     "showing_progress",
+    "snippet_attribute",
+    "time_split",
+    "timed",
+    "timing_observer",
     "tokens_spent",
     "tool_call_started",
 ]
