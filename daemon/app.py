@@ -79,7 +79,7 @@ from daemon.cluster import (
 )
 from daemon.code_mode.repl import ScopeStore
 from daemon.config import ChannelPolicy, Config
-from daemon.errors import AsyncaiError
+from daemon.errors import AsyncaiError, ConfigError
 from daemon.executors import build_mcp_executor, build_tool_executor, channel_tools
 from daemon.lanes import Lanes, LaneTools
 from daemon.runtime import Runtime, RuntimeOptions, RuntimeStore
@@ -96,7 +96,9 @@ from daemon.runtime.progress import (
 from daemon.runtime.runs import PausedRun, RunRequest, RunResult
 from daemon.runtime.scopes import SignedScopeStore, load_or_create_key
 from daemon.runtime.store import SessionsRuntimeStore
+from daemon.runtime.timing import RunTimeline, WaitedDecision, timing_observer
 from daemon.runtime.watchdog import health_problems, heartbeat
+from daemon.telemetry import Readings, Telemetry, with_metrics
 from daemon.tools import ToolExecutor
 from daemon.web import Console, Sources, WebServer, console_app, read_tokens
 from sessions.errors import StoreError
@@ -191,6 +193,21 @@ class Daemon:
         self.console: Console | None = None
         # each working run's last status line, by thread key: what the console shows live
         self._statuses: dict[str, str] = {}
+        # the one timing source of every run, and its readers when configured (issue 30)
+        self.telemetry = Telemetry(
+            otlp_endpoint=config.telemetry.otlp_endpoint,
+            metrics_listen=config.telemetry.metrics_listen,
+            metrics=config.web.listen is not None,  # the console serves /metrics too
+            readings=Readings(
+                active_runs=lambda: self.runtime.counts().active_runs if self.runtime else 0,
+                queued_prompts=lambda: self.runtime.counts().queued_prompts if self.runtime else 0,
+                approvals_pending=lambda: self._desk.pending if self._desk else 0,
+                scopes_live=lambda: self._lanes.live_scopes if self._lanes else 0,
+                scopes_saved=self._saved_scopes,
+                channel_reconnects=lambda: getattr(self._channel, "reconnects", 0),
+            ),
+        )
+        self._servers: dict[str, str | None] = {}  # tool -> its MCP server (span attributes)
 
     @property
     def store(self) -> Store:
@@ -274,6 +291,13 @@ class Daemon:
         if dropped := await store.cursors.claim_cursor_space(space):
             log.warning("daemon.cursors_reset", ids=space, dropped=dropped, read_from="first start")
         self._cluster = await open_cluster(config, self._store)
+        try:
+            await self.telemetry.start()
+        except (OSError, ValueError) as exc:
+            raise ConfigError(
+                f"[telemetry] metrics_listen {config.telemetry.metrics_listen!r} "
+                f"cannot be served: {exc}"
+            ) from exc
         lanes = self._lanes = Lanes(config, await self._lane_tools(store), gate=self.gate)
         # Start the servers and each channel's pool now: a broken setup fails before READY=1.
         await lanes.start(config.channels.channels or [""])
@@ -355,7 +379,8 @@ class Daemon:
                 desk=self._desk,
             )
         )
-        self._web = WebServer(console_app(self.console), listen)
+        # /metrics on the console's address, outside its session check (Prometheus scrapes it)
+        self._web = WebServer(with_metrics(console_app(self.console), self.telemetry), listen)
         await self._web.start()
         log.warning("daemon.console", url=self._web.url)
 
@@ -371,7 +396,8 @@ class Daemon:
         if given is not None:
             return lambda _config, _policy: (given, None)
         mcp = self._mcp = build_mcp_executor(self.config)
-        observer = progress_observer(audited(self._cluster, audit_observer(store.audit)))
+        audit = audited(self._cluster, audit_observer(store.audit))
+        observer = progress_observer(timing_observer(audit, self._server_of))
         scopes = await self._scope_store(store.scopes)
 
         def build(config: Config, policy: ChannelPolicy) -> tuple[ToolExecutor, ToolExecutor]:
@@ -477,6 +503,8 @@ class Daemon:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        # after the runtime: the last runs' traces are queued; /metrics stops here
+        await _closing("telemetry", self.telemetry.aclose())
         lanes = self._lanes.lanes if self._lanes is not None else []
         built = self._lanes.built if self._lanes is not None else []
         # each lane's own executor (its pool; its view closes nothing), then the one
@@ -543,8 +571,9 @@ class Daemon:
         if persistent is not None:
             await persistent.restore_scope(request.thread)
         lane.noted.before_run(request.thread, had_earlier_runs=bool(request.history))
-        async with self._progress(request):
+        async with self._timing(request) as timeline, self._progress(request):
             result = await lane.backend.run(request)
+            timeline.run.attributes["status"] = result.status
         if persistent is not None:
             await persistent.checkpoint(request.thread)
         return result
@@ -557,13 +586,44 @@ class Daemon:
         lane = self._lanes.lane(request.channel)
         if self._signed is not None:
             self._signed.open_run(request.thread, request.run_id)
-        async with self._progress(request):
+        waits = [
+            WaitedDecision(d.waited_ms / 1000, d.approved, d.kind, d.by) for d in decisions.values()
+        ]
+        async with self._timing(request, waits) as timeline, self._progress(request):
             result = await lane.backend.resume(
                 request, paused.conversation, paused.pause, decisions
             )
+            timeline.run.attributes["status"] = result.status
         if lane.persistent is not None:
             await lane.persistent.checkpoint(request.thread)
         return result
+
+    def _timing(
+        self, request: RunRequest, waits: list[WaitedDecision] | None = None
+    ) -> contextlib.AbstractAsyncContextManager[RunTimeline]:
+        """The run's timeline (the one timing source: traces, metrics, time split), current
+        until the run returns; ``waits``: the approval waits a resumed run went on after."""
+        last = request.prompts[-1] if request.prompts else None
+        attributes = {
+            "run_id": request.run_id,
+            "channel": request.channel,
+            "thread": request.thread_id,
+            "sender": last.sender if last is not None else None,
+            "prompt_id": last.id if last is not None else None,
+        }
+        return self.telemetry.timelines.timing_run(request.run_id, attributes, waits=waits or ())
+
+    def _server_of(self, tool: str) -> str | None:
+        """The MCP server that serves ``tool`` (a nested call's span says it), or None."""
+        if tool not in self._servers and self._mcp is not None:
+            # a server that failed at start adds its tools once up: read them again on a miss
+            self._servers = {d.name: d.server for d in self._mcp.definitions()}
+            self._servers.setdefault(tool, None)
+        return self._servers.get(tool)
+
+    async def _saved_scopes(self) -> int:
+        """How many threads have a stored REPL in this daemon's SQLite (the metrics')."""
+        return await self.store.scopes.count_scopes() if self._store is not None else 0
 
     def _progress(self, request: RunRequest) -> contextlib.AbstractAsyncContextManager[RunProgress]:
         """The run's progress, shown in its thread until the run returns."""

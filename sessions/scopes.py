@@ -164,6 +164,11 @@ class Scopes:
             cursor = await db.execute("DELETE FROM scopes WHERE thread = ?", (key,))
         return cursor.rowcount == 1
 
+    async def count_scopes(self) -> int:
+        """How many threads have a stored scope (the metrics' saved REPLs)."""
+        rows = await self._db.read("counting the stored scopes", "SELECT count(*) FROM scopes")
+        return int(rows[0][0])
+
     async def unbound_scopes(self) -> list[UnboundScope]:
         """The dumps stored before their MAC covered the channel (issue 26), without bytes."""
         rows = await self._db.read(

@@ -97,6 +97,10 @@ allow = []                               # "server.tool" globs that never ask: [
 deny = []                                # globs that are always refused
 approvers = []                           # nicks that may decide; empty: the prompt's sender
 expire_after = 86400                     # seconds a request waits before it counts as denied
+
+[telemetry]
+# otlp_endpoint = "http://127.0.0.1:4318" # unset: no traces; or OTEL_EXPORTER_OTLP_ENDPOINT
+# metrics_listen = "127.0.0.1:9464"      # unset: /metrics only on the console's address
 """
 
 

@@ -258,6 +258,8 @@ MAY_IMPORT = {
     | {"daemon.config", "daemon.runtime", "daemon.code_mode.repl", "sessions", "channels"},
     # the console (issue 30): reads the store, decides through the runtime's desk
     "daemon.web": SHARED | {"daemon.config", "daemon.runtime", "sessions", "channels"},
+    # reads the runs' timelines (issue 30); imported by daemon.app and the console only
+    "daemon.telemetry": SHARED | {"daemon.runtime"},
 }
 
 

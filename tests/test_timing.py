@@ -22,6 +22,7 @@ from daemon.runtime import (
     timed,
     timing_observer,
 )
+from daemon.telemetry import encode_trace, run_span_id, trace_id
 from daemon.tools import AuditEntry, observe_entry
 
 
@@ -253,3 +254,37 @@ def test_the_snippet_attribute_is_capped_and_redacted_as_the_logs_are() -> None:
     assert "[REDACTED]" in text
     assert text.endswith("…[3031 chars]")
     assert len(text) < 130
+
+
+def test_the_trace_of_a_run_is_one_tree_with_ids_from_the_run() -> None:
+    """The encoded trace: one trace id (from the run id), the run span's id from the
+    run id, every other span's parent the id of its parent span; nanosecond times
+    from the one wall anchor; model tokens also under GenAI's names; errors marked."""
+    clock = Clock(10.0)
+    timeline = RunTimeline("run-9", {"channel": "#ops"}, clock=clock, wall=lambda: 1_700_000_000.0)
+    request = timeline.open("model.request", timeline.run, model="m", prompt_tokens=7)
+    clock.tick(1.0)
+    timeline.close(request)
+    code = timeline.open("run_code", timeline.run, snippet_chars=3)
+    call = timeline.call_started("k", code, server="test", tool="echo")
+    timeline.call_ended("k", code, 0.0, outcome="error", bytes=0)
+    timeline.close(code)
+    timeline.close(timeline.run, status="done")
+    body = encode_trace(timeline, host="h")
+    spans = body["resourceSpans"][0]["scopeSpans"][0]["spans"]
+    by_name = {s["name"]: s for s in spans}
+    assert {s["traceId"] for s in spans} == {trace_id("run-9")}
+    run = by_name["run"]
+    assert run["spanId"] == run_span_id("run-9")
+    assert "parentSpanId" not in run
+    assert by_name["model.request"]["parentSpanId"] == run["spanId"]
+    assert by_name["run_code"]["parentSpanId"] == run["spanId"]
+    tool = by_name["tool_call test.echo"]
+    assert tool["parentSpanId"] == by_name["run_code"]["spanId"]
+    assert tool["status"] == {"code": 2}
+    assert run["startTimeUnixNano"] == str(1_700_000_000 * 10**9)
+    attributes = {a["key"]: a["value"] for a in by_name["model.request"]["attributes"]}
+    assert attributes["gen_ai.usage.input_tokens"] == {"intValue": "7"}
+    assert attributes["asyncai.model"] == {"stringValue": "m"}
+    assert call.id != code.id
+    assert len({s["spanId"] for s in spans}) == len(spans)

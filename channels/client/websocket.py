@@ -117,6 +117,7 @@ class WebSocketChannel(InboxChannel):
         if inbox_size < 2:
             raise ValueError("inbox_size must be at least 2")
         self.url = url
+        self.reconnects = 0  # times the connection was made again after it broke (the metrics')
         self._protocol = ClientProtocol(
             url, hello_nick=None if token is not None else nick, inbox_size=inbox_size
         )
@@ -276,6 +277,7 @@ class WebSocketChannel(InboxChannel):
                 await ws.close()
                 return
             self._begin(ws, welcome)
+            self.reconnects += 1
             log.info(
                 "channels.reconnected", url=self.url, subscriptions=len(self._protocol.channels())
             )

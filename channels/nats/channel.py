@@ -143,6 +143,7 @@ class NatsChannel(InboxChannel):
         self._max_text = max_text
         self._reconnect_attempts = reconnect_attempts
         self._reconnect_wait = reconnect_wait
+        self.reconnects = 0  # times nats-py connected again after a break (the metrics')
         self._heartbeat = heartbeat
         self._nc: NatsClient | None = None
         self._js: JetStreamContext | None = None
@@ -227,6 +228,7 @@ class NatsChannel(InboxChannel):
             log.warning("channels.disconnected", url=self.url)
 
     async def _on_reconnected(self) -> None:
+        self.reconnects += 1
         log.info("channels.reconnected", url=self.url, subscriptions=len(self._readers))
 
     async def _on_closed(self) -> None:

@@ -52,6 +52,7 @@ from daemon.config.schema import (
     ModelConfig,
     RuntimeConfig,
     SessionsConfig,
+    TelemetryConfig,
     WebConfig,
 )
 from daemon.config.show import Setting, Settings, effective_settings, settings_json, settings_text
@@ -73,6 +74,7 @@ __all__ = [
     "SessionsConfig",
     "Setting",
     "Settings",
+    "TelemetryConfig",
     "WebConfig",
     "add_config_arguments",
     "effective_settings",

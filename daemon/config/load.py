@@ -50,6 +50,7 @@ ENVIRONMENT: dict[str, str] = {
     "ATIRC_URL": "channels.url",
     "ATIRC_TOKEN": "channels.token",
     "ATIRC_NICK": "channels.nick",
+    "OTEL_EXPORTER_OTLP_ENDPOINT": "telemetry.otlp_endpoint",
 }
 
 ENVIRONMENT_SOURCE = "environment variable {}"  # the source of a key ENVIRONMENT sets
@@ -58,7 +59,16 @@ COMMAND_LINE = "the command line"  # the source of a key a flag sets
 Key = tuple[str, ...]  # a key's parts: ("model", "api_key"), ("channel", "#ops", "servers")
 
 # Config's tables: one each, and the named ones ([models.NAME], [channel."#name"])
-_SECTIONS = ["model", "code_mode", "channels", "runtime", "sessions", "approvals", "web"]
+_SECTIONS = [
+    "model",
+    "code_mode",
+    "channels",
+    "runtime",
+    "sessions",
+    "approvals",
+    "web",
+    "telemetry",
+]
 _NAMED = ["models", "channel"]
 _TOP_KEYS = [*_SECTIONS, *_NAMED, "mcp_servers", "mcp_json"]
 _PATH_KEYS = [

@@ -26,6 +26,7 @@ from daemon.config.schema import (
     ModelConfig,
     RuntimeConfig,
     SessionsConfig,
+    TelemetryConfig,
     WebConfig,
 )
 from daemon.config.values import PathValue
@@ -54,6 +55,7 @@ class Config:
     sessions: SessionsConfig = field(default_factory=SessionsConfig)
     approvals: ApprovalsConfig = field(default_factory=ApprovalsConfig)
     web: WebConfig = field(default_factory=WebConfig)  # the console (issue 30)
+    telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)  # issue 30
     models: dict[str, EndpointConfig] = field(default_factory=dict)  # [models.NAME]
     channel: dict[str, ChannelConfig] = field(default_factory=dict)  # [channel."#name"]
     path: Path | None = None  # the file read, if any

@@ -48,6 +48,7 @@ __all__ = [
     "ModelConfig",
     "RuntimeConfig",
     "SessionsConfig",
+    "TelemetryConfig",
     "WebConfig",
 ]
 
@@ -330,3 +331,19 @@ class WebConfig:
 
     listen: Listen | None = None  # "127.0.0.1:6690"; None: no console
     tokens: PathValue = Path(".asyncai/web.tokens")
+
+
+@dataclass
+class TelemetryConfig:
+    """``[telemetry]``: traces and metrics of the runs (issue 30); both off by default.
+
+    ``otlp_endpoint`` (also ``OTEL_EXPORTER_OTLP_ENDPOINT``): an OTLP/HTTP
+    collector's base URL; each run's trace is posted to ``ENDPOINT/v1/traces``
+    as JSON. ``metrics_listen``: ``HOST:PORT`` serving Prometheus' ``/metrics``
+    (the console serves them on its own address too).
+    """
+
+    __pydantic_config__ = _SECTION
+
+    otlp_endpoint: Text | None = None  # "http://127.0.0.1:4318"; None: no traces exported
+    metrics_listen: Listen | None = None  # "127.0.0.1:9464"; None: /metrics only on the console

@@ -66,7 +66,17 @@ def effective_settings(config: Config) -> Settings:
     """Every value of ``config`` with its origin, secrets hidden."""
     # "": the top-level keys, printed before the first table
     sections = {"": [_plain(config, ("mcp_json",), config.mcp_json, secret=False)]}
-    for name in ("model", "code_mode", "channels", "runtime", "sessions", "approvals", "web"):
+    sections_in_order = (
+        "model",
+        "code_mode",
+        "channels",
+        "runtime",
+        "sessions",
+        "approvals",
+        "web",
+        "telemetry",
+    )
+    for name in sections_in_order:
         sections[name] = list(_section(config, (name,), getattr(config, name)))
     for server_name, server in config.mcp_servers.items():
         key = toml_key(("mcp_servers", server_name))

@@ -242,6 +242,11 @@ class ApprovalDesk:
 
     # ---- the gate ---------------------------------------------------------------------
 
+    @property
+    def pending(self) -> int:
+        """Requests this daemon holds waiting for a decision (each has its expiry armed)."""
+        return len(self._timers)
+
     def policy_of(self, channel: str) -> ApprovalPolicy:
         """The ``[approvals]`` in force in ``channel`` (its own table over the global one)."""
         if self._policies is None or not channel:
