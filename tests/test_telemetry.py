@@ -23,6 +23,7 @@ from daemon.config import load_config
 from daemon.errors import ConfigError
 from tests.fakes.fake_openai import FakeOpenAI, Reply, ToolCalls
 from tests.test_daemon import Person, run_of, settled, write_config
+from tests.test_web_daemon import web_config
 
 WAIT = 20.0
 
@@ -290,3 +291,25 @@ def test_without_the_settings_nothing_costly_is_imported() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
     )
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+async def test_the_console_serves_metrics_without_a_session_and_its_pages_still_need_one(
+    tmp_path,
+) -> None:
+    """With [web] listen, ``/metrics`` on the console's address answers a scrape without a
+    session (Prometheus has none), while the console's pages still refuse it."""
+    async with Hub(tmp_path / "hub.db", host="127.0.0.1", port=0) as hub, FakeOpenAI() as fake:
+        path = web_config(tmp_path / "asyncai.toml", hub_url=hub.url, model_url=fake.base_url)
+        daemon = Daemon(load_config(path, environ={}), env={})
+        await daemon.start()
+        try:
+            assert daemon.web_url is not None
+            port = int(daemon.web_url.rstrip("/").rsplit(":", 1)[1])
+            status, text = await scrape(port)
+            assert status == 200
+            assert "# TYPE asyncai_runs_total counter" in text
+            assert sample(text, "asyncai_active_runs") == 0
+            page, _ = await scrape(port, "/")
+            assert page == 401
+        finally:
+            await daemon.aclose()
