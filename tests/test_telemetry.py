@@ -198,6 +198,51 @@ async def test_a_gather_of_three_calls_is_three_spans_under_its_run_code(env) ->
     assert all(m["gen_ai.usage.input_tokens"] > 0 for m in model)
 
 
+async def test_a_run_paused_for_approval_is_one_trace_with_its_wait_between_its_legs(
+    env, tmp_path
+) -> None:
+    """A mutating call waits for !approve: nothing is exported while the run is paused;
+    once it ends, one trace holds both legs under one ``run`` span: the first run_code
+    (outcome ``paused``) with the read-only call, the ``approval.wait`` (approved, by
+    alice), and the resumed run_code with the approved call under it."""
+    daemon, fake, alice, receiver = env
+    target = tmp_path / "approved.txt"
+    code = f"a = await echo(text='x')\nb = await append_line(path={str(target)!r}, line='y')\nb"
+    fake.add(ToolCalls(("run_code", {"code": code})), Reply("appended"))
+    mid, asked = await alice.ask("append after an echo")
+    rid = asked.text.splitlines()[-2].split()[1]
+    assert daemon.telemetry.exporter is not None
+    async with asyncio.timeout(WAIT):
+        await daemon.telemetry.exporter.flush()
+    traces_before = len(receiver.exports)
+    _, reply = await alice.ask(f"!approve {rid}", thread=mid)
+    assert reply.text == "appended"
+    await settled(daemon, mid)
+    run_id = await run_of(daemon, mid)
+    async with asyncio.timeout(WAIT):
+        await daemon.telemetry.exporter.flush()
+    assert len(receiver.exports) == traces_before + 1  # the paused leg was not exported alone
+    (run,) = [s for s in receiver.spans() if attrs(s).get("asyncai.run_id") == run_id]
+    tree = [s for s in receiver.spans() if s["traceId"] == run["traceId"]]
+    children = [s for s in tree if s.get("parentSpanId") == run["spanId"]]
+    names = sorted(s["name"] for s in children)
+    assert names == ["approval.wait", "model.request", "model.request", "run_code", "run_code"]
+    (wait,) = [attrs(s) for s in children if s["name"] == "approval.wait"]
+    assert wait["asyncai.approved"] is True
+    assert wait["asyncai.decided_by"] == "alice"
+    first, resumed = sorted(
+        (s for s in children if s["name"] == "run_code"), key=lambda s: int(s["startTimeUnixNano"])
+    )
+    assert attrs(first)["asyncai.outcome"] == "paused"
+    assert attrs(resumed)["asyncai.resumed"] is True
+    under_first = [s["name"] for s in tree if s.get("parentSpanId") == first["spanId"]]
+    under_resumed = [s["name"] for s in tree if s.get("parentSpanId") == resumed["spanId"]]
+    assert under_first == ["tool_call test.echo"]
+    assert under_resumed == ["tool_call test.append_line"]
+    assert attrs(run)["asyncai.status"] == "done"
+    assert int(run["startTimeUnixNano"]) <= int(first["startTimeUnixNano"])
+
+
 async def test_metrics_are_scraped_without_a_session_and_agree_with_the_runs(env) -> None:
     """``/metrics`` on metrics_listen: runs by status, the run's duration, tokens, nested
     calls by server, tool and outcome with their latency, and the live gauges."""
