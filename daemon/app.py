@@ -54,6 +54,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import os
 import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
@@ -198,6 +199,8 @@ class Daemon:
             otlp_endpoint=config.telemetry.otlp_endpoint,
             metrics_listen=config.telemetry.metrics_listen,
             metrics=config.web.listen is not None,  # the console serves /metrics too
+            # a collector's credentials, as the OpenTelemetry spec names them
+            otlp_headers=(os.environ if env is None else env).get("OTEL_EXPORTER_OTLP_HEADERS"),
             readings=Readings(
                 active_runs=lambda: self.runtime.counts().active_runs if self.runtime else 0,
                 queued_prompts=lambda: self.runtime.counts().queued_prompts if self.runtime else 0,
@@ -293,7 +296,9 @@ class Daemon:
         self._cluster = await open_cluster(config, self._store)
         try:
             await self.telemetry.start()
-        except (OSError, ValueError) as exc:
+        except ValueError as exc:  # the headers: the only value read unchecked till now
+            raise ConfigError(str(exc)) from exc
+        except OSError as exc:
             raise ConfigError(
                 f"[telemetry] metrics_listen {config.telemetry.metrics_listen!r} "
                 f"cannot be served: {exc}"

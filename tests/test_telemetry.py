@@ -16,11 +16,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from channels.hub import Hub
 from daemon.app import Daemon
 from daemon.config import load_config
 from daemon.errors import ConfigError
+from daemon.logging import redact
+from daemon.runtime import RunTimeline
+from daemon.telemetry.export import OtlpExporter, parse_headers
 from tests.fakes.fake_openai import FakeOpenAI, Reply, ToolCalls
 from tests.test_daemon import Person, run_of, settled, write_config
 from tests.test_web_daemon import web_config
@@ -34,6 +39,7 @@ class OtlpReceiver:
     def __init__(self) -> None:
         self.exports: list[dict[str, Any]] = []
         self.paths: list[str] = []
+        self.headers: list[dict[str, str]] = []
         self.arrived = asyncio.Event()
         self._server: asyncio.Server | None = None
 
@@ -62,6 +68,7 @@ class OtlpReceiver:
                 }
                 body = await reader.readexactly(int(headers.get("content-length", "0")))
                 self.paths.append(request_line.split()[1])
+                self.headers.append(headers)
                 assert headers["content-type"] == "application/json"
                 self.exports.append(json.loads(body))
                 self.arrived.set()
@@ -358,3 +365,42 @@ async def test_the_console_serves_metrics_without_a_session_and_its_pages_still_
             assert page == 401
         finally:
             await daemon.aclose()
+
+
+async def test_the_exporter_sends_the_collectors_credentials_and_never_logs_them() -> None:
+    """OTEL_EXPORTER_OTLP_HEADERS' pairs go with every post (percent-decoded), and their
+    values are secrets: a log line that would show one shows [REDACTED]."""
+    async with OtlpReceiver() as receiver:
+        headers = parse_headers(" Authorization=Basic%20c2VjcmV0LXZhbHVl , x-team=ops")
+        exporter = OtlpExporter(receiver.endpoint, headers=headers)
+        exporter.start()
+        try:
+            timeline = RunTimeline("r-headers")
+            timeline.close(timeline.run, status="done")
+            exporter.leg_ended(timeline, paused=False)
+            async with asyncio.timeout(WAIT):
+                await exporter.flush()
+        finally:
+            await exporter.aclose()
+    assert receiver.headers[0]["authorization"] == "Basic c2VjcmV0LXZhbHVl"
+    assert receiver.headers[0]["x-team"] == "ops"
+    assert exporter.exported == 1
+    assert "c2VjcmV0LXZhbHVl" not in json.dumps(
+        redact(None, "info", {"h": "Basic c2VjcmV0LXZhbHVl"})
+    )
+
+
+@given(st.text(max_size=80))
+@settings(max_examples=200, deadline=None)
+def test_any_headers_text_gives_headers_or_a_clear_error(text: str) -> None:
+    """Whatever OTEL_EXPORTER_OTLP_HEADERS holds: a dict of header names, or a ValueError
+    naming the variable (never another exception)."""
+    try:
+        headers = parse_headers(text)
+    except ValueError as exc:
+        message = str(exc)
+        headers = {}
+    else:
+        message = "OTEL_EXPORTER_OTLP_HEADERS"
+    assert "OTEL_EXPORTER_OTLP_HEADERS" in message
+    assert all(k and "=" not in k and "," not in k for k in headers)

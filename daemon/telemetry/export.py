@@ -17,7 +17,8 @@ queue in order, as JSON (``Content-Type: application/json``).
 
 Imported only when an endpoint is configured (``[telemetry] otlp_endpoint``
 or ``OTEL_EXPORTER_OTLP_ENDPOINT``); it uses the HTTP client the model
-client already loads (httpx2).
+client already loads (httpx2). ``OTEL_EXPORTER_OTLP_HEADERS`` (a collector's
+credentials, :func:`parse_headers`) are sent with every post and never logged.
 """
 
 from __future__ import annotations
@@ -25,17 +26,27 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import re
 import socket
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import unquote
 
 import httpx2
 import structlog
 
+from daemon.logging import register_secret
 from daemon.runtime import RunTimeline, Span
 from daemon.telemetry.otlp import encode_trace
 
-__all__ = ["CLOSE_GRACE", "MAX_QUEUED", "POST_TIMEOUT", "OtlpExporter", "traces_url"]
+__all__ = [
+    "CLOSE_GRACE",
+    "MAX_QUEUED",
+    "POST_TIMEOUT",
+    "OtlpExporter",
+    "parse_headers",
+    "traces_url",
+]
 
 log = structlog.get_logger("asyncai.telemetry")
 
@@ -49,6 +60,27 @@ CLOSE_GRACE = 5.0
 """Seconds the shutdown gives the queued traces."""
 
 
+def parse_headers(text: str) -> dict[str, str]:
+    """``OTEL_EXPORTER_OTLP_HEADERS``: ``key=value`` pairs separated by commas, values
+    percent-encoded (``Authorization=Basic%20abc``), as the OpenTelemetry spec says;
+    blanks around each are dropped. ValueError naming the pair that has no ``=`` or no key.
+    """
+    headers: dict[str, str] = {}
+    for pair in text.split(","):
+        if not pair.strip():
+            continue
+        key, sep, value = pair.partition("=")
+        key = key.strip()
+        if not sep or not key or not _TOKEN.fullmatch(key):
+            raise ValueError(f"OTEL_EXPORTER_OTLP_HEADERS: {pair.strip()!r} is not KEY=VALUE")
+        headers[key] = unquote(value.strip())
+    return headers
+
+
+# an HTTP header name (RFC 9110's token)
+_TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+
+
 def traces_url(endpoint: str) -> str:
     """The traces URL of an OTLP/HTTP ``endpoint`` (its base, as
     ``OTEL_EXPORTER_OTLP_ENDPOINT`` gives it): ``ENDPOINT/v1/traces``."""
@@ -58,11 +90,13 @@ def traces_url(endpoint: str) -> str:
 class OtlpExporter:
     """Posts each finished run's trace to an OTLP/HTTP collector; see the module docstring.
 
-    ``headers``: sent with every post (a collector's API key).
+    ``headers``: sent with every post (a collector's API key: never logged).
     """
 
     def __init__(self, endpoint: str, *, headers: Mapping[str, str] | None = None) -> None:
         self.url = traces_url(endpoint)
+        for value in (headers or {}).values():
+            register_secret(value)
         self._headers = {"Content-Type": "application/json", **(headers or {})}
         self._queue: asyncio.Queue[bytes] = asyncio.Queue(MAX_QUEUED)
         self._client: httpx2.AsyncClient | None = None

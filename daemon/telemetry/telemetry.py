@@ -35,8 +35,10 @@ class Telemetry:
     """The timelines, the exporter and the metrics; :meth:`start`, then :meth:`aclose`.
 
     ``metrics``: build the metrics even without ``metrics_listen`` (the
-    console serves them). ``readings``: what the gauges read (a
-    :class:`~daemon.telemetry.metrics.Readings`), set before :meth:`start`.
+    console serves them). ``otlp_headers``: ``OTEL_EXPORTER_OTLP_HEADERS``'s text,
+    sent with each export (ValueError at :meth:`start` when it does not parse).
+    ``readings``: what the gauges read (a :class:`~daemon.telemetry.Readings`),
+    set before :meth:`start`.
     """
 
     def __init__(
@@ -46,8 +48,10 @@ class Telemetry:
         metrics_listen: str | None = None,
         metrics: bool = False,
         readings: Readings | None = None,
+        otlp_headers: str | None = None,
     ) -> None:
         self.otlp_endpoint = otlp_endpoint
+        self.otlp_headers = otlp_headers
         self.metrics_listen = metrics_listen
         self._want_metrics = metrics or metrics_listen is not None
         self.readings = readings
@@ -57,11 +61,13 @@ class Telemetry:
         self.server: MetricsServer | None = None
 
     async def start(self) -> None:
-        """Build what is configured, and serve ``metrics_listen`` (OSError: not bindable)."""
+        """Build what is configured, and serve ``metrics_listen`` (OSError: not bindable;
+        ValueError: the headers do not parse)."""
         if self.otlp_endpoint and self.exporter is None:
-            from daemon.telemetry.export import OtlpExporter
+            from daemon.telemetry.export import OtlpExporter, parse_headers
 
-            self.exporter = OtlpExporter(self.otlp_endpoint)
+            headers = parse_headers(self.otlp_headers or "")
+            self.exporter = OtlpExporter(self.otlp_endpoint, headers=headers)
             self.exporter.start()
             self.timelines.sinks.append(self.exporter)
         if self._want_metrics and self.metrics is None:
