@@ -218,3 +218,44 @@ def test_the_references_sample_output_is_what_config_show_prints(
     for line in sample.splitlines():
         if line:
             assert " ".join(line.split()) in printed, line
+
+
+def test_a_password_inside_a_url_is_masked(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A secret need not be under a secret-looking name: the reference postgres MCP server
+    takes ``postgresql://user:PASSWORD@host/db`` as an argument, ``DATABASE_URL`` carries
+    the same, and an endpoint behind basic auth has it in ``base_url``. The userinfo of
+    every URL shown is hidden, in text and JSON; the rest of the URL still shows."""
+    path = tmp_path / "asyncai.toml"
+    path.write_text(
+        """
+[model]
+model = "small"
+base_url = "https://alice:pw-model-1@gpu.example/v1"
+
+[models.big]
+base_url = "http://tok-big-2@gpu-box:8000/v1"
+
+[channels]
+url = "nats://bob:pw-nats-3@broker:4222"
+channels = ["#team"]
+
+[mcp_servers.db]
+command = "mcp-server-postgres"
+args = ["--url=postgresql://app:pw-arg-4@db/prod"]
+env = { DATABASE_URL = "postgres://app:pw-env-5@db/prod" }
+
+[channel."#team"]
+endpoint = "big"
+""",
+        encoding="utf-8",
+    )
+    for flag in ([], ["--json"]):
+        status = main(["config", "show", "--config", str(path), *flag])
+        out, err = capsys.readouterr()
+        assert (status, err) == (0, "")
+        for secret in ("pw-model-1", "tok-big-2", "pw-nats-3", "pw-arg-4", "pw-env-5"):
+            assert secret not in out, secret
+        assert "gpu.example/v1" in out
+        assert "postgres://(hidden)@db/prod" in out

@@ -9,13 +9,16 @@ the channel section's own or inherited, and from which global key.
 
 Secrets never show: a key whose name looks secret (``api_key``, ``token``,
 an MCP server's ``GITHUB_TOKEN``) or whose field is ``repr=False`` shows as
-``(hidden)`` when set.
+``(hidden)`` when set, and so does the userinfo of any URL in a value
+(``postgres://app:PASSWORD@db/prod`` as a server's argument or its
+``DATABASE_URL``, a ``base_url`` behind basic auth), whatever its key's name.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +35,8 @@ __all__ = ["Setting", "Settings", "effective_settings", "settings_json", "settin
 Origin = Literal["default", "file", "environment", "flag", "channel section"]
 
 HIDDEN = "(hidden)"
+# scheme://USERINFO@: a user and password (or a token as the user) in a URL
+_USERINFO = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)[^/?#@\s]+@")
 _ENVIRONMENT = ENVIRONMENT_SOURCE.format("")  # the loader's words, before the variable
 
 
@@ -268,4 +273,6 @@ def _jsonable(value: Any) -> Any:
         return str(value)
     if isinstance(value, (list, tuple, frozenset, set)):
         return [_jsonable(v) for v in value]
+    if isinstance(value, str):  # a URL's userinfo is a secret whatever the key's name
+        return _USERINFO.sub(rf"\g<scheme>{HIDDEN}@", value)
     return value
