@@ -23,6 +23,7 @@ from daemon.model.harness import (
     Switches,
     closest_examples,
     echoes_example,
+    foreign_calls,
     parse_examples,
     render_examples,
     split_fetch,
@@ -194,3 +195,20 @@ def test_fetch_look_shows_the_examples_in_two_snippets() -> None:
         "```python\nr = await f()\n```\n(I show you what the variables hold.)\n"
         "```python\nlen(r)\n```"
     )
+
+
+def test_foreign_calls_are_the_functions_an_example_needs_from_elsewhere() -> None:
+    """What a snippet calls that neither the given functions, a builtin, nor the snippet
+    itself (a def, an import, an assignment) provide; unparsable code calls nothing."""
+    code = (
+        "import math\n"
+        "def top(xs):\n    return sorted(xs)[:3]\n"
+        "f = await delete_object(name='x')\n"
+        "g = f\n"
+        "top(items(await list_pods()))\n"
+        "len(math.floor(2))\n"
+        "g()\n"
+    )
+    assert foreign_calls(code, ["list_pods", "items"]) == ["delete_object"]
+    assert foreign_calls(code, ["list_pods", "items", "delete_object"]) == []
+    assert foreign_calls("await (", []) == []

@@ -31,11 +31,12 @@ one example, shown as written. Rule ``examples``: off, the file is not used.
 from __future__ import annotations
 
 import ast
+import builtins
 import json
 import math
 import tomllib
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from daemon.model.harness.topics import question_words
@@ -44,6 +45,7 @@ __all__ = [
     "CHOSEN_EXAMPLES",
     "Example",
     "closest_examples",
+    "foreign_calls",
     "parse_examples",
     "render_examples",
     "split_fetch",
@@ -102,6 +104,35 @@ def _example(where: str, entry: object) -> Example:
     if not values["question"].strip() or not values["code"].strip():
         raise ValueError(f"{where} needs a question and its code")
     return Example(values["question"].strip(), values["code"].strip("\n"), values["note"].strip())
+
+
+def foreign_calls(code: str, functions: Iterable[str]) -> list[str]:
+    """The bare names ``code`` calls that are none of ``functions`` (a channel's catalog and
+    the helpers), no builtin, and not defined or imported by the code itself, sorted.
+
+    An example that calls one shows the model a tool its channel does not have: in a
+    daemon whose channels see different tools (issue 29), the name of a tool that
+    exists only elsewhere. Code that does not parse calls nothing known: [] (it is
+    shown as written, as before).
+    """
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        return []
+    bound = set(functions)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
+            bound.add(node.id)
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            bound.add(node.name)
+        elif isinstance(node, ast.Import | ast.ImportFrom):
+            bound.update((a.asname or a.name).split(".")[0] for a in node.names)
+    called = {
+        node.func.id
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+    }
+    return sorted(n for n in called if n not in bound and not hasattr(builtins, n))
 
 
 def closest_examples(

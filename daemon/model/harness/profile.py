@@ -19,6 +19,7 @@ from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any
 
+from daemon.code_mode.catalog import RESERVED_NAMES, SEARCH_HELPERS
 from daemon.config import ModelConfig
 from daemon.errors import ConfigError
 from daemon.model.calls import ToolCall
@@ -28,6 +29,7 @@ from daemon.model.harness.blocks import after_block, code_blocks
 from daemon.model.harness.examples import (
     Example,
     closest_examples,
+    foreign_calls,
     parse_examples,
     render_examples,
 )
@@ -147,13 +149,18 @@ class CodeBlockTurns:
         self.tools = tools
         self.params = params
         self.switches = switches or Switches()
-        # solved questions to choose from per question (rule examples); none: the one
-        # worked example
-        self.examples = (examples or []) if self.switches.on("examples") else []
         catalog = tools.catalog
         self.functions: dict[str, Signature] = (
             catalog_signatures(catalog) if catalog is not None else {}
         )
+        # solved questions to choose from per question (rule examples); none: the one
+        # worked example. The file is the endpoint's, shared by channels that see other
+        # tools (issue 29): an example that calls a function this catalog lacks is not
+        # shown, so no channel's prompt names a tool it may not use.
+        self.examples = (examples or []) if self.switches.on("examples") else []
+        if catalog is not None:
+            known = (*self.functions, *RESERVED_NAMES, *SEARCH_HELPERS)
+            self.examples = [e for e in self.examples if not foreign_calls(e.code, known)]
         # what each catalog function is about (the harness's hints)
         self.topics: dict[str, Topic] = catalog_topics(catalog) if catalog is not None else {}
         entries = catalog.entries.items() if catalog is not None else ()

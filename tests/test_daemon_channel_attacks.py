@@ -1,0 +1,147 @@
+"""Issue 29 attacked from outside: a real hub on 127.0.0.1, the daemon in this process with
+its real store, MCP server and Monty pool, the scripted model.
+
+``#ops`` and ``#dev`` see the same tools (one shared executor) but each has its own
+approvers: carol in ``#ops``, alice in ``#dev``. A request of ``#ops`` is decided by
+carol, in its own thread only: not by alice, who approves in ``#dev``; not from a
+``#dev`` thread, another ``#ops`` thread or ``#help``; not by a ``#dev`` message that
+carries the ``#ops`` thread's id, as a hostile or older hub would deliver it. No
+attempt leaves an "always" rule.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from channels.hub import Hub
+from channels.ids import IdGenerator
+from daemon.app import Daemon
+from daemon.config import load_config
+from daemon.runtime.ports import InboundMessage
+from tests.fakes.fake_openai import FakeOpenAI, Reply
+from tests.test_daemon import write_config
+from tests.test_daemon_approval_rules import append, asks, people
+from tests.test_daemon_approvals import lines_of, request_id, settled
+
+_ids = IdGenerator()
+
+SECTIONS = """
+[approvals]
+expire_after = 600
+
+[channel."#ops"]
+servers = ["test"]
+
+[channel."#ops".approvals]
+approvers = ["carol"]
+
+[channel."#dev"]
+servers = ["test"]
+
+[channel."#dev".approvals]
+approvers = ["alice"]
+
+[channel."#help"]
+servers = ["test"]
+tools_allow = ["test.echo"]
+"""
+
+
+async def test_a_request_of_ops_is_decided_only_by_its_approvers_in_its_thread(
+    tmp_path: Path,
+) -> None:
+    async with Hub(tmp_path / "hub.db", host="127.0.0.1", port=0) as hub, FakeOpenAI() as fake:
+        path = write_config(tmp_path / "asyncai.toml", hub_url=hub.url, model_url=fake.base_url)
+        text = path.read_text().replace('["#ops"]', '["#ops", "#dev", "#help"]')
+        path.write_text(text + SECTIONS)
+        daemon = Daemon(load_config(path, environ={}), env={})
+        await daemon.start()
+        bob, alice, carol, carol_dev, carol_help = await people(
+            hub.url,
+            ("bob", "#ops"),
+            ("alice", "#ops"),
+            ("carol", "#ops"),
+            ("carol", "#dev"),
+            ("carol", "#help"),
+        )
+        try:
+            target = tmp_path / "ops.txt"
+            fake.add(append(target, "ops"), Reply("Appended."))
+            mid, request = await asks(bob, "append a line")
+            rid = request_id(request.text)
+            # alice decides in #dev, not here
+            _, refusal = await alice.ask(f"!approve {rid} always", thread=mid)
+            assert refusal.text == f"alice may not decide request {rid}: only carol may."
+            # carol, but elsewhere: another #ops thread, a #dev thread, #help
+            other, _ = await carol.ask("!tools")  # another #ops thread (no model asked)
+            _, answer = await carol.ask(f"!approve {rid} always", thread=other)
+            assert answer.text == f"There is no approval request {rid} in this thread."
+            for person in (carol_dev, carol_help):
+                _, answer = await person.ask(f"!approve {rid} always")
+                assert answer.text == f"There is no approval request {rid} in this thread."
+            _, shown = await carol_help.ask(f"!show {rid}")
+            assert shown.text == f"There is no approval request {rid} in this thread."
+            # a #dev message in the #ops thread (the hub refuses it; a hostile one would not)
+            for text in (f"!approve {rid} always", "!stop"):
+                message = InboundMessage("#dev", _ids.new(), mid, "carol", text)
+                await daemon.runtime.submit(message)
+            await settled(daemon, mid)
+            stored = await daemon.store.approvals.get_approval(rid)
+            assert stored is not None
+            assert stored.status == "pending"
+            assert await daemon.store.rules.rules() == []
+            assert lines_of(target) == []
+            # carol in the thread: made once
+            _, reply = await carol.ask(f"!approve {rid}", thread=mid)
+            assert reply.text == "Appended."
+            assert lines_of(target) == ["ops"]
+        finally:
+            for person in (bob, alice, carol, carol_dev, carol_help):
+                await person.close()
+            await daemon.aclose()
+
+
+EXAMPLES = """
+[[example]]
+question = "Append the line done to the notes file."
+code = "await append_line(path='/notes', line='done')"
+
+[[example]]
+question = "Echo hello back to me."
+code = "await echo(text='hello')"
+"""
+
+
+async def test_the_harness_shows_no_example_of_a_tool_the_channel_lacks(tmp_path: Path) -> None:
+    """[model] examples is the endpoint's, shared by #help and #ops: #help's system
+    message shows only the examples its own tools answer (the one of append_line,
+    which #help does not have, is not there, even for a question that is closest to
+    it); #ops, which has append_line, is shown it."""
+    async with (
+        Hub(tmp_path / "hub.db", host="127.0.0.1", port=0) as hub,
+        FakeOpenAI(fallback=Reply("done")) as fake,
+    ):
+        (tmp_path / "examples.toml").write_text(EXAMPLES)
+        path = write_config(tmp_path / "asyncai.toml", hub_url=hub.url, model_url=fake.base_url)
+        text = path.read_text().replace('["#ops"]', '["#ops", "#dev", "#help"]')
+        harness = 'retries = 0\nharness = true\nexamples = "examples.toml"\n'
+        text = text.replace("retries = 0\n", harness)
+        path.write_text(text + SECTIONS)
+        daemon = Daemon(load_config(path, environ={}), env={})
+        await daemon.start()
+        helper, operator = await people(hub.url, ("dave", "#help"), ("carol", "#ops"))
+        try:
+            await helper.ask("Append the line done to the notes file.")
+            help_requests = list(fake.requests)
+            assert help_requests
+            for request in help_requests:
+                assert "append_line" not in request["messages"][0]["content"]
+            await helper.ask("Echo hello back to me.")
+            assert "await echo(text='hello')" in fake.requests[-1]["messages"][0]["content"]
+            await operator.ask("Append the line done to the notes file.")
+            system = fake.requests[-1]["messages"][0]["content"]
+            assert "await append_line(path='/notes', line='done')" in system
+        finally:
+            await helper.close()
+            await operator.close()
+            await daemon.aclose()
