@@ -288,3 +288,19 @@ def test_the_trace_of_a_run_is_one_tree_with_ids_from_the_run() -> None:
     assert attributes["asyncai.model"] == {"stringValue": "m"}
     assert call.id != code.id
     assert len({s["spanId"] for s in spans}) == len(spans)
+
+
+async def test_in_direct_mode_the_audit_adds_to_the_models_call_span_instead_of_a_second() -> None:
+    """The model's own call (direct mode) has its span from the model code; the audit
+    observer around the same call fills in server and bytes, and no span opens under it."""
+    timelines = Timelines(clock=Clock())
+    observer = timing_observer(None, lambda tool: "test")
+    async with timelines.timing_run("r10", {}) as timeline:
+        with timed("tool_call", tool="echo") as span:
+            await observe_entry(observer, "t", _entry("k", "started"))
+            await observe_entry(observer, "t", _entry("k", "ok", nbytes=4))
+        timeline.run.attributes["status"] = "done"
+    assert timeline.of_kind("tool_call") == [span]
+    assert span is not None
+    assert span.attributes["server"] == "test"
+    assert span.attributes["bytes"] == 4

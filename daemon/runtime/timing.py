@@ -354,35 +354,35 @@ def snippet_attribute(code: str, limit: int = SNIPPET_CHARS) -> str:
 def timing_observer(
     inner: AuditObserver | None, server_of: Callable[[str], str | None] = lambda _tool: None
 ) -> AuditObserver:
-    """The code-mode observer that times each nested call on the run's timeline (its
+    """The audit observer that times each nested call on the run's timeline (its
     ``started`` and ending entries), then hands on to ``inner``. ``server_of(tool)``:
-    the MCP server that serves ``tool``, for the span's attributes."""
+    the MCP server that serves ``tool``, for the span's attributes. In direct mode
+    (the same observer around the model's own calls) the call's span is the one the
+    model code opened: the entries add to it, so a call is never counted twice."""
 
     def observe(thread_id: str | None, entry: AuditEntry) -> Awaitable[None] | None:
         timeline = current_timeline.get()
         if timeline is not None:
             parent = current_span.get()
-            if entry.outcome == "started":
-                timeline.call_started(
-                    entry.key,
-                    parent,
-                    server=server_of(entry.tool),
-                    tool=entry.tool,
-                    mutating=entry.mutating,
-                )
+            attributes: dict[str, Any] = {
+                "server": server_of(entry.tool),
+                "tool": entry.tool,
+                "mutating": entry.mutating,
+            }
+            if entry.outcome != "started":
+                attributes.update(outcome=entry.outcome, bytes=entry.bytes)
+                if entry.queue_ms:
+                    attributes["queue_ms"] = entry.queue_ms
+                if entry.decision:
+                    attributes["decision"] = entry.decision
+            if parent is not None and parent.kind == "tool_call":
+                # direct mode: the model's own call, whose span the model code holds open;
+                # its audit adds what it knows to that span instead of a second one under it
+                parent.attributes.update(attributes)
+            elif entry.outcome == "started":
+                timeline.call_started(entry.key, parent, **attributes)
             else:
-                timeline.call_ended(
-                    entry.key,
-                    parent,
-                    entry.duration_ms / 1000,
-                    server=server_of(entry.tool),
-                    tool=entry.tool,
-                    mutating=entry.mutating,
-                    outcome=entry.outcome,
-                    bytes=entry.bytes,
-                    **({"queue_ms": entry.queue_ms} if entry.queue_ms else {}),
-                    **({"decision": entry.decision} if entry.decision else {}),
-                )
+                timeline.call_ended(entry.key, parent, entry.duration_ms / 1000, **attributes)
         return inner(thread_id, entry) if inner is not None else None
 
     return observe
