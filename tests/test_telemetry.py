@@ -27,7 +27,7 @@ from daemon.logging import redact
 from daemon.runtime import RunTimeline
 from daemon.telemetry.export import OtlpExporter, parse_headers
 from tests.fakes.fake_openai import FakeOpenAI, Reply, ToolCalls
-from tests.test_daemon import Person, run_of, settled, write_config
+from tests.test_daemon import Person, run_of, settled, until, write_config
 from tests.test_web_daemon import web_config
 
 WAIT = 20.0
@@ -265,6 +265,9 @@ async def test_metrics_are_scraped_without_a_session_and_agree_with_the_runs(env
     fake.add(ToolCalls(("run_code", {"code": GATHER})), Reply("again"))
     mid, _ = await alice.ask("once more")
     await settled(daemon, mid)
+    # the run leaves the runtime's count a moment after its prompts are stored done
+    assert daemon.runtime is not None
+    await until(lambda: daemon.runtime.counts().active_runs == 0, "the run ended")
     status, text = await scrape(port)
     assert status == 200
     assert sample(text, "asyncai_runs_total", status="done") == done_before + 1
