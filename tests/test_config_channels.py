@@ -220,6 +220,12 @@ def test_empty_sections_exist(tmp_path: Path) -> None:
             "(the [mcp_servers]: kcp, simple)",
         ),
         (
+            '[channel."#help"]\ntools_allow = []',
+            "key 'channel.\"#help\".tools_allow' in F is an empty list, which would leave "
+            "every tool in the channel: leave the key out for every tool, or write "
+            "servers = [] for a channel without tools",
+        ),
+        (
             '[channel."#help"]\nendpoint = "bigg"',
             "key 'channel.\"#help\".endpoint' in F names an unknown endpoint 'bigg' "
             "(the [models.NAME] sections: none)",

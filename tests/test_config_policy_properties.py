@@ -31,7 +31,8 @@ tables = st.fixed_dictionaries(
     {},
     optional={
         "servers": st.lists(server_names, max_size=4),
-        "tools_allow": st.lists(globs, max_size=3),
+        # written empty it is refused at load (it would read as every tool): left out is "all"
+        "tools_allow": st.lists(globs, min_size=1, max_size=3),
         "tools_deny": st.lists(globs, max_size=3),
     },
 )

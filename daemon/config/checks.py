@@ -21,8 +21,8 @@ def check_channels(config: Config) -> None:
     """Raise a :class:`ConfigError` about the first bad reference of a channel section.
 
     In order: the global ``[approvals]``, then each ``[channel."#name"]`` as
-    written: its name, its ``servers``, its ``endpoint``, its ``approvers``,
-    its ``max_concurrent_runs``.
+    written: its name, its ``servers``, an empty ``tools_allow``, its
+    ``endpoint``, its ``approvers``, its ``max_concurrent_runs``.
     """
     _check_approvers(config, ("approvals",), config.approvals.approvers, config.approvals.mode)
     for name, section in config.channel.items():
@@ -54,6 +54,15 @@ def check_channels(config: Config) -> None:
                         f"key '{toml_key((*table, 'servers'))}' in {where} names an unknown "
                         f"server '{server}' (the [mcp_servers]: {known})"
                     )
+        # An allow list written empty reads as "no allow list": every tool. The operator
+        # who writes it most often means "nothing", and would get every write tool of every
+        # server instead: fail closed, as for the typo above.
+        if section.tools_allow is not None and not section.tools_allow:
+            raise ConfigError(
+                f"key '{toml_key((*table, 'tools_allow'))}' in {where} is an empty list, "
+                "which would leave every tool in the channel: leave the key out for every "
+                "tool, or write servers = [] for a channel without tools"
+            )
         if section.endpoint is not None and section.endpoint not in config.models:
             known = ", ".join(sorted(config.models)) or "none"
             raise ConfigError(

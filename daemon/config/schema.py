@@ -296,7 +296,7 @@ class ChannelConfig:
     __pydantic_config__ = _SECTION
 
     servers: list[Text] | None = None  # [mcp_servers] names; None: all of them
-    tools_allow: list[Text] | None = None  # server.tool globs; None or empty: every tool
+    tools_allow: list[Text] | None = None  # server.tool globs; None: every tool; [] refused
     tools_deny: list[Text] | None = None  # globs removed from the catalog; deny wins
     approvals: ChannelApprovalsConfig = field(default_factory=ChannelApprovalsConfig)
     tool_mode: Literal["code", "direct"] | None = None  # None: [model] tool_mode
