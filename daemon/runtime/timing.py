@@ -81,7 +81,7 @@ SNIPPET_CHARS = 2000
 MAX_PAUSED = 1000
 
 
-@dataclass
+@dataclass(slots=True)
 class Span:
     """One timed part of a run; ``start``/``end`` in seconds of its timeline's clock."""
 
