@@ -261,7 +261,8 @@ async def test_long_text_is_split_into_one_thread(hubs, clients):
 
 
 async def test_hub_restart_while_subscribed_delivers_the_gap_exactly_once(hubs, clients):
-    """Messages published while the subscriber was away arrive once, in order, after it returns."""
+    """Messages published while the subscriber was away arrive once, in order, after it returns
+    (and the client counts the reconnect, for the metrics)."""
     hub = await hubs.start()
     backoff = GatedBackoff()
     sub = await clients.connect(hub.url, nick="sub", backoff=backoff)
@@ -285,6 +286,7 @@ async def test_hub_restart_while_subscribed_delivers_the_gap_exactly_once(hubs, 
     after = await pub.publish("#ops", "after")  # waits for its own reconnect
     assert [m.id for m in await take(sub, 1)] == [after.id]
     assert before[-1] < gap[0]
+    assert (sub.reconnects, gap_client.reconnects) == (1, 0)  # asyncai_channel_reconnects_total
 
 
 async def test_publish_waits_out_a_hub_restart(hubs, clients):
