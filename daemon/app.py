@@ -70,6 +70,7 @@ from channels.notify import notify
 from channels.transport import id_space, open_channel
 from daemon.approvals import ApprovalPolicy, Decision, GatedTool, Verdict
 from daemon.cluster import (
+    ClusterError,
     ClusterNode,
     audited,
     clustered,
@@ -102,6 +103,14 @@ from daemon.runtime.watchdog import health_problems, heartbeat
 from daemon.telemetry import Readings, Telemetry, with_metrics
 from daemon.tools import ToolExecutor
 from daemon.web import Console, Sources, WebServer, console_app, read_tokens
+from daemon.web.health import (
+    ChannelHealth,
+    EndpointHealth,
+    HealthReport,
+    MemberHealth,
+    PoolHealth,
+    ServerHealth,
+)
 from sessions.errors import StoreError
 from sessions.ids import thread_key
 from sessions.scopes import Scopes, scope_cutoff
@@ -191,6 +200,7 @@ class Daemon:
         # Chunks of split prompts, held until their last one (the cursor waits for them).
         self._joiner = ChunkJoiner()
         self._web: WebServer | None = None  # the console, when [web] listen is set
+        self._started_at = time.time()  # the console's uptime counts from here
         self.console: Console | None = None
         # each working run's last status line, by thread key: what the console shows live
         self._statuses: dict[str, str] = {}
@@ -382,12 +392,95 @@ class Daemon:
                 store=self._store,
                 status=self._statuses.get,
                 desk=self._desk,
+                server_tools=self._server_tools,
+                health=self._health_report,
             )
         )
         # /metrics on the console's address, outside its session check (Prometheus scrapes it)
         self._web = WebServer(with_metrics(console_app(self.console), self.telemetry), listen)
         await self._web.start()
         log.warning("daemon.console", url=self._web.url)
+
+    def _server_tools(self) -> dict[str, list[str]]:
+        """The tools each MCP server serves now, by server (the console's audit filter)."""
+        found: dict[str, list[str]] = {}
+        routes = getattr(self._mcp, "routes", None)
+        if isinstance(routes, dict):
+            for tool, server in routes.items():
+                found.setdefault(server, []).append(tool)
+            return found
+        for lane in self._lanes.lanes if self._lanes is not None else []:
+            for definition in lane.offered():
+                if definition.server and definition.name not in found.get(definition.server, []):
+                    found.setdefault(definition.server, []).append(definition.name)
+        return found
+
+    async def _health_report(self) -> HealthReport:
+        """The console's Health page, gathered now: this daemon (and its cluster's live
+        members), the channels, the MCP servers, each lane's pool, each endpoint timed."""
+        config = self.config
+        members: list[MemberHealth] = []
+        cluster_error = None
+        if self._cluster is not None:
+            try:
+                found = await self._cluster.members()
+            except ClusterError as exc:
+                cluster_error = f"the cluster's members cannot be read: {exc}"
+            else:
+                me = self._cluster.member
+                members = [MemberHealth(m, m == me, at) for m, at in sorted(found.items())]
+        channel = self._channel
+        connected = getattr(channel, "connected", None)
+        channels = [
+            ChannelHealth(
+                name,
+                connected if isinstance(connected, bool) else None,
+                channel is not None and channel.broken,
+            )
+            for name in config.channels.channels
+        ]
+        states = getattr(self._mcp, "server_states", None)
+        servers = [
+            ServerHealth(s.name, s.pid, s.tools, s.failed, s.retries)
+            for s in (states() if callable(states) else [])
+        ]
+        pools: dict[int, PoolHealth] = {}
+        backends: dict[tuple[str, str], Any] = {}
+        lanes = self._lanes
+        for name in config.channels.channels if lanes is not None else []:
+            assert lanes is not None
+            lane = lanes.lane(name)
+            least, most = getattr(lane.executor, "pool_processes", None) or (None, None)
+            pool = pools.setdefault(
+                id(lane.executor),
+                PoolHealth(
+                    [],
+                    lane.policy.model.tool_mode,
+                    least,
+                    most,
+                    int(getattr(lane.executor, "live_scopes", 0)),
+                ),
+            )
+            pool.channels.append(name)
+            params = lane.backend.params
+            backends.setdefault((params.base_url, params.model or ""), lane.backend)
+        timed = await asyncio.gather(*(backend.latency() for backend in backends.values()))
+        endpoints = [
+            EndpointHealth(url, model, latency, error)
+            for (url, model), (latency, error) in zip(backends, timed, strict=True)
+        ]
+        return HealthReport(
+            nick=(channel.nick if channel is not None else None) or config.channels.nick,
+            started=self._started_at,
+            status_line=self.status_line(),
+            problems=self.health_problems(),
+            members=members,
+            cluster_error=cluster_error,
+            channels=channels,
+            servers=servers,
+            pools=list(pools.values()),
+            endpoints=endpoints,
+        )
 
     def _clustered(self, store: SessionsRuntimeStore) -> RuntimeStore:
         """The runtime's store; in a cluster, one that tells the others what was answered."""

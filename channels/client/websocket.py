@@ -149,6 +149,12 @@ class WebSocketChannel(InboxChannel):
         """The nick the hub knows us by (from ``welcome``); None until connected."""
         return self._protocol.nick
 
+    @property
+    def connected(self) -> bool:
+        """Whether a connection to the hub is up now (False while it reconnects); for the
+        console's Health page."""
+        return self._protocol.connected
+
     async def connect(self, *, retry: bool = True) -> None:
         """Connect and authenticate (idempotent).
 

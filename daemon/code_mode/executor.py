@@ -85,6 +85,7 @@ from daemon.code_mode.sandbox import (
     close_pool,
     create_pool,
     eligible,
+    pool_options,
     render_paused,
     stamping_observer,
 )
@@ -149,6 +150,15 @@ class CodeModeToolExecutor(BaseToolExecutor):
     def limits(self) -> CodeModeLimits:
         """The limits this executor enforces."""
         return self._limits
+
+    @property
+    def pool_processes(self) -> tuple[int, int] | None:
+        """The Monty pool's workers, at least and at most (the console's Health page);
+        None when the pool was handed in (its owner sized it)."""
+        if not self._owns_pool:
+            return None
+        options = pool_options(self._limits)
+        return int(options["min_processes"]), int(options["max_processes"])
 
     @property
     def catalog(self) -> Catalog | None:

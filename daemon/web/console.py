@@ -54,6 +54,9 @@ class Sources:
     variables in memory (None: no REPL of that thread is loaded here), from
     the probe that writes the variables note. ``desk`` is the approvals desk
     (:class:`daemon.runtime.desk.ApprovalDesk`), for the approvals page.
+    ``server_tools()`` the tools each MCP server serves now, by server (the
+    audit's server filter: its rows name the tool only). ``health()`` the
+    Health page's :class:`daemon.web.health.HealthReport`, gathered now.
     """
 
     config: Config
@@ -61,6 +64,8 @@ class Sources:
     status: Callable[[str], str | None] = lambda _thread: None
     variables: Callable[[str, str], Awaitable[list[Any] | None]] = _no_variables
     desk: Any = None
+    server_tools: Callable[[], Mapping[str, list[str]]] = dict
+    health: Callable[[], Awaitable[Any]] | None = None
     extra: dict[str, Any] = field(default_factory=dict)  # what later pages need
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from starlette.routing import BaseRoute
 
-from daemon.web import threads
+from daemon.web import approvals, audit, health, threads, usage
 from daemon.web.app import Guard, build_app
 from daemon.web.console import Console
 
@@ -17,5 +17,11 @@ __all__ = ["console_app"]
 
 def console_app(console: Console) -> Guard:
     """The ASGI app of ``console``: login, static files and every page, guarded."""
-    routes: list[BaseRoute] = [*threads.routes(console)]
+    routes: list[BaseRoute] = [
+        *threads.routes(console),
+        *approvals.routes(console),
+        *audit.routes(console),
+        *usage.routes(console),
+        *health.routes(console),
+    ]
     return build_app(console, routes)

@@ -22,7 +22,13 @@ from daemon.code_mode.sandbox.engine import SnippetRun
 from daemon.code_mode.sandbox.hints import MISSING_MODULE_ADVICE, hints_for
 from daemon.code_mode.sandbox.nested import NestedCalls
 from daemon.code_mode.sandbox.outcome import SnippetOutcome
-from daemon.code_mode.sandbox.pool import CLOSE_TIMEOUT, close_pool, create_pool, new_checkout
+from daemon.code_mode.sandbox.pool import (
+    CLOSE_TIMEOUT,
+    close_pool,
+    create_pool,
+    new_checkout,
+    pool_options,
+)
 
 __all__ = [
     "CLOSE_TIMEOUT",
@@ -35,6 +41,7 @@ __all__ = [
     "eligible",
     "hints_for",
     "new_checkout",
+    "pool_options",
     "render_paused",
     "stamping_observer",
 ]
