@@ -102,14 +102,18 @@ from daemon.runtime.timing import RunTimeline, WaitedDecision, timing_observer
 from daemon.runtime.watchdog import health_problems, heartbeat
 from daemon.telemetry import Readings, Telemetry, with_metrics
 from daemon.tools import ToolExecutor
-from daemon.web import Console, Sources, WebServer, console_app, read_tokens
-from daemon.web.health import (
+from daemon.web import (
     ChannelHealth,
+    Console,
     EndpointHealth,
     HealthReport,
     MemberHealth,
     PoolHealth,
     ServerHealth,
+    Sources,
+    WebServer,
+    console_app,
+    read_tokens,
 )
 from sessions.errors import StoreError
 from sessions.ids import thread_key
