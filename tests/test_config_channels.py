@@ -226,6 +226,11 @@ def test_empty_sections_exist(tmp_path: Path) -> None:
             "servers = [] for a channel without tools",
         ),
         (
+            '[channel."#help"]\nendpoint = "big"\n[models.big]\nbase_url = "http://gpu:8000/v1"',
+            "key 'models.big.model' in F is not set, and channel #help's runs use that "
+            "endpoint: name its model there (a named endpoint never takes [model]'s)",
+        ),
+        (
             '[channel."#help"]\nendpoint = "bigg"',
             "key 'channel.\"#help\".endpoint' in F names an unknown endpoint 'bigg' "
             "(the [models.NAME] sections: none)",

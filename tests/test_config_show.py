@@ -236,6 +236,7 @@ base_url = "https://alice:pw-model-1@gpu.example/v1"
 
 [models.big]
 base_url = "http://tok-big-2@gpu-box:8000/v1"
+model = "big"
 
 [channels]
 url = "nats://bob:pw-nats-3@broker:4222"

@@ -22,7 +22,8 @@ def check_channels(config: Config) -> None:
 
     In order: the global ``[approvals]``, then each ``[channel."#name"]`` as
     written: its name, its ``servers``, an empty ``tools_allow``, its
-    ``endpoint``, its ``approvers``, its ``max_concurrent_runs``.
+    ``endpoint`` (a ``[models.NAME]`` with a ``model``), its ``approvers``, its
+    ``max_concurrent_runs``.
     """
     _check_approvers(config, ("approvals",), config.approvals.approvers, config.approvals.mode)
     for name, section in config.channel.items():
@@ -68,6 +69,14 @@ def check_channels(config: Config) -> None:
             raise ConfigError(
                 f"key '{toml_key((*table, 'endpoint'))}' in {where} names an unknown "
                 f"endpoint '{section.endpoint}' (the [models.NAME] sections: {known})"
+            )
+        if section.endpoint is not None and not config.models[section.endpoint].model:
+            # else serve's "no model configured" names [model], which has one
+            key = ("models", section.endpoint, "model")
+            raise ConfigError(
+                f"key '{toml_key(key)}' in {_where(config, key)} is not set, and channel "
+                f"{name}'s runs use that endpoint: name its model there (a named endpoint "
+                "never takes [model]'s)"
             )
         if section.approvals.approvers is not None:
             mode = section.approvals.mode or config.approvals.mode
