@@ -118,8 +118,10 @@ async def test_the_console_and_the_chat_deciding_at_once_make_the_call_once(worl
         desk_of(daemon).decide(f"!approve {rid}", by="alice"),
         alice.say(f"!approve {rid}", thread=mid),
     )
+    # the console won: the request, who decided, the chat's "already", the answer; the
+    # chat won: the request and the answer (the console alone is told); in any order
+    texts = [m.text for m in await alice.reply_in(mid, 4 if decided.decided else 2)]
     await settled(daemon, mid)
-    texts = [m.text for m in alice.replies[mid]]
     assert "Raced." in texts
     already = f"Request {rid} was already"  # read before or after the other's decision
     if decided.decided:
