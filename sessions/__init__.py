@@ -4,8 +4,8 @@ Holds the schema and its migrations (``schema``), the row types and each
 table's row mapper (``model``), the store (``store``: one ``connection``
 shared by its narrow ports, the prompt and run ``writer``, the ``cursors``,
 the reply ``outbox``, the ``audit``, the ``approvals`` and their ``rules``, the dumped REPL
-``scopes``, the learned ``shapes``, the ``replica`` and the ``queries``), the
-``usage`` summed per day, sender or channel, ids (``ids``),
+``scopes``, the learned ``shapes``, the ``replica``, the ``queries`` and the
+console's ``views``), the ``usage`` summed per day, sender or channel, ids (``ids``),
 the thread history (``history``), the Claude Code JSONL export (``export``)
 and what ``asyncai threads/audit/transcript`` print (``report``).
 
@@ -57,13 +57,26 @@ from .scopes import Scopes, StoredScope, UnboundScope, scope_cutoff
 from .shapes import Shapes, StoredShape
 from .store import Store
 from .usage import UsageBy, UsageRow
+from .views import (
+    THREAD_STATUSES,
+    ApprovalView,
+    Round,
+    RunView,
+    Snippet,
+    ThreadPage,
+    ThreadRow,
+    ThreadViews,
+    unfold_run,
+)
 from .writer import RunWriter
 
 __all__ = [
     "AUDIT_CSV_COLUMNS",
     "DEFAULT_DB_PATH",
     "SCHEMA_VERSION",
+    "THREAD_STATUSES",
     "ApprovalRules",
+    "ApprovalView",
     "Approvals",
     "AuditEntry",
     "AuditLog",
@@ -80,13 +93,16 @@ __all__ = [
     "Queries",
     "Record",
     "Replica",
+    "Round",
     "RuleLookupError",
     "RunMetrics",
+    "RunView",
     "RunWriter",
     "ScopeWrite",
     "Scopes",
     "SenderRun",
     "Shapes",
+    "Snippet",
     "StartedCall",
     "Store",
     "StoreClosedError",
@@ -98,7 +114,10 @@ __all__ = [
     "StoredScope",
     "StoredShape",
     "ThreadLookupError",
+    "ThreadPage",
+    "ThreadRow",
     "ThreadSummary",
+    "ThreadViews",
     "ToolCallRow",
     "UnboundScope",
     "UsageBy",
@@ -119,4 +138,5 @@ __all__ = [
     "thread_key",
     "threads_report",
     "transcript_report",
+    "unfold_run",
 ]

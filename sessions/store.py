@@ -18,7 +18,9 @@ A caller takes the port it needs, never the whole store:
 - ``replica`` (``replica.Replica``): a finished run's rows exported, and
   applied to another store;
 - ``queries`` (``queries.Queries``): what the daemon and people read back
-  (pending prompts, history, threads, transcripts).
+  (pending prompts, history, threads, transcripts);
+- ``views`` (``views.ThreadViews``): the console's threads with their status,
+  and one thread's runs unfolded (issue 30).
 
 Each port holds the one ``connection.Connection`` of its store: its writes
 are serialized on the one writer, its reads run on the one reader.
@@ -43,6 +45,7 @@ from .rules import ApprovalRules
 from .schema import MIGRATIONS, Migration
 from .scopes import Scopes
 from .shapes import Shapes
+from .views import ThreadViews
 from .writer import RunWriter
 
 __all__ = [
@@ -96,6 +99,7 @@ class Store:
         self.shapes = Shapes(db)
         self.replica = Replica(db)
         self.queries = Queries(db, self.audit)
+        self.views = ThreadViews(db)  # the console's reads (issue 30)
 
     @property
     def path(self) -> Path:
