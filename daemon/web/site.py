@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from starlette.routing import BaseRoute
 
-from daemon.web import approvals, audit, health, threads, usage
+from daemon.web import approvals, audit, health, repl, thread, threads, usage
 from daemon.web.app import Guard, build_app
 from daemon.web.console import Console
 
@@ -19,6 +19,8 @@ def console_app(console: Console) -> Guard:
     """The ASGI app of ``console``: login, static files and every page, guarded."""
     routes: list[BaseRoute] = [
         *threads.routes(console),
+        *thread.routes(console),
+        *repl.routes(console),
         *approvals.routes(console),
         *audit.routes(console),
         *usage.routes(console),

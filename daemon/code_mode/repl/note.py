@@ -289,6 +289,12 @@ class ScopeVariables:
         self._described = described
 
     @property
+    def described(self) -> list[tuple[str, str]]:
+        """The last probe's ``(name, description)`` pairs, oldest binding first (the console's
+        REPL page reads them: the note's own words, every name)."""
+        return list(self._described)
+
+    @property
     def note(self) -> str | None:
         """``[run_code variables still in scope: ...]``, or None when nothing is bound."""
         return format_note(self._described)
