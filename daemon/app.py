@@ -79,7 +79,6 @@ from daemon.cluster import (
     mirror,
     open_cluster,
 )
-from daemon.code_mode import CodeModeToolExecutor
 from daemon.code_mode.repl import ScopeStore
 from daemon.config import ChannelPolicy, Config
 from daemon.errors import AsyncaiError, ConfigError
@@ -102,7 +101,7 @@ from daemon.runtime.store import SessionsRuntimeStore
 from daemon.runtime.timing import RunTimeline, WaitedDecision, timing_observer
 from daemon.runtime.watchdog import health_problems, heartbeat
 from daemon.telemetry import Readings, Telemetry, with_metrics
-from daemon.tools import ThreadKey, ToolExecutor
+from daemon.tools import ToolExecutor
 from daemon.web import (
     ChannelHealth,
     Console,
@@ -396,7 +395,7 @@ class Daemon:
                 config=self.config,
                 store=self._store,
                 status=self._statuses.get,
-                variables=self._scope_variables,
+                variables=self._lanes.scope_variables if self._lanes is not None else None,
                 desk=self._desk,
                 server_tools=self._server_tools,
                 health=self._health_report,
@@ -487,15 +486,6 @@ class Daemon:
             pools=list(pools.values()),
             endpoints=endpoints,
         )
-
-    async def _scope_variables(self, channel: str, thread_id: str) -> list[tuple[str, str]] | None:
-        """The thread's live REPL variables (the console's REPL page); None: none live here."""
-        if self._lanes is None:
-            return None
-        executor = self._lanes.lane(channel).executor
-        if not isinstance(executor, CodeModeToolExecutor):
-            return None
-        return executor.scope_variables(ThreadKey(channel, thread_id))
 
     def _clustered(self, store: SessionsRuntimeStore) -> RuntimeStore:
         """The runtime's store; in a cluster, one that tells the others what was answered."""

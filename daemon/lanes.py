@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from daemon.approvals import ApprovalGate
+from daemon.code_mode import CodeModeToolExecutor
 from daemon.code_mode.catalog import CatalogSource
 from daemon.config import ChannelPolicy, Config, ModelConfig
 from daemon.executors import code_mode_limits
@@ -161,6 +162,14 @@ class Lanes:
     def live_scopes(self) -> int:
         """The REPL scopes live in every lane (systemd's STATUS= line)."""
         return sum(getattr(executor, "live_scopes", 0) for executor in self.executors)
+
+    def scope_variables(self, channel: str, thread_id: str) -> list[tuple[str, str]] | None:
+        """The variables of a thread's live REPL, as its variables note's probe described
+        them (the console's REPL page); None when its lane has no REPL of it live here."""
+        executor = self.lane(channel).executor
+        if not isinstance(executor, CodeModeToolExecutor):
+            return None
+        return executor.scope_variables(ThreadKey(channel, thread_id))
 
     @property
     def persistent(self) -> bool:

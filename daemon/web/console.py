@@ -41,7 +41,7 @@ def session_of(request: Request) -> Session:
     return session
 
 
-async def _no_variables(channel: str, thread_id: str) -> list[tuple[str, str]] | None:
+def _no_variables(channel: str, thread_id: str) -> list[tuple[str, str]] | None:
     return None
 
 
@@ -63,7 +63,7 @@ class Sources:
     config: Config
     store: Store
     status: Callable[[str], str | None] = lambda _thread: None
-    variables: Callable[[str, str], Awaitable[list[tuple[str, str]] | None]] = _no_variables
+    variables: Callable[[str, str], list[tuple[str, str]] | None] | None = _no_variables
     desk: Any = None
     server_tools: Callable[[], Mapping[str, list[str]]] = dict
     health: Callable[[], Awaitable[Any]] | None = None

@@ -43,7 +43,8 @@ def routes(console: Console) -> list[BaseRoute]:
             return console.render(
                 request, "missing.html", {"what": f"thread {thread_id} in {channel}"}, 404
             )
-        described = await console.sources.variables(channel, thread_id)
+        probe = console.sources.variables
+        described = probe(channel, thread_id) if probe is not None else None
         return console.render(
             request,
             "repl.html",
