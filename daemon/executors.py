@@ -93,6 +93,13 @@ class ChannelTools(BaseToolExecutor):
         """The executor's tools this channel sees, in its order."""
         return list(self._offered()[0])
 
+    @property
+    def hidden_tools(self) -> list[str]:
+        """The executor's tools this channel does not see (valid once started): what no
+        prompt of the channel may name, the harness's examples included."""
+        offered = self._offered()[1]
+        return [d.name for d in self._inner.definitions() if d.name not in offered]
+
     def offers(self, name: str) -> bool:
         """Whether ``name`` is one of this channel's tools."""
         return name in self._offered()[1]

@@ -63,7 +63,7 @@ import structlog
 from pydantic_monty import AsyncMonty, AsyncMontySession, MontyError
 
 from daemon.approvals import ApprovalGate, Decision, Pause
-from daemon.code_mode.catalog import RUN_CODE, Catalog, ShapeStore
+from daemon.code_mode.catalog import RUN_CODE, Catalog, ShapeStore, python_name
 from daemon.code_mode.contract import render_error, with_started_calls
 from daemon.code_mode.errors import SandboxUnavailable
 from daemon.code_mode.lazy import scope_source
@@ -159,6 +159,13 @@ class CodeModeToolExecutor(BaseToolExecutor):
             return None
         options = pool_options(self._limits)
         return int(options["min_processes"]), int(options["max_processes"])
+
+    @property
+    def hidden_functions(self) -> list[str]:
+        """The sandbox names of the tools its inner executor hides (a channel's view of the
+        daemon's tools, issue 29); none for an executor that hides nothing."""
+        hidden: list[str] = getattr(self._inner, "hidden_tools", None) or []
+        return [python_name(name) for name in hidden]
 
     @property
     def catalog(self) -> Catalog | None:

@@ -291,6 +291,7 @@ class OpenAiCompatibleBackend:
             # direct mode: the policy for the model's own calls of mutating tools (code
             # mode asks it inside the sandbox, through the code-mode executor)
             gate=None if code_mode else self.gate,
+            hidden=frozenset(getattr(self.executor, "hidden_functions", None) or ()),
         )
 
     def _begin(self, turns: Turns, run: RunState) -> LoopState:

@@ -43,6 +43,8 @@ class RunTools:
     code_mode: bool  # the one tool is code mode's run_code
     catalog: Catalog | None  # code mode's catalog, when the executor has one
     gate: ApprovalGate | None  # direct mode: the policy for the model's own mutating calls
+    # code mode: the sandbox names of the daemon's tools this channel does not see (issue 29)
+    hidden: frozenset[str] = frozenset()
 
 
 class Turns(Protocol):

@@ -61,6 +61,12 @@ class RestartNoteExecutor:
         """The inner executor's catalog when it is code mode, else None."""
         return self.inner.catalog if isinstance(self.inner, CatalogSource) else None
 
+    @property
+    def hidden_functions(self) -> list[str]:
+        """The inner executor's (code mode's): the sandbox names of the tools it hides."""
+        hidden: list[str] = getattr(self.inner, "hidden_functions", None) or []
+        return hidden
+
     def definitions(self) -> list[ToolDefinition]:
         """The inner executor's tools."""
         return self.inner.definitions()

@@ -22,7 +22,13 @@ pydantic-monty; never ``daemon.code_mode.sandbox`` or
 ``daemon.code_mode.repl``, which stand above it.
 """
 
-from daemon.code_mode.catalog.catalog import CallRejected, Catalog, CatalogEntry, CatalogSource
+from daemon.code_mode.catalog.catalog import (
+    CallRejected,
+    Catalog,
+    CatalogEntry,
+    CatalogSource,
+    python_name,
+)
 from daemon.code_mode.catalog.description import (
     RUN_CODE,
     catalog_section,
@@ -65,6 +71,7 @@ __all__ = [
     "helper_result",
     "helpers_section",
     "is_helper",
+    "python_name",
     "run_code_definition",
     "schema_type",
     "shape_notice",

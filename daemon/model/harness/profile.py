@@ -155,12 +155,16 @@ class CodeBlockTurns:
         )
         # solved questions to choose from per question (rule examples); none: the one
         # worked example. The file is the endpoint's, shared by channels that see other
-        # tools (issue 29): an example that calls a function this catalog lacks is not
+        # tools (issue 29): an example that calls a tool this channel does not see is not
         # shown, so no channel's prompt names a tool it may not use.
         self.examples = (examples or []) if self.switches.on("examples") else []
-        if catalog is not None:
+        if tools.hidden:
             known = (*self.functions, *RESERVED_NAMES, *SEARCH_HELPERS)
-            self.examples = [e for e in self.examples if not foreign_calls(e.code, known)]
+            self.examples = [
+                e
+                for e in self.examples
+                if not tools.hidden.intersection(foreign_calls(e.code, known))
+            ]
         # what each catalog function is about (the harness's hints)
         self.topics: dict[str, Topic] = catalog_topics(catalog) if catalog is not None else {}
         entries = catalog.entries.items() if catalog is not None else ()
