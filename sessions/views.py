@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from .connection import Connection, sql_limit
@@ -95,6 +96,18 @@ class ApprovalView:
     decided: str | None
     reason: str | None
     tools: list[str]
+
+    @property
+    def waited(self) -> float | None:
+        """Seconds from the request to its decision (None: not decided)."""
+        if self.decided is None:
+            return None
+        try:
+            start = datetime.fromisoformat(self.requested.replace("Z", "+00:00"))
+            end = datetime.fromisoformat(self.decided.replace("Z", "+00:00"))
+        except ValueError:
+            return None
+        return (end - start).total_seconds()
 
 
 @dataclass

@@ -126,3 +126,16 @@ def test_highlight_escapes_and_marks_keywords_strings_and_comments() -> None:
     assert '<span class="tok-com"># note</span>' in html
     assert '<span class="tok-num">1</span>' in html
     assert str(highlight("s = '''<i>")) == "s = &#39;&#39;&#39;&lt;i&gt;"
+
+
+def test_an_approval_says_how_long_it_waited() -> None:
+    """From its request to its decision, in seconds; None while pending."""
+    from sessions import ApprovalView
+
+    decided = ApprovalView(
+        "a1", "2026-11-29T18:00:00.000Z", "alice", "approved", "bob",
+        "2026-11-29T18:00:12.500Z", None, ["kcp.scale_object"],
+    )  # fmt: skip
+    assert decided.waited == 12.5
+    pending = ApprovalView("a2", "2026-11-29T18:00:00Z", "alice", "pending", None, None, None, [])
+    assert pending.waited is None

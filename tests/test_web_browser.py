@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from daemon.web.threads import thread_path
+from daemon.web.console import thread_path
 from tests.fakes.fake_openai import Reply, ToolCalls
 from tests.test_daemon import WAIT
 from tests.web_browser import TOKEN, browser, console_world, log_in_page, screenshot
@@ -103,6 +103,10 @@ async def test_a_runs_nested_calls_appear_live_on_the_thread_page(browser, conso
     await page.wait_for_selector(".message.reply:has-text('first and third.')", timeout=WAIT * 1000)
     assert await page.evaluate("window.__stayed === true")
     assert await page.locator('.call[data-tool="echo"] .badge.ok').count() == 2
+    # the threads page (filtered: running) drops the thread by itself once the run ended
+    await other.evaluate("window.__stayed = true")
+    await row.wait_for(state="detached", timeout=WAIT * 1000)
+    assert await other.evaluate("window.__stayed === true")
     assert await page.locator("pre.code .tok-kw").count() >= 1  # the snippet, highlighted
     await screenshot(page, "thread")
 

@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.requests import Request
@@ -25,12 +26,25 @@ from daemon.web.auth import Session, Sessions
 from daemon.web.tokens import read_tokens
 from sessions.store import Store
 
-__all__ = ["SESSION_KEY", "STATIC", "TEMPLATES", "Console", "Sources", "session_of"]
+__all__ = [
+    "SESSION_KEY",
+    "STATIC",
+    "TEMPLATES",
+    "Console",
+    "Sources",
+    "session_of",
+    "thread_path",
+]
 
 HERE = Path(__file__).parent
 TEMPLATES = HERE / "templates"
 STATIC = HERE / "static"
 SESSION_KEY = "asyncai.session"  # where the guard leaves a request's session in its scope
+
+
+def thread_path(channel: str, thread_id: str) -> str:
+    """The thread page's path: ``/threads/%23ops/THREAD``."""
+    return f"/threads/{quote(channel, safe='')}/{quote(thread_id, safe='')}"
 
 
 def session_of(request: Request) -> Session:
@@ -85,6 +99,7 @@ class Console:
             trim_blocks=True,
             lstrip_blocks=True,
         )
+        self.templates.globals["thread_path"] = thread_path  # every page may link a thread
 
     @property
     def tokens_path(self) -> Path:

@@ -14,7 +14,6 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from daemon.web.console import Console
-from daemon.web.threads import thread_path
 
 __all__ = ["parse_described", "routes"]
 
@@ -51,7 +50,6 @@ def routes(console: Console) -> list[BaseRoute]:
             {
                 "thread": page,
                 "variables": None if described is None else parse_described(described),
-                "thread_path": thread_path,
             },
         )
 

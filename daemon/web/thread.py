@@ -29,7 +29,6 @@ from starlette.routing import BaseRoute, Route
 
 from daemon.web.console import Console
 from daemon.web.highlight import highlight
-from daemon.web.threads import thread_path
 from sessions import ThreadPage, thread_key
 
 __all__ = ["POLL", "STREAM_MAX", "routes"]
@@ -61,7 +60,6 @@ def routes(console: Console) -> list[BaseRoute]:
             "thread": page,
             "live": console.sources.status(thread_key(page.channel, page.thread_id)),
             "highlight": highlight,
-            "thread_path": thread_path,
         }
 
     async def thread_page(request: Request) -> Response:

@@ -7,8 +7,6 @@ line (the one the chat sees).
 
 from __future__ import annotations
 
-from urllib.parse import quote
-
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
@@ -16,12 +14,7 @@ from starlette.routing import BaseRoute, Route
 from daemon.web.console import Console
 from sessions import THREAD_STATUSES, thread_key
 
-__all__ = ["routes", "thread_path"]
-
-
-def thread_path(channel: str, thread_id: str) -> str:
-    """The thread page's path: ``/threads/%23ops/THREAD``."""
-    return f"/threads/{quote(channel, safe='')}/{quote(thread_id, safe='')}"
+__all__ = ["routes"]
 
 
 def _filter(value: str | None) -> str | None:
@@ -61,7 +54,6 @@ def routes(console: Console) -> list[BaseRoute]:
                     "sender": sender or "",
                     "status": status or "",
                 },
-                "thread_path": thread_path,
             },
         )
 
