@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import csv
 import io
+import os
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -34,6 +36,10 @@ pytestmark = [
         CHROMIUM is None, reason="no chromium on this machine (apt install chromium)"
     ),
 ]
+
+# ASYNCAI_SCREENSHOTS=1 writes the pages' screenshots into docs/console/ (the docs show
+# them); otherwise they go to the test's scratch directory
+SCREENSHOTS = Path(__file__).parent.parent / "docs" / "console"
 
 ALICE = "alice-console-token-0001"
 BOB = "bob-console-token-000002"
@@ -73,6 +79,12 @@ async def world(tmp_path_factory):
                 await daemon.aclose()
 
 
+async def screenshot(page, tmp: Path, name: str) -> None:  # type: ignore[no-untyped-def]
+    """The page, whole, as ``name``.png (see SCREENSHOTS)."""
+    where = SCREENSHOTS if os.environ.get("ASYNCAI_SCREENSHOTS") == "1" else tmp
+    await page.screenshot(path=str(where / f"{name}.png"), full_page=True)
+
+
 async def logged_in(browser, daemon: Daemon, token: str):  # type: ignore[no-untyped-def]
     """A fresh browser context logged in with ``token``; its page."""
     context = await browser.new_context(base_url=daemon.web_url)
@@ -99,6 +111,7 @@ async def test_approve_in_the_console_makes_the_call_once_and_the_thread_says_so
     request = page.locator(f"#request-{rid}")
     call = await request.locator("pre.call-text").inner_text()
     assert call == f'test.append_line({{"path": "{target}", "line": "one"}})'
+    await screenshot(page, tmp, "approvals")
     await request.get_by_role("button", name="Approve", exact=True).click()
     said = page.locator(".said")
     await said.wait_for()
@@ -121,7 +134,6 @@ async def test_approve_in_the_console_makes_the_call_once_and_the_thread_says_so
     await page.click("form.filters button[type=submit]")
     row = page.locator(f'table.decided tr[data-request="{rid}"]')
     assert "approved" in await row.inner_text()
-    await page.screenshot(path=str(tmp / "approvals.png"), full_page=True)
     await page.context.close()
 
 
@@ -247,7 +259,7 @@ async def test_the_audit_is_filtered_and_exported(world):
     assert len(table) == len(tools)
     assert {row["tool"] for row in table} == {"append_line"}
     assert any('"line":"audit"' in row["arguments"] for row in table)
-    await page.screenshot(path=str(tmp / "audit.png"), full_page=True)
+    await screenshot(page, tmp, "audit")
     await page.context.close()
 
 
@@ -273,7 +285,7 @@ async def test_usage_shows_charts_and_how_close_each_sender_is(world):
     assert "[runtime]" in text
     assert "of 50" in text
     assert "of 100000" in text
-    await page.screenshot(path=str(tmp / "usage.png"), full_page=True)
+    await screenshot(page, tmp, "usage")
     await page.context.close()
 
 
@@ -291,5 +303,5 @@ async def test_health_shows_the_daemon_its_channel_servers_pool_and_endpoint(wor
     assert "#ops" in pools
     endpoint = await page.locator("#endpoints tbody tr", has_text=fake.base_url).inner_text()
     assert " ms" in endpoint
-    await page.screenshot(path=str(tmp / "health.png"), full_page=True)
+    await screenshot(page, tmp, "health")
     await page.context.close()

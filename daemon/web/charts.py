@@ -9,6 +9,7 @@ from html import escape
 __all__ = ["bar_chart"]
 
 BAR = 18  # px per bar
+HEAD = 22  # px for the title above the bars
 LABEL = 140  # px for the labels on the left
 WIDTH = 560  # px of the whole chart
 
@@ -28,15 +29,16 @@ def bar_chart(title: str, bars: Sequence[tuple[str, float]]) -> str:
         return f'<p class="muted chart-empty">{escape(title)}: nothing yet.</p>'
     top = max(max(v for _, v in bars), 1)
     room = WIDTH - LABEL - 60
-    height = BAR * len(bars) + 4
+    height = HEAD + BAR * len(bars) + 4
     parts = [
         f'<svg class="chart" role="img" aria-label="{escape(title, quote=True)}" '
         f'width="{WIDTH}" height="{height}" viewBox="0 0 {WIDTH} {height}" '
         'xmlns="http://www.w3.org/2000/svg">',
         f"<title>{escape(title)}</title>",
+        f'<text x="0" y="14" font-size="13" font-weight="600">{escape(title)}</text>',
     ]
     for i, (label, value) in enumerate(bars):
-        y = i * BAR + 2
+        y = HEAD + i * BAR + 2
         length = max(0.0, value) / top * room
         parts.append(
             f'<text x="{LABEL - 6}" y="{y + BAR - 6}" text-anchor="end" '
