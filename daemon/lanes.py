@@ -163,7 +163,7 @@ class Lanes:
         """The REPL scopes live in every lane (systemd's STATUS= line)."""
         return sum(getattr(executor, "live_scopes", 0) for executor in self.executors)
 
-    def scope_variables(self, channel: str, thread_id: str) -> list[tuple[str, str]] | None:
+    def scope_variables(self, channel: str, thread_id: str) -> list[tuple[str, str, str]] | None:
         """The variables of a thread's live REPL, as its variables note's probe described
         them (the console's REPL page); None when its lane has no REPL of it live here."""
         executor = self.lane(channel).executor

@@ -15,6 +15,7 @@ from daemon.code_mode.repl.note import (
     ScopeVariables,
     format_note,
     parse_probe,
+    parse_probe_previews,
     probe_code,
     reset_note,
     thread_note,
@@ -67,6 +68,15 @@ async def test_probe_describes_values(scope: AsyncMontySession) -> None:
         "[run_code variables still in scope: ss: list[80], d: dict[3], n: int, s: str[1200], "
         "f: function, C: class, none: None, ok: bool, t: tuple[2], st: set[1], fl: float, c: C]"
     )
+    previews = {name: preview for name, _, preview in tracker.described}
+    assert previews["ss"] == "[0, 1, 2, …]"
+    assert previews["d"] == "{'a': 1, 'b': 2, 'c': 3}"
+    assert previews["n"] == "5"
+    assert previews["s"] == repr("x" * 30) + "…"
+    assert previews["t"] == "(1, 2)"
+    assert (previews["none"], previews["ok"], previews["fl"]) == ("None", "True", "1.5")
+    assert previews["st"] == ""
+    assert previews["c"] == "C"
     # `never` was never bound, and `math` is an import: neither is listed or kept.
     assert "never" not in tracker.names
     assert "math" not in tracker.names
@@ -101,7 +111,7 @@ async def test_probe_binds_nothing_the_note_lists(scope: AsyncMontySession) -> N
     probe = probe_code(["x"])
     await scope.feed_run("x = [1, 2]")
     first = await scope.feed_run(probe)
-    assert first == await scope.feed_run(probe) == [["x", "list[2]"]]
+    assert first == await scope.feed_run(probe) == [["x", "list[2]", "[1, 2]"]]
 
 
 async def test_unparsable_snippet_names_found_line_by_line(scope: AsyncMontySession) -> None:
@@ -212,6 +222,10 @@ def test_parse_probe_skips_junk() -> None:
     ]
     assert parse_probe(value) == [("a", "int"), ("t", "class"), ("n", "None")]
     assert parse_probe(None) == []
+    # the console's previews ride as a third string; the note's pairs are the same
+    with_previews = [["a", "int", "1"], ["b", "list[2]", "[1, 2]"], ["c", "str", 3]]
+    assert parse_probe(with_previews) == [("a", "int"), ("b", "list[2]")]
+    assert parse_probe_previews(with_previews) == [("a", "int", "1"), ("b", "list[2]", "[1, 2]")]
 
 
 def test_probe_code_only_embeds_identifiers() -> None:

@@ -116,7 +116,9 @@ async def test_a_runs_nested_calls_appear_live_on_the_thread_page(browser, conso
         "rows => rows.map(r => r.dataset.variable)"
     )
     assert {"first", "held", "third"} <= set(names)
-    assert "str" in await page.inner_text('tr[data-variable="first"]')
+    first = await page.inner_text('tr[data-variable="first"]')
+    assert "str" in first
+    assert "'first'" in first  # its preview
     await screenshot(page, "repl")
     await context.close()
 

@@ -236,9 +236,10 @@ class CodeModeToolExecutor(BaseToolExecutor):
         """How many thread scopes the LRU holds now (systemd's STATUS= line)."""
         return len(self._scopes)
 
-    def scope_variables(self, thread: ThreadKey) -> list[tuple[str, str]] | None:
+    def scope_variables(self, thread: ThreadKey) -> list[tuple[str, str, str]] | None:
         """The variables of the thread's live REPL as the variables note's probe last
-        described them (``("rows", "list[3]")``); None when no REPL of it is live here.
+        described them (``("rows", "list[3]", "[1, 2, 3]")``: name, description,
+        preview); None when no REPL of it is live here.
         Read-only: the note's notices stay for the next run."""
         state = self._scopes.get(thread)
         if state is None or state.session is None:

@@ -55,7 +55,7 @@ def session_of(request: Request) -> Session:
     return session
 
 
-def _no_variables(channel: str, thread_id: str) -> list[tuple[str, str]] | None:
+def _no_variables(channel: str, thread_id: str) -> list[tuple[str, str, str]] | None:
     return None
 
 
@@ -65,9 +65,9 @@ class Sources:
 
     ``status(thread_key)`` is the live status line of a thread's run (None:
     no run is working there now). ``variables(channel, thread_id)`` the REPL's
-    variables in memory as ``(name, description)`` pairs (``("rows",
-    "list[3]")``; None: no REPL of that thread is live here), from the probe
-    that writes the variables note. ``desk`` is the approvals desk
+    variables in memory as ``(name, description, preview)`` (``("rows",
+    "list[3]", "[1, 2, 3]")``; None: no REPL of that thread is live here), from
+    the probe that writes the variables note. ``desk`` is the approvals desk
     (:class:`daemon.runtime.desk.ApprovalDesk`), for the approvals page.
     ``server_tools()`` the tools each MCP server serves now, by server (the
     audit's server filter: its rows name the tool only). ``health()`` the
@@ -77,7 +77,7 @@ class Sources:
     config: Config
     store: Store
     status: Callable[[str], str | None] = lambda _thread: None
-    variables: Callable[[str, str], list[tuple[str, str]] | None] | None = _no_variables
+    variables: Callable[[str, str], list[tuple[str, str, str]] | None] | None = _no_variables
     desk: Any = None
     server_tools: Callable[[], Mapping[str, list[str]]] = dict
     health: Callable[[], Awaitable[Any]] | None = None

@@ -1,8 +1,9 @@
 """Page 3, the REPL of a thread: its variables and its saved copy, read-only.
 
 The variables are the ones the variables note lists (name, type and size,
-from the same probe), as the daemon's REPL of the thread holds them now
-(``Sources.variables``); the saved copy is the stored dump's size and time.
+from the same probe, which also takes a short preview of each), as the
+daemon's REPL of the thread holds them now (``Sources.variables``); the saved
+copy is the stored dump's size and time.
 """
 
 from __future__ import annotations
@@ -20,13 +21,14 @@ __all__ = ["parse_described", "routes"]
 _SIZED = re.compile(r"^(?P<type>[^\[]+)\[(?P<size>\d+)\]$")
 
 
-def parse_described(described: list[tuple[str, str]]) -> list[dict[str, str]]:
-    """``[("rows", "list[3]")]`` as rows of name, type and size (``len``; empty if none)."""
+def parse_described(described: list[tuple[str, str, str]]) -> list[dict[str, str]]:
+    """``[("rows", "list[3]", "[1, 2, 3]")]`` as rows of name, type, size (``len``; empty
+    if none) and preview."""
     out = []
-    for name, description in described:
+    for name, description, preview in described:
         m = _SIZED.match(description)
         kind, size = (m.group("type"), m.group("size")) if m else (description, "")
-        out.append({"name": name, "type": kind, "size": size})
+        out.append({"name": name, "type": kind, "size": size, "preview": preview})
     return out
 
 

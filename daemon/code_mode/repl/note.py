@@ -49,6 +49,7 @@ from daemon.code_mode.helpers import PRIVATE_PREFIX, RESERVED_NAMES
 __all__ = [
     "MAX_CHARS",
     "MAX_NAMES",
+    "MAX_PREVIEW",
     "MAX_PROBED",
     "NOTE_PREFIX",
     "ResetReason",
@@ -60,6 +61,7 @@ __all__ = [
     "not_saved_note",
     "one_line",
     "parse_probe",
+    "parse_probe_previews",
     "probe_code",
     "reset_note",
     "restored_note",
@@ -70,6 +72,7 @@ MAX_NAMES = 30
 MAX_CHARS = 600
 # Names probed at most: the most recent ones; the note shows fewer anyway.
 MAX_PROBED = 60
+MAX_PREVIEW = 160  # characters of a value's preview kept (the console's REPL page)
 NOTE_PREFIX = "[run_code variables still in scope: "
 
 ResetReason = Literal["evicted", "reset"]
@@ -88,10 +91,42 @@ _RESET_TEXT: dict[str, str] = {
 }
 
 _PROBE_FUNCTION = f"{PRIVATE_PREFIX}describe_vars"
+_SHORT_FUNCTION = f"{PRIVATE_PREFIX}short_value"
+_PREVIEW_FUNCTION = f"{PRIVATE_PREFIX}preview_value"
 
 # Monty Python. ``type(v).__name__`` works there; a NameError for a name the
-# snippets did not end up binding is caught per name.
+# snippets did not end up binding is caught per name. Each value also gets a
+# short preview (the console's REPL page shows it; the note does not): a
+# scalar's repr, a string's first characters, a container's first three items
+# each as a scalar or a ``type[len]``, so the cost is bounded whatever the
+# value holds (no repr of a whole container).
 _PROBE_SOURCE = f"""\
+def {_SHORT_FUNCTION}(x):
+    if isinstance(x, (str, bytes)):
+        return repr(x[:30]) + ("…" if len(x) > 30 else "")
+    if x is None or isinstance(x, (bool, int, float)):
+        return repr(x)[:30]
+    if isinstance(x, (list, tuple, dict, set, frozenset)):
+        return type(x).__name__ + "[" + str(len(x)) + "]"
+    return type(x).__name__
+def {_PREVIEW_FUNCTION}(v):
+    if isinstance(v, (list, tuple, dict)):
+        parts = []
+        for k in v:
+            if len(parts) == 3:
+                parts.append("…")
+                break
+            if isinstance(v, dict):
+                parts.append({_SHORT_FUNCTION}(k) + ": " + {_SHORT_FUNCTION}(v[k]))
+            else:
+                parts.append({_SHORT_FUNCTION}(k))
+        inner = ", ".join(parts)
+        if isinstance(v, dict):
+            return "{{" + inner + "}}"
+        return "[" + inner + "]" if isinstance(v, list) else "(" + inner + ")"
+    if isinstance(v, (set, frozenset)):
+        return ""
+    return {_SHORT_FUNCTION}(v)
 def {_PROBE_FUNCTION}(pairs):
     out = []
     for pair in pairs:
@@ -102,10 +137,14 @@ def {_PROBE_FUNCTION}(pairs):
         t = type(v).__name__
         if t == "module":
             continue
+        try:
+            p = {_PREVIEW_FUNCTION}(v)
+        except Exception:
+            p = ""
         if isinstance(v, (list, tuple, dict, set, frozenset, str, bytes)):
-            out.append([pair[0], t + "[" + str(len(v)) + "]"])
+            out.append([pair[0], t + "[" + str(len(v)) + "]", p])
         else:
-            out.append([pair[0], t])
+            out.append([pair[0], t, p])
     return out
 """
 
@@ -192,18 +231,25 @@ def probe_code(names: Sequence[str]) -> str:
 
 def parse_probe(value: Any) -> list[tuple[str, str]]:
     """The ``(name, description)`` pairs of a probe result; junk is skipped."""
-    out: list[tuple[str, str]] = []
+    return [(name, kind) for name, kind, _ in parse_probe_previews(value)]
+
+
+def parse_probe_previews(value: Any) -> list[tuple[str, str, str]]:
+    """The ``(name, description, preview)`` of a probe result (a pair without a preview
+    has an empty one); junk is skipped."""
+    out: list[tuple[str, str, str]] = []
     if not isinstance(value, (list, tuple)):
         return out
     for item in value:
         if (
             isinstance(item, (list, tuple))
-            and len(item) == 2
+            and len(item) in (2, 3)
             and all(isinstance(x, str) for x in item)
             and _trackable(item[0])
         ):
             name, kind = str(item[0]), str(item[1])  # both checked to be str above
-            out.append((name, _TYPE_NAMES.get(kind, kind)))
+            preview = str(item[2]) if len(item) == 3 else ""
+            out.append((name, _TYPE_NAMES.get(kind, kind), preview[:MAX_PREVIEW]))
     return out
 
 
@@ -242,6 +288,7 @@ class ScopeVariables:
     def __init__(self) -> None:
         self._names: dict[str, None] = {}  # insertion order = binding order
         self._described: list[tuple[str, str]] = []
+        self._previews: dict[str, str] = {}
 
     @property
     def names(self) -> list[str]:
@@ -271,6 +318,7 @@ class ScopeVariables:
         """The scope's state is gone: forget every name."""
         self._names.clear()
         self._described = []
+        self._previews = {}
 
     def probe(self) -> str | None:
         """The probe snippet for the recorded names, or None when there are none."""
@@ -280,7 +328,9 @@ class ScopeVariables:
 
     def update(self, probe_value: Any) -> None:
         """Take the probe's result; names that turned out unbound are forgotten."""
-        described = parse_probe(probe_value)
+        found = parse_probe_previews(probe_value)
+        described = [(n, d) for n, d, _ in found]
+        self._previews = {n: p for n, _, p in found}
         bound = {n for n, _ in described}
         # Only names within the probed window can be known to be unbound.
         for name in self.names[-MAX_PROBED:]:
@@ -289,10 +339,10 @@ class ScopeVariables:
         self._described = described
 
     @property
-    def described(self) -> list[tuple[str, str]]:
-        """The last probe's ``(name, description)`` pairs, oldest binding first (the console's
-        REPL page reads them: the note's own words, every name)."""
-        return list(self._described)
+    def described(self) -> list[tuple[str, str, str]]:
+        """The last probe's ``(name, description, preview)``, oldest binding first (the
+        console's REPL page reads them: the note's own words, every name, and a preview)."""
+        return [(n, d, self._previews.get(n, "")) for n, d in self._described]
 
     @property
     def note(self) -> str | None:
