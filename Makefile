@@ -64,4 +64,4 @@ lint: $(STAMP)
 
 # The fast benchmarks; `python -m bench.questions` needs a model (docs/benchmarks/index.md).
 bench: $(STAMP)
-	for b in bench/code_mode.py bench/channels.py bench/sessions.py bench/approvals.py bench/scopes.py bench/daemon.py bench/catalog.py; do $(PY) $$b || exit 1; done
+	for b in bench/code_mode.py bench/channels.py bench/sessions.py bench/approvals.py bench/scopes.py bench/daemon.py bench/catalog.py bench/web.py; do $(PY) $$b || exit 1; done
