@@ -106,3 +106,18 @@ def test_up_makes_the_tokens_file_once_and_prints_the_login_url(tmp_path):
         "ws://127.0.0.1:6680/", ModelEndpoint("http://m/v1", "m"), config, console=url
     )
     assert f"console  {url}   (nick operator; tokens in {config.web.tokens})" in banner
+
+
+async def test_a_console_address_in_use_fails_the_start_naming_the_key(tmp_path):
+    """Another process on the console's port: the start fails with one line that names
+    [web] listen and up's flag, not uvicorn's exit."""
+    import socket
+
+    from daemon.web import WebServer
+
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        server = WebServer(object(), f"127.0.0.1:{port}")
+        with pytest.raises(OSError, match=r"cannot listen on 127\.0\.0\.1:\d+ .*\[web\] listen"):
+            await server.start()
+        await server.aclose()

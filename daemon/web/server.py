@@ -46,6 +46,7 @@ class WebServer:
 
     def __init__(self, app: Any, listen: str) -> None:
         self._app = app
+        self._listen = listen
         self._host, self._port = parse_listen(listen)
         self._server: _Server | None = None
         self._task: asyncio.Task[None] | None = None
@@ -66,7 +67,15 @@ class WebServer:
         Raises ``OSError`` when the address cannot be bound.
         """
         family = socket.AF_INET6 if ":" in self._host else socket.AF_INET
-        self._socket = socket.create_server((self._host, self._port), family=family)
+        try:
+            self._socket = socket.create_server((self._host, self._port), family=family)
+        except OSError as exc:
+            raise OSError(
+                exc.errno,
+                f"the console cannot listen on {self._listen} ({exc.strerror or exc}): "
+                "is another asyncai serving there? Set [web] listen to a free HOST:PORT "
+                "(asyncai up: --web-listen)",
+            ) from exc
         config = uvicorn.Config(
             self._app,
             lifespan="off",
