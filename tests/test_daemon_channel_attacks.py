@@ -145,3 +145,49 @@ async def test_the_harness_shows_no_example_of_a_tool_the_channel_lacks(tmp_path
             await helper.close()
             await operator.close()
             await daemon.aclose()
+
+
+async def test_a_deny_glob_written_while_a_request_waits_beats_its_approval(
+    tmp_path: Path,
+) -> None:
+    """bob's #ops request waits; the operator adds deny = ["test.append_line"] to #ops'
+    approvals and restarts (stopping writes). carol's !approve ID always, then !approve
+    ID, are refused with one line each: the call is never made and no rule is left (a
+    deny glob wins over an always, and over a once); !deny ends the request."""
+    async with Hub(tmp_path / "hub.db", host="127.0.0.1", port=0) as hub, FakeOpenAI() as fake:
+        path = write_config(tmp_path / "asyncai.toml", hub_url=hub.url, model_url=fake.base_url)
+        text = path.read_text().replace('["#ops"]', '["#ops", "#dev", "#help"]') + SECTIONS
+        path.write_text(text)
+        target = tmp_path / "ops.txt"
+        daemon = Daemon(load_config(path, environ={}), env={})
+        await daemon.start()
+        (bob,) = await people(hub.url, ("bob", "#ops"))
+        try:
+            fake.add(append(target, "ops"), Reply("Appended."))
+            mid, request = await asks(bob, "append a line")
+            rid = request_id(request.text)
+        finally:
+            await bob.close()
+            await daemon.aclose()
+        ops = 'approvers = ["carol"]\n'
+        path.write_text(text.replace(ops, ops + 'deny = ["test.append_line"]\n'))
+        daemon = Daemon(load_config(path, environ={}), env={})
+        await daemon.start()
+        (carol,) = await people(hub.url, ("carol", "#ops"))
+        try:
+            for command in (f"!approve {rid} always", f"!approve {rid}"):
+                _, refusal = await carol.ask(command, thread=mid)
+                assert refusal.text == (
+                    f"Request {rid} cannot be approved: test.append_line is refused by "
+                    "[approvals] deny = 'test.append_line' now; !deny it to end it."
+                )
+            stored = await daemon.store.approvals.get_approval(rid)
+            assert stored is not None
+            assert stored.status == "pending"
+            assert await daemon.store.rules.rules() == []
+            _, reply = await carol.ask(f"!deny {rid}", thread=mid)
+            assert "denied by carol" in reply.text
+            assert lines_of(target) == []
+        finally:
+            await carol.close()
+            await daemon.aclose()

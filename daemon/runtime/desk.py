@@ -457,6 +457,12 @@ class ApprovalDesk:
             return False
         rules: list[NewRule] = []
         if isinstance(parsed, Approve):
+            refused = self._refused_now(request)
+            if refused is not None:  # a deny written since it asked wins over any approval
+                await asker.say(
+                    f"Request {request.id} cannot be approved: {refused} now; !deny it to end it."
+                )
+                return False
             outcome: Outcome = "approved"
             scope: Literal["call", "run"] = "run" if parsed.whole_run else "call"
             reason = ""
@@ -534,6 +540,20 @@ class ApprovalDesk:
     def _offers_always(self, policy: ApprovalPolicy) -> bool:
         """Whether a request in a channel of ``policy`` offers ``!approve ID always``."""
         return self._rules is not None and bool(policy.approvers)
+
+    def _refused_now(self, request: StoredApproval) -> str | None:
+        """Why the request's channel refuses one of its calls now (None: it refuses none).
+
+        A request asked under the policy then in force; a ``deny`` glob or ``mode =
+        "deny"`` written since (and a restart) refuses its calls, and an approval
+        must not make them: an approved call leaves the sandbox without the gate."""
+        policy = self.policy_of(request.channel)
+        for call in request.calls:
+            asked = _Asked(_qualified(call), call.get("why") == "destructive")
+            verdict = policy.verdict(asked, call.get("arguments") or {})
+            if verdict.action == "deny":
+                return verdict.reason
+        return None
 
     def _always_refused(self, sender: str, request: StoredApproval) -> str | None:
         """Why ``sender``'s ``!approve ID always`` is refused (None: it is not)."""
@@ -871,6 +891,15 @@ class ApprovalDesk:
             text,
             client_id=reply_client_id(asked.channel, f"approval:{asked.id}"),
         )
+
+
+@dataclass(frozen=True)
+class _Asked:
+    """A stored request's call as the gate reads a tool: it asked, so it is mutating."""
+
+    qualified_name: str
+    destructive: bool
+    mutating: bool = True
 
 
 def _allow_rule(rule: NewRule | StoredRule) -> AllowRule:
