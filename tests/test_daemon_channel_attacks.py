@@ -18,7 +18,7 @@ from channels.ids import IdGenerator
 from daemon.app import Daemon
 from daemon.config import load_config
 from daemon.runtime.ports import InboundMessage
-from tests.fakes.fake_openai import FakeOpenAI, Reply
+from tests.fakes.fake_openai import FakeOpenAI, Reply, ToolCalls
 from tests.test_daemon import write_config
 from tests.test_daemon_approval_rules import append, asks, people
 from tests.test_daemon_approvals import lines_of, request_id, settled
@@ -190,4 +190,38 @@ async def test_a_deny_glob_written_while_a_request_waits_beats_its_approval(
             assert lines_of(target) == []
         finally:
             await carol.close()
+            await daemon.aclose()
+
+
+async def test_a_channel_with_servers_empty_has_no_tool_in_either_mode(tmp_path: Path) -> None:
+    """servers = []: !tools says there are none; in code mode run_code is offered and a
+    tool named anyway is a NameError; in direct mode the request carries no tools at all,
+    and a tool named anyway is refused. The test server is never called from there."""
+    async with Hub(tmp_path / "hub.db", host="127.0.0.1", port=0) as hub, FakeOpenAI() as fake:
+        path = write_config(tmp_path / "asyncai.toml", hub_url=hub.url, model_url=fake.base_url)
+        text = path.read_text().replace('["#ops"]', '["#ops", "#quiet", "#quietd"]')
+        quiet = '[channel."#quiet"]\nservers = []\n'
+        path.write_text(text + quiet + quiet.replace("quiet", "quietd") + 'tool_mode = "direct"\n')
+        target = tmp_path / "never.txt"
+        daemon = Daemon(load_config(path, environ={}), env={})
+        await daemon.start()
+        code, direct = await people(hub.url, ("dave", "#quiet"), ("dave", "#quietd"))
+        try:
+            for person, channel in ((code, "#quiet"), (direct, "#quietd")):
+                _, tools = await person.ask("!tools")
+                assert tools.text.startswith(f"No tools in {channel};")
+            fake.add(append(target, "x"), Reply("no"))
+            await code.ask("append")
+            assert [t["function"]["name"] for t in fake.requests[-2]["tools"]] == ["run_code"]
+            result = fake.requests[-1]["messages"][-1]["content"]
+            assert "NameError: name 'append_line' is not defined" in result
+            fake.add(ToolCalls(("append_line", {"path": str(target), "line": "x"})), Reply("no"))
+            await direct.ask("append")
+            assert "tools" not in fake.requests[-2]
+            result = fake.requests[-1]["messages"][-1]["content"]
+            assert "there is no tool named 'append_line'" in result
+            assert lines_of(target) == []
+        finally:
+            await code.close()
+            await direct.close()
             await daemon.aclose()
