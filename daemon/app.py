@@ -373,6 +373,8 @@ class Daemon:
         gc.freeze()  # see the module docstring
         notify(f"READY=1\nSTATUS={self.status_line()}", env=self._env)
         failed = sorted(getattr(self._mcp, "failed_servers", {}) or {})
+        if self._mcp is not None and not failed:  # (a server not up: its tools are unknown)
+            self._warn_idle_globs([(d.server or "", d.name) for d in self._mcp.definitions()])
         log.warning(  # one line at start even without --verbose
             "daemon.ready",
             nick=self._channel.nick,
@@ -516,6 +518,18 @@ class Daemon:
             return executor, view
 
         return build
+
+    def _warn_idle_globs(self, tools: list[tuple[str, str]]) -> None:
+        """One warning per channel glob that names none of the daemon's tools (issue 29): a
+        typo in a deny glob would otherwise refuse nothing without a word."""
+        for name, policy in self.config.policies().items():
+            for key, glob in policy.idle_globs(tools):
+                log.warning(
+                    "daemon.glob_matches_no_tool",
+                    key=f'channel."{name}".{key}',
+                    glob=glob,
+                    tools=len(tools),
+                )
 
     def _limiter(self) -> SenderLimiter | None:
         """The per-sender limits of ``[runtime]``, or None when both are unlimited."""

@@ -388,3 +388,25 @@ def test_servers_from_mcp_json_and_flags_count_as_known(tmp_path: Path) -> None:
     assert config.policy("#x").servers == frozenset({"time", "asyncai-mcp-simple"})
     assert config.sources["mcp_servers.time"] == str(tmp_path / "mcp.json")
     assert config.sources["mcp_servers.asyncai-mcp-simple"] == "the command line"
+
+
+def test_idle_globs_are_the_ones_that_name_no_tool_of_the_daemon() -> None:
+    """A tools_allow or tools_deny glob that names none of the daemon's tools (a typo, most
+    often: a deny glob that matches nothing refuses nothing) is listed with its key; one
+    that names a tool of a server the channel does not see is not idle."""
+    config = Config(
+        channel={
+            "#x": ChannelConfig(
+                servers=["simple"],
+                tools_allow=["simple.*", "simple.fecth"],
+                tools_deny=["simple.delete_*", "kcp.*", "*.delete_objcet"],
+            )
+        }
+    )
+    tools = [("simple", "fetch"), ("kcp", "delete_object"), ("", "bare")]
+    assert config.policy("#x").idle_globs(tools) == [
+        ("tools_allow", "simple.fecth"),
+        ("tools_deny", "simple.delete_*"),
+        ("tools_deny", "*.delete_objcet"),
+    ]
+    assert config.policy("#y").idle_globs(tools) == []

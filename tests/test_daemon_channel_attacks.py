@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from structlog.testing import capture_logs
+
 from channels.hub import Hub
 from channels.ids import IdGenerator
 from daemon.app import Daemon
@@ -224,4 +226,24 @@ async def test_a_channel_with_servers_empty_has_no_tool_in_either_mode(tmp_path:
         finally:
             await code.close()
             await direct.close()
+            await daemon.aclose()
+
+
+async def test_a_glob_that_names_no_tool_is_warned_about_at_start(tmp_path: Path) -> None:
+    """A deny glob with a typo refuses nothing: the daemon says so once at start, naming the
+    key and the glob; the globs that name a tool say nothing."""
+    async with Hub(tmp_path / "hub.db", host="127.0.0.1", port=0) as hub, FakeOpenAI() as fake:
+        path = write_config(tmp_path / "asyncai.toml", hub_url=hub.url, model_url=fake.base_url)
+        text = path.read_text().replace('["#ops"]', '["#ops", "#dev", "#help"]') + SECTIONS
+        typo = 'tools_allow = ["test.echo"]\n'
+        path.write_text(text.replace(typo, typo + 'tools_deny = ["test.eras", "*.erase"]\n'))
+        daemon = Daemon(load_config(path, environ={}), env={})
+        with capture_logs() as logs:
+            await daemon.start()
+        try:
+            idle = [e for e in logs if e["event"] == "daemon.glob_matches_no_tool"]
+            assert [(e["key"], e["glob"]) for e in idle] == [
+                ('channel."#help".tools_deny', "test.eras")
+            ]
+        finally:
             await daemon.aclose()

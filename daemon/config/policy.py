@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from fnmatch import fnmatchcase
 from typing import Any, Literal, TypeVar
@@ -70,6 +70,21 @@ class ChannelPolicy:
         if any(fnmatchcase(name, glob) for glob in self.tools_deny):
             return False
         return not self.tools_allow or any(fnmatchcase(name, g) for g in self.tools_allow)
+
+    def idle_globs(self, tools: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
+        """The ``tools_allow`` and ``tools_deny`` globs that name none of ``tools`` (the
+        daemon's, as ``(server, tool)``), each with its key, in the order written.
+
+        Most often a typo (``"kcp.delete_objcet"``): an allow glob that names nothing
+        leaves a tool out, and a deny glob that names nothing refuses nothing, silently.
+        """
+        names = [f"{server}.{tool}" if server else tool for server, tool in tools]
+        return [
+            (key, glob)
+            for key, globs in (("tools_allow", self.tools_allow), ("tools_deny", self.tools_deny))
+            for glob in globs
+            if not any(fnmatchcase(name, glob) for name in names)
+        ]
 
     def digest(self) -> str:
         """A stable hash (hex SHA-256) of what the daemons of a cluster must agree on.
