@@ -112,6 +112,9 @@ async def test_approve_in_the_console_makes_the_call_once_and_the_thread_says_so
     call = await request.locator("pre.call-text").inner_text()
     assert call == f'test.append_line({{"path": "{target}", "line": "one"}})'
     await screenshot(page, tmp, "approvals")
+    href = await request.locator("a").first.get_attribute("href")
+    assert href == f"/threads/%23ops/{mid}"  # the request's thread, on its page
+    assert (await page.request.get(href)).status == 200
     await request.get_by_role("button", name="Approve", exact=True).click()
     said = page.locator(".said")
     await said.wait_for()
