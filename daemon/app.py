@@ -70,7 +70,6 @@ from channels.notify import notify
 from channels.transport import id_space, open_channel
 from daemon.approvals import ApprovalPolicy, Decision, GatedTool, Verdict
 from daemon.cluster import (
-    ClusterError,
     ClusterNode,
     audited,
     clustered,
@@ -103,17 +102,14 @@ from daemon.runtime.watchdog import health_problems, heartbeat
 from daemon.telemetry import Readings, Telemetry, with_metrics
 from daemon.tools import ToolExecutor
 from daemon.web import (
-    ChannelHealth,
     Console,
-    EndpointHealth,
     HealthReport,
-    MemberHealth,
-    PoolHealth,
-    ServerHealth,
     Sources,
     WebServer,
     console_app,
+    gather_health,
     read_tokens,
+    server_tools,
 )
 from sessions.errors import StoreError
 from sessions.ids import thread_key
@@ -399,7 +395,7 @@ class Daemon:
                 status=self._statuses.get,
                 variables=self._lanes.scope_variables if self._lanes is not None else None,
                 desk=self._desk,
-                server_tools=self._server_tools,
+                server_tools=lambda: server_tools(self._mcp, self._lanes),
                 health=self._health_report,
             )
         )
@@ -408,85 +404,18 @@ class Daemon:
         await self._web.start()
         log.warning("daemon.console", url=self._web.url)
 
-    def _server_tools(self) -> dict[str, list[str]]:
-        """The tools each MCP server serves now, by server (the console's audit filter)."""
-        found: dict[str, list[str]] = {}
-        routes = getattr(self._mcp, "routes", None)
-        if isinstance(routes, dict):
-            for tool, server in routes.items():
-                found.setdefault(server, []).append(tool)
-            return found
-        for lane in self._lanes.lanes if self._lanes is not None else []:
-            for definition in lane.offered():
-                if definition.server and definition.name not in found.get(definition.server, []):
-                    found.setdefault(definition.server, []).append(definition.name)
-        return found
-
     async def _health_report(self) -> HealthReport:
-        """The console's Health page, gathered now: this daemon (and its cluster's live
-        members), the channels, the MCP servers, each lane's pool, each endpoint timed."""
-        config = self.config
-        members: list[MemberHealth] = []
-        cluster_error = None
-        if self._cluster is not None:
-            try:
-                found = await self._cluster.members()
-            except ClusterError as exc:
-                cluster_error = f"the cluster's members cannot be read: {exc}"
-            else:
-                me = self._cluster.member
-                members = [MemberHealth(m, m == me, at) for m, at in sorted(found.items())]
-        channel = self._channel
-        connected = getattr(channel, "connected", None)
-        channels = [
-            ChannelHealth(
-                name,
-                connected if isinstance(connected, bool) else None,
-                channel is not None and channel.broken,
-            )
-            for name in config.channels.channels
-        ]
-        states = getattr(self._mcp, "server_states", None)
-        servers = [
-            ServerHealth(s.name, s.pid, s.tools, s.failed, s.retries)
-            for s in (states() if callable(states) else [])
-        ]
-        pools: dict[int, PoolHealth] = {}
-        backends: dict[tuple[str, str], Any] = {}
-        lanes = self._lanes
-        for name in config.channels.channels if lanes is not None else []:
-            assert lanes is not None
-            lane = lanes.lane(name)
-            least, most = getattr(lane.executor, "pool_processes", None) or (None, None)
-            pool = pools.setdefault(
-                id(lane.executor),
-                PoolHealth(
-                    [],
-                    lane.policy.model.tool_mode,
-                    least,
-                    most,
-                    int(getattr(lane.executor, "live_scopes", 0)),
-                ),
-            )
-            pool.channels.append(name)
-            params = lane.backend.params
-            backends.setdefault((params.base_url, params.model or ""), lane.backend)
-        timed = await asyncio.gather(*(backend.latency() for backend in backends.values()))
-        endpoints = [
-            EndpointHealth(url, model, latency, error)
-            for (url, model), (latency, error) in zip(backends, timed, strict=True)
-        ]
-        return HealthReport(
-            nick=(channel.nick if channel is not None else None) or config.channels.nick,
+        """The console's Health page, gathered now (:func:`daemon.web.gather_health`)."""
+        return await gather_health(
+            nick=(self._channel.nick if self._channel else None) or self.config.channels.nick,
             started=self._started_at,
             status_line=self.status_line(),
             problems=self.health_problems(),
-            members=members,
-            cluster_error=cluster_error,
-            channels=channels,
-            servers=servers,
-            pools=list(pools.values()),
-            endpoints=endpoints,
+            channel=self._channel,
+            channels=self.config.channels.channels,
+            cluster=self._cluster,
+            mcp=self._mcp,
+            lanes=self._lanes,
         )
 
     def _clustered(self, store: SessionsRuntimeStore) -> RuntimeStore:

@@ -17,6 +17,7 @@ tokens file's parser), ``sessions``, and starlette, jinja2 and uvicorn;
 nothing imports it but ``daemon.app`` and ``daemon.cli``.
 """
 
+from daemon.web.audit import server_tools
 from daemon.web.auth import Session, Sessions
 from daemon.web.console import Console, Sources
 from daemon.web.health import (
@@ -26,6 +27,7 @@ from daemon.web.health import (
     MemberHealth,
     PoolHealth,
     ServerHealth,
+    gather_health,
 )
 from daemon.web.server import WebServer, parse_listen
 from daemon.web.site import console_app
@@ -46,7 +48,9 @@ __all__ = [
     "console_app",
     "create_tokens",
     "first_token",
+    "gather_health",
     "missing_tokens_help",
     "parse_listen",
     "read_tokens",
+    "server_tools",
 ]

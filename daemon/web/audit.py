@@ -23,7 +23,7 @@ from daemon.web.console import Console
 from sessions import StoreError, audit_csv_lines
 from sessions.ids import parse_since
 
-__all__ = ["CSV_LIMIT", "PAGE_LIMIT", "AuditFilters", "filters_of", "routes"]
+__all__ = ["CSV_LIMIT", "PAGE_LIMIT", "AuditFilters", "filters_of", "routes", "server_tools"]
 
 PAGE_LIMIT = 200  # rows on the page
 CSV_LIMIT = 100_000  # rows in one export
@@ -37,6 +37,23 @@ class AuditFilters:
     values: dict[str, str] = field(default_factory=dict)  # as typed, for the form
     arguments: dict[str, Any] = field(default_factory=dict)  # for AuditLog.entries
     problems: list[str] = field(default_factory=list)
+
+
+def server_tools(mcp: Any, lanes: Any) -> dict[str, list[str]]:
+    """The tools each MCP server serves now, by server: the MCP executor's routes
+    (``routes``: tool → server), else (the daemon was handed its executor) the tools
+    its lanes offer that name their server."""
+    found: dict[str, list[str]] = {}
+    routes = getattr(mcp, "routes", None)
+    if isinstance(routes, dict):
+        for tool, server in routes.items():
+            found.setdefault(server, []).append(tool)
+        return found
+    for lane in lanes.lanes if lanes is not None else []:
+        for definition in lane.offered():
+            if definition.server and definition.name not in found.get(definition.server, []):
+                found.setdefault(definition.server, []).append(definition.name)
+    return found
 
 
 def filters_of(query: Mapping[str, str], server_tools: Mapping[str, list[str]]) -> AuditFilters:

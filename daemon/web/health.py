@@ -11,13 +11,17 @@ measured now, not remembered.
 
 from __future__ import annotations
 
+import asyncio
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
+from daemon.errors import AsyncaiError
 from daemon.web.console import Console
 
 __all__ = [
@@ -27,6 +31,7 @@ __all__ = [
     "MemberHealth",
     "PoolHealth",
     "ServerHealth",
+    "gather_health",
     "routes",
     "uptime_text",
 ]
@@ -111,6 +116,74 @@ def uptime_text(seconds: float) -> str:
     if minutes:
         return f"{minutes}m {secs}s"
     return f"{secs}s"
+
+
+async def gather_health(
+    *,
+    nick: str,
+    started: float,
+    status_line: str,
+    problems: list[str],
+    channel: Any,
+    channels: Sequence[str],
+    cluster: Any,
+    mcp: Any,
+    lanes: Any,
+) -> HealthReport:
+    """The report of a running daemon, read from its parts now: its channel client
+    (``connected``, ``broken``), its cluster node (``members()``, ``member``; None
+    alone), its MCP executor (``server_states()``; None when it was handed its
+    tools) and its lanes (each channel's executor, tool mode and backend, whose
+    endpoint is timed once per endpoint, all at once)."""
+    members: list[MemberHealth] = []
+    cluster_error = None
+    if cluster is not None:
+        try:
+            found = await cluster.members()
+        except AsyncaiError as exc:
+            cluster_error = f"the cluster's members cannot be read: {exc}"
+        else:
+            me = cluster.member
+            members = [MemberHealth(m, m == me, at) for m, at in sorted(found.items())]
+    connected = getattr(channel, "connected", None)
+    states = getattr(mcp, "server_states", None)
+    pools: dict[int, PoolHealth] = {}
+    backends: dict[tuple[str, str], Any] = {}
+    for name in channels if lanes is not None else []:
+        lane = lanes.lane(name)
+        least, most = getattr(lane.executor, "pool_processes", None) or (None, None)
+        live = int(getattr(lane.executor, "live_scopes", 0))
+        mode = lane.policy.model.tool_mode
+        pool = pools.setdefault(id(lane.executor), PoolHealth([], mode, least, most, live))
+        pool.channels.append(name)
+        params = lane.backend.params
+        backends.setdefault((params.base_url, params.model or ""), lane.backend)
+    timed = await asyncio.gather(*(backend.latency() for backend in backends.values()))
+    return HealthReport(
+        nick=nick,
+        started=started,
+        status_line=status_line,
+        problems=problems,
+        members=members,
+        cluster_error=cluster_error,
+        channels=[
+            ChannelHealth(
+                name,
+                connected if isinstance(connected, bool) else None,
+                channel is not None and bool(channel.broken),
+            )
+            for name in channels
+        ],
+        servers=[
+            ServerHealth(s.name, s.pid, s.tools, s.failed, s.retries)
+            for s in (states() if callable(states) else [])
+        ],
+        pools=list(pools.values()),
+        endpoints=[
+            EndpointHealth(url, model, latency, error)
+            for (url, model), (latency, error) in zip(backends, timed, strict=True)
+        ],
+    )
 
 
 def routes(console: Console) -> list[BaseRoute]:
