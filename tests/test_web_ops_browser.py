@@ -112,6 +112,9 @@ async def test_approve_in_the_console_makes_the_call_once_and_the_thread_says_so
     call = await request.locator("pre.call-text").inner_text()
     assert call == f'test.append_line({{"path": "{target}", "line": "one"}})'
     await screenshot(page, tmp, "approvals")
+    no_csrf = await page.request.post(f"/approvals/{rid}/decide", form={"action": "approve"})
+    assert no_csrf.status == 403  # the guard: no decision without the session's CSRF token
+    assert lines_of(target) == []
     href = await request.locator("a").first.get_attribute("href")
     assert href == f"/threads/%23ops/{mid}"  # the request's thread, on its page
     assert (await page.request.get(href)).status == 200
