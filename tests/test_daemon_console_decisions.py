@@ -129,3 +129,29 @@ async def test_the_console_and_the_chat_deciding_at_once_make_the_call_once(worl
     else:
         assert [line[: len(already)] for line in decided.lines] == [already]
     assert lines_of(target) == ["race"]
+
+
+async def test_approve_for_this_run_from_the_console_covers_the_runs_later_calls(world):
+    """The console's "Approve for this run" is !approve ID run: the thread reads it, and
+    the run's second call of the same tool does not ask again."""
+    daemon, fake, alice, _, tmp = world
+    target = tmp / "console-run.txt"
+    code = (
+        f"await append_line(path={str(target)!r}, line='a')\n"
+        f"await append_line(path={str(target)!r}, line='b')\n'ok'"
+    )
+    fake.add(ToolCalls(("run_code", {"code": code})), Reply("Two lines."))
+    mid, asked = await alice.ask("append two lines")
+    rid = request_id(asked.text)
+    decided = await desk_of(daemon).decide(f"!approve {rid} run", by="alice")
+    assert decided.lines == [
+        f"alice approved request {rid} for the rest of the run from the console."
+    ]
+    [_, said, answer] = await alice.reply_in(mid, 3)
+    assert said.text == decided.lines[0]
+    assert answer.text == "Two lines."
+    assert lines_of(target) == ["a", "b"]
+    stored = await daemon.store.approvals.get_approval(rid)
+    assert stored is not None
+    assert (stored.status, stored.scope) == ("approved", "run")
+    await settled(daemon, mid)
