@@ -311,3 +311,31 @@ async def test_health_shows_the_daemon_its_channel_servers_pool_and_endpoint(wor
     assert " ms" in endpoint
     await screenshot(page, tmp, "health")
     await page.context.close()
+
+
+async def test_a_new_request_appears_without_a_reload_and_a_typed_reason_stays(world):
+    """The pending list is fetched again every few seconds: a request made while the page
+    is open appears in it; a reason being typed survives the refresh; the denial with it
+    then goes through."""
+    daemon, fake, alice, tmp, browser = world
+    target = tmp / "live.txt"
+    fake.add(append(target, "live"), Reply("Not now."))
+    page = await logged_in(browser, daemon, ALICE)
+    await page.goto("/approvals")
+    mid, asked = await alice.ask("append live")
+    rid = request_id(asked.text)
+    request = page.locator(f"#request-{rid}")
+    await request.wait_for()  # no reload: the section was fetched again
+    reason = request.locator("input[name=reason]")
+    await reason.fill("typed before a refresh")
+    await page.wait_for_timeout(4000)  # at least one refresh
+    assert await reason.input_value() == "typed before a refresh"
+    await request.get_by_role("button", name="Deny").click()
+    await page.locator(".said").wait_for()
+    line = f"alice denied request {rid} from the console: typed before a refresh"
+    assert (await page.locator(".said").inner_text()).strip() == line
+    [*_, answer] = await alice.reply_in(mid, 3)
+    assert "PermissionError" in answer.text
+    await settled(daemon, mid)
+    assert lines_of(target) == []
+    await page.context.close()
