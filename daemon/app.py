@@ -58,7 +58,7 @@ import os
 import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
@@ -101,20 +101,13 @@ from daemon.runtime.timing import RunTimeline, WaitedDecision, timing_observer
 from daemon.runtime.watchdog import health_problems, heartbeat
 from daemon.telemetry import Readings, Telemetry, with_metrics
 from daemon.tools import ToolExecutor
-from daemon.web import (
-    Console,
-    HealthReport,
-    Sources,
-    WebServer,
-    console_app,
-    gather_health,
-    read_tokens,
-    server_tools,
-)
 from sessions.errors import StoreError
 from sessions.ids import thread_key
 from sessions.scopes import Scopes, scope_cutoff
 from sessions.store import Store
+
+if TYPE_CHECKING:  # the console is imported only when [web] listen asks for it
+    from daemon.web import Console, HealthReport, WebServer
 
 __all__ = [
     "Daemon",
@@ -295,6 +288,8 @@ class Daemon:
         """Open the store, start the tools, connect, schedule leftovers, subscribe; READY=1."""
         config = self.config
         if config.web.listen is not None:
+            from daemon.web import read_tokens
+
             read_tokens(config.web.tokens)  # no console without a way to log in: fail now
         store = self._store = await Store(config.sessions.db).open()
         # Stored at the first start only: a channel without a cursor is read from there.
@@ -387,6 +382,8 @@ class Daemon:
 
     async def _start_console(self, listen: str) -> None:
         """The console on ``listen``, reading this daemon's store, runs and REPLs."""
+        from daemon.web import Console, Sources, WebServer, console_app, server_tools
+
         assert self._store is not None
         self.console = Console(
             Sources(
@@ -406,6 +403,8 @@ class Daemon:
 
     async def _health_report(self) -> HealthReport:
         """The console's Health page, gathered now (:func:`daemon.web.gather_health`)."""
+        from daemon.web import gather_health
+
         return await gather_health(
             nick=(self._channel.nick if self._channel else None) or self.config.channels.nick,
             started=self._started_at,
