@@ -28,7 +28,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from daemon.config.checks import check_channels
 from daemon.config.messages import config_error, toml_key, unknown_key
-from daemon.config.root import Config
+from daemon.config.root import SECTIONS, Config
 from daemon.config.schema import DEFAULT_CONFIG_PATH, EndpointConfig
 from daemon.config.servers import read_mcp_json, server_config, stdio_server, unique_name
 from daemon.config.values import expand_home
@@ -59,16 +59,7 @@ COMMAND_LINE = "the command line"  # the source of a key a flag sets
 Key = tuple[str, ...]  # a key's parts: ("model", "api_key"), ("channel", "#ops", "servers")
 
 # Config's tables: one each, and the named ones ([models.NAME], [channel."#name"])
-_SECTIONS = [
-    "model",
-    "code_mode",
-    "channels",
-    "runtime",
-    "sessions",
-    "approvals",
-    "web",
-    "telemetry",
-]
+_SECTIONS = SECTIONS  # Config's one-table sections
 _NAMED = ["models", "channel"]
 _TOP_KEYS = [*_SECTIONS, *_NAMED, "mcp_servers", "mcp_json"]
 _PATH_KEYS = [

@@ -32,7 +32,20 @@ from daemon.config.schema import (
 from daemon.config.values import PathValue
 from daemon.errors import ConfigError
 
-__all__ = ["Config"]
+__all__ = ["SECTIONS", "Config"]
+
+# Config's one-table sections, in the order of the file and of ``asyncai config show``;
+# the loader and show both read this list, so a new section is added once
+SECTIONS = (
+    "model",
+    "code_mode",
+    "channels",
+    "runtime",
+    "sessions",
+    "approvals",
+    "web",
+    "telemetry",
+)
 
 
 @dataclass

@@ -27,7 +27,7 @@ from typing import Any, Literal
 from daemon.config.load import COMMAND_LINE, ENVIRONMENT_SOURCE
 from daemon.config.messages import toml_key
 from daemon.config.policy import ChannelPolicy
-from daemon.config.root import Config
+from daemon.config.root import SECTIONS, Config
 from daemon.config.schema import SECRET_NAME, EndpointConfig
 
 __all__ = ["Setting", "Settings", "effective_settings", "settings_json", "settings_text"]
@@ -71,17 +71,7 @@ def effective_settings(config: Config) -> Settings:
     """Every value of ``config`` with its origin, secrets hidden."""
     # "": the top-level keys, printed before the first table
     sections = {"": [_plain(config, ("mcp_json",), config.mcp_json, secret=False)]}
-    sections_in_order = (
-        "model",
-        "code_mode",
-        "channels",
-        "runtime",
-        "sessions",
-        "approvals",
-        "web",
-        "telemetry",
-    )
-    for name in sections_in_order:
+    for name in SECTIONS:
         sections[name] = list(_section(config, (name,), getattr(config, name)))
     for server_name, server in config.mcp_servers.items():
         key = toml_key(("mcp_servers", server_name))
