@@ -81,8 +81,7 @@ from daemon.cluster import (
 from daemon.code_mode.repl import ScopeStore
 from daemon.config import ChannelPolicy, Config
 from daemon.errors import AsyncaiError, ConfigError
-from daemon.executors import build_mcp_executor, build_tool_executor, channel_tools
-from daemon.lanes import Lanes, LaneTools
+from daemon.lanes import Lanes, LaneTools, build_mcp_executor, build_tool_executor, channel_tools
 from daemon.runtime import Runtime, RuntimeOptions, RuntimeStore
 from daemon.runtime.audit import audit_observer
 from daemon.runtime.desk import ApprovalDesk

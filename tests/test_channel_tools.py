@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from daemon.approvals import ApprovalPolicy, Decision
 from daemon.code_mode import CodeModeToolExecutor
 from daemon.code_mode.catalog import Catalog
-from daemon.executors import ChannelTools, channel_tools
+from daemon.lanes import ChannelTools, channel_tools
 from daemon.tools import (
     BaseToolExecutor,
     CallSlots,

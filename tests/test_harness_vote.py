@@ -209,7 +209,7 @@ async def test_the_harness_keeps_stubs_up_to_its_own_budget(
     model: str, budget: int | None, expected: int
 ) -> None:
     from daemon.config import Config
-    from daemon.executors import build_tool_executor
+    from daemon.lanes import build_tool_executor
 
     config = Config()
     config.model.model = model

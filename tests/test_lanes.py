@@ -12,8 +12,7 @@ import pytest
 
 from daemon.code_mode import CodeModeToolExecutor
 from daemon.config import ChannelPolicy, Config, load_config
-from daemon.executors import build_tool_executor, channel_tools, code_mode_limits
-from daemon.lanes import Lanes, lane_config
+from daemon.lanes import Lanes, build_tool_executor, channel_tools, code_mode_limits, lane_config
 from daemon.model.harness import SmallModelProfile
 from daemon.tools import ThreadKey, ToolExecutor
 from tests.fakes.executor import FakeToolExecutor

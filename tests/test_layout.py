@@ -227,6 +227,8 @@ MAY_IMPORT = {
     "daemon.backoff": set(),
     "daemon.logging": set(),
     "daemon.crashpoints": set(),
+    # an ASGI app on the daemon's loop: the console's and the metrics' one way to serve
+    "daemon.asgi": set(),
     "daemon.local_model": {"daemon.errors"},
     "daemon.code_mode": SHARED | set(CODE_MODE_ROOMS),
     "daemon.code_mode.catalog": SHARED | {"daemon.code_mode"},
@@ -257,9 +259,10 @@ MAY_IMPORT = {
     "daemon.cluster": SHARED
     | {"daemon.config", "daemon.runtime", "daemon.code_mode.repl", "sessions", "channels"},
     # the console (issue 30): reads the store, decides through the runtime's desk
-    "daemon.web": SHARED | {"daemon.config", "daemon.runtime", "sessions", "channels"},
+    "daemon.web": SHARED
+    | {"daemon.asgi", "daemon.config", "daemon.runtime", "sessions", "channels"},
     # reads the runs' timelines (issue 30); imported by daemon.app and the console only
-    "daemon.telemetry": SHARED | {"daemon.runtime"},
+    "daemon.telemetry": SHARED | {"daemon.asgi", "daemon.runtime"},
 }
 
 

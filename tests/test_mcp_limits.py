@@ -32,7 +32,7 @@ from daemon.code_mode import CodeModeToolExecutor
 from daemon.code_mode.sandbox import engine
 from daemon.config import load_config
 from daemon.errors import ConfigError
-from daemon.executors import build_mcp_executor
+from daemon.lanes import build_mcp_executor
 from daemon.limits import CodeModeLimits
 from daemon.mcp.executor import McpToolExecutor
 from daemon.runtime.audit import audit_observer

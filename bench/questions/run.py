@@ -53,7 +53,7 @@ from bench.questions.startup import startup, startup_table
 from bench.questions.world import HTTP_PORT, Served, open_world, templates
 from daemon.code_mode import CodeModeLimits, CodeModeToolExecutor
 from daemon.config import Config, ModelConfig
-from daemon.executors import code_mode_limits
+from daemon.lanes import code_mode_limits
 from daemon.logging import configure_logging
 from daemon.mcp.executor import McpToolExecutor
 from daemon.model.harness.examples import parse_examples

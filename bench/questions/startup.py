@@ -16,7 +16,7 @@ from bench.questions.servers import SIMPLE_SERVER
 from daemon.cli.up import BANNER_QUESTION
 from daemon.code_mode import CodeModeToolExecutor
 from daemon.config import Config, ModelConfig
-from daemon.executors import code_mode_limits
+from daemon.lanes import code_mode_limits
 from daemon.mcp.executor import McpToolExecutor
 from daemon.runtime.runs import Prompt, RunRequest
 

@@ -127,7 +127,7 @@ async def ask(
     answers, as often as it pauses; without a ``terminal`` it never pauses
     (see :func:`approval_gate`).
     """
-    from daemon.executors import build_mcp_executor, build_tool_executor
+    from daemon.lanes import build_mcp_executor, build_tool_executor
     from daemon.model import OpenAiCompatibleBackend
 
     gate = approval_gate(config, approve_all_calls=approve_all_calls, terminal=terminal is not None)

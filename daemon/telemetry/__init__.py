@@ -13,7 +13,8 @@ This face imports only the light parts: the exporter, prometheus-client and
 uvicorn load when configured.
 
 May import: ``daemon.runtime`` (the timelines), ``daemon.logging``, ``daemon.errors``,
-prometheus-client, uvicorn and httpx2; nothing imports it but ``daemon.app``.
+``daemon.asgi`` (how ``/metrics`` is served), prometheus-client, uvicorn and httpx2;
+nothing imports it but ``daemon.app``.
 """
 
 from daemon.telemetry.mount import with_metrics

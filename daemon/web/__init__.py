@@ -13,7 +13,8 @@ package (``templates/``, ``static/``): nothing comes from another origin.
 
 May import: ``daemon.config``, ``daemon.runtime`` (the approvals desk it
 decides through), ``daemon.approvals``, ``daemon.errors``, ``channels`` (the
-tokens file's parser), ``sessions``, and starlette, jinja2 and uvicorn;
+tokens file's parser), ``sessions``, ``daemon.asgi`` (how it is served), and
+starlette, jinja2 and uvicorn;
 nothing imports it but ``daemon.app`` and ``daemon.cli``.
 """
 
@@ -29,7 +30,7 @@ from daemon.web.health import (
     ServerHealth,
     gather_health,
 )
-from daemon.web.server import WebServer, parse_listen
+from daemon.web.server import WebServer
 from daemon.web.site import console_app
 from daemon.web.tokens import create_tokens, first_token, missing_tokens_help, read_tokens
 
@@ -50,7 +51,6 @@ __all__ = [
     "first_token",
     "gather_health",
     "missing_tokens_help",
-    "parse_listen",
     "read_tokens",
     "server_tools",
 ]

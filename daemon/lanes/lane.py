@@ -3,13 +3,13 @@
 A channel's :class:`~daemon.config.ChannelPolicy` (``Config.policy(channel)``)
 chooses, for that channel only:
 
-- its tools: a :class:`~daemon.executors.ChannelTools` view of the daemon's one
+- its tools: a :class:`~daemon.lanes.ChannelTools` view of the daemon's one
   MCP executor, offering what the policy ``sees`` (the servers start once);
 - its tool mode (code mode over the view, or the view itself, audited);
 - its endpoint (``[models.NAME]``, else ``[model]``) and system prompt, and with
   the endpoint the model profile: the small-model harness and code mode's
   catalog budget follow the endpoint the channel uses
-  (:func:`~daemon.executors.code_mode_limits` reads the lane's ``[model]``).
+  (:func:`~daemon.lanes.code_mode_limits` reads the lane's ``[model]``).
 
 Channels whose policies agree on all of these share one lane and its backend
 (one model client). Lanes that differ only in their endpoint or system prompt
@@ -36,7 +36,7 @@ from daemon.approvals import ApprovalGate
 from daemon.code_mode import CodeModeToolExecutor
 from daemon.code_mode.catalog import CatalogSource
 from daemon.config import ChannelPolicy, Config, ModelConfig
-from daemon.executors import code_mode_limits
+from daemon.lanes.executors import code_mode_limits
 from daemon.model import OpenAiCompatibleBackend
 from daemon.runtime import RestartNoteExecutor, ToolsOffered
 from daemon.tools import PersistentScopes, ThreadKey, ToolDefinition, ToolExecutor
