@@ -294,6 +294,26 @@ _APPROVAL_RULES = [
 ]
 
 
+_SHAPE_CHANNELS = [
+    # Issue 29: a learned return shape is its channel's. What a tool returned in a run
+    # of #ops (the keys of a private result) was shown in every channel's stubs; now
+    # each shape is kept per (channel, server, tool) and shown only to that channel.
+    # The shapes stored before were learned in some channel nobody recorded: they are
+    # dropped (a cache: the next result of each tool teaches its channel again), not
+    # kept for every channel or for calls outside a thread, which would show them again.
+    "DROP TABLE tool_shapes",
+    """CREATE TABLE tool_shapes (
+        channel        TEXT NOT NULL,
+        server         TEXT NOT NULL,
+        tool           TEXT NOT NULL,
+        server_version TEXT NOT NULL,
+        shape          TEXT NOT NULL,
+        observed       TEXT NOT NULL,
+        PRIMARY KEY (channel, server, tool)
+    ) WITHOUT ROWID""",
+]
+
+
 def _executing(statements: Sequence[str]) -> Callable[[aiosqlite.Connection], Awaitable[None]]:
     """A migration's ``apply``: ``statements``, executed one by one, in order."""
 
@@ -321,6 +341,8 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(7, "outbox", _executing(_OUTBOX)),
     # The rules "!approve ID always" leaves, per channel and tool.
     Migration(8, "approval_rules", _executing(_APPROVAL_RULES)),
+    # Learned return shapes per channel; the channel-less ones dropped.
+    Migration(9, "shape_channels", _executing(_SHAPE_CHANNELS)),
 )
 SCHEMA_VERSION = MIGRATIONS[-1].version
 

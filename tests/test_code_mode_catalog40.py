@@ -130,9 +130,13 @@ async def test_a_learned_shape_is_stored_and_back_after_a_restart(make, tmp_path
             '{"id": str, "name": str, "status": str, "region": str, '
             '"owner": {"name": str, "email": str}, "tags": [str]}'
         )
-        stub = ex.catalog.entries["get_invoice"].stub() if ex.catalog else ""
+        catalog = ex.channel_catalog("#t")
+        stub = catalog.entries["get_invoice"].stub() if catalog else ""
         assert f"Returns (observed): {sketch}" in stub
-        learned = ex.definitions()[0].description
+        learned = scope.definitions()[0].description
+        # the shape is #t's: another channel, and a call outside any thread, are not shown it
+        assert ex.channel_definitions("#u")[0].description == first
+        assert ex.definitions()[0].description == first
         assert learned == first.replace(
             'async def get_invoice(*, id: str) -> Any:\n    """Get one invoice',
             'async def get_invoice(*, id: str) -> dict[str, Any]:\n    """\n    Get one invoice',
@@ -145,19 +149,22 @@ async def test_a_learned_shape_is_stored_and_back_after_a_restart(make, tmp_path
             f"Returns (observed): {sketch}]\n[run_code variables still in scope: inv: dict[6]]"
         )
         rows = await store.shapes.load_shapes()
-        assert [(r.server, r.tool, r.server_version) for r in rows] == [
-            ("cat", "get_invoice", "1.0")
+        assert [(r.channel, r.server, r.tool, r.server_version) for r in rows] == [
+            ("#t", "cat", "get_invoice", "1.0")
         ]
         await ex.aclose()
 
         again = make(store=store, catalog_budget=100_000)
         await again.start()
-        assert again.definitions()[0].description == learned  # byte for byte, after a restart
+        # byte for byte, after a restart, in #t (another thread of it too) and only there
+        assert again.thread_scope(ThreadKey("#t", "T2")).definitions()[0].description == learned
+        assert again.channel_definitions("#u")[0].description == first
 
         upgraded = make("--version", "2.0", store=store, catalog_budget=100_000)
         await upgraded.start()
-        assert upgraded.definitions()[0].description == first  # not this version's shape
-        await run(upgraded, 'await get_invoice(id="invoice-1")')
+        upgraded_scope = upgraded.thread_scope(ThreadKey("#t", "T1"))
+        assert upgraded_scope.definitions()[0].description == first  # not this version's shape
+        await run(upgraded_scope, 'await get_invoice(id="invoice-1")')
         rows = await store.shapes.load_shapes()
         assert [(r.tool, r.server_version) for r in rows] == [("get_invoice", "2.0")]
 

@@ -140,12 +140,13 @@ def test_both_values_fit_their_merged_shape(a: Any, b: Any) -> None:
 
 def test_the_book_learns_once_refreshes_on_a_misfit_and_leaves_declared_schemas_alone() -> None:
     """First result: learned; a fitting one: nothing; a misfit: merged; declared: never."""
-    book = ShapeBook()
+    book = ShapeBook().channel("#ops")
     d = tool("get_x", "Get x.", server="srv", server_version="1.0")
     out = ToolCallOutput("", False)
     first = book.observe(d, "get_x", out, {"id": "a"})
     assert first is not None
-    assert (first.server, first.tool, first.server_version, first.refreshed) == (
+    assert (first.channel, first.server, first.tool, first.server_version, first.refreshed) == (
+        "#ops",
         "srv",
         "get_x",
         "1.0",
@@ -169,13 +170,32 @@ def test_the_book_learns_once_refreshes_on_a_misfit_and_leaves_declared_schemas_
 
 def test_a_text_result_teaches_a_first_shape_but_is_not_checked_again() -> None:
     """A result that went in as text is parsed here only to learn a first shape."""
-    book = ShapeBook()
+    book = ShapeBook().channel("#ops")
     d = tool("big", "Big.")
     assert book.observe(d, "big", ToolCallOutput('{"rows": [1]}', False), None) is not None
     assert book.observe(d, "big", ToolCallOutput('{"other": "x"}', False), None) is None
     assert (
         book.observe(tool("bad", "Bad."), "bad", ToolCallOutput("[not json", False), None) is None
     )
+
+
+def test_a_shape_is_its_channels_alone() -> None:
+    """What #ops's result taught is #ops's: #help's view of the same book has no shape (its
+    catalog's version does not move), and learns its own from its own result."""
+    book = ShapeBook()
+    ops, help_ = book.channel("#ops"), book.channel("#help")
+    d = tool("get_x", "Get x.", server="srv", server_version="1.0")
+    out = ToolCallOutput("", False)
+    assert ops.observe(d, "get_x", out, {"alice@corp.example": {"role": "admin"}}) is not None
+    assert ops.shape_for(d) is not None
+    assert help_.shape_for(d) is None
+    assert (ops.version, help_.version) == (1, 0)
+    mine = help_.observe(d, "get_x", out, {"id": "a"})
+    assert mine is not None
+    assert mine.channel == "#help"
+    assert mine.sketch == '{"id": str}'
+    assert "alice" in str(ops.shape_for(d))
+    assert book.shape_for(d, channel="") is None  # outside any thread: nothing learned
 
 
 def test_the_notice_says_what_was_learned_and_is_bounded() -> None:

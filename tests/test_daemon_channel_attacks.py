@@ -247,3 +247,102 @@ async def test_a_glob_that_names_no_tool_is_warned_about_at_start(tmp_path: Path
             ]
         finally:
             await daemon.aclose()
+
+
+SECRET = '{"alice@corp.example": {"role": "admin", "token_hint": "ak-77"}}'
+
+
+def _run_code(code: str) -> ToolCalls:
+    return ToolCalls(("run_code", {"code": code}))
+
+
+def _tools_text(request: dict) -> str:
+    """What a model request shows of the tools: the run_code description, the system."""
+    tools = " ".join(str(tool) for tool in request.get("tools") or [])
+    return tools + " " + str(request["messages"][0]["content"])
+
+
+async def test_a_shape_learned_in_ops_is_never_shown_to_another_channel(tmp_path: Path) -> None:
+    """#ops and #dev share one executor (the same tools): #ops's echo returns a dict keyed
+    by alice's address and code mode learns its shape. #ops's next run shows it
+    (``Returns (observed)``); #dev's stub and system never do (nor its snippet's catalog),
+    nor, after a restart, #dev's or #help's: the stored shape is #ops's alone."""
+    async with Hub(tmp_path / "hub.db", host="127.0.0.1", port=0) as hub, FakeOpenAI() as fake:
+        path = write_config(tmp_path / "asyncai.toml", hub_url=hub.url, model_url=fake.base_url)
+        text = path.read_text().replace('["#ops"]', '["#ops", "#dev", "#help"]')
+        path.write_text(text + SECTIONS)
+        daemon = Daemon(load_config(path, environ={}), env={})
+        await daemon.start()
+        operator, developer = await people(hub.url, ("carol", "#ops"), ("alice", "#dev"))
+        try:
+            lanes = daemon._lanes
+            assert lanes is not None
+            assert lanes.lane("#ops").executor is lanes.lane("#dev").executor
+            fake.add(_run_code(f"await echo(text={SECRET!r})"), Reply("echoed"))
+            await operator.ask("echo the directory entry")
+            fake.add(_run_code("await echo(text='hi')"), Reply("echoed"))
+            await developer.ask("what does echo return?")
+            for request in fake.requests[-2:]:
+                assert "alice@corp.example" not in _tools_text(request)
+            fake.add(Reply("known"))
+            await operator.ask("what does echo return?")
+            assert "Returns (observed)" in _tools_text(fake.requests[-1])
+            assert "alice@corp.example" in _tools_text(fake.requests[-1])
+        finally:
+            await operator.close()
+            await developer.close()
+            await daemon.aclose()
+
+        daemon = Daemon(load_config(path, environ={}), env={})
+        await daemon.start()
+        people_after = await people(
+            hub.url, ("carol", "#ops"), ("alice", "#dev"), ("dave", "#help")
+        )
+        operator, developer, helper = people_after
+        try:
+            for person in (developer, helper):
+                fake.add(Reply("unknown"))
+                await person.ask("what does echo return?")
+                assert "alice@corp.example" not in _tools_text(fake.requests[-1])
+            fake.add(Reply("known"))
+            await operator.ask("what does echo return?")
+            assert "alice@corp.example" in _tools_text(fake.requests[-1])
+        finally:
+            for person in people_after:
+                await person.close()
+            await daemon.aclose()
+
+
+async def test_the_harness_shows_no_shape_learned_in_another_channel(tmp_path: Path) -> None:
+    """The small-model harness's shape-first rule puts a learned result's typed example
+    after a question that names the function: #ops's (alice's address as a key) after
+    #ops's question, never after #dev's, on the same executor and backend."""
+    async with (
+        Hub(tmp_path / "hub.db", host="127.0.0.1", port=0) as hub,
+        FakeOpenAI(fallback=Reply("done")) as fake,
+    ):
+        path = write_config(tmp_path / "asyncai.toml", hub_url=hub.url, model_url=fake.base_url)
+        text = path.read_text().replace('["#ops"]', '["#ops", "#dev", "#help"]')
+        text = text.replace("retries = 0\n", "retries = 0\nharness = true\n")
+        path.write_text(text + SECTIONS)
+        daemon = Daemon(load_config(path, environ={}), env={})
+        await daemon.start()
+        operator, developer = await people(hub.url, ("carol", "#ops"), ("alice", "#dev"))
+        question = "what does echo return for a text, unchanged?"  # names echo's stub
+        try:
+            fake.add(Reply(f"I will echo it.\n```python\nawait echo(text={SECRET!r})"))
+            fake.add(Reply("echoed"))
+            await operator.ask("echo the directory entry")
+            assert '"alice@corp.example"' in str(fake.requests[-1]["messages"])  # it ran
+            await developer.ask(question)
+            shown = fake.requests[-1]["messages"][-1]["content"]
+            assert shown == question
+            assert "alice@corp.example" not in str(fake.requests[-1])
+            await operator.ask(question)
+            shown = fake.requests[-1]["messages"][-1]["content"]
+            assert shown.startswith(f"{question}\n\nWhat these functions return")
+            assert "alice@corp.example" in shown
+        finally:
+            await operator.close()
+            await developer.close()
+            await daemon.aclose()

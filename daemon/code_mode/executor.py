@@ -101,6 +101,12 @@ from daemon.tools import (
 
 __all__ = ["CodeModeToolExecutor"]
 
+
+def _channel(state: ScopeState) -> str:
+    """The channel of the scope's runs, whose learned shapes they see ("" outside any thread)."""
+    return state.key.channel if state.key is not None else ""
+
+
 log = structlog.get_logger("asyncai.code_mode")
 
 
@@ -171,9 +177,20 @@ class CodeModeToolExecutor(BaseToolExecutor):
     def catalog(self) -> Catalog | None:
         """The inner tools behind ``run_code``: None until :meth:`definitions` or :meth:`start`.
 
+        With the shapes learned outside any thread only: a run of a thread is shown
+        :meth:`channel_catalog` of its channel (issue 29).
         The small-model harness reads it (:class:`~daemon.code_mode.catalog.CatalogSource`).
         """
-        return self._offer.built
+        return self._offer.built()
+
+    def channel_catalog(self, channel: str) -> Catalog | None:
+        """:attr:`catalog` with the shapes learned in ``channel`` (issue 29)."""
+        return self._offer.built(channel)
+
+    def channel_definitions(self, channel: str) -> list[ToolDefinition]:
+        """:meth:`definitions` with the shapes learned in ``channel`` (issue 29): what a
+        thread of the channel is offered."""
+        return [self._offer.definition(channel)]
 
     # -- the ToolExecutor interface ----------------------------------------
 
@@ -182,7 +199,7 @@ class CodeModeToolExecutor(BaseToolExecutor):
 
         Valid once the inner executor can list its tools (for MCP, once started).
         """
-        return [self._offer.definition()]
+        return [self._offer.definition()]  # outside any thread: channel ""
 
     async def start(self) -> None:
         """Start the inner executor and the pool. Idempotent.
@@ -381,12 +398,14 @@ class CodeModeToolExecutor(BaseToolExecutor):
             if state.session is not None:
                 state.note = None  # a run made while paused: its names are not the paused REPL's
             await state.discard(None)
-            run = SnippetRun(self._offer.catalog, self._limits, nested)
+            run = SnippetRun(self._offer.catalog(_channel(state)), self._limits, nested)
 
             def nested_for(decision: Decision) -> NestedCalls:
                 # approved calls join the snippet's started calls; a person decided: no gate
                 observer = stamping_observer(self._observer, decision)
-                return self._offer.calls(state.thread_id, observer, nested.started, None)
+                return self._offer.calls(
+                    _channel(state), state.thread_id, observer, nested.started, None
+                )
 
             async def resume_run() -> SnippetOutcome:
                 checked_out = await self._checkout(state)
@@ -402,7 +421,7 @@ class CodeModeToolExecutor(BaseToolExecutor):
 
     def _nested_calls(self, state: ScopeState) -> NestedCalls:
         """The nested calls of one run in ``state``: audited, and asking the gate at each call."""
-        return self._offer.calls(state.thread_id, self._observer, None, self._gate)
+        return self._offer.calls(_channel(state), state.thread_id, self._observer, None, self._gate)
 
     async def _run_locked(
         self, state: ScopeState, code: str, restart: bool, nested: NestedCalls
@@ -411,7 +430,7 @@ class CodeModeToolExecutor(BaseToolExecutor):
         if restart:
             await state.discard("restart")
         try:
-            rejection = await hooks.vet_snippet(code, limits, self._offer.helpers)
+            rejection = await hooks.vet_snippet(code, limits, self._offer.helpers(_channel(state)))
         except Exception:
             # a broken check must not block every snippet; the sandbox still guards
             log.exception("code_mode.check_failed", thread=state.key)
@@ -490,7 +509,7 @@ class CodeModeToolExecutor(BaseToolExecutor):
 
         A new checkout loads the stored REPL when the scope may, else runs the preamble.
         """
-        catalog = self._offer.catalog
+        catalog = self._offer.catalog(_channel(state))
         checked_out = await self._checkout(state)
         if isinstance(checked_out, SnippetOutcome):
             return checked_out
@@ -519,7 +538,7 @@ class CodeModeToolExecutor(BaseToolExecutor):
             return opened
         session, fresh = opened
         state.dirty = True
-        catalog, gated = self._offer.catalog, self._gate is not None
+        catalog, gated = self._offer.catalog(_channel(state)), self._gate is not None
         if state.direct and not eligible(code, catalog, gated):  # for good (direct.py)
             await state.leave_direct(tuple(catalog.entries))
         run = SnippetRun(catalog, self._limits, nested)

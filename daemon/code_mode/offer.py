@@ -9,6 +9,11 @@ learned or refreshed since (the book's version moved) or the inner tools grew
 stays byte-identical from run to run otherwise. A snippet sees the catalog
 of the moment it starts, and its nested calls (:meth:`ToolOffer.calls`)
 show their results to the book.
+
+Each channel has its own catalog and ``run_code`` (issue 29): the same tools,
+with the shapes learned in that channel only (one executor may serve several
+channels whose tools agree; what a tool returned in ``#ops`` is not ``#help``'s
+to see). ``""`` is the channel of calls made outside any thread.
 """
 
 from __future__ import annotations
@@ -33,84 +38,83 @@ __all__ = ["ToolOffer"]
 
 
 class ToolOffer:
-    """The catalog and ``run_code`` of one executor, over its inner tools and learned shapes."""
+    """The catalogs and ``run_code`` of one executor, one per channel, over its inner tools
+    and the shapes learned in that channel."""
 
     def __init__(self, inner: ToolExecutor, limits: CodeModeLimits, store: ShapeStore | None):
         self._inner = inner
         self._limits = limits
         self.shapes = ShapeBook(store)
-        self._catalog: Catalog | None = None
-        self._definition: ToolDefinition | None = None
-        self._built: tuple[int, int] | None = None  # the versions they were built at
+        self._started = False
+        # by channel: the catalog, its run_code, and the versions they were built at
+        self._built: dict[str, tuple[Catalog, ToolDefinition, tuple[int, int]]] = {}
 
     async def start(self) -> Catalog:
-        """Load the stored shapes, then build (the inner executor is started)."""
+        """Load the stored shapes, then build (the inner executor is started); the
+        catalog of calls outside any thread."""
         await self.shapes.load()
-        self._build()
-        return self.catalog
+        self._started = True
+        return self.catalog()
 
-    def _versions(self) -> tuple[int, int]:
-        """The book's version and the inner tools' (an MCP executor's ``tools_version``)."""
-        return self.shapes.version, getattr(self._inner, "tools_version", 0)
+    def _versions(self, channel: str) -> tuple[int, int]:
+        """The channel's shapes' version and the inner tools' (``tools_version``)."""
+        return self.shapes.version_of(channel), getattr(self._inner, "tools_version", 0)
 
-    def _build(self) -> None:
-        self._built = self._versions()
-        self._catalog = Catalog(
-            self._inner.definitions(),
-            observed=self.shapes.shape_for,
-            budget=self._limits.catalog_budget,
-        )
-        self._definition = run_code_definition(self._catalog, self._limits)
+    def _fresh(self, channel: str) -> tuple[Catalog, ToolDefinition]:
+        versions = self._versions(channel)
+        built = self._built.get(channel)
+        if built is None or built[2] != versions:
+            catalog = Catalog(
+                self._inner.definitions(),
+                observed=self.shapes.channel(channel).shape_for,
+                budget=self._limits.catalog_budget,
+            )
+            built = self._built[channel] = (
+                catalog,
+                run_code_definition(catalog, self._limits),
+                versions,
+            )
+        return built[0], built[1]
 
-    def _fresh(self) -> None:
-        if self._catalog is None or self._built != self._versions():
-            self._build()
+    def built(self, channel: str = "") -> Catalog | None:
+        """The channel's catalog, or None while nothing was built (never lists the tools)."""
+        if not self._started and not self._built:
+            return None
+        return self._fresh(channel)[0]
 
-    @property
-    def built(self) -> Catalog | None:
-        """The catalog, or None while nothing was built (never builds)."""
-        if self._catalog is not None:
-            self._fresh()
-        return self._catalog
+    def catalog(self, channel: str = "") -> Catalog:
+        """The channel's current catalog (built now if needed: the inner tools must be listed)."""
+        return self._fresh(channel)[0]
 
-    @property
-    def catalog(self) -> Catalog:
-        """The current catalog (built now if needed: the inner tools must be listed)."""
-        self._fresh()
-        assert self._catalog is not None
-        return self._catalog
-
-    @property
-    def helpers(self) -> tuple[str, ...]:
-        """The search helpers the sandbox has now (none below the budget), which
+    def helpers(self, channel: str = "") -> tuple[str, ...]:
+        """The search helpers the channel's sandbox has now (none below the budget), which
         a snippet may not rebind, like the built-in helpers."""
-        catalog = self.built
+        catalog = self.built(channel)
         if catalog is None:
             return ()
         return tuple(name for name in SEARCH_HELPERS if is_helper(catalog, name))
 
-    def definition(self) -> ToolDefinition:
-        """The current ``run_code`` definition (built now if needed)."""
-        self._fresh()
-        assert self._definition is not None
-        return self._definition
+    def definition(self, channel: str = "") -> ToolDefinition:
+        """The channel's current ``run_code`` definition (built now if needed)."""
+        return self._fresh(channel)[1]
 
     def calls(
         self,
+        channel: str,
         thread_id: str | None,
         observer: AuditObserver | None,
         started: list[StartedCall] | None,
         gate: ApprovalGate | None,
     ) -> NestedCalls:
-        """The nested calls of one ``run_code`` call, each asking ``gate`` where it is made;
-        what they return teaches :attr:`shapes`."""
+        """The nested calls of one ``run_code`` call in ``channel``, each asking ``gate`` where
+        it is made; what they return teaches :attr:`shapes` in that channel."""
         return NestedCalls(
             self._inner,
             self._limits,
             thread_id=thread_id,
             observer=observer,
             started=started,
-            shapes=self.shapes,
+            shapes=self.shapes.channel(channel),
             gate=gate,
         )
 

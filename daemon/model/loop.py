@@ -40,7 +40,7 @@ import structlog
 
 from daemon.approvals import ApprovalGate, Decision, Pause
 from daemon.backoff import Backoff
-from daemon.code_mode.catalog import CatalogSource
+from daemon.code_mode.catalog import Catalog, CatalogSource
 from daemon.config import Config, ModelConfig
 from daemon.errors import AsyncaiError, BackendError
 from daemon.logging import register_secret
@@ -277,8 +277,16 @@ class OpenAiCompatibleBackend:
         without a request, the executor itself (no thread scope)."""
         await self.executor.start()
         scope = self.executor.thread_scope(request.thread) if request is not None else None
-        definitions = self.executor.definitions()
+        # a thread's scope offers run_code with the shapes its channel's runs taught
+        definitions = (scope if scope is not None else self.executor).definitions()
         tools, names = tool_params(definitions)
+        catalog: Catalog | None = None
+        if isinstance(self.executor, CatalogSource):
+            catalog = (
+                self.executor.channel_catalog(request.channel)
+                if request is not None
+                else self.executor.catalog
+            )
         code_mode = [d.name for d in definitions] == ["run_code"]
         return RunTools(
             caller=scope if scope is not None else self.executor,
@@ -287,7 +295,7 @@ class OpenAiCompatibleBackend:
             names=names,
             definitions={d.name: d for d in definitions},
             code_mode=code_mode,
-            catalog=self.executor.catalog if isinstance(self.executor, CatalogSource) else None,
+            catalog=catalog,
             # direct mode: the policy for the model's own calls of mutating tools (code
             # mode asks it inside the sandbox, through the code-mode executor)
             gate=None if code_mode else self.gate,

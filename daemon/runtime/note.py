@@ -61,6 +61,12 @@ class RestartNoteExecutor:
         """The inner executor's catalog when it is code mode, else None."""
         return self.inner.catalog if isinstance(self.inner, CatalogSource) else None
 
+    def channel_catalog(self, channel: str) -> Catalog | None:
+        """The inner executor's catalog for ``channel`` when it is code mode, else None."""
+        if isinstance(self.inner, CatalogSource):
+            return self.inner.channel_catalog(channel)
+        return None
+
     @property
     def hidden_functions(self) -> list[str]:
         """The inner executor's (code mode's): the sandbox names of the tools it hides."""

@@ -36,6 +36,7 @@ from daemon.code_mode.catalog.description import (
     run_code_definition,
 )
 from daemon.code_mode.catalog.learned import (
+    ChannelShapes,
     LearnedShape,
     ShapeBook,
     ShapeRecord,
@@ -62,6 +63,7 @@ __all__ = [
     "Catalog",
     "CatalogEntry",
     "CatalogSource",
+    "ChannelShapes",
     "LearnedShape",
     "Resolver",
     "ShapeBook",

@@ -352,5 +352,11 @@ class CatalogSource(Protocol):
 
     @property
     def catalog(self) -> Catalog | None:
-        """The catalog, or None while the tools are not listed yet (or not code mode)."""
+        """The catalog, or None while the tools are not listed yet (or not code mode):
+        with the shapes learned outside any thread."""
+        ...
+
+    def channel_catalog(self, channel: str) -> Catalog | None:
+        """:attr:`catalog` with the return shapes learned in ``channel``'s runs only (issue
+        29): what a run of that channel is shown."""
         ...

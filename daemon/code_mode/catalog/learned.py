@@ -10,7 +10,13 @@ its catalog again: the stub then says ``Returns (observed): ...`` (so the
 refreshed), ``describe()`` shows it, and the next note of the thread whose
 snippet saw it says so once (:func:`shape_notice`).
 
-Shapes are kept per server and tool with the server's ``serverInfo.version``:
+Shapes are kept per channel, server and tool (issue 29): a shape learned from
+a run of ``#ops`` is shown (stub, ``describe()``, ``search_tools()``, the
+harness's examples) only to runs of ``#ops``, even where channels share one
+executor, and after a restart too. What a tool returned in one channel (the
+keys of a private result, say) is data of that channel; ``""`` is the
+channel of a call made outside any thread. :meth:`ShapeBook.channel` is one
+channel's view. Each is kept with the server's ``serverInfo.version``:
 a stored shape of another version is not used (the next result teaches the
 new one and replaces it). A declared output schema always wins: such a tool
 is never observed. A large result that goes into the sandbox as text
@@ -49,6 +55,7 @@ __all__ = [
     "MAX_NOTICE_CHARS",
     "MAX_OBSERVED_CHARS",
     "SAVE_TIMEOUT",
+    "ChannelShapes",
     "LearnedShape",
     "ShapeBook",
     "ShapeRecord",
@@ -58,7 +65,13 @@ __all__ = [
 
 
 class ShapeRecord(Protocol):
-    """One learned return shape as stored (issue 19): per server and tool, with the version."""
+    """One learned return shape as stored (issue 19): per channel (issue 29), server and
+    tool, with the version."""
+
+    @property
+    def channel(self) -> str:
+        """The channel whose run taught it ("" for a call outside any thread)."""
+        ...
 
     @property
     def server(self) -> str:
@@ -88,8 +101,10 @@ class ShapeStore(Protocol):
         """Every stored shape."""
         ...
 
-    async def save_shape(self, server: str, tool: str, *, server_version: str, shape: str) -> None:
-        """Store the tool's shape, replacing any earlier one; raises on failure."""
+    async def save_shape(
+        self, server: str, tool: str, *, channel: str, server_version: str, shape: str
+    ) -> None:
+        """Store the tool's shape in ``channel``, replacing any earlier one; raises on failure."""
         ...
 
 
@@ -110,6 +125,7 @@ class LearnedShape:
     shape: dict[str, Any]
     py_name: str = ""
     refreshed: bool = False
+    channel: str = ""  # the channel whose run taught it
 
     @property
     def sketch(self) -> str:
@@ -117,8 +133,8 @@ class LearnedShape:
         return return_sketch(self.shape)
 
 
-def _key(d: ToolDefinition) -> tuple[str, str]:
-    return d.server or "", d.name
+def _key(channel: str, d: ToolDefinition) -> tuple[str, str, str]:
+    return channel, d.server or "", d.name
 
 
 def shape_notice(learned: LearnedShape) -> str:
@@ -134,14 +150,28 @@ def shape_notice(learned: LearnedShape) -> str:
 
 
 class ShapeBook:
-    """Learned shapes by (server, tool), with the server version each was learned at."""
+    """Learned shapes by (channel, server, tool), with the server version each was learned at."""
 
     def __init__(self, store: ShapeStore | None = None):
         self._store = store
-        self._shapes: dict[tuple[str, str], tuple[str, dict[str, Any]]] = {}
+        self._shapes: dict[tuple[str, str, str], tuple[str, dict[str, Any]]] = {}
         self._loaded = False
         self._unsaved: list[LearnedShape] = []  # learned, not yet handed to the store
-        self.version = 0  # bumped by every change: the catalog is built again
+        self.version = 0  # bumped by every change
+        # bumped by every change in a channel: that channel's catalog is built again
+        self._versions: dict[str, int] = {}
+
+    def channel(self, channel: str) -> ChannelShapes:
+        """The view of one channel: the shapes its runs taught, and what they teach."""
+        return ChannelShapes(self, channel)
+
+    def version_of(self, channel: str) -> int:
+        """How many times the shapes of ``channel`` changed (its catalog's freshness)."""
+        return self._versions.get(channel, 0)
+
+    def _bump(self, channel: str) -> None:
+        self.version += 1
+        self._versions[channel] = self._versions.get(channel, 0) + 1
 
     async def load(self) -> None:
         """Read the stored shapes (once; a failing store is logged and left empty)."""
@@ -160,23 +190,25 @@ class ShapeBook:
             if shape is None:
                 log.warning("code_mode.shape_unreadable", server=row.server, tool=row.tool)
                 continue
-            self._shapes[(row.server, row.tool)] = (row.server_version, shape)
-        if self._shapes:
-            self.version += 1
+            self._shapes[(row.channel, row.server, row.tool)] = (row.server_version, shape)
+        for channel in {channel for channel, _, _ in self._shapes}:
+            self._bump(channel)
 
-    def shape_for(self, d: ToolDefinition) -> dict[str, Any] | None:
-        """The learned shape of ``d`` at its server's version, or None (or a declared schema)."""
+    def shape_for(self, d: ToolDefinition, *, channel: str) -> dict[str, Any] | None:
+        """The shape of ``d`` learned in ``channel`` at its server's version, or None (or a
+        declared schema)."""
         if d.output_schema is not None:
             return None
-        known = self._shapes.get(_key(d))
+        known = self._shapes.get(_key(channel, d))
         if known is None or known[0] != (d.server_version or ""):
             return None
         return known[1]
 
     def observe(
-        self, d: ToolDefinition, py_name: str, output: ToolCallOutput, value: Any
+        self, d: ToolDefinition, py_name: str, output: ToolCallOutput, value: Any, *, channel: str
     ) -> LearnedShape | None:
-        """Learn from one successful result; the new shape when it changed, else None.
+        """Learn from one successful result of a run in ``channel``; the new shape when it
+        changed, else None.
 
         ``value`` is what the sandbox got when the host parsed it, or None
         when the result went in as text: then it is parsed here only to learn
@@ -185,7 +217,7 @@ class ShapeBook:
         """
         if d.output_schema is not None:
             return None
-        current = self.shape_for(d)
+        current = self.shape_for(d, channel=channel)
         if value is None:
             if current is not None or len(output.content) > MAX_OBSERVED_CHARS:
                 return None
@@ -200,10 +232,12 @@ class ShapeBook:
         seen = infer_shape(value)
         shape = seen if current is None else merge(current, seen)
         version = d.server_version or ""
-        self._shapes[_key(d)] = (version, shape)
-        self.version += 1
-        server, tool = _key(d)
-        learned = LearnedShape(server, tool, version, shape, py_name, refreshed=current is not None)
+        self._shapes[_key(channel, d)] = (version, shape)
+        self._bump(channel)
+        _, server, tool = _key(channel, d)
+        learned = LearnedShape(
+            server, tool, version, shape, py_name, refreshed=current is not None, channel=channel
+        )
         self._unsaved.append(learned)
         return learned
 
@@ -216,6 +250,7 @@ class ShapeBook:
         """Store ``learned``; a failure is logged, never raised."""
         log.info(
             "code_mode.shape_learned",
+            channel=learned.channel,
             server=learned.server,
             tool=learned.tool,
             refreshed=learned.refreshed,
@@ -228,9 +263,33 @@ class ShapeBook:
                 await self._store.save_shape(
                     learned.server,
                     learned.tool,
+                    channel=learned.channel,
                     server_version=learned.server_version,
                     shape=dump_shape(learned.shape),
                 )
         except Exception as exc:
             # the shape still serves this process; only the stored copy is missing
             log.warning("code_mode.shape_not_saved", tool=learned.tool, error=repr(exc))
+
+
+@dataclass(frozen=True)
+class ChannelShapes:
+    """One channel's view of a :class:`ShapeBook`: what its catalog shows and its calls teach."""
+
+    book: ShapeBook
+    name: str  # the channel ("" outside any thread)
+
+    @property
+    def version(self) -> int:
+        """The book's version for this channel."""
+        return self.book.version_of(self.name)
+
+    def shape_for(self, d: ToolDefinition) -> dict[str, Any] | None:
+        """:meth:`ShapeBook.shape_for` in this channel."""
+        return self.book.shape_for(d, channel=self.name)
+
+    def observe(
+        self, d: ToolDefinition, py_name: str, output: ToolCallOutput, value: Any
+    ) -> LearnedShape | None:
+        """:meth:`ShapeBook.observe` in this channel."""
+        return self.book.observe(d, py_name, output, value, channel=self.name)

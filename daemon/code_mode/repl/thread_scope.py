@@ -24,8 +24,8 @@ __all__ = ["ScopeHost", "ThreadScope"]
 class ScopeHost(Protocol):
     """What a :class:`ThreadScope` needs of the executor that owns the scopes."""
 
-    def definitions(self) -> list[ToolDefinition]:
-        """Exactly ``[run_code]``."""
+    def channel_definitions(self, channel: str) -> list[ToolDefinition]:
+        """Exactly ``[run_code]``, with the shapes learned in ``channel``."""
         ...
 
     async def start(self) -> None:
@@ -64,8 +64,9 @@ class ThreadScope(BaseToolExecutor):
         self.thread = thread
 
     def definitions(self) -> list[ToolDefinition]:
-        """Exactly ``[run_code]``, as the parent offers it."""
-        return self._parent.definitions()
+        """Exactly ``[run_code]``, as the parent offers it to the thread's channel (its
+        stubs show the shapes learned in that channel only, issue 29)."""
+        return self._parent.channel_definitions(self.thread.channel)
 
     async def start(self) -> None:
         """Start the parent (inner executor and pool)."""

@@ -21,7 +21,8 @@ and ``duration_ms`` are those of the call itself, from when it got its slot:
 | no answer in ``tool_timeout``| ``RuntimeError("tool X timed out after 120s")`` |
 
 A successful result of a tool without an output schema is shown to the
-:class:`~daemon.code_mode.catalog.learned.ShapeBook`, when there is one; the shapes it
+:class:`~daemon.code_mode.catalog.learned.ShapeBook` of the run's channel (a
+:class:`~daemon.code_mode.catalog.learned.ChannelShapes`), when there is one; the shapes it
 learned from them are in :attr:`NestedCalls.learned` (issue 19).
 
 Every call that reaches the inner executor, finished or dropped, becomes one
@@ -82,7 +83,7 @@ import structlog
 from pydantic_monty import ExternalExceptionData, ExternalSettledResult
 
 from daemon.approvals import ApprovalGate, Verdict
-from daemon.code_mode.catalog import CatalogEntry, LearnedShape, ShapeBook
+from daemon.code_mode.catalog import CatalogEntry, ChannelShapes, LearnedShape
 from daemon.code_mode.contract import StartedCall
 from daemon.code_mode.convert import (
     ConversionError,
@@ -235,7 +236,7 @@ class NestedCalls:
         thread_id: str | None,
         observer: AuditObserver | None = None,
         started: list[StartedCall] | None = None,
-        shapes: ShapeBook | None = None,
+        shapes: ChannelShapes | None = None,
         gate: ApprovalGate | None = None,
     ):
         self._inner = inner
