@@ -176,6 +176,44 @@ def test_secrets_include_every_endpoints_key(tmp_path: Path) -> None:
     assert "sk-big-secret" not in repr(config)
 
 
+def test_a_urls_password_reaches_the_log_redactor(tmp_path: Path) -> None:
+    """A user and password inside a URL are secrets whatever the key's name: a server's
+    argument or environment value, a base_url with basic auth. A log line that prints
+    the URL (a server's command line on a failed start) shows neither."""
+    import io
+
+    import structlog
+
+    from daemon.logging import configure_logging, reset_logging
+
+    text = (
+        '[model]\nbase_url = "https://bob:base-pass-77@llm.example/v1"\n'
+        "[mcp_servers.db]\n"
+        'command = "db-server"\n'
+        'args = ["postgresql://app:hunter2222@db.example/prod"]\n'
+        'env = { DATABASE_URL = "mysql://ro:swordfish9@db2.example/x" }\n'
+    )
+    config = load(tmp_path, text)
+    secrets = config.secrets()
+    for password in ("base-pass-77", "hunter2222", "swordfish9"):
+        assert password in secrets
+    stream = io.StringIO()
+    configure_logging(True, stream, secrets=secrets)
+    try:
+        structlog.get_logger("asyncai.mcp").info(
+            "mcp.start_failed",
+            argv=config.mcp_servers["db"].args,
+            env=config.mcp_servers["db"].env["DATABASE_URL"],
+            base_url=config.model.base_url,
+        )
+    finally:
+        reset_logging()
+    logged = stream.getvalue()
+    assert "db.example/prod" in logged  # the line is there, the secrets are not
+    for password in ("base-pass-77", "hunter2222", "swordfish9"):
+        assert password not in logged
+
+
 def test_sources_name_where_each_key_came_from(tmp_path: Path) -> None:
     """The loader's provenance is kept: file, environment, command line, per key."""
     path = write(tmp_path / "asyncai.toml", THREE)

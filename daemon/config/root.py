@@ -17,6 +17,7 @@ from daemon.config.policy import ChannelPolicy, resolve_policy
 from daemon.config.schema import (
     DEFAULT_CONFIG_PATH,
     SECRET_NAME,
+    URL_USERINFO,
     ApprovalsConfig,
     ChannelConfig,
     ChannelsConfig,
@@ -84,6 +85,20 @@ class Config:
         out = [v for v in (*keys, self.channels.token) if v]
         for server in self.mcp_servers.values():
             out.extend(v for k, v in server.env.items() if SECRET_NAME.search(k) and v)
+        # a URL's user and password, whatever the key's name (a server's DATABASE_URL or
+        # argument, a base_url with basic auth): the whole userinfo, and the password
+        # alone when it is long enough not to mask ordinary words of a log line
+        texts = [self.model.base_url, *(m.base_url for m in self.models.values())]
+        texts.append(self.channels.url)
+        for server in self.mcp_servers.values():
+            texts.extend([*server.args, *server.env.values()])
+        for text in texts:
+            for match in URL_USERINFO.finditer(text or ""):
+                userinfo = match["userinfo"]
+                out.append(userinfo)
+                password = userinfo.partition(":")[2]
+                if len(password) >= 6:
+                    out.append(password)
         return out
 
     def require_model(self) -> str:

@@ -38,6 +38,7 @@ from daemon.limits import CodeModeLimits
 __all__ = [
     "DEFAULT_CONFIG_PATH",
     "SECRET_NAME",
+    "URL_USERINFO",
     "ApprovalsConfig",
     "ChannelApprovalsConfig",
     "ChannelConfig",
@@ -56,6 +57,9 @@ DEFAULT_CONFIG_PATH = Path("asyncai.toml")
 
 # names whose values are never echoed in messages and are handed to the log redactor
 SECRET_NAME = re.compile(r"key|token|secret|passw|auth|credential", re.IGNORECASE)
+# scheme://USERINFO@: a user and password (or a token as the user) in a URL, a secret
+# whatever the key's name (config show hides it; the log redactor is handed it)
+URL_USERINFO = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)(?P<userinfo>[^/?#@\s]+)@")
 
 _SECTION = ConfigDict(extra="forbid")  # a key that is no field is an error that names it
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,15 +27,13 @@ from daemon.config.load import COMMAND_LINE, ENVIRONMENT_SOURCE
 from daemon.config.messages import toml_key
 from daemon.config.policy import ChannelPolicy
 from daemon.config.root import SECTIONS, Config
-from daemon.config.schema import SECRET_NAME, EndpointConfig
+from daemon.config.schema import SECRET_NAME, URL_USERINFO, EndpointConfig
 
 __all__ = ["Setting", "Settings", "effective_settings", "settings_json", "settings_text"]
 
 Origin = Literal["default", "file", "environment", "flag", "channel section"]
 
 HIDDEN = "(hidden)"
-# scheme://USERINFO@: a user and password (or a token as the user) in a URL
-_USERINFO = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)[^/?#@\s]+@")
 _ENVIRONMENT = ENVIRONMENT_SOURCE.format("")  # the loader's words, before the variable
 
 
@@ -264,5 +261,5 @@ def _jsonable(value: Any) -> Any:
     if isinstance(value, (list, tuple, frozenset, set)):
         return [_jsonable(v) for v in value]
     if isinstance(value, str):  # a URL's userinfo is a secret whatever the key's name
-        return _USERINFO.sub(rf"\g<scheme>{HIDDEN}@", value)
+        return URL_USERINFO.sub(rf"\g<scheme>{HIDDEN}@", value)
     return value
