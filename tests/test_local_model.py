@@ -221,7 +221,7 @@ FAKE_SERVER = textwrap.dedent(
 
     p = argparse.ArgumentParser()
     for flag in ("--model", "--model_alias", "--host", "--port", "--n_threads", "--n_ctx",
-                 "--logits_all", "--chat_format"):
+                 "--logits_all", "--interrupt_requests", "--chat_format"):
         p.add_argument(flag)
     args = p.parse_args()
     with open(os.environ["FAKE_ARGV_FILE"], "w") as f:
@@ -308,6 +308,7 @@ async def test_server_starts_serves_and_stops(fake_server: dict, tmp_path: Path)
             *("--n_threads", "2"),
             *("--n_ctx", "8192"),
             *("--logits_all", "false"),  # no 5 GB logits array filling up (issue 16)
+            *("--interrupt_requests", "false"),  # a second request never cuts a stream short
         ]
     assert proc is not None
     assert proc.returncode is not None  # the child is gone

@@ -87,6 +87,15 @@ class EndpointConfig:
     tool_call_timeout: Seconds = 600.0  # one model tool call
     max_rounds: Count = 8
     retries: NonNegativeInt = 3  # after the first attempt
+    # Stream each reply: its first chunk splits the model's time into prompt evaluation
+    # and generation (the runs' time split). A server whose stream brings nothing back
+    # is asked again without, and no more after that. False: never stream.
+    stream: Flag = True
+    # Requests this endpoint is sent at once; the others wait for a slot in the daemon
+    # (the wait is timed). None: 1 for the embedded local model (llama-cpp-python
+    # serves one at a time and cuts a streamed reply short when another waits), no
+    # limit for any other model.
+    slots: Count | None = None
     backoff_initial: NonNegativeSeconds = 1.0
     backoff_max: NonNegativeSeconds = 30.0
     # The small-model harness (daemon.model.harness): force run_code first, catalog and a

@@ -37,7 +37,7 @@ from daemon.code_mode import CodeModeToolExecutor
 from daemon.code_mode.catalog import CatalogSource
 from daemon.config import ChannelPolicy, Config, ModelConfig
 from daemon.lanes.executors import code_mode_limits
-from daemon.model import OpenAiCompatibleBackend
+from daemon.model import ModelSlots, OpenAiCompatibleBackend
 from daemon.runtime import RestartNoteExecutor, ToolsOffered
 from daemon.tools import PersistentScopes, ThreadKey, ToolDefinition, ToolExecutor
 
@@ -106,6 +106,7 @@ class Lanes:
         self._by_key: dict[tuple[Any, ...], Lane] = {}
         self._by_channel: dict[str, Lane] = {}
         self._executors: dict[tuple[Any, ...], tuple[ToolExecutor, ToolExecutor | None]] = {}
+        self._slots = ModelSlots()  # one queue per model endpoint, whichever lanes ask it
 
     def lane(self, channel: str) -> Lane:
         """The lane of ``channel`` (built now if no channel needed it yet)."""
@@ -122,7 +123,7 @@ class Lanes:
                 built = self._executors[shared] = self._build(config, policy)
             executor, tools = built
             noted = RestartNoteExecutor(executor)
-            backend = OpenAiCompatibleBackend(config, noted, gate=self._gate)
+            backend = OpenAiCompatibleBackend(config, noted, gate=self._gate, slots=self._slots)
             lane = self._by_key[key] = Lane(policy, executor, tools, noted, backend)
         self._by_channel[channel] = lane
         return lane

@@ -156,6 +156,11 @@ class LocalModelServer:
             # from 3 to 6.7 GB, and a vocabulary-sized projection per prompt token.
             # Only logprobs need them, and asyncai never asks for logprobs.
             *("--logits_all", "false"),
+            # By default a request arriving cuts a streamed reply short (its stream just
+            # ends, as if the model had finished): asyncai streams every reply (issue 31)
+            # and sends the embedded model one request at a time ([model] slots), so a
+            # second request (a bench, a probe) must wait, not truncate the first.
+            *("--interrupt_requests", "false"),
         ]
         if self.chat_format:
             argv += ["--chat_format", self.chat_format]

@@ -13,12 +13,31 @@ for a ``final`` round: :mod:`daemon.runtime.progress`), and each response's
 token usage as the run's spending as it arrives (:mod:`daemon.runtime.usage`).
 Each request, its retries included, is one ``model.request`` span of the run's
 timeline (:mod:`daemon.runtime.timing`: model, tokens, retries).
+
+Replies are streamed (``[model] stream``, on by default) so that the span can
+:func:`~daemon.runtime.timing.mark` its ``first_token``: the time before it is
+the server evaluating the prompt, the rest generation (issue 31). The chunks
+are folded back into one completion (:mod:`daemon.model.stream`) and checked
+like any other. A server that answers a streamed request with a plain body is
+read as such; one whose stream brings back nothing (llama-cpp-python with
+``tool_choice: auto`` fails inside its stream) is asked again without
+streaming, and this endpoint streams no more. A server that streams no usage
+(llama-cpp-python) gets its completion tokens counted from the stream (one
+chunk a token) and its prompt tokens from its own tokenizer (``POST
+/extras/tokenize/count`` over the messages' text, without the chat template's
+few tokens a message); where that is missing too, they stay unknown (0).
+
+:class:`ModelSlots` holds at most ``[model] slots`` requests in flight per
+endpoint address; a request marks ``slot`` on its span when it gets one, so
+the wait is a part of the split of its own.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+from collections.abc import AsyncIterator
 from typing import Any
 
 import openai
@@ -27,32 +46,63 @@ import structlog
 from openai.types.chat import ChatCompletion
 
 from daemon.backoff import Backoff
-from daemon.config import ModelConfig
+from daemon.config import EndpointConfig, ModelConfig
 from daemon.errors import BackendError
+from daemon.local_model.fetch import DEFAULT_MODEL
 from daemon.model.response import completion_problem
+from daemon.model.stream import Assembly
 from daemon.runtime.progress import model_request
-from daemon.runtime.timing import Span, timed
+from daemon.runtime.timing import Span, mark, timed
 from daemon.runtime.usage import tokens_spent
 from sessions.model import RunMetrics
 
-__all__ = ["ChatEndpoint"]
+__all__ = ["ChatEndpoint", "ModelSlots"]
 
 log = structlog.get_logger("asyncai.backend")
 
 _RETRY_STATUSES = {408, 409, 429}
 
 
+class ModelSlots:
+    """The requests in flight per model endpoint: one semaphore per address, shared by
+    every lane that asks it, so that channels on one endpoint wait in one queue."""
+
+    def __init__(self) -> None:
+        self._by_url: dict[str, asyncio.Semaphore] = {}
+
+    def of(self, params: EndpointConfig, model_name: str) -> asyncio.Semaphore | None:
+        """The slots of ``params``' endpoint; None where it has no limit. The first
+        lane to ask an address sets its size."""
+        slots = params.slots
+        if slots is None and model_name == DEFAULT_MODEL.alias:
+            slots = 1
+        if slots is None:
+            return None
+        semaphore = self._by_url.get(params.base_url)
+        if semaphore is None:
+            semaphore = self._by_url[params.base_url] = asyncio.Semaphore(slots)
+        return semaphore
+
+
 class ChatEndpoint:
     """The model endpoint a backend talks to: its client, its ``[model]`` parameters,
-    the model's name and the backoff between retries."""
+    the model's name, the backoff between retries and its slots (None: no limit)."""
 
     def __init__(
-        self, client: openai.AsyncOpenAI, params: ModelConfig, model_name: str, backoff: Backoff
+        self,
+        client: openai.AsyncOpenAI,
+        params: ModelConfig,
+        model_name: str,
+        backoff: Backoff,
+        slots: asyncio.Semaphore | None = None,
     ):
         self.client = client
         self.params = params
         self.model_name = model_name
         self._backoff = backoff
+        self._slots = slots
+        self._stream = params.stream  # turned off for good by a stream that brings nothing
+        self._tokenizer = True  # the server counts tokens (/extras/tokenize/count) until it fails
 
     def sampling(self, body: dict[str, Any]) -> None:
         """Add the configured temperature and max_tokens to a request body."""
@@ -81,15 +131,8 @@ class ChatEndpoint:
         for attempt in range(1, attempts + 1):
             retry_after: float | None = None
             try:
-                async with asyncio.timeout(limit):
-                    # The SDK's own ``post`` (its documented way to any endpoint): the
-                    # same request, headers and error mapping as ``chat.completions
-                    # .create``, without re-walking the body against its TypedDicts
-                    # (an identity for the plain dicts the loop sends, and about half
-                    # a millisecond of CPU per request: bench/daemon.py).
-                    content = await self.client.post(
-                        "/chat/completions", body=body, cast_to=bytes, options={"timeout": limit}
-                    )
+                async with asyncio.timeout(limit), self._slot():
+                    content = await self._request(body, limit)
                 # The SDK builds its objects without checking them: check the body first.
                 problem = completion_problem(content)
                 if problem is not None:
@@ -114,6 +157,8 @@ class ChatEndpoint:
             except (TimeoutError, openai.APITimeoutError) as exc:
                 problem = f"did not answer within {limit:g} s"
                 cause: Exception = exc
+            except _CutShort as exc:  # asked again: the next stream may well be whole
+                problem, cause = str(exc), exc
             except openai.APIConnectionError as exc:
                 problem = f"cannot be reached ({_cause(exc)})"
                 cause = exc
@@ -143,6 +188,103 @@ class ChatEndpoint:
             await asyncio.sleep(self._backoff.delay(attempt, retry_after))
         raise AssertionError("unreachable")  # the loop returns or raises
 
+    @contextlib.asynccontextmanager
+    async def _slot(self) -> AsyncIterator[None]:
+        """A slot of this endpoint for one attempt; the request's span marks ``slot``
+        when it has one (the wait before it is the split's ``model_slot``)."""
+        if self._slots is None:
+            yield
+            return
+        async with self._slots:
+            mark("slot")
+            yield
+
+    async def _request(self, body: dict[str, Any], limit: float) -> bytes:
+        """One attempt: the completion's body as a non-streamed server sends it."""
+        if not self._stream:
+            return await self._plain(body, limit)
+        streamed = {**body, "stream": True, "stream_options": {"include_usage": True}}
+        # The SDK's own ``post`` (its documented way to any endpoint) and its SSE decoder:
+        # the same request, headers and error mapping as ``chat.completions.create``,
+        # without re-walking the body against its TypedDicts (bench/daemon.py).
+        stream = await self.client.post(
+            "/chat/completions",
+            body=streamed,
+            cast_to=dict[str, Any],
+            options={"timeout": limit},
+            stream=True,
+            stream_cls=openai.AsyncStream[dict[str, Any]],
+        )
+        response = stream.response
+        if not response.headers.get("content-type", "").startswith("text/event-stream"):
+            return await response.aread()  # the server ignored "stream": no first token
+        assembly = Assembly()
+        try:
+            async for chunk in stream:
+                if not assembly.chunks:
+                    mark("first_token")
+                assembly.add(chunk)
+                if assembly.problem is not None:
+                    break
+        except ValueError as exc:  # an event whose data is not JSON
+            raise BackendError(
+                f"the model endpoint {self.params.base_url} sent a malformed stream: {exc}"
+            ) from exc
+        finally:
+            await response.aclose()
+        if assembly.problem is not None:
+            raise BackendError(
+                f"the model endpoint {self.params.base_url} sent a malformed response: "
+                f"{assembly.problem}"
+            )
+        if assembly.chunks and not assembly.finished:
+            raise _CutShort("ended its stream before the reply was finished")
+        if not assembly.chunks:
+            # llama-cpp-python fails inside a stream and sends nothing (tool_choice auto):
+            # ask once more without it, and do not stream to this server again
+            self._stream = False
+            log.warning(
+                "model.stream_unsupported",
+                base_url=self.params.base_url,
+                problem="a streamed reply brought back nothing; asking without streaming",
+            )
+            return await self._plain(body, limit)
+        usage = None
+        if not assembly.usage_reported:
+            prompt = await self._count_prompt(body) if self._tokenizer else None
+            usage = {
+                "prompt_tokens": prompt or 0,
+                "completion_tokens": assembly.pieces,
+                "total_tokens": (prompt or 0) + assembly.pieces,
+            }
+        return assembly.body(usage)
+
+    async def _plain(self, body: dict[str, Any], limit: float) -> bytes:
+        content: bytes = await self.client.post(
+            "/chat/completions", body=body, cast_to=bytes, options={"timeout": limit}
+        )
+        return content  # no first token: the split counts all of it as generation
+
+    async def _count_prompt(self, body: dict[str, Any]) -> int | None:
+        """The prompt's tokens by the server's own tokenizer, for a server that streams no
+        usage: llama-cpp-python's ``/extras/tokenize/count`` over the messages' text (the
+        chat template's few tokens a message are not in it). None, and not asked again,
+        where the server has no such route."""
+        text = "\n".join(_message_text(m) for m in body.get("messages") or ())
+        root = str(self.client.base_url).rstrip("/").removesuffix("/v1")
+        try:
+            found = await self.client.post(
+                f"{root}/extras/tokenize/count", body={"input": text}, cast_to=dict[str, Any]
+            )
+            count = found.get("count") if isinstance(found, dict) else None
+            if isinstance(count, int) and count >= 0:
+                return count
+        except openai.APIError:
+            pass
+        self._tokenizer = False
+        log.info("model.prompt_tokens_unknown", base_url=self.params.base_url)
+        return None
+
     def _status_message(self, exc: openai.APIStatusError) -> str:
         url, code, detail = self.params.base_url, exc.status_code, _detail(exc)
         if code in (401, 403):
@@ -170,6 +312,25 @@ def _completion(content: bytes) -> ChatCompletion:
         return ChatCompletion.model_validate_json(content)
     except pydantic.ValidationError:
         return ChatCompletion.construct(**json.loads(content))
+
+
+class _CutShort(Exception):
+    """A streamed reply that ended without saying why: retried like a time-out."""
+
+
+def _message_text(message: Any) -> str:
+    """The text of one chat message as its prompt holds it: content and calls."""
+    if not isinstance(message, dict):
+        return ""
+    content = message.get("content")
+    parts = [content] if isinstance(content, str) else []
+    if isinstance(content, list):
+        parts += [p.get("text", "") for p in content if isinstance(p, dict)]
+    for call in message.get("tool_calls") or ():
+        function = call.get("function") if isinstance(call, dict) else None
+        if isinstance(function, dict):
+            parts += [str(function.get("name", "")), str(function.get("arguments", ""))]
+    return "\n".join(p for p in parts if isinstance(p, str))
 
 
 def _cause(exc: BaseException) -> str:

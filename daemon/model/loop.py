@@ -46,7 +46,7 @@ from daemon.errors import AsyncaiError, BackendError
 from daemon.logging import register_secret
 from daemon.model.calls import ToolCall, tool_params
 from daemon.model.conversation import ConversationError, LoopState, Paused
-from daemon.model.endpoint import ChatEndpoint
+from daemon.model.endpoint import ChatEndpoint, ModelSlots
 from daemon.model.execute import decided_call
 from daemon.model.nodata import no_data_reply, unanswered_calls
 from daemon.model.profile import ModelProfile, RunTools, Turns
@@ -85,7 +85,9 @@ class OpenAiCompatibleBackend:
         backoff: Backoff | None = None,
         gate: ApprovalGate | None = None,
         profile: ModelProfile | None = None,
+        slots: ModelSlots | None = None,
     ):
+        """``slots``: the daemon's model slots, shared by its lanes (None: this backend's own)."""
         if isinstance(config, Config):
             self._model_name = config.require_model()
             self.params = config.model
@@ -114,7 +116,14 @@ class OpenAiCompatibleBackend:
         backoff = backoff or Backoff(
             self.params.backoff_initial, self.params.backoff_max, jitter=0.25
         )
-        self._endpoint = ChatEndpoint(self.client, self.params, self._model_name, backoff)
+        slots = slots or ModelSlots()
+        self._endpoint = ChatEndpoint(
+            self.client,
+            self.params,
+            self._model_name,
+            backoff,
+            slots.of(self.params, self._model_name),
+        )
 
     async def aclose(self) -> None:
         """Close the HTTP client if the backend built it (not the executor: the caller owns it)."""

@@ -29,7 +29,10 @@ Steps:
 
 When the script runs out, ``fallback`` (a step or a callable) answers, and
 without one a 400 "script exhausted" error makes the test fail loudly. With
-``"stream": true`` the same steps are sent as server-sent events.
+``"stream": true`` the same steps are sent as server-sent events, the usage in
+the last chunk; ``llama=True`` streams as llama-cpp-python 0.3.36 does: one
+chunk per word and no usage, and ``POST /extras/tokenize/count`` counts the
+words of its ``input``.
 ``GET /v1/models`` lists ``model``; with ``api_key`` set, other keys get 401.
 """
 
@@ -161,7 +164,10 @@ class FakeOpenAI:
         api_key: str | None = None,
         model: str = "fake-model",
         host: str = "127.0.0.1",
+        llama: bool = False,
     ):
+        self.llama = llama
+        self.tokenized: list[str] = []  # the inputs /extras/tokenize/count was asked about
         self.script: deque[Step] = deque(script)
         self.fallback = fallback
         self.api_key = api_key
@@ -277,6 +283,11 @@ class FakeOpenAI:
             data = [{"id": self.model, "object": "model", "created": 0, "owned_by": "fake"}]
             await _send_json(writer, 200, {"object": "list", "data": data})
             return
+        if self.llama and method == "POST" and path == "/extras/tokenize/count":
+            text = json.loads(body).get("input", "")
+            self.tokenized.append(text)
+            await _send_json(writer, 200, {"count": len(text.split())})
+            return
         if method != "POST" or path != "/v1/chat/completions":
             await _send_json(writer, 404, _error_body(404, f"no route {method} {path}"))
             return
@@ -324,7 +335,7 @@ class FakeOpenAI:
             )
             model = request.get("model") or self.model
             if request.get("stream"):
-                await _send_stream(writer, model, message, finish, usage)
+                await _send_stream(writer, model, message, finish, None if self.llama else usage)
             else:
                 await _send_json(writer, 200, _completion(model, message, finish, usage))
 
@@ -394,7 +405,7 @@ async def _send_raw(writer: asyncio.StreamWriter, step: Raw) -> None:
 
 
 async def _send_stream(
-    writer: asyncio.StreamWriter, model: str, message: dict, finish: str, usage: dict
+    writer: asyncio.StreamWriter, model: str, message: dict, finish: str, usage: dict | None
 ) -> None:
     """The message as SSE chunks (tool-call arguments split like real servers do)."""
     head = (
@@ -418,12 +429,16 @@ async def _send_stream(
             "model": model,
             "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason}],
         }
-        if with_usage:
+        if with_usage and usage is not None:
             obj["usage"] = usage
         await send(f"data: {json.dumps(obj)}\n\n")
 
     calls = message.get("tool_calls") or []
     await chunk({"role": "assistant", "content": None if calls else ""})
+    if message.get("content"):  # the text first, then any calls, as real servers send them
+        words = message["content"].split(" ")
+        for k, word in enumerate(words):  # the words joined again are the content, exactly
+            await chunk({"content": word + (" " if k < len(words) - 1 else "")})
     for i, tc in enumerate(calls):
         fn = tc["function"]
         await chunk(
@@ -446,9 +461,6 @@ async def _send_stream(
                     ]
                 }
             )
-    if not calls:
-        for word in (message.get("content") or "").split(" "):
-            await chunk({"content": word + " "})
     await chunk({}, finish, with_usage=True)
     await send("data: [DONE]\n\n")
     writer.write(b"0\r\n\r\n")
