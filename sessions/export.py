@@ -13,12 +13,19 @@ from __future__ import annotations
 import csv
 import io
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-from .model import AuditEntry, StoredRecord
+from .model import AuditEntry, RunMetrics, StoredRecord
 
-__all__ = ["AUDIT_CSV_COLUMNS", "audit_csv_lines", "envelope", "jsonl_lines", "text_lines"]
+__all__ = [
+    "AUDIT_CSV_COLUMNS",
+    "audit_csv_lines",
+    "envelope",
+    "jsonl_lines",
+    "run_line",
+    "text_lines",
+]
 
 AUDIT_CSV_COLUMNS = (
     "id",
@@ -122,11 +129,42 @@ def _nested_calls(audit: Any) -> list[str]:
     return lines
 
 
+def run_line(run_id: str, status: str, metrics: RunMetrics) -> str:
+    """One line on a run: its status, where its seconds went (the split its row keeps,
+    issue 31), its rounds and tokens. A run from before the split says so."""
+    m, split = metrics, metrics.split
+    tokens = f"{m.rounds} rounds, {m.prompt_tokens:,}+{m.completion_tokens:,} tokens"
+    if not split:
+        return f"── run {run_id[:12]} {status}: {tokens} (no time split recorded)"
+
+    def s(part: str) -> str:
+        return f"{split.get(part, 0.0):.2f}"
+
+    model = sum(split.get(p, 0.0) for p in ("model_slot", "prompt_eval", "generation"))
+    return (
+        f"── run {run_id[:12]} {status} in {s('total')} s: model {model:.2f} "
+        f"(slot {s('model_slot')}, prompt {s('prompt_eval')}, generation {s('generation')})"
+        f" · sandbox {s('sandbox')} · tools {s('tools')} · approvals {s('approvals')}"
+        f" · daemon {s('daemon')} · {tokens}"
+    )
+
+
 def text_lines(
-    records: Iterable[StoredRecord], *, result_chars: int = RESULT_PREVIEW_CHARS
+    records: Iterable[StoredRecord],
+    *,
+    result_chars: int = RESULT_PREVIEW_CHARS,
+    runs: Mapping[str, str] | None = None,
 ) -> Iterator[str]:
-    """A human-readable transcript: who said what, the code the model ran, what came back."""
+    """A human-readable transcript: who said what, the code the model ran, what came back;
+    ``runs`` (a line by run id, :func:`run_line`) ends each run's records."""
+    runs = runs or {}
+    current: str | None = None
     for record in records:
+        if record.run_id != current:
+            if current is not None and current in runs:
+                yield runs[current]
+                yield ""
+            current = record.run_id
         when = record.timestamp.replace("T", " ").rstrip("Z")[:19]
         content = record.message.get("content")
         blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content
@@ -155,6 +193,8 @@ def text_lines(
             else:
                 yield f"[{when}] {record.type}: ({kind} block)"
         yield ""
+    if current is not None and current in runs:
+        yield runs[current]
 
 
 def _cell(value: Any) -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, NamedTuple
 
 __all__ = [
@@ -105,8 +105,11 @@ class RunMetrics:
     vote_samples: int = 0  # extra snippets drawn to check a short answer (harness)
     reply_from_result: bool = False  # the reply is the last result: the model gave none
     harness_gave_up: bool = False  # the harness stopped after failed snippets
+    # where the run's seconds went (issue 31), by part: total, model_slot, prompt_eval,
+    # generation, sandbox, tools, approvals, daemon (daemon.runtime.timing.time_split)
+    split: dict[str, float] = field(default_factory=dict)
 
-    def extra(self) -> dict[str, int | bool]:
+    def extra(self) -> dict[str, int | bool | dict[str, float]]:
         """The counters of the ``extra`` column that are set, by name."""
         return {
             name: value
@@ -118,7 +121,13 @@ class RunMetrics:
         """Set the counters of a stored ``extra`` object; names or types this
         version does not know are left out."""
         for name, value in stored.items():
-            if name in _EXTRA_DEFAULTS and type(value) is type(_EXTRA_DEFAULTS[name]):
+            if name == "split" and isinstance(value, dict):
+                self.split = {
+                    part: float(seconds)
+                    for part, seconds in value.items()
+                    if isinstance(seconds, int | float) and not isinstance(seconds, bool)
+                }
+            elif name in _EXTRA_DEFAULTS and type(value) is type(_EXTRA_DEFAULTS[name]):
                 setattr(self, name, value)
 
 
@@ -134,8 +143,9 @@ EXTRA_METRICS = (
     "vote_samples",
     "reply_from_result",
     "harness_gave_up",
+    "split",
 )
-_EXTRA_DEFAULTS: dict[str, int | bool] = {
+_EXTRA_DEFAULTS: dict[str, int | bool | dict[str, float]] = {
     name: getattr(RunMetrics(), name) for name in EXTRA_METRICS
 }
 

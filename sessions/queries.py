@@ -116,6 +116,26 @@ class Queries:
             for run_id, (channel, thread_id, ids) in grouped.items()
         ]
 
+    async def thread_runs(
+        self, thread_id: str, channel: str | None = None
+    ) -> list[tuple[str, str, RunMetrics]]:
+        """A thread's runs, oldest first: ``(run id, status, metrics)``."""
+        channel, thread_id = await self.resolve_thread(thread_id, channel)
+        rows = await self._db.read(
+            f"reading the runs of {thread_id}",
+            "SELECT id, status, rounds, prompt_tokens, completion_tokens, extra"
+            " FROM runs WHERE thread = ? ORDER BY started, id",
+            (thread_key(channel, thread_id),),
+        )
+        found = []
+        for run_id, status, rounds, prompt_tokens, completion_tokens, extra in rows:
+            metrics = RunMetrics(
+                rounds=rounds, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens
+            )
+            metrics.load_extra(json.loads(extra) if extra else {})
+            found.append((run_id, status, metrics))
+        return found
+
     async def run_metrics(self, run_id: str) -> tuple[str, RunMetrics, str | None] | None:
         """A run's ``(status, metrics, error)``, or None when there is no such run."""
         rows = await self._db.read(

@@ -18,7 +18,7 @@ from dataclasses import asdict
 from .approvals import Approvals, StoredApproval
 from .audit import AuditLog
 from .errors import RuleLookupError
-from .export import jsonl_lines, text_lines
+from .export import jsonl_lines, run_line, text_lines
 from .model import AuditEntry, ThreadSummary
 from .queries import Queries
 from .rules import ApprovalRules, StoredRule
@@ -85,7 +85,9 @@ async def transcript_report(
         return [f"thread {thread} has no transcript records yet"]
     first = records[0]
     head = f"thread {first.channel} {first.thread_id} · session {first.session_id}"
-    return [head, "", *text_lines(records)]
+    found = await queries.thread_runs(first.thread_id, first.channel)
+    runs = {run_id: run_line(run_id, status, m) for run_id, status, m in found}
+    return [head, "", *text_lines(records, runs=runs)]
 
 
 async def approvals_report(

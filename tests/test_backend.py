@@ -35,6 +35,7 @@ from daemon.model.prompts import (
 )
 from daemon.model.response import completion_problem
 from daemon.runtime.runs import HistoryTurn, Prompt, RunRequest, ToolUseContext, current_tool_use
+from daemon.runtime.timing import SPLIT_PARTS, Timelines
 from daemon.tools import BaseToolExecutor, ThreadKey, ToolCallOutput, ToolDefinition
 from sessions.model import RunMetrics
 from tests.fakes.backoff import RecordingBackoff
@@ -629,6 +630,21 @@ async def test_verbose_events_carry_the_spec_fields(log_stream: io.StringIO):
     assert summary["final_round_forced"] is False
     assert (summary["prompt_tokens"], summary["completion_tokens"]) == (20, 10)
     assert summary["status"] == "done"
+    # the split (issue 31) only inside a run's timeline, which the daemon opens
+    assert "total_s" not in summary
+    log_stream.truncate(0)
+    log_stream.seek(0)
+    script = [ToolCalls(("run_code", {"code": "len(pods)"})), Reply("2")]
+    async with (
+        scripted(script, ex) as (_fake, backend, _),
+        Timelines().timing_run("run-T1", {}),
+    ):
+        result = await backend.run(request("how many?"))
+    summary = {e["event"]: e for e in events(log_stream)}["model.turn_summary"]
+    split = {part: summary[f"{part}_s"] for part in SPLIT_PARTS}
+    assert split == result.metrics.split
+    assert split["prompt_eval"] > 0
+    assert split["total"] >= split["prompt_eval"]
 
 
 async def test_without_verbose_only_warnings_are_logged():
@@ -743,7 +759,9 @@ async def test_the_endpoint_sends_the_body_as_given_and_reads_a_completion():
         metrics = RunMetrics()
         response = await endpoint.complete(body, metrics, "run-1")
         await client.close()
-    assert fake.requests == [body]
+    # streamed (issue 31): the body as given and the two keys that ask for a stream
+    assert fake.requests == [{**body, "stream": True, "stream_options": {"include_usage": True}}]
+    assert "stream" not in body  # the loop's own body is left as it was
     assert fake.headers[0]["authorization"] == f"Bearer {KEY}"
     assert isinstance(response, ChatCompletion)
     call = response.choices[0].message.tool_calls[0]

@@ -26,7 +26,9 @@ from daemon.app import Daemon, running
 from daemon.config import load_config
 from daemon.runtime.intake import ChannelPublisher, ChunkJoiner
 from daemon.runtime.ports import PublishRefused
+from daemon.runtime.timing import SPLIT_PARTS
 from sessions.errors import StoreClosedError
+from sessions.report import transcript_report
 from tests.fakes.channels_helpers import RawClient, give_up
 from tests.fakes.executor import FakeToolExecutor
 from tests.fakes.fake_openai import Error, FakeOpenAI, Hold, Reply, ToolCalls
@@ -219,6 +221,37 @@ async def test_follow_up_uses_a_variable_of_the_run_before_without_mcp_calls(env
     by_run = {e.run_id: e.tool for e in audit}
     assert by_run == {await run_of(daemon, first): "echo"}
     assert await run_of(daemon, second) not in by_run
+
+
+async def test_every_run_keeps_its_time_split_and_the_transcript_shows_it(env):
+    """Issue 31: a run's seconds, split from its one timeline (the streamed replies'
+    first tokens, the sandbox, the nested call), land in the run row's extra and end the
+    run in `asyncai transcript`'s text."""
+    daemon, fake, alice = env
+    fake.add(
+        ToolCalls(("run_code", {"code": "len((await echo(text='a b c')).split())"})),
+        Reply("3 words."),
+    )
+    mid, reply = await alice.ask("count the words")
+    assert reply.text == "3 words."
+    await settled(daemon, mid)
+    run_id = await run_of(daemon, mid)
+    assert all(body.get("stream") is True for body in fake.requests[-2:])
+    status, metrics, _ = await daemon.store.queries.run_metrics(run_id)
+    split = metrics.split
+    assert status == "done"
+    assert set(split) == set(SPLIT_PARTS)
+    assert split["prompt_eval"] > 0
+    assert split["sandbox"] > 0
+    assert split["tools"] > 0
+    parts = sum(v for k, v in split.items() if k != "total")
+    assert split["total"] > 0
+    assert abs(parts - split["total"]) < 0.01
+    lines = await transcript_report(daemon.store.queries, mid, channel="#ops", jsonl=False)
+    [line] = [x for x in lines if x.startswith(f"── run {run_id[:12]} done in ")]
+    assert f"prompt {split['prompt_eval']:.2f}" in line
+    assert "tools " in line
+    assert lines[-1] == line  # the run's records end with it
 
 
 async def test_prompts_sent_during_a_run_become_one_follow_up_run(env):

@@ -195,3 +195,65 @@ async def test_text_form_truncates_long_results_and_marks_errors(tmp_path: Path)
     assert "(error):" in text
     assert "… (4900 more characters; --jsonl has them all)" in text
     assert "delete_object({}) — ok, MUTATING, 9 B" in text
+
+
+def _said(run_id: str, text: str) -> StoredRecord:
+    return StoredRecord(
+        uuid=str(uuid.uuid4()),
+        parent_uuid=None,
+        session_id="s",
+        channel="#ops",
+        thread_id="T",
+        run_id=run_id,
+        type="user",
+        timestamp="2026-12-02T02:00:00.000Z",
+        message={"role": "user", "content": text},
+        tool_use_result=None,
+        cwd="/",
+        version="0.1.0",
+    )
+
+
+def test_each_run_ends_with_its_line_where_its_seconds_went():
+    """Issue 31: `asyncai transcript` ends each run's records with one line: its status,
+    its split (the model's part summed from slot, prompt and generation), rounds and
+    tokens; a run stored before the split says it has none."""
+    from sessions.export import run_line
+
+    split = {
+        "total": 10.0,
+        "model_slot": 0.5,
+        "prompt_eval": 6.25,
+        "generation": 2.0,
+        "sandbox": 0.125,
+        "tools": 1.0,
+        "approvals": 0.0,
+        "daemon": 0.125,
+    }
+    timed = RunMetrics(rounds=2, prompt_tokens=12_345, completion_tokens=67, split=split)
+    line = run_line("0123456789abcdef", "done", timed)
+    assert line == (
+        "── run 0123456789ab done in 10.00 s: model 8.75 (slot 0.50, prompt 6.25, "
+        "generation 2.00) · sandbox 0.12 · tools 1.00 · approvals 0.00 · daemon 0.12 "
+        "· 2 rounds, 12,345+67 tokens"
+    )
+    old = run_line("R2", "failed", RunMetrics(rounds=1))
+    assert old == "── run R2 failed: 1 rounds, 0+0 tokens (no time split recorded)"
+    lines = list(
+        text_lines(
+            [_said("R1", "a"), _said("R1", "b"), _said("R2", "c")],
+            runs={"R1": "line one", "R2": "line two"},
+        )
+    )
+    assert lines.index("line one") == lines.index("    b") + 2  # after R1's last record
+    assert lines[-1] == "line two"
+    assert "line one" not in list(text_lines([_said("R1", "a")]))  # no runs given: none
+
+
+def test_a_stored_split_survives_the_round_trip_and_junk_in_it_is_dropped():
+    metrics = RunMetrics(split={"total": 1.5, "tools": 0.25})
+    assert metrics.extra() == {"split": {"total": 1.5, "tools": 0.25}}
+    loaded = RunMetrics()
+    loaded.load_extra({"split": {"total": 2, "tools": "x", "daemon": True}, "peeks": 1})
+    assert (loaded.split, loaded.peeks) == ({"total": 2.0}, 1)
+    assert RunMetrics().extra() == {}

@@ -20,6 +20,7 @@ from typing import Any
 import structlog
 
 from daemon.runtime.runs import RunRequest
+from daemon.runtime.timing import run_split
 from daemon.tools import ToolCallOutput
 from sessions.model import Record, RunMetrics
 
@@ -110,8 +111,10 @@ def count_result(metrics: RunMetrics, output: ToolCallOutput, sent: str, code_mo
 
 
 def log_summary(state: RunState, status: str, seconds: float) -> None:
-    """The ``model.turn_summary`` event that ends every run."""
+    """The ``model.turn_summary`` event that ends every run (every leg of a paused one),
+    with the run's time split so far, which the run row keeps too (``extra.split``)."""
     m = state.metrics
+    m.split = run_split()
     log.info(
         "model.turn_summary",
         run_id=state.request.run_id,
@@ -126,4 +129,5 @@ def log_summary(state: RunState, status: str, seconds: float) -> None:
         prompt_tokens=m.prompt_tokens,
         completion_tokens=m.completion_tokens,
         duration_ms=round(seconds * 1000, 1),
+        **{f"{part}_s": value for part, value in m.split.items()},
     )

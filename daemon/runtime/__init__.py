@@ -74,6 +74,7 @@ from daemon.runtime.scopes import (
 )
 from daemon.runtime.store import SessionsRuntimeStore
 from daemon.runtime.timing import (
+    SPLIT_PARTS,
     RunTimeline,
     Span,
     SpanKind,
@@ -84,6 +85,7 @@ from daemon.runtime.timing import (
     current_span,
     current_timeline,
     mark,
+    run_split,
     snippet_attribute,
     time_split,
     timed,
@@ -96,6 +98,7 @@ from sessions.model import PromptStatus
 __all__ = [
     "PROGRESS_INTERVAL",
     "RUN_WINDOW",
+    "SPLIT_PARTS",
     "TOKEN_WINDOW",
     "ApprovalDesk",
     "ApprovalMirror",
@@ -149,6 +152,7 @@ __all__ = [
     "monty_version",
     "progress_observer",
     "report_interrupted",
+    "run_split",
     "scope_mac",
     "showing_progress",
     "snippet_attribute",

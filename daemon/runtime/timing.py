@@ -53,6 +53,7 @@ from daemon.tools import AuditEntry, AuditObserver
 
 __all__ = [
     "SNIPPET_CHARS",
+    "SPLIT_PARTS",
     "RunTimeline",
     "Span",
     "SpanKind",
@@ -63,6 +64,7 @@ __all__ = [
     "current_span",
     "current_timeline",
     "mark",
+    "run_split",
     "snippet_attribute",
     "time_split",
     "timed",
@@ -413,6 +415,23 @@ class TimeSplit:
     approvals: float
     daemon: float
 
+    def rounded(self) -> dict[str, float]:
+        """The parts by name in seconds to the millisecond (the run row's ``split``)."""
+        return {name: round(getattr(self, name), 3) for name in SPLIT_PARTS}
+
+
+SPLIT_PARTS = (
+    "total",
+    "model_slot",
+    "prompt_eval",
+    "generation",
+    "sandbox",
+    "tools",
+    "approvals",
+    "daemon",
+)
+"""The parts of :class:`TimeSplit`, in the order every report shows them."""
+
 
 def _union(intervals: list[tuple[float, float]]) -> float:
     """Seconds covered by at least one of ``intervals`` (overlaps counted once)."""
@@ -428,6 +447,12 @@ def _union(intervals: list[tuple[float, float]]) -> float:
 def calls_of(timeline: RunTimeline) -> list[Span]:
     """The run's tool calls: nested ones and the model's own (direct mode)."""
     return timeline.of_kind("tool_call")
+
+
+def run_split() -> dict[str, float]:
+    """The split of the task's run so far (:meth:`TimeSplit.rounded`); empty outside a run."""
+    timeline = current_timeline.get()
+    return time_split(timeline).rounded() if timeline is not None else {}
 
 
 def time_split(timeline: RunTimeline) -> TimeSplit:
