@@ -7,9 +7,10 @@ logging):
 
 - receives the prompt as a ``websockets`` client of the hub (the protocol's
   JSON frames parsed with the standard library's ``json``);
-- posts one chat completion to the model with ``openai.AsyncOpenAI``, as
-  ``daemon/model/endpoint.py`` does (the SDK's ``post`` with ``cast_to=bytes``,
-  the answer validated by ``ChatCompletion.model_validate_json``);
+- asks the model for one chat completion with ``openai.AsyncOpenAI``, streamed
+  as ``daemon/model/endpoint.py`` asks (the SDK's ``post`` with ``stream=True``
+  and its ``AsyncStream`` of chunk dicts, the usage asked for; issue 31), the
+  reply's text joined from the chunks;
 - writes one transcript row with ``aiosqlite`` in one write transaction
   (``BEGIN IMMEDIATE``, the ``INSERT``, ``COMMIT``) run whole on aiosqlite's
   thread in one job, as the store runs its own (``StoreConnections._batch``),
@@ -34,11 +35,11 @@ import json
 import signal
 import sys
 import uuid
+from typing import Any
 
 import aiosqlite
 import openai
 import uvloop
-from openai.types.chat import ChatCompletion
 from websockets.asyncio.client import ClientConnection, connect
 
 NICK = "relay"
@@ -84,10 +85,20 @@ class Relay:
             await self.publish(frame, frame["text"])
             return
         body = {"model": "fake-model", "messages": [{"role": "user", "content": frame["text"]}]}
-        content = await self.client.post(
-            "/chat/completions", body=body, cast_to=bytes, options={"timeout": 60.0}
+        stream = await self.client.post(
+            "/chat/completions",
+            body={**body, "stream": True, "stream_options": {"include_usage": True}},
+            cast_to=dict[str, Any],
+            options={"timeout": 60.0},
+            stream=True,
+            stream_cls=openai.AsyncStream[dict[str, Any]],
         )
-        reply = ChatCompletion.model_validate_json(content).choices[0].message.content or ""
+        parts = [
+            (choice.get("delta") or {}).get("content") or ""
+            async for chunk in stream
+            for choice in chunk.get("choices") or ()
+        ]
+        reply = "".join(parts)
         row = (frame["id"], frame["thread"], frame["text"], reply)
         await self.db._execute(self.write, row)  # one job; the thread runs them in turn
         await self.publish(frame, reply)

@@ -49,6 +49,7 @@ from typing import Any
 from bench.questions import probe
 from bench.questions.core import SPLITS, Case, Template, says_cannot
 from bench.questions.servers import install_all
+from bench.questions.speed import Speeds, calibrate, split_table
 from bench.questions.startup import startup, startup_table
 from bench.questions.world import HTTP_PORT, Served, open_world, templates
 from daemon.code_mode import CodeModeLimits, CodeModeToolExecutor
@@ -58,6 +59,7 @@ from daemon.logging import configure_logging
 from daemon.mcp.executor import McpToolExecutor
 from daemon.model.harness.examples import parse_examples
 from daemon.runtime.runs import Prompt, RunRequest, RunResult
+from daemon.runtime.timing import Timelines, time_split
 
 MODES = ("code", "direct")
 
@@ -87,6 +89,8 @@ class Outcome:
     reply: str
     code: list[dict[str, Any]] = field(default_factory=list)  # the tool calls and results
     extra: dict[str, Any] = field(default_factory=dict)  # the harness's counters
+    # where its seconds went, by part (daemon.runtime.timing.time_split: issue 31)
+    timing: dict[str, float] = field(default_factory=dict)
 
     def public(self, show_held_out: bool) -> dict[str, Any]:
         """The outcome for the JSON file: a held-out one without its id, question,
@@ -182,6 +186,7 @@ async def run_mode(
     backend = OpenAiCompatibleBackend(config, executor, max_run_seconds=1800.0)
     world = served.world
     held_out = [t for t in suite if t.split == "held-out"]
+    timelines = Timelines()  # each run timed as the daemon times it
     try:
         await inner.start()
         if inner.failed_servers:  # every question is asked with all six, or not at all
@@ -197,8 +202,12 @@ async def run_mode(
                 prompts=[Prompt(id=uuid.uuid4().hex, sender="bench", text=case.text)],
             )
             started = time.monotonic()
-            result = await backend.run(request)
+            async with timelines.timing_run(request.run_id, {"channel": "#bench"}) as timeline:
+                result = await backend.run(request)
+                timeline.run.attributes["status"] = "done"  # no approvals here: never paused
             m = result.metrics
+            extra = m.extra()
+            extra.pop("split", None)  # the summary's split, taken before the run's end
             outcome = Outcome(
                 id=template.id,
                 split=template.split,
@@ -220,7 +229,8 @@ async def run_mode(
                 answer=case.answer,
                 reply=result.reply,
                 code=_tool_inputs(result.records),
-                extra=m.extra(),
+                extra=extra,
+                timing=time_split(timeline).rounded(),
             )
             outcomes.append(outcome)
             saved()
@@ -273,6 +283,28 @@ def scores(outcomes: list[Outcome], seeds: int) -> dict[str, Any]:
 
 def _pct(x: float) -> str:
     return f"{100 * x:.0f}%"
+
+
+def seconds_report(
+    outcomes: list[Outcome], modes: Iterable[str], speeds: Speeds | None, show_held_out: bool
+) -> str:
+    """Where the seconds went: the medians per mode and split, then one row per question
+    (a held-out one by its number only, unless ``show_held_out``)."""
+    groups = [
+        (f"{mode} {split}", [o for o in outcomes if o.mode == mode and o.split == split])
+        for mode in modes
+        for split in SPLITS
+    ]
+    rows: list[tuple[str, list[Outcome]]] = []
+    numbers: dict[str, int] = {}
+    for o in outcomes:
+        if o.split == "held-out" and not show_held_out:
+            k = numbers.setdefault(o.id, len(numbers) + 1)
+            label = f"{o.mode} s{o.seed} held-out {k}"
+        else:
+            label = f"{o.mode} s{o.seed} {o.id}"
+        rows.append((label + (" ✓" if o.ok else " ✗"), [o]))
+    return split_table(groups, speeds) + "\n\n" + split_table(rows, speeds, footnote=False)
 
 
 def report(outcomes: list[Outcome], seeds: dict[str, int], show_held_out: bool) -> str:
@@ -370,6 +402,11 @@ def _parser() -> argparse.ArgumentParser:
         metavar="FILE",
         help="[model] examples: solved questions, the closest two shown per question "
         "(the bench's own: bench/questions/examples.toml, dev questions only)",
+    )
+    model.add_argument(
+        "--no-calibrate",
+        action="store_true",
+        help="skip the speed calibration at the start (no machine's limit column)",
     )
     what.add_argument(
         "--startup",
@@ -533,6 +570,16 @@ async def bench(parser: argparse.ArgumentParser, args: argparse.Namespace) -> in
         if args.examples is not None:
             model.examples = args.examples
         started = datetime.datetime.now(datetime.UTC)
+        speeds = None
+        if not args.no_calibrate:
+            note("calibrating the endpoint's speeds…")
+            speeds = await calibrate(model)
+            note(
+                "no first token or token counts: no machine's limit"
+                if speeds is None
+                else f"prompt evaluation {speeds.prompt:.1f} tokens/s, "
+                f"generation {speeds.generation:.1f} tokens/s"
+            )
         outcomes: list[Outcome] = []
         boot: list[tuple[str, float, bool | None, str]] = []
         if server_seconds is not None:
@@ -560,6 +607,7 @@ async def bench(parser: argparse.ArgumentParser, args: argparse.Namespace) -> in
                         "templates": len(suite),
                         "show_held_out": args.show_held_out,
                         "scores": _all_scores(outcomes, seeds),
+                        "speeds": dataclasses.asdict(speeds) if speeds else None,
                         "outcomes": [o.public(args.show_held_out) for o in outcomes],
                         "memory": memory,
                         "startup": [
@@ -598,6 +646,8 @@ async def bench(parser: argparse.ArgumentParser, args: argparse.Namespace) -> in
             + "\n"
         )
         print(report(outcomes, seeds, args.show_held_out))
+        print("\nWhere the seconds went (issue 31):\n")
+        print(seconds_report(outcomes, seeds, speeds, args.show_held_out))
         if boot:
             print("\nStartup, as `asyncai up` runs (code mode, the bundled http_get only):\n")
             print(startup_table(boot))

@@ -1,0 +1,146 @@
+"""Where a question's seconds go, and the machine's limit for it (issue 31).
+
+Each question's run is timed by the daemon's own timeline
+(:mod:`daemon.runtime.timing`): the model's slot wait, its prompt evaluation
+(up to the streamed reply's first token), its generation, the sandbox, the
+tools, the approvals and the daemon's rest. :func:`split_table` prints their
+medians beside the measured wall time and the *machine's limit*: the tokens
+the question's requests evaluated and generated, divided by this endpoint's
+speeds on this machine, measured by :func:`calibrate` at the bench's start
+through the same endpoint code. The limit counts every prompt token as
+evaluated (it gives no credit for the server's prefix cache), so a wall time
+below it is the cache at work, and one far above it is time spent elsewhere.
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import openai
+
+from daemon.backoff import Backoff
+from daemon.config import ModelConfig
+from daemon.model.endpoint import ChatEndpoint
+from daemon.runtime.timing import SPLIT_PARTS, Timelines
+from sessions.model import RunMetrics
+
+__all__ = ["Speeds", "calibrate", "limit_seconds", "split_table"]
+
+# the calibration prompt's size in words (about 1.3 tokens each) and the reply's tokens
+_WORDS = 900
+_REPLY_TOKENS = 48
+
+
+@dataclass(frozen=True)
+class Speeds:
+    """An endpoint's speeds on this machine, in tokens a second."""
+
+    prompt: float  # prompt evaluation, nothing cached
+    generation: float
+    prompt_tokens: int  # what the calibration measured them on
+    generated: int
+
+
+async def calibrate(model: ModelConfig, *, seed: int | None = None) -> Speeds | None:
+    """One streamed request through the daemon's endpoint code: a fresh prompt of about
+    1,200 tokens (random words first, so that no cached prefix helps), then 48 tokens
+    generated. None when the server's reply gives no first token or no counts."""
+    rng = random.Random(seed)
+    words = " ".join(
+        "".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(rng.randint(3, 9)))
+        for _ in range(_WORDS)
+    )
+    body: dict[str, Any] = {
+        "model": model.model,
+        "messages": [
+            {"role": "system", "content": "You repeat text."},
+            {"role": "user", "content": f"{words}\n\nRepeat the words above, in order."},
+        ],
+        "temperature": 0.0,
+        "max_tokens": _REPLY_TOKENS,
+    }
+    client = openai.AsyncOpenAI(
+        base_url=model.base_url, api_key=model.api_key or "local", max_retries=0
+    )
+    endpoint = ChatEndpoint(client, model, model.model or "", Backoff(1.0, 1.0))
+    metrics = RunMetrics()
+    try:
+        async with Timelines().timing_run("calibration", {}) as timeline:
+            await endpoint.complete(body, metrics, "calibration")
+    finally:
+        await client.close()
+    (span,) = timeline.of_kind("model.request")
+    first = span.marks.get("first_token")
+    if first is None or span.end is None or not metrics.prompt_tokens:
+        return None
+    evaluating, generating = first - span.start, span.end - first
+    if evaluating <= 0 or generating <= 0 or metrics.completion_tokens < 2:
+        return None
+    return Speeds(
+        prompt=metrics.prompt_tokens / evaluating,
+        # the first token came with the prompt's evaluation
+        generation=(metrics.completion_tokens - 1) / generating,
+        prompt_tokens=metrics.prompt_tokens,
+        generated=metrics.completion_tokens,
+    )
+
+
+def limit_seconds(prompt_tokens: int, completion_tokens: int, speeds: Speeds) -> float:
+    """The machine's limit for a question: its tokens at the calibrated speeds."""
+    return prompt_tokens / speeds.prompt + completion_tokens / speeds.generation
+
+
+def _median(values: Iterable[float]) -> float:
+    found = list(values)
+    return statistics.median(found) if found else 0.0
+
+
+_HEADS = {
+    "model_slot": "slot",
+    "prompt_eval": "prompt",
+    "generation": "generation",
+    "sandbox": "sandbox",
+    "tools": "tools",
+    "approvals": "approvals",
+    "daemon": "daemon",
+}
+
+
+def split_row(label: str, rows: Sequence[Any], speeds: Speeds | None) -> str:
+    """One table row: the medians of ``rows`` (outcomes with ``seconds``, ``timing``,
+    ``prompt_tokens`` and ``completion_tokens``)."""
+    cells = [f"{_median(o.seconds for o in rows):.1f}"]
+    cells += [f"{_median(o.timing.get(part, 0.0) for o in rows):.2f}" for part in _HEADS]
+    if speeds is not None:
+        limits = [limit_seconds(o.prompt_tokens, o.completion_tokens, speeds) for o in rows]
+        cells.append(f"{_median(limits):.1f}")
+    else:
+        cells.append("–")
+    return f"| {label} | " + " | ".join(cells) + " |"
+
+
+def split_table(
+    groups: Sequence[tuple[str, Sequence[Any]]], speeds: Speeds | None, *, footnote: bool = True
+) -> str:
+    """The medians of each group's split, wall time and the machine's limit; ``footnote``:
+    the calibrated speeds under it."""
+    assert tuple(_HEADS) == SPLIT_PARTS[1:]  # every part of the split has its column
+    lines = [
+        "| questions | wall s | " + " | ".join(_HEADS.values()) + " | limit s |",
+        "|---|" + "---|" * (len(_HEADS) + 2),
+    ]
+    lines += [split_row(label, rows, speeds) for label, rows in groups if rows]
+    if speeds is not None and footnote:
+        lines += [
+            "",
+            f"Medians in seconds. The limit is each question's tokens at this endpoint's "
+            f"speeds, calibrated at the start: prompt evaluation {speeds.prompt:.1f} tokens/s "
+            f"({speeds.prompt_tokens} tokens, nothing cached), generation "
+            f"{speeds.generation:.1f} tokens/s ({speeds.generated} tokens); it gives no "
+            f"credit for the prompt cache.",
+        ]
+    return "\n".join(lines)
