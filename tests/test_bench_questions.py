@@ -250,3 +250,81 @@ def test_list_prints_id_split_shape_and_servers() -> None:
     assert len(lines) == len(TEMPLATES)
     first = TEMPLATES[0]
     assert lines[0].split() == [first.id, first.split, first.shape, ",".join(first.servers) or "-"]
+
+
+def _timed(tid: str, split: str, ok: bool, arm: str, seconds: float) -> Outcome:
+    o = _outcome(tid, split, 0, ok)
+    o.arm, o.seconds, o.prompt_tokens, o.completion_tokens = arm, seconds, 1000, 50
+    o.timing = {"total": seconds, "prompt_eval": seconds / 2, "generation": seconds / 4}
+    return o
+
+
+def test_the_seconds_report_has_every_part_and_keeps_held_out_ids_out() -> None:
+    """Issue 31: the split's medians per mode and split and one row per question with the
+    machine's limit; a held-out question is a number unless shown."""
+    from bench.questions.run import seconds_report
+    from bench.questions.speed import Speeds, limit_seconds
+
+    speeds = Speeds(prompt=100.0, generation=10.0, prompt_tokens=1200, generated=48)
+    assert limit_seconds(1000, 50, speeds) == 15.0
+    runs = [
+        _timed("kcp.a", "dev", True, "A", 8.0),
+        _timed("kcp.secret", "held-out", False, "A", 4.0),
+    ]
+    text = seconds_report(runs, ["code"], speeds, show_held_out=False)
+    head = (
+        "| questions | wall s | slot | prompt | generation | sandbox | tools | approvals | daemon"
+    )
+    assert text.startswith(head)
+    assert "| code dev | 8.0 | 0.00 | 4.00 | 2.00 |" in text
+    assert "| code s0 kcp.a ✓ | 8.0 |" in text
+    assert "| code s0 held-out 1 ✗ | 4.0 |" in text
+    assert "secret" not in text
+    assert text.count("| 15.0 |") == 4  # the limit, each row (nothing cached counted)
+    assert "kcp.secret" in seconds_report(runs, ["code"], None, show_held_out=True)
+
+
+def test_compare_pairs_each_question_across_the_arms() -> None:
+    """--compare: the arms side by side over the questions both answered; the median of
+    B's wall time over A's per question, and which answers moved."""
+    from bench.questions.speed import compare_table
+
+    runs = [
+        _timed("kcp.a", "dev", True, "A", 10.0),
+        _timed("kcp.a", "dev", True, "B", 4.0),
+        _timed("kcp.b", "dev", False, "A", 20.0),
+        _timed("kcp.b", "dev", True, "B", 12.0),
+        _timed("kcp.c", "dev", True, "A", 9.0),  # B never answered it: left out
+    ]
+    text = compare_table(runs)
+    assert "| A | 1/2 | 15.0 | 7.5 | 3.8 | 2 | 1,000 / 50 |" in text
+    assert "| B | 2/2 | 8.0 |" in text
+    assert "median 0.50x over 2 questions; right in both 1, only in A 0, only in B 1" in text
+
+
+def test_compare_set_reads_a_model_key_and_refuses_another() -> None:
+    import argparse
+
+    from bench.questions.run import _model_key
+
+    assert _model_key("max_tokens=512") == ("max_tokens", 512)
+    assert _model_key("stream=false") == ("stream", False)
+    assert _model_key("harness=on") == ("harness", "on")  # a bare word stays a string
+    with pytest.raises(argparse.ArgumentTypeError, match="one of"):
+        _model_key("no_such_key=1")
+
+
+async def test_calibration_measures_through_the_endpoint_as_the_daemon_streams() -> None:
+    """The speeds come from one streamed request, split at its first token; a server that
+    streams no usage (llama-cpp-python) has its tokens counted as the daemon counts them."""
+    from bench.questions.speed import calibrate
+    from daemon.config import ModelConfig
+    from tests.fakes.fake_openai import FakeOpenAI
+
+    async with FakeOpenAI(fallback="one two three four five six", llama=True) as fake:
+        speeds = await calibrate(ModelConfig(base_url=fake.base_url, model="m"), seed=1)
+    assert speeds is not None
+    assert speeds.generated == 6
+    assert speeds.prompt_tokens > 900  # the random words, counted by the tokenizer route
+    assert speeds.prompt > 0
+    assert speeds.generation > 0

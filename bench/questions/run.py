@@ -36,10 +36,12 @@ import dataclasses
 import datetime
 import json
 import os
+import shlex
 import socket
 import statistics
 import sys
 import time
+import tomllib
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -49,7 +51,7 @@ from typing import Any
 from bench.questions import probe
 from bench.questions.core import SPLITS, Case, Template, says_cannot
 from bench.questions.servers import install_all
-from bench.questions.speed import Speeds, calibrate, split_table
+from bench.questions.speed import Speeds, calibrate, compare_table, split_table
 from bench.questions.startup import startup, startup_table
 from bench.questions.world import HTTP_PORT, Served, open_world, templates
 from daemon.code_mode import CodeModeLimits, CodeModeToolExecutor
@@ -60,6 +62,7 @@ from daemon.mcp.executor import McpToolExecutor
 from daemon.model.harness.examples import parse_examples
 from daemon.runtime.runs import Prompt, RunRequest, RunResult
 from daemon.runtime.timing import Timelines, time_split
+from daemon.tools import ToolExecutor
 
 MODES = ("code", "direct")
 
@@ -91,6 +94,7 @@ class Outcome:
     extra: dict[str, Any] = field(default_factory=dict)  # the harness's counters
     # where its seconds went, by part (daemon.runtime.timing.time_split: issue 31)
     timing: dict[str, float] = field(default_factory=dict)
+    arm: str = ""  # the configuration it was asked in (--compare: "A" or "B")
 
     def public(self, show_held_out: bool) -> dict[str, Any]:
         """The outcome for the JSON file: a held-out one without its id, question,
@@ -165,89 +169,129 @@ def _short(text: str, width: int = 90) -> str:
     return flat if len(flat) <= width else flat[: width - 1] + "…"
 
 
+@dataclass
+class Arm:
+    """One configuration the questions are asked in: a label, the model's keys (its
+    endpoint among them), and its own servers and backend while a mode runs."""
+
+    label: str
+    model: ModelConfig
+    inner: McpToolExecutor | None = None
+    executor: ToolExecutor | None = None
+    backend: Any = None
+
+    async def open(self, mode: str, served: Served) -> None:
+        """Its MCP servers (all six), its code-mode executor and its backend."""
+        from daemon.model import OpenAiCompatibleBackend
+
+        self.inner = McpToolExecutor(served.servers, call_timeout=60.0)
+        self.executor = (
+            self.inner
+            if mode == "direct"
+            else CodeModeToolExecutor(self.inner, limits_for(self.model))
+        )
+        config = dataclasses.replace(self.model, tool_mode="direct" if mode == "direct" else "code")
+        self.backend = OpenAiCompatibleBackend(config, self.executor, max_run_seconds=1800.0)
+        await self.inner.start()
+        if self.inner.failed_servers:  # every question is asked with all six, or not at all
+            raise RuntimeError(f"servers that could not start: {self.inner.failed_servers}")
+
+    async def aclose(self) -> None:
+        """Close what :meth:`open` opened."""
+        if self.backend is not None:
+            await self.backend.aclose()
+        if self.executor is not None:
+            await self.executor.aclose()
+        self.inner = self.executor = self.backend = None
+
+
 async def run_mode(
     mode: str,
     served: Served,
-    model: ModelConfig,
+    arms: list[Arm],
     suite: list[Template],
     report: Callable[[str], None],
     outcomes: list[Outcome],
     saved: Callable[[], None] = lambda: None,
     show_held_out: bool = False,
 ) -> None:
-    """Every template of ``suite`` once over ``served``'s world, each in a fresh thread,
-    in ``mode``; each outcome is appended to ``outcomes`` as it comes, then ``saved``
-    is called."""
-    from daemon.model import OpenAiCompatibleBackend
-
-    inner = McpToolExecutor(served.servers, call_timeout=60.0)
-    executor = inner if mode == "direct" else CodeModeToolExecutor(inner, limits_for(model))
-    config = dataclasses.replace(model, tool_mode="direct" if mode == "direct" else "code")
-    backend = OpenAiCompatibleBackend(config, executor, max_run_seconds=1800.0)
+    """Every template of ``suite`` once over ``served``'s world in each of ``arms``, each
+    in a fresh thread, in ``mode``; with two arms a question is asked in both before the
+    next, in turn first (issue 31: old and new interleaved, on the same machine state).
+    Each arm has its own servers and executor (learned shapes stay in their arm). Each
+    outcome is appended to ``outcomes`` as it comes, then ``saved`` is called."""
     world = served.world
     held_out = [t for t in suite if t.split == "held-out"]
     timelines = Timelines()  # each run timed as the daemon times it
     try:
-        await inner.start()
-        if inner.failed_servers:  # every question is asked with all six, or not at all
-            raise RuntimeError(f"servers that could not start: {inner.failed_servers}")
-        for template in suite:
+        for arm in arms:
+            await arm.open(mode, served)
+        for k, template in enumerate(suite):
             case = template.make(world)
-            thread = f"bench-{mode}-{uuid.uuid4().hex[:8]}"
-            request = RunRequest(
-                run_id=uuid.uuid4().hex,
-                channel="#bench",
-                thread_id=thread,
-                history=[],
-                prompts=[Prompt(id=uuid.uuid4().hex, sender="bench", text=case.text)],
-            )
-            started = time.monotonic()
-            async with timelines.timing_run(request.run_id, {"channel": "#bench"}) as timeline:
-                result = await backend.run(request)
-                timeline.run.attributes["status"] = "done"  # no approvals here: never paused
-            m = result.metrics
-            extra = m.extra()
-            extra.pop("split", None)  # the summary's split, taken before the run's end
-            outcome = Outcome(
-                id=template.id,
-                split=template.split,
-                shape=template.shape,
-                mode=mode,
-                seed=world.seed,
-                ok=result.status == "done" and bool(case.check(result.reply)),
-                invented=invented(template, case, result, mode),
-                rounds=m.rounds,
-                tool_calls=m.run_code_calls,
-                nested_calls=m.nested_calls,
-                bytes_in=m.bytes_in,
-                bytes_out=m.bytes_out,
-                seconds=time.monotonic() - started,
-                status=result.status,
-                prompt_tokens=m.prompt_tokens,
-                completion_tokens=m.completion_tokens,
-                question=case.text,
-                answer=case.answer,
-                reply=result.reply,
-                code=_tool_inputs(result.records),
-                extra=extra,
-                timing=time_split(timeline).rounded(),
-            )
-            outcomes.append(outcome)
-            saved()
-            mark = "ok  " if outcome.ok else "FAIL"
-            where = f"[{mode:6} s{world.seed}]"
-            if template.split == "held-out" and not show_held_out:
-                k = held_out.index(template) + 1
-                report(f"{where} held-out {k}/{len(held_out)} {mark} {outcome.seconds:6.1f}s")
-            else:
-                report(
-                    f"{where} {mark} {template.id:34} rounds={m.rounds} calls={m.run_code_calls}"
-                    f"{' INVENTED' if outcome.invented else ''} {outcome.seconds:6.1f}s  "
-                    + _short(result.reply)
-                )
+            for arm in arms if k % 2 == 0 else arms[::-1]:
+                outcome = await _ask(arm, mode, case, template, world.seed, timelines)
+                outcomes.append(outcome)
+                saved()
+                mark = "ok  " if outcome.ok else "FAIL"
+                where = f"[{mode:6} s{world.seed}{' ' + arm.label if len(arms) > 1 else ''}]"
+                m = outcome
+                if template.split == "held-out" and not show_held_out:
+                    n = held_out.index(template) + 1
+                    report(f"{where} held-out {n}/{len(held_out)} {mark} {m.seconds:6.1f}s")
+                else:
+                    report(
+                        f"{where} {mark} {template.id:34} rounds={m.rounds} calls={m.tool_calls}"
+                        f"{' INVENTED' if m.invented else ''} {m.seconds:6.1f}s  " + _short(m.reply)
+                    )
     finally:
-        await backend.aclose()
-        await executor.aclose()
+        for arm in arms:
+            await arm.aclose()
+
+
+async def _ask(
+    arm: Arm, mode: str, case: Case, template: Template, seed: int, timelines: Timelines
+) -> Outcome:
+    """One question in one arm, timed as the daemon times a run."""
+    thread = f"bench-{mode}-{uuid.uuid4().hex[:8]}"
+    request = RunRequest(
+        run_id=uuid.uuid4().hex,
+        channel="#bench",
+        thread_id=thread,
+        history=[],
+        prompts=[Prompt(id=uuid.uuid4().hex, sender="bench", text=case.text)],
+    )
+    started = time.monotonic()
+    async with timelines.timing_run(request.run_id, {"channel": "#bench"}) as timeline:
+        result = await arm.backend.run(request)
+        timeline.run.attributes["status"] = "done"  # no approvals here: never paused
+    m = result.metrics
+    extra = m.extra()
+    extra.pop("split", None)  # the summary's split, taken before the run's end
+    return Outcome(
+        id=template.id,
+        split=template.split,
+        shape=template.shape,
+        mode=mode,
+        seed=seed,
+        ok=result.status == "done" and bool(case.check(result.reply)),
+        invented=invented(template, case, result, mode),
+        rounds=m.rounds,
+        tool_calls=m.run_code_calls,
+        nested_calls=m.nested_calls,
+        bytes_in=m.bytes_in,
+        bytes_out=m.bytes_out,
+        seconds=time.monotonic() - started,
+        status=result.status,
+        prompt_tokens=m.prompt_tokens,
+        completion_tokens=m.completion_tokens,
+        question=case.text,
+        answer=case.answer,
+        reply=result.reply,
+        code=_tool_inputs(result.records),
+        extra=extra,
+        timing=time_split(timeline).rounded(),
+        arm=arm.label,
+    )
 
 
 # ---- the report ----------------------------------------------------------------------------
@@ -404,6 +448,25 @@ def _parser() -> argparse.ArgumentParser:
         "(the bench's own: bench/questions/examples.toml, dev questions only)",
     )
     model.add_argument(
+        "--server-args",
+        metavar="ARGS",
+        help="more arguments for the local model's server (llama_cpp.server flags, one string)",
+    )
+    model.add_argument(
+        "--compare",
+        metavar="ARGS",
+        help="B: a second local model server with these arguments; every question is asked "
+        "in A and in B, interleaved (issue 31's side-by-side runs)",
+    )
+    model.add_argument(
+        "--compare-set",
+        metavar="KEY=VALUE",
+        type=_model_key,
+        action="append",
+        default=[],
+        help="B's [model] key (repeatable), e.g. max_tokens=512; alone, B asks A's server",
+    )
+    model.add_argument(
         "--no-calibrate",
         action="store_true",
         help="skip the speed calibration at the start (no machine's limit column)",
@@ -445,6 +508,28 @@ def _parser() -> argparse.ArgumentParser:
         f"{HTTP_PORT}; 0: any free port)",
     )
     return parser
+
+
+def _model_key(text: str) -> tuple[str, Any]:
+    """``--compare-set KEY=VALUE``: a ``[model]`` key and its value, read as TOML."""
+    key, sep, value = text.partition("=")
+    names = {f.name for f in dataclasses.fields(ModelConfig) if f.init}
+    if not sep or key.strip() not in names:
+        raise argparse.ArgumentTypeError(f"KEY=VALUE with KEY one of [model]'s: {sorted(names)}")
+    try:
+        parsed = tomllib.loads(f"v = {value}")["v"]
+    except tomllib.TOMLDecodeError:
+        parsed = value  # a bare word: a string
+    return key.strip(), parsed
+
+
+def _arm_text(arm: Arm, args: argparse.Namespace) -> str:
+    """What sets an arm apart, for the report."""
+    if arm.label == "A":
+        return f"server args {args.server_args or '(none)'}"
+    keys = ", ".join(f"{k} = {v!r}" for k, v in args.compare_set)
+    server = f"server args {args.compare}" if args.compare is not None else "A's server"
+    return server + (f", {keys}" if keys else "")
 
 
 def list_templates() -> list[str]:
@@ -538,21 +623,33 @@ async def bench(parser: argparse.ArgumentParser, args: argparse.Namespace) -> in
 
     async with contextlib.AsyncExitStack() as stack:
         base_url, model_name = args.base_url, args.model
+        compare_url: str | None = None
         server_seconds = None
         server = None
         if base_url is None:
             from daemon.local_model import LocalModelError, LocalModelServer
 
             try:
-                server = LocalModelServer.default(python=args.python)
+                server = LocalModelServer.default(
+                    python=args.python, extra_args=shlex.split(args.server_args or "")
+                )
                 note("starting the local model…")
                 loading = time.monotonic()
                 await stack.enter_async_context(server)
                 server_seconds = time.monotonic() - loading
+                if args.compare is not None:  # B's own server, idle while A's question runs
+                    other = LocalModelServer.default(
+                        python=args.python, extra_args=shlex.split(args.compare)
+                    )
+                    note(f"starting the local model for B ({args.compare})…")
+                    await stack.enter_async_context(other)
+                    compare_url = other.base_url
             except LocalModelError as exc:
                 note(f"python -m bench.questions: skipped: {exc}")
                 return 0
             base_url, model_name = server.base_url, server.model
+        elif args.compare is not None:
+            parser.error("--compare starts a second local model: not with --base-url")
         if not model_name:
             parser.error("--model is required with --base-url")
         model = ModelConfig(
@@ -569,6 +666,12 @@ async def bench(parser: argparse.ArgumentParser, args: argparse.Namespace) -> in
             model.answer_samples = args.answer_samples
         if args.examples is not None:
             model.examples = args.examples
+        arms = [Arm("A", model)]
+        if args.compare is not None or args.compare_set:
+            other_model = dataclasses.replace(model, base_url=compare_url or model.base_url)
+            for key, value in args.compare_set:
+                setattr(other_model, key, value)
+            arms.append(Arm("B", other_model))
         started = datetime.datetime.now(datetime.UTC)
         speeds = None
         if not args.no_calibrate:
@@ -602,6 +705,7 @@ async def bench(parser: argparse.ArgumentParser, args: argparse.Namespace) -> in
                         "harness_on": harness_on,
                         "answer_samples": model.answer_samples,
                         "examples": str(args.examples) if args.examples else None,
+                        "arms": {arm.label: _arm_text(arm, args) for arm in arms},
                         "seeds": seeds,
                         "splits": sorted(held),
                         "templates": len(suite),
@@ -631,7 +735,7 @@ async def bench(parser: argparse.ArgumentParser, args: argparse.Namespace) -> in
             for seed in range(seeds[mode]):
                 async with open_world(seed, http_port=args.http_port) as served:
                     await run_mode(
-                        mode, served, model, suite, note, outcomes, save, args.show_held_out
+                        mode, served, arms, suite, note, outcomes, save, args.show_held_out
                     )
             memory.append((f"after {mode} mode", rss()))
         print(
@@ -645,9 +749,16 @@ async def bench(parser: argparse.ArgumentParser, args: argparse.Namespace) -> in
             + ", ".join(f"{m} {n}" for m, n in seeds.items())
             + "\n"
         )
-        print(report(outcomes, seeds, args.show_held_out))
-        print("\nWhere the seconds went (issue 31):\n")
-        print(seconds_report(outcomes, seeds, speeds, args.show_held_out))
+        for arm in arms:
+            mine = [o for o in outcomes if o.arm == arm.label]
+            if len(arms) > 1:
+                print(f"\n### {arm.label}: {_arm_text(arm, args)}\n")
+            print(report(mine, seeds, args.show_held_out))
+            print("\nWhere the seconds went (issue 31):\n")
+            print(seconds_report(mine, seeds, speeds, args.show_held_out))
+        if len(arms) > 1:
+            print("\nA against B, interleaved (each question in both, in turn first):\n")
+            print(compare_table(outcomes))
         if boot:
             print("\nStartup, as `asyncai up` runs (code mode, the bundled http_get only):\n")
             print(startup_table(boot))

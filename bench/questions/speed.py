@@ -28,7 +28,7 @@ from daemon.model.endpoint import ChatEndpoint
 from daemon.runtime.timing import SPLIT_PARTS, Timelines
 from sessions.model import RunMetrics
 
-__all__ = ["Speeds", "calibrate", "limit_seconds", "split_table"]
+__all__ = ["Speeds", "calibrate", "compare_table", "limit_seconds", "split_table"]
 
 # the calibration prompt's size in words (about 1.3 tokens each) and the reply's tokens
 _WORDS = 900
@@ -143,4 +143,42 @@ def split_table(
             f"{speeds.generation:.1f} tokens/s ({speeds.generated} tokens); it gives no "
             f"credit for the prompt cache.",
         ]
+    return "\n".join(lines)
+
+
+def compare_table(outcomes: Sequence[Any]) -> str:
+    """Arm A against arm B (``--compare``), over the questions both answered: pass@1, the
+    medians of wall time and its model parts, and per question the ratio of B's wall time
+    to A's (its median: the issue's "halved" is 0.50x or less), with which answers moved."""
+    by_key: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for o in outcomes:
+        by_key.setdefault((o.mode, o.id, o.seed, o.split), {})[o.arm] = o
+    pairs = [(p["A"], p["B"]) for p in by_key.values() if "A" in p and "B" in p]
+    if not pairs:
+        return "(no question was answered in both arms)"
+    lines = [
+        "| arm | right | median wall s | median prompt s | median generation s "
+        "| median rounds | median tokens in / out |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for k, arm in enumerate("AB"):
+        rows = [pair[k] for pair in pairs]
+        lines.append(
+            f"| {arm} | {sum(o.ok for o in rows)}/{len(rows)} "
+            f"| {_median(o.seconds for o in rows):.1f} "
+            f"| {_median(o.timing.get('prompt_eval', 0.0) for o in rows):.1f} "
+            f"| {_median(o.timing.get('generation', 0.0) for o in rows):.1f} "
+            f"| {_median(o.rounds for o in rows):g} "
+            f"| {_median(o.prompt_tokens for o in rows):,.0f} / "
+            f"{_median(o.completion_tokens for o in rows):,.0f} |"
+        )
+    ratio = _median(b.seconds / a.seconds for a, b in pairs if a.seconds > 0)
+    only_a = sum(a.ok and not b.ok for a, b in pairs)
+    only_b = sum(b.ok and not a.ok for a, b in pairs)
+    lines += [
+        "",
+        f"B's wall time over A's, per question: median {ratio:.2f}x over {len(pairs)} "
+        f"questions; right in both {sum(a.ok and b.ok for a, b in pairs)}, only in A "
+        f"{only_a}, only in B {only_b}.",
+    ]
     return "\n".join(lines)
