@@ -22,7 +22,6 @@ from daemon.model import OpenAiCompatibleBackend
 from daemon.model.conversation import LoopState
 from daemon.model.harness import (
     CODE_STOP,
-    FETCH_WORKED_EXAMPLE,
     HARNESS_RULES,
     MAX_FAILED_SNIPPETS,
     WORKED_EXAMPLE,
@@ -107,28 +106,23 @@ def block(code: str) -> Reply:
 FILTER = "pods = await list_pods(namespace='prod')\n" + (
     "[p['metadata']['name'] for p in items(pods) if p['status']['phase'] == 'Failed']"
 )
-# the two snippets of rule fetch-look: a fetch, then a computation on what it fetched
-FETCH = "pods = await list_pods(namespace='prod')"
-COMPUTE = "[p['metadata']['name'] for p in pods if p['status']['phase'] == 'Failed']"
 
 
 async def test_code_block_protocol_for_the_local_model(code_mode):
     """For the embedded model: no tools in the request but a stop after the code block,
-    the catalog stub, short rules and the worked example (in two snippets: rule
-    fetch-look) in a system message that stays byte-identical from run to run; the
-    fenced blocks run as run_code (the fetch, then the computation after the look at
-    what it fetched), and the result comes back in a user message with the question,
-    which the answer then answers."""
+    the catalog stub, short rules and the worked example in a system message that stays
+    byte-identical from run to run; the fenced block runs as run_code, and the result
+    comes back in a user message with the question, which the answer then answers."""
     ex, inner = code_mode
-    script = [block(FETCH), block(COMPUTE), "pod-0, pod-4 and pod-8 are failing."] * 2
+    script = [block(FILTER), "pod-0, pod-4 and pod-8 are failing."] * 2
     fake, (result, _) = await run_script(ex, script, request(), request(run="R2", thread="T2"))
-    first, look, second, again, _, _ = fake.requests
+    first, second, again, _ = fake.requests
     assert "tools" not in first
     assert "tool_choice" not in first
     assert first["stop"] == [CODE_STOP]
     system = first["messages"][0]["content"]
     assert "async def list_pods(*, namespace: str)" in system
-    assert system.endswith(FETCH_WORKED_EXAMPLE)
+    assert system.endswith(WORKED_EXAMPLE)
     assert HARNESS_RULES in system
     assert "Return contract:" not in system  # the long sandbox text stays out
     # list_pods declares no output schema: the first run taught its shape, which its
@@ -144,12 +138,9 @@ async def test_code_block_protocol_for_the_local_model(code_mode):
     )
     assert before in system
     assert again["messages"][0]["content"] == system.replace(before, after)
-    # the fetch ran once a run; the look asks for the computation, still a code round
     assert inner.calls == [("list_pods", {"namespace": "prod"})] * 2
-    assert look["messages"][-1]["content"].startswith("Your code ran.")
-    assert look["stop"] == [CODE_STOP]
-    # the answer request carries the computation's result and the question, and no stop
-    assert second["messages"][-2] == {"role": "assistant", "content": f"```python\n{COMPUTE}\n```"}
+    # the answer request carries the snippet's result and the question, and no stop
+    assert second["messages"][-2] == {"role": "assistant", "content": f"```python\n{FILTER}\n```"}
     last = second["messages"][-1]
     assert last["role"] == "user"
     assert last["content"].startswith("The code returned:\n3 items:\n- pod-0\n- pod-4\n- pod-8")
@@ -158,15 +149,13 @@ async def test_code_block_protocol_for_the_local_model(code_mode):
     assert "stop" not in second
     assert result.reply == "pod-0, pod-4 and pod-8 are failing."
     m = result.metrics
-    assert (m.rounds, m.run_code_calls, m.final_round_forced) == (3, 2, False)
-    assert m.code_blocks == 2
-    # records: the prompt, each call as tool_use with its tool_result, the answer
-    assert [r.type for r in result.records] == ["user", *["assistant", "user"] * 2, "assistant"]
-    uses = [result.records[i].message["content"][0] for i in (1, 3)]
-    assert [(u["type"], u["name"], u["input"]) for u in uses] == [
-        ("tool_use", "run_code", {"code": f"{FETCH}\npods"}),  # as it ran (last-assignment)
-        ("tool_use", "run_code", {"code": COMPUTE}),
-    ]
+    assert (m.rounds, m.run_code_calls, m.final_round_forced) == (2, 1, False)
+    assert m.code_blocks == 1
+    assert m.peeks == 0  # nothing failed: no look
+    # records: the prompt, the call as tool_use with its tool_result, the answer
+    assert [r.type for r in result.records] == ["user", "assistant", "user", "assistant"]
+    use = result.records[1].message["content"][0]
+    assert (use["type"], use["name"], use["input"]) == ("tool_use", "run_code", {"code": FILTER})
 
 
 async def test_other_models_are_left_alone_unless_asked(code_mode):
@@ -187,7 +176,6 @@ async def test_other_models_are_left_alone_unless_asked(code_mode):
 async def test_real_tool_calls_still_run_and_broken_json_is_recovered(code_mode, monkeypatch):
     """An endpoint that does return tool calls: raw newlines and unescaped quotes in the
     arguments still run; the record holds the recovered arguments."""
-    rules_off(monkeypatch, "fetch-look")  # one call, then the answer
     ex, inner = code_mode
     raw = (
         '{"code": "pods = await list_pods(namespace="prod")\n'
@@ -217,7 +205,6 @@ async def test_a_run_code_call_written_as_text_runs(code_mode):
 async def test_code_repairs_await_precedence_and_a_trailing_assignment(code_mode, monkeypatch):
     """`await f()[...]` awaits the call, and a snippet ending in an assignment returns the
     assigned value, so one snippet is enough; the record shows the code that ran."""
-    rules_off(monkeypatch, "fetch-look")  # one snippet, then the answer
     ex, _ = code_mode
     code = (
         "pods = await list_pods(namespace='prod')[0:12]\n"
@@ -235,7 +222,6 @@ async def test_code_repairs_await_precedence_and_a_trailing_assignment(code_mode
 
 async def test_printed_output_is_the_result(code_mode, monkeypatch):
     """A snippet that ends on print() hands the model the printed text, not a JSON wrapper."""
-    rules_off(monkeypatch, "fetch-look")  # one snippet, then the answer
     ex, _ = code_mode
     code = "pods = await list_pods(namespace='prod')\nprint(len(pods))"
     fake, _ = await run_script(ex, [block(code), "12 pods."], request())
@@ -245,7 +231,6 @@ async def test_printed_output_is_the_result(code_mode, monkeypatch):
 async def test_a_failed_snippet_is_retried_warmer(code_mode, monkeypatch):
     """An error (or nothing shown) asks for a corrected block, at a higher temperature; the
     first good result then gets the answer request."""
-    rules_off(monkeypatch, "fetch-look")  # the good snippet gets the answer request
     ex, _ = code_mode
     script = [
         block("pods = await list_pods()"),  # TypeError: namespace is required
@@ -276,7 +261,6 @@ async def test_a_failed_snippet_is_retried_warmer(code_mode, monkeypatch):
 
 async def test_a_reply_that_restates_code_is_replaced_by_the_result(code_mode, monkeypatch):
     """If the answer is only a code block, the run_code result is the reply."""
-    rules_off(monkeypatch, "fetch-look")  # one snippet, then the answer
     ex, _ = code_mode
     script = [block(FILTER), f"```python\n{FILTER}\n```"]
     _, (result,) = await run_script(ex, script, request())
@@ -510,7 +494,6 @@ async def test_a_snippet_calling_a_function_named_like_the_place_gets_the_one_as
 async def test_an_empty_result_is_shown_with_the_data_once(code_mode, monkeypatch):
     """An empty result gets one look at the data and the choice: answer in words or send a
     corrected block. An answer in words then ends the run."""
-    rules_off(monkeypatch, "fetch-look")  # the empty result, not a fetch's look
     ex, _ = code_mode
     empty = (
         "pods = await list_pods(namespace='prod')\n[p for p in pods if p.get('phase') == 'Failed']"
@@ -558,7 +541,6 @@ async def test_check_answer_lets_the_model_correct_a_misread_count(code_mode, mo
     to check it against; the model's corrected block runs, and its result is answered
     as usual (no second check). The check sees the code it checks."""
     monkeypatch.setenv("ASYNCAI_HARNESS_ON", "check-answer")
-    rules_off(monkeypatch, "fetch-look")  # the wrong count's snippet fetches and counts
     ex, _ = code_mode
     wrong = "pods = await list_pods(namespace='prod')\nlen(items(pods))"
     right = FILTER.replace("[p['metadata']['name']", "len([p").replace("'Failed']", "'Failed'])")
@@ -574,110 +556,8 @@ async def test_check_answer_lets_the_model_correct_a_misread_count(code_mode, mo
     assert result.reply == "3 pods are failing."
 
 
-async def test_fetch_look_shows_the_fetched_variables_before_the_computation(code_mode):
-    """Rule fetch-look (on by default): the system message asks for two snippets (its
-    example too); after a first snippet that called a function, the next user message
-    shows what its variables hold (paths and values) and its result, and asks for the
-    block that computes the answer from them; that block runs in the same REPL (no second
-    fetch) and its result is what the answer request carries."""
-    ex, inner = code_mode
-    script = [block(FETCH), block(COMPUTE), "pod-0, pod-4 and pod-8 are failing."]
-    fake, (result,) = await run_script(ex, script, request())
-    first, look, answer = fake.requests
-    assert first["messages"][0]["content"].endswith(FETCH_WORKED_EXAMPLE)
-    shown = look["messages"][-1]["content"]
-    assert shown.startswith("Your code ran. What your variables hold now")
-    assert "len(pods) == 12\npods[0]['metadata']['name'] == 'pod-0'\n" in shown
-    assert "Its result:\n[" in shown  # the trailing assignment's value
-    assert shown.endswith(
-        f"do not call the functions again) and ends with an expression "
-        f"that holds the answer. My question: {QUESTION}"
-    )
-    # the fetch is the model's turn before the look; a code round, greedy (no failure)
-    fetched = {"role": "assistant", "content": f"```python\n{FETCH}\npods\n```"}  # as it ran
-    assert look["messages"][-2] == fetched
-    assert look["stop"] == [CODE_STOP]
-    assert look["temperature"] == 0.0
-    assert "seed" not in look
-    assert inner.calls == [("list_pods", {"namespace": "prod"})]  # fetched once
-    last = answer["messages"][-1]["content"]
-    assert last.startswith("The code returned:\n3 items:\n- pod-0\n- pod-4\n- pod-8")
-    assert answer["messages"][-2] == {"role": "assistant", "content": f"```python\n{COMPUTE}\n```"}
-    assert shown in [m["content"] for m in answer["messages"]]  # the look stays in view
-    assert "stop" not in answer
-    assert result.reply == "pod-0, pod-4 and pod-8 are failing."
-    assert result.metrics.peeks == 1
-    assert result.metrics.tool_errors == 0
-
-
-async def test_without_fetch_look_a_fetching_snippet_gets_the_answer_request(
-    code_mode, monkeypatch
-):
-    """Rule fetch-look off (ASYNCAI_HARNESS_OFF): the one-snippet plan: a snippet that
-    only fetched gets the answer request with its result, and no look."""
-    rules_off(monkeypatch, "fetch-look")
-    ex, _ = code_mode
-    script = [block(FETCH), "pod-0, pod-4 and pod-8 are failing."]
-    fake, (result,) = await run_script(ex, script, request())
-    assert fake.requests[0]["messages"][0]["content"].endswith(WORKED_EXAMPLE)
-    last = fake.requests[1]["messages"][-1]["content"]
-    assert last.startswith("The code returned:\n")
-    assert "What your variables hold" not in last
-    assert "stop" not in fake.requests[1]
-    assert result.metrics.peeks == 0
-
-
-async def test_fetch_look_is_once_a_run_and_a_failure_keeps_the_retry(code_mode):
-    """Rule fetch-look: a failed first snippet takes the retry (with the failure's look),
-    and the retry's good result gets the answer request: the model has seen its data.
-    After a fetch's look, a computing block that fetches again gets no second look."""
-    ex, _ = code_mode
-    guess = f"{FETCH}\n[p['state'] for p in pods]"
-    script = [block(guess), block(FILTER), "pod-0, pod-4 and pod-8."]
-    fake, (result,) = await run_script(ex, script, request())
-    retry = fake.requests[1]["messages"][-1]["content"]
-    assert retry.startswith("Your last attempt failed:\nTraceback")
-    assert "KeyError" in retry
-    assert "What your variables hold now" in retry
-    assert fake.requests[2]["messages"][-1]["content"].startswith("The code returned:\n3 items")
-    assert result.metrics.peeks == 1
-    # once a run: the second fetching snippet is answered
-    script = [block(FETCH), block(FILTER), "pod-0, pod-4 and pod-8."]
-    fake, (result,) = await run_script(ex, script, request(run="R2", thread="T2"))
-    assert fake.requests[1]["messages"][-1]["content"].startswith("Your code ran.")
-    assert fake.requests[2]["messages"][-1]["content"].startswith("The code returned:\n3 items")
-    assert result.metrics.peeks == 1
-
-
-async def test_fetch_look_skips_snippets_without_calls_and_fetches_that_return_none(code_mode):
-    """Rule fetch-look: arithmetic (no function called) is answered at once; a fetch that
-    ends on a loop (None) gets the look, not a failure's retry (greedy, no result shown)."""
-    ex, _ = code_mode
-    fake, (result,) = await run_script(ex, [block("x = 6 * 7\nx"), "42."], request())
-    assert fake.requests[1]["messages"][-1]["content"].startswith("The code returned:\n42")
-    assert result.metrics.peeks == 0
-    loop = "pods = []\nfor ns in ['prod']:\n    pods.extend(await list_pods(namespace=ns))"
-    script = [block(loop), block(COMPUTE), "pod-0, pod-4 and pod-8."]
-    fake, (result,) = await run_script(ex, script, request(run="R2", thread="T2"))
-    shown = fake.requests[1]["messages"][-1]["content"]
-    assert shown.startswith("Your code ran.")
-    assert "len(pods) == 12" in shown
-    assert "Its result" not in shown
-    assert "seed" not in fake.requests[1]
-    assert fake.requests[2]["messages"][-1]["content"].startswith("The code returned:\n3 items")
-    assert result.reply == "pod-0, pod-4 and pod-8."
-
-
-async def test_fetch_look_leaves_the_last_round_to_the_answer(code_mode):
-    """Rule fetch-look: with one round left, a fetch is answered, not looked at."""
-    ex, _ = code_mode
-    fake, (result,) = await run_script(ex, [block(FETCH), "12 pods."], request(), max_rounds=2)
-    assert fake.requests[1]["messages"][-1]["content"].startswith("The code returned:\n")
-    assert result.metrics.peeks == 0
-
-
 def test_a_paused_run_keeps_its_look() -> None:
-    """The fetch-look flag is part of the loop's stored position: a run paused and resumed
+    """The look flag is part of the loop's stored position: a run paused and resumed
     after its look does not look again."""
     ls = LoopState(mode="small", looked=True, base=4)
     stored = json.loads(json.dumps(ls.to_json(RunState(request()))))
@@ -741,7 +621,7 @@ async def test_failed_honest_keeps_answers_without_code_or_with_a_result(code_mo
 async def test_a_reply_that_copies_the_error_wording_is_replaced(code_mode, monkeypatch):
     """The answer request's own words for an error, parroted, are no answer: after failed
     snippets the reply says why the code failed; after a result, the result is the reply."""
-    rules_off(monkeypatch, "failed-honest", "fetch-look")  # the model's own answers
+    rules_off(monkeypatch, "failed-honest")  # the model's own answers
     ex, _ = code_mode
     parrot = "One sentence saying what stopped you."
     script = [block("1/0")] * MAX_FAILED_SNIPPETS + [parrot, block(FILTER), parrot]
@@ -764,12 +644,12 @@ async def test_shape_first_shows_the_learned_result_after_the_question(code_mode
     stands alone."""
     question = "which pods of namespace prod are failing?"
     example = "list_pods(...) returns [{'metadata': {'name': str}, 'status': {'phase': str}}]"
-    script = [block(FETCH), block(COMPUTE), "pod-0, pod-4 and pod-8 are failing."] * 2
+    script = [block(FILTER), "pod-0, pod-4 and pod-8 are failing."] * 2
     runs = request(question), request(question, run="R2", thread="T2")
     ex, _ = code_mode
     on, _ = await run_script(ex, script, *runs)
     # the first run knows no shape yet; it learned it, and the next run shows it
-    first, _, _, second, _, _ = on.requests
+    first, _, second, _ = on.requests
     assert first["messages"][-1]["content"] == question
     shown = second["messages"][-1]["content"]
     assert shown.startswith(f"{question}\n\nWhat these functions return")
@@ -778,5 +658,5 @@ async def test_shape_first_shows_the_learned_result_after_the_question(code_mode
     rules_off(monkeypatch, "shape-first")
     fresh = request(question, run="R3", thread="T3"), request(question, run="R4", thread="T4")
     off, _ = await run_script(ex, script, *fresh)
-    assert [r["messages"][-1]["content"] for r in off.requests[::3]] == [question] * 2
+    assert [r["messages"][-1]["content"] for r in off.requests[::2]] == [question] * 2
     assert second["messages"][0] == off.requests[0]["messages"][0]  # the same system message

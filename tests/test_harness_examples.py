@@ -13,8 +13,6 @@ import pytest
 from daemon.config import ModelConfig, load_config
 from daemon.errors import ConfigError
 from daemon.model.harness import (
-    FETCH_FIRST,
-    FETCH_WORKED_EXAMPLE,
     HOW_TO_ANSWER,
     WORKED_EXAMPLE,
     CodeBlockTurns,
@@ -26,7 +24,6 @@ from daemon.model.harness import (
     foreign_calls,
     parse_examples,
     render_examples,
-    split_fetch,
 )
 from daemon.model.profile import RunTools
 from daemon.tools import ToolDefinition
@@ -99,10 +96,6 @@ def test_the_closest_examples_share_the_rarest_words() -> None:
     assert closest_examples("anything", []) == []
 
 
-#: Rule fetch-look off: the how-to and the examples in one snippet each.
-ONE_SNIPPET = Switches(off=frozenset({"fetch-look"}))
-
-
 def _turns(examples: list[Example], switches: Switches | None = None) -> CodeBlockTurns:
     definition = ToolDefinition("run_code", "Run Python.", {"type": "object"})
     tools = RunTools(
@@ -122,9 +115,8 @@ def _turns(examples: list[Example], switches: Switches | None = None) -> CodeBlo
 
 def test_a_run_shows_the_examples_closest_to_its_question() -> None:
     """The system message ends with the how-to and the chosen examples in place of the
-    worked example; what comes before them is the same for every question (rule
-    fetch-look off: one snippet each; on, test_fetch_look_shows_the_examples_in_two_snippets)."""
-    turns = _turns(EXAMPLES, ONE_SNIPPET)
+    worked example; what comes before them is the same for every question."""
+    turns = _turns(EXAMPLES)
     first = turns.system_prompt()
     assert first.endswith(f"{HOW_TO_ANSWER}\n\n{render_examples(EXAMPLES[:1])}")
     assert WORKED_EXAMPLE not in first
@@ -138,10 +130,10 @@ def test_a_run_shows_the_examples_closest_to_its_question() -> None:
 
 
 def test_without_the_file_or_with_the_rule_off_the_worked_example_stays() -> None:
-    """No examples, or rule ``examples`` off: the worked example (rule fetch-look off: in
-    one snippet), and loop_state leaves the system message alone."""
-    both_off = Switches(off=frozenset({"examples", "fetch-look"}))
-    for turns in (_turns([], ONE_SNIPPET), _turns(EXAMPLES, both_off)):
+    """No examples, or rule ``examples`` off: the worked example, and loop_state leaves
+    the system message alone."""
+    off = Switches(off=frozenset({"examples"}))
+    for turns in (_turns([]), _turns(EXAMPLES, off)):
         system = turns.system_prompt()
         assert system.endswith(WORKED_EXAMPLE)
         messages = [{"role": "system", "content": system}]
@@ -173,28 +165,6 @@ def test_a_reply_that_retells_a_shown_example_echoes_it() -> None:
     assert echoes_example("git_log returns text: parse it first. So I did.", shown)
     assert not echoes_example("git_log returns text: parse it first. So I did.")
     assert not echoes_example("There are 3 authors.", shown)
-
-
-def test_fetch_look_shows_the_examples_in_two_snippets() -> None:
-    """Rule fetch-look (on by default): the how-to asks for a fetch, then a computation;
-    an example that fetches first is shown as two blocks; one that cannot be cut stays
-    whole; the built-in example is its two-snippet version."""
-    assert split_fetch("r = await f(x=1)\ns = await g()\n\nlen(r) + len(s)") == (
-        "r = await f(x=1)\ns = await g()",
-        "len(r) + len(s)",
-    )
-    assert split_fetch("await get_current_time(timezone='Asia/Tokyo')") is None
-    assert split_fetch("x = 1\nr = await f()\nr") is None  # it does not fetch first
-    assert split_fetch("r = await (") is None
-    system = _turns(EXAMPLES).system_prompt()
-    assert system.endswith(f"{FETCH_FIRST}\n\n{render_examples(EXAMPLES[:1], True)}")
-    assert HOW_TO_ANSWER not in system
-    assert _turns([]).system_prompt().endswith(FETCH_WORKED_EXAMPLE)
-    shown = render_examples([Example("q", "r = await f()\nlen(r)")], two_step=True)
-    assert shown.endswith(
-        "```python\nr = await f()\n```\n(I show you what the variables hold.)\n"
-        "```python\nlen(r)\n```"
-    )
 
 
 def test_foreign_calls_are_the_functions_an_example_needs_from_elsewhere() -> None:

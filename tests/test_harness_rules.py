@@ -222,7 +222,6 @@ PROBES: dict[str, Callable[[Switches], Any]] = {
     "reply-from-result": lambda _: is_no_answer(""),
     "quote-result": lambda _: quote_result("Two.", '["a", "b"]'),
     "positional-args": _repaired('r = await read_query("SELECT 1")\nr', SQL),
-    "fetch-look": _system_prompt,
     "failed-honest": _gave_up,
     "shape-first": _shapes_shown,
     "direct-answer-instruction": lambda sw: _direct(sw).final_instruction("How many pods?"),

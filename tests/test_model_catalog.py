@@ -14,9 +14,9 @@ from daemon.code_mode.catalog.catalog import CatalogSource
 from daemon.config import ModelConfig
 from daemon.model import OpenAiCompatibleBackend
 from daemon.model.harness import (
-    FETCH_WORKED_EXAMPLE,
     HARNESS_RULES,
     HARNESS_SYSTEM_PROMPT,
+    WORKED_EXAMPLE,
     catalog_signatures,
     compact_description,
     system_prompt,
@@ -93,7 +93,7 @@ async def test_the_backend_builds_the_harness_prompt_from_the_wrapped_catalog(no
     assert result.reply == "Hello!"
     assert noted.catalog is not None
     expected = system_prompt(
-        HARNESS_SYSTEM_PROMPT, compact_description(noted.catalog), FETCH_WORKED_EXAMPLE
+        HARNESS_SYSTEM_PROMPT, compact_description(noted.catalog), WORKED_EXAMPLE
     )
     assert fake.requests[0]["messages"][0]["content"] == expected
     assert "async def get_pod(*, namespace: str, name: str)" in expected

@@ -59,10 +59,6 @@ each piece fixes one observed failure:
 | question                                 | once, answer or correct        |                    |
 | ``read_query("SELECT ...")``: "takes     | :func:`repair_code`: bound to  | positional-args    |
 | keyword arguments only", resent          | the one required parameter     |                    |
-| a result's shape guessed (``r['items']`` | :func:`look_message`: the      | fetch-look         |
-| on ``{status, body, json}``, text        | first snippet fetches, the     |                    |
-| indexed as a dict) by a snippet that     | harness shows its variables,   |                    |
-| fetches and filters at once              | a second one computes          |                    |
 | a reply after failed snippets that       | :func:`failure_reply`: why the | reply-from-result  |
 | parrots the answer request's wording     | code failed (its last error)   |                    |
 | every snippet failed, and the answer     | :func:`failure_reply` instead  | failed-honest      |
@@ -114,7 +110,6 @@ from daemon.model.harness.examples import (
     foreign_calls,
     parse_examples,
     render_examples,
-    split_fetch,
 )
 from daemon.model.harness.feedback import (
     answer_instruction,
@@ -125,7 +120,6 @@ from daemon.model.harness.feedback import (
     holds_none,
     is_empty_result,
     is_no_answer,
-    look_message,
     looks_empty,
     parrots_instruction,
     prints_as_result,
@@ -158,8 +152,6 @@ from daemon.model.harness.peek import (
 from daemon.model.harness.profile import HARNESS_CATALOG_BUDGET, CodeBlockTurns, SmallModelProfile
 from daemon.model.harness.prompts import (
     CODE_STOP,
-    FETCH_FIRST,
-    FETCH_WORKED_EXAMPLE,
     HARNESS_RULES,
     HARNESS_SYSTEM_PROMPT,
     HOW_TO_ANSWER,
@@ -198,8 +190,6 @@ from daemon.model.harness.vote import (
 __all__ = [
     "CHOSEN_EXAMPLES",
     "CODE_STOP",
-    "FETCH_FIRST",
-    "FETCH_WORKED_EXAMPLE",
     "HARNESS_CATALOG_BUDGET",
     "HARNESS_RULES",
     "HARNESS_SYSTEM_PROMPT",
@@ -246,7 +236,6 @@ __all__ = [
     "is_no_answer",
     "key_fix",
     "key_hint",
-    "look_message",
     "looks_empty",
     "majority",
     "may_rerun",
@@ -270,7 +259,6 @@ __all__ = [
     "retry_hint",
     "retry_seed",
     "shapes_first",
-    "split_fetch",
     "system_prompt",
     "text_calls",
     "text_tool_calls",

@@ -32,7 +32,6 @@ from daemon.model.harness.feedback import (
     failure_reply,
     fetched_url,
     is_no_answer,
-    look_message,
     looks_empty,
     prints_as_result,
     quote_result,
@@ -205,12 +204,6 @@ async def after_block(
     _record_result(state, call, output, text)
     ls.next_call = 1
     more = ls.round_no + 1 < max_rounds  # the last round must be the answer
-    if (
-        isinstance(code, str)
-        and more
-        and await _fetch_look(caller, state, ls, code, output, functions=functions)
-    ):
-        return
     failed = output.is_error or text == NO_OUTPUT
     if failed:
         ls.failures += 1
@@ -286,43 +279,6 @@ async def after_block(
     if replays_code(retry or recheck):
         messages.append(ran)  # the answer (or the check) sees the code
     messages.append({"role": "user", "content": reply})
-
-
-async def _fetch_look(
-    caller: ToolExecutor,
-    state: RunState,
-    ls: LoopState,
-    code: str,
-    output: ToolCallOutput,
-    *,
-    functions: Iterable[str],
-) -> bool:
-    """Rule ``fetch-look``: after the run's first snippet that called a function and
-    raised nothing, show what its variables hold and ask for the block that computes the
-    answer from them (:func:`look_message`); False (nothing done) when the rule is
-    off, the model has seen a look already, or the look shows nothing.
-
-    The fetch and the look stay in the conversation (``ls.base`` moves past them): a
-    retry of the computation, a vote's sample and the answer all follow them. A fetch
-    that ends on a loop returns None: not a failure here, the look is what it is for.
-    """
-    nested = (output.audit or {}).get("nested_calls")
-    if not on("fetch-look") or ls.looked or output.is_error or not nested:
-        return False
-    look = await _peek(caller, code, state, functions, rule="fetch-look")
-    if look is None:
-        return False
-    ls.looked = True
-    ls.answering = False
-    text = _shown(output)
-    if text != NO_OUTPUT:
-        ls.last_result = text
-    messages = ls.messages
-    del messages[ls.base :]
-    messages.append({"role": "assistant", "content": code_message(code)})
-    messages.append({"role": "user", "content": look_message(look, text, ls.question)})
-    ls.base = len(messages)
-    return True
 
 
 async def _vote(

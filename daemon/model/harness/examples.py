@@ -48,7 +48,6 @@ __all__ = [
     "foreign_calls",
     "parse_examples",
     "render_examples",
-    "split_fetch",
 ]
 
 CHOSEN_EXAMPLES = 2  # entries shown per question: a third costs tokens and adds little
@@ -157,42 +156,13 @@ def closest_examples(
     return chosen or [examples[0]]
 
 
-def render_examples(examples: Sequence[Example], two_step: bool = False) -> str:
-    """The examples as the system message shows them: each question, its block, its note.
-    ``two_step`` (rule ``fetch-look``): a snippet that fetches first and computes after
-    is shown as two blocks (:func:`split_fetch`), the look between them."""
+def render_examples(examples: Sequence[Example]) -> str:
+    """The examples as the system message shows them: each question, its block, its note."""
     parts = [
         "Worked examples (illustrations: their functions may not be yours; your "
         "functions are the ones listed above)."
     ]
     for example in examples:
         note = f"\n{example.note}" if example.note else ""
-        split = split_fetch(example.code) if two_step else None
-        code = (
-            f"{split[0]}\n```\n(I show you what the variables hold.)\n```python\n{split[1]}"
-            if split
-            else example.code
-        )
-        parts.append(f"Question: {example.question}\n```python\n{code}\n```{note}")
+        parts.append(f"Question: {example.question}\n```python\n{example.code}\n```{note}")
     return "\n\n".join(parts)
-
-
-def split_fetch(code: str) -> tuple[str, str] | None:
-    """A snippet cut where it stops calling functions: its leading top-level statements
-    that ``await`` (the fetch) and the rest (the computation), or None when either part
-    would be empty or the code does not parse."""
-    try:
-        body = ast.parse(code).body
-    except (SyntaxError, ValueError, MemoryError, RecursionError):
-        return None
-    fetching = 0
-    for stmt in body:
-        if not any(isinstance(node, ast.Await) for node in ast.walk(stmt)):
-            break
-        fetching += 1
-    if fetching == 0 or fetching == len(body):
-        return None
-    lines = code.splitlines()
-    cut = body[fetching].lineno - 1
-    first, rest = "\n".join(lines[:cut]).strip("\n"), "\n".join(lines[cut:]).strip("\n")
-    return (first, rest) if first and rest else None

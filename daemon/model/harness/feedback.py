@@ -29,7 +29,6 @@ __all__ = [
     "holds_none",
     "is_empty_result",
     "is_no_answer",
-    "look_message",
     "looks_empty",
     "parrots_instruction",
     "prints_as_result",
@@ -151,32 +150,6 @@ def check_message(result: str, question: str) -> str:
         "for. If the value answers it, reply in one to three plain sentences that state "
         "every name and number from the result, with no code. If it does not, write a new "
         "```python block that computes exactly what I asked."
-    )
-
-
-_LOOK_RESULT_SHOWN = 800  # characters of a fetch's result beside its look (the look is its shape)
-
-
-def look_message(look: Look, result: str, question: str) -> str:
-    """The user message after a snippet that fetched (rule ``fetch-look``): what its
-    variables hold (paths and values), its result when it has one, and the request for
-    the block that computes the answer from those variables.
-
-    A small model guesses a result's shape when it filters in the same snippet that
-    fetches (``r['items']`` on an HTTP response's ``{status, body, json}``, ``['body']``
-    on text, string indices on text it took for a dict); with the paths in view it
-    copies the ones it sees.
-    """
-    shown = ""
-    if result and result != NO_OUTPUT and not is_empty_result(result):
-        cut = result[:_LOOK_RESULT_SHOWN] + " …" if len(result) > _LOOK_RESULT_SHOWN else result
-        shown = f"\n\nIts result:\n{cut}"
-    return (
-        "Your code ran. What your variables hold now (paths and values; the first item "
-        f"of each list):\n{look.render()}{shown}\n\n"
-        "Now write a ```python block that computes the answer from these variables (they "
-        "are kept: do not call the functions again) and ends with an expression that "
-        f"holds the answer. My question: {question.strip()}"
     )
 
 

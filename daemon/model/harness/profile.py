@@ -36,8 +36,6 @@ from daemon.model.harness.examples import (
 from daemon.model.harness.feedback import answer_instruction
 from daemon.model.harness.mending import text_calls
 from daemon.model.harness.prompts import (
-    FETCH_FIRST,
-    FETCH_WORKED_EXAMPLE,
     HARNESS_SYSTEM_PROMPT,
     HOW_TO_ANSWER,
     WORKED_EXAMPLE,
@@ -198,18 +196,10 @@ class CodeBlockTurns:
         )
 
     def _example(self, examples: list[Example]) -> str:
-        """The example text the system message shows: ``examples``, else the worked one.
-        Rule ``fetch-look``: how to answer in two snippets, the examples split in two
-        where they fetch first, the built-in example in two snippets, and a configured
-        worked example after the two-step instruction (its own words left as written)."""
-        two_step = self.switches.on("fetch-look")
+        """The example text the system message shows: ``examples``, else the worked one."""
         if examples:
-            how = FETCH_FIRST if two_step else HOW_TO_ANSWER
-            return f"{how}\n\n{render_examples(examples, two_step)}"
-        if self.params.worked_example:
-            shown = self.params.worked_example
-            return f"{FETCH_FIRST}\n\n{shown}" if two_step else shown
-        return FETCH_WORKED_EXAMPLE if two_step else WORKED_EXAMPLE
+            return f"{HOW_TO_ANSWER}\n\n{render_examples(examples)}"
+        return self.params.worked_example or WORKED_EXAMPLE
 
     def _chosen(self, question: str) -> list[Example]:
         """The examples shown for ``question`` (the same again for a resumed run)."""

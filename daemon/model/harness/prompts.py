@@ -19,8 +19,6 @@ from daemon.model.harness.rules import on
 
 __all__ = [
     "CODE_STOP",
-    "FETCH_FIRST",
-    "FETCH_WORKED_EXAMPLE",
     "HARNESS_RULES",
     "HARNESS_SYSTEM_PROMPT",
     "HOW_TO_ANSWER",
@@ -79,34 +77,6 @@ WORKED_EXAMPLE = (
 The question names the store, and asks about orders: so the code lists the orders, \
 passing the store as an argument."""
 )
-
-#: What the worked example is shown after with rule ``fetch-look`` on: the two snippets.
-FETCH_FIRST = """\
-How to answer, in two steps. First reply with one ```python block that only calls the \
-functions above (with `await` and keyword arguments) and assigns their results to \
-variables: no filtering or computing yet. I then show you what each variable holds. \
-Then reply with a second ```python block that computes the answer from those variables \
-(they are kept: do not call the functions again) and ends with an expression that \
-holds it. Put each statement on its own line."""
-
-#: The worked example with rule ``fetch-look`` on (the default): the same question,
-#: fetched, looked at (the lines as the harness shows them) and computed.
-FETCH_WORKED_EXAMPLE = (
-    FETCH_FIRST
-    + _EXAMPLE_FETCH
-    + """```
-What your variables hold now (paths and values; the first item of each list):
-len(orders['items']) == 7
-orders['items'][0]['id'] == 'A12'
-orders['items'][0]['total'] == 80.5
-```python
-big = [o for o in items(orders) if o['total'] > 100]
-[{'id': o['id'], 'total': o['total']} for o in big]
-```
-The question names the store, and asks about orders: so the code lists the orders, \
-passing the store as an argument."""
-)
-
 
 _WORD = re.compile(r"\w+")
 _ECHO_WORDS = 6

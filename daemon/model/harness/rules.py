@@ -87,9 +87,6 @@ RULES: dict[str, str] = {
     "quote-result": "a reply that drops a value of a short result gets the result quoted",
     "positional-args": "a catalog function called with one positional argument where one "
     "required parameter is missing: the argument is passed by that keyword",
-    "fetch-look": "a tool result whose shape the model must guess (no output schema, "
-    "text): the first snippet only fetches into variables, the harness shows what they "
-    "hold, and a second snippet computes the answer from them",
     "failed-honest": "a run whose every snippet failed (none ran to a result): the reply says "
     "the question could not be answered and the last error's line, not the model's words",
     "shape-first": "a question about functions whose result has a declared output schema "
