@@ -325,6 +325,6 @@ async def test_calibration_measures_through_the_endpoint_as_the_daemon_streams()
         speeds = await calibrate(ModelConfig(base_url=fake.base_url, model="m"), seed=1)
     assert speeds is not None
     assert speeds.generated == 6
-    assert speeds.prompt_tokens > 900  # the random words, counted by the tokenizer route
+    assert speeds.prompt_tokens > 300  # the random words, counted by the tokenizer route
     assert speeds.prompt > 0
     assert speeds.generation > 0

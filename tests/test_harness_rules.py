@@ -53,6 +53,7 @@ from daemon.model.harness import (
     warm_retry,
 )
 from daemon.model.harness import blocks as harness_blocks
+from daemon.model.harness.prompts import reply_grammar
 from daemon.model.harness.topics import catalog_topics
 from daemon.model.profile import RunTools
 from daemon.model.records import RunState, user_record
@@ -231,6 +232,7 @@ PROBES: dict[str, Callable[[Switches], Any]] = {
 # Each trial: what it changes once switched on.
 TRIAL_PROBES: dict[str, Callable[[Switches], Any]] = {
     "check-answer": lambda _: checks_answer("42"),
+    "grammar": lambda _: reply_grammar(final=False),
 }
 
 

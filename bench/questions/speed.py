@@ -30,8 +30,9 @@ from sessions.model import RunMetrics
 
 __all__ = ["Speeds", "calibrate", "compare_table", "limit_seconds", "split_table"]
 
-# the calibration prompt's size in words (about 1.3 tokens each) and the reply's tokens
-_WORDS = 900
+# the calibration prompt's size in words (random letters: about 3.5 tokens each; 900 of
+# them made 3,158 tokens and a 92 s calibration on 2026-12-02) and the reply's tokens
+_WORDS = 300
 _REPLY_TOKENS = 48
 
 
@@ -47,7 +48,7 @@ class Speeds:
 
 async def calibrate(model: ModelConfig, *, seed: int | None = None) -> Speeds | None:
     """One streamed request through the daemon's endpoint code: a fresh prompt of about
-    1,200 tokens (random words first, so that no cached prefix helps), then 48 tokens
+    1,100 tokens (random words first, so that no cached prefix helps), then 48 tokens
     generated. None when the server's reply gives no first token or no counts."""
     rng = random.Random(seed)
     words = " ".join(
