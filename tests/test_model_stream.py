@@ -28,7 +28,7 @@ from daemon.model.response import completion_problem
 from daemon.model.stream import Assembly
 from daemon.runtime.timing import Timelines, time_split
 from sessions.model import RunMetrics
-from tests.fakes.fake_openai import FakeOpenAI, Hold, Raw, Reply, ToolCalls
+from tests.fakes.fake_openai import Error, FakeOpenAI, Hold, Raw, Reply, ToolCalls
 
 MESSAGES = [{"role": "user", "content": "how many pods are not running"}]
 
@@ -277,6 +277,34 @@ async def test_a_stream_cut_short_is_asked_again_and_named_when_it_stays_cut() -
             await _complete(endpoint)
         await endpoint.client.close()
     assert (metrics.rounds, metrics.retries, len(fake.requests)) == (1, 1, 4)
+
+
+async def test_a_server_that_refuses_the_stream_keys_is_asked_plainly_from_then_on() -> None:
+    """A server that answers a streamed request with 400 (it knows no stream_options) is
+    asked again without streaming, and not streamed to again; a request its plain form
+    refuses as well fails with the plain request's error."""
+
+    def strict(body: dict) -> Any:
+        if "stream" in body or "stream_options" in body:
+            return Error(400, "Unrecognized request argument supplied: stream_options")
+        return Reply("plain")
+
+    async with FakeOpenAI(fallback=strict) as fake:
+        endpoint = _endpoint(fake)
+        first = await _complete(endpoint)
+        second = await _complete(endpoint)
+        await endpoint.client.close()
+    assert [first.choices[0].message.content, second.choices[0].message.content] == [
+        "plain",
+        "plain",
+    ]
+    assert [("stream" in r) for r in fake.requests] == [True, False, False]
+    async with FakeOpenAI([Error(400, "bad model"), Error(400, "bad model")]) as fake:
+        endpoint = _endpoint(fake)
+        with pytest.raises(BackendError, match="HTTP 400: bad model"):
+            await _complete(endpoint)
+        await endpoint.client.close()
+    assert len(fake.requests) == 2
 
 
 async def test_stream_false_sends_plain_requests() -> None:

@@ -25,6 +25,7 @@ from daemon.config import load_config
 from daemon.errors import ConfigError
 from daemon.logging import redact
 from daemon.runtime import RunTimeline
+from daemon.runtime.timing import SPLIT_PARTS
 from daemon.telemetry.export import OtlpExporter, parse_headers
 from tests.fakes.fake_openai import FakeOpenAI, Reply, ToolCalls
 from tests.test_daemon import Person, run_of, settled, until, write_config
@@ -262,6 +263,10 @@ async def test_metrics_are_scraped_without_a_session_and_agree_with_the_runs(env
         sample(before, "asyncai_nested_calls_total", server="test", tool="echo", outcome="ok") or 0
     )
     done_before = sample(before, "asyncai_runs_total", status="done") or 0
+    parts_before = {
+        part: sample(before, "asyncai_run_part_seconds_total", part=part) or 0.0
+        for part in SPLIT_PARTS[1:]
+    }
     fake.add(ToolCalls(("run_code", {"code": GATHER})), Reply("again"))
     mid, _ = await alice.ask("once more")
     await settled(daemon, mid)
@@ -271,6 +276,14 @@ async def test_metrics_are_scraped_without_a_session_and_agree_with_the_runs(env
     status, text = await scrape(port)
     assert status == 200
     assert sample(text, "asyncai_runs_total", status="done") == done_before + 1
+    # the run's time split (issue 31), from the same timeline as its row's extra.split
+    [prompt] = await daemon.store.queries.get_prompts([mid])
+    _, metrics, _ = await daemon.store.queries.run_metrics(prompt.run_id)
+    for part in SPLIT_PARTS[1:]:
+        after = sample(text, "asyncai_run_part_seconds_total", part=part) or 0.0
+        added = after - parts_before[part]
+        assert abs(added - metrics.split[part]) < 0.05, part
+    assert metrics.split["tools"] > 0
     assert (
         sample(text, "asyncai_nested_calls_total", server="test", tool="echo", outcome="ok")
         == calls_before + 3

@@ -131,7 +131,8 @@ class ChatEndpoint:
         for attempt in range(1, attempts + 1):
             retry_after: float | None = None
             try:
-                async with asyncio.timeout(limit), self._slot():
+                # the wait for a slot is not the server's time: the run's deadline bounds it
+                async with self._slot(), asyncio.timeout(limit):
                     content = await self._request(body, limit)
                 # The SDK builds its objects without checking them: check the body first.
                 problem = completion_problem(content)
@@ -207,14 +208,29 @@ class ChatEndpoint:
         # The SDK's own ``post`` (its documented way to any endpoint) and its SSE decoder:
         # the same request, headers and error mapping as ``chat.completions.create``,
         # without re-walking the body against its TypedDicts (bench/daemon.py).
-        stream = await self.client.post(
-            "/chat/completions",
-            body=streamed,
-            cast_to=dict[str, Any],
-            options={"timeout": limit},
-            stream=True,
-            stream_cls=openai.AsyncStream[dict[str, Any]],
-        )
+        try:
+            stream = await self.client.post(
+                "/chat/completions",
+                body=streamed,
+                cast_to=dict[str, Any],
+                options={"timeout": limit},
+                stream=True,
+                stream_cls=openai.AsyncStream[dict[str, Any]],
+            )
+        except openai.APIStatusError as exc:
+            if exc.status_code not in (400, 422):
+                raise
+            # a server that refuses "stream" or "stream_options" (400, or a validation
+            # 422): asked again plainly; if that is refused too, its error is the answer
+            content = await self._plain(body, limit)
+            self._stream = False
+            log.warning(
+                "model.stream_unsupported",
+                base_url=self.params.base_url,
+                problem=f"a streamed request was refused (HTTP {exc.status_code}: "
+                f"{_detail(exc)}); asking without streaming",
+            )
+            return content
         response = stream.response
         if not response.headers.get("content-type", "").startswith("text/event-stream"):
             return await response.aread()  # the server ignored "stream": no first token

@@ -42,7 +42,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, make_asgi_a
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from daemon.runtime import RunTimeline, Span
+from daemon.runtime import RunTimeline, Span, time_split
 from daemon.telemetry.readings import Readings
 
 __all__ = ["Metrics", "MetricsApp", "metrics_app"]
@@ -134,6 +134,12 @@ class Metrics:
             buckets=_CALL_BUCKETS,
             registry=r,
         )
+        self.run_parts = Counter(
+            "asyncai_run_part_seconds",
+            "Where the runs' seconds went: the time split of each ended run, by part.",
+            ["part"],
+            registry=r,
+        )
         self.approval_wait = Histogram(
             "asyncai_approval_wait_seconds",
             "How long a call waited for a person's decision.",
@@ -165,6 +171,10 @@ class Metrics:
         self.runs.labels(status).inc()
         end = run.end if run.end is not None else timeline.now()
         self.run_seconds.labels(status).observe(max(0.0, end - timeline.leg_start))
+        if not paused:  # a paused run's split is counted once, when it ends
+            for part, seconds in time_split(timeline).rounded().items():
+                if part != "total":
+                    self.run_parts.labels(part).inc(seconds)
 
 
 def _count(value: Any) -> int:
