@@ -45,6 +45,13 @@ of CPU per prompt, this process 3-5 ms, so the relay's own burst p99 is
 360-600 ms and the echo's about 100 ms: a burst p99 of 20 ms is out of reach
 here with these libraries (it needs about 0.2 ms of CPU a prompt in all).
 
+Issue 31 judges the daemon against the relay at every load: each load runs in
+``PAIRS`` (3) interleaved daemon/relay pairs (the sequential prompts by turns,
+the paced stream in three runs, the three bursts), and the output ends with
+two lines a script can read, ``cpu per prompt vs relay: N.NNx`` and ``p99 vs
+relay: N.NNx``: for each load the median over its pairs of the daemon's value
+over the relay's, and of those the worst load's (goals: 1.3x and 1.5x).
+
 The goal (issue 17) is a p99 overhead of at most 20 ms. Run:
 ``.venv/bin/python bench/daemon.py [--hub-defaults] [--in-process] [--profile FILE]``
 (about 25 seconds); ``--profile FILE`` runs the daemon's process under
@@ -81,6 +88,7 @@ from tests.fakes.fake_openai import FakeOpenAI, Reply
 ROOT = Path(__file__).resolve().parents[1]
 THREADS = 100
 BURSTS = 3
+PAIRS = 3  # each load in this many interleaved daemon/relay pairs: the ratios' medians
 SEQUENTIAL = 50
 STREAM, STREAM_RATE = 200, 50.0  # prompts, per second: well under what the daemon drains
 WARM_UP = 10
@@ -414,12 +422,19 @@ async def main(
             ours: dict[tuple[str, str], float] = {}
 
             taken: dict[tuple[str, str], list[Sample]] = {}
+            # (who, load, pair) → CPU seconds and samples of that pair's part of the load
+            pair_cpu: dict[tuple[str, str, int], float] = {}
+            pair_taken: dict[tuple[str, str, int], list[Sample]] = {}
+            part = -(-STREAM // PAIRS)  # the paced load cut in PAIRS runs of this many
             schedule = [
-                *(("one", range(n, n + 1), None) for n in range(SEQUENTIAL)),
-                ("stream", range(500, 500 + STREAM), STREAM_RATE),
+                *(("one", range(n, n + 1), None, n % PAIRS) for n in range(SEQUENTIAL)),
                 *(
-                    ("bursts", range(f, f + THREADS), None)
-                    for f in range(1000, 1000 * (BURSTS + 1), 1000)
+                    ("stream", range(s, min(s + part, 500 + STREAM)), STREAM_RATE, k)
+                    for k, s in enumerate(range(500, 500 + STREAM, part))
+                ),
+                *(
+                    ("bursts", range(f, f + THREADS), None, k)
+                    for k, f in enumerate(range(1000, 1000 * (BURSTS + 1), 1000))
                 ),
             ]
             try:
@@ -429,7 +444,7 @@ async def main(
                     first = FIRST[who]  # a warm-up: pool, store, sockets
                     await burst(hub.url, to[who], range(first - WARM_UP, first))
                 # interleaved, the daemon then the floors, so all see the same machine
-                for key, numbers, rate in schedule:
+                for key, numbers, rate, pair in schedule:
                     for who in WHO:
                         first = FIRST[who]
                         before, here = procs[who].cpu(), time.process_time()
@@ -439,9 +454,12 @@ async def main(
                             range(numbers.start + first, numbers.stop + first),
                             rate,
                         )
-                        cpu[who, key] = cpu.get((who, key), 0.0) + procs[who].cpu() - before
+                        spent = procs[who].cpu() - before
+                        cpu[who, key] = cpu.get((who, key), 0.0) + spent
                         ours[who, key] = ours.get((who, key), 0.0) + time.process_time() - here
                         taken.setdefault((who, key), []).extend(samples)
+                        pair_cpu[who, key, pair] = pair_cpu.get((who, key, pair), 0.0) + spent
+                        pair_taken.setdefault((who, key, pair), []).extend(samples)
             finally:
                 for who in WHO:
                     await to[who].aclose()
@@ -486,6 +504,9 @@ async def main(
     for key, name, _ in loads:
         by_who = {who: taken[who, key] for who in WHO}
         print(floor_row(name, by_who, model.seconds, {who: cpu[who, key] for who in WHO}))
+    cpu_ratio, p99_ratio = worst_ratios(
+        [key for key, _, _ in loads], pair_taken, pair_cpu, model.seconds
+    )
     print(
         "\nThis process (the hub, the model and the people) at the same time, ms CPU per "
         "prompt: "
@@ -495,6 +516,38 @@ async def main(
         )
         + "."
     )
+    # issue 31: the worst load's median over the interleaved pairs, for a script to read
+    print(f"\ncpu per prompt vs relay: {cpu_ratio:.2f}x")
+    print(f"p99 vs relay: {p99_ratio:.2f}x")
+
+
+def worst_ratios(
+    keys: list[str],
+    taken: dict[tuple[str, str, int], list[Sample]],
+    cpu: dict[tuple[str, str, int], float],
+    model: dict[int, float],
+) -> tuple[float, float]:
+    """The daemon over the relay, per load: the median over its pairs of the CPU per
+    prompt's ratio and of the overhead p99's ratio; the worst load's of each."""
+    cpu_worst = p99_worst = 0.0
+    for key in keys:
+        cpu_ratios, p99_ratios = [], []
+        for pair in range(PAIRS):
+            ours, floor = taken.get(("daemon", key, pair)), taken.get(("floor", key, pair))
+            if not ours or not floor:
+                continue
+            per_ours = cpu["daemon", key, pair] / len(ours)
+            per_floor = cpu["floor", key, pair] / len(floor)
+            if per_floor > 0:
+                cpu_ratios.append(per_ours / per_floor)
+            floor_p99 = percentile(overhead(floor, model), 99)
+            if floor_p99 > 0:
+                p99_ratios.append(percentile(overhead(ours, model), 99) / floor_p99)
+        if cpu_ratios:
+            cpu_worst = max(cpu_worst, statistics.median(cpu_ratios))
+        if p99_ratios:
+            p99_worst = max(p99_worst, statistics.median(p99_ratios))
+    return cpu_worst, p99_worst
 
 
 if __name__ == "__main__":
