@@ -221,16 +221,9 @@ class ChatEndpoint:
             if exc.status_code not in (400, 422):
                 raise
             # a server that refuses "stream" or "stream_options" (400, or a validation
-            # 422): asked again plainly; if that is refused too, its error is the answer
-            content = await self._plain(body, limit)
-            self._stream = False
-            log.warning(
-                "model.stream_unsupported",
-                base_url=self.params.base_url,
-                problem=f"a streamed request was refused (HTTP {exc.status_code}: "
-                f"{_detail(exc)}); asking without streaming",
-            )
-            return content
+            # 422); if the plain request is refused too, its error is the answer
+            why = f"a streamed request was refused (HTTP {exc.status_code}: {_detail(exc)})"
+            return await self._unstreamed(body, limit, why)
         response = stream.response
         if not response.headers.get("content-type", "").startswith("text/event-stream"):
             return await response.aread()  # the server ignored "stream": no first token
@@ -256,15 +249,8 @@ class ChatEndpoint:
         if assembly.chunks and not assembly.finished:
             raise _CutShort("ended its stream before the reply was finished")
         if not assembly.chunks:
-            # llama-cpp-python fails inside a stream and sends nothing (tool_choice auto):
-            # ask once more without it, and do not stream to this server again
-            self._stream = False
-            log.warning(
-                "model.stream_unsupported",
-                base_url=self.params.base_url,
-                problem="a streamed reply brought back nothing; asking without streaming",
-            )
-            return await self._plain(body, limit)
+            # llama-cpp-python fails inside a stream and sends nothing (tool_choice auto)
+            return await self._unstreamed(body, limit, "a streamed reply brought back nothing")
         usage = None
         if not assembly.usage_reported:
             prompt = await self._count_prompt(body) if self._tokenizer else None
@@ -274,6 +260,18 @@ class ChatEndpoint:
                 "total_tokens": (prompt or 0) + assembly.pieces,
             }
         return assembly.body(usage)
+
+    async def _unstreamed(self, body: dict[str, Any], limit: float, why: str) -> bytes:
+        """A server that cannot stream: the request asked again plainly, and, once that is
+        answered, this endpoint streams no more (``model.stream_unsupported``, a warning)."""
+        content = await self._plain(body, limit)
+        self._stream = False
+        log.warning(
+            "model.stream_unsupported",
+            base_url=self.params.base_url,
+            problem=f"{why}; asking without streaming",
+        )
+        return content
 
     async def _plain(self, body: dict[str, Any], limit: float) -> bytes:
         content: bytes = await self.client.post(
