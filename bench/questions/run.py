@@ -38,7 +38,6 @@ import json
 import os
 import shlex
 import socket
-import statistics
 import sys
 import time
 import tomllib
@@ -51,7 +50,7 @@ from typing import Any
 from bench.questions import probe
 from bench.questions.core import SPLITS, Case, Template, says_cannot
 from bench.questions.servers import install_all
-from bench.questions.speed import Speeds, calibrate, compare_table, split_table
+from bench.questions.speed import Speeds, calibrate, compare_table, median, split_table
 from bench.questions.startup import startup, startup_table
 from bench.questions.world import HTTP_PORT, Served, open_world, templates
 from daemon.code_mode import CodeModeLimits, CodeModeToolExecutor
@@ -297,11 +296,6 @@ async def _ask(
 # ---- the report ----------------------------------------------------------------------------
 
 
-def _median(values: Iterable[float]) -> float:
-    values = list(values)
-    return statistics.median(values) if values else 0.0
-
-
 def scores(outcomes: list[Outcome], seeds: int) -> dict[str, Any]:
     """pass@1, pass^3 (when ``seeds`` is 3 or more: a template counts when every seed
     ran right), invented and the medians, over ``outcomes`` (one mode, one split)."""
@@ -314,9 +308,9 @@ def scores(outcomes: list[Outcome], seeds: int) -> dict[str, Any]:
         "right": ok,
         "pass@1": ok / len(outcomes) if outcomes else 0.0,
         "invented": sum(o.invented for o in outcomes),
-        "median_rounds": _median(o.rounds for o in outcomes),
-        "median_bytes_out": _median(o.bytes_out for o in outcomes),
-        "median_seconds": _median(o.seconds for o in outcomes),
+        "median_rounds": median(o.rounds for o in outcomes),
+        "median_bytes_out": median(o.bytes_out for o in outcomes),
+        "median_seconds": median(o.seconds for o in outcomes),
     }
     if seeds >= 3:
         complete = [runs for runs in by_template.values() if len(runs) >= seeds]
@@ -391,9 +385,9 @@ def report(outcomes: list[Outcome], seeds: dict[str, int], show_held_out: bool) 
                     continue
                 marks = "".join(("✓" if o.ok else "✗") + ("!" if o.invented else "") for o in runs)
                 cells.append(
-                    f"{marks} | {_median(o.rounds for o in runs):g} | "
-                    f"{_median(o.bytes_out for o in runs):,.0f} | "
-                    f"{_median(o.seconds for o in runs):.0f}"
+                    f"{marks} | {median(o.rounds for o in runs):g} | "
+                    f"{median(o.bytes_out for o in runs):,.0f} | "
+                    f"{median(o.seconds for o in runs):.0f}"
                 )
             split = next(o.split for o in shown if o.id == tid)
             lines.append(f"| {tid} | {split} | " + " | ".join(cells) + " |")

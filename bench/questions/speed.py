@@ -28,7 +28,7 @@ from daemon.model.endpoint import ChatEndpoint
 from daemon.runtime.timing import SPLIT_PARTS, Timelines
 from sessions.model import RunMetrics
 
-__all__ = ["Speeds", "calibrate", "compare_table", "limit_seconds", "split_table"]
+__all__ = ["Speeds", "calibrate", "compare_table", "limit_seconds", "median", "split_table"]
 
 # the calibration prompt's size in words (random letters: about 3.5 tokens each; 900 of
 # them made 3,158 tokens and a 92 s calibration on 2026-12-02) and the reply's tokens
@@ -95,30 +95,24 @@ def limit_seconds(prompt_tokens: int, completion_tokens: int, speeds: Speeds) ->
     return prompt_tokens / speeds.prompt + completion_tokens / speeds.generation
 
 
-def _median(values: Iterable[float]) -> float:
+def median(values: Iterable[float]) -> float:
+    """The median, 0.0 of nothing (every report's medians)."""
     found = list(values)
     return statistics.median(found) if found else 0.0
 
 
-_HEADS = {
-    "model_slot": "slot",
-    "prompt_eval": "prompt",
-    "generation": "generation",
-    "sandbox": "sandbox",
-    "tools": "tools",
-    "approvals": "approvals",
-    "daemon": "daemon",
-}
+_PARTS = SPLIT_PARTS[1:]  # a column each, after the wall time (the split's total)
+_HEADS = [{"model_slot": "slot", "prompt_eval": "prompt"}.get(p, p) for p in _PARTS]
 
 
 def split_row(label: str, rows: Sequence[Any], speeds: Speeds | None) -> str:
     """One table row: the medians of ``rows`` (outcomes with ``seconds``, ``timing``,
     ``prompt_tokens`` and ``completion_tokens``)."""
-    cells = [f"{_median(o.seconds for o in rows):.1f}"]
-    cells += [f"{_median(o.timing.get(part, 0.0) for o in rows):.2f}" for part in _HEADS]
+    cells = [f"{median(o.seconds for o in rows):.1f}"]
+    cells += [f"{median(o.timing.get(part, 0.0) for o in rows):.2f}" for part in _PARTS]
     if speeds is not None:
         limits = [limit_seconds(o.prompt_tokens, o.completion_tokens, speeds) for o in rows]
-        cells.append(f"{_median(limits):.1f}")
+        cells.append(f"{median(limits):.1f}")
     else:
         cells.append("–")
     return f"| {label} | " + " | ".join(cells) + " |"
@@ -129,9 +123,8 @@ def split_table(
 ) -> str:
     """The medians of each group's split, wall time and the machine's limit; ``footnote``:
     the calibrated speeds under it."""
-    assert tuple(_HEADS) == SPLIT_PARTS[1:]  # every part of the split has its column
     lines = [
-        "| questions | wall s | " + " | ".join(_HEADS.values()) + " | limit s |",
+        "| questions | wall s | " + " | ".join(_HEADS) + " | limit s |",
         "|---|" + "---|" * (len(_HEADS) + 2),
     ]
     lines += [split_row(label, rows, speeds) for label, rows in groups if rows]
@@ -166,14 +159,14 @@ def compare_table(outcomes: Sequence[Any]) -> str:
         rows = [pair[k] for pair in pairs]
         lines.append(
             f"| {arm} | {sum(o.ok for o in rows)}/{len(rows)} "
-            f"| {_median(o.seconds for o in rows):.1f} "
-            f"| {_median(o.timing.get('prompt_eval', 0.0) for o in rows):.1f} "
-            f"| {_median(o.timing.get('generation', 0.0) for o in rows):.1f} "
-            f"| {_median(o.rounds for o in rows):g} "
-            f"| {_median(o.prompt_tokens for o in rows):,.0f} / "
-            f"{_median(o.completion_tokens for o in rows):,.0f} |"
+            f"| {median(o.seconds for o in rows):.1f} "
+            f"| {median(o.timing.get('prompt_eval', 0.0) for o in rows):.1f} "
+            f"| {median(o.timing.get('generation', 0.0) for o in rows):.1f} "
+            f"| {median(o.rounds for o in rows):g} "
+            f"| {median(o.prompt_tokens for o in rows):,.0f} / "
+            f"{median(o.completion_tokens for o in rows):,.0f} |"
         )
-    ratio = _median(b.seconds / a.seconds for a, b in pairs if a.seconds > 0)
+    ratio = median(b.seconds / a.seconds for a, b in pairs if a.seconds > 0)
     only_a = sum(a.ok and not b.ok for a, b in pairs)
     only_b = sum(b.ok and not a.ok for a, b in pairs)
     lines += [
