@@ -11,6 +11,7 @@ attempt leaves an "always" rule.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from structlog.testing import capture_logs
@@ -49,13 +50,22 @@ tools_allow = ["test.echo"]
 """
 
 
+def rooms_config(
+    tmp_path: Path, hub_url: str, model_url: str, edit: Callable[[str], str] = lambda t: t
+) -> Path:
+    """The test daemon's config for #ops, #dev and #help with their SECTIONS, its text
+    passed through ``edit`` first (a key added, a glob with a typo)."""
+    path = write_config(tmp_path / "asyncai.toml", hub_url=hub_url, model_url=model_url)
+    text = path.read_text().replace('["#ops"]', '["#ops", "#dev", "#help"]') + SECTIONS
+    path.write_text(edit(text))
+    return path
+
+
 async def test_a_request_of_ops_is_decided_only_by_its_approvers_in_its_thread(
     tmp_path: Path,
 ) -> None:
     async with Hub(tmp_path / "hub.db", host="127.0.0.1", port=0) as hub, FakeOpenAI() as fake:
-        path = write_config(tmp_path / "asyncai.toml", hub_url=hub.url, model_url=fake.base_url)
-        text = path.read_text().replace('["#ops"]', '["#ops", "#dev", "#help"]')
-        path.write_text(text + SECTIONS)
+        path = rooms_config(tmp_path, hub.url, fake.base_url)
         daemon = Daemon(load_config(path, environ={}), env={})
         await daemon.start()
         bob, alice, carol, carol_dev, carol_help = await people(
@@ -124,11 +134,10 @@ async def test_the_harness_shows_no_example_of_a_tool_the_channel_lacks(tmp_path
         FakeOpenAI(fallback=Reply("done")) as fake,
     ):
         (tmp_path / "examples.toml").write_text(EXAMPLES)
-        path = write_config(tmp_path / "asyncai.toml", hub_url=hub.url, model_url=fake.base_url)
-        text = path.read_text().replace('["#ops"]', '["#ops", "#dev", "#help"]')
         harness = 'retries = 0\nharness = true\nexamples = "examples.toml"\n'
-        text = text.replace("retries = 0\n", harness)
-        path.write_text(text + SECTIONS)
+        path = rooms_config(
+            tmp_path, hub.url, fake.base_url, lambda t: t.replace("retries = 0\n", harness)
+        )
         daemon = Daemon(load_config(path, environ={}), env={})
         await daemon.start()
         helper, operator = await people(hub.url, ("dave", "#help"), ("carol", "#ops"))
@@ -157,9 +166,7 @@ async def test_a_deny_glob_written_while_a_request_waits_beats_its_approval(
     ID, are refused with one line each: the call is never made and no rule is left (a
     deny glob wins over an always, and over a once); !deny ends the request."""
     async with Hub(tmp_path / "hub.db", host="127.0.0.1", port=0) as hub, FakeOpenAI() as fake:
-        path = write_config(tmp_path / "asyncai.toml", hub_url=hub.url, model_url=fake.base_url)
-        text = path.read_text().replace('["#ops"]', '["#ops", "#dev", "#help"]') + SECTIONS
-        path.write_text(text)
+        path = rooms_config(tmp_path, hub.url, fake.base_url)
         target = tmp_path / "ops.txt"
         daemon = Daemon(load_config(path, environ={}), env={})
         await daemon.start()
@@ -172,7 +179,7 @@ async def test_a_deny_glob_written_while_a_request_waits_beats_its_approval(
             await bob.close()
             await daemon.aclose()
         ops = 'approvers = ["carol"]\n'
-        path.write_text(text.replace(ops, ops + 'deny = ["test.append_line"]\n'))
+        path.write_text(path.read_text().replace(ops, ops + 'deny = ["test.append_line"]\n'))
         daemon = Daemon(load_config(path, environ={}), env={})
         await daemon.start()
         (carol,) = await people(hub.url, ("carol", "#ops"))
@@ -233,10 +240,9 @@ async def test_a_glob_that_names_no_tool_is_warned_about_at_start(tmp_path: Path
     """A deny glob with a typo refuses nothing: the daemon says so once at start, naming the
     key and the glob; the globs that name a tool say nothing."""
     async with Hub(tmp_path / "hub.db", host="127.0.0.1", port=0) as hub, FakeOpenAI() as fake:
-        path = write_config(tmp_path / "asyncai.toml", hub_url=hub.url, model_url=fake.base_url)
-        text = path.read_text().replace('["#ops"]', '["#ops", "#dev", "#help"]') + SECTIONS
         typo = 'tools_allow = ["test.echo"]\n'
-        path.write_text(text.replace(typo, typo + 'tools_deny = ["test.eras", "*.erase"]\n'))
+        deny = typo + 'tools_deny = ["test.eras", "*.erase"]\n'
+        path = rooms_config(tmp_path, hub.url, fake.base_url, lambda t: t.replace(typo, deny))
         daemon = Daemon(load_config(path, environ={}), env={})
         with capture_logs() as logs:
             await daemon.start()
@@ -268,9 +274,7 @@ async def test_a_shape_learned_in_ops_is_never_shown_to_another_channel(tmp_path
     (``Returns (observed)``); #dev's stub and system never do (nor its snippet's catalog),
     nor, after a restart, #dev's or #help's: the stored shape is #ops's alone."""
     async with Hub(tmp_path / "hub.db", host="127.0.0.1", port=0) as hub, FakeOpenAI() as fake:
-        path = write_config(tmp_path / "asyncai.toml", hub_url=hub.url, model_url=fake.base_url)
-        text = path.read_text().replace('["#ops"]', '["#ops", "#dev", "#help"]')
-        path.write_text(text + SECTIONS)
+        path = rooms_config(tmp_path, hub.url, fake.base_url)
         daemon = Daemon(load_config(path, environ={}), env={})
         await daemon.start()
         operator, developer = await people(hub.url, ("carol", "#ops"), ("alice", "#dev"))
@@ -321,10 +325,10 @@ async def test_the_harness_shows_no_shape_learned_in_another_channel(tmp_path: P
         Hub(tmp_path / "hub.db", host="127.0.0.1", port=0) as hub,
         FakeOpenAI(fallback=Reply("done")) as fake,
     ):
-        path = write_config(tmp_path / "asyncai.toml", hub_url=hub.url, model_url=fake.base_url)
-        text = path.read_text().replace('["#ops"]', '["#ops", "#dev", "#help"]')
-        text = text.replace("retries = 0\n", "retries = 0\nharness = true\n")
-        path.write_text(text + SECTIONS)
+        harness = "retries = 0\nharness = true\n"
+        path = rooms_config(
+            tmp_path, hub.url, fake.base_url, lambda t: t.replace("retries = 0\n", harness)
+        )
         daemon = Daemon(load_config(path, environ={}), env={})
         await daemon.start()
         operator, developer = await people(hub.url, ("carol", "#ops"), ("alice", "#dev"))
