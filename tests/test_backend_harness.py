@@ -665,28 +665,3 @@ async def test_a_reply_that_copies_the_error_wording_is_replaced(code_mode, monk
     assert failed.reply.endswith("ended with: ZeroDivisionError: division by zero")
     assert answered.reply == 'The result of run_code: ["pod-0","pod-4","pod-8"]'
     assert answered.metrics.reply_from_result is True
-
-
-async def test_shape_first_shows_the_learned_result_after_the_question(code_mode, monkeypatch):
-    """Rule shape-first (on by default): once list_pods' shape is learned, the next
-    question about pods ends with that result as a typed example, after the question (the
-    system message is the same either way); off (ASYNCAI_HARNESS_OFF), the question
-    stands alone."""
-    question = "which pods of namespace prod are failing?"
-    example = "list_pods(...) returns [{'metadata': {'name': str}, 'status': {'phase': str}}]"
-    script = [block(FILTER), "pod-0, pod-4 and pod-8 are failing."] * 2
-    runs = request(question), request(question, run="R2", thread="T2")
-    ex, _ = code_mode
-    on, _ = await run_script(ex, script, *runs)
-    # the first run knows no shape yet; it learned it, and the next run shows it
-    first, _, second, _ = on.requests
-    assert first["messages"][-1]["content"] == question
-    shown = second["messages"][-1]["content"]
-    assert shown.startswith(f"{question}\n\nWhat these functions return")
-    assert shown.endswith(f"\n{example}")
-    # off: with the shape known, the first request of each run ends with the question
-    rules_off(monkeypatch, "shape-first")
-    fresh = request(question, run="R3", thread="T3"), request(question, run="R4", thread="T4")
-    off, _ = await run_script(ex, script, *fresh)
-    assert [r["messages"][-1]["content"] for r in off.requests[::2]] == [question] * 2
-    assert second["messages"][0] == off.requests[0]["messages"][0]  # the same system message

@@ -315,38 +315,3 @@ async def test_a_shape_learned_in_ops_is_never_shown_to_another_channel(tmp_path
             for person in people_after:
                 await person.close()
             await daemon.aclose()
-
-
-async def test_the_harness_shows_no_shape_learned_in_another_channel(tmp_path: Path) -> None:
-    """The small-model harness's shape-first rule puts a learned result's typed example
-    after a question that names the function: #ops's (alice's address as a key) after
-    #ops's question, never after #dev's, on the same executor and backend."""
-    async with (
-        Hub(tmp_path / "hub.db", host="127.0.0.1", port=0) as hub,
-        FakeOpenAI(fallback=Reply("done")) as fake,
-    ):
-        harness = "retries = 0\nharness = true\n"
-        path = rooms_config(
-            tmp_path, hub.url, fake.base_url, lambda t: t.replace("retries = 0\n", harness)
-        )
-        daemon = Daemon(load_config(path, environ={}), env={})
-        await daemon.start()
-        operator, developer = await people(hub.url, ("carol", "#ops"), ("alice", "#dev"))
-        question = "what does echo return for a text, unchanged?"  # names echo's stub
-        try:
-            fake.add(Reply(f"I will echo it.\n```python\nawait echo(text={SECRET!r})"))
-            fake.add(Reply("echoed"))
-            await operator.ask("echo the directory entry")
-            assert '"alice@corp.example"' in str(fake.requests[-1]["messages"])  # it ran
-            await developer.ask(question)
-            shown = fake.requests[-1]["messages"][-1]["content"]
-            assert shown == question
-            assert "alice@corp.example" not in str(fake.requests[-1])
-            await operator.ask(question)
-            shown = fake.requests[-1]["messages"][-1]["content"]
-            assert shown.startswith(f"{question}\n\nWhat these functions return")
-            assert "alice@corp.example" in shown
-        finally:
-            await operator.close()
-            await developer.close()
-            await daemon.aclose()

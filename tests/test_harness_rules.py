@@ -14,7 +14,6 @@ from typing import Any, cast
 
 import pytest
 
-from daemon.code_mode.catalog import Catalog
 from daemon.config import ModelConfig
 from daemon.errors import ConfigError
 from daemon.model.calls import ToolCall
@@ -155,19 +154,6 @@ def _with_examples(switches: Switches) -> str:
     return messages[0]["content"]
 
 
-def _shapes_shown(switches: Switches) -> str:
-    """The first user message of a question about a function with an output schema."""
-    schema = {"type": "object", "properties": {"status": {"type": "integer"}}}
-    url = {"type": "object", "properties": {"url": {"type": "string"}}, "required": ["url"]}
-    fetch = ToolDefinition("http_get", "Fetch a URL.", url, schema)
-    tools = replace(_tools(True), catalog=Catalog([fetch]))
-    turns = CodeBlockTurns(cast(Any, None), tools, ModelConfig(model="m"), switches)
-    question = "What does http://h/x say?"
-    messages = [{"role": "system", "content": "s"}, {"role": "user", "content": question}]
-    turns.loop_state(messages, question)
-    return messages[-1]["content"]
-
-
 def _repaired(code: str, functions: Any = ()) -> Callable[[Switches], Any]:
     return lambda _: repair_code(code, functions)
 
@@ -224,7 +210,6 @@ PROBES: dict[str, Callable[[Switches], Any]] = {
     "quote-result": lambda _: quote_result("Two.", '["a", "b"]'),
     "positional-args": _repaired('r = await read_query("SELECT 1")\nr', SQL),
     "failed-honest": _gave_up,
-    "shape-first": _shapes_shown,
     "direct-answer-instruction": lambda sw: _direct(sw).final_instruction("How many pods?"),
 }
 

@@ -64,10 +64,6 @@ each piece fixes one observed failure:
 | every snippet failed, and the answer     | :func:`failure_reply` instead  | failed-honest      |
 | states values it never computed          | of the model's words; no       |                    |
 |                                          | answer round                   |                    |
-| a key the result lacks read first        | :func:`shapes_first`: after    | shape-first        |
-| (``r['items']`` of a dict holding it     | the question, the result of    |                    |
-| elsewhere), text indexed as a dict       | the functions it is about as a |                    |
-|                                          | typed example                  |                    |
 
 The loop (``daemon.model.loop``) is given :class:`SmallModelProfile`
 (``profile``) when ``[model] harness`` is on, and calls it at its named
@@ -83,8 +79,7 @@ really is), ``keyfix`` (a key read where the look found it), ``fields``
 (result fields the stubs' sketches cut short), ``peek`` (the sandbox snippet
 that looks at a failed snippet's variables), ``look`` (what it found, as
 data: paths, values and counts, rendered only for the model), ``topics``
-(which function a question is about), ``shapes`` (a result as a small typed
-example, shown after the question), ``vote`` (self-consistency for short
+(which function a question is about), ``vote`` (self-consistency for short
 answers), ``examples`` (solved questions of ``[model] examples``, the closest
 shown per question) and ``rules`` (every rule's name, :data:`RULES`, and which
 are on).
@@ -176,8 +171,7 @@ from daemon.model.harness.rules import (
     active,
     from_environ,
 )
-from daemon.model.harness.shapes import result_example, shapes_first, typed_example
-from daemon.model.harness.topics import Topic, asked_functions, catalog_topics, topic_hint
+from daemon.model.harness.topics import Topic, catalog_topics, topic_hint
 from daemon.model.harness.vote import (
     MAX_VOTE_SAMPLES,
     REREAD,
@@ -216,7 +210,6 @@ __all__ = [
     "Topic",
     "active",
     "answer_instruction",
-    "asked_functions",
     "assigned_names",
     "catalog_signatures",
     "catalog_topics",
@@ -258,16 +251,13 @@ __all__ = [
     "repair_code",
     "repeat_hint",
     "replays_code",
-    "result_example",
     "result_message",
     "retry_hint",
     "retry_seed",
-    "shapes_first",
     "system_prompt",
     "text_calls",
     "text_tool_calls",
     "topic_hint",
-    "typed_example",
     "url_hint",
     "value_atoms",
     "value_hint",

@@ -45,8 +45,7 @@ from daemon.model.harness.prompts import (
     system_prompt,
 )
 from daemon.model.harness.rules import Switches, active
-from daemon.model.harness.shapes import shapes_first
-from daemon.model.harness.topics import Topic, asked_functions, catalog_topics
+from daemon.model.harness.topics import Topic, catalog_topics
 from daemon.model.profile import RunTools, Turns
 from daemon.model.prompts import FINAL_ROUND_PROMPT
 from daemon.model.records import RunState
@@ -216,7 +215,6 @@ class CodeBlockTurns:
         the system message shows the ones closest to ``question``."""
         if self.examples and messages and messages[0].get("role") == "system":
             messages[0] = {"role": "system", "content": self._system(self._chosen(question))}
-        self._shapes_first(messages, question)
         return LoopState(
             mode=self.mode,
             messages=messages,
@@ -226,19 +224,6 @@ class CodeBlockTurns:
             samples=self.params.answer_samples,
             mutating=self.mutating,
         )
-
-    def _shapes_first(self, messages: list[dict[str, Any]], question: str) -> None:
-        """Rule ``shape-first``: the question's message ends with the typed results of
-        the functions it is about (after the question: the system message before it
-        stays the same from question to question, as the prompt cache needs)."""
-        catalog = self.tools.catalog
-        if catalog is None or not messages or messages[-1].get("role") != "user":
-            return
-        fetchers = sorted(name for name, (params, _) in self.functions.items() if "url" in params)
-        with self._switched():
-            shown = shapes_first(asked_functions(question, self.topics, fetchers), catalog)
-        if shown:
-            messages[-1] = {**messages[-1], "content": f"{messages[-1]['content']}\n\n{shown}"}
 
     async def rounds(self, run: RunState, ls: LoopState) -> None:
         """Blocks until the model answers (:func:`~daemon.model.harness.blocks.code_blocks`)."""

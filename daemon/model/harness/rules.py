@@ -89,9 +89,6 @@ RULES: dict[str, str] = {
     "required parameter is missing: the argument is passed by that keyword",
     "failed-honest": "a run whose every snippet failed (none ran to a result): the reply says "
     "the question could not be answered and the last error's line, not the model's words",
-    "shape-first": "a question about functions whose result has a declared output schema "
-    "or a learned shape: after the question, each one's result as a small typed example "
-    "(one item of each list, a type for each value), at most two functions",
     # the tool-call protocol (tools offered directly)
     "direct-answer-instruction": "with tools offered directly, the last round asks for the "
     "answer in the harness's words",

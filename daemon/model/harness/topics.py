@@ -27,7 +27,7 @@ from __future__ import annotations
 import ast
 import functools
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,7 +38,6 @@ from daemon.model.harness.rules import on
 __all__ = [
     "MIN_GAIN",
     "Topic",
-    "asked_functions",
     "catalog_topics",
     "question_words",
     "topic_hint",
@@ -120,33 +119,6 @@ def catalog_topics(catalog: Catalog) -> dict[str, Topic]:
             example, text = f"await {name}({', '.join(f'{p}=...' for p in needed)})", stub
         out[name] = Topic(words(text), example, len(entry.required))
     return out
-
-
-def asked_functions(
-    question: str, functions: Mapping[str, Topic], fetchers: Sequence[str] = (), limit: int = 2
-) -> list[str]:
-    """The functions ``question`` is about, at most ``limit``, before any snippet ran.
-
-    A question that names a URL is about that URL's data, whatever its words
-    say: the functions that fetch one (``fetchers``, those with a ``url``
-    parameter). Otherwise those whose stub covers the most of its words,
-    ranked as :func:`topic_hint` ranks them: at least :data:`MIN_GAIN` words
-    (one is noise: "day" names no function a question on releases is
-    about), and no fewer than the best by :data:`MIN_GAIN` or more. A
-    function named here is shown before the model writes anything, so a
-    wrong one would steer it: none is better than a guess.
-    """
-    if fetchers and _URL.search(question):
-        return list(fetchers[:limit])
-    asked = question_words(question)
-    ranked = sorted(
-        (-len(asked & topic.words), topic.required, index, name)
-        for index, (name, topic) in enumerate(functions.items())
-    )
-    if not ranked:
-        return []
-    least = max(MIN_GAIN, -ranked[0][0] - MIN_GAIN + 1)
-    return [name for cover, *_, name in ranked[:limit] if -cover >= least]
 
 
 def _called(code: str, functions: Mapping[str, Topic]) -> tuple[list[str], dict[str, Any]]:
