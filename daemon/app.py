@@ -88,6 +88,7 @@ from daemon.runtime.desk import ApprovalDesk
 from daemon.runtime.intake import ChannelPublisher, ChunkJoiner, inbound
 from daemon.runtime.limits import SenderLimiter, SenderLimits
 from daemon.runtime.progress import (
+    PROGRESS_GRACE,
     PROGRESS_INTERVAL,
     RunProgress,
     progress_observer,
@@ -155,7 +156,8 @@ class Daemon:
     handed in serves every channel as it is (no channel's tools are filtered). ``env`` is
     where ``NOTIFY_SOCKET`` and ``WATCHDOG_USEC`` are read (default
     ``os.environ``). ``progress_interval``: seconds between two statuses of
-    a run, at least (tests pass 0 to see every one). ``warm_up``: send the
+    a run, at least; ``progress_grace``: seconds before a run's first one
+    (tests pass 0 for both to see every one). ``warm_up``: send the
     system prompt once while starting, so a local model's prompt cache holds
     it before the first prompt (``asyncai up`` with the embedded model).
     """
@@ -168,11 +170,13 @@ class Daemon:
         executor: ToolExecutor | None = None,
         env: Mapping[str, str] | None = None,
         progress_interval: float = PROGRESS_INTERVAL,
+        progress_grace: float = PROGRESS_GRACE,
         warm_up: bool = False,
     ):
         self.config = config
         self._warm_up = warm_up
         self._progress_interval = progress_interval
+        self._progress_grace = progress_grace
         self._env = env
         self._channel = channel
         self._executor = executor
@@ -684,7 +688,9 @@ class Daemon:
         @contextlib.asynccontextmanager
         async def shown() -> AsyncIterator[RunProgress]:
             try:
-                async with showing_progress(send, interval=self._progress_interval) as progress:
+                async with showing_progress(
+                    send, interval=self._progress_interval, grace=self._progress_grace
+                ) as progress:
                     yield progress
             finally:
                 statuses.pop(key, None)

@@ -64,7 +64,9 @@ async def console_world(tmp_path_factory) -> AsyncIterator[tuple[Daemon, FakeOpe
             path.read_text() + '\n[web]\nlisten = "127.0.0.1:0"\ntokens = "web.tokens"\n'
         )
         write_tokens(tmp / "web.tokens", f"{TOKEN} operator\n")
-        daemon = Daemon(load_config(path, environ={}), env={}, progress_interval=0)
+        daemon = Daemon(
+            load_config(path, environ={}), env={}, progress_interval=0, progress_grace=0
+        )
         await daemon.start()
         alice = Person(hub.url)
         try:

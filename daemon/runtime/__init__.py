@@ -48,6 +48,7 @@ from daemon.runtime.ports import (
     mentions,
 )
 from daemon.runtime.progress import (
+    PROGRESS_GRACE,
     PROGRESS_INTERVAL,
     RunProgress,
     model_request,
@@ -96,6 +97,7 @@ from daemon.runtime.watchdog import health_problems, heartbeat
 from sessions.model import PromptStatus
 
 __all__ = [
+    "PROGRESS_GRACE",
     "PROGRESS_INTERVAL",
     "RUN_WINDOW",
     "SPLIT_PARTS",

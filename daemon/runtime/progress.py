@@ -14,9 +14,14 @@ through the module functions, which do nothing outside a run:
 
 Each text goes out as a channel ``status`` frame (not stored by the hub), at
 most one per :data:`PROGRESS_INTERVAL` per run (one run per thread at a time,
-so per thread): :class:`Throttle`, pure and clocked from outside, keeps the
-newest text that came too soon and lets it go once the interval is over;
-texts that were overtaken meanwhile are never sent. Best effort: a status
+so per thread), and none in the run's first :data:`PROGRESS_GRACE`:
+:class:`Throttle`, pure and clocked from outside, keeps the newest text that
+came too soon and lets it go once the interval (or the grace) is over; texts
+that were overtaken meanwhile are never sent. A run that replies within the
+grace shows no status at all: one drawn for milliseconds before the reply is
+noise to the reader, and each costs the daemon a frame out and its echo in
+(issue 31: without it the daemon's CPU per prompt fell from about 10 to 8 ms
+in ``bench/daemon.py``, whose model answers at once). Best effort: a status
 that cannot be sent is logged at debug and forgotten, never failing the run.
 The run's sender task is cancelled when the run returns, before its reply is
 published, so no status ever follows the reply.
@@ -35,6 +40,7 @@ import structlog
 from daemon.tools import AuditEntry, AuditObserver
 
 __all__ = [
+    "PROGRESS_GRACE",
     "PROGRESS_INTERVAL",
     "RunProgress",
     "Throttle",
@@ -51,6 +57,9 @@ log = structlog.get_logger("asyncai.daemon")
 PROGRESS_INTERVAL = 1.0
 """Seconds between two statuses of one run, at least."""
 
+PROGRESS_GRACE = 0.5
+"""Seconds a run works before its first status may go."""
+
 
 def running_code(calls: int) -> str:
     """``running code``, then how many nested tool calls the snippets made so far."""
@@ -60,16 +69,20 @@ def running_code(calls: int) -> str:
 
 
 class Throttle:
-    """At most one text per ``interval`` seconds of ``clock``; the newest waiting text wins.
+    """At most one text per ``interval`` seconds of ``clock``, none in the first
+    ``grace`` seconds after it is made; the newest waiting text wins.
 
     Pure: it only says what may go when. :meth:`offer` a text, ask
     :meth:`delay` how long until it may go, :meth:`take` it when that is 0.
     A text equal to the one last taken is not offered again.
     """
 
-    def __init__(self, interval: float, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, interval: float, clock: Callable[[], float] = time.monotonic, grace: float = 0.0
+    ) -> None:
         self.interval = interval
         self._clock = clock
+        self._first_at = clock() + grace  # when the first text may go
         self._last_at: float | None = None
         self._last: str | None = None
         self.pending: str | None = None
@@ -83,7 +96,7 @@ class Throttle:
         if self.pending is None:
             return None
         if self._last_at is None:
-            return 0.0
+            return max(0.0, self._first_at - self._clock())
         return max(0.0, self._last_at + self.interval - self._clock())
 
     def take(self) -> str | None:
@@ -108,9 +121,10 @@ class RunProgress:
         *,
         interval: float = PROGRESS_INTERVAL,
         clock: Callable[[], float] = time.monotonic,
+        grace: float = PROGRESS_GRACE,
     ) -> None:
         self._send = send
-        self._throttle = Throttle(interval, clock)
+        self._throttle = Throttle(interval, clock, grace)
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._closed = False
@@ -165,10 +179,14 @@ current_progress: ContextVar[RunProgress | None] = ContextVar("current_progress"
 
 @contextlib.asynccontextmanager
 async def showing_progress(
-    send: Callable[[str], Awaitable[None]], *, interval: float = PROGRESS_INTERVAL
+    send: Callable[[str], Awaitable[None]],
+    *,
+    interval: float = PROGRESS_INTERVAL,
+    grace: float = PROGRESS_GRACE,
 ) -> AsyncIterator[RunProgress]:
-    """Within the block, the run's reports go to ``send``; none after it ends."""
-    progress = RunProgress(send, interval=interval)
+    """Within the block, the run's reports go to ``send``; none in its first ``grace``
+    seconds, none after it ends."""
+    progress = RunProgress(send, interval=interval, grace=grace)
     token = current_progress.set(progress)
     try:
         yield progress
