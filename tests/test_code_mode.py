@@ -124,6 +124,22 @@ async def test_gather_of_two_tools_filters_to_one_small_value(make_executor, fak
     assert datetime.fromisoformat(entry["started"]).utcoffset().total_seconds() == 0
 
 
+async def test_next_of_a_generator_expression_runs_as_in_cpython(make_executor, fake):
+    """Monty makes a generator expression a list, so ``next(x for x in ...)`` alone fails
+    with "'list' object is not an iterator"; run_code rewrites it (sandbox/compat.py) and
+    the first match, or the default, comes back as CPython gives it."""
+    scope = make_executor(fake).thread_scope(ThreadKey("#t", "t"))
+    out = await run(
+        scope,
+        'pods = await list_objects(kcp="root:app")\n'
+        'first = next(p["name"] for p in pods["items"] if p["phase"] != "Running")\n'
+        'none = next((p for p in pods["items"] if p["phase"] == "Lost"), "no pod")\n'
+        "[first, none]",
+    )
+    assert not out.is_error, out.content
+    assert json.loads(out.content) == ["root:app-pods-0", "no pod"]
+
+
 async def test_one_megabyte_json_result_is_filtered_inside_the_sandbox(make_executor):
     """A 1 MB JSON tool result comes back as a handful of bytes."""
     rows = [{"id": i, "kcp": "abc"[i % 3], "size": (i * 7919) % 10_000} for i in range(26_000)]

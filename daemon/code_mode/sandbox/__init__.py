@@ -3,6 +3,7 @@
 Holds the Monty worker pool (``pool``), the snippet engine over a Monty
 session (``engine``, snapshot by snapshot; ``direct``, on Monty's own
 host-call path; ``outcome``, how a snippet ended; ``prints``, the print cap),
+valid Python that Monty runs otherwise rewritten before it runs (``compat``),
 its nested tool calls (``nested``, gated, logged and audited; ``deadlines``,
 their timeouts), a snippet paused for approval and its resumption
 (``approval``), and the ``Hint:`` lines for Monty's known gaps (``hints``,

@@ -87,6 +87,7 @@ from daemon.code_mode.sandbox.approval import (
     stamp,
     unlike_shown,
 )
+from daemon.code_mode.sandbox.compat import as_cpython
 from daemon.code_mode.sandbox.direct import (
     OS_DENIED,
     SLEEP_DENIED,
@@ -187,6 +188,7 @@ class SnippetRun:
         ``direct``: the snippet may take Monty's own host-call path
         (:func:`~daemon.code_mode.sandbox.direct.direct_ok` said so); it never pauses.
         """
+        code = as_cpython(code)  # valid Python Monty runs otherwise (compat.py)
         self._code = code
         sink = PrintSink(self._limits.max_print_bytes)
         if not direct:
