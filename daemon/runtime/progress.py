@@ -20,8 +20,7 @@ came too soon and lets it go once the interval (or the grace) is over; texts
 that were overtaken meanwhile are never sent. A run that replies within the
 grace shows no status at all: one drawn for milliseconds before the reply is
 noise to the reader, and each costs the daemon a frame out and its echo in
-(issue 31: without it the daemon's CPU per prompt fell from about 10 to 8 ms
-in ``bench/daemon.py``, whose model answers at once). Best effort: a status
+(about 0.4 ms of CPU measured alone; issue 31, docs/benchmarks). Best effort: a status
 that cannot be sent is logged at debug and forgotten, never failing the run.
 The run's sender task is cancelled when the run returns, before its reply is
 published, so no status ever follows the reply.
