@@ -218,6 +218,7 @@ PROBES: dict[str, Callable[[Switches], Any]] = {
 TRIAL_PROBES: dict[str, Callable[[Switches], Any]] = {
     "check-answer": lambda _: checks_answer("42"),
     "grammar": lambda _: reply_grammar(final=False),
+    "dead-imports": _repaired("import requests\nr = await f()\nr", ["f"]),
 }
 
 
@@ -327,3 +328,29 @@ def test_positional_args_binds_one_argument_to_the_one_missing_required_paramete
             "r = await other('x')\nr",  # not a catalog function
         ):
             assert not any("positional" in r for r in repair_code(left, SQL)[1]), left
+
+
+def test_dead_imports_drops_only_unread_imports_of_absent_modules() -> None:
+    """Switched on, an import of a module the sandbox lacks whose name the code never
+    reads is dropped (plain, aliased, dotted, from-imports); one the code reads, one of a
+    sandbox module, one inside a function, and a relative import stay."""
+    with active(Switches(trials=frozenset({"dead-imports"}))):
+        code = (
+            "import requests\nimport pandas as pd, numpy\nfrom bs4 import BeautifulSoup\n"
+            "import xml.etree.ElementTree\nimport json\nr = await f()\nr"
+        )
+        fixed, repairs = repair_code(code, ["f"])
+        assert fixed.splitlines() == ["import json", "r = await f()", "r"]
+        assert repairs == [
+            "dropped imports the code never uses of modules the sandbox lacks: requests, "
+            "pandas, numpy, bs4, xml.etree.ElementTree"
+        ]
+        used = "import requests\nr = requests.get('http://h')\nr"
+        assert repair_code(used, ["f"]) == (used, [])
+        mixed = "import requests, json\nx = 1\nx"  # json is a sandbox module: kept whole
+        assert repair_code(mixed)[0].splitlines()[0] == "import requests, json"
+        inner = "def g():\n    import requests\n    return 1\ng()"
+        assert repair_code(inner) == (inner, [])
+        relative = "from . import x\ny = 1\ny"
+        assert "from . import x" in repair_code(relative)[0]
+    assert repair_code("import requests\nx = 1\nx")[0].startswith("import requests")

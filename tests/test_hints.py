@@ -6,7 +6,7 @@ import pytest
 from pydantic_monty import AsyncMonty, MontyRuntimeError, MontySyntaxError
 
 from daemon.code_mode.sandbox import hints as hints_module
-from daemon.code_mode.sandbox.hints import MAX_HINTS, hints_for, with_hints
+from daemon.code_mode.sandbox.hints import MAX_HINTS, SANDBOX_MODULES, hints_for, with_hints
 
 # (snippet that trips a gap in Monty 1.4, a phrase its hint must contain)
 GAPS: list[tuple[str, str]] = [
@@ -122,3 +122,13 @@ def test_hints_deduplicated_and_capped() -> None:
         ]
     )
     assert len(hints_for(many)) == MAX_HINTS
+
+
+async def test_sandbox_modules_import_in_real_monty(monty_pool: AsyncMonty) -> None:
+    """Every module SANDBOX_MODULES names (the hints' list, the harness's dead-imports
+    rule) imports in a real worker, and a module it leaves out does not."""
+    async with monty_pool.checkout() as session:
+        for name in SANDBOX_MODULES:
+            await session.feed_run(f"import {name}")
+        with pytest.raises(MontyRuntimeError):
+            await session.feed_run("import requests")

@@ -20,7 +20,7 @@ May import: ``daemon.code_mode``'s shared modules (``contract``, ``convert``,
 from daemon.code_mode.sandbox.approval import render_paused, stamping_observer
 from daemon.code_mode.sandbox.direct import eligible
 from daemon.code_mode.sandbox.engine import SnippetRun
-from daemon.code_mode.sandbox.hints import MISSING_MODULE_ADVICE, hints_for
+from daemon.code_mode.sandbox.hints import MISSING_MODULE_ADVICE, SANDBOX_MODULES, hints_for
 from daemon.code_mode.sandbox.nested import NestedCalls
 from daemon.code_mode.sandbox.outcome import SnippetOutcome
 from daemon.code_mode.sandbox.pool import (
@@ -34,6 +34,7 @@ from daemon.code_mode.sandbox.pool import (
 __all__ = [
     "CLOSE_TIMEOUT",
     "MISSING_MODULE_ADVICE",
+    "SANDBOX_MODULES",
     "NestedCalls",
     "SnippetOutcome",
     "SnippetRun",

@@ -18,7 +18,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-__all__ = ["MAX_HINTS", "MISSING_MODULE_ADVICE", "hints_for", "with_hints"]
+__all__ = ["MAX_HINTS", "MISSING_MODULE_ADVICE", "SANDBOX_MODULES", "hints_for", "with_hints"]
 
 MAX_HINTS = 3
 
@@ -37,10 +37,14 @@ MISSING_MODULE_ADVICE: dict[str, str] = {
     "zoneinfo": "use datetime.timezone(datetime.timedelta(hours=N))",
 }
 
-_AVAILABLE = (
-    "asyncio, json, re, math, datetime, collections, itertools, functools, dataclasses, "
-    "typing, time, random, copy, base64, hashlib, decimal, csv, bisect"
+#: The standard modules a snippet can import in Monty 1.4, in the order hints name them.
+SANDBOX_MODULES: tuple[str, ...] = (
+    *("asyncio", "json", "re", "math", "datetime", "collections", "itertools", "functools"),
+    *("dataclasses", "typing", "time", "random", "copy", "base64", "hashlib", "decimal"),
+    *("csv", "bisect"),
 )
+
+_AVAILABLE = ", ".join(SANDBOX_MODULES)
 
 
 @dataclass(frozen=True)

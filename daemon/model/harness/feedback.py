@@ -13,7 +13,7 @@ from collections.abc import Collection, Iterable, Mapping
 # NO_OUTPUT: run_code's text for "nothing printed, None last", a result that answers
 # nothing, so the harness asks again
 from daemon.code_mode.catalog import NO_OUTPUT
-from daemon.code_mode.sandbox import MISSING_MODULE_ADVICE
+from daemon.code_mode.sandbox import MISSING_MODULE_ADVICE, SANDBOX_MODULES
 from daemon.model.harness.look import Look
 from daemon.model.harness.parsing import is_code_only
 from daemon.model.harness.prompts import WORKED_EXAMPLE, echoes_example
@@ -261,11 +261,6 @@ _UNORDERED = re.compile(
     r"TypeError: '[<>]=?' not supported between instances of '(\w+)' and '(\w+)'"
 )
 _ORDERING = re.compile(r"\b(max|min|sorted)\(.*\bkey\s*=")
-# Standard modules the sandbox has (daemon/code_mode/sandbox/hints.py), named without an import.
-_MODULES = frozenset(
-    {"json", "re", "math", "datetime", "collections", "itertools", "functools", "time"}
-    | {"random", "copy", "base64", "hashlib", "decimal", "csv", "bisect", "asyncio"}
-)
 
 
 def retry_hint(code: str, error: str, functions: Iterable[str] = ()) -> str | None:
@@ -280,7 +275,7 @@ def retry_hint(code: str, error: str, functions: Iterable[str] = ()) -> str | No
         return None
     known = sorted(set(functions))
     m = _UNDEFINED.search(error)
-    if m and m.group(1) in _MODULES:  # datetime.date(...) without the import
+    if m and m.group(1) in SANDBOX_MODULES:  # datetime.date(...) without the import
         return f"Hint: {m.group(1)} is a module: write `import {m.group(1)}` first."
     called = m is not None and re.search(rf"\b{re.escape(m.group(1))}\s*\(", code)
     if m and known and m.group(1) not in known and not called:

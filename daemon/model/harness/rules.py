@@ -96,6 +96,8 @@ RULES: dict[str, str] = {
 
 #: Mechanisms under measurement: off until ``ASYNCAI_HARNESS_ON`` names them.
 TRIALS: dict[str, str] = {
+    "dead-imports": "an import of a module the sandbox lacks (requests) whose name the "
+    "snippet never reads is dropped",
     "check-answer": "a short answer (a number, a name, a short list): one more round "
     "restates the question and asks the model to check the value answers it, or to "
     "correct it with one more snippet",
