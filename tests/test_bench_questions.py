@@ -284,6 +284,55 @@ def test_the_seconds_report_has_every_part_and_keeps_held_out_ids_out() -> None:
     assert "kcp.secret" in seconds_report(runs, ["code"], None, show_held_out=True)
 
 
+# two requests as llama-cpp-python's verbose server logs them (2026-12-02), with the
+# lines around them that are not counters
+_LOGGED = """INFO:     127.0.0.1:58366 - "POST /v1/chat/completions HTTP/1.1" 200 OK
+Llama.generate: 4 prefix-match hit, remaining 4334 prompt tokens to eval
+llama_perf_context_print:        load time =   32535.73 ms
+llama_perf_context_print: prompt eval time =   32534.37 ms /  1019 tokens (   31.93 ms per token)
+llama_perf_context_print:        eval time =    3438.74 ms /    47 runs   (   73.16 ms per token)
+llama_perf_context_print:       total time =   36099.28 ms /  1066 tokens
+llama_perf_context_print: prompt eval time =     500.00 ms /    21 tokens (   23.81 ms per token)
+llama_perf_context_print:        eval time =    1000.00 ms /    10 runs   (  100.00 ms per token)
+"""
+
+
+async def test_the_server_log_counts_each_questions_evaluated_tokens(tmp_path: Path) -> None:
+    """ServerLog sums llama.cpp's per-request counters written since its last take (not
+    the load or total lines, not a line still being written), and waits for a question's
+    requests; the limit then counts the tokens evaluated, and the footnote says so."""
+    from bench.questions.run import seconds_report
+    from bench.questions.speed import Evaluated, ServerLog, Speeds
+
+    path = tmp_path / "llama.log"
+    path.write_text("llama_perf_context_print: prompt eval time = 1.00 ms / 999 tokens\n")
+    log = ServerLog(path)  # what the file held before is not counted
+    assert log.take() == Evaluated()
+    with path.open("a") as f:
+        f.write(_LOGGED + "llama_perf_context_print: prompt eval time =   9.00 ms /  7")
+    taken = log.take()
+    assert (taken.prompt_tokens, taken.generated, taken.requests) == (1040, 57, 2)
+    assert (taken.prompt_seconds, taken.generation_seconds) == pytest.approx((33.03437, 4.43874))
+    assert log.take() == Evaluated()
+    with path.open("a") as f:
+        f.write(" tokens\n")  # the partial line, finished: the next take has it
+    assert (await log.take_requests(1, wait=0.1)) == Evaluated(7, 9 / 1000, 0, 0.0, 1)
+    assert await log.take_requests(1, wait=0.1) is None  # nothing came
+    missing = ServerLog(tmp_path / "absent.log")
+    assert missing.take() == Evaluated()
+
+    speeds = Speeds(prompt=100.0, generation=10.0, prompt_tokens=1200, generated=48)
+    runs = [_timed("kcp.a", "dev", True, "A", 8.0)]
+    runs[0].evaluated_tokens = 200  # of its 1000 prompt tokens: the cache held 800
+    text = seconds_report(runs, ["code"], speeds, show_held_out=False)
+    assert text.count("| 7.0 |") == 2  # 200/100 + 50/10, the median row and its own
+    assert "It counts the prompt tokens the server evaluated" in text
+    runs[0].evaluated_tokens = None
+    text = seconds_report(runs, ["code"], speeds, show_held_out=False)
+    assert text.count("| 15.0 |") == 2
+    assert "It counts every prompt token where no server log was read" in text
+
+
 def test_compare_pairs_each_question_across_the_arms() -> None:
     """--compare: the arms side by side over the questions both answered; the median of
     B's wall time over A's per question, and which answers moved."""

@@ -39,6 +39,7 @@ import os
 import shlex
 import socket
 import sys
+import tempfile
 import time
 import tomllib
 import uuid
@@ -50,7 +51,14 @@ from typing import Any
 from bench.questions import probe
 from bench.questions.core import SPLITS, Case, Template, says_cannot
 from bench.questions.servers import install_all
-from bench.questions.speed import Speeds, calibrate, compare_table, median, split_table
+from bench.questions.speed import (
+    ServerLog,
+    Speeds,
+    calibrate,
+    compare_table,
+    median,
+    split_table,
+)
 from bench.questions.startup import startup, startup_table
 from bench.questions.world import HTTP_PORT, Served, open_world, templates
 from daemon.code_mode import CodeModeLimits, CodeModeToolExecutor
@@ -94,6 +102,9 @@ class Outcome:
     # where its seconds went, by part (daemon.runtime.timing.time_split: issue 31)
     timing: dict[str, float] = field(default_factory=dict)
     arm: str = ""  # the configuration it was asked in (--compare: "A" or "B")
+    # the prompt tokens the server evaluated (its log's count, the prefix cache left out);
+    # None when no server log was read
+    evaluated_tokens: int | None = None
 
     def public(self, show_held_out: bool) -> dict[str, Any]:
         """The outcome for the JSON file: a held-out one without its id, question,
@@ -178,6 +189,7 @@ class Arm:
     inner: McpToolExecutor | None = None
     executor: ToolExecutor | None = None
     backend: Any = None
+    log: ServerLog | None = None  # its server's verbose log, when the bench can read it
 
     async def open(self, mode: str, served: Served) -> None:
         """Its MCP servers (all six), its code-mode executor and its backend."""
@@ -259,10 +271,17 @@ async def _ask(
         history=[],
         prompts=[Prompt(id=uuid.uuid4().hex, sender="bench", text=case.text)],
     )
+    if arm.log is not None:
+        arm.log.take()  # what came before this question is not its own
     started = time.monotonic()
     async with timelines.timing_run(request.run_id, {"channel": "#bench"}) as timeline:
         result = await arm.backend.run(request)
         timeline.run.attributes["status"] = "done"  # no approvals here: never paused
+    seconds = time.monotonic() - started
+    evaluated = None
+    if arm.log is not None:
+        logged = await arm.log.take_requests(len(timeline.of_kind("model.request")))
+        evaluated = logged.prompt_tokens if logged is not None else None
     m = result.metrics
     extra = m.extra()
     extra.pop("split", None)  # the summary's split, taken before the run's end
@@ -279,7 +298,7 @@ async def _ask(
         nested_calls=m.nested_calls,
         bytes_in=m.bytes_in,
         bytes_out=m.bytes_out,
-        seconds=time.monotonic() - started,
+        seconds=seconds,
         status=result.status,
         prompt_tokens=m.prompt_tokens,
         completion_tokens=m.completion_tokens,
@@ -290,6 +309,7 @@ async def _ask(
         extra=extra,
         timing=time_split(timeline).rounded(),
         arm=arm.label,
+        evaluated_tokens=evaluated,
     )
 
 
@@ -461,6 +481,14 @@ def _parser() -> argparse.ArgumentParser:
         help="B's [model] key (repeatable), e.g. max_tokens=512; alone, B asks A's server",
     )
     model.add_argument(
+        "--server-log",
+        type=Path,
+        metavar="FILE",
+        help="with --base-url: that llama-cpp-python server's verbose log (asyncai model "
+        "serve --log FILE), read for the tokens it evaluated (the limit column); a server "
+        "the bench starts logs to a file of its own",
+    )
+    model.add_argument(
         "--no-calibrate",
         action="store_true",
         help="skip the speed calibration at the start (no machine's limit column)",
@@ -602,6 +630,8 @@ async def bench(parser: argparse.ArgumentParser, args: argparse.Namespace) -> in
         "direct": 1 if args.quick else args.direct_seeds,
     }
     seeds = {m: seeds[m] for m in modes}
+    if args.server_log is not None and args.base_url is None:
+        parser.error("--server-log names the log of the server at --base-url")
     suite = select(args)
     if not suite:
         parser.error("no template selected")
@@ -620,20 +650,27 @@ async def bench(parser: argparse.ArgumentParser, args: argparse.Namespace) -> in
         compare_url: str | None = None
         server_seconds = None
         server = None
+        logs: dict[str, Path | None] = {"A": args.server_log, "B": args.server_log}
         if base_url is None:
             from daemon.local_model import LocalModelError, LocalModelServer
 
+            # each server's verbose log: llama.cpp's own count of the tokens it evaluated
+            folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-llm-")))
+            logs = {"A": folder / "a.log", "B": folder / "a.log"}
             try:
                 server = LocalModelServer.default(
-                    python=args.python, extra_args=shlex.split(args.server_args or "")
+                    python=args.python,
+                    extra_args=shlex.split(args.server_args or ""),
+                    log_path=logs["A"],
                 )
                 note("starting the local model…")
                 loading = time.monotonic()
                 await stack.enter_async_context(server)
                 server_seconds = time.monotonic() - loading
                 if args.compare is not None:  # B's own server, idle while A's question runs
+                    logs["B"] = folder / "b.log"
                     other = LocalModelServer.default(
-                        python=args.python, extra_args=shlex.split(args.compare)
+                        python=args.python, extra_args=shlex.split(args.compare), log_path=logs["B"]
                     )
                     note(f"starting the local model for B ({args.compare})…")
                     await stack.enter_async_context(other)
@@ -666,6 +703,10 @@ async def bench(parser: argparse.ArgumentParser, args: argparse.Namespace) -> in
             for key, value in args.compare_set:
                 setattr(other_model, key, value)
             arms.append(Arm("B", other_model))
+        readers: dict[Path, ServerLog] = {}  # one reader per file: B may share A's server
+        for arm in arms:
+            path = logs[arm.label]
+            arm.log = readers.setdefault(path, ServerLog(path)) if path is not None else None
         started = datetime.datetime.now(datetime.UTC)
         speeds = None
         if not args.no_calibrate:
