@@ -617,7 +617,7 @@ class Daemon:
         lane = self._lanes.lane(request.channel)
         persistent = lane.persistent
         if persistent is not None:
-            await persistent.restore_scope(request.thread)
+            await persistent.restore_scope(request.thread, new=request.opens_thread)
         lane.noted.before_run(request.thread, had_earlier_runs=bool(request.history))
         async with self._timing(request) as timeline, self._progress(request):
             result = await lane.backend.run(request)

@@ -252,8 +252,10 @@ class Resumable(Protocol):
 class PersistentScopes(Protocol):
     """An executor whose thread REPLs survive eviction and restart (code mode with a store)."""
 
-    async def restore_scope(self, thread: ThreadKey) -> None:
-        """Load the thread's stored REPL now, if it is not live, so the next note tells of it."""
+    async def restore_scope(self, thread: ThreadKey, *, new: bool = False) -> None:
+        """Load the thread's stored REPL now, if it is not live, so the next note tells of it.
+        ``new``: the thread has just begun, so nothing is stored: no store read, now or at
+        its first snippet."""
         ...
 
     async def checkpoint(self, thread: ThreadKey) -> None:

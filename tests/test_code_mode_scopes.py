@@ -158,6 +158,23 @@ async def test_a_thread_with_nothing_stored_takes_no_worker_before_its_first_sni
     assert "NameError" in (await run(ex, "t", "x")).content
 
 
+async def test_a_new_thread_reads_nothing_from_the_store(make_executor, store):
+    """restore_scope(new=True), for a run that answers its thread's root: no store read,
+    no worker, no note, and the first snippet loads nothing either; the thread's REPL is
+    then stored and restored as any other's."""
+    ex = make_executor(store)
+    await ex.restore_scope(T, new=True)
+    assert ex.worker_pid(T) is None
+    assert ex.context_note(T) is None
+    assert (await run(ex, "t", "x = 41\nx")).content == "41"
+    assert store.loads == []
+    await ex.checkpoint(T)
+    again = make_executor(store)
+    await again.restore_scope(T)
+    assert store.loads == [T]
+    assert (await run(again, "t", "x + 1")).content == "42"
+
+
 async def test_restore_scope_reads_a_stored_repl_once(make_executor, store):
     """restore_scope reads the store to know whether there is a REPL, and loads what it read
     (with a cluster's store, a read is a fetch over NATS)."""

@@ -656,3 +656,33 @@ async def test_cancelled_while_starting_closes_everything(tmp_path):
             await task
         assert executor.closed == 1
         assert channel.closed
+
+
+async def test_a_threads_root_reads_no_history_and_no_stored_repl(env, monkeypatch):
+    """A prompt that opens its thread has nothing earlier to read: its run makes no history
+    read and no stored-REPL lookup (two store jobs a new thread saved, issue 31). Its
+    follow-up reads the history and sees the first turn and the REPL's variable."""
+    daemon, fake, alice = env
+    reads: list[str] = []
+
+    def spy(port: Any, name: str) -> None:
+        real = getattr(port, name)
+
+        async def counted(*args: Any, **kwargs: Any) -> Any:
+            reads.append(name)
+            return await real(*args, **kwargs)
+
+        monkeypatch.setattr(port, name, counted)
+
+    spy(daemon.store.queries, "history")
+    spy(daemon.store.scopes, "load_scope")
+    fake.add(ToolCalls(("run_code", {"code": "kept = 7"})), Reply("kept 7"))
+    first, reply = await alice.ask("keep seven")
+    assert reply.text == "kept 7"
+    assert reads == []  # the root's run read nothing of its thread
+    fake.add(Reply("7, still."))
+    await alice.ask("what did you keep?", thread=first)
+    assert reads == ["history"]  # the REPL is live here: nothing to load
+    messages = fake.requests[-1]["messages"]
+    assert any(m["role"] == "assistant" and m["content"] == "kept 7" for m in messages)
+    assert "kept: int" in user_text(fake.requests[-1])

@@ -593,3 +593,15 @@ async def test_tools_answers_with_the_channels_tools_and_asks_no_model(parts):
     )
     assert model.requests == []
     await rt.shutdown(grace=1)
+
+
+def test_a_run_opens_its_thread_when_it_answers_the_root() -> None:
+    """A root's id is its thread's id: a run holding it (alone or with follow-ups queued
+    behind it) opens the thread; a follow-up run alone does not."""
+    from daemon.runtime.runs import Prompt, RunRequest, opens_thread
+
+    root, later = Prompt("m1", "alice", "a"), Prompt("m2", "alice", "b")
+    assert opens_thread("m1", [root])
+    assert opens_thread("m1", [root, later])
+    assert not opens_thread("m1", [later])
+    assert not RunRequest("r", "#ops", "m1", [], [later]).opens_thread

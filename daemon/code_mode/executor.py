@@ -306,17 +306,24 @@ class CodeModeToolExecutor(BaseToolExecutor):
 
     # -- stored REPLs (issue 14) -----------------------------------------------
 
-    async def restore_scope(self, thread: ThreadKey) -> None:
+    async def restore_scope(self, thread: ThreadKey, *, new: bool = False) -> None:
         """Load the thread's stored REPL now, so the next :meth:`context_note` tells of it.
 
         Only for a scope never live here with a stored REPL (else nothing, and no
         worker taken); it restores as the first snippet would, keeping the checkout.
-        Raises :class:`SandboxUnavailable` as :meth:`call_tool` would.
+        ``new``: the thread has just begun (its run answers its root), so nothing is
+        stored: the scope is settled empty without reading the store, now or at its
+        first snippet. Raises :class:`SandboxUnavailable` as :meth:`call_tool` would.
         """
         if self._scopes.persistence is None:
             return
         await self.start()
         state = self._scopes.touch(thread)
+        if new:
+            async with state.lock:
+                if state.session is None:
+                    state.restore = False
+            return
         async with state.lock:
             if state.session is not None or not await self._scopes.may_load(state):
                 return

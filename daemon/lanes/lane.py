@@ -190,10 +190,10 @@ class Lanes:
 
     # -- PersistentScopes, each thread in its channel's lane --------------------------------
 
-    async def restore_scope(self, thread: ThreadKey) -> None:
+    async def restore_scope(self, thread: ThreadKey, *, new: bool = False) -> None:
         """The thread's lane's :meth:`~daemon.tools.PersistentScopes.restore_scope`."""
         if (scopes := self.lane(thread.channel).persistent) is not None:
-            await scopes.restore_scope(thread)
+            await scopes.restore_scope(thread, new=new)
 
     async def checkpoint(self, thread: ThreadKey) -> None:
         """The thread's lane's :meth:`~daemon.tools.PersistentScopes.checkpoint`."""

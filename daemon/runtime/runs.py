@@ -9,6 +9,7 @@ and which transcript record the call belongs to without widening the
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -26,6 +27,7 @@ __all__ = [
     "RunStatus",
     "ToolUseContext",
     "current_tool_use",
+    "opens_thread",
 ]
 
 
@@ -60,6 +62,19 @@ class RunRequest:
     def thread(self) -> ThreadKey:
         """The run's thread, its channel and thread id: what its REPL scope is keyed by."""
         return ThreadKey(self.channel, self.thread_id)
+
+    @property
+    def opens_thread(self) -> bool:
+        """Whether the run answers its thread's root (:func:`opens_thread`)."""
+        return opens_thread(self.thread_id, self.prompts)
+
+
+def opens_thread(thread_id: str, prompts: Iterable[Prompt]) -> bool:
+    """Whether ``prompts`` hold the root of thread ``thread_id`` (a root's id is its
+    thread's id: the hub's rule and NATS mapping's). A run that answers a root has no
+    earlier turn and no stored REPL to read: nothing of its thread was answered before
+    (its root would be done, not run), and a REPL is stored only by a run that replied."""
+    return any(p.id == thread_id for p in prompts)
 
 
 RunStatus = Literal["done", "failed", "interrupted", "paused"]

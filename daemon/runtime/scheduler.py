@@ -88,7 +88,7 @@ from daemon.runtime.ports import (
     RuntimeStore,
     mentions,
 )
-from daemon.runtime.runs import Prompt, RunRequest, RunResult
+from daemon.runtime.runs import Prompt, RunRequest, RunResult, opens_thread
 from daemon.runtime.usage import TokenMeter, metering
 
 __all__ = ["WEDGE_SLACK", "Runtime"]
@@ -375,14 +375,14 @@ class Runtime:
                     async with deadline:
                         result = await job.run()
                 else:
-                    history = await self._ctx.store.history(thread.channel, thread.thread_id)
-                    request = RunRequest(
-                        run_id=run_id,
-                        channel=thread.channel,
-                        thread_id=thread.thread_id,
-                        history=history,
-                        prompts=[Prompt(m.id, m.sender, m.text) for m in run.prompts],
+                    prompts = [Prompt(m.id, m.sender, m.text) for m in run.prompts]
+                    # a thread's root: its thread has no earlier turn to read
+                    history = (
+                        []
+                        if opens_thread(thread.thread_id, prompts)
+                        else await self._ctx.store.history(thread.channel, thread.thread_id)
                     )
+                    request = RunRequest(run_id, thread.channel, thread.thread_id, history, prompts)
                     async with deadline:
                         result = await self._run(request)
             crash_point("model_answered")
