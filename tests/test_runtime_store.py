@@ -396,3 +396,44 @@ async def test_the_observer_completes_a_start_cancelled_while_it_was_written(sto
     finally:
         current_tool_use.reset(token)
     assert [e.outcome for e in await store.audit.entries()] == ["cancelled"]
+
+
+async def test_the_cursor_past_a_passed_over_message_is_written_later(store, monkeypatch):
+    """The daemon's own reply read back (and any message it does not act on) moves the
+    cursor without a write of its own: the next prompt's record carries it, or one write
+    within PASS_OVER_DELAY, or the runtime's shutdown. Until then the store still holds the
+    cursor before it, so a crash only reads those messages again (and ignores them)."""
+    from daemon.runtime import store as runtime_store
+    from tests.fakes.runtime_helpers import NICK
+
+    adapter = SessionsRuntimeStore(store)
+    rt = Runtime(
+        store=adapter, publisher=FakePublisher(), run=RecordingModel(), options=RuntimeOptions()
+    )
+    cursor = lambda: store.cursors.get_cursor("#ops")  # noqa: E731
+    first = msg("hello")
+    await rt.submit(first)
+    assert await cursor() == first.id
+    own = msg("answer", sender=NICK, thread=first.thread)
+    await rt.submit(own)
+    assert await cursor() == first.id  # not written yet
+    second = msg("again")
+    await rt.submit(second)
+    assert await cursor() == second.id  # with the prompt's record, in its transaction
+    mine = [msg(f"answer {n}", sender=NICK) for n in range(3)]
+    for m in mine:
+        await rt.submit(m)
+    assert await cursor() == second.id
+    await rt.shutdown(grace=1)
+    assert await cursor() == mine[-1].id  # the shutdown wrote it
+
+    monkeypatch.setattr(runtime_store, "PASS_OVER_DELAY", 0.05)
+    later = SessionsRuntimeStore(store)
+    last = msg("answer 4", sender=NICK)
+    await later.pass_over("#ops", last.id)
+    await later.pass_over("#ops", mine[0].id)  # an older one never moves it back
+    async with asyncio.timeout(5):
+        while await cursor() != last.id:  # noqa: ASYNC110 -- bounded: the delayed write
+            await asyncio.sleep(0.02)
+    await later.flush_cursors()  # nothing left: no write, no error
+    assert await cursor() == last.id

@@ -130,6 +130,14 @@ class ClusterRuntimeStore:
         """The local cursor."""
         await self._inner.advance_cursor(channel, message_id)
 
+    async def pass_over(self, channel: str, message_id: str) -> None:
+        """The local cursor, written soon."""
+        await self._inner.pass_over(channel, message_id)
+
+    async def flush_cursors(self) -> None:
+        """The local cursors passed over, written now."""
+        await self._inner.flush_cursors()
+
     async def knows_thread(self, channel: str, thread_id: str) -> bool:
         """Local prompts of the thread, or the thread is this daemon's."""
         if self._router.holds(channel, thread_id):

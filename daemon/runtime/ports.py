@@ -162,6 +162,17 @@ class RuntimeStore(Protocol):
         """Remember that every message up to ``message_id`` was handled."""
         ...
 
+    async def pass_over(self, channel: str, message_id: str) -> None:
+        """A message the daemon does not act on (its own, an ignored sender's, one not
+        addressed to it): the cursor moves past it soon, in the write of a later cursor
+        or of the next prompt's record; a crash before that only reads it again, and it is
+        ignored again."""
+        ...
+
+    async def flush_cursors(self) -> None:
+        """Write the cursors :meth:`pass_over` moved and did not write yet (at shutdown)."""
+        ...
+
     async def knows_thread(self, channel: str, thread_id: str) -> bool:
         """Whether the daemon has recorded prompts in this thread (takes part in it)."""
         ...

@@ -153,8 +153,8 @@ class Runtime:
         if self._ctx.closing:
             return False  # not recorded, cursor not advanced: the next start sees it again
         nick = self._ctx.publisher.nick
-        if message.sender == nick:
-            await self._ctx.store.advance_cursor(message.channel, message.id)
+        if message.sender == nick:  # its own reply, read back: nothing to redo after a crash
+            await self._ctx.store.pass_over(message.channel, message.id)
             return False
         allowed = self._ctx.options.allowed_senders
         if allowed is not None and message.sender not in allowed:
@@ -165,7 +165,7 @@ class Runtime:
                 message_id=message.id,
                 reason="not in allowed_senders",
             )
-            await self._ctx.store.advance_cursor(message.channel, message.id)
+            await self._ctx.store.pass_over(message.channel, message.id)
             return False
         if self._approvals is not None and await self._approvals.handle(message):
             await self._ctx.store.advance_cursor(message.channel, message.id)
@@ -183,7 +183,7 @@ class Runtime:
             await self._ctx.store.advance_cursor(message.channel, message.id)
             return False
         if not await self._addressed(message, nick):
-            await self._ctx.store.advance_cursor(message.channel, message.id)
+            await self._ctx.store.pass_over(message.channel, message.id)
             return False
         await self._wait_for_capacity()
         if self._ctx.closing:
@@ -509,6 +509,7 @@ class Runtime:
             if pending:
                 log.warning("runtime.shutdown_cancelled", runs=len(pending))
         await _drain(self._tasks)
+        await self._ctx.store.flush_cursors()
 
 
 async def _drain(tasks: Iterable[asyncio.Task[None]]) -> None:

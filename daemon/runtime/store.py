@@ -7,7 +7,11 @@ adapter is the whole translation, so neither side bends to the other.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import Callable
+
+import structlog
 
 from daemon.runtime.ports import InboundMessage, RecordOutcome
 from daemon.runtime.runs import HistoryTurn, RunResult
@@ -19,7 +23,14 @@ from sessions.model import InterruptedRun, PromptStatus
 from sessions.outbox import OutboxReply
 from sessions.store import Store
 
-__all__ = ["SessionsRuntimeStore"]
+__all__ = ["PASS_OVER_DELAY", "SessionsRuntimeStore"]
+
+log = structlog.get_logger("asyncai.runtime")
+
+# How long the cursor past a message the daemon passed over may wait for its write. Every
+# reply the daemon publishes comes back to it as such a message; writing the cursor past
+# each was one store job a prompt (issue 31), and one write a second covers a burst.
+PASS_OVER_DELAY = 1.0
 
 
 class SessionsRuntimeStore:
@@ -48,6 +59,8 @@ class SessionsRuntimeStore:
         self.history_chars = history_chars
         self._hold_cursor = hold_cursor
         self.cursor_cap: Callable[[str], str | None] | None = None
+        self._passed: dict[str, str] = {}  # channel: the newest message passed over, unwritten
+        self._flush: asyncio.Task[None] | None = None
 
     def _held(self, channel: str) -> bool:
         return self._hold_cursor is not None and self._hold_cursor(channel)
@@ -70,6 +83,12 @@ class SessionsRuntimeStore:
         )
         if target != message.id and target and not self._held(message.channel):
             await self.store.cursors.set_cursor(message.channel, target)
+        elif (
+            target == message.id
+            and not self._held(message.channel)
+            and self._passed.get(message.channel, "") <= message.id
+        ):
+            self._passed.pop(message.channel, None)  # the cursor moved past it with the record
         if new:
             return "new"
         stored = await self.store.queries.get_prompts([message.id])
@@ -82,6 +101,38 @@ class SessionsRuntimeStore:
         target = self._capped(channel, message_id)
         if target and not self._held(channel):
             await self.store.cursors.set_cursor(channel, target)
+
+    async def pass_over(self, channel: str, message_id: str) -> None:
+        """The cursor past ``message_id`` is written within :data:`PASS_OVER_DELAY`, by the
+        next prompt's record or by :meth:`flush_cursors`, whichever comes first."""
+        if message_id > self._passed.get(channel, ""):
+            self._passed[channel] = message_id
+        if self._flush is None:
+            self._flush = asyncio.get_running_loop().create_task(
+                self._flush_later(), name="asyncai-cursors"
+            )
+
+    async def _flush_later(self) -> None:
+        await asyncio.sleep(PASS_OVER_DELAY)
+        self._flush = None
+        await self._write_passed()
+
+    async def flush_cursors(self) -> None:
+        """Write the cursors passed over now (the runtime's shutdown)."""
+        task, self._flush = self._flush, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        await self._write_passed()
+
+    async def _write_passed(self) -> None:
+        passed, self._passed = self._passed, {}
+        for channel, message_id in passed.items():
+            try:
+                await self.advance_cursor(channel, message_id)
+            except Exception as exc:  # the next start reads these messages again: no loss
+                log.warning("runtime.cursor_not_written", channel=channel, error=repr(exc))
 
     async def knows_thread(self, channel: str, thread_id: str) -> bool:
         """Whether prompts of this thread were recorded (the daemon takes part in it)."""
