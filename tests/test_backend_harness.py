@@ -21,8 +21,6 @@ from daemon.config import ModelConfig
 from daemon.model import OpenAiCompatibleBackend
 from daemon.model.conversation import LoopState
 from daemon.model.harness import (
-    ANSWER_GRAMMAR,
-    CODE_ROUND_GRAMMAR,
     CODE_STOP,
     HARNESS_RULES,
     MAX_FAILED_SNIPPETS,
@@ -556,34 +554,6 @@ async def test_check_answer_lets_the_model_correct_a_misread_count(code_mode, mo
     answer = fake.requests[2]["messages"][-1]["content"]
     assert answer.startswith("The code returned:\n3\n\nAnswer my question now")
     assert result.reply == "3 pods are failing."
-
-
-async def test_the_grammar_trial_constrains_each_round_to_its_form(code_mode, monkeypatch):
-    """Trial grammar (ASYNCAI_HARNESS_ON): a code round is sampled under the grammar of one
-    fenced python block or plain words, the answer round under plain words; off (the
-    default), no request carries a grammar (a server that is not llama.cpp's refuses it)."""
-    ex, _ = code_mode
-    script = [block(FILTER), "pod-0, pod-4 and pod-8 are failing."]
-    fake, _ = await run_script(ex, script, request())
-    assert all("grammar" not in body for body in fake.requests)
-    monkeypatch.setenv("ASYNCAI_HARNESS_ON", "grammar")
-    fake, (result,) = await run_script(ex, script, request(run="R2", thread="T2"))
-    code_round, answer_round = fake.requests
-    assert code_round["grammar"] == CODE_ROUND_GRAMMAR
-    assert code_round["stop"] == [CODE_STOP]
-    assert answer_round["grammar"] == ANSWER_GRAMMAR
-    assert result.reply == "pod-0, pod-4 and pod-8 are failing."
-
-
-def test_the_grammars_are_gbnf_that_llama_cpp_reads() -> None:
-    """The two grammars parse in llama.cpp (where llama-cpp-python is installed: the
-    local model's extra); and what the harness takes from a reply, the grammar allows:
-    the code round's block ends in CODE_STOP, its words open no fence."""
-    assert CODE_ROUND_GRAMMAR.count('"```python\\n"') == 1
-    assert CODE_STOP.replace("\n", "\\n") in CODE_ROUND_GRAMMAR
-    llama_cpp = pytest.importorskip("llama_cpp")
-    for grammar in (CODE_ROUND_GRAMMAR, ANSWER_GRAMMAR):
-        assert llama_cpp.LlamaGrammar.from_string(grammar, verbose=False) is not None
 
 
 def test_a_paused_run_keeps_its_look() -> None:

@@ -53,7 +53,6 @@ from daemon.model.harness import (
     warm_retry,
 )
 from daemon.model.harness import blocks as harness_blocks
-from daemon.model.harness.prompts import reply_grammar
 from daemon.model.harness.topics import catalog_topics
 from daemon.model.profile import RunTools
 from daemon.model.records import RunState, user_record
@@ -218,7 +217,6 @@ PROBES: dict[str, Callable[[Switches], Any]] = {
 # Each trial: what it changes once switched on.
 TRIAL_PROBES: dict[str, Callable[[Switches], Any]] = {
     "check-answer": lambda _: checks_answer("42"),
-    "grammar": lambda _: reply_grammar(final=False),
     "dead-imports": _repaired("import requests\nr = await f()\nr", ["f"]),
     "example-kinds": lambda _: closest_examples(
         "Which product sold most in http://h/s.csv?",

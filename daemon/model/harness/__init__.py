@@ -146,8 +146,6 @@ from daemon.model.harness.peek import (
 )
 from daemon.model.harness.profile import HARNESS_CATALOG_BUDGET, CodeBlockTurns, SmallModelProfile
 from daemon.model.harness.prompts import (
-    ANSWER_GRAMMAR,
-    CODE_ROUND_GRAMMAR,
     CODE_STOP,
     HARNESS_RULES,
     HARNESS_SYSTEM_PROMPT,
@@ -184,9 +182,7 @@ from daemon.model.harness.vote import (
 )
 
 __all__ = [
-    "ANSWER_GRAMMAR",
     "CHOSEN_EXAMPLES",
-    "CODE_ROUND_GRAMMAR",
     "CODE_STOP",
     "HARNESS_CATALOG_BUDGET",
     "HARNESS_RULES",

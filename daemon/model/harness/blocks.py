@@ -52,7 +52,6 @@ from daemon.model.harness.prompts import (
     MAX_FAILED_SNIPPETS,
     WORKED_EXAMPLE,
     Signature,
-    reply_grammar,
     warm_retry,
 )
 from daemon.model.harness.rules import on
@@ -130,9 +129,6 @@ async def code_blocks(
         # greedy unless configured: a server's own default (llama.cpp: 0.8) made the same
         # question come out right or wrong from run to run; retries and votes go warmer
         body.setdefault("temperature", 0.0)
-        grammar = reply_grammar(final)  # trial "grammar": the reply's form, sampled under it
-        if grammar is not None:
-            body["grammar"] = grammar
         if not final:
             body["stop"] = [CODE_STOP]
             if ls.failures:  # at temperature 0 the failed snippet would come back as it was

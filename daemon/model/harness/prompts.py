@@ -18,8 +18,6 @@ from daemon.model.harness.fields import hidden_fields
 from daemon.model.harness.rules import on
 
 __all__ = [
-    "ANSWER_GRAMMAR",
-    "CODE_ROUND_GRAMMAR",
     "CODE_STOP",
     "HARNESS_RULES",
     "HARNESS_SYSTEM_PROMPT",
@@ -31,7 +29,6 @@ __all__ = [
     "catalog_signatures",
     "compact_description",
     "echoes_example",
-    "reply_grammar",
     "retry_seed",
     "system_prompt",
     "warm_retry",
@@ -111,27 +108,6 @@ def echoes_example(reply: str, example: str = WORKED_EXAMPLE) -> bool:
 # Generation stops after the code block's closing fence: what a small model writes
 # after it (explanations, invented results) only costs time.
 CODE_STOP = "\n```\n"
-
-#: Trial ``grammar``: what llama.cpp may sample in a code round (GBNF): one fenced
-#: python block (its code without backticks), or an answer in plain words that opens
-#: no fence. The stop ends the block at its closing fence.
-CODE_ROUND_GRAMMAR = r"""root ::= code | words
-code ::= "```python\n" [^`]+ "\n```\n"
-words ::= [^`\n] [^`]*
-"""
-
-#: Trial ``grammar``: the answer round's form: plain words, no fence, no code block.
-ANSWER_GRAMMAR = r"""root ::= [^`]+
-"""
-
-
-def reply_grammar(final: bool) -> str | None:
-    """The grammar a round's reply is sampled under (trial ``grammar``; llama.cpp
-    servers read the request's ``grammar`` field), or None when the trial is off."""
-    if not on("grammar"):
-        return None
-    return ANSWER_GRAMMAR if final else CODE_ROUND_GRAMMAR
-
 
 # A failed snippet is tried again with a little randomness: at temperature 0 a small
 # model resends the very same snippet. After this many failures it answers instead.

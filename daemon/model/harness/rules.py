@@ -103,9 +103,6 @@ TRIALS: dict[str, str] = {
     "check-answer": "a short answer (a number, a name, a short list): one more round "
     "restates the question and asks the model to check the value answers it, or to "
     "correct it with one more snippet",
-    "grammar": "a reply of the wrong form (a fence in another language, code and prose "
-    "mixed, code in the answer): llama.cpp's grammar (GBNF, the request's grammar field) "
-    "allows a code round one fenced python block or plain words, the answer plain words",
 }
 
 
