@@ -96,31 +96,6 @@ def test_the_closest_examples_share_the_rarest_words() -> None:
     assert closest_examples("anything", []) == []
 
 
-def test_named_kinds_finds_urls_paths_zones_and_dates() -> None:
-    """The kinds of things a question names; a URL's own path is no file path."""
-    from daemon.model.harness.examples import named_kinds
-
-    assert named_kinds("Sum http://127.0.0.1:8000/data/a.csv by region") == {"url"}
-    assert named_kinds("Commits in /tmp/bench/repo since 2025-07-02?") == {"path", "date"}
-    assert named_kinds("It is 06:45 in Australia/Sydney; and in America/Sao_Paulo?") == {"zone"}
-    assert named_kinds("How many orders, in total?") == frozenset()
-
-
-def test_example_kinds_puts_the_examples_naming_the_same_kinds_first() -> None:
-    """Trial example-kinds: an example that names what the question names (a URL) comes
-    before one that shares more words but names none; off, the words alone decide."""
-    from daemon.model.harness.rules import active
-
-    sql = Example("What is the revenue per product in the shop database?", "r = 1")
-    csv = Example("How many units are in the export at http://h/s.csv?", "r = 2")
-    asked = "Which product has the most revenue in the export at http://h/sales.csv?"
-    assert closest_examples(asked, [sql, csv]) == [sql, csv]
-    with active(Switches(trials=frozenset({"example-kinds"}))):
-        assert closest_examples(asked, [sql, csv]) == [csv, sql]
-        # no kind named: the words decide (an example sharing none is not shown)
-        assert closest_examples("What is the revenue per product?", [csv, sql]) == [sql]
-
-
 def _turns(examples: list[Example], switches: Switches | None = None) -> CodeBlockTurns:
     definition = ToolDefinition("run_code", "Run Python.", {"type": "object"})
     tools = RunTools(

@@ -29,7 +29,6 @@ from daemon.model.harness import (
     active,
     check_message,
     checks_answer,
-    closest_examples,
     compact_description,
     echoes_example,
     from_environ,
@@ -218,13 +217,6 @@ PROBES: dict[str, Callable[[Switches], Any]] = {
 TRIAL_PROBES: dict[str, Callable[[Switches], Any]] = {
     "check-answer": lambda _: checks_answer("42"),
     "dead-imports": _repaired("import requests\nr = await f()\nr", ["f"]),
-    "example-kinds": lambda _: closest_examples(
-        "Which product sold most in http://h/s.csv?",
-        [
-            Example("Which product sold most in the database?", "1"),
-            Example("Sold at http://x?", "2"),
-        ],
-    ),
 }
 
 

@@ -34,13 +34,11 @@ import ast
 import builtins
 import json
 import math
-import re
 import tomllib
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from daemon.model.harness.rules import on
 from daemon.model.harness.topics import question_words
 
 __all__ = [
@@ -48,7 +46,6 @@ __all__ = [
     "Example",
     "closest_examples",
     "foreign_calls",
-    "named_kinds",
     "parse_examples",
     "render_examples",
 ]
@@ -137,56 +134,25 @@ def foreign_calls(code: str, functions: Iterable[str]) -> list[str]:
     return sorted(n for n in called if n not in bound and not hasattr(builtins, n))
 
 
-# The kinds of named things a question can point its data by: where the data is (a URL,
-# a file or repository path) and how its values are written (a time zone, a date).
-_KINDS: dict[str, re.Pattern[str]] = {
-    "url": re.compile(r"https?://\S+"),
-    "path": re.compile(r"(?<![\w:/])/(?:[\w.-]+/)+[\w.-]*"),
-    "zone": re.compile(r"\b[A-Z][a-z]+/[A-Z][A-Za-z_]+\b"),
-    "date": re.compile(r"\b\d{4}-\d{2}-\d{2}\b"),
-}
-
-
-def named_kinds(question: str) -> frozenset[str]:
-    """The kinds of named things ``question`` holds: ``url``, ``path`` (outside a URL),
-    ``zone`` (``Europe/Paris``), ``date`` (``2025-07-02``)."""
-    rest = _KINDS["url"].sub(" ", question)
-    return frozenset(
-        kind
-        for kind, pattern in _KINDS.items()
-        if pattern.search(question if kind == "url" else rest)
-    )
-
-
 def closest_examples(
     question: str, examples: Sequence[Example], k: int = CHOSEN_EXAMPLES
 ) -> list[Example]:
     """The ``k`` examples whose questions share the most (and rarest) words with
     ``question``, closest first, in file order on a tie; the first example when none
-    shares a word (the model still sees how an answer looks).
-
-    Trial ``example-kinds``: first the examples that name the same kinds of things as
-    the question (:func:`named_kinds`: a question that gives a URL is answered by a
-    fetch, one that names a repository path by its tools), then by their words. A
-    question about a CSV file at a URL shares "revenue" and "product" with an SQL
-    example, and a small model copies the example's tool.
-    """
+    shares a word (the model still sees how an answer looks)."""
     if not examples:
         return []
     bags = [question_words(e.question) for e in examples]
     df = Counter(w for bag in bags for w in bag)
     idf = {w: math.log(1 + len(examples) / n) for w, n in df.items()}
     asked = question_words(question)
-    by_kind = on("example-kinds")
-    kinds = named_kinds(question) if by_kind else frozenset()
     scored = []
     for index, bag in enumerate(bags):
         shared = sum(idf[w] ** 2 for w in asked & bag)
         norm = math.sqrt(sum(idf[w] ** 2 for w in bag)) or 1.0
         if shared > 0:
-            apart = len(kinds ^ named_kinds(examples[index].question)) if by_kind else 0
-            scored.append((apart, -shared / norm, index))
-    chosen = [examples[i] for *_, i in sorted(scored)[:k]]
+            scored.append((-shared / norm, index))
+    chosen = [examples[i] for _, i in sorted(scored)[:k]]
     return chosen or [examples[0]]
 
 

@@ -96,8 +96,6 @@ RULES: dict[str, str] = {
 
 #: Mechanisms under measurement: off until ``ASYNCAI_HARNESS_ON`` names them.
 TRIALS: dict[str, str] = {
-    "example-kinds": "examples are chosen first by the kinds of things their question "
-    "names (a URL, a path, a time zone, a date) as the question does, then by words",
     "dead-imports": "an import of a module the sandbox lacks (requests) whose name the "
     "snippet never reads is dropped",
     "check-answer": "a short answer (a number, a name, a short list): one more round "
