@@ -26,7 +26,7 @@ import random
 import re
 import statistics
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -132,6 +132,9 @@ class Evaluated:
     generation_seconds: float = 0.0
     requests: int = 0
 
+    def __add__(self, other: Evaluated) -> Evaluated:
+        return Evaluated(*(a + b for a, b in zip(astuple(self), astuple(other), strict=True)))
+
 
 class ServerLog:
     """A llama-cpp-python server's verbose log, read as it grows: :meth:`take` sums the
@@ -151,18 +154,15 @@ class ServerLog:
             return Evaluated()
         end = data.rfind(b"\n") + 1  # a line still being written waits for the next take
         self._offset += end
-        prompt = generated = requests = 0
-        prompt_s = generation_s = 0.0
+        total = Evaluated()
         for kind, ms, count in _PERF.findall(data[:end].decode("utf-8", "replace")):
             if kind == "prompt eval":
-                prompt, prompt_s, requests = (
-                    prompt + int(count),
-                    prompt_s + float(ms) / 1e3,
-                    requests + 1,
+                total += Evaluated(
+                    prompt_tokens=int(count), prompt_seconds=float(ms) / 1e3, requests=1
                 )
             else:
-                generated, generation_s = generated + int(count), generation_s + float(ms) / 1e3
-        return Evaluated(prompt, prompt_s, generated, generation_s, requests)
+                total += Evaluated(generated=int(count), generation_seconds=float(ms) / 1e3)
+        return total
 
     async def take_requests(self, requests: int, wait: float = 2.0) -> Evaluated | None:
         """The counters of the next ``requests`` requests logged, waiting up to ``wait``
@@ -171,14 +171,7 @@ class ServerLog:
         total = Evaluated()
         deadline = asyncio.get_running_loop().time() + wait
         while True:
-            more = self.take()
-            total = Evaluated(
-                total.prompt_tokens + more.prompt_tokens,
-                total.prompt_seconds + more.prompt_seconds,
-                total.generated + more.generated,
-                total.generation_seconds + more.generation_seconds,
-                total.requests + more.requests,
-            )
+            total += self.take()
             if total.requests >= requests:
                 return total if total.requests == requests else None
             if asyncio.get_running_loop().time() >= deadline:
