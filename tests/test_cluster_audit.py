@@ -147,3 +147,21 @@ async def test_audit_collect_command_follows_the_stream_into_a_database(
     assert nobody.returncode == 1
     assert err.decode().startswith("asyncai audit-collect: cannot connect to the NATS broker")
     assert len(err.decode().strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("fetch_timeout", [0.0005, 0.002, 0.01])
+async def test_a_fetch_whose_deadline_passes_mid_way_is_caught_up_not_an_error(
+    nc: Client, tmp_path: Path, fetch_timeout: float
+) -> None:
+    """nats-py's ``fetch`` raises the builtin ``TimeoutError`` (not only its own
+    ``nats.errors.TimeoutError``) when the deadline passes between its two pull
+    requests; under load that is a normal empty fetch. It once ended
+    ``audit-collect --once`` with exit status 1 and an empty message (CI,
+    2026-12-02): a builtin TimeoutError is an OSError, and its text is empty."""
+    js = nc.jetstream()
+    async with Store(tmp_path / "all.db") as collected:
+        for _ in range(20):
+            stats = await collect(
+                js, collected.replica, until_caught_up=True, fetch_timeout=fetch_timeout
+            )
+            assert (stats.applied, stats.refused) == (0, 0)

@@ -53,7 +53,8 @@ def _main(args: argparse.Namespace) -> int:
     try:
         return asyncio.run(_collect(args))
     except (ClusterError, StoreError, OSError) as exc:
-        print(f"asyncai audit-collect: {exc}", file=sys.stderr)
+        # a builtin TimeoutError is an OSError whose text is empty: name it
+        print(f"asyncai audit-collect: {str(exc) or type(exc).__name__}", file=sys.stderr)
         return 1
 
 

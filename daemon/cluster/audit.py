@@ -192,7 +192,10 @@ async def collect(
         while True:
             try:
                 messages = await sub.fetch(BATCH, timeout=fetch_timeout)
-            except nats.errors.TimeoutError:
+            except TimeoutError:
+                # Not only nats.errors.TimeoutError (a subclass): nats-py's fetch
+                # raises the builtin one when its deadline passes between its two
+                # pull requests, which under load is a normal empty fetch.
                 if until_caught_up:
                     return stats
                 continue
