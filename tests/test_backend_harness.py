@@ -635,3 +635,35 @@ async def test_a_reply_that_copies_the_error_wording_is_replaced(code_mode, monk
     assert failed.reply.endswith("ended with: ZeroDivisionError: division by zero")
     assert answered.reply == 'The result of run_code: ["pod-0","pod-4","pod-8"]'
     assert answered.metrics.reply_from_result is True
+
+
+async def test_a_short_result_is_the_reply_without_an_answer_round(code_mode):
+    """``[model] reply_with_short_result``: a good result that is a short value (three
+    names) is the reply as one line, and the model is asked once; data (the pods
+    themselves) and an empty result still get the answer round."""
+    ex, _ = code_mode
+    fake, (short,) = await run_script(
+        ex, [block(FILTER)], request(), reply_with_short_result=True
+    )
+    assert len(fake.requests) == 1
+    assert short.reply == "pod-0, pod-4, pod-8"
+    assert short.metrics.reply_from_result is True
+    assert [r.type for r in short.records] == ["user", "assistant", "user", "assistant"]
+    assert short.records[-1].message["content"][0]["text"] == "pod-0, pod-4, pod-8"
+    data = "pods = await list_pods(namespace='prod')\nitems(pods)"
+    empty = "pods = await list_pods(namespace='prod')\n[p for p in items(pods) if p is None]"
+    words = "Twelve pods, none failed."
+    for code, script in ((data, [block(data), words]), (empty, [block(empty), words])):
+        fake, (result,) = await run_script(
+            ex, script, request(), reply_with_short_result=True
+        )
+        assert len(fake.requests) == 2, code
+        assert result.reply == words
+
+
+async def test_without_the_key_a_short_result_still_gets_its_answer_round(code_mode):
+    """The default (``reply_with_short_result = false``): the model phrases the answer."""
+    ex, _ = code_mode
+    fake, (result,) = await run_script(ex, [block(FILTER), "pod-0, pod-4 and pod-8."], request())
+    assert len(fake.requests) == 2
+    assert result.reply == "pod-0, pod-4 and pod-8."

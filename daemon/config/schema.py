@@ -108,6 +108,15 @@ class EndpointConfig:
     # Lines for a .jsonl name): the closest two per question replace worked_example
     examples: PathValue | None = None
     examples_text: str | None = field(default=None, init=False, repr=False)
+    # Which of them a question is shown: "closest", the two closest to it (the system
+    # message's end changes with every question, so the server evaluates them again
+    # each time); "all", every one in file order, the same system message for every
+    # question (the server's prompt-prefix cache holds them after the first)
+    examples_shown: Literal["closest", "all"] = "closest"
+    # The harness's answer round after a good result: true, a short value (a number, a
+    # name, a short list or a small dict of them) is the reply as the code computed
+    # it, and the model is not asked to phrase it (one round fewer)
+    reply_with_short_result: Flag = False
     # The harness's self-consistency: snippets drawn for a short answer (a number, a
     # short list); 2 or 3 check the first against warmer samples. Off (1) by default:
     # on the bench it changed no outcome and cost 36 more snippets (docs/benchmarks/history.md).

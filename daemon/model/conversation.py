@@ -56,6 +56,9 @@ class LoopState:
     answering: bool = False
     rechecked: bool = False
     last_result: str | None = None
+    # the reply when the last good result is a short value ([model]
+    # reply_with_short_result): no answer round is asked
+    short_reply: str | None = None
     samples: int = 1  # snippets drawn for a short answer ([model] answer_samples)
     voted: bool = False  # the vote for this run's answer was taken
     checked: bool = False  # the answer was checked against the question (check-answer)

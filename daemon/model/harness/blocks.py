@@ -39,6 +39,7 @@ from daemon.model.harness.feedback import (
     replays_code,
     result_message,
     retry_hint,
+    short_reply,
     url_hint,
 )
 from daemon.model.harness.keyfix import key_fix
@@ -111,6 +112,11 @@ async def code_blocks(
     max_rounds = endpoint.params.max_rounds
     while ls.round_no < max_rounds:
         honest = _gave_up(state, ls) if ls.answering else None
+        if honest is None and ls.answering and ls.short_reply is not None:
+            # [model] reply_with_short_result: the value the code computed is the
+            # answer as it stands; the model is not asked to phrase it
+            honest = ls.short_reply
+            state.metrics.reply_from_result = True
         if honest is not None:  # the answer round would only guess: it is not asked
             state.records.append(
                 assistant_record(_HARNESS_TURN, honest, [], "stop", endpoint.model_name)
@@ -273,6 +279,8 @@ async def after_block(
         ls.checked = True
         ls.answering = False
         reply = check_message(text, ls.question)
+    answered = ls.answering and not failed and endpoint.params.reply_with_short_result
+    ls.short_reply = short_reply(text) if answered else None
     # A retry follows the question alone, with the feedback: shown its failed
     # code, a small model sends it again verbatim. The answer sees the code.
     del messages[ls.base :]
