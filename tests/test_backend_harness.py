@@ -642,9 +642,7 @@ async def test_a_short_result_is_the_reply_without_an_answer_round(code_mode):
     names) is the reply as one line, and the model is asked once; data (the pods
     themselves) and an empty result still get the answer round."""
     ex, _ = code_mode
-    fake, (short,) = await run_script(
-        ex, [block(FILTER)], request(), reply_with_short_result=True
-    )
+    fake, (short,) = await run_script(ex, [block(FILTER)], request(), reply_with_short_result=True)
     assert len(fake.requests) == 1
     assert short.reply == "pod-0, pod-4, pod-8"
     assert short.metrics.reply_from_result is True
@@ -654,9 +652,7 @@ async def test_a_short_result_is_the_reply_without_an_answer_round(code_mode):
     empty = "pods = await list_pods(namespace='prod')\n[p for p in items(pods) if p is None]"
     words = "Twelve pods, none failed."
     for code, script in ((data, [block(data), words]), (empty, [block(empty), words])):
-        fake, (result,) = await run_script(
-            ex, script, request(), reply_with_short_result=True
-        )
+        fake, (result,) = await run_script(ex, script, request(), reply_with_short_result=True)
         assert len(fake.requests) == 2, code
         assert result.reply == words
 

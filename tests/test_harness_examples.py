@@ -182,24 +182,3 @@ def test_foreign_calls_are_the_functions_an_example_needs_from_elsewhere() -> No
     assert foreign_calls(code, ["list_pods", "items"]) == ["delete_object"]
     assert foreign_calls(code, ["list_pods", "items", "delete_object"]) == []
     assert foreign_calls("await (", []) == []
-
-
-def test_with_examples_shown_all_every_question_gets_the_same_system_message() -> None:
-    """``[model] examples_shown = "all"``: every example, in file order, and the same
-    system message for every question (the server's prefix cache holds all of it)."""
-    turns = _turns(EXAMPLES)
-    turns.params = ModelConfig(model="m", examples_shown="all")
-    first = turns.system_prompt()
-    assert first.endswith(f"{HOW_TO_ANSWER}\n\n{render_examples(EXAMPLES)}")
-    for question in ("What time is it now in Tokyo?", "How many pods fail?"):
-        messages = [{"role": "system", "content": first}, {"role": "user", "content": "q"}]
-        turns.loop_state(messages, question)
-        assert messages[0]["content"] == first
-
-
-def test_examples_shown_takes_closest_or_all_only(tmp_path: Path) -> None:
-    """Any other value is a config error that names the key."""
-    path = tmp_path / "asyncai.toml"
-    path.write_text('[model]\nexamples_shown = "best"\n')
-    with pytest.raises(ConfigError, match="examples_shown"):
-        load_config(path)

@@ -108,11 +108,6 @@ class EndpointConfig:
     # Lines for a .jsonl name): the closest two per question replace worked_example
     examples: PathValue | None = None
     examples_text: str | None = field(default=None, init=False, repr=False)
-    # Which of them a question is shown: "closest", the two closest to it (the system
-    # message's end changes with every question, so the server evaluates them again
-    # each time); "all", every one in file order, the same system message for every
-    # question (the server's prompt-prefix cache holds them after the first)
-    examples_shown: Literal["closest", "all"] = "closest"
     # The harness's answer round after a good result: true, a short value (a number, a
     # name, a short list or a small dict of them) is the reply as the code computed
     # it, and the model is not asked to phrase it (one round fewer)

@@ -172,9 +172,8 @@ class CodeBlockTurns:
         """The harness's rules, the compact catalog and the worked example; a run_code
         that is not code mode's has no catalog: its description is shown whole. Rule
         ``worked-example`` off: no example. With ``[model] examples``, the first of them
-        (a run's own are chosen by :meth:`loop_state`), or all of them with ``[model]
-        examples_shown = "all"``."""
-        return self._system(self._chosen(None))
+        (a run's own are chosen by :meth:`loop_state`)."""
+        return self._system(self.examples[:1])
 
     def _system(self, examples: list[Example]) -> str:
         """The system message with ``examples``, or the worked example when there are none;
@@ -201,13 +200,9 @@ class CodeBlockTurns:
             return f"{HOW_TO_ANSWER}\n\n{render_examples(examples)}"
         return self.params.worked_example or WORKED_EXAMPLE
 
-    def _chosen(self, question: str | None) -> list[Example]:
-        """The examples shown for ``question`` (the same again for a resumed run): the
-        closest ones (the first without a question), or all of them in file order with
-        ``[model] examples_shown = "all"``, the same for every question."""
-        if not self.examples or self.params.examples_shown == "all":
-            return list(self.examples)
-        return self.examples[:1] if question is None else closest_examples(question, self.examples)
+    def _chosen(self, question: str) -> list[Example]:
+        """The examples shown for ``question`` (the same again for a resumed run)."""
+        return closest_examples(question, self.examples) if self.examples else []
 
     @contextmanager
     def _switched(self) -> Iterator[None]:
