@@ -27,6 +27,7 @@ from daemon.model.harness import (
     WORKED_EXAMPLE,
     retry_seed,
 )
+from daemon.model.harness.feedback import short_reply
 from daemon.model.prompts import FINAL_ROUND_PROMPT
 from daemon.model.records import RunState
 from daemon.runtime.runs import Prompt, RunRequest
@@ -663,3 +664,14 @@ async def test_without_the_key_a_short_result_still_gets_its_answer_round(code_m
     fake, (result,) = await run_script(ex, [block(FILTER), "pod-0, pod-4 and pod-8."], request())
     assert len(fake.requests) == 2
     assert result.reply == "pod-0, pod-4 and pod-8."
+
+
+def test_a_short_reply_writes_a_sum_as_its_decimals() -> None:
+    """A float sum's binary tail is not the answer: 6699.400000000001 is written 6699.4;
+    names, dicts and text pass as they are."""
+    assert short_reply("6699.400000000001") == "6699.4"
+    assert short_reply('{"Maple Teapot": 6699.400000000001}') == "Maple Teapot: 6699.4"
+    assert short_reply('["a", "b"]') == "a, b"
+    assert short_reply("Cedar Blanket (100.61)") == "Cedar Blanket (100.61)"
+    assert short_reply("[]") is None
+    assert short_reply("null") is None

@@ -486,7 +486,12 @@ def short_reply(result: str) -> str | None:
     """
     if len(result) > _QUOTED or vote_key(result) is None:
         return None
-    return _one_line(result)
+    try:  # binary fractions written back as the decimals they stand for: 6699.4, not
+        # 6699.400000000001 (the answer round's words would have rounded it)
+        value = json.loads(result, parse_float=lambda text: float(f"{float(text):.12g}"))
+    except ValueError:
+        return _one_line(result)
+    return _one_line(json.dumps(value, ensure_ascii=False))
 
 
 def _one_line(result: str) -> str:
