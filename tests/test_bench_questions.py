@@ -12,8 +12,11 @@ that keep held-out questions to their scores.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
+import os
+import signal
 import sqlite3
 import subprocess
 from pathlib import Path
@@ -21,7 +24,14 @@ from pathlib import Path
 import pytest
 
 from bench.questions.core import SERVERS, SHAPES, SPLITS, Case, Template, World, split_of
-from bench.questions.run import Outcome, invented, list_templates, report, scores
+from bench.questions.run import (
+    Outcome,
+    invented,
+    list_templates,
+    report,
+    scores,
+    stopped_by_sigterm,
+)
 from bench.questions.servers import PACKAGES, installed
 from bench.questions.world import build_world, open_world, templates
 from daemon.code_mode.convert import nested_value
@@ -377,3 +387,31 @@ async def test_calibration_measures_through_the_endpoint_as_the_daemon_streams()
     assert speeds.prompt_tokens > 300  # the random words, counted by the tokenizer route
     assert speeds.prompt > 0
     assert speeds.generation > 0
+
+
+async def test_a_sigterm_cancels_the_bench_so_its_cleanup_stops_its_servers() -> None:
+    """SIGTERM cancels the run as Ctrl-C does: its ``finally`` (where the bench stops the
+    model servers it started) runs, and the exit status is 143; other runs pass through."""
+    cleaned: list[str] = []
+    started = asyncio.Event()
+
+    async def bench() -> int:
+        try:
+            started.set()
+            await asyncio.sleep(60)
+            return 0
+        finally:
+            cleaned.append("servers stopped")
+
+    guarded = asyncio.create_task(stopped_by_sigterm(bench()))
+    await started.wait()
+    os.kill(os.getpid(), signal.SIGTERM)
+    assert await asyncio.wait_for(guarded, 5) == 143
+    assert cleaned == ["servers stopped"]
+
+    async def quick() -> int:
+        return 3
+
+    assert await stopped_by_sigterm(quick()) == 3
+    # the handler is gone with the run: the default SIGTERM action is back
+    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL

@@ -3,6 +3,6 @@
 import asyncio
 import sys
 
-from bench.questions.run import main
+from bench.questions.run import main, stopped_by_sigterm
 
-sys.exit(asyncio.run(main()))
+sys.exit(asyncio.run(stopped_by_sigterm(main())))

@@ -31,19 +31,21 @@ extra, and skips (exit 0) when they are missing.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import dataclasses
 import datetime
 import json
 import os
 import shlex
+import signal
 import socket
 import sys
 import tempfile
 import time
 import tomllib
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -581,6 +583,34 @@ def _port_free(port: int) -> bool:
         except OSError:
             return False
     return True
+
+
+async def stopped_by_sigterm(run: Coroutine[Any, Any, int]) -> int:
+    """``run``, cancelled by SIGTERM as asyncio.run cancels it on Ctrl-C, so that its
+    cleanup stops the model servers it started; 143 (128 + SIGTERM) when it was.
+
+    Without it a SIGTERM ended the bench at once, and the llama-cpp-python
+    servers it had started (1.5 GB and both cores each, no stdin to see the
+    parent go) ran on as orphans.
+    """
+    task = asyncio.ensure_future(run)
+    signalled = False
+
+    def stop() -> None:
+        nonlocal signalled
+        signalled = True
+        task.cancel()
+
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGTERM, stop)
+    try:
+        return await task
+    except asyncio.CancelledError:
+        if not signalled:  # cancelled from outside, not by the signal
+            raise
+        return 128 + signal.SIGTERM
+    finally:
+        loop.remove_signal_handler(signal.SIGTERM)
 
 
 async def main(argv: list[str] | None = None) -> int:
