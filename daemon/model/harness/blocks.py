@@ -117,7 +117,7 @@ async def code_blocks(
             # answer as it stands; the model is not asked to phrase it
             honest = ls.short_reply
             state.metrics.reply_from_result = True
-        if honest is not None:  # the answer round would only guess: it is not asked
+        if honest is not None:  # the answer round would only guess (or rephrase): not asked
             state.records.append(
                 assistant_record(_HARNESS_TURN, honest, [], "stop", endpoint.model_name)
             )
