@@ -111,17 +111,17 @@ async def code_blocks(
     messages = ls.messages
     max_rounds = endpoint.params.max_rounds
     while ls.round_no < max_rounds:
-        honest = _gave_up(state, ls) if ls.answering else None
-        if honest is None and ls.answering and ls.short_reply is not None:
+        settled = _gave_up(state, ls) if ls.answering else None
+        if settled is None and ls.answering and ls.short_reply is not None:
             # [model] reply_with_short_result: the value the code computed is the
             # answer as it stands; the model is not asked to phrase it
-            honest = ls.short_reply
+            settled = ls.short_reply
             state.metrics.reply_from_result = True
-        if honest is not None:  # the answer round would only guess (or rephrase): not asked
+        if settled is not None:  # the answer round would only guess (or rephrase): not asked
             state.records.append(
-                assistant_record(_HARNESS_TURN, honest, [], "stop", endpoint.model_name)
+                assistant_record(_HARNESS_TURN, settled, [], "stop", endpoint.model_name)
             )
-            state.reply = honest
+            state.reply = settled
             return
         ls.round_no += 1
         round_no = ls.round_no

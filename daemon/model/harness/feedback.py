@@ -8,7 +8,7 @@ from __future__ import annotations
 import difflib
 import json
 import re
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 
 # NO_OUTPUT: run_code's text for "nothing printed, None last", a result that answers
 # nothing, so the harness asks again
@@ -486,18 +486,20 @@ def short_reply(result: str) -> str | None:
     """
     if len(result) > _QUOTED or vote_key(result) is None:
         return None
-    try:  # binary fractions written back as the decimals they stand for: 6699.4, not
-        # 6699.400000000001 (the answer round's words would have rounded it)
-        value = json.loads(result, parse_float=lambda text: float(f"{float(text):.12g}"))
-    except ValueError:
-        return _one_line(result)
-    return _one_line(json.dumps(value, ensure_ascii=False))
+    return _one_line(result, parse_float=_decimals)
 
 
-def _one_line(result: str) -> str:
-    """A result as one line: a JSON list's items comma-separated, a dict as ``k: v``."""
+def _decimals(text: str) -> float:
+    """A JSON float as the decimals it stands for: 6699.4, not 6699.400000000001 (the
+    answer round's words would have rounded it)."""
+    return float(f"{float(text):.12g}")
+
+
+def _one_line(result: str, parse_float: Callable[[str], float] | None = None) -> str:
+    """A result as one line: a JSON list's items comma-separated, a dict as ``k: v``
+    (``parse_float``: how its floats are read, as :func:`json.loads` takes it)."""
     try:
-        value = json.loads(result)
+        value = json.loads(result, parse_float=parse_float)
     except ValueError:
         return "; ".join(line.strip() for line in result.strip().splitlines() if line.strip())
     if isinstance(value, list):
