@@ -1,16 +1,21 @@
-"""A moved thread's earlier turns, read back from a real JetStream channel."""
+"""A follow-up's earlier turns, read back from a real JetStream channel."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import nats
 import pytest
 from nats.aio.client import Client
 
 from channels.nats import NatsChannel
+from daemon.cluster import store as cluster_store
+from daemon.cluster.errors import ClusterError
 from daemon.cluster.history import bounded, stream_history
 from daemon.runtime.runs import HistoryTurn
+from daemon.runtime.store import SessionsRuntimeStore
+from sessions.store import Store
 from tests.fakes.nats_server import NatsServer
 
 
@@ -57,3 +62,40 @@ def test_bounded_keeps_the_newest_turns_within_both_limits() -> None:
     assert bounded(turns, 2, 1000) == turns[-2:]
     assert bounded(turns, 20, 25) == turns[-2:]
     assert bounded(turns, 0, 1000) == []
+
+
+async def test_a_follow_up_waits_for_its_turns_through_failed_reads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A read of the stream that fails is tried again, twice; after the third failure
+    the run goes on with the local turns (here none)."""
+    monkeypatch.setattr(cluster_store, "_HISTORY_RETRIES", (0.01, 0.01))
+    turns = [HistoryTurn("user", "set v to 7"), HistoryTurn("assistant", "done")]
+    failures = [2]
+    calls: list[tuple[str, str, str]] = []
+
+    async def earlier(channel: str, thread: str, before: str) -> list[HistoryTurn]:
+        calls.append((channel, thread, before))
+        if failures[0]:
+            failures[0] -= 1
+            raise ClusterError("nats: timeout")
+        return turns
+
+    async with Store(tmp_path / "a.db") as store:
+        wrapped = cluster_store.ClusterRuntimeStore(
+            SessionsRuntimeStore(store),
+            leases=None,  # type: ignore[arg-type]  # history reads neither
+            router=None,  # type: ignore[arg-type]
+            earlier=earlier,
+        )
+        thread, prompt = "01JDXK3M2ZP7Q9R8S7T6V5W4X0", "01JDXK3M2ZP7Q9R8S7T6V5W4X3"
+        wrapped.resuming("r1", ("#ops", thread), [prompt])
+        assert await wrapped.history("#ops", thread) == turns
+        assert calls == [("#ops", thread, prompt)] * 3
+        failures[0] = 3
+        assert await wrapped.history("#ops", thread) == []
+        assert len(calls) == 6
+        # a thread's root has nothing earlier: no read at all
+        wrapped.resuming("r2", ("#ops", prompt), [prompt])
+        assert await wrapped.history("#ops", prompt) == []
+        assert len(calls) == 6

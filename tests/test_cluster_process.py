@@ -329,3 +329,45 @@ async def test_a_restarted_daemon_still_answers_what_the_dead_one_left(tmp_path:
         await alice.answered([slow])
         assert [m.text for m in alice.replies[slow]] == ["answered slow one"]
         await _recorded([homes[other] / "asyncai.db"], {slow})
+
+
+async def test_a_thread_that_moved_away_and_came_back_keeps_the_turns_answered_elsewhere(
+    tmp_path: Path,
+) -> None:
+    """The holder answers the root and dies; the other daemon answers a follow-up; the
+    first comes back and the other dies: the first takes the thread back, and its next
+    run's history has the follow-up the other answered, which its own database lacks."""
+
+    def model(body: dict) -> Step:
+        said = [m for m in body["messages"] if m["role"] in ("user", "assistant")]
+        earlier = " | ".join(str(m.get("content") or "") for m in said[:-1])
+        asked = user_text(body).split("\n")[0]  # a note on the REPL may follow
+        return Reply(f"answered {asked} after [{earlier}]")
+
+    async with (
+        FakeOpenAI(fallback=model) as fake,
+        two_daemons(tmp_path, fake) as (alice, daemons),
+    ):
+        homes = {d: d.config.parent for d in daemons}
+        dbs = [homes[d] / "asyncai.db" for d in daemons]
+        root, thread = await alice.say("one")
+        await alice.answered([root])
+        await _recorded(dbs, {root})
+        holder = await _holder(daemons, alice.channel.url, thread)
+        [other] = [d for d in daemons if d is not holder]
+        holder.kill_all()
+        await holder.wait()
+        second, _ = await alice.say("two", thread=thread)
+        await alice.answered([second])
+        await _recorded([homes[other] / "asyncai.db"], {second})
+        await holder.start()
+        other.kill_all()
+        await other.wait()
+        third, _ = await alice.say("three", thread=thread)
+        await alice.answered([third])
+        await _recorded([homes[holder] / "asyncai.db"], {third})  # the first one took it back
+        [reply] = alice.replies[third]
+        assert reply.text == (
+            "answered three after [one | answered one after [] | two"
+            " | answered two after [one | answered one after []]]"
+        )

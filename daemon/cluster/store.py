@@ -7,8 +7,9 @@ daemons must see:
 - after a run's prompts end (``done`` or ``failed``, so after the reply was
   published), the thread's ``answered`` marker moves to the newest of them,
   and the audit exporter is told that a run finished;
-- a thread that moved here gets its earlier turns from the channel's stream
-  (:mod:`daemon.cluster.history`), since none of them are in this database;
+- a follow-up's earlier turns are read from the channel's stream
+  (:mod:`daemon.cluster.history`), which holds every daemon's replies: this
+  database holds only the turns this daemon answered;
 - at start, the prompts the database has not answered are run only when the
   thread is (or becomes) this daemon's; those another daemon answered
   meanwhile are marked done here, those another live daemon holds wait in
@@ -17,6 +18,7 @@ daemons must see:
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 
 import structlog
@@ -39,6 +41,9 @@ ThreadKey = tuple[str, str]
 EarlierTurns = Callable[[str, str, str], Awaitable[list[HistoryTurn]]]
 # run id → its thread and prompts, from the database (a run resumed after a restart)
 StoredRun = Callable[[str], Awaitable[tuple[ThreadKey, list[str]] | None]]
+# pauses between reads of a thread's turns from the stream: a follow-up waits for
+# its context (a few seconds at most) rather than run without it
+_HISTORY_RETRIES = (0.25, 1.0)
 _REMEMBERED_PROMPTS = 100_000  # prompt → thread lookups kept (bounded; see _thread_of)
 
 
@@ -184,22 +189,35 @@ class ClusterRuntimeStore:
             log.warning("cluster.tokens_not_counted", run_id=run_id, error=str(exc))
 
     async def history(self, channel: str, thread_id: str) -> list[HistoryTurn]:
-        """The local history of the thread; for a thread that moved here (none of its
-        turns are local, but it began before this run), its turns read back from the
-        channel, within the same bounds."""
-        turns = await self._inner.history(channel, thread_id)
+        """The thread's turns before the running prompts, read back from the channel's
+        stream, within the local bounds; the local history when there is no stream to
+        read, or when it cannot be read after a retry or two.
+
+        Why not the local history when it has turns: it holds only what this
+        daemon answered. A thread that moved here and back, or one this daemon
+        answered, then another after a takeover, then this one again after a
+        clean shutdown, has local turns that lack the other daemon's; only the
+        stream has every reply. (Seen: a moved thread's follow-up answered with
+        the REPL that moved but none of the turns.)
+        """
         here = (channel, thread_id)
         running = [p for key, prompts in self._runs.values() if key == here for p in prompts]
-        if turns or self._earlier is None or not running or thread_id >= min(running):
-            return turns
-        try:
-            earlier = await self._earlier(channel, thread_id, min(running))
-        except ClusterError as exc:
-            log.warning("cluster.history_not_read", thread=thread_id, error=str(exc))
-            return turns
-        max_turns = getattr(self._inner, "history_turns", 20)
-        max_chars = getattr(self._inner, "history_chars", 24_000)
-        return bounded(earlier, max_turns, max_chars)
+        if self._earlier is None or not running or thread_id >= min(running):
+            return await self._inner.history(channel, thread_id)
+        error = ""
+        for pause in (0.0, *_HISTORY_RETRIES):
+            await asyncio.sleep(pause)
+            try:
+                earlier = await self._earlier(channel, thread_id, min(running))
+            except ClusterError as exc:
+                error = str(exc)
+                log.info("cluster.history_retry", thread=thread_id, error=error)
+                continue
+            max_turns = getattr(self._inner, "history_turns", 20)
+            max_chars = getattr(self._inner, "history_chars", 24_000)
+            return bounded(earlier, max_turns, max_chars)
+        log.warning("cluster.history_not_read", thread=thread_id, error=error)
+        return await self._inner.history(channel, thread_id)
 
     async def finish_run(
         self,
