@@ -176,6 +176,12 @@ class ClusterRuntimeStore:
         self._runs[run_id] = ((channel, thread_id), list(prompt_ids))
         await self._inner.start_run(run_id, channel, thread_id, prompt_ids)
 
+    @property
+    def tokens_with_end(self) -> bool:
+        """False with per-sender limits: the broker's count gets each response's
+        tokens from :meth:`add_run_tokens` only (a run's end adds none there)."""
+        return self.tokens is None and self._inner.tokens_with_end
+
     async def add_run_tokens(self, run_id: str, prompt_tokens: int, completion_tokens: int) -> None:
         """Locally, as they are spent; then, with per-sender limits, on the broker for
         each of the run's senders (:mod:`daemon.cluster.usage`)."""

@@ -53,7 +53,7 @@ from daemon.model.response import completion_problem
 from daemon.model.stream import Assembly
 from daemon.runtime.progress import model_request
 from daemon.runtime.timing import Span, mark, timed
-from daemon.runtime.usage import tokens_spent
+from daemon.runtime.usage import tokens_before_request, tokens_spent
 from sessions.model import RunMetrics
 
 __all__ = ["ChatEndpoint", "ModelSlots"]
@@ -120,6 +120,7 @@ class ChatEndpoint:
         the round that asks for the answer (shown as the run's progress).
         """
         model_request(final=final)
+        await tokens_before_request()  # the earlier responses' tokens on the run's row
         with timed("model.request", model=self.model_name) as span:
             return await self._attempts(body, metrics, run_id, span)
 
@@ -152,7 +153,7 @@ class ChatEndpoint:
                 if usage is not None:
                     metrics.prompt_tokens += usage.prompt_tokens or 0
                     metrics.completion_tokens += usage.completion_tokens or 0
-                    # on the run's row now: a run stopped later still counts them
+                    # on the run's row before the run goes on: a run stopped later counts them
                     await tokens_spent(usage.prompt_tokens or 0, usage.completion_tokens or 0)
                 return response
             except (TimeoutError, openai.APITimeoutError) as exc:

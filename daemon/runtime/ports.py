@@ -195,8 +195,14 @@ class RuntimeStore(Protocol):
         """Write the run row and mark its prompts running."""
         ...
 
+    @property
+    def tokens_with_end(self) -> bool:
+        """Whether a model response's tokens may wait for the run's end (whose
+        transaction writes the run's sums) or its next request (:mod:`.usage`)."""
+        ...
+
     async def add_run_tokens(self, run_id: str, prompt_tokens: int, completion_tokens: int) -> None:
-        """Add one model response's tokens to the run's row now (durable as spent)."""
+        """Add model responses' tokens to the run's row now."""
         ...
 
     async def history(self, channel: str, thread_id: str) -> list[HistoryTurn]:

@@ -367,7 +367,7 @@ class Runtime:
             crash_point("resume_started")
             bound.info("runtime.run_resumed", request=job.request_id, outcome=job.outcome)
         deadline: asyncio.Timeout | None = None
-        meter = TokenMeter(self._ctx.store, run_id)  # tokens on the run row as they are spent
+        meter = TokenMeter(self._ctx.store, run_id)  # tokens on the run row as the run goes on
         try:
             deadline = asyncio.timeout(self._ctx.options.max_run_seconds)
             with metering(meter):
@@ -385,6 +385,8 @@ class Runtime:
                     request = RunRequest(run_id, thread.channel, thread.thread_id, history, prompts)
                     async with deadline:
                         result = await self._run(request)
+                # the tokens not on the row yet: with the end, or now (a paused run)
+                await meter.returned(result.metrics, ending=result.status != "paused")
             crash_point("model_answered")
         except asyncio.CancelledError:
             # Cancelled by !stop or by shutdown: only the model run may be cut off.

@@ -173,8 +173,13 @@ class SessionsRuntimeStore:
         if self.scopes is not None:
             self.scopes.open_run(ThreadKey(channel, thread_id), run_id)
 
+    @property
+    def tokens_with_end(self) -> bool:
+        """True: :meth:`finish_run` writes the run's sums (:mod:`daemon.runtime.usage`)."""
+        return True
+
     async def add_run_tokens(self, run_id: str, prompt_tokens: int, completion_tokens: int) -> None:
-        """One model response's tokens, on the run's row now."""
+        """Model responses' tokens, on the run's row now."""
         await self.store.runs.add_run_tokens(run_id, prompt_tokens, completion_tokens)
 
     async def history(self, channel: str, thread_id: str) -> list[HistoryTurn]:
