@@ -32,7 +32,7 @@ from .errors import StoreError
 from .ids import now_iso, thread_key
 from .scopes import SAVE_SCOPE
 
-__all__ = ["Outbox", "OutboxReply", "ScopeWrite", "put_reply", "put_scope"]
+__all__ = ["Ack", "Outbox", "OutboxReply", "ScopeWrite", "mark_acked", "put_reply", "put_scope"]
 
 
 @dataclass(frozen=True)
@@ -102,6 +102,23 @@ def put_scope(conn: sqlite3.Connection, scope: ScopeWrite) -> None:
     conn.execute(SAVE_SCOPE, (scope.monty_version, now_iso(), len(blob), blob, scope.mac, key))
 
 
+@dataclass(frozen=True)
+class Ack:
+    """The hub's acknowledgement of a run's reply: its message id, and when."""
+
+    run_id: str
+    message_id: str
+    acked: str  # ISO 8601 UTC
+
+
+def mark_acked(conn: sqlite3.Connection, acks: Sequence[Ack]) -> None:
+    """Mark these replies acknowledged, inside the caller's transaction (or alone)."""
+    conn.executemany(
+        "UPDATE outbox SET status = 'acked', acked = ?, message_id = ? WHERE run_id = ?",
+        [(a.acked, a.message_id, a.run_id) for a in acks],
+    )
+
+
 class Outbox:
     """The replies committed and not yet acknowledged, and their end."""
 
@@ -120,10 +137,15 @@ class Outbox:
 
     async def reply_acked(self, run_id: str, message_id: str) -> None:
         """The hub acknowledged the run's reply as ``message_id``."""
-        async with self._db.statement(f"marking the reply of run {run_id} acknowledged") as db:
-            await db.execute(
-                "UPDATE outbox SET status = 'acked', acked = ?, message_id = ? WHERE run_id = ?",
-                (now_iso(), message_id, run_id),
+        await self.replies_acked([Ack(run_id, message_id, now_iso())])
+
+    async def replies_acked(self, acks: Sequence[Ack]) -> None:
+        """The hub acknowledged these replies (in one statement)."""
+        if acks:
+            await self._db.batch(
+                f"marking {len(acks)} replies acknowledged",
+                lambda conn: mark_acked(conn, acks),
+                transaction=False,
             )
 
     async def reply_refused(self, run_id: str, error: str) -> None:

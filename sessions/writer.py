@@ -22,7 +22,7 @@ from .cursors import move_cursor
 from .errors import StoreError
 from .ids import now_iso, session_id, thread_key
 from .model import PromptStatus, Record, RunMetrics
-from .outbox import OutboxReply, ScopeWrite, put_reply, put_scope
+from .outbox import Ack, OutboxReply, ScopeWrite, mark_acked, put_reply, put_scope
 
 __all__ = ["PROMPT_STATUSES", "RUN_STATUSES", "RunWriter"]
 
@@ -92,12 +92,15 @@ class RunWriter:
         ts: str,
         *,
         advance_cursor: bool = False,
+        acked: Sequence[Ack] = (),
     ) -> bool:
         """Store an inbound prompt as ``queued``; False when this message id is already stored.
 
         Idempotent by the channel's message id, so a replayed message is
         never queued twice. With ``advance_cursor`` the channel's cursor
-        moves to ``message_id`` in the same transaction (never backwards).
+        moves to ``message_id`` in the same transaction (never backwards);
+        ``acked`` replies are marked acknowledged in it too (written later
+        than their ack: one transaction fewer).
         """
         ts = canonical_timestamp(ts, f"prompt {message_id} ts")
 
@@ -115,6 +118,8 @@ class RunWriter:
                 new = True
             if advance_cursor:
                 move_cursor(conn, channel, message_id)
+            if acked:
+                mark_acked(conn, acked)
             return new
 
         return await self._db.batch(f"recording prompt {message_id}", record)

@@ -5,6 +5,9 @@ Over the real store; the crash at each step is ``tests/test_crash_points.py``.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -49,6 +52,59 @@ async def test_the_reply_lands_with_the_runs_end_and_waits_until_acked(store: St
     assert (waiting.run_id, waiting.text, waiting.prompt_ids) == ("R1", "the answer", (m.id,))
     await runtime.reply_acked("R1", "hub-id-1")
     assert await runtime.unacked_replies() == []
+
+
+def _outbox_row(db: Path, run_id: str) -> tuple[str, str | None]:
+    """The reply's row as another connection (a restart) reads it from the file."""
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        [row] = conn.execute(
+            "SELECT status, message_id FROM outbox WHERE run_id = ?", (run_id,)
+        ).fetchall()
+    return row[0], row[1]
+
+
+async def test_an_ack_is_written_with_the_next_prompts_record_or_at_shutdown(
+    store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The hub's ack of a reply is marked in the next prompt's transaction, not a write of
+    its own; a daemon that dies before (a new adapter over the same file) publishes the
+    reply again; the shutdown's flush, or the delay, writes what is left."""
+    from daemon.runtime import store as runtime_store
+
+    db = tmp_path / "asyncai.db"
+    runtime, m = await _started(store)
+    await runtime.finish_run(
+        "R1", RunResult("the answer"), [m.id], "done", reply=_reply("R1", m.id, m.thread)
+    )
+    await runtime.reply_acked("R1", "hub-id-1")
+    assert _outbox_row(db, "R1") == ("pending", None)  # not yet written
+    restarted = SessionsRuntimeStore(store)  # a crash now: the next start publishes it again
+    assert [r.run_id for r in await restarted.unacked_replies()] == ["R1"]
+    await runtime.record_prompt(msg("next question"))
+    assert _outbox_row(db, "R1") == ("acked", "hub-id-1")  # with the record
+    assert await restarted.unacked_replies() == []
+
+    second = msg("y")
+    await runtime.record_prompt(second)
+    await runtime.start_run("R2", second.channel, second.thread, [second.id])
+    await runtime.finish_run(
+        "R2", RunResult("b"), [second.id], "done", reply=_reply("R2", second.id, second.thread)
+    )
+    await runtime.reply_acked("R2", "hub-id-2")
+    await runtime.flush_deferred()  # the runtime's shutdown
+    assert _outbox_row(db, "R2") == ("acked", "hub-id-2")
+
+    monkeypatch.setattr(runtime_store, "PASS_OVER_DELAY", 0.05)
+    third = msg("z")
+    await runtime.record_prompt(third)
+    await runtime.start_run("R3", third.channel, third.thread, [third.id])
+    await runtime.finish_run(
+        "R3", RunResult("c"), [third.id], "done", reply=_reply("R3", third.id, third.thread)
+    )
+    await runtime.reply_acked("R3", "hub-id-3")
+    async with asyncio.timeout(5):
+        while _outbox_row(db, "R3") != ("acked", "hub-id-3"):  # noqa: ASYNC110 -- the delayed write
+            await asyncio.sleep(0.02)
 
 
 async def test_a_refused_reply_fails_the_run_and_its_prompts(store: Store):

@@ -139,9 +139,9 @@ class ClusterRuntimeStore:
         """The local cursor, written soon."""
         await self._inner.pass_over(channel, message_id)
 
-    async def flush_cursors(self) -> None:
-        """The local cursors passed over, written now."""
-        await self._inner.flush_cursors()
+    async def flush_deferred(self) -> None:
+        """The local cursors passed over and acks, written now."""
+        await self._inner.flush_deferred()
 
     async def knows_thread(self, channel: str, thread_id: str) -> bool:
         """Local prompts of the thread, or the thread is this daemon's."""

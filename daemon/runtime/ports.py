@@ -169,8 +169,9 @@ class RuntimeStore(Protocol):
         ignored again."""
         ...
 
-    async def flush_cursors(self) -> None:
-        """Write the cursors :meth:`pass_over` moved and did not write yet (at shutdown)."""
+    async def flush_deferred(self) -> None:
+        """Write the cursors :meth:`pass_over` moved and the acks :meth:`reply_acked`
+        noted, not written yet (at shutdown)."""
         ...
 
     async def knows_thread(self, channel: str, thread_id: str) -> bool:
@@ -229,7 +230,9 @@ class RuntimeStore(Protocol):
         ...
 
     async def reply_acked(self, run_id: str, message_id: str) -> None:
-        """The hub acknowledged the run's reply."""
+        """The hub acknowledged the run's reply: marked soon, in a later write (a crash
+        before it publishes the reply again at the next start, and the hub drops it by
+        its ``client_id``); :meth:`unacked_replies` leaves it out from now on."""
         ...
 
     async def reply_refused(self, run_id: str, error: str) -> None:

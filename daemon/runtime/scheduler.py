@@ -511,7 +511,7 @@ class Runtime:
             if pending:
                 log.warning("runtime.shutdown_cancelled", runs=len(pending))
         await _drain(self._tasks)
-        await self._ctx.store.flush_cursors()
+        await self._ctx.store.flush_deferred()
 
 
 async def _drain(tasks: Iterable[asyncio.Task[None]]) -> None:

@@ -20,16 +20,19 @@ from daemon.tools import ThreadKey
 from sessions.errors import ThreadLookupError
 from sessions.ids import now_iso
 from sessions.model import InterruptedRun, PromptStatus
-from sessions.outbox import OutboxReply
+from sessions.outbox import Ack, OutboxReply
 from sessions.store import Store
 
 __all__ = ["PASS_OVER_DELAY", "SessionsRuntimeStore"]
 
 log = structlog.get_logger("asyncai.runtime")
 
-# How long the cursor past a message the daemon passed over may wait for its write. Every
-# reply the daemon publishes comes back to it as such a message; writing the cursor past
-# each was one store job a prompt (issue 31), and one write a second covers a burst.
+# How long a write the daemon puts off may wait: the cursor past a message it passed
+# over, and the hub's ack of a reply. Every reply the daemon publishes is acked and
+# comes back to it as such a message; writing each was a store job a prompt (issue
+# 31), and the next prompt's record, or one write a second, carries them. A crash
+# before that write reads those messages again and ignores them again, and publishes
+# those replies again, which the hub drops by their client_id (it keeps the first).
 PASS_OVER_DELAY = 1.0
 
 
@@ -60,6 +63,7 @@ class SessionsRuntimeStore:
         self._hold_cursor = hold_cursor
         self.cursor_cap: Callable[[str], str | None] | None = None
         self._passed: dict[str, str] = {}  # channel: the newest message passed over, unwritten
+        self._acked: list[Ack] = []  # replies the hub acked, not marked yet
         self._flush: asyncio.Task[None] | None = None
 
     def _held(self, channel: str) -> bool:
@@ -70,17 +74,24 @@ class SessionsRuntimeStore:
         return message_id if cap is None else min(message_id, cap)
 
     async def record_prompt(self, message: InboundMessage) -> RecordOutcome:
-        """Store the prompt and move the cursor to it (unless held), in one transaction."""
+        """Store the prompt and move the cursor to it (unless held), in one transaction,
+        with the acks not written yet."""
         target = self._capped(message.channel, message.id)
-        new = await self.store.runs.record_prompt(
-            message.channel,
-            message.thread,
-            message.id,
-            message.sender,
-            message.text,
-            message.ts or now_iso(),
-            advance_cursor=not self._held(message.channel) and target == message.id,
-        )
+        acked, self._acked = self._acked, []
+        try:
+            new = await self.store.runs.record_prompt(
+                message.channel,
+                message.thread,
+                message.id,
+                message.sender,
+                message.text,
+                message.ts or now_iso(),
+                advance_cursor=not self._held(message.channel) and target == message.id,
+                acked=acked,
+            )
+        except BaseException:
+            self._acked[:0] = acked  # not written: still owed
+            raise
         if target != message.id and target and not self._held(message.channel):
             await self.store.cursors.set_cursor(message.channel, target)
         elif (
@@ -104,35 +115,44 @@ class SessionsRuntimeStore:
 
     async def pass_over(self, channel: str, message_id: str) -> None:
         """The cursor past ``message_id`` is written within :data:`PASS_OVER_DELAY`, by the
-        next prompt's record or by :meth:`flush_cursors`, whichever comes first."""
+        next prompt's record or by :meth:`flush_deferred`, whichever comes first."""
         if message_id > self._passed.get(channel, ""):
             self._passed[channel] = message_id
+        self._defer()
+
+    def _defer(self) -> None:
         if self._flush is None:
             self._flush = asyncio.get_running_loop().create_task(
-                self._flush_later(), name="asyncai-cursors"
+                self._flush_later(), name="asyncai-deferred-writes"
             )
 
     async def _flush_later(self) -> None:
         await asyncio.sleep(PASS_OVER_DELAY)
         self._flush = None
-        await self._write_passed()
+        await self._write_deferred()
 
-    async def flush_cursors(self) -> None:
-        """Write the cursors passed over now (the runtime's shutdown)."""
+    async def flush_deferred(self) -> None:
+        """Write the cursors passed over and the acks now (the runtime's shutdown)."""
         task, self._flush = self._flush, None
         if task is not None:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        await self._write_passed()
+        await self._write_deferred()
 
-    async def _write_passed(self) -> None:
+    async def _write_deferred(self) -> None:
         passed, self._passed = self._passed, {}
         for channel, message_id in passed.items():
             try:
                 await self.advance_cursor(channel, message_id)
             except Exception as exc:  # the next start reads these messages again: no loss
                 log.warning("runtime.cursor_not_written", channel=channel, error=repr(exc))
+        acked, self._acked = self._acked, []
+        if acked:
+            try:
+                await self.store.outbox.replies_acked(acked)
+            except Exception as exc:  # the next start publishes them again; the hub drops them
+                log.warning("runtime.acks_not_written", replies=len(acked), error=repr(exc))
 
     async def knows_thread(self, channel: str, thread_id: str) -> bool:
         """Whether prompts of this thread were recorded (the daemon takes part in it)."""
@@ -226,11 +246,14 @@ class SessionsRuntimeStore:
 
     async def unacked_replies(self) -> list[OutboxReply]:
         """Replies committed and not acknowledged (published again at start)."""
-        return await self.store.outbox.unacked_replies()
+        acked = {ack.run_id for ack in self._acked}
+        return [r for r in await self.store.outbox.unacked_replies() if r.run_id not in acked]
 
     async def reply_acked(self, run_id: str, message_id: str) -> None:
-        """The hub acknowledged the run's reply."""
-        await self.store.outbox.reply_acked(run_id, message_id)
+        """The hub acknowledged the run's reply: marked so within :data:`PASS_OVER_DELAY`,
+        by the next prompt's record or by :meth:`flush_deferred`."""
+        self._acked.append(Ack(run_id, message_id, now_iso()))
+        self._defer()
 
     async def reply_refused(self, run_id: str, error: str) -> None:
         """The hub refused the run's reply: run and prompts end failed."""
