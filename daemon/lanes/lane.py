@@ -28,6 +28,7 @@ takeover (:class:`~daemon.tools.PersistentScopes`).
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -81,9 +82,10 @@ class Lane:
     noted: RestartNoteExecutor  # the executor, with the restart note
     backend: OpenAiCompatibleBackend
 
-    @property
+    @functools.cached_property
     def persistent(self) -> PersistentScopes | None:
-        """The executor when its thread REPLs are stored (code mode), else None."""
+        """The executor when its thread REPLs are stored (code mode), else None (asked
+        once: an isinstance of a runtime-checkable Protocol walks its members)."""
         return self.executor if isinstance(self.executor, PersistentScopes) else None
 
     def offered(self) -> list[ToolDefinition]:

@@ -101,6 +101,8 @@ class OpenAiCompatibleBackend:
         # embedded local model only
         self.profile = profile or model_profile(self.params, self._model_name)
         self.executor = executor
+        # once: an isinstance of a runtime-checkable Protocol walks its members each time
+        self._catalogs = executor if isinstance(executor, CatalogSource) else None
         # direct mode: the policy for the model's own calls of mutating tools (code
         # mode asks it inside the sandbox, through the code-mode executor)
         self.gate = gate
@@ -290,11 +292,11 @@ class OpenAiCompatibleBackend:
         definitions = (scope if scope is not None else self.executor).definitions()
         tools, names = tool_params(definitions)
         catalog: Catalog | None = None
-        if isinstance(self.executor, CatalogSource):
+        if self._catalogs is not None:
             catalog = (
-                self.executor.channel_catalog(request.channel)
+                self._catalogs.channel_catalog(request.channel)
                 if request is not None
-                else self.executor.catalog
+                else self._catalogs.catalog
             )
         code_mode = [d.name for d in definitions] == ["run_code"]
         return RunTools(
