@@ -63,6 +63,15 @@ def _outbox_row(db: Path, run_id: str) -> tuple[str, str | None]:
     return row[0], row[1]
 
 
+async def _answered(runtime: SessionsRuntimeStore, run_id: str) -> None:
+    """A new prompt's run ended with its reply in the outbox."""
+    m = msg(f"question of {run_id}")
+    await runtime.record_prompt(m)
+    await runtime.start_run(run_id, m.channel, m.thread, [m.id])
+    reply = _reply(run_id, m.id, m.thread)
+    await runtime.finish_run(run_id, RunResult("the answer"), [m.id], "done", reply=reply)
+
+
 async def test_an_ack_is_written_with_the_next_prompts_record_or_at_shutdown(
     store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -84,23 +93,13 @@ async def test_an_ack_is_written_with_the_next_prompts_record_or_at_shutdown(
     assert _outbox_row(db, "R1") == ("acked", "hub-id-1")  # with the record
     assert await restarted.unacked_replies() == []
 
-    second = msg("y")
-    await runtime.record_prompt(second)
-    await runtime.start_run("R2", second.channel, second.thread, [second.id])
-    await runtime.finish_run(
-        "R2", RunResult("b"), [second.id], "done", reply=_reply("R2", second.id, second.thread)
-    )
+    await _answered(runtime, "R2")
     await runtime.reply_acked("R2", "hub-id-2")
     await runtime.flush_deferred()  # the runtime's shutdown
     assert _outbox_row(db, "R2") == ("acked", "hub-id-2")
 
     monkeypatch.setattr(runtime_store, "PASS_OVER_DELAY", 0.05)
-    third = msg("z")
-    await runtime.record_prompt(third)
-    await runtime.start_run("R3", third.channel, third.thread, [third.id])
-    await runtime.finish_run(
-        "R3", RunResult("c"), [third.id], "done", reply=_reply("R3", third.id, third.thread)
-    )
+    await _answered(runtime, "R3")
     await runtime.reply_acked("R3", "hub-id-3")
     async with asyncio.timeout(5):
         while _outbox_row(db, "R3") != ("acked", "hub-id-3"):  # noqa: ASYNC110 -- the delayed write
