@@ -40,7 +40,7 @@ from .model import (
     ThreadSummary,
     ToolCallRow,
 )
-from .outbox import Outbox, OutboxReply, ScopeWrite
+from .outbox import Ack, Outbox, OutboxReply, ScopeWrite
 from .queries import Queries
 from .replica import MalformedRunDocument, Replica
 from .report import (
@@ -75,6 +75,7 @@ __all__ = [
     "DEFAULT_DB_PATH",
     "SCHEMA_VERSION",
     "THREAD_STATUSES",
+    "Ack",
     "ApprovalRules",
     "ApprovalView",
     "Approvals",

@@ -92,7 +92,7 @@ from daemon.runtime.timing import (
     timed,
     timing_observer,
 )
-from daemon.runtime.usage import tokens_spent
+from daemon.runtime.usage import tokens_before_request, tokens_spent
 from daemon.runtime.watchdog import health_problems, heartbeat
 from sessions.model import PromptStatus
 
@@ -161,6 +161,7 @@ __all__ = [
     "time_split",
     "timed",
     "timing_observer",
+    "tokens_before_request",
     "tokens_spent",
     "tool_call_started",
 ]
