@@ -537,16 +537,24 @@ async def test_text_is_shown_as_lines_and_the_same_error_twice_gets_a_stronger_h
     assert result.reply == "pod-0, pod-4 and pod-8."
 
 
-async def test_check_answer_lets_the_model_correct_a_misread_count(code_mode, monkeypatch):
-    """Trial check-answer (ASYNCAI_HARNESS_ON): a short value comes back with the question
+@pytest.mark.parametrize("switched_on_by", ["environment", "config"])
+async def test_check_answer_lets_the_model_correct_a_misread_count(
+    code_mode, monkeypatch, switched_on_by
+):
+    """Trial check-answer (ASYNCAI_HARNESS_ON, or ``[model] harness_trials``, which a
+    side-by-side bench run sets for one arm): a short value comes back with the question
     to check it against; the model's corrected block runs, and its result is answered
     as usual (no second check). The check sees the code it checks."""
-    monkeypatch.setenv("ASYNCAI_HARNESS_ON", "check-answer")
+    params = {}
+    if switched_on_by == "environment":
+        monkeypatch.setenv("ASYNCAI_HARNESS_ON", "check-answer")
+    else:
+        params["harness_trials"] = "check-answer"
     ex, _ = code_mode
     wrong = "pods = await list_pods(namespace='prod')\nlen(items(pods))"
     right = FILTER.replace("[p['metadata']['name']", "len([p").replace("'Failed']", "'Failed'])")
     script = [block(wrong), block(right), "3 pods are failing."]
-    fake, (result,) = await run_script(ex, script, request("how many pods are failing?"))
+    fake, (result,) = await run_script(ex, script, request("how many pods are failing?"), **params)
     check = fake.requests[1]["messages"]
     assert check[-1]["content"].startswith("The code returned:\n12\n\nBefore you answer, check")
     assert "how many pods are failing?" in check[-1]["content"]

@@ -309,6 +309,27 @@ def test_the_profile_reads_the_environment_once_where_it_is_built(
         model_profile(ModelConfig(model="m", harness=True), "m")
 
 
+def test_model_harness_trials_adds_to_the_environments_trials(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``[model] harness_trials`` (one endpoint's, so one arm of a side-by-side run)
+    switches trials on beside ASYNCAI_HARNESS_ON's; a name that is no trial fails at
+    the profile, naming the key."""
+    from daemon.model import model_profile
+
+    monkeypatch.setenv("ASYNCAI_HARNESS_ON", "dead-imports")
+    params = ModelConfig(model="m", harness=True, harness_trials="check-answer")
+    profile = model_profile(params, "m")
+    assert isinstance(profile, SmallModelProfile)
+    assert profile.switches.trials == {"dead-imports", "check-answer"}
+    monkeypatch.delenv("ASYNCAI_HARNESS_ON")
+    plain = model_profile(ModelConfig(model="m", harness=True), "m")
+    assert isinstance(plain, SmallModelProfile)
+    assert plain.switches.trials == frozenset()
+    with pytest.raises(ConfigError, match=r"\[model\] harness_trials: unknown harness rule 'vote'"):
+        model_profile(ModelConfig(model="m", harness=True, harness_trials="vote"), "m")
+
+
 def test_positional_args_binds_one_argument_to_the_one_missing_required_parameter() -> None:
     """On by default, f(x) becomes f(param=x) where param is the one required parameter
     not given by keyword; anything ambiguous is left for the sandbox to report."""

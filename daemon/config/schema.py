@@ -116,6 +116,10 @@ class EndpointConfig:
     # short list); 2 or 3 check the first against warmer samples. Off (1) by default:
     # on the bench it changed no outcome and cost 36 more snippets (docs/benchmarks/history.md).
     answer_samples: Annotated[int, Strict(), Field(ge=1, le=3)] = 1
+    # The harness's trials switched on for this endpoint, a comma list of names (as
+    # ASYNCAI_HARNESS_ON, whose names it adds to): so that a side-by-side bench run
+    # (--compare-set) can measure one in B only. "": none.
+    harness_trials: Text = ""
 
     def as_model(
         self,

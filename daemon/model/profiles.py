@@ -10,7 +10,14 @@ from dataclasses import replace
 from daemon.config import ModelConfig
 from daemon.local_model.fetch import DEFAULT_MODEL
 from daemon.model.endpoint import ChatEndpoint
-from daemon.model.harness import CodeBlockTurns, SmallModelProfile, from_environ
+from daemon.model.harness import (
+    TRIALS,
+    CodeBlockTurns,
+    SmallModelProfile,
+    Switches,
+    from_environ,
+    parse_names,
+)
 from daemon.model.profile import ModelProfile, RunTools, Turns
 from daemon.model.prompts import FINAL_ROUND_PROMPT
 from daemon.model.rounds import ToolCallTurns
@@ -23,12 +30,15 @@ def model_profile(params: ModelConfig, model: str | None) -> ModelProfile:
     else for the embedded local model only; the default profile otherwise.
 
     The harness's rules switched off (``ASYNCAI_HARNESS_OFF``) and trials switched on
-    (``ASYNCAI_HARNESS_ON``), the bench's ablation knobs, are read here, once; an
-    unknown name is a :class:`~daemon.errors.ConfigError`."""
+    (``ASYNCAI_HARNESS_ON``, and ``[model] harness_trials``), the bench's ablation
+    knobs, are read here, once; an unknown name is a
+    :class:`~daemon.errors.ConfigError`."""
     harness = params.harness if params.harness is not None else model == DEFAULT_MODEL.alias
     if not harness:
         return DefaultProfile(params)
-    return SmallModelProfile(params, from_environ(os.environ))
+    switches = from_environ(os.environ)
+    trials = parse_names(params.harness_trials, TRIALS, "[model] harness_trials")
+    return SmallModelProfile(params, Switches(off=switches.off, trials=switches.trials | trials))
 
 
 def _final_round_prompt(question: str) -> str:

@@ -168,6 +168,7 @@ from daemon.model.harness.rules import (
     Switches,
     active,
     from_environ,
+    parse_names,
 )
 from daemon.model.harness.topics import Topic, catalog_topics, topic_hint
 from daemon.model.harness.vote import (
@@ -236,6 +237,7 @@ __all__ = [
     "missing_key",
     "parrots_instruction",
     "parse_examples",
+    "parse_names",
     "peek_code",
     "prints_as_result",
     "quote_result",
