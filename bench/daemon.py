@@ -54,7 +54,7 @@ over the relay's, and of those the worst load's (goals: 1.3x and 1.5x).
 
 The goal (issue 17) is a p99 overhead of at most 20 ms. Run:
 ``.venv/bin/python bench/daemon.py [--hub-defaults] [--in-process] [--profile FILE]``
-(about 90 seconds); ``--profile FILE`` runs the daemon's process under
+(about 70 seconds); ``--profile FILE`` runs the daemon's process under
 cProfile and writes its stats to FILE (read them with ``pstats``).
 """
 

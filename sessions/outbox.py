@@ -135,10 +135,6 @@ class Outbox:
         )
         return [OutboxReply.from_row(row) for row in rows]
 
-    async def reply_acked(self, run_id: str, message_id: str) -> None:
-        """The hub acknowledged the run's reply as ``message_id``."""
-        await self.replies_acked([Ack(run_id, message_id, now_iso())])
-
     async def replies_acked(self, acks: Sequence[Ack]) -> None:
         """The hub acknowledged these replies (in one statement)."""
         if acks:

@@ -140,14 +140,14 @@ class TokenMeter:
     async def returned(self, metrics: RunMetrics, *, ending: bool) -> None:
         """The run returned with ``metrics``: the tokens not written yet go with its end
         when it ends now (``ending``) and ``metrics`` carry the meter's sums; else (a
-        run paused for approval, recorded apart from its end) they are written now."""
+        run paused for approval, recorded apart from its end) they are written now.
+        :func:`metering` closes the meter as the run's block ends, right after."""
         covered = (
             metrics.prompt_tokens >= self.prompt_tokens
             and metrics.completion_tokens >= self.completion_tokens
         )
         if not (ending and covered):
             await self.write()
-        self.close()
 
     def close(self) -> None:
         """The run returned or was cut off: what is not written yet goes with its end
