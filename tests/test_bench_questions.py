@@ -29,6 +29,7 @@ from bench.questions.run import (
     invented,
     list_templates,
     report,
+    right,
     scores,
     stopped_by_sigterm,
 )
@@ -222,6 +223,32 @@ def test_an_answer_is_invented_when_no_call_returned_data() -> None:
         assert not invented(needs, case, _result(admission, nested=failed), "code"), admission
     assert not invented(needs, none_case, _result("There are 3 pods."), "code")
     assert not invented(tooless, case, _result("3"), "code")
+
+
+def test_a_failure_that_the_check_happens_to_pass_is_not_right() -> None:
+    """Every snippet failed: the harness's reply says so, and a "none" check (it hears
+    "none of the code") or a number check (the 3 of the error) does not make it right;
+    only an unanswerable question is answered by it. One result that ran is enough."""
+    from bench.questions.core import says_cannot, says_none
+
+    failure = (
+        "I could not answer this: none of the code I ran returned a result. "
+        "The last attempt ended with: KeyError: 3"
+    )
+    none = Template("web.x", "none", ("simple",), lambda w: Case("q", "None.", says_none, True))
+    count = Template("web.y", "count", ("simple",), lambda w: Case("q", "3", lambda r: "3" in r))
+    cannot = Template(
+        "web.z", "unanswerable", ("simple",), lambda w: Case("q", "-", says_cannot, True)
+    )
+    failed, ran = _result(failure, direct_error=True), _result(failure, direct_error=False)
+    for template in (none, count):
+        case = template.make(None)  # type: ignore[arg-type]
+        assert case.check(failure)  # the check alone would count it
+        assert not right(template, case, failed)
+        assert right(template, case, ran)
+    assert right(cannot, cannot.make(None), failed)  # type: ignore[arg-type]
+    assert right(none, none.make(None), _result("None are open."))  # type: ignore[arg-type]
+    assert not right(none, none.make(None), _result("Two are open."))  # type: ignore[arg-type]
 
 
 def _outcome(tid: str, split: str, seed: int, ok: bool, mode: str = "code") -> Outcome:

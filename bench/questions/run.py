@@ -147,6 +147,35 @@ def returned_data(result: RunResult, mode: str) -> bool:
     return False
 
 
+def every_call_failed(result: RunResult) -> bool:
+    """Whether the run's tool calls (its snippets, in code mode) all ended in an error:
+    at least one was made, and every result the model was shown is an error."""
+    shown = [
+        block
+        for record in result.records
+        if isinstance(record.message, dict) and isinstance(record.message.get("content"), list)
+        for block in record.message["content"]
+        if isinstance(block, dict) and block.get("type") == "tool_result"
+    ]
+    return bool(shown) and all(block.get("is_error") for block in shown)
+
+
+def right(template: Template, case: Case, result: RunResult) -> bool:
+    """Whether the run answered the question: it ended, its reply passes the case's
+    check, and it is not a failure that the check happens to pass.
+
+    A reply given after every call failed reports that failure (the harness's
+    "I could not answer this: none of the code I ran returned a result. The last
+    attempt ended with: KeyError: 3"); a "none" check hears "none of the code", a
+    number check the 3 of the error. Only for a question no tool can answer is
+    such a reply right: there the calls fail because the data is not there, and
+    saying so is the answer.
+    """
+    if result.status != "done" or not case.check(result.reply):
+        return False
+    return template.shape == "unanswerable" or not every_call_failed(result)
+
+
 def invented(template: Template, case: Case, result: RunResult, mode: str) -> bool:
     """An answer made up: the question needs a server and has data to state, no tool
     call of the run returned any (every call failed or was refused, or none was made),
@@ -293,7 +322,7 @@ async def _ask(
         shape=template.shape,
         mode=mode,
         seed=seed,
-        ok=result.status == "done" and bool(case.check(result.reply)),
+        ok=right(template, case, result),
         invented=invented(template, case, result, mode),
         rounds=m.rounds,
         tool_calls=m.run_code_calls,
