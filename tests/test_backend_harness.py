@@ -24,7 +24,9 @@ from daemon.model.harness import (
     CODE_STOP,
     HARNESS_RULES,
     MAX_FAILED_SNIPPETS,
+    TRIALS,
     WORKED_EXAMPLE,
+    noticing,
     retry_seed,
 )
 from daemon.model.harness.feedback import short_reply
@@ -563,6 +565,38 @@ async def test_check_answer_lets_the_model_correct_a_misread_count(
     answer = fake.requests[2]["messages"][-1]["content"]
     assert answer.startswith("The code returned:\n3\n\nAnswer my question now")
     assert result.reply == "3 pods are failing."
+
+
+async def test_a_run_no_trial_applied_to_goes_the_same_way_with_the_trials_on(monty_pool):
+    """The premise of the bench's --skip-unchanged: where no trial applied (noticing()
+    collects none), switching every trial on changes no request and no reply; where one
+    applied, it is noticed, and switched on it changes the run. Each run has code mode of
+    its own, as each arm has (what one run learns changes the next one's catalog)."""
+
+    async def asked(script: list, **params: Any) -> tuple[FakeOpenAI, Any, set[str]]:
+        async with code_mode_over(inner_tools(), monty_pool) as ex:
+            with noticing() as noticed:
+                fake, (result,) = await run_script(ex, script, request(), **params)
+        return fake, result, noticed
+
+    everything = ",".join(sorted(TRIALS))
+    data = "pods = await list_pods(namespace='prod')\npods"  # data, not a short answer
+    script = [block(data), "Three of them are failing."]
+    off, reply_off, noticed = await asked(script)
+    assert noticed == set()
+    on, reply_on, noticed = await asked(script, harness_trials=everything)
+    assert noticed == set()  # on, they act where they apply: nothing is noticed
+    assert on.requests == off.requests
+    assert reply_on.reply == reply_off.reply == "Three of them are failing."
+
+    habit = "import requests\n" + data  # an unread import of a module the sandbox lacks
+    script = [block(habit), block(data), "Three of them are failing."]
+    off, _, noticed = await asked(script)
+    assert noticed == {"dead-imports"}
+    assert "ModuleNotFoundError" in off.requests[1]["messages"][-1]["content"]
+    on, _, _ = await asked(script, harness_trials="dead-imports")
+    assert len(on.requests) == 2  # the import dropped: the first block ran, no retry
+    assert "ModuleNotFoundError" not in json.dumps(on.requests)
 
 
 def test_a_paused_run_keeps_its_look() -> None:

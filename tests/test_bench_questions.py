@@ -20,6 +20,7 @@ import signal
 import sqlite3
 import subprocess
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
 
@@ -398,6 +399,88 @@ def test_compare_set_reads_a_model_key_and_refuses_another() -> None:
     assert _model_key("harness=on") == ("harness", "on")  # a bare word stays a string
     with pytest.raises(argparse.ArgumentTypeError, match="one of"):
         _model_key("no_such_key=1")
+
+
+async def test_skip_unchanged_asks_b_where_a_trial_applied_and_checks_the_rest(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """--skip-unchanged: A first; B asked where one of its trials applied in A's run and
+    every check-th other question (whose reply is compared with A's), else A's outcome
+    copied; B starts each question from the shapes A started it from. Real code-mode
+    executors hold the shapes; the model's answers are what is faked (_ask)."""
+    from bench.questions import run as bench_run
+    from daemon.code_mode import CodeModeToolExecutor
+    from daemon.config import ModelConfig
+    from tests.fakes.executor import FakeToolExecutor
+
+    class _Arm(bench_run.Arm):
+        async def open(self, mode: str, served: Any) -> None:
+            self.executor = CodeModeToolExecutor(FakeToolExecutor())
+
+    asked: list[tuple[str, str, int]] = []
+
+    async def ask(arm: Any, mode: str, case: Case, template: Template, seed: int, _: Any):
+        book = arm.executor.shapes
+        asked.append((arm.label, template.id, len(book.snapshot())))
+        if arm.label == "A":  # A's run teaches one shape per question
+            book.restore({**book.snapshot(), ("#bench", "s", template.id): ("", {"t": "int"})})
+        outcome = _outcome(template.id, "dev", seed, True)
+        outcome.arm = arm.label
+        outcome.noticed = ["dead-imports"] if template.id == "web.t2" else []
+        outcome.reply = "B's own words" if (arm.label, template.id) == ("B", "web.t3") else "r"
+        return outcome
+
+    monkeypatch.setattr(bench_run, "_ask", ask)
+    make = lambda w: Case("q", "3", lambda r: True)  # noqa: E731
+    suite = [Template(f"web.t{k}", "count", ("simple",), make) for k in range(5)]
+    served = cast(Any, type("S", (), {"world": type("W", (), {"seed": 0})()})())
+    arms = [_Arm("A", ModelConfig(model="m")), _Arm("B", ModelConfig(model="m"))]
+    outcomes: list[Outcome] = []
+    skip = bench_run.Skip(frozenset({"dead-imports"}), check=2)
+    await bench_run.run_mode("code", served, arms, suite, lambda _: None, outcomes, skip=skip)
+
+    # B starts from the shapes A started from: k before question k (A then has k + 1)
+    assert asked == [
+        ("A", "web.t0", 0), ("B", "web.t0", 0),  # unchanged no. 1: checked
+        ("A", "web.t1", 1),  # unchanged no. 2: copied
+        ("A", "web.t2", 2), ("B", "web.t2", 2),  # the trial applied
+        ("A", "web.t3", 3), ("B", "web.t3", 3),  # unchanged no. 3: checked
+        ("A", "web.t4", 4),  # unchanged no. 4: copied
+    ]  # fmt: skip
+    b = {o.id: o for o in outcomes if o.arm == "B"}
+    assert [b[f"web.t{k}"].copied for k in range(5)] == [False, True, False, False, True]
+    assert [b[f"web.t{k}"].same_as_a for k in range(5)] == [True, None, None, False, None]
+    from bench.questions.speed import compare_table
+
+    assert "B's outcome is A's on 2 questions" in compare_table(outcomes)
+    assert "of 2 such questions asked in B anyway, 1 replied as A did" in compare_table(outcomes)
+
+
+def test_skip_unchanged_refuses_arms_that_differ_by_more_than_trials() -> None:
+    """B must differ from A by harness_trials alone, and switch on one A does not."""
+    from bench.questions import run as bench_run
+    from daemon.config import ModelConfig
+
+    parser = bench_run._parser()
+
+    def skip(*argv: str) -> Any:
+        args = parser.parse_args(["--skip-unchanged", *argv])
+        a = bench_run.Arm("A", ModelConfig(model="m"))
+        b = ModelConfig(model="m")
+        for key, value in args.compare_set:
+            setattr(b, key, value)
+        return bench_run._skip(parser, args, [a, bench_run.Arm("B", b)])
+
+    assert skip("--compare-set", "harness_trials=dead-imports").trials == {"dead-imports"}
+    assert skip("--compare", "", "--compare-set", "harness_trials=dead-imports") is not None
+    for argv in (
+        ("--compare", "--cache true", "--compare-set", "harness_trials=dead-imports"),
+        ("--compare-set", "harness_trials=dead-imports", "--compare-set", "max_tokens=9"),
+        ("--compare-set", "harness_trials="),
+        ("--compare-set", "harness_trials=no-such-trial"),
+    ):
+        with pytest.raises(SystemExit):
+            skip(*argv)
 
 
 async def test_calibration_measures_through_the_endpoint_as_the_daemon_streams() -> None:

@@ -27,6 +27,7 @@ from daemon.model.harness import (
     SmallModelProfile,
     Switches,
     active,
+    acts,
     check_message,
     checks_answer,
     compact_description,
@@ -37,6 +38,7 @@ from daemon.model.harness import (
     key_hint,
     looks_empty,
     mend_call,
+    noticing,
     prints_as_result,
     quote_result,
     readable,
@@ -254,6 +256,32 @@ def test_a_trial_is_off_by_default_and_acts_when_switched_on(name: str) -> None:
     with active(on):
         switched = probe(on)
     assert default != switched, name
+
+
+@pytest.mark.parametrize("name", sorted(TRIALS))
+def test_an_off_trial_is_noticed_where_it_applies_and_only_there(name: str) -> None:
+    """Off, a trial's probe notices it (the bench's --skip-unchanged asks B only then);
+    switched on it acts and is not noticed; outside noticing() nothing is collected."""
+    probe = TRIAL_PROBES[name]
+    with noticing() as noticed:
+        probe(Switches())
+    assert noticed == {name}
+    with active(Switches(trials=frozenset({name}))), noticing() as noticed:
+        probe(Switches())
+    assert noticed == set()
+    probe(Switches())  # no collector: nothing to add to, nothing fails
+
+
+def test_nothing_is_noticed_where_a_trial_does_not_apply_or_for_a_rule() -> None:
+    """A snippet without a dead import and a long result: no trial applied; a rule
+    switched off is the ablation's business, not a trial's."""
+    with noticing() as noticed:
+        repair_code("r = await f()\nr", ["f"])
+        checks_answer(json.dumps([{"name": f"n{i}"} for i in range(60)]))
+        assert not acts("vote", False)
+        with active(Switches(off=frozenset({"rename-helpers"}))):
+            assert not acts("rename-helpers", True)
+    assert noticed == set()
 
 
 def test_check_answer_asks_for_a_short_value_only_and_restates_the_question() -> None:

@@ -64,10 +64,13 @@ from bench.questions.speed import (
 from bench.questions.startup import startup, startup_table
 from bench.questions.world import HTTP_PORT, Served, open_world, templates
 from daemon.code_mode import CodeModeLimits, CodeModeToolExecutor
+from daemon.code_mode.catalog import ShapeBook
 from daemon.config import Config, ModelConfig
+from daemon.errors import ConfigError
 from daemon.lanes import code_mode_limits
 from daemon.logging import configure_logging
 from daemon.mcp.executor import McpToolExecutor
+from daemon.model.harness import TRIALS, noticing, parse_names
 from daemon.model.harness.examples import parse_examples
 from daemon.runtime.runs import Prompt, RunRequest, RunResult
 from daemon.runtime.timing import Timelines, time_split
@@ -107,6 +110,13 @@ class Outcome:
     # the prompt tokens the server evaluated (its log's count, the prefix cache left out);
     # None when no server log was read
     evaluated_tokens: int | None = None
+    # the harness's trials that were off where they applied (daemon.model.harness.acts)
+    noticed: list[str] = field(default_factory=list)
+    # --skip-unchanged: B's outcome is A's (no trial of B's applied in A's run), not asked
+    copied: bool = False
+    # --skip-unchanged's check: B asked although no trial of B's applied in A's run;
+    # whether its reply was A's (None: not such a check)
+    same_as_a: bool | None = None
 
     def public(self, show_held_out: bool) -> dict[str, Any]:
         """The outcome for the JSON file: a held-out one without its id, question,
@@ -247,6 +257,15 @@ class Arm:
         self.inner = self.executor = self.backend = None
 
 
+@dataclass(frozen=True)
+class Skip:
+    """``--skip-unchanged``: the trials B switches on beyond A's, and how often a
+    question none of them applied to is asked in B anyway (every ``check``-th)."""
+
+    trials: frozenset[str]
+    check: int = 5
+
+
 async def run_mode(
     mode: str,
     served: Served,
@@ -256,25 +275,48 @@ async def run_mode(
     outcomes: list[Outcome],
     saved: Callable[[], None] = lambda: None,
     show_held_out: bool = False,
+    skip: Skip | None = None,
 ) -> None:
     """Every template of ``suite`` once over ``served``'s world in each of ``arms``, each
     in a fresh thread, in ``mode``; with two arms a question is asked in both before the
     next, in turn first (issue 31: old and new interleaved, on the same machine state).
     Each arm has its own servers and executor (learned shapes stay in their arm). Each
-    outcome is appended to ``outcomes`` as it comes, then ``saved`` is called."""
+    outcome is appended to ``outcomes`` as it comes, then ``saved`` is called.
+
+    With ``skip`` (B differs from A by harness trials alone), A goes first, and B is
+    asked only where one of its trials applied in A's run; elsewhere B's outcome is a
+    copy of A's, but for every ``skip.check``-th such question, asked to check that
+    premise."""
     world = served.world
     held_out = [t for t in suite if t.split == "held-out"]
     timelines = Timelines()  # each run timed as the daemon times it
     try:
         for arm in arms:
             await arm.open(mode, served)
+        unchanged = 0  # questions no trial of B's applied to, so far
         for k, template in enumerate(suite):
             case = template.make(world)
-            for arm in arms if k % 2 == 0 else arms[::-1]:
-                outcome = await _ask(arm, mode, case, template, world.seed, timelines)
+            first: Outcome | None = None
+            # --skip-unchanged: B starts a question from the shapes A started it from,
+            # which A's questions taught (B is not asked every question to learn them)
+            shapes = _learned(arms[0]).snapshot() if skip is not None and mode == "code" else None
+            for arm in arms if k % 2 == 0 or skip is not None else arms[::-1]:
+                if shapes is not None and first is not None:
+                    _learned(arm).restore(shapes)
+                if first is None or skip is None or skip.trials & set(first.noticed):
+                    outcome = await _ask(arm, mode, case, template, world.seed, timelines)
+                else:
+                    unchanged += 1
+                    if (unchanged - 1) % skip.check == 0:  # the 1st, the 1+check-th, ...
+                        outcome = await _ask(arm, mode, case, template, world.seed, timelines)
+                        outcome.same_as_a = outcome.reply == first.reply
+                    else:
+                        outcome = dataclasses.replace(first, arm=arm.label, copied=True)
+                first = first or outcome
                 outcomes.append(outcome)
                 saved()
                 mark = "ok  " if outcome.ok else "FAIL"
+                mark += " (A's)" if outcome.copied else ""
                 where = f"[{mode:6} s{world.seed}{' ' + arm.label if len(arms) > 1 else ''}]"
                 m = outcome
                 if template.split == "held-out" and not show_held_out:
@@ -288,6 +330,12 @@ async def run_mode(
     finally:
         for arm in arms:
             await arm.aclose()
+
+
+def _learned(arm: Arm) -> ShapeBook:
+    """The return shapes ``arm``'s code-mode executor has learned."""
+    assert isinstance(arm.executor, CodeModeToolExecutor)
+    return arm.executor.shapes
 
 
 async def _ask(
@@ -306,7 +354,8 @@ async def _ask(
         arm.log.take()  # what came before this question is not its own
     started = time.monotonic()
     async with timelines.timing_run(request.run_id, {"channel": "#bench"}) as timeline:
-        result = await arm.backend.run(request)
+        with noticing() as noticed:
+            result = await arm.backend.run(request)
         timeline.run.attributes["status"] = "done"  # no approvals here: never paused
     seconds = time.monotonic() - started
     evaluated = None
@@ -336,6 +385,7 @@ async def _ask(
         question=case.text,
         answer=case.answer,
         reply=result.reply,
+        noticed=sorted(noticed),
         code=_tool_inputs(result.records),
         extra=extra,
         timing=time_split(timeline).rounded(),
@@ -512,6 +562,20 @@ def _parser() -> argparse.ArgumentParser:
         help="B's [model] key (repeatable), e.g. max_tokens=512; alone, B asks A's server",
     )
     model.add_argument(
+        "--skip-unchanged",
+        action="store_true",
+        help="with --compare-set harness_trials=NAMES alone: A first, and B only where one "
+        "of those trials applied in A's run; elsewhere B's outcome is A's (temperature 0)",
+    )
+    model.add_argument(
+        "--skip-check",
+        type=int,
+        default=5,
+        metavar="N",
+        help="--skip-unchanged: still ask B every N-th question none of its trials applied "
+        "to, to check that its reply is A's (default 5)",
+    )
+    model.add_argument(
         "--server-log",
         type=Path,
         metavar="FILE",
@@ -574,6 +638,30 @@ def _model_key(text: str) -> tuple[str, Any]:
     except tomllib.TOMLDecodeError:
         parsed = value  # a bare word: a string
     return key.strip(), parsed
+
+
+def _skip(
+    parser: argparse.ArgumentParser, args: argparse.Namespace, arms: list[Arm]
+) -> Skip | None:
+    """``--skip-unchanged``'s trials: B's ``harness_trials`` beyond A's; B must differ from
+    A by them alone (no server arguments of its own, no other key)."""
+    if not args.skip_unchanged:
+        return None
+    if args.skip_check < 1:
+        parser.error("--skip-check must be 1 or more")
+    keys = {key for key, _ in args.compare_set}
+    if len(arms) != 2 or keys != {"harness_trials"} or (args.compare or "").strip():
+        parser.error(
+            "--skip-unchanged: B must differ from A by --compare-set harness_trials=NAMES "
+            "alone (--compare with no arguments, or none)"
+        )
+    try:
+        a, b = (parse_names(arm.model.harness_trials, TRIALS, "harness_trials") for arm in arms)
+    except ConfigError as exc:
+        parser.error(str(exc))
+    if not b - a:
+        parser.error("--skip-unchanged: B switches on no trial that A does not")
+    return Skip(frozenset(b - a), args.skip_check)
 
 
 def _arm_text(arm: Arm, args: argparse.Namespace) -> str:
@@ -762,6 +850,7 @@ async def bench(parser: argparse.ArgumentParser, args: argparse.Namespace) -> in
             for key, value in args.compare_set:
                 setattr(other_model, key, value)
             arms.append(Arm("B", other_model))
+        skip = _skip(parser, args, arms)
         readers: dict[Path, ServerLog] = {}  # one reader per file: B may share A's server
         for arm in arms:
             path = logs[arm.label]
@@ -829,7 +918,7 @@ async def bench(parser: argparse.ArgumentParser, args: argparse.Namespace) -> in
             for seed in range(seeds[mode]):
                 async with open_world(seed, http_port=args.http_port) as served:
                     await run_mode(
-                        mode, served, arms, suite, note, outcomes, save, args.show_held_out
+                        mode, served, arms, suite, note, outcomes, save, args.show_held_out, skip
                     )
             memory.append((f"after {mode} mode", rss()))
         print(

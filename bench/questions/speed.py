@@ -276,4 +276,12 @@ def compare_table(outcomes: Sequence[Any]) -> str:
         f"questions; right in both {sum(a.ok and b.ok for a, b in pairs)}, only in A "
         f"{only_a}, only in B {only_b}.",
     ]
+    copied = sum(bool(getattr(b, "copied", False)) for _, b in pairs)
+    checks = [b.same_as_a for _, b in pairs if getattr(b, "same_as_a", None) is not None]
+    if copied or checks:
+        lines.append(
+            f"--skip-unchanged: B's outcome is A's on {copied} questions where none of B's "
+            f"trials applied; of {len(checks)} such questions asked in B anyway, "
+            f"{sum(checks)} replied as A did."
+        )
     return "\n".join(lines)

@@ -63,7 +63,7 @@ import structlog
 from pydantic_monty import AsyncMonty, AsyncMontySession, MontyError
 
 from daemon.approvals import ApprovalGate, Decision, Pause
-from daemon.code_mode.catalog import RUN_CODE, Catalog, ShapeStore, python_name
+from daemon.code_mode.catalog import RUN_CODE, Catalog, ShapeBook, ShapeStore, python_name
 from daemon.code_mode.contract import render_error, with_started_calls
 from daemon.code_mode.errors import SandboxUnavailable
 from daemon.code_mode.lazy import scope_source
@@ -182,6 +182,11 @@ class CodeModeToolExecutor(BaseToolExecutor):
         The small-model harness reads it (:class:`~daemon.code_mode.catalog.CatalogSource`).
         """
         return self._offer.built()
+
+    @property
+    def shapes(self) -> ShapeBook:
+        """The return shapes learned from results (issue 19), by channel."""
+        return self._offer.shapes
 
     def channel_catalog(self, channel: str) -> Catalog | None:
         """:attr:`catalog` with the shapes learned in ``channel`` (issue 29)."""

@@ -33,6 +33,7 @@ failure is logged and costs only the stored copy.
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -240,6 +241,19 @@ class ShapeBook:
         )
         self._unsaved.append(learned)
         return learned
+
+    def snapshot(self) -> dict[tuple[str, str, str], tuple[str, dict[str, Any]]]:
+        """The shapes known now, as a value (a copy) for :meth:`restore`."""
+        return copy.deepcopy(self._shapes)
+
+    def restore(self, shapes: dict[tuple[str, str, str], tuple[str, dict[str, Any]]]) -> None:
+        """Know exactly ``shapes`` (a :meth:`snapshot`, of this book or another's), in memory;
+        every channel whose shapes may differ builds its catalog again. The question bench
+        starts its two arms' question from the same shapes (``--skip-unchanged``)."""
+        changed = {channel for channel, _, _ in (*self._shapes, *shapes)}
+        self._shapes = copy.deepcopy(shapes)
+        for channel in changed:
+            self._bump(channel)
 
     async def flush(self) -> None:
         """Store every shape learned since the last flush, whichever calls taught them."""

@@ -167,7 +167,9 @@ from daemon.model.harness.rules import (
     TRIALS,
     Switches,
     active,
+    acts,
     from_environ,
+    noticing,
     parse_names,
 )
 from daemon.model.harness.topics import Topic, catalog_topics, topic_hint
@@ -206,6 +208,7 @@ __all__ = [
     "Switches",
     "Topic",
     "active",
+    "acts",
     "answer_instruction",
     "assigned_names",
     "catalog_signatures",
@@ -235,6 +238,7 @@ __all__ = [
     "may_rerun",
     "mend_call",
     "missing_key",
+    "noticing",
     "parrots_instruction",
     "parse_examples",
     "parse_names",

@@ -13,7 +13,7 @@ from daemon.code_mode.catalog import RESERVED_NAMES, SEARCH_HELPERS
 from daemon.code_mode.sandbox import SANDBOX_MODULES
 from daemon.model.harness.peek import top_level_targets
 from daemon.model.harness.prompts import Signature
-from daemon.model.harness.rules import on
+from daemon.model.harness.rules import acts, on
 
 __all__ = ["repair_code"]
 
@@ -220,10 +220,10 @@ class _BoundGet(ast.NodeTransformer):
         return node
 
 
-def _dead_imports(tree: ast.Module) -> list[str]:
+def _dead_imports(tree: ast.Module) -> tuple[list[ast.stmt], list[str]]:
     """The top-level imports of modules the sandbox does not have (``requests``,
-    ``pandas``) whose names the snippet never reads, as the modules' names; they are
-    dropped from ``tree``. Such an import can only fail: the code never uses it.
+    ``pandas``) whose names the snippet never reads, and those modules' names. Such
+    an import can only fail: the code never uses it.
 
     A small model starts a fetch with ``import requests`` out of habit, then calls
     the sandbox's own function; the import fails before anything runs, and the
@@ -231,26 +231,22 @@ def _dead_imports(tree: ast.Module) -> list[str]:
     import whose name the code does read is left: its error is the real one.
     """
     read = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
-    dropped: list[str] = []
-    kept: list[ast.stmt] = []
+    dead: list[ast.stmt] = []
+    modules: list[str] = []
     for stmt in tree.body:
         if isinstance(stmt, ast.Import):
-            modules = [a.name for a in stmt.names]
+            names = [a.name for a in stmt.names]
             bound = {(a.asname or a.name).split(".")[0] for a in stmt.names}
         elif isinstance(stmt, ast.ImportFrom) and stmt.module and not stmt.level:
-            modules = [stmt.module]
+            names = [stmt.module]
             bound = {a.asname or a.name for a in stmt.names}
         else:
-            kept.append(stmt)
             continue
-        absent = [m for m in modules if m.split(".")[0] not in SANDBOX_MODULES]
-        if absent and len(absent) == len(modules) and not bound & read:
-            dropped.extend(absent)
-        else:
-            kept.append(stmt)
-    if dropped:
-        tree.body = kept
-    return dropped
+        absent = [m for m in names if m.split(".")[0] not in SANDBOX_MODULES]
+        if absent and len(absent) == len(names) and not bound & read:
+            dead.append(stmt)
+            modules.extend(absent)
+    return dead, modules
 
 
 def repair_code(
@@ -286,9 +282,12 @@ def repair_code(
     if len(body) != len(tree.body) and on("drop-stubs"):
         repairs.append("dropped redefinitions or imports of the sandbox functions")
         tree.body = body
-    if on("dead-imports") and (dead := _dead_imports(tree)):
+    dead, modules = _dead_imports(tree)
+    if acts("dead-imports", bool(dead)):
+        tree.body = [stmt for stmt in tree.body if stmt not in dead]
         repairs.append(
-            "dropped imports the code never uses of modules the sandbox lacks: " + ", ".join(dead)
+            "dropped imports the code never uses of modules the sandbox lacks: "
+            + ", ".join(modules)
         )
     rebound = {n for n in top_level_targets(tree) if n in RESERVED_NAMES}
     if rebound and on("rename-helpers"):

@@ -30,7 +30,9 @@ __all__ = [
     "TRIALS",
     "Switches",
     "active",
+    "acts",
     "from_environ",
+    "noticing",
     "on",
     "parse_names",
 ]
@@ -126,9 +128,47 @@ _CURRENT: contextvars.ContextVar[Switches] = contextvars.ContextVar(
 )
 
 
+#: The trials that were off where they applied, while :func:`noticing` collects them.
+_NOTICED: contextvars.ContextVar[set[str] | None] = contextvars.ContextVar(
+    "harness_noticed", default=None
+)
+
+
 def on(name: str) -> bool:
     """Whether the rule ``name`` acts in the current run (all rules do by default)."""
     return _CURRENT.get().on(name)
+
+
+def acts(name: str, applies: bool) -> bool:
+    """Whether the rule or trial ``name`` acts at a place where it ``applies``.
+
+    A trial that is off where it applies is noticed (:func:`noticing`). A run
+    in which no trial of a set was noticed went, up to its end, the way it
+    would have gone with those trials on: each acts only through this call,
+    and with the same inputs (temperature 0) the run reaches the same places.
+    So a side-by-side bench need not ask the other arm such a question
+    (``python -m bench.questions --skip-unchanged``).
+    """
+    if not applies:
+        return False
+    if on(name):
+        return True
+    noticed = _NOTICED.get()
+    if noticed is not None and name in TRIALS:
+        noticed.add(name)
+    return False
+
+
+@contextmanager
+def noticing() -> Iterator[set[str]]:
+    """The trials that were off where they applied in the ``with`` block (:func:`acts`),
+    collected into the set it yields (tasks started inside share it)."""
+    noticed: set[str] = set()
+    token = _NOTICED.set(noticed)
+    try:
+        yield noticed
+    finally:
+        _NOTICED.reset(token)
 
 
 @contextmanager

@@ -26,7 +26,7 @@ import math
 from collections import Counter
 from collections.abc import Iterable, Sequence
 
-from daemon.model.harness.rules import on
+from daemon.model.harness.rules import acts, on
 
 __all__ = [
     "MAX_VOTE_SAMPLES",
@@ -59,7 +59,7 @@ def vote_samples(configured: int) -> int:
 def checks_answer(result: str) -> bool:
     """Whether a good result is a short answer (:func:`vote_key`) to check against the
     question before answering (trial ``check-answer``, off unless switched on)."""
-    return on("check-answer") and vote_key(result) is not None
+    return acts("check-answer", vote_key(result) is not None)
 
 
 def vote_key(result: str) -> str | None:
