@@ -599,6 +599,40 @@ async def test_a_run_no_trial_applied_to_goes_the_same_way_with_the_trials_on(mo
     assert "ModuleNotFoundError" not in json.dumps(on.requests)
 
 
+@pytest.mark.parametrize("trial", [True, False])
+async def test_a_good_result_that_never_fetched_the_url_asked_about_is_sent_back(monty_pool, trial):
+    """Trial unfetched-url: a question names a URL, the snippet answered from another
+    tool's data; the result comes back with the call that fetches the URL (the code is
+    not replayed), once; the block that fetches it is answered as usual. Off, the first
+    result is answered."""
+    fake_tools = inner_tools()
+
+    @fake_tools.tool(read_only=True)
+    async def http_get(*, url: str) -> dict:
+        """Fetch a URL."""
+        return {"status": 200, "json": {"failing": 3}}
+
+    question = "How many pods are failing, by http://127.0.0.1:8000/api/health?"
+    wrong = "pods = await list_pods(namespace='prod')\nlen(items(pods))"
+    fetch = "r = await http_get(url='http://127.0.0.1:8000/api/health')\nr['json']['failing']"
+    script = [block(wrong), block(fetch), "3 pods are failing."]
+    params = {"harness_trials": "unfetched-url"} if trial else {}
+    async with code_mode_over(fake_tools, monty_pool) as ex:
+        fake, (result,) = await run_script(
+            ex, script[: 3 if trial else 2], request(question), **params
+        )
+    second = fake.requests[1]["messages"]
+    if not trial:
+        assert second[-1]["content"].startswith("The code returned:\n12\n\nAnswer my question")
+        return
+    assert second[-1]["content"].startswith("Your code returned:\n12\n\nThat is not from")
+    assert "r = await http_get(url='http://127.0.0.1:8000/api/health')" in second[-1]["content"]
+    assert all(wrong not in str(m["content"]) for m in second)  # not replayed
+    answer = fake.requests[2]["messages"][-1]["content"]
+    assert answer.startswith("The code returned:\n3\n\nAnswer my question now")
+    assert result.reply == "3 pods are failing."
+
+
 def test_a_paused_run_keeps_its_look() -> None:
     """The look flag is part of the loop's stored position: a run paused and resumed
     after its look does not look again."""

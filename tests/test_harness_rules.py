@@ -48,6 +48,7 @@ from daemon.model.harness import (
     retry_hint,
     text_calls,
     topic_hint,
+    unfetched_url,
     url_hint,
     value_hint,
     vote_samples,
@@ -219,7 +220,27 @@ PROBES: dict[str, Callable[[Switches], Any]] = {
 TRIAL_PROBES: dict[str, Callable[[Switches], Any]] = {
     "check-answer": lambda _: checks_answer("42"),
     "dead-imports": _repaired("import requests\nr = await f()\nr", ["f"]),
+    "unfetched-url": lambda _: unfetched_url(
+        "Total of http://h:1/o.csv?", "r = await read_query(query='select 1')", FETCHERS
+    ),
 }
+
+
+def test_unfetched_url_names_the_first_url_neither_written_nor_its_path() -> None:
+    """A URL written whole, or its path (a base joined to it), counts as fetched; the
+    first other one is named with the call that fetches it; without a function that
+    takes a url there is no hint."""
+    two = "Join http://h:1/a.csv and http://h:1/api/b, please."
+    with active(Switches(trials=frozenset({"unfetched-url"}))):
+        hint = unfetched_url(two, "r = await http_get(url='http://h:1/a.csv')", FETCHERS)
+        assert hint == (
+            "Hint: my question names http://h:1/api/b, and your code never fetched it: "
+            "r = await http_get(url='http://h:1/api/b')."
+        )
+        both = "a = await http_get(url='http://h:1/a.csv')\nb = await http_get(url=B + '/api/b')"
+        assert unfetched_url(two, both, FETCHERS) is None
+        assert unfetched_url(two, "x = 1", {}) is None
+        assert unfetched_url("How many pods?", "x = 1", FETCHERS) is None
 
 
 def test_every_rule_has_a_kebab_case_name_a_statement_and_a_probe() -> None:

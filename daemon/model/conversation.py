@@ -62,6 +62,7 @@ class LoopState:
     samples: int = 1  # snippets drawn for a short answer ([model] answer_samples)
     voted: bool = False  # the vote for this run's answer was taken
     checked: bool = False  # the answer was checked against the question (check-answer)
+    refetched: bool = False  # a good result was sent back for a URL never fetched
     looked: bool = False  # the model was shown its variables (a look)
     mutating: list[str] = field(default_factory=list)  # functions a vote never re-runs
 

@@ -54,6 +54,9 @@ each piece fixes one observed failure:
 | a reply that retells the worked example  | :func:`echoes_example`         | echo-check         |
 | one example about orders says nothing of | :func:`closest_examples` of    | examples           |
 | a deployment's own tools                 | ``[model] examples``           |                    |
+| (trial) a URL the question names that   | :func:`unfetched_url`: the     | unfetched-url      |
+| the code never fetched (another tool's   | fetch, after a failure or a    |                    |
+| data, an example's SQL)                  | good result                    |                    |
 | (trial) "the first N" read as "below N": | :func:`check_message`: the     | check-answer       |
 | a short value that answers another       | value against the question     |                    |
 | question                                 | once, answer or correct        |                    |
@@ -124,6 +127,8 @@ from daemon.model.harness.feedback import (
     replays_code,
     result_message,
     retry_hint,
+    unfetched_message,
+    unfetched_url,
     url_hint,
     value_atoms,
 )
@@ -260,6 +265,8 @@ __all__ = [
     "text_calls",
     "text_tool_calls",
     "topic_hint",
+    "unfetched_message",
+    "unfetched_url",
     "url_hint",
     "value_atoms",
     "value_hint",

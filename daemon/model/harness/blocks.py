@@ -40,6 +40,8 @@ from daemon.model.harness.feedback import (
     result_message,
     retry_hint,
     short_reply,
+    unfetched_message,
+    unfetched_url,
     url_hint,
 )
 from daemon.model.harness.keyfix import key_fix
@@ -224,6 +226,8 @@ async def after_block(
     look = fetch = start = None  # start: the call a new block should start with
     if (retry or recheck) and isinstance(code, str):
         fetch = url_hint(ls.question, code, functions)  # a URL the snippet never fetched
+        if fetch is None and failed:  # trial unfetched-url: one of the URLs never fetched
+            fetch = unfetched_url(ls.question, code, functions)
         asked_url = fetched_url(ls.question, code, functions)  # the URL's data it is about
         topic = None if fetch or asked_url or not topics else topic_hint(ls.question, code, topics)
         if topic is not None:  # the question is about another function's data: what the
@@ -273,7 +277,16 @@ async def after_block(
         start=start,
     )
     ls.answering = not (retry or recheck)
-    if ls.answering and more and not (failed or ls.checked) and checks_answer(text):
+    refetch = None
+    if ls.answering and more and not (failed or ls.refetched) and isinstance(code, str):
+        refetch = unfetched_url(ls.question, code, functions)
+    if refetch is not None:
+        # trial unfetched-url: a good result of a snippet that never fetched a URL the
+        # question names is not that URL's data; once, a new block is asked for
+        ls.refetched = True
+        ls.answering = False
+        reply = unfetched_message(text, refetch, ls.question)
+    elif ls.answering and more and not (failed or ls.checked) and checks_answer(text):
         # trial check-answer: the short value against the question, once; the model
         # answers, or writes one more block
         ls.checked = True
@@ -284,7 +297,7 @@ async def after_block(
     # A retry follows the question alone, with the feedback: shown its failed
     # code, a small model sends it again verbatim. The answer sees the code.
     del messages[ls.base :]
-    if replays_code(retry or recheck):
+    if replays_code(retry or recheck or refetch is not None):
         messages.append(ran)  # the answer (or the check) sees the code
     messages.append({"role": "user", "content": reply})
 

@@ -9,6 +9,7 @@ import difflib
 import json
 import re
 from collections.abc import Callable, Collection, Iterable, Mapping
+from urllib.parse import urlsplit
 
 # NO_OUTPUT: run_code's text for "nothing printed, None last", a result that answers
 # nothing, so the harness asks again
@@ -17,7 +18,7 @@ from daemon.code_mode.sandbox import MISSING_MODULE_ADVICE, SANDBOX_MODULES
 from daemon.model.harness.look import Look
 from daemon.model.harness.parsing import is_code_only
 from daemon.model.harness.prompts import WORKED_EXAMPLE, echoes_example
-from daemon.model.harness.rules import on
+from daemon.model.harness.rules import acts, on
 from daemon.model.harness.vote import vote_key
 
 __all__ = [
@@ -40,6 +41,8 @@ __all__ = [
     "result_message",
     "retry_hint",
     "short_reply",
+    "unfetched_message",
+    "unfetched_url",
     "url_hint",
     "value_atoms",
 ]
@@ -538,6 +541,44 @@ def url_hint(
         return None
     call = f"r = await {fetchers[0]}(url='{urls[0]}')"
     return f"Hint: my question names {urls[0]}: fetch it with {call}."
+
+
+def unfetched_url(
+    question: str, code: str, functions: Mapping[str, tuple[Collection[str], object]]
+) -> str | None:
+    """The hint for the first URL the question names that ``code`` never fetched (neither
+    the URL nor its path is written in it), when a function with a ``url`` parameter
+    can: trial ``unfetched-url``, noticed where it applies while off.
+
+    A question names two URLs, and the snippet fetched the first and looked for the
+    second's data with another function; a question names a CSV file's URL, and the
+    snippet ran the SQL of a worked example about a database. Either result is not
+    the named URL's data, whatever it says. :func:`url_hint` covers a snippet that
+    fetched nothing; this one every URL, and a good result too.
+    """
+    fetchers = _fetchers(functions)
+    if not fetchers:
+        return None
+    for url in (u.rstrip(".,;:!?)") for u in _URL.findall(question)):
+        path = urlsplit(url).path
+        if url in code or (len(path) > 1 and path in code):
+            continue
+        if not acts("unfetched-url", True):
+            return None
+        call = f"r = await {fetchers[0]}(url='{url}')"
+        return f"Hint: my question names {url}, and your code never fetched it: {call}."
+    return None
+
+
+def unfetched_message(result: str, hint: str, question: str) -> str:
+    """The user message after a good result of a snippet that never fetched a URL the
+    question names (trial ``unfetched-url``): the result, the hint, a new block."""
+    shown = result if len(result) <= _RESULT_SHOWN else result[:_RESULT_SHOWN] + " …"
+    return (
+        f"Your code returned:\n{shown}\n\nThat is not from the data my question is about. "
+        f"{hint}\nWrite a new ```python block that answers my question from it: "
+        f"{question.strip()}"
+    )
 
 
 def fetched_url(

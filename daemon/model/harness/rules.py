@@ -100,6 +100,9 @@ RULES: dict[str, str] = {
 TRIALS: dict[str, str] = {
     "dead-imports": "an import of a module the sandbox lacks (requests) whose name the "
     "snippet never reads is dropped",
+    "unfetched-url": "a URL the question names that the snippet never fetched (neither it "
+    "nor its path is in the code): a failed snippet's retry, or a good result's one more "
+    "round, is told the call that fetches it",
     "check-answer": "a short answer (a number, a name, a short list): one more round "
     "restates the question and asks the model to check the value answers it, or to "
     "correct it with one more snippet",
