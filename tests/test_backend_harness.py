@@ -310,6 +310,23 @@ async def test_after_the_last_failed_snippet_the_model_answers(code_mode, monkey
     assert result.metrics.harness_gave_up is True
 
 
+@pytest.mark.parametrize("trial", [True, False])
+async def test_repeat_stop_draws_no_third_snippet_after_the_same_error_twice(code_mode, trial):
+    """Trial repeat-stop: two snippets end with the same exception, no third is drawn and
+    the run fails honestly; another exception the second time does not stop it. Off, the
+    third is drawn."""
+    ex, _ = code_mode
+    missing = block("import requests\nr = requests.get('http://h/x')\nr")
+    other = block("x = undefined_name\nx")
+    params = {"harness_trials": "repeat-stop"} if trial else {}
+    fake, (result,) = await run_script(ex, [missing] * 3, request(), **params)
+    assert len(fake.requests) == (2 if trial else 3)
+    assert result.reply.startswith("I could not answer this:")
+    assert result.metrics.harness_gave_up is True
+    fake, _ = await run_script(ex, [missing, other, missing], request(), **params)
+    assert len(fake.requests) == 3  # not the same error: the third is drawn
+
+
 async def test_the_round_limit_bounds_the_tries(code_mode, monkeypatch):
     """With max_rounds=3 the second failure already asks for the answer (the last round
     must be one)."""

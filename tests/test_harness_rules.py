@@ -44,6 +44,7 @@ from daemon.model.harness import (
     readable,
     repair_code,
     repeat_hint,
+    repeats_error,
     replays_code,
     retry_hint,
     text_calls,
@@ -220,6 +221,7 @@ PROBES: dict[str, Callable[[Switches], Any]] = {
 TRIAL_PROBES: dict[str, Callable[[Switches], Any]] = {
     "check-answer": lambda _: checks_answer("42"),
     "dead-imports": _repaired("import requests\nr = await f()\nr", ["f"]),
+    "repeat-stop": lambda _: repeats_error(ERROR.format("'x'"), ERROR.format("'x'")),
     "unfetched-url": lambda _: unfetched_url(
         "Total of http://h:1/o.csv?", "r = await read_query(query='select 1')", FETCHERS
     ),

@@ -57,6 +57,8 @@ each piece fixes one observed failure:
 | (trial) a URL the question names that   | :func:`unfetched_url`: the     | unfetched-url      |
 | the code never fetched (another tool's   | fetch, after a failure or a    |                    |
 | data, an example's SQL)                  | good result                    |                    |
+| (trial) the same error twice: a third    | :func:`repeats_error`: no      | repeat-stop        |
+| snippet fails the same way               | third snippet is drawn         |                    |
 | (trial) "the first N" read as "below N": | :func:`check_message`: the     | check-answer       |
 | a short value that answers another       | value against the question     |                    |
 | question                                 | once, answer or correct        |                    |
@@ -124,6 +126,7 @@ from daemon.model.harness.feedback import (
     quote_result,
     readable,
     repeat_hint,
+    repeats_error,
     replays_code,
     result_message,
     retry_hint,
@@ -257,6 +260,7 @@ __all__ = [
     "render_examples",
     "repair_code",
     "repeat_hint",
+    "repeats_error",
     "replays_code",
     "result_message",
     "retry_hint",

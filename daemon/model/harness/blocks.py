@@ -36,6 +36,7 @@ from daemon.model.harness.feedback import (
     prints_as_result,
     quote_result,
     repeat_hint,
+    repeats_error,
     replays_code,
     result_message,
     retry_hint,
@@ -203,11 +204,10 @@ async def after_block(
     code = call.arguments.get("code") if call.error is None else None
     ran = {"role": "assistant", "content": code_message(code or call.raw)}
     text = plain = _shown(output)
+    previous = _previous_error(state)
     if output.is_error and isinstance(code, str):
         # the same error twice: a stronger hint (what to write instead) than the first
-        hint = repeat_hint(text, _previous_error(state), functions) or retry_hint(
-            code, text, functions
-        )
+        hint = repeat_hint(text, previous, functions) or retry_hint(code, text, functions)
         text = f"{text}\n{hint}" if hint else text
     _record_result(state, call, output, text)
     ls.next_call = 1
@@ -218,6 +218,8 @@ async def after_block(
     else:
         ls.last_result = text
     retry = failed and ls.failures < MAX_FAILED_SNIPPETS and more
+    if retry and output.is_error and repeats_error(plain, previous):
+        retry = False  # trial repeat-stop: the same error twice, a third is not drawn
     if failed and not retry:
         state.metrics.harness_gave_up = True
     # an empty result (or a None answer) is often a filter on a guessed key: one look

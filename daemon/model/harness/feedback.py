@@ -37,6 +37,7 @@ __all__ = [
     "quote_result",
     "readable",
     "repeat_hint",
+    "repeats_error",
     "replays_code",
     "result_message",
     "retry_hint",
@@ -373,6 +374,19 @@ _ATTRIBUTE = re.compile(r"'(\w+)' object has no attribute '(\w+)'")
 _STR_AS_DATA = re.compile(
     r"string indices must be integers|'str' object (is not subscriptable|has no attribute 'get')"
 )
+
+
+def repeats_error(error: str, previous: str | None) -> bool:
+    """Whether a failed snippet ended with the exception its predecessor ended with, and
+    the run stops drawing snippets (trial ``repeat-stop``, noticed where it applies).
+
+    A 1.5B model shown the same traceback twice, with the stronger hint, still
+    sent the same mistake a third time in the dev runs (``import requests``, a
+    list's ``.get``): a round spent on a retry that fails the same way (issue 31).
+    """
+    sig = error_signature(error)
+    same = sig is not None and previous is not None and sig == error_signature(previous)
+    return acts("repeat-stop", same)
 
 
 def repeat_hint(error: str, previous: str | None, functions: Iterable[str] = ()) -> str | None:
