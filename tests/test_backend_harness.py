@@ -310,15 +310,21 @@ async def test_after_the_last_failed_snippet_the_model_answers(code_mode, monkey
     assert result.metrics.harness_gave_up is True
 
 
-@pytest.mark.parametrize("trial", [True, False])
-async def test_repeat_stop_draws_no_third_snippet_after_the_same_error_twice(code_mode, trial):
-    """Trial repeat-stop: two snippets end with the same exception, no third is drawn and
-    the run fails honestly; another exception the second time does not stop it. Off, the
-    third is drawn."""
+@pytest.mark.parametrize("switched_on_by", ["environment", "config", None])
+async def test_repeat_stop_draws_no_third_snippet_after_the_same_error_twice(
+    code_mode, monkeypatch, switched_on_by
+):
+    """Trial repeat-stop (ASYNCAI_HARNESS_ON, or ``[model] harness_trials``, which a
+    side-by-side bench run sets for one arm): two snippets end with the same exception,
+    no third is drawn and the run fails honestly; another exception the second time
+    does not stop it. Off, the third is drawn."""
     ex, _ = code_mode
     missing = block("import requests\nr = requests.get('http://h/x')\nr")
     other = block("x = undefined_name\nx")
-    params = {"harness_trials": "repeat-stop"} if trial else {}
+    trial = switched_on_by is not None
+    params = {"harness_trials": "repeat-stop"} if switched_on_by == "config" else {}
+    if switched_on_by == "environment":
+        monkeypatch.setenv("ASYNCAI_HARNESS_ON", "repeat-stop")
     fake, (result,) = await run_script(ex, [missing] * 3, request(), **params)
     assert len(fake.requests) == (2 if trial else 3)
     assert result.reply.startswith("I could not answer this:")
@@ -556,34 +562,6 @@ async def test_text_is_shown_as_lines_and_the_same_error_twice_gets_a_stronger_h
     assert result.reply == "pod-0, pod-4 and pod-8."
 
 
-@pytest.mark.parametrize("switched_on_by", ["environment", "config"])
-async def test_check_answer_lets_the_model_correct_a_misread_count(
-    code_mode, monkeypatch, switched_on_by
-):
-    """Trial check-answer (ASYNCAI_HARNESS_ON, or ``[model] harness_trials``, which a
-    side-by-side bench run sets for one arm): a short value comes back with the question
-    to check it against; the model's corrected block runs, and its result is answered
-    as usual (no second check). The check sees the code it checks."""
-    params = {}
-    if switched_on_by == "environment":
-        monkeypatch.setenv("ASYNCAI_HARNESS_ON", "check-answer")
-    else:
-        params["harness_trials"] = "check-answer"
-    ex, _ = code_mode
-    wrong = "pods = await list_pods(namespace='prod')\nlen(items(pods))"
-    right = FILTER.replace("[p['metadata']['name']", "len([p").replace("'Failed']", "'Failed'])")
-    script = [block(wrong), block(right), "3 pods are failing."]
-    fake, (result,) = await run_script(ex, script, request("how many pods are failing?"), **params)
-    check = fake.requests[1]["messages"]
-    assert check[-1]["content"].startswith("The code returned:\n12\n\nBefore you answer, check")
-    assert "how many pods are failing?" in check[-1]["content"]
-    assert check[-2] == {"role": "assistant", "content": f"```python\n{wrong}\n```"}
-    assert fake.requests[1]["stop"] == [CODE_STOP]  # a corrected block may follow
-    answer = fake.requests[2]["messages"][-1]["content"]
-    assert answer.startswith("The code returned:\n3\n\nAnswer my question now")
-    assert result.reply == "3 pods are failing."
-
-
 async def test_a_run_no_trial_applied_to_goes_the_same_way_with_the_trials_on(monty_pool):
     """The premise of the bench's --skip-unchanged: where no trial applied (noticing()
     collects none), switching every trial on changes no request and no reply; where one
@@ -657,6 +635,15 @@ def test_a_paused_run_keeps_its_look() -> None:
     stored = json.loads(json.dumps(ls.to_json(RunState(request()))))
     resumed, _ = LoopState.from_json(stored, request())
     assert resumed.looked
+    assert resumed.base == 4
+
+
+def test_a_paused_run_stored_by_a_former_version_resumes() -> None:
+    """A key of the stored position that this version has no field for (``checked``,
+    the removed check-answer trial's) is left out: the run resumes after an upgrade."""
+    stored = json.loads(json.dumps(LoopState(mode="small", base=4).to_json(RunState(request()))))
+    stored["loop"]["checked"] = True
+    resumed, _ = LoopState.from_json(stored, request())
     assert resumed.base == 4
 
 

@@ -5,7 +5,6 @@ calls a harness function on fixed input, with fakes and no I/O."""
 from __future__ import annotations
 
 import asyncio
-import json
 import re
 from collections.abc import Callable
 from dataclasses import replace
@@ -28,8 +27,6 @@ from daemon.model.harness import (
     Switches,
     active,
     acts,
-    check_message,
-    checks_answer,
     compact_description,
     echoes_example,
     from_environ,
@@ -219,7 +216,6 @@ PROBES: dict[str, Callable[[Switches], Any]] = {
 
 # Each trial: what it changes once switched on.
 TRIAL_PROBES: dict[str, Callable[[Switches], Any]] = {
-    "check-answer": lambda _: checks_answer("42"),
     "dead-imports": _repaired("import requests\nr = await f()\nr", ["f"]),
     "repeat-stop": lambda _: repeats_error(ERROR.format("'x'"), ERROR.format("'x'")),
     "unfetched-url": lambda _: unfetched_url(
@@ -300,27 +296,11 @@ def test_nothing_is_noticed_where_a_trial_does_not_apply_or_for_a_rule() -> None
     switched off is the ablation's business, not a trial's."""
     with noticing() as noticed:
         repair_code("r = await f()\nr", ["f"])
-        checks_answer(json.dumps([{"name": f"n{i}"} for i in range(60)]))
+        unfetched_url("How many pods?", "x = 1", FETCHERS)
         assert not acts("vote", False)
         with active(Switches(off=frozenset({"rename-helpers"}))):
             assert not acts("rename-helpers", True)
     assert noticed == set()
-
-
-def test_check_answer_asks_for_a_short_value_only_and_restates_the_question() -> None:
-    """Switched on, a number, a name or a short list is checked; long data, an empty
-    result or nothing is not. The message shows the value and the question, names the
-    usual misreadings, and lets the model answer or write a new block."""
-    with active(Switches(trials=frozenset({"check-answer"}))):
-        assert checks_answer("76127")
-        assert checks_answer('["pod-0", "pod-4"]')
-        assert not checks_answer("(empty result)")
-        assert not checks_answer(json.dumps(list(range(100))))
-    message = check_message("76127", "  What is the sum of the first 1000 primes?\n")
-    assert message.startswith("The code returned:\n76127\n\n")
-    assert "My question was:\nWhat is the sum of the first 1000 primes?\n" in message
-    assert '"the first N" is not "below N"' in message
-    assert "write a new ```python block" in message
 
 
 def test_the_docs_list_every_rule() -> None:
@@ -369,10 +349,10 @@ def test_model_harness_trials_adds_to_the_environments_trials(
     from daemon.model import model_profile
 
     monkeypatch.setenv("ASYNCAI_HARNESS_ON", "dead-imports")
-    params = ModelConfig(model="m", harness=True, harness_trials="check-answer")
+    params = ModelConfig(model="m", harness=True, harness_trials="unfetched-url")
     profile = model_profile(params, "m")
     assert isinstance(profile, SmallModelProfile)
-    assert profile.switches.trials == {"dead-imports", "check-answer"}
+    assert profile.switches.trials == {"dead-imports", "unfetched-url"}
     monkeypatch.delenv("ASYNCAI_HARNESS_ON")
     plain = model_profile(ModelConfig(model="m", harness=True), "m")
     assert isinstance(plain, SmallModelProfile)

@@ -61,7 +61,6 @@ class LoopState:
     short_reply: str | None = None
     samples: int = 1  # snippets drawn for a short answer ([model] answer_samples)
     voted: bool = False  # the vote for this run's answer was taken
-    checked: bool = False  # the answer was checked against the question (check-answer)
     refetched: bool = False  # a good result was sent back for a URL never fetched
     looked: bool = False  # the model was shown its variables (a look)
     mutating: list[str] = field(default_factory=list)  # functions a vote never re-runs
@@ -88,7 +87,9 @@ class LoopState:
                 f"(this asyncai reads {CONVERSATION_VERSION})"
             )
         try:
-            loop = dict(data["loop"])
+            # a key a former version stored and this one has no use for is left out
+            # (a paused run outlives an upgrade): "checked", for one
+            loop = {k: v for k, v in dict(data["loop"]).items() if k in _LOOP_FIELDS}
             calls = [ToolCall(**c) for c in loop.pop("calls")]
             state = cls(calls=calls, **loop)
             run = RunState(
@@ -100,3 +101,6 @@ class LoopState:
         except (KeyError, TypeError, ValueError) as exc:
             raise ConversationError(f"a damaged stored conversation: {exc}") from exc
         return state, run
+
+
+_LOOP_FIELDS = frozenset(f.name for f in fields(LoopState))

@@ -59,9 +59,6 @@ each piece fixes one observed failure:
 | data, an example's SQL)                  | good result                    |                    |
 | (trial) the same error twice: a third    | :func:`repeats_error`: no      | repeat-stop        |
 | snippet fails the same way               | third snippet is drawn         |                    |
-| (trial) "the first N" read as "below N": | :func:`check_message`: the     | check-answer       |
-| a short value that answers another       | value against the question     |                    |
-| question                                 | once, answer or correct        |                    |
 | ``read_query("SELECT ...")``: "takes     | :func:`repair_code`: bound to  | positional-args    |
 | keyword arguments only", resent          | the one required parameter     |                    |
 | a reply after failed snippets that       | :func:`failure_reply`: why the | reply-from-result  |
@@ -113,7 +110,6 @@ from daemon.model.harness.examples import (
 )
 from daemon.model.harness.feedback import (
     answer_instruction,
-    check_message,
     error_signature,
     failure_reply,
     fetched_url,
@@ -185,7 +181,6 @@ from daemon.model.harness.vote import (
     MAX_VOTE_SAMPLES,
     REREAD,
     VOTE_TEMPERATURE,
-    checks_answer,
     majority,
     may_rerun,
     vote_key,
@@ -221,8 +216,6 @@ __all__ = [
     "assigned_names",
     "catalog_signatures",
     "catalog_topics",
-    "check_message",
-    "checks_answer",
     "closest_examples",
     "code_message",
     "compact_description",

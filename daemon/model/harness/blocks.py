@@ -28,7 +28,6 @@ from daemon.model.endpoint import ChatEndpoint
 from daemon.model.execute import run_call
 from daemon.model.harness.feedback import (
     answer_instruction,
-    check_message,
     failure_reply,
     fetched_url,
     is_no_answer,
@@ -63,7 +62,6 @@ from daemon.model.harness.topics import Topic, topic_hint
 from daemon.model.harness.vote import (
     REREAD,
     VOTE_TEMPERATURE,
-    checks_answer,
     majority,
     may_rerun,
     vote_key,
@@ -288,12 +286,6 @@ async def after_block(
         ls.refetched = True
         ls.answering = False
         reply = unfetched_message(text, refetch, ls.question)
-    elif ls.answering and more and not (failed or ls.checked) and checks_answer(text):
-        # trial check-answer: the short value against the question, once; the model
-        # answers, or writes one more block
-        ls.checked = True
-        ls.answering = False
-        reply = check_message(text, ls.question)
     answered = ls.answering and not failed and endpoint.params.reply_with_short_result
     ls.short_reply = short_reply(text) if answered else None
     # A retry follows the question alone, with the feedback: shown its failed

@@ -24,7 +24,6 @@ from daemon.model.harness.vote import vote_key
 __all__ = [
     "STOPPED",
     "answer_instruction",
-    "check_message",
     "error_signature",
     "failure_reply",
     "fetched_url",
@@ -134,29 +133,6 @@ def result_message(
     if failed:
         return f"The code failed:\n{shown}\n\n{answer_instruction(question)}"
     return f"The code returned:\n{readable(shown)}\n\n{answer_instruction(question)}"
-
-
-def check_message(result: str, question: str) -> str:
-    """The user message that carries a short result and asks the model to check it
-    against the question before answering (trial ``check-answer``): the answer in
-    words when the value answers exactly what was asked, else a new block.
-
-    A 1.5B model's confident wrong number is most often the question misread
-    (a bound, a filter, "the first N" as "below N", another field than the one
-    asked for); the code alone never says so, and one rereading with the value
-    in view costs one round only when the model corrects itself.
-    """
-    shown = result if len(result) <= _RESULT_SHOWN else result[:_RESULT_SHOWN] + " …"
-    return (
-        f"The code returned:\n{readable(shown)}\n\n"
-        f"Before you answer, check that this value answers exactly what I asked. My "
-        f"question was:\n{question.strip()}\n"
-        'Read it again word by word: every count, bound and filter it names ("the first '
-        'N" is not "below N", "at least" is not "more than") and the field it asks '
-        "for. If the value answers it, reply in one to three plain sentences that state "
-        "every name and number from the result, with no code. If it does not, write a new "
-        "```python block that computes exactly what I asked."
-    )
 
 
 def replays_code(retry: bool) -> bool:

@@ -105,9 +105,6 @@ TRIALS: dict[str, str] = {
     "round, is told the call that fetches it",
     "repeat-stop": "a failed snippet that ends with the exception the one before it ended "
     "with: no third snippet is drawn (the run fails honestly one round sooner)",
-    "check-answer": "a short answer (a number, a name, a short list): one more round "
-    "restates the question and asks the model to check the value answers it, or to "
-    "correct it with one more snippet",
 }
 
 

@@ -26,13 +26,12 @@ import math
 from collections import Counter
 from collections.abc import Iterable, Sequence
 
-from daemon.model.harness.rules import acts, on
+from daemon.model.harness.rules import on
 
 __all__ = [
     "MAX_VOTE_SAMPLES",
     "REREAD",
     "VOTE_TEMPERATURE",
-    "checks_answer",
     "majority",
     "may_rerun",
     "vote_key",
@@ -54,12 +53,6 @@ def vote_samples(configured: int) -> int:
     """The samples a short answer is voted on, the first included: ``[model]
     answer_samples`` up to :data:`MAX_VOTE_SAMPLES`; 1 (no vote) with rule ``vote`` off."""
     return max(1, min(configured, MAX_VOTE_SAMPLES)) if on("vote") else 1
-
-
-def checks_answer(result: str) -> bool:
-    """Whether a good result is a short answer (:func:`vote_key`) to check against the
-    question before answering (trial ``check-answer``, off unless switched on)."""
-    return acts("check-answer", vote_key(result) is not None)
 
 
 def vote_key(result: str) -> str | None:
