@@ -294,7 +294,8 @@ async def test_after_the_last_failed_snippet_the_model_answers(code_mode, monkey
     """MAX_FAILED_SNIPPETS failures end the tries: the last result asks for an answer
     (which may say what went wrong); a JavaScript snippet's SyntaxError carries a hint to
     write Python."""
-    rules_off(monkeypatch, "failed-honest")  # on, the harness says why
+    # on, the harness says why; and the same error twice would stop at two snippets
+    rules_off(monkeypatch, "failed-honest", "repeat-stop")
     ex, _ = code_mode
     js = block("let n = 1; let m = n + 1;")
     answer = "I could not find out: my code was not valid Python."
@@ -310,21 +311,19 @@ async def test_after_the_last_failed_snippet_the_model_answers(code_mode, monkey
     assert result.metrics.harness_gave_up is True
 
 
-@pytest.mark.parametrize("switched_on_by", ["environment", "config", None])
+@pytest.mark.parametrize("trial", [True, False])
 async def test_repeat_stop_draws_no_third_snippet_after_the_same_error_twice(
-    code_mode, monkeypatch, switched_on_by
+    code_mode, monkeypatch, trial
 ):
-    """Trial repeat-stop (ASYNCAI_HARNESS_ON, or ``[model] harness_trials``, which a
-    side-by-side bench run sets for one arm): two snippets end with the same exception,
-    no third is drawn and the run fails honestly; another exception the second time
-    does not stop it. Off, the third is drawn."""
+    """Rule repeat-stop (on by default): two snippets end with the same exception, no
+    third is drawn and the run fails honestly; another exception the second time does
+    not stop it. Off, the third is drawn."""
     ex, _ = code_mode
     missing = block("import requests\nr = requests.get('http://h/x')\nr")
     other = block("x = undefined_name\nx")
-    trial = switched_on_by is not None
-    params = {"harness_trials": "repeat-stop"} if switched_on_by == "config" else {}
-    if switched_on_by == "environment":
-        monkeypatch.setenv("ASYNCAI_HARNESS_ON", "repeat-stop")
+    params: dict[str, Any] = {}
+    if not trial:
+        rules_off(monkeypatch, "repeat-stop")
     fake, (result,) = await run_script(ex, [missing] * 3, request(), **params)
     assert len(fake.requests) == (2 if trial else 3)
     assert result.reply.startswith("I could not answer this:")
@@ -545,11 +544,14 @@ async def test_an_invented_function_gets_the_list_of_real_ones(code_mode):
     assert "The functions are: list_pods." in retry
 
 
-async def test_text_is_shown_as_lines_and_the_same_error_twice_gets_a_stronger_hint(code_mode):
+async def test_text_is_shown_as_lines_and_the_same_error_twice_gets_a_stronger_hint(
+    code_mode, monkeypatch
+):
     """Text indexed as if it were parsed: the retry shows the value is a str and its first
     lines; the same error on the next snippet brings the stronger hint, which says to
     parse the text first. Text the look shows as CSV gets the CSV reader instead
     (tests/test_backend_harness_keys.py)."""
+    rules_off(monkeypatch, "repeat-stop")  # on, the same error twice draws no third
     ex, _ = code_mode
     bad = block("body = 'item stock\\nbolts 120\\nnuts 45'\nbody['item']")
     script = [bad, bad, block(FILTER), "pod-0, pod-4 and pod-8."]
@@ -568,10 +570,19 @@ async def test_a_run_no_trial_applied_to_goes_the_same_way_with_the_trials_on(mo
     applied, it is noticed, and switched on it changes the run. Each run has code mode of
     its own, as each arm has (what one run learns changes the next one's catalog)."""
 
-    async def asked(script: list, **params: Any) -> tuple[FakeOpenAI, Any, set[str]]:
-        async with code_mode_over(inner_tools(), monty_pool) as ex:
+    async def asked(
+        script: list, question: str = QUESTION, **params: Any
+    ) -> tuple[FakeOpenAI, Any, set[str]]:
+        tools = inner_tools()
+
+        @tools.tool(read_only=True)
+        async def http_get(*, url: str) -> dict:
+            """Fetch a URL."""
+            return {"status": 200}
+
+        async with code_mode_over(tools, monty_pool) as ex:
             with noticing() as noticed:
-                fake, (result,) = await run_script(ex, script, request(), **params)
+                fake, (result,) = await run_script(ex, script, request(question), **params)
         return fake, result, noticed
 
     everything = ",".join(sorted(TRIALS))
@@ -584,14 +595,9 @@ async def test_a_run_no_trial_applied_to_goes_the_same_way_with_the_trials_on(mo
     assert on.requests == off.requests
     assert reply_on.reply == reply_off.reply == "Three of them are failing."
 
-    habit = "import requests\n" + data  # an unread import of a module the sandbox lacks
-    script = [block(habit), block(data), "Three of them are failing."]
-    off, _, noticed = await asked(script)
-    assert noticed == {"dead-imports"}
-    assert "ModuleNotFoundError" in off.requests[1]["messages"][-1]["content"]
-    on, _, _ = await asked(script, harness_trials="dead-imports")
-    assert len(on.requests) == 2  # the import dropped: the first block ran, no retry
-    assert "ModuleNotFoundError" not in json.dumps(on.requests)
+    # a question naming a URL the snippet never fetched: trial unfetched-url applies
+    off, _, noticed = await asked(script[:2], question="Pods failing, by http://h:1/api/x?")
+    assert noticed == {"unfetched-url"}
 
 
 @pytest.mark.parametrize("trial", [True, False])
@@ -655,8 +661,8 @@ async def test_failed_honest_replies_why_when_no_snippet_ran_to_a_result(
     question could not be answered and the last error's line, without asking the model
     (its words could only guess: it stated values it never computed). Switched off
     (ASYNCAI_HARNESS_OFF), the model answers."""
-    if not honest:
-        rules_off(monkeypatch, "failed-honest")
+    # three failed snippets, the same error each time (repeat-stop would stop at two)
+    rules_off(monkeypatch, "repeat-stop", *(() if honest else ("failed-honest",)))
     ex, _ = code_mode
     guess = "The busiest pod is pod-7, with 12 restarts."
     script = [block("1/0")] * MAX_FAILED_SNIPPETS + [guess]
@@ -702,7 +708,7 @@ async def test_failed_honest_keeps_answers_without_code_or_with_a_result(code_mo
 async def test_a_reply_that_copies_the_error_wording_is_replaced(code_mode, monkeypatch):
     """The answer request's own words for an error, parroted, are no answer: after failed
     snippets the reply says why the code failed; after a result, the result is the reply."""
-    rules_off(monkeypatch, "failed-honest")  # the model's own answers
+    rules_off(monkeypatch, "failed-honest", "repeat-stop")  # the model's own answers
     ex, _ = code_mode
     parrot = "One sentence saying what stopped you."
     script = [block("1/0")] * MAX_FAILED_SNIPPETS + [parrot, block(FILTER), parrot]

@@ -426,7 +426,7 @@ async def test_skip_unchanged_asks_b_where_a_trial_applied_and_checks_the_rest(
             book.restore({**book.snapshot(), ("#bench", "s", template.id): ("", {"t": "int"})})
         outcome = _outcome(template.id, "dev", seed, True)
         outcome.arm = arm.label
-        outcome.noticed = ["dead-imports"] if template.id == "web.t2" else []
+        outcome.noticed = ["unfetched-url"] if template.id == "web.t2" else []
         outcome.reply = "B's own words" if (arm.label, template.id) == ("B", "web.t3") else "r"
         return outcome
 
@@ -436,7 +436,7 @@ async def test_skip_unchanged_asks_b_where_a_trial_applied_and_checks_the_rest(
     served = cast(Any, type("S", (), {"world": type("W", (), {"seed": 0})()})())
     arms = [_Arm("A", ModelConfig(model="m")), _Arm("B", ModelConfig(model="m"))]
     outcomes: list[Outcome] = []
-    skip = bench_run.Skip(frozenset({"dead-imports"}), check=2)
+    skip = bench_run.Skip(frozenset({"unfetched-url"}), check=2)
     await bench_run.run_mode("code", served, arms, suite, lambda _: None, outcomes, skip=skip)
 
     # B starts from the shapes A started from: k before question k (A then has k + 1)
@@ -471,11 +471,11 @@ def test_skip_unchanged_refuses_arms_that_differ_by_more_than_trials() -> None:
             setattr(b, key, value)
         return bench_run._skip(parser, args, [a, bench_run.Arm("B", b)])
 
-    assert skip("--compare-set", "harness_trials=dead-imports").trials == {"dead-imports"}
-    assert skip("--compare", "", "--compare-set", "harness_trials=dead-imports") is not None
+    assert skip("--compare-set", "harness_trials=unfetched-url").trials == {"unfetched-url"}
+    assert skip("--compare", "", "--compare-set", "harness_trials=unfetched-url") is not None
     for argv in (
-        ("--compare", "--cache true", "--compare-set", "harness_trials=dead-imports"),
-        ("--compare-set", "harness_trials=dead-imports", "--compare-set", "max_tokens=9"),
+        ("--compare", "--cache true", "--compare-set", "harness_trials=unfetched-url"),
+        ("--compare-set", "harness_trials=unfetched-url", "--compare-set", "max_tokens=9"),
         ("--compare-set", "harness_trials="),
         ("--compare-set", "harness_trials=no-such-trial"),
     ):

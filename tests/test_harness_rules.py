@@ -191,6 +191,8 @@ PROBES: dict[str, Callable[[Switches], Any]] = {
     "warm-retry": _warm,
     "retry-alone": lambda _: replays_code(True),
     "retry-hint": lambda _: retry_hint("let x = 1;", "SyntaxError: invalid syntax"),
+    "repeat-stop": lambda _: repeats_error(ERROR.format("'x'"), ERROR.format("'x'")),
+    "dead-imports": _repaired("import requests\nr = await f()\nr", ["f"]),
     "repeat-hint": lambda _: repeat_hint("KeyError: 'x'", "KeyError: 'x'"),
     "look": _looked,
     "empty-recheck": lambda _: looks_empty("(empty result)"),
@@ -216,8 +218,6 @@ PROBES: dict[str, Callable[[Switches], Any]] = {
 
 # Each trial: what it changes once switched on.
 TRIAL_PROBES: dict[str, Callable[[Switches], Any]] = {
-    "dead-imports": _repaired("import requests\nr = await f()\nr", ["f"]),
-    "repeat-stop": lambda _: repeats_error(ERROR.format("'x'"), ERROR.format("'x'")),
     "unfetched-url": lambda _: unfetched_url(
         "Total of http://h:1/o.csv?", "r = await read_query(query='select 1')", FETCHERS
     ),
@@ -348,12 +348,15 @@ def test_model_harness_trials_adds_to_the_environments_trials(
     the profile, naming the key."""
     from daemon.model import model_profile
 
-    monkeypatch.setenv("ASYNCAI_HARNESS_ON", "dead-imports")
+    monkeypatch.setenv("ASYNCAI_HARNESS_ON", "unfetched-url")
+    from_env = model_profile(ModelConfig(model="m", harness=True), "m")
+    assert isinstance(from_env, SmallModelProfile)
+    assert from_env.switches.trials == {"unfetched-url"}
+    monkeypatch.delenv("ASYNCAI_HARNESS_ON")
     params = ModelConfig(model="m", harness=True, harness_trials="unfetched-url")
     profile = model_profile(params, "m")
     assert isinstance(profile, SmallModelProfile)
-    assert profile.switches.trials == {"dead-imports", "unfetched-url"}
-    monkeypatch.delenv("ASYNCAI_HARNESS_ON")
+    assert profile.switches.trials == {"unfetched-url"}
     plain = model_profile(ModelConfig(model="m", harness=True), "m")
     assert isinstance(plain, SmallModelProfile)
     assert plain.switches.trials == frozenset()
@@ -381,10 +384,10 @@ def test_positional_args_binds_one_argument_to_the_one_missing_required_paramete
 
 
 def test_dead_imports_drops_only_unread_imports_of_absent_modules() -> None:
-    """Switched on, an import of a module the sandbox lacks whose name the code never
+    """On by default, an import of a module the sandbox lacks whose name the code never
     reads is dropped (plain, aliased, dotted, from-imports); one the code reads, one of a
     sandbox module, one inside a function, and a relative import stay."""
-    with active(Switches(trials=frozenset({"dead-imports"}))):
+    with active(Switches()):
         code = (
             "import requests\nimport pandas as pd, numpy\nfrom bs4 import BeautifulSoup\n"
             "import xml.etree.ElementTree\nimport json\nr = await f()\nr"
@@ -403,4 +406,6 @@ def test_dead_imports_drops_only_unread_imports_of_absent_modules() -> None:
         assert repair_code(inner) == (inner, [])
         relative = "from . import x\ny = 1\ny"
         assert "from . import x" in repair_code(relative)[0]
-    assert repair_code("import requests\nx = 1\nx")[0].startswith("import requests")
+    off = Switches(off=frozenset({"dead-imports"}))
+    with active(off):
+        assert repair_code("import requests\nx = 1\nx")[0].startswith("import requests")

@@ -68,6 +68,10 @@ RULES: dict[str, str] = {
     "failed snippet)",
     "retry-hint": "a failed snippet's error gets a line the traceback does not say "
     "(JavaScript, a missing import, an invented name, unorderable keys)",
+    "repeat-stop": "a failed snippet that ends with the exception the one before it ended "
+    "with: no third snippet is drawn (the run fails honestly one round sooner)",
+    "dead-imports": "an import of a module the sandbox lacks (requests) whose name the "
+    "snippet never reads is dropped",
     "repeat-hint": "the same error twice: a stronger hint that says what to write instead",
     "look": "a failed snippet's variables are looked at (paths, values, counts) and shown "
     "with the retry",
@@ -98,13 +102,9 @@ RULES: dict[str, str] = {
 
 #: Mechanisms under measurement: off until ``ASYNCAI_HARNESS_ON`` names them.
 TRIALS: dict[str, str] = {
-    "dead-imports": "an import of a module the sandbox lacks (requests) whose name the "
-    "snippet never reads is dropped",
     "unfetched-url": "a URL the question names that the snippet never fetched (neither it "
     "nor its path is in the code): a failed snippet's retry, or a good result's one more "
     "round, is told the call that fetches it",
-    "repeat-stop": "a failed snippet that ends with the exception the one before it ended "
-    "with: no third snippet is drawn (the run fails honestly one round sooner)",
 }
 
 
