@@ -57,8 +57,8 @@ each piece fixes one observed failure:
 | (trial) a URL the question names that   | :func:`unfetched_url`: the     | unfetched-url      |
 | the code never fetched (another tool's   | fetch, after a failure or a    |                    |
 | data, an example's SQL)                  | good result                    |                    |
-| (trial) the same error twice: a third    | :func:`repeats_error`: no      | repeat-stop        |
-| snippet fails the same way               | third snippet is drawn         |                    |
+| the same error twice: a third snippet    | :func:`repeats_error`: no      | repeat-stop        |
+| would fail the same way                  | third snippet is drawn         |                    |
 | ``read_query("SELECT ...")``: "takes     | :func:`repair_code`: bound to  | positional-args    |
 | keyword arguments only", resent          | the one required parameter     |                    |
 | a reply after failed snippets that       | :func:`failure_reply`: why the | reply-from-result  |

@@ -217,7 +217,7 @@ async def after_block(
         ls.last_result = text
     retry = failed and ls.failures < MAX_FAILED_SNIPPETS and more
     if retry and output.is_error and repeats_error(plain, previous):
-        retry = False  # trial repeat-stop: the same error twice, a third is not drawn
+        retry = False  # rule repeat-stop: the same error twice, a third is not drawn
     if failed and not retry:
         state.metrics.harness_gave_up = True
     # an empty result (or a None answer) is often a filter on a guessed key: one look

@@ -354,11 +354,12 @@ _STR_AS_DATA = re.compile(
 
 def repeats_error(error: str, previous: str | None) -> bool:
     """Whether a failed snippet ended with the exception its predecessor ended with, and
-    the run stops drawing snippets (trial ``repeat-stop``, noticed where it applies).
+    the run stops drawing snippets (rule ``repeat-stop``).
 
     A 1.5B model shown the same traceback twice, with the stronger hint, still
     sent the same mistake a third time in the dev runs (``import requests``, a
     list's ``.get``): a round spent on a retry that fails the same way (issue 31).
+    On held-out (r18) the third answered none of the 8 questions it was drawn for.
     """
     sig = error_signature(error)
     same = sig is not None and previous is not None and sig == error_signature(previous)
