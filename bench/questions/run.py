@@ -45,7 +45,7 @@ import tempfile
 import time
 import tomllib
 import uuid
-from collections.abc import Callable, Coroutine, Iterable
+from collections.abc import Callable, Coroutine, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -149,24 +149,25 @@ def returned_data(result: RunResult, mode: str) -> bool:
                 ):
                     return True
             continue
-        content = record.message.get("content") if isinstance(record.message, dict) else None
-        for block in content if isinstance(content, list) else []:
-            is_result = isinstance(block, dict) and block.get("type") == "tool_result"
-            if is_result and not block.get("is_error"):
+        for block in _blocks([record]):
+            if block.get("type") == "tool_result" and not block.get("is_error"):
                 return True
     return False
+
+
+def _blocks(records: Iterable[Any]) -> Iterator[dict[str, Any]]:
+    """The content blocks of ``records``' messages (tool uses, tool results, text)."""
+    for record in records:
+        content = record.message.get("content") if isinstance(record.message, dict) else None
+        for block in content if isinstance(content, list) else []:
+            if isinstance(block, dict):
+                yield block
 
 
 def every_call_failed(result: RunResult) -> bool:
     """Whether the run's tool calls (its snippets, in code mode) all ended in an error:
     at least one was made, and every result the model was shown is an error."""
-    shown = [
-        block
-        for record in result.records
-        if isinstance(record.message, dict) and isinstance(record.message.get("content"), list)
-        for block in record.message["content"]
-        if isinstance(block, dict) and block.get("type") == "tool_result"
-    ]
+    shown = [block for block in _blocks(result.records) if block.get("type") == "tool_result"]
     return bool(shown) and all(block.get("is_error") for block in shown)
 
 
@@ -203,15 +204,11 @@ def invented(template: Template, case: Case, result: RunResult, mode: str) -> bo
 def _tool_inputs(records: list) -> list[dict[str, Any]]:
     """The tool calls and results of a run, in order, for the JSON report."""
     out: list[dict[str, Any]] = []
-    for r in records:
-        content = r.message.get("content") if isinstance(r.message, dict) else None
-        for block in content if isinstance(content, list) else []:
-            if not isinstance(block, dict):
-                continue
-            if block.get("type") == "tool_use":
-                out.append({"call": block.get("name"), "input": block.get("input")})
-            elif block.get("type") == "tool_result":
-                out.append({"result": str(block.get("content"))[:1500]})
+    for block in _blocks(records):
+        if block.get("type") == "tool_use":
+            out.append({"call": block.get("name"), "input": block.get("input")})
+        elif block.get("type") == "tool_result":
+            out.append({"result": str(block.get("content"))[:1500]})
     return out
 
 

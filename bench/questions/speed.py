@@ -276,8 +276,8 @@ def compare_table(outcomes: Sequence[Any]) -> str:
         f"questions; right in both {sum(a.ok and b.ok for a, b in pairs)}, only in A "
         f"{only_a}, only in B {only_b}.",
     ]
-    copied = sum(bool(getattr(b, "copied", False)) for _, b in pairs)
-    checks = [b.same_as_a for _, b in pairs if getattr(b, "same_as_a", None) is not None]
+    copied = sum(b.copied for _, b in pairs)
+    checks = [b.same_as_a for _, b in pairs if b.same_as_a is not None]
     if copied or checks:
         lines.append(
             f"--skip-unchanged: B's outcome is A's on {copied} questions where none of B's "

@@ -85,6 +85,11 @@ def parrots_instruction(reply: str) -> bool:
 _RESULT_SHOWN = 6_000  # characters of a result repeated in the answer request
 
 
+def _cut(result: str) -> str:
+    """``result`` as a message repeats it: its first :data:`_RESULT_SHOWN` characters."""
+    return result if len(result) <= _RESULT_SHOWN else result[:_RESULT_SHOWN] + " …"
+
+
 def result_message(
     result: str,
     question: str,
@@ -109,7 +114,7 @@ def result_message(
     traceback alone does not tell it the right ones. ``start``: the call a new
     block should start with (:func:`~daemon.model.harness.topics.topic_hint`).
     """
-    shown = result if len(result) <= _RESULT_SHOWN else result[:_RESULT_SHOWN] + " …"
+    shown = _cut(result)
     seen = (
         f"\n\nWhat your variables hold now (paths and values; the first item of each "
         f"list):\n{look.render()}"
@@ -564,7 +569,7 @@ def unfetched_url(
 def unfetched_message(result: str, hint: str, question: str) -> str:
     """The user message after a good result of a snippet that never fetched a URL the
     question names (trial ``unfetched-url``): the result, the hint, a new block."""
-    shown = result if len(result) <= _RESULT_SHOWN else result[:_RESULT_SHOWN] + " …"
+    shown = _cut(result)
     return (
         f"Your code returned:\n{shown}\n\nThat is not from the data my question is about. "
         f"{hint}\nWrite a new ```python block that answers my question from it: "
