@@ -17,7 +17,15 @@ import pytest
 from bench.questions.core import SERVERS, Case, Template, World
 from bench.questions.run import _parser, bench
 from bench.questions.servers import PACKAGES, installed
-from bench.questions.world import HTTP_PORT, build_world, open_world, templates
+from bench.questions.world import (
+    EXAMPLES_ROOT,
+    EXAMPLES_URL,
+    build_world,
+    example_templates,
+    in_file_terms,
+    open_world,
+    templates,
+)
 from daemon.code_mode import CodeModeLimits, CodeModeToolExecutor
 from daemon.mcp.executor import McpToolExecutor
 from daemon.model.harness.examples import Example, parse_examples
@@ -27,18 +35,11 @@ if TYPE_CHECKING:
     from pydantic_monty import AsyncMonty
 
 FILE = Path(__file__).parent.parent / "bench" / "questions" / "examples.toml"
-# the seed-0 world as the file's questions and snippets name it: a bench run's
-FILE_ROOT = "/tmp/asyncai-bench/seed-0"
-FILE_URL = f"http://127.0.0.1:{HTTP_PORT}"
+FILE_ROOT, FILE_URL = EXAMPLES_ROOT, EXAMPLES_URL  # the seed-0 world as the file names it
 
 
 def _examples() -> list[Example]:
     return parse_examples(FILE.read_text(encoding="utf-8"), FILE.name)
-
-
-def _in_file_terms(text: str, world: World) -> str:
-    """``text`` of ``world`` with its directory and URL written as the file writes them."""
-    return text.replace(world.base_url, FILE_URL).replace(str(world.root), FILE_ROOT)
 
 
 def _in_world_terms(text: str, world: World) -> str:
@@ -46,13 +47,13 @@ def _in_world_terms(text: str, world: World) -> str:
 
 
 def _templates_of(world: World, examples: list[Example]) -> list[tuple[Template, Case] | None]:
-    """Each example's template and case over ``world`` (seed 0): the one whose question
-    is the example's, or None."""
-    by_text = {}
-    for template in templates():
-        case = template.make(world)
-        by_text[_in_file_terms(case.text, world)] = (template, case)
-    return [by_text.get(e.question) for e in examples]
+    """Each example's template and case over ``world`` (seed 0), by
+    :func:`~bench.questions.world.example_templates`, or None."""
+    by_id = {t.id: t for t in templates()}
+    owners = example_templates([e.question for e in examples])
+    return [
+        (by_id[owner], by_id[owner].make(world)) if owner is not None else None for owner in owners
+    ]
 
 
 def test_every_example_is_a_dev_question_of_seed_0(tmp_path: Path) -> None:
@@ -121,3 +122,51 @@ async def test_every_snippet_answers_its_question_in_the_real_sandbox(
         finally:
             await executor.aclose()
     assert not wrong, wrong
+
+
+async def test_a_dev_question_is_not_shown_its_own_templates_example(tmp_path: Path) -> None:
+    """The bench asks a dev question with ``[model] examples`` minus its own template's
+    solved snippet, through the real backend (the model scripted): its run's system
+    message shows the other closest examples, not that one, which the same question
+    would otherwise be shown first."""
+    from bench.questions.run import Arm, _ask
+    from daemon.config import ModelConfig
+    from daemon.model.harness import closest_examples
+    from daemon.runtime.timing import Timelines
+    from tests.fakes.executor import FakeToolExecutor
+    from tests.fakes.fake_openai import FakeOpenAI
+
+    examples = _examples()
+    world = build_world(0, tmp_path / "seed-0", FILE_URL)
+    owned = next(f for f in _templates_of(world, examples) if f is not None)
+    template, case = owned
+    own = next(e for e in examples if e.question == in_file_terms(case.text, world))
+    assert own in closest_examples(own.question, examples)  # shown, were it not left out
+
+    async with FakeOpenAI(fallback="It is 3.") as fake:
+        model = ModelConfig(
+            base_url=fake.base_url, model="m", harness=True, examples=FILE, retries=0
+        )
+
+        class _Arm(Arm):
+            async def open(self, mode: str, served: object) -> None:
+                from daemon.model import OpenAiCompatibleBackend
+
+                self.executor = CodeModeToolExecutor(FakeToolExecutor())
+                self.backend = OpenAiCompatibleBackend(self.model, self.executor)
+                profile = self.backend.profile
+                owners = example_templates([e.question for e in profile.examples])
+                self.examples = list(zip(profile.examples, owners, strict=True))
+
+        arm = _Arm("A", model)
+        await arm.open("code", None)
+        try:
+            await _ask(arm, "code", case, template, 0, Timelines())
+        finally:
+            await arm.aclose()
+    system = fake.requests[0]["messages"][0]["content"]
+    assert "Worked examples" in system
+    assert own.question not in system
+    others = [e for e in examples if e is not own]
+    shown = closest_examples(case.text, others)
+    assert all(e.question in system for e in shown)

@@ -62,7 +62,7 @@ from bench.questions.speed import (
     split_table,
 )
 from bench.questions.startup import startup, startup_table
-from bench.questions.world import HTTP_PORT, Served, open_world, templates
+from bench.questions.world import HTTP_PORT, Served, example_templates, open_world, templates
 from daemon.code_mode import CodeModeLimits, CodeModeToolExecutor
 from daemon.code_mode.catalog import ShapeBook
 from daemon.config import Config, ModelConfig
@@ -70,7 +70,7 @@ from daemon.errors import ConfigError
 from daemon.lanes import code_mode_limits
 from daemon.logging import configure_logging
 from daemon.mcp.executor import McpToolExecutor
-from daemon.model.harness import TRIALS, noticing, parse_names
+from daemon.model.harness import TRIALS, Example, SmallModelProfile, noticing, parse_names
 from daemon.model.harness.examples import parse_examples
 from daemon.runtime.runs import Prompt, RunRequest, RunResult
 from daemon.runtime.timing import Timelines, time_split
@@ -228,6 +228,8 @@ class Arm:
     executor: ToolExecutor | None = None
     backend: Any = None
     log: ServerLog | None = None  # its server's verbose log, when the bench can read it
+    # [model] examples with each one's template (None: no template's), read at open
+    examples: list[tuple[Example, str | None]] = field(default_factory=list)
 
     async def open(self, mode: str, served: Served) -> None:
         """Its MCP servers (all six), its code-mode executor and its backend."""
@@ -241,6 +243,10 @@ class Arm:
         )
         config = dataclasses.replace(self.model, tool_mode="direct" if mode == "direct" else "code")
         self.backend = OpenAiCompatibleBackend(config, self.executor, max_run_seconds=1800.0)
+        profile = self.backend.profile
+        if isinstance(profile, SmallModelProfile) and profile.examples:
+            owners = example_templates([e.question for e in profile.examples])
+            self.examples = list(zip(profile.examples, owners, strict=True))
         await self.inner.start()
         if self.inner.failed_servers:  # every question is asked with all six, or not at all
             raise RuntimeError(f"servers that could not start: {self.inner.failed_servers}")
@@ -349,6 +355,9 @@ async def _ask(
     )
     if arm.log is not None:
         arm.log.take()  # what came before this question is not its own
+    if arm.examples:  # a dev question is not shown its own template's solved snippet
+        profile = arm.backend.profile
+        profile.examples = [e for e, owner in arm.examples if owner != template.id]
     started = time.monotonic()
     async with timelines.timing_run(request.run_id, {"channel": "#bench"}) as timeline:
         with noticing() as noticed:

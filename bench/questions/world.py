@@ -29,6 +29,10 @@ DOMAINS = ("kcp", "web", "git", "sql", "tooless")
 #: server's usual one, chosen before any run), so every run asks the very same prompts.
 HTTP_PORT = 8000
 
+#: The seed-0 world as the examples file's questions and snippets name it: a run's.
+EXAMPLES_ROOT = "/tmp/asyncai-bench/seed-0"
+EXAMPLES_URL = f"http://127.0.0.1:{HTTP_PORT}"
+
 
 def domains() -> list[ModuleType]:
     """The data modules, in :data:`DOMAINS` order."""
@@ -56,6 +60,24 @@ def build_world(seed: int, root: Path, base_url: str) -> World:
     for module in domains():
         module.build(world)
     return world
+
+
+def example_templates(questions: list[str]) -> list[str | None]:
+    """The template id of each worked example's question (``[model] examples`` of the
+    bench, ``bench/questions/examples.toml``), or None: the template whose seed-0
+    question, in the terms the file writes (:data:`EXAMPLES_ROOT`, :data:`EXAMPLES_URL`),
+    is word for word the example's. A dev question is not shown its own template's
+    solved snippet (its score would be the example's, not the model's)."""
+    with tempfile.TemporaryDirectory(prefix="asyncai-bench-examples-") as folder:
+        world = build_world(0, Path(folder) / "seed-0", EXAMPLES_URL)
+        by_text = {in_file_terms(t.make(world).text, world): t.id for t in templates()}
+    return [by_text.get(q) for q in questions]
+
+
+def in_file_terms(text: str, world: World) -> str:
+    """``text`` of ``world`` with its directory and URL written as the examples file
+    writes them (seed 0's, as a run builds it)."""
+    return text.replace(world.base_url, EXAMPLES_URL).replace(str(world.root), EXAMPLES_ROOT)
 
 
 def default_base() -> Path:
