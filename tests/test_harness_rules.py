@@ -53,6 +53,7 @@ from daemon.model.harness import (
     warm_retry,
 )
 from daemon.model.harness import blocks as harness_blocks
+from daemon.model.harness.rules import on
 from daemon.model.harness.topics import catalog_topics
 from daemon.model.profile import RunTools
 from daemon.model.records import RunState, user_record
@@ -154,6 +155,24 @@ def _with_examples(switches: Switches) -> str:
     return messages[0]["content"]
 
 
+def _closest_two(_: Switches) -> str:
+    """The system message for a question close to two examples, under the trials current
+    where it is called (the profile makes its own switches current to choose)."""
+    current = Switches(trials=frozenset(name for name in TRIALS if on(name)))
+    examples = [
+        Example("What time is it in Tokyo?", "await now(tz='Asia/Tokyo')"),
+        Example("What time is it in Lima?", "await now(tz='America/Lima')"),
+    ]
+    definition = ToolDefinition("run_code", "Run Python.", {"type": "object"})
+    tools = replace(_tools(True), definitions={"run_code": definition})
+    turns = CodeBlockTurns(
+        cast(Any, None), tools, ModelConfig(model="m"), current, examples=examples
+    )
+    messages = [{"role": "system", "content": turns.system_prompt()}]
+    turns.loop_state(messages, "What time is it in Paris?")
+    return messages[0]["content"]
+
+
 def _repaired(code: str, functions: Any = ()) -> Callable[[Switches], Any]:
     return lambda _: repair_code(code, functions)
 
@@ -218,6 +237,7 @@ PROBES: dict[str, Callable[[Switches], Any]] = {
 
 # Each trial: what it changes once switched on.
 TRIAL_PROBES: dict[str, Callable[[Switches], Any]] = {
+    "one-example": _closest_two,
     "unfetched-url": lambda _: unfetched_url(
         "Total of http://h:1/o.csv?", "r = await read_query(query='select 1')", FETCHERS
     ),

@@ -44,7 +44,7 @@ from daemon.model.harness.prompts import (
     compact_description,
     system_prompt,
 )
-from daemon.model.harness.rules import Switches, active
+from daemon.model.harness.rules import Switches, active, acts
 from daemon.model.harness.topics import Topic, catalog_topics
 from daemon.model.profile import RunTools, Turns
 from daemon.model.prompts import FINAL_ROUND_PROMPT
@@ -201,8 +201,14 @@ class CodeBlockTurns:
         return self.params.worked_example or WORKED_EXAMPLE
 
     def _chosen(self, question: str) -> list[Example]:
-        """The examples shown for ``question`` (the same again for a resumed run)."""
-        return closest_examples(question, self.examples) if self.examples else []
+        """The examples shown for ``question`` (the same again for a resumed run); trial
+        ``one-example``: only the closest."""
+        if not self.examples:
+            return []
+        chosen = closest_examples(question, self.examples)
+        with self._switched():
+            one = acts("one-example", len(chosen) > 1)
+        return chosen[:1] if one else chosen
 
     @contextmanager
     def _switched(self) -> Iterator[None]:
