@@ -761,3 +761,41 @@ def test_a_short_reply_writes_a_sum_as_its_decimals() -> None:
     assert short_reply("Cedar Blanket (100.61)") == "Cedar Blanket (100.61)"
     assert short_reply("[]") is None
     assert short_reply("null") is None
+
+
+@pytest.mark.parametrize("trial", [True, False])
+async def test_a_tools_error_message_read_as_rows_is_named_in_the_retry(monty_pool, trial):
+    """Trial error-text: a tool that reports a failed query as its result's text (as
+    mcp-server-sqlite does) makes the snippet fail on the rows it reads out of the
+    message; on, the retry names the variable and the message and leaves out the
+    traceback's advice to parse the text; off, the retry is as before and the trial is
+    noticed."""
+    tools = inner_tools()
+
+    @tools.tool(read_only=True)
+    async def read_query(*, query: str) -> str:
+        """Run a SELECT query."""
+        return "Error: no such table: changes" if "changes" in query else "[{'n': 3}]"
+
+    bad = block(
+        "rows = await read_query(query='select path from changes')\n[r['path'] for r in rows]"
+    )
+    script = [bad, block(FILTER), "pod-0, pod-4 and pod-8."]
+    params = {"harness_trials": "error-text"} if trial else {}
+    async with code_mode_over(tools, monty_pool) as ex:
+        with noticing() as noticed:
+            fake, (result,) = await run_script(ex, script, request(), **params)
+    retry = fake.requests[1]["messages"][-1]["content"]
+    assert "string indices must be integers" in retry
+    named = (
+        "Hint: rows is not data: it is the error message a tool returned, "
+        "'Error: no such table: changes'."
+    )
+    if trial:
+        assert named in retry
+        assert "Parse the text first" not in retry
+        assert noticed == set()
+    else:
+        assert named not in retry
+        assert noticed == {"error-text"}
+    assert result.reply == "pod-0, pod-4 and pod-8."

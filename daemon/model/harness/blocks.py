@@ -45,7 +45,7 @@ from daemon.model.harness.feedback import (
     url_hint,
 )
 from daemon.model.harness.keyfix import key_fix
-from daemon.model.harness.keys import key_hint, missing_key, value_hint
+from daemon.model.harness.keys import error_text_hint, key_hint, missing_key, value_hint
 from daemon.model.harness.look import Look, read_look
 from daemon.model.harness.mending import mend_call, text_calls
 from daemon.model.harness.parsing import code_message, extract_code
@@ -255,7 +255,11 @@ async def after_block(
     ls.rechecked = ls.rechecked or recheck
     ls.looked = ls.looked or look is not None  # shown with the retry (or the recheck)
     # where a missing key really is
-    located = key_hint(text, look) if failed else None
+    located = error_text_hint(look) if failed else None  # trial error-text
+    if located is not None:
+        text = plain  # the traceback's own hint would say to parse the message as data
+    elif failed:
+        located = key_hint(text, look)
     if failed and located is None and isinstance(code, str):
         located = value_hint(code, plain, look)  # what a value the snippet misread is
         text = plain if located else text  # it says more than the traceback's hint
