@@ -35,6 +35,7 @@ from daemon.model.harness import (
     key_fix,
     key_hint,
     looks_empty,
+    loop_fix,
     mend_call,
     noticing,
     prints_as_result,
@@ -64,6 +65,9 @@ from tests.fakes.look import as_look
 from tests.test_harness_topics import QUESTION, WRONG
 from tests.test_harness_topics import catalog as topics_catalog
 
+STR_AS_DATA = (
+    "Traceback (most recent call last):\nTypeError: string indices must be integers, not 'str'"
+)
 ERROR = 'Traceback (most recent call last):\n  File "<python-input-1>"\nKeyError: {}'
 LOOK = (
     "r['status'] == 200\n"
@@ -238,6 +242,11 @@ PROBES: dict[str, Callable[[Switches], Any]] = {
 
 # Each trial: what it changes once switched on.
 TRIAL_PROBES: dict[str, Callable[[Switches], Any]] = {
+    "dict-loop": lambda _: loop_fix(
+        "sum(1 for e in events if e['reason'] == 'BackOff')",
+        STR_AS_DATA,
+        as_look("events['kind'] == 'List'\nlen(events['items']) == 9"),
+    ),
     "error-text": lambda _: error_text_hint(as_look("rows == 'Error: no such table: changes'")),
     "one-example": _closest_two,
     "unfetched-url": lambda _: unfetched_url(
@@ -451,5 +460,35 @@ def test_error_text_names_the_message_a_tool_returned_as_its_result() -> None:
         )
         assert error_text_hint(as_look('r[:80] == "failed to connect to 10.0.0.1: timeout ..."'))
         assert error_text_hint(as_look("r == 'no errors today'")) is None
+        assert error_text_hint(as_look("p['status'] == 'Failed'\nq['state'] == 'Error'")) is None
         assert error_text_hint(as_look("len(rows) == 3")) is None
         assert error_text_hint(None) is None
+
+
+def test_a_loop_over_a_dict_loops_over_the_one_list_below_it() -> None:
+    """Trial dict-loop: after a str read as data, a for loop or a comprehension over a
+    plain path that the look shows holding exactly one list one key below loops over that
+    list; a path that is a list itself, a dict with two lists, another kind of error or no
+    look leave the snippet alone."""
+    look = as_look(
+        "r['status'] == 200\nlen(r['json']['items']) == 4\n"
+        "events['kind'] == 'List'\nlen(events['items']) == 9\n"
+        "two['kind'] == 'List'\nlen(two['a']) == 1\nlen(two['b']) == 2"
+    )
+    code = (
+        "for p in r['json']:\n    print(p['id'])\n"
+        "n = sum(1 for e in events if e['reason'] == 'BackOff')\n"
+        "[x for x in two]\n"
+        "[y for y in events['items']]"
+    )
+    with active(Switches(trials=frozenset({"dict-loop"}))):
+        fixed = loop_fix(code, STR_AS_DATA, look)
+        assert fixed == (
+            "for p in r['json']['items']:\n    print(p['id'])\n"
+            "n = sum((1 for e in events['items'] if e['reason'] == 'BackOff'))\n"
+            "[x for x in two]\n"
+            "[y for y in events['items']]"
+        )
+        assert loop_fix("[x for x in two]", STR_AS_DATA, look) is None
+        assert loop_fix(code, "KeyError: 'id'", look) is None
+        assert loop_fix(code, STR_AS_DATA, None) is None

@@ -132,7 +132,7 @@ from daemon.model.harness.feedback import (
     value_atoms,
 )
 from daemon.model.harness.fields import hidden_fields, hidden_paths
-from daemon.model.harness.keyfix import key_fix
+from daemon.model.harness.keyfix import key_fix, loop_fix
 from daemon.model.harness.keys import error_text_hint, key_hint, missing_key, value_hint
 from daemon.model.harness.look import Look, read_look
 from daemon.model.harness.mending import mend_call, text_calls
@@ -236,6 +236,7 @@ __all__ = [
     "key_fix",
     "key_hint",
     "looks_empty",
+    "loop_fix",
     "majority",
     "may_rerun",
     "mend_call",

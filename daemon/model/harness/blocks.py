@@ -44,7 +44,7 @@ from daemon.model.harness.feedback import (
     unfetched_url,
     url_hint,
 )
-from daemon.model.harness.keyfix import key_fix
+from daemon.model.harness.keyfix import key_fix, loop_fix
 from daemon.model.harness.keys import error_text_hint, key_hint, missing_key, value_hint
 from daemon.model.harness.look import Look, read_look
 from daemon.model.harness.mending import mend_call, text_calls
@@ -237,10 +237,11 @@ async def after_block(
             look = await _peek(caller, code, state, functions, missing)
     fixes = state.metrics.key_fixes  # this run's (a paused run keeps its metrics)
     if failed and retry and look and isinstance(code, str) and fixes < MAX_KEY_FIXES:
-        fixed = key_fix(code, text, look)
+        fixed = key_fix(code, text, look) or loop_fix(code, plain, look)
         if fixed is not None and may_rerun(code, ls.mutating):
-            # the look found the key one path below where the snippet read it: read it
-            # there and run again, without a model round (not a failure of the model's)
+            # the look found the key one path below where the snippet read it (or the one
+            # list of a dict it looped over, trial dict-loop): read it there and run again,
+            # without a model round (not a failure of the model's)
             ls.failures -= 1
             state.metrics.key_fixes += 1
             again = made_up_call("run_code", {"code": fixed}, state)

@@ -24,9 +24,11 @@ from daemon.model.harness.rules import acts, on
 
 # key_paths and plain_path serve harness/keyfix.py too
 __all__ = [
+    "PARSE_ERROR",
     "error_text_hint",
     "key_hint",
     "key_paths",
+    "list_paths",
     "missing_key",
     "plain_path",
     "value_hint",
@@ -88,7 +90,7 @@ def _step(holds: Holds) -> Step:
     return Step(holds.shown, holds.key)
 
 
-def _list_paths(look: Look) -> set[str]:
+def list_paths(look: Look) -> set[str]:
     """The paths of the lists the look shows (``len(r['json']) == 4``)."""
     return {str(e.path) for e in look.entries() if isinstance(e, Length)}
 
@@ -197,8 +199,9 @@ def plain_path(node: ast.expr) -> bool:
     return isinstance(node, ast.Name)
 
 
-# a str that opens as an error message does: 'Error: no such table: changes'
-_ERROR_TEXT = re.compile(r"""^['"](error|exception|failed)\b""", re.IGNORECASE)
+# a str that opens as an error message does: 'Error: no such table: changes' (not a
+# status value: 'Failed', 'Error')
+_ERROR_TEXT = re.compile(r"""^['"]((error|exception)\s*:|failed to\b)""", re.IGNORECASE)
 
 
 def error_text_hint(look: Look | None) -> str | None:
@@ -235,7 +238,7 @@ def error_text_hint(look: Look | None) -> str | None:
 
 
 _DICT_ITEMS = re.compile(r"\b(\w+)\.items\(\)")
-_PARSE_ERROR = re.compile(r"JSONDecodeError|string indices must be integers|'str' object")
+PARSE_ERROR = re.compile(r"JSONDecodeError|string indices must be integers|'str' object")
 
 
 def value_hint(code: str, error: str, look: Look | None) -> str | None:
@@ -248,9 +251,9 @@ def value_hint(code: str, error: str, look: Look | None) -> str | None:
 
     Rule ``value-hint``.
     """
-    if look is None or not on("value-hint") or not _PARSE_ERROR.search(error):
+    if look is None or not on("value-hint") or not PARSE_ERROR.search(error):
         return None
-    lists = _list_paths(look)
+    lists = list_paths(look)
     for m in _DICT_ITEMS.finditer(code):
         name = m.group(1)
         if f"{name}['items']" in lists:

@@ -105,6 +105,9 @@ TRIALS: dict[str, str] = {
     "unfetched-url": "a URL the question names that the snippet never fetched (neither it "
     "nor its path is in the code): a failed snippet's retry, or a good result's one more "
     "round, is told the call that fetches it",
+    "dict-loop": "a loop over a dict whose items the snippet read as dicts (its keys are "
+    "str) loops over the one list the look found one key below it, and runs again, no model "
+    "round",
     "error-text": "a failed snippet read data out of a tool's error message (a server that "
     "reports a failed call as a result's text, 'Error: no such table'): the retry is told the "
     "call failed and why",
