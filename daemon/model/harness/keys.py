@@ -216,19 +216,12 @@ def error_text_hint(look: Look | None) -> str | None:
     and a small model parses the message. The look has the message; this says
     that the call failed and why. Trial ``error-text``.
     """
-    found = (
-        next(
-            (
-                e
-                for e in look.entries()
-                if isinstance(e, (Value, Prefix)) and _ERROR_TEXT.match(e.sample)
-            ),
-            None,
-        )
-        if look is not None
-        else None
+    entries = look.entries() if look is not None else ()
+    found = next(
+        (e for e in entries if isinstance(e, (Value, Prefix)) and _ERROR_TEXT.match(e.sample)),
+        None,
     )
-    if not acts("error-text", found is not None) or found is None:
+    if found is None or not acts("error-text", True):
         return None
     return (
         f"Hint: {found.path} is not data: it is the error message a tool returned, "
