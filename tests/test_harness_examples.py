@@ -25,6 +25,8 @@ from daemon.model.harness import (
     parse_examples,
     render_examples,
 )
+from daemon.model.harness.examples import source_kinds
+from daemon.model.harness.rules import active
 from daemon.model.profile import RunTools
 from daemon.tools import ToolDefinition
 
@@ -182,3 +184,28 @@ def test_foreign_calls_are_the_functions_an_example_needs_from_elsewhere() -> No
     assert foreign_calls(code, ["list_pods", "items"]) == ["delete_object"]
     assert foreign_calls(code, ["list_pods", "items", "delete_object"]) == []
     assert foreign_calls("await (", []) == []
+
+
+REVENUE = [
+    Example(
+        "What revenue did each product bring in our shop database?", "await read_query(query='…')"
+    ),
+    Example("Which customer spent the most in our shop database?", "await read_query(query='…')"),
+    Example(
+        "Which product in http://h:8000/api/products is the cheapest?", "await http_get(url='…')"
+    ),
+]
+
+
+def test_the_examples_that_name_the_questions_kind_of_source_come_first() -> None:
+    """Trial example-source: of the examples that share a word with the question, the
+    ones that name the same kinds of source (a URL, a path, or neither) come first; off,
+    the words alone decide. A question that names no source keeps the word order."""
+    csv = "Which product brought in the most revenue in http://h:8000/data/sales.csv?"
+    assert source_kinds(csv) == {"url"}
+    assert source_kinds("How many commits in /tmp/x/repo?") == {"path"}
+    assert source_kinds("Which customer spent the most?") == frozenset()
+    assert closest_examples(csv, REVENUE) == [REVENUE[0], REVENUE[2]]
+    with active(Switches(trials=frozenset({"example-source"}))):
+        assert closest_examples(csv, REVENUE) == [REVENUE[2], REVENUE[0]]
+        assert closest_examples("Which customer spent the most?", REVENUE)[0] == REVENUE[1]

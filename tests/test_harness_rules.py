@@ -27,6 +27,7 @@ from daemon.model.harness import (
     Switches,
     active,
     acts,
+    closest_examples,
     compact_description,
     echoes_example,
     error_text_hint,
@@ -242,6 +243,14 @@ PROBES: dict[str, Callable[[Switches], Any]] = {
 
 # Each trial: what it changes once switched on.
 TRIAL_PROBES: dict[str, Callable[[Switches], Any]] = {
+    "example-source": lambda _: closest_examples(
+        "The revenue of http://h:1/sales.csv?",
+        [
+            Example("The revenue in our database?", "1"),
+            Example("The revenue by price at http://h:1/p?", "2"),
+        ],
+        k=1,
+    ),
     "dict-loop": lambda _: loop_fix(
         "sum(1 for e in events if e['reason'] == 'BackOff')",
         STR_AS_DATA,

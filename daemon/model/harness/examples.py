@@ -34,11 +34,13 @@ import ast
 import builtins
 import json
 import math
+import re
 import tomllib
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from daemon.model.harness.rules import acts
 from daemon.model.harness.topics import question_words
 
 __all__ = [
@@ -48,6 +50,7 @@ __all__ = [
     "foreign_calls",
     "parse_examples",
     "render_examples",
+    "source_kinds",
 ]
 
 CHOSEN_EXAMPLES = 2  # entries shown per question: a third costs tokens and adds little
@@ -139,7 +142,14 @@ def closest_examples(
 ) -> list[Example]:
     """The ``k`` examples whose questions share the most (and rarest) words with
     ``question``, closest first, in file order on a tie; the first example when none
-    shares a word (the model still sees how an answer looks)."""
+    shares a word (the model still sees how an answer looks).
+
+    Trial ``example-source``: among those that share a word, the examples whose
+    question names the same kinds of source as ``question`` (a URL, a file path, or
+    neither: :func:`source_kinds`) come first. A small model copies the example
+    it is shown; shown a SQL example for a question about a CSV file at a URL
+    (the words of both were about revenue), it answered with the SQL.
+    """
     if not examples:
         return []
     bags = [question_words(e.question) for e in examples]
@@ -152,8 +162,27 @@ def closest_examples(
         norm = math.sqrt(sum(idf[w] ** 2 for w in bag)) or 1.0
         if shared > 0:
             scored.append((-shared / norm, index))
-    chosen = [examples[i] for _, i in sorted(scored)[:k]]
+    by_words = [examples[i] for _, i in sorted(scored)[:k]]
+    kinds = source_kinds(question)
+    same_first = sorted(scored, key=lambda s: (source_kinds(examples[s[1]].question) != kinds, s))
+    by_source = [examples[i] for _, i in same_first[:k]]
+    chosen = by_source if acts("example-source", by_source != by_words) else by_words
     return chosen or [examples[0]]
+
+
+_URL = re.compile(r"https?://\S+")
+_PATH = re.compile(r"(?<![\w.~-])/(?:[\w.-]+/)+[\w.-]*")
+
+
+def source_kinds(text: str) -> frozenset[str]:
+    """The kinds of source a question names: ``url`` for a web address, ``path`` for an
+    absolute file path outside one (a repository, a database file)."""
+    kinds = set()
+    if _URL.search(text):
+        kinds.add("url")
+    if _PATH.search(_URL.sub(" ", text)):
+        kinds.add("path")
+    return frozenset(kinds)
 
 
 def render_examples(examples: Sequence[Example]) -> str:

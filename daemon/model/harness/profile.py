@@ -202,11 +202,12 @@ class CodeBlockTurns:
 
     def _chosen(self, question: str) -> list[Example]:
         """The examples shown for ``question`` (the same again for a resumed run); trial
-        ``one-example``: only the closest."""
+        ``one-example``: only the closest; trial ``example-source``: see
+        :func:`~daemon.model.harness.examples.closest_examples`."""
         if not self.examples:
             return []
-        chosen = closest_examples(question, self.examples)
-        with self._switched():
+        with self._switched():  # the trials are this run's
+            chosen = closest_examples(question, self.examples)
             one = acts("one-example", len(chosen) > 1)
         return chosen[:1] if one else chosen
 

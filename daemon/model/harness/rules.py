@@ -108,6 +108,8 @@ TRIALS: dict[str, str] = {
     "dict-loop": "a loop over a dict whose items the snippet read as dicts (its keys are "
     "str) loops over the one list the look found one key below it, and runs again, no model "
     "round",
+    "example-source": "the solved examples shown first are those whose question names the "
+    "same kinds of source as the question (a URL, a file path, or neither)",
     "error-text": "a failed snippet read data out of a tool's error message (a server that "
     "reports a failed call as a result's text, 'Error: no such table'): the retry is told the "
     "call failed and why",
