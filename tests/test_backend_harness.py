@@ -801,12 +801,12 @@ async def test_a_tools_error_message_read_as_rows_is_named_in_the_retry(monty_po
     assert result.reply == "pod-0, pod-4 and pod-8."
 
 
-@pytest.mark.parametrize("trial", [True, False])
-async def test_a_loop_over_a_kubernetes_list_runs_again_over_its_items(monty_pool, trial):
-    """Trial dict-loop: a comprehension over a list tool's whole result (a dict that holds
-    its list under 'items') fails on its first item, a str key; on, the harness loops over
+@pytest.mark.parametrize("on", [True, False])
+async def test_a_loop_over_a_kubernetes_list_runs_again_over_its_items(monty_pool, monkeypatch, on):
+    """Rule dict-loop: a comprehension over a list tool's whole result (a dict that holds
+    its list under 'items') fails on its first item, a str key; the harness loops over
     the list the look found and runs the snippet again, and the model is asked only for
-    the answer; off, it is asked for a new block, and the trial is noticed."""
+    the answer; switched off, it is asked for a new block."""
     tools = FakeToolExecutor()
 
     @tools.tool(read_only=True)
@@ -817,18 +817,16 @@ async def test_a_loop_over_a_kubernetes_list_runs_again_over_its_items(monty_poo
     loop = "pods = await list_pods(namespace='prod')\n" + (
         "[p['metadata']['name'] for p in pods if p['status']['phase'] == 'Failed']"
     )
-    script = [block(loop), *([] if trial else [block(FILTER)]), "pod-0, pod-4 and pod-8."]
-    params = {"harness_trials": "dict-loop"} if trial else {}
+    script = [block(loop), *([] if on else [block(FILTER)]), "pod-0, pod-4 and pod-8."]
+    if not on:
+        rules_off(monkeypatch, "dict-loop")
     async with code_mode_over(tools, monty_pool) as ex:
-        with noticing() as noticed:
-            fake, (result,) = await run_script(ex, script, request(), **params)
+        fake, (result,) = await run_script(ex, script, request())
     second = fake.requests[1]["messages"][-1]["content"]
-    if trial:
+    if on:
         assert len(fake.requests) == 2  # the block, then the answer: no retry round
         assert second.startswith("The code returned:\n3 items:\n- pod-0\n- pod-4\n- pod-8")
-        assert noticed == set()
         assert result.metrics.key_fixes == 1
     else:
         assert "string indices must be integers" in second
-        assert noticed == {"dict-loop"}
     assert result.reply == "pod-0, pod-4 and pod-8."

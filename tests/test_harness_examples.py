@@ -198,14 +198,14 @@ REVENUE = [
 
 
 def test_the_examples_that_name_the_questions_kind_of_source_come_first() -> None:
-    """Trial example-source: of the examples that share a word with the question, the
+    """Rule example-source: of the examples that share a word with the question, the
     ones that name the same kinds of source (a URL, a path, or neither) come first; off,
     the words alone decide. A question that names no source keeps the word order."""
     csv = "Which product brought in the most revenue in http://h:8000/data/sales.csv?"
     assert source_kinds(csv) == {"url"}
     assert source_kinds("How many commits in /tmp/x/repo?") == {"path"}
     assert source_kinds("Which customer spent the most?") == frozenset()
-    assert closest_examples(csv, REVENUE) == [REVENUE[0], REVENUE[2]]
-    with active(Switches(trials=frozenset({"example-source"}))):
-        assert closest_examples(csv, REVENUE) == [REVENUE[2], REVENUE[0]]
-        assert closest_examples("Which customer spent the most?", REVENUE)[0] == REVENUE[1]
+    assert closest_examples(csv, REVENUE) == [REVENUE[2], REVENUE[0]]
+    assert closest_examples("Which customer spent the most?", REVENUE)[0] == REVENUE[1]
+    with active(Switches(off=frozenset({"example-source"}))):
+        assert closest_examples(csv, REVENUE) == [REVENUE[0], REVENUE[2]]

@@ -237,12 +237,11 @@ PROBES: dict[str, Callable[[Switches], Any]] = {
     "quote-result": lambda _: quote_result("Two.", '["a", "b"]'),
     "positional-args": _repaired('r = await read_query("SELECT 1")\nr', SQL),
     "failed-honest": _gave_up,
-    "direct-answer-instruction": lambda sw: _direct(sw).final_instruction("How many pods?"),
-}
-
-
-# Each trial: what it changes once switched on.
-TRIAL_PROBES: dict[str, Callable[[Switches], Any]] = {
+    "dict-loop": lambda _: loop_fix(
+        "sum(1 for e in events if e['reason'] == 'BackOff')",
+        STR_AS_DATA,
+        as_look("events['kind'] == 'List'\nlen(events['items']) == 9"),
+    ),
     "example-source": lambda _: closest_examples(
         "The revenue of http://h:1/sales.csv?",
         [
@@ -251,11 +250,12 @@ TRIAL_PROBES: dict[str, Callable[[Switches], Any]] = {
         ],
         k=1,
     ),
-    "dict-loop": lambda _: loop_fix(
-        "sum(1 for e in events if e['reason'] == 'BackOff')",
-        STR_AS_DATA,
-        as_look("events['kind'] == 'List'\nlen(events['items']) == 9"),
-    ),
+    "direct-answer-instruction": lambda sw: _direct(sw).final_instruction("How many pods?"),
+}
+
+
+# Each trial: what it changes once switched on.
+TRIAL_PROBES: dict[str, Callable[[Switches], Any]] = {
     "error-text": lambda _: error_text_hint(as_look("rows == 'Error: no such table: changes'")),
     "one-example": _closest_two,
     "unfetched-url": lambda _: unfetched_url(
@@ -475,7 +475,7 @@ def test_error_text_names_the_message_a_tool_returned_as_its_result() -> None:
 
 
 def test_a_loop_over_a_dict_loops_over_the_one_list_below_it() -> None:
-    """Trial dict-loop: after a str read as data, a for loop or a comprehension over a
+    """Rule dict-loop: after a str read as data, a for loop or a comprehension over a
     plain path that the look shows holding exactly one list one key below loops over that
     list; a path that is a list itself, a dict with two lists, another kind of error or no
     look leave the snippet alone."""
@@ -490,7 +490,7 @@ def test_a_loop_over_a_dict_loops_over_the_one_list_below_it() -> None:
         "[x for x in two]\n"
         "[y for y in events['items']]"
     )
-    with active(Switches(trials=frozenset({"dict-loop"}))):
+    with active(Switches()):
         fixed = loop_fix(code, STR_AS_DATA, look)
         assert fixed == (
             "for p in r['json']['items']:\n    print(p['id'])\n"

@@ -240,7 +240,7 @@ async def after_block(
         fixed = key_fix(code, text, look) or loop_fix(code, plain, look)
         if fixed is not None and may_rerun(code, ls.mutating):
             # the look found the key one path below where the snippet read it (or the one
-            # list of a dict it looped over, trial dict-loop): read it there and run again,
+            # list of a dict it looped over, rule dict-loop): read it there and run again,
             # without a model round (not a failure of the model's)
             ls.failures -= 1
             state.metrics.key_fixes += 1

@@ -144,7 +144,7 @@ def closest_examples(
     ``question``, closest first, in file order on a tie; the first example when none
     shares a word (the model still sees how an answer looks).
 
-    Trial ``example-source``: among those that share a word, the examples whose
+    Rule ``example-source``: among those that share a word, the examples whose
     question names the same kinds of source as ``question`` (a URL, a file path, or
     neither: :func:`source_kinds`) come first. A small model copies the example
     it is shown; shown a SQL example for a question about a CSV file at a URL

@@ -82,7 +82,7 @@ def loop_fix(code: str, error: str, look: Look | None) -> str | None:
     Such a loop cannot have meant the keys when its items are read as dicts;
     where the look shows exactly one list one key below the dict (``len(events['items'])``),
     that list is what it meant. Only a plain variable's subscripts are moved, and
-    only after an error of that kind (a str read as data). Trial ``dict-loop``.
+    only after an error of that kind (a str read as data). Rule ``dict-loop``.
     """
     if look is None or not PARSE_ERROR.search(error):
         return None

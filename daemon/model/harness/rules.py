@@ -95,6 +95,11 @@ RULES: dict[str, str] = {
     "required parameter is missing: the argument is passed by that keyword",
     "failed-honest": "a run whose every snippet failed (none ran to a result): the reply says "
     "the question could not be answered and the last error's line, not the model's words",
+    "dict-loop": "a loop over a dict whose items the snippet read as dicts (its keys are "
+    "str) loops over the one list the look found one key below it, and runs again, no model "
+    "round",
+    "example-source": "the solved examples shown first are those whose question names the "
+    "same kinds of source as the question (a URL, a file path, or neither)",
     # the tool-call protocol (tools offered directly)
     "direct-answer-instruction": "with tools offered directly, the last round asks for the "
     "answer in the harness's words",
@@ -102,17 +107,12 @@ RULES: dict[str, str] = {
 
 #: Mechanisms under measurement: off until ``ASYNCAI_HARNESS_ON`` names them.
 TRIALS: dict[str, str] = {
-    "unfetched-url": "a URL the question names that the snippet never fetched (neither it "
-    "nor its path is in the code): a failed snippet's retry, or a good result's one more "
-    "round, is told the call that fetches it",
-    "dict-loop": "a loop over a dict whose items the snippet read as dicts (its keys are "
-    "str) loops over the one list the look found one key below it, and runs again, no model "
-    "round",
-    "example-source": "the solved examples shown first are those whose question names the "
-    "same kinds of source as the question (a URL, a file path, or neither)",
     "error-text": "a failed snippet read data out of a tool's error message (a server that "
     "reports a failed call as a result's text, 'Error: no such table'): the retry is told the "
     "call failed and why",
+    "unfetched-url": "a URL the question names that the snippet never fetched (neither it "
+    "nor its path is in the code): a failed snippet's retry, or a good result's one more "
+    "round, is told the call that fetches it",
     "one-example": "the one closest solved example of [model] examples instead of two: about "
     "half the example tokens a question's system message brings new to the server",
 }
