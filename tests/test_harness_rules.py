@@ -149,12 +149,15 @@ def _warm(_: Switches) -> dict[str, Any]:
     return body
 
 
-def _with_examples(switches: Switches) -> str:
-    example = Example("What time is it in Tokyo?", "await now(tz='Asia/Tokyo')")
+TOKYO = Example("What time is it in Tokyo?", "await now(tz='Asia/Tokyo')")
+LIMA = Example("What time is it in Lima?", "await now(tz='America/Lima')")
+
+
+def _with_examples(switches: Switches, examples: tuple[Example, ...] = (TOKYO,)) -> str:
     definition = ToolDefinition("run_code", "Run Python.", {"type": "object"})
     tools = replace(_tools(True), definitions={"run_code": definition})
     turns = CodeBlockTurns(
-        cast(Any, None), tools, ModelConfig(model="m"), switches, examples=[example]
+        cast(Any, None), tools, ModelConfig(model="m"), switches, examples=list(examples)
     )
     messages = [{"role": "system", "content": turns.system_prompt()}]
     turns.loop_state(messages, "What time is it in Paris?")
@@ -165,18 +168,7 @@ def _closest_two(_: Switches) -> str:
     """The system message for a question close to two examples, under the trials current
     where it is called (the profile makes its own switches current to choose)."""
     current = Switches(trials=frozenset(name for name in TRIALS if on(name)))
-    examples = [
-        Example("What time is it in Tokyo?", "await now(tz='Asia/Tokyo')"),
-        Example("What time is it in Lima?", "await now(tz='America/Lima')"),
-    ]
-    definition = ToolDefinition("run_code", "Run Python.", {"type": "object"})
-    tools = replace(_tools(True), definitions={"run_code": definition})
-    turns = CodeBlockTurns(
-        cast(Any, None), tools, ModelConfig(model="m"), current, examples=examples
-    )
-    messages = [{"role": "system", "content": turns.system_prompt()}]
-    turns.loop_state(messages, "What time is it in Paris?")
-    return messages[0]["content"]
+    return _with_examples(current, (TOKYO, LIMA))
 
 
 def _repaired(code: str, functions: Any = ()) -> Callable[[Switches], Any]:

@@ -41,7 +41,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from daemon.model.harness.rules import acts
-from daemon.model.harness.topics import question_words
+from daemon.model.harness.topics import URL, question_words
 
 __all__ = [
     "CHOSEN_EXAMPLES",
@@ -170,7 +170,6 @@ def closest_examples(
     return chosen or [examples[0]]
 
 
-_URL = re.compile(r"https?://\S+")
 _PATH = re.compile(r"(?<![\w.~-])/(?:[\w.-]+/)+[\w.-]*")
 
 
@@ -178,9 +177,9 @@ def source_kinds(text: str) -> frozenset[str]:
     """The kinds of source a question names: ``url`` for a web address, ``path`` for an
     absolute file path outside one (a repository, a database file)."""
     kinds = set()
-    if _URL.search(text):
+    if URL.search(text):
         kinds.add("url")
-    if _PATH.search(_URL.sub(" ", text)):
+    if _PATH.search(URL.sub(" ", text)):
         kinds.add("path")
     return frozenset(kinds)
 

@@ -201,12 +201,12 @@ class CodeBlockTurns:
         return self.params.worked_example or WORKED_EXAMPLE
 
     def _chosen(self, question: str) -> list[Example]:
-        """The examples shown for ``question`` (the same again for a resumed run); trial
-        ``one-example``: only the closest; trial ``example-source``: see
-        :func:`~daemon.model.harness.examples.closest_examples`."""
+        """The examples shown for ``question`` (the same again for a resumed run), by
+        :func:`~daemon.model.harness.examples.closest_examples` under this run's
+        switches; trial ``one-example``: only the closest."""
         if not self.examples:
             return []
-        with self._switched():  # the trials are this run's
+        with self._switched():
             chosen = closest_examples(question, self.examples)
             one = acts("one-example", len(chosen) > 1)
         return chosen[:1] if one else chosen

@@ -37,6 +37,7 @@ from daemon.model.harness.rules import on
 
 __all__ = [
     "MIN_GAIN",
+    "URL",
     "Topic",
     "catalog_topics",
     "question_words",
@@ -49,7 +50,7 @@ __all__ = [
 MIN_GAIN = 2
 
 _WORD = re.compile(r"[A-Za-z][a-z]+|[A-Z]+(?![a-z])")
-_URL = re.compile(r"https?://\S+")
+URL = re.compile(r"https?://\S+")  # a web address in a question (examples.py too)
 _NAMED = re.compile(r"\S*[-:_/\d]\S*")
 _EXAMPLE = re.compile(r"^\s*Example:\s*(.+)$", re.MULTILINE)
 _STRING = re.compile(r"'[^'\n]*'|\"[^\"\n]*\"")
@@ -94,7 +95,7 @@ def words(text: str) -> frozenset[str]:
 def question_words(question: str) -> frozenset[str]:
     """The words of a question, without its URLs and names (``api-2``, ``root:shop``,
     ``LOG_LEVEL``): they name a place or a thing, not what the question is about."""
-    return words(_NAMED.sub(" ", _URL.sub(" ", question)))
+    return words(_NAMED.sub(" ", URL.sub(" ", question)))
 
 
 @functools.lru_cache(maxsize=4)
