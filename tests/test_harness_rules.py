@@ -229,6 +229,13 @@ PROBES: dict[str, Callable[[Switches], Any]] = {
     "quote-result": lambda _: quote_result("Two.", '["a", "b"]'),
     "positional-args": _repaired('r = await read_query("SELECT 1")\nr', SQL),
     "failed-honest": _gave_up,
+    "text-records": lambda _: key_hint(
+        "Traceback\nKeyError: 'stock'",
+        as_look(
+            "t is a str of 3 lines (text, not parsed)\n"
+            "t.splitlines()[:3] == ['item,stock', 'a,1', 'b,2']"
+        ),
+    ),
     "dict-loop": lambda _: loop_fix(
         "sum(1 for e in events if e['reason'] == 'BackOff')",
         STR_AS_DATA,

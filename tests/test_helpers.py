@@ -192,6 +192,100 @@ async def test_to_json_where_json_dumps_fails(scope: AsyncMontySession) -> None:
     assert await run(scope, "to_json({1})") == "[1]"
 
 
+# parse_records -----------------------------------------------------------------------------------
+
+GIT_LOG = (
+    "Commit history:\n"
+    "Commit: ecbbd8a\nAuthor: Ana Lind\nDate: 2025-07-02 10:49:00+09:00\n"
+    "Message: fix(metrics): avoid a crash\n\n\n"
+    "Commit: 9647bc5\nAuthor: Yu Tan\nDate: 2025-07-01 12:19:00+01:00\n"
+    "Message: docs(render): settings\nthe body's second line\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (  # "Key: value" blocks; a heading before them, a continuation line, blank lines
+            GIT_LOG,
+            [
+                {
+                    "Commit": "ecbbd8a",
+                    "Author": "Ana Lind",
+                    "Date": "2025-07-02 10:49:00+09:00",
+                    "Message": "fix(metrics): avoid a crash",
+                },
+                {
+                    "Commit": "9647bc5",
+                    "Author": "Yu Tan",
+                    "Date": "2025-07-01 12:19:00+01:00",
+                    "Message": "docs(render): settings\nthe body's second line",
+                },
+            ],
+        ),
+        (  # a repeated key starts the next record, with no blank line between
+            "name: a\nsize: 1\nname: b\nsize: 2",
+            [{"name": "a", "size": 1}, {"name": "b", "size": 2}],
+        ),
+        (  # CSV: a quoted comma, an empty cell, numbers; a row of another width is left out
+            'region,product,units\nnorth,"Maple, Teapot",3\nsouth,Mug,\neast,Cup,4.5\nbad,row\n',
+            [
+                {"region": "north", "product": "Maple, Teapot", "units": 3},
+                {"region": "south", "product": "Mug", "units": ""},
+                {"region": "east", "product": "Cup", "units": 4.5},
+            ],
+        ),
+        (  # tab-separated; a leading zero is not a number
+            "id\tzip\n7\t01234\n",
+            [{"id": 7, "zip": "01234"}],
+        ),
+        (  # a markdown table after prose (a page as markdown)
+            "Releases\n\n| Version | Codename | Downloads |\n|---|:---:|---|\n"
+            "| 2.2.0 | Basalt | 1200 |\n| 2.1.0 | Onyx | -3 |\n",
+            [
+                {"Version": "2.2.0", "Codename": "Basalt", "Downloads": 1200},
+                {"Version": "2.1.0", "Codename": "Onyx", "Downloads": -3},
+            ],
+        ),
+        (  # an HTML table on one line, tags inside cells, header cells
+            "<html><table><tr><th>Name</th><th>Price</th></tr><tr><td><b>Cedar</b>  Rug</td>"
+            "<td>100.61</td></tr><TR><td>Mug</td><td>3</td></TR></table></html>",
+            [{"Name": "Cedar Rug", "Price": 100.61}, {"Name": "Mug", "Price": 3}],
+        ),
+        ('[{"a": 1}, {"a": 2}]', [{"a": 1}, {"a": 2}]),  # a JSON list is that list
+        ("  \n", []),
+    ],
+)
+async def test_parse_records(scope: AsyncMontySession, text: str, expected: Any) -> None:
+    """parse_records() reads the common layouts of a tool's text as a list of dicts."""
+    assert await scope.feed_run("parse_records(t)", inputs={"t": text}) == expected
+
+
+async def test_parse_records_reads_a_dict_by_its_body(scope: AsyncMontySession) -> None:
+    """An HTTP result ({status, body, ...}) is read by its body."""
+    page = {"status": 200, "content_type": "text/csv", "body": "a,b\n1,x\n"}
+    assert await scope.feed_run("parse_records(p)", inputs={"p": page}) == [{"a": 1, "b": "x"}]
+
+
+async def test_parse_records_survives_a_rebound_module(scope: AsyncMontySession) -> None:
+    """A snippet that rebinds ``re`` or ``csv`` does not break the helper (it reads its
+    modules through private aliases, as to_json reads json)."""
+    await scope.feed_run("re = None\ncsv = None\njson = None")
+    assert await scope.feed_run("parse_records('a,b\\n1,2')") == [{"a": 1, "b": 2}]
+
+
+async def test_parse_records_says_what_it_cannot_read(scope: AsyncMontySession) -> None:
+    """Prose, or a value that is not text, is a clear error, not an empty list."""
+    with pytest.raises(MontyRuntimeError) as info:
+        await scope.feed_run("parse_records(t)", inputs={"t": "Just a sentence.\nAnd one more."})
+    assert info.value.display("type-msg") == (
+        "ValueError: parse_records(): no table, CSV or 'Key: value' lines in this text"
+    )
+    assert await error(scope, "parse_records(3)") == (
+        "TypeError: parse_records() needs a str of text, got int"
+    )
+
+
 # reserved names --------------------------------------------------------------------------------
 
 
@@ -255,7 +349,8 @@ def test_rejection_message_text() -> None:
     """The full message: what happened, which helper, why, and another name."""
     assert check_reserved("x = 1\nnames = []") == (
         "run_code rejected this snippet before running it: line 2 assigns to 'names', which is "
-        "a built-in helper (items, names, dig, count_by, to_json); rebinding it would break "
+        "a built-in helper (items, names, dig, count_by, to_json, parse_records); rebinding it "
+        "would break "
         "later snippets. Use another name, e.g. 'names_'."
     )
 

@@ -12,7 +12,14 @@ helper (``names = []`` broke ``names(v)`` three turns on). So every new scope
   segments; a trailing argument that is not a ``str``/``int`` is the default;
 - ``count_by(xs, *path)``: ``{value: count}``, most common first;
 - ``to_json(x, indent=None)``: ``json.dumps`` with ``str()`` for unknown
-  types (Monty's ``json.dumps`` has no ``default=``).
+  types (Monty's ``json.dumps`` has no ``default=``);
+- ``parse_records(text)``: the records of a tool's text (an HTML or markdown
+  table, CSV, or blocks of ``Key: value`` lines) as a list of dicts. Many
+  servers return text, not JSON (a git log, a CSV body, a page as markdown),
+  and a small model guessed its layout (iterated its characters, split CSV
+  lines on every comma, matched a regex against the wrong line); one helper
+  reads the common layouts so a snippet reads fields by name. CSV goes through
+  Monty's ``csv`` module; the rest is ``re`` (Monty has no ``html.parser``).
 
 The source is Monty Python (no ``yield``, no ``del``, exceptions with one
 string argument). The helpers call each other and ``json`` through private
@@ -42,7 +49,14 @@ __all__ = [
     "reserved_bindings",
 ]
 
-RESERVED_NAMES: tuple[str, ...] = ("items", "names", "dig", "count_by", "to_json")
+RESERVED_NAMES: tuple[str, ...] = (
+    "items",
+    "names",
+    "dig",
+    "count_by",
+    "to_json",
+    "parse_records",
+)
 PRELOADED_MODULES: tuple[str, ...] = ("asyncio", "json", "re")
 PRIVATE_PREFIX = "_asyncai_"
 
@@ -51,6 +65,8 @@ import asyncio
 import json
 import re
 import json as _asyncai_json
+import csv as _asyncai_csv
+import re as _asyncai_re
 
 
 def _asyncai_is_segment(p):
@@ -191,6 +207,123 @@ def count_by(xs, *path):
 
 _asyncai_dig = dig
 _asyncai_to_json = to_json
+def _asyncai_number(s):
+    t = s.strip()
+    if _asyncai_re.fullmatch(r"-?(0|[1-9][0-9]*)", t):
+        return int(t)
+    if _asyncai_re.fullmatch(r"-?(0|[1-9][0-9]*)\\.[0-9]+", t):
+        return float(t)
+    return t
+
+
+def _asyncai_rows(header, rows):
+    keys = [h.strip() for h in header]
+    out = []
+    for r in rows:
+        if len(r) != len(keys):
+            continue
+        out.append({k: _asyncai_number(v) for k, v in zip(keys, r)})
+    return out
+
+
+def _asyncai_html_rows(text):
+    rows = []
+    for tr in _asyncai_re.findall(r"(?is)<tr[^>]*>(.*?)</tr>", text):
+        cells = _asyncai_re.findall(r"(?is)<t[hd][^>]*>(.*?)</t[hd]>", tr)
+        rows.append([_asyncai_re.sub(r"\\s+", " ", _asyncai_re.sub(r"(?s)<[^>]*>", "", c)).strip() for c in cells])
+    rows = [r for r in rows if r]
+    if len(rows) < 2:
+        return None
+    return _asyncai_rows(rows[0], rows[1:])
+
+
+def _asyncai_md_rows(lines):
+    table = [l.strip() for l in lines if l.strip().startswith("|")]
+    if len(table) < 3 or not _asyncai_re.fullmatch(r"\\|?[\\s:|-]*-{3,}[\\s:|-]*", table[1]):
+        return None
+    def cells(l):
+        return [c.strip() for c in l.strip().strip("|").split("|")]
+    return _asyncai_rows(cells(table[0]), [cells(l) for l in table[2:]])
+
+
+def _asyncai_csv_rows(lines):
+    lines = [l for l in lines if l.strip()]
+    if len(lines) < 2:
+        return None
+    for sep in [",", "\\t", ";"]:
+        parsed = list(_asyncai_csv.reader(lines, delimiter=sep))
+        header = parsed[0]
+        if len(header) < 2:
+            continue
+        rows = parsed[1:]
+        fit = [r for r in rows if len(r) == len(header)]
+        if len(fit) * 2 >= len(rows):
+            return _asyncai_rows(header, fit)
+    return None
+
+
+def _asyncai_kv_rows(lines):
+    out = []
+    cur = {}
+    last = None
+    for line in lines:
+        m = _asyncai_re.match(r"\\s{0,4}([A-Za-z][\\w .-]{0,40}?):(\\s+(.*))?$", line)
+        if not line.strip():
+            if cur:
+                out.append(cur)
+            cur = {}
+            last = None
+        elif m and m.group(3) is not None and m.group(3).strip() != "":
+            key = m.group(1)
+            if key in cur:
+                out.append(cur)
+                cur = {}
+            cur[key] = _asyncai_number(m.group(3))
+            last = key
+        elif last is not None:
+            prev = cur[last]
+            cur[last] = (prev if isinstance(prev, str) else str(prev)) + "\\n" + line.strip()
+    if cur:
+        out.append(cur)
+    out = [r for r in out if len(r) >= 2]
+    return out if out else None
+
+
+def parse_records(text):
+    """The records a text holds, as a list of dicts: an HTML or markdown table or CSV
+    (one dict per row, keyed by the header), or "Key: value" lines (one dict per
+    block; a blank line or a repeated key starts the next). Numbers become int or
+    float. A dict (an HTTP result) is read by its "body" or "text"; a JSON list is
+    that list."""
+    if isinstance(text, dict):
+        for k in ["body", "text", "content"]:
+            if isinstance(text.get(k), str):
+                text = text[k]
+                break
+    if not isinstance(text, str):
+        raise TypeError("parse_records() needs a str of text, got " + type(text).__name__)
+    if not text.strip():
+        return []
+    if text.strip()[0] == "[":
+        try:
+            rows = _asyncai_json.loads(text)
+        except Exception:
+            rows = None
+        if isinstance(rows, list):
+            return rows
+    lines = text.splitlines()
+    found = None
+    if _asyncai_re.search(r"(?i)<tr[\\s>]", text):
+        found = _asyncai_html_rows(text)
+    if found is None:
+        found = _asyncai_md_rows(lines)
+    if found is None:
+        found = _asyncai_kv_rows(lines)
+    if found is None:
+        found = _asyncai_csv_rows(lines)
+    if found is None:
+        raise ValueError("parse_records(): no table, CSV or 'Key: value' lines in this text")
+    return found
 '''
 
 

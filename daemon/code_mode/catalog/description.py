@@ -131,6 +131,9 @@ dig(x, "spec.ports", []).
 first: count_by(pods, "status.phase").
 - to_json(x, indent=None): json.dumps that turns sets into lists and other unknown values \
 into str().
+- parse_records(text): the records in a tool's text result (an HTML or markdown table, \
+CSV lines under a header, or blocks of "Key: value" lines) as a list of dicts, numbers as \
+int or float; a dict with a "body" is read by its body: parse_records(page)[0]["name"].
 """
 
 

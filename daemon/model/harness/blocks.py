@@ -408,8 +408,9 @@ async def _peek(
     if not names:
         return None
     try:
+        code = peek_code(names, missing, records=on("text-records"))
         async with asyncio.timeout(_PEEK_TIMEOUT):
-            output = await caller.call_tool("run_code", {"code": peek_code(names, missing)})
+            output = await caller.call_tool("run_code", {"code": code})
     except (TimeoutError, ToolTransportError):
         return None
     try:  # the snippet's value: the look's records, as compact JSON (the return contract)

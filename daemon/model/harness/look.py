@@ -14,6 +14,8 @@ The lines, as the model reads them::
     r['body'] is a str of 5 lines (text, not parsed)     text (TextSize)
     r['body'].splitlines()[:3] == ['item,stock', ...]    its first lines (TextStart)
     r['note'][:80] == 'a long str...'                    a long str's start (Prefix)
+    len(parse_records(r['body'])) == 12                  the records of a text, and
+    parse_records(r['body'])[0] == {'item': 'a', ...}    the first (Records)
     r['json']: has 'components'                          after a KeyError (Holds)
     pods['items']: 10 of 12 items have ['status']['containerStatuses'] (a list)
                                                          after a KeyError (Counted)
@@ -33,6 +35,7 @@ __all__ = [
     "Look",
     "Path",
     "Prefix",
+    "Records",
     "Step",
     "TextSize",
     "TextStart",
@@ -123,6 +126,20 @@ class Prefix:
 
 
 @dataclass(frozen=True)
+class Records:
+    """A text that the ``parse_records`` helper reads as records: how many, and the first
+    (its str values cut at 60 characters), written as the calls that give them."""
+
+    path: Path
+    count: int
+    sample: str  # the sandbox's repr of the first record
+
+    def line(self) -> str:
+        call = f"parse_records({self.path})"
+        return f"len({call}) == {self.count}\n{call}[0] == {self.sample}"
+
+
+@dataclass(frozen=True)
 class Holds:
     """After a KeyError: a dict outside a list that holds the key."""
 
@@ -149,7 +166,7 @@ class Counted:
         return f"{self.path}: {self.have} of {self.total} items have {shown} ({self.kind})"
 
 
-Entry = Value | Length | TextSize | TextStart | Prefix | Holds | Counted
+Entry = Value | Length | TextSize | TextStart | Prefix | Records | Holds | Counted
 
 
 @dataclass(frozen=True)
@@ -228,6 +245,9 @@ def _entry(record: Any) -> Entry:
     if kind == "start":
         (sample,) = rest
         return Prefix(path, _str(sample))
+    if kind == "records":
+        count, sample = rest
+        return Records(path, _int(count), _str(sample))
     if kind == "has":
         shown, key = rest
         return Holds(path, _str(key), _str(shown))

@@ -98,6 +98,8 @@ RULES: dict[str, str] = {
     "dict-loop": "a loop over a dict whose items the snippet read as dicts (its keys are "
     "str) loops over the one list the look found one key below it, and runs again, no model "
     "round",
+    "text-records": "the look at a failed snippet's text (a log, a CSV body, a page) shows "
+    "the records the parse_records helper reads out of it, as the calls that give them",
     "example-source": "the solved examples shown first are those whose question names the "
     "same kinds of source as the question (a URL, a file path, or neither)",
     # the tool-call protocol (tools offered directly)
