@@ -44,7 +44,7 @@ from daemon.model.harness.prompts import (
     compact_description,
     system_prompt,
 )
-from daemon.model.harness.rules import Switches, active, acts
+from daemon.model.harness.rules import Switches, active
 from daemon.model.harness.topics import Topic, catalog_topics
 from daemon.model.profile import RunTools, Turns
 from daemon.model.prompts import FINAL_ROUND_PROMPT
@@ -203,13 +203,11 @@ class CodeBlockTurns:
     def _chosen(self, question: str) -> list[Example]:
         """The examples shown for ``question`` (the same again for a resumed run), by
         :func:`~daemon.model.harness.examples.closest_examples` under this run's
-        switches; trial ``one-example``: only the closest."""
+        switches."""
         if not self.examples:
             return []
         with self._switched():
-            chosen = closest_examples(question, self.examples)
-            one = acts("one-example", len(chosen) > 1)
-        return chosen[:1] if one else chosen
+            return closest_examples(question, self.examples)
 
     @contextmanager
     def _switched(self) -> Iterator[None]:

@@ -115,8 +115,6 @@ TRIALS: dict[str, str] = {
     "unfetched-url": "a URL the question names that the snippet never fetched (neither it "
     "nor its path is in the code): a failed snippet's retry, or a good result's one more "
     "round, is told the call that fetches it",
-    "one-example": "the one closest solved example of [model] examples instead of two: about "
-    "half the example tokens a question's system message brings new to the server",
 }
 
 
