@@ -322,16 +322,21 @@ def test_top_level_return_becomes_the_result() -> None:
 
 
 def test_compact_description_keeps_helpers_and_catalog_only() -> None:
-    """The long sandbox rules give way to the harness's short ones; the helpers and the
-    catalog stay word for word as run_code's description has them, built from the
-    catalog itself."""
+    """The long sandbox rules give way to the harness's short ones; the helpers (all but
+    parse_records, which the look introduces) and the catalog stay word for word as
+    run_code's description has them, built from the catalog itself."""
     for catalog in (CATALOG, Catalog([])):
         desc = run_code_description(catalog)
         compact = compact_description(catalog)
         assert compact.startswith(HARNESS_RULES + "\n\nHelpers, defined in every scope")
         assert "Return contract" not in compact
+        assert "parse_records" in desc
+        assert "parse_records" not in compact
+        listed = "\n".join(
+            line for line in desc.splitlines() if not line.startswith("- parse_records(")
+        ).replace(", parse_records)", ")")
         helpers = compact.removeprefix(HARNESS_RULES + "\n\n")
-        assert desc.endswith("\n\n" + helpers)
+        assert listed.endswith("\n\n" + helpers)
     assert "async def list_objects(*, workspace: str" in compact_description(CATALOG)
     assert compact_description(Catalog([])).endswith("(none: no tools are connected)")
 

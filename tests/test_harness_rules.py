@@ -221,13 +221,6 @@ PROBES: dict[str, Callable[[Switches], Any]] = {
     "quote-result": lambda _: quote_result("Two.", '["a", "b"]'),
     "positional-args": _repaired('r = await read_query("SELECT 1")\nr', SQL),
     "failed-honest": _gave_up,
-    "text-records": lambda _: key_hint(
-        "Traceback\nKeyError: 'stock'",
-        as_look(
-            "t is a str of 3 lines (text, not parsed)\n"
-            "t.splitlines()[:3] == ['item,stock', 'a,1', 'b,2']"
-        ),
-    ),
     "dict-loop": lambda _: loop_fix(
         "sum(1 for e in events if e['reason'] == 'BackOff')",
         STR_AS_DATA,
@@ -248,6 +241,13 @@ PROBES: dict[str, Callable[[Switches], Any]] = {
 # Each trial: what it changes once switched on.
 TRIAL_PROBES: dict[str, Callable[[Switches], Any]] = {
     "error-text": lambda _: error_text_hint(as_look("rows == 'Error: no such table: changes'")),
+    "text-records": lambda _: key_hint(
+        "Traceback\nKeyError: 'stock'",
+        as_look(
+            "t is a str of 3 lines (text, not parsed)\n"
+            "t.splitlines()[:3] == ['item,stock', 'a,1', 'b,2']"
+        ),
+    ),
     "unfetched-url": lambda _: unfetched_url(
         "Total of http://h:1/o.csv?", "r = await read_query(query='select 1')", FETCHERS
     ),

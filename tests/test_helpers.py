@@ -252,6 +252,11 @@ GIT_LOG = (
             "<td>100.61</td></tr><TR><td>Mug</td><td>3</td></TR></table></html>",
             [{"Name": "Cedar Rug", "Price": 100.61}, {"Name": "Mug", "Price": 3}],
         ),
+        (  # entities, and a number with thousands separators
+            "<table><tr><th>Item</th><th>Downloads</th></tr>"
+            "<tr><td>Salt &amp; Pepper</td><td>12,345</td></tr></table>",
+            [{"Item": "Salt & Pepper", "Downloads": 12345}],
+        ),
         ('[{"a": 1}, {"a": 2}]', [{"a": 1}, {"a": 2}]),  # a JSON list is that list
         ("  \n", []),
     ],
@@ -261,10 +266,21 @@ async def test_parse_records(scope: AsyncMontySession, text: str, expected: Any)
     assert await scope.feed_run("parse_records(t)", inputs={"t": text}) == expected
 
 
-async def test_parse_records_reads_a_dict_by_its_body(scope: AsyncMontySession) -> None:
-    """An HTTP result ({status, body, ...}) is read by its body."""
-    page = {"status": 200, "content_type": "text/csv", "body": "a,b\n1,x\n"}
-    assert await scope.feed_run("parse_records(p)", inputs={"p": page}) == [{"a": 1, "b": "x"}]
+async def test_parse_records_reads_json_and_http_results(scope: AsyncMontySession) -> None:
+    """An HTTP result is read by its json when it has one (items() of it), else by its
+    body; JSON text and other values give what items() gives (a small model calls the
+    helper on whatever a tool returned)."""
+    csv = {"status": 200, "content_type": "text/csv", "body": "a,b\n1,x\n", "json": None}
+    api = {"status": 200, "body": '{"data": [{"id": 1}]}', "json": {"data": [{"id": 1}]}}
+    cases = [
+        (csv, [{"a": 1, "b": "x"}]),
+        (api, [{"id": 1}]),
+        ('{"items": [{"id": 2}], "kind": "List"}', [{"id": 2}]),
+        ({"items": [{"id": 3}]}, [{"id": 3}]),
+        ([{"id": 4}], [{"id": 4}]),
+    ]
+    for value, rows in cases:
+        assert await scope.feed_run("parse_records(p)", inputs={"p": value}) == rows, value
 
 
 async def test_parse_records_survives_a_rebound_module(scope: AsyncMontySession) -> None:
@@ -282,7 +298,7 @@ async def test_parse_records_says_what_it_cannot_read(scope: AsyncMontySession) 
         "ValueError: parse_records(): no table, CSV or 'Key: value' lines in this text"
     )
     assert await error(scope, "parse_records(3)") == (
-        "TypeError: parse_records() needs a str of text, got int"
+        "TypeError: parse_records() needs text, got int"
     )
 
 

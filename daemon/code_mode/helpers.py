@@ -213,6 +213,8 @@ def _asyncai_number(s):
         return int(t)
     if _asyncai_re.fullmatch(r"-?(0|[1-9][0-9]*)\\.[0-9]+", t):
         return float(t)
+    if _asyncai_re.fullmatch(r"-?[1-9][0-9]{0,2}(,[0-9]{3})+(\\.[0-9]+)?", t):
+        return _asyncai_number(t.replace(",", ""))
     return t
 
 
@@ -226,11 +228,19 @@ def _asyncai_rows(header, rows):
     return out
 
 
+def _asyncai_unescape(s):
+    for entity, char in [("&lt;", "<"), ("&gt;", ">"), ("&quot;", '"'), ("&#39;", "'"),
+                         ("&#x27;", "'"), ("&nbsp;", " "), ("&amp;", "&")]:
+        s = s.replace(entity, char)
+    return s
+
+
 def _asyncai_html_rows(text):
     rows = []
     for tr in _asyncai_re.findall(r"(?is)<tr[^>]*>(.*?)</tr>", text):
         cells = _asyncai_re.findall(r"(?is)<t[hd][^>]*>(.*?)</t[hd]>", tr)
-        rows.append([_asyncai_re.sub(r"\\s+", " ", _asyncai_re.sub(r"(?s)<[^>]*>", "", c)).strip() for c in cells])
+        texts = [_asyncai_unescape(_asyncai_re.sub(r"(?s)<[^>]*>", "", c)) for c in cells]
+        rows.append([_asyncai_re.sub(r"\\s+", " ", t).strip() for t in texts])
     rows = [r for r in rows if r]
     if len(rows) < 2:
         return None
@@ -292,25 +302,32 @@ def _asyncai_kv_rows(lines):
 def parse_records(text):
     """The records a text holds, as a list of dicts: an HTML or markdown table or CSV
     (one dict per row, keyed by the header), or "Key: value" lines (one dict per
-    block; a blank line or a repeated key starts the next). Numbers become int or
-    float. A dict (an HTTP result) is read by its "body" or "text"; a JSON list is
-    that list."""
+    block; a blank line or a repeated key starts the next). Numbers (1,234.5 too)
+    become int or float. JSON (text, or an HTTP result's "json") gives items() of it;
+    an HTTP result's "body" (or "text") is read as text; another dict gives items()
+    of it, a list itself."""
+    if isinstance(text, (list, tuple)):
+        return list(text)
     if isinstance(text, dict):
+        if text.get("json") is not None:
+            return items(text["json"])
         for k in ["body", "text", "content"]:
             if isinstance(text.get(k), str):
                 text = text[k]
                 break
+    if isinstance(text, dict):
+        return items(text)
     if not isinstance(text, str):
-        raise TypeError("parse_records() needs a str of text, got " + type(text).__name__)
+        raise TypeError("parse_records() needs text, got " + type(text).__name__)
     if not text.strip():
         return []
-    if text.strip()[0] == "[":
+    if text.strip()[0] in "[{":
         try:
-            rows = _asyncai_json.loads(text)
+            data = _asyncai_json.loads(text)
         except Exception:
-            rows = None
-        if isinstance(rows, list):
-            return rows
+            data = None
+        if isinstance(data, (list, dict)):
+            return items(data)
     lines = text.splitlines()
     found = None
     if _asyncai_re.search(r"(?i)<tr[\\s>]", text):

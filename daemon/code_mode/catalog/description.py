@@ -111,29 +111,43 @@ to a variable and return a filtered subset.
     return f"{text}{helpers_section()}\n{catalog_section(catalog)}"
 
 
-def helpers_section() -> str:
-    """The description's list of the built-in helpers, ending in a newline.
-
-    The small-model harness shows it word for word (``daemon.model.harness``).
-    """
-    reserved = ", ".join(RESERVED_NAMES)
-    return f"""\
-Helpers, defined in every scope (do not rebind these names: {reserved}):
+#: Each helper's line in the description, by name (:data:`RESERVED_NAMES`' order).
+HELPER_LINES: dict[str, str] = {
+    "items": """\
 - items(x): the list inside x: x itself for a list, x["items"], the only list value of a \
-dict, [x] for a dict without lists, [] for None.
-- names(x): metadata.name (else name, else id) of each item of items(x).
+dict, [x] for a dict without lists, [] for None.""",
+    "names": "- names(x): metadata.name (else name, else id) of each item of items(x).",
+    "dig": """\
 - dig(obj, *path, default=None): nested lookup by dotted or split segments, None-safe: \
 dig(pod, "status.phase"), dig(x, "items", 0, "metadata.name"), \
 dig(pod, "metadata.labels", "app.kubernetes.io/name"). Returns default when a step is \
 missing or None; a last argument that is not a str or int is the default: \
-dig(x, "spec.ports", []).
-- count_by(xs, *path): {{value: count}} of dig(x, *path) over items(xs), most common \
-first: count_by(pods, "status.phase").
+dig(x, "spec.ports", []).""",
+    "count_by": """\
+- count_by(xs, *path): {value: count} of dig(x, *path) over items(xs), most common \
+first: count_by(pods, "status.phase").""",
+    "to_json": """\
 - to_json(x, indent=None): json.dumps that turns sets into lists and other unknown values \
-into str().
-- parse_records(text): the records in a tool's text result (an HTML or markdown table, \
-CSV lines under a header, or blocks of "Key: value" lines) as a list of dicts, numbers as \
-int or float; a dict with a "body" is read by its body: parse_records(page)[0]["name"].
+into str().""",
+    "parse_records": """\
+- parse_records(x): the records in a tool's result as a list of dicts: text that is an \
+HTML or markdown table, CSV lines under a header, or blocks of "Key: value" lines (numbers \
+as int or float); JSON gives items() of it, and an HTTP result its json, else its body: \
+parse_records(page)[0]["name"].""",
+}
+
+
+def helpers_section(names: tuple[str, ...] = RESERVED_NAMES) -> str:
+    """The description's list of the built-in helpers ``names`` (all of them unless
+    told), ending in a newline.
+
+    The small-model harness shows it word for word (``daemon.model.harness``), for the
+    helpers it names.
+    """
+    lines = "\n".join(HELPER_LINES[n] for n in names)
+    return f"""\
+Helpers, defined in every scope (do not rebind these names: {", ".join(names)}):
+{lines}
 """
 
 

@@ -414,7 +414,7 @@ def repeat_hint(error: str, previous: str | None, functions: Iterable[str] = ())
         return f"{lead}That value is a str (text), not a dict or a list. Parse the text first: " + (
             "parse_records(text) for a table, CSV, or 'Key: value' lines (a list of "
             "dicts); json.loads(text) for JSON."
-            if on("text-records")
+            if acts("text-records", True)
             else "json.loads(text) for JSON; for lines and columns, "
             "[line.split(',') for line in text.splitlines()]."
         )

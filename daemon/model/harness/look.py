@@ -183,6 +183,14 @@ class Look:
         for group in (*self.variables, *self.counts):
             yield from group
 
+    def without_records(self) -> Look:
+        """This look less its :class:`Records` lines (trial ``text-records`` off)."""
+
+        def keep(group: tuple[Entry, ...]) -> tuple[Entry, ...]:
+            return tuple(e for e in group if not isinstance(e, Records))
+
+        return Look(tuple(map(keep, self.variables)), tuple(map(keep, self.counts)))
+
     def render(self) -> str:
         """The look as the model reads it, one entry a line (a variable with nothing to
         show leaves an empty line, as the sandbox printed it)."""

@@ -13,7 +13,7 @@ import json
 import re
 from typing import Any
 
-from daemon.code_mode.catalog import Catalog, catalog_section, helpers_section
+from daemon.code_mode.catalog import RESERVED_NAMES, Catalog, catalog_section, helpers_section
 from daemon.model.harness.fields import hidden_fields
 from daemon.model.harness.rules import on
 
@@ -137,6 +137,13 @@ def warm_retry(body: dict[str, Any], configured: float | None) -> None:
     body.setdefault("seed", retry_seed(body["messages"]))
 
 
+#: The helpers a small model's description lists: all but parse_records. Listed, the
+#: 1.5B model called it on results it does not fit, and answered 4 of the first 13
+#: held-out questions where main answers 8 (r25, 2026-12-03); a failed snippet's look
+#: at a text shows the calls that read its records instead (trial ``text-records``).
+SMALL_MODEL_HELPERS = tuple(n for n in RESERVED_NAMES if n != "parse_records")
+
+
 def compact_description(catalog: Catalog) -> str:
     """The run_code description cut down for a small model: :data:`HARNESS_RULES`, then
     the helpers and the catalog of functions (what is specific to this deployment),
@@ -149,7 +156,7 @@ def compact_description(catalog: Catalog) -> str:
     catalog over ``code_mode.catalog_budget`` is the same index of names, with
     ``search_tools`` and ``describe``, as the full description has.
     """
-    sections = f"{helpers_section()}\n{catalog_section(catalog)}"
+    sections = f"{helpers_section(SMALL_MODEL_HELPERS)}\n{catalog_section(catalog)}"
     # a searchable catalog (issue 19) shows no Returns: lines for fields to complete
     fields = "" if catalog.searchable or not on("hidden-fields") else hidden_fields(catalog)
     fields = f"\n\n{fields}" if fields else ""

@@ -98,8 +98,6 @@ RULES: dict[str, str] = {
     "dict-loop": "a loop over a dict whose items the snippet read as dicts (its keys are "
     "str) loops over the one list the look found one key below it, and runs again, no model "
     "round",
-    "text-records": "the look at a failed snippet's text (a log, a CSV body, a page) shows "
-    "the records the parse_records helper reads out of it, as the calls that give them",
     "example-source": "the solved examples shown first are those whose question names the "
     "same kinds of source as the question (a URL, a file path, or neither)",
     # the tool-call protocol (tools offered directly)
@@ -112,6 +110,9 @@ TRIALS: dict[str, str] = {
     "error-text": "a failed snippet read data out of a tool's error message (a server that "
     "reports a failed call as a result's text, 'Error: no such table'): the retry is told the "
     "call failed and why",
+    "text-records": "the look at a failed snippet's text (a log, a CSV body, a page) shows "
+    "the records the parse_records helper reads out of it, as the calls that give them, and "
+    "the hints for text read as data name the helper",
     "unfetched-url": "a URL the question names that the snippet never fetched (neither it "
     "nor its path is in the code): a failed snippet's retry, or a good result's one more "
     "round, is told the call that fetches it",
