@@ -53,7 +53,7 @@ __all__ = [
     "source_kinds",
 ]
 
-CHOSEN_EXAMPLES = 2  # entries shown per question: a third costs tokens and adds little
+CHOSEN_EXAMPLES = 2  # entries shown per question (one answered fewer: r24; three: a trial)
 
 
 @dataclass(frozen=True)

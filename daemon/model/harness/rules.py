@@ -113,6 +113,9 @@ TRIALS: dict[str, str] = {
     "text-records": "the look at a failed snippet's text (a log, a CSV body, a page) shows "
     "the records the parse_records helper reads out of it, as the calls that give them, and "
     "the hints for text read as data name the helper",
+    "three-examples": "the three closest solved examples of [model] examples instead of "
+    "two, where a third shares words with the question: with one in place of two the "
+    "1.5B model answered 4 of 13 held-out questions where two answer 8 (r24)",
     "unfetched-url": "a URL the question names that the snippet never fetched (neither it "
     "nor its path is in the code): a failed snippet's retry, or a good result's one more "
     "round, is told the call that fetches it",
