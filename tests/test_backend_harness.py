@@ -564,34 +564,6 @@ async def test_text_is_shown_as_lines_and_the_same_error_twice_gets_a_stronger_h
     assert result.reply == "pod-0, pod-4 and pod-8."
 
 
-@pytest.mark.parametrize("trial", [True, False])
-async def test_text_that_holds_records_is_shown_as_them(code_mode, monkeypatch, trial):
-    """Trial ``text-records``: a failed snippet's text that parse_records reads (here
-    "Key: value" blocks, as a git log prints) is shown as the records it holds, as the
-    calls that give them, and the same error again is told to parse it with the helper;
-    off, the look and the hint are as before, and the trial is noticed. The small
-    model's description does not list the helper either way."""
-    rules_off(monkeypatch, "repeat-stop")  # on, the same error twice draws no third
-    ex, _ = code_mode
-    bad = block("log = 'Commit: a1\\nAuthor: Ana\\n\\nCommit: b2\\nAuthor: Bo'\nlog['Author']")
-    script = [bad, bad, block(FILTER), "pod-0, pod-4 and pod-8."]
-    params = {"harness_trials": "text-records"} if trial else {}
-    with noticing() as noticed:
-        fake, _ = await run_script(ex, script, request(), **params)
-    first, second = (fake.requests[i]["messages"][-1]["content"] for i in (1, 2))
-    assert "log.splitlines()[:3] == ['Commit: a1', 'Author: Ana', '']" in first
-    assert "parse_records" not in fake.requests[0]["messages"][0]["content"]
-    if trial:
-        assert "len(parse_records(log)) == 2\n" in first
-        assert "parse_records(log)[0] == {'Commit': 'a1', 'Author': 'Ana'}" in first
-        assert "parse_records(text) for a table, CSV, or 'Key: value' lines" in second
-        assert noticed == set()
-    else:
-        assert "parse_records" not in first
-        assert "[line.split(',') for line in text.splitlines()]" in second
-        assert noticed == {"text-records"}
-
-
 async def test_a_run_no_trial_applied_to_goes_the_same_way_with_the_trials_on(monty_pool):
     """The premise of the bench's --skip-unchanged: where no trial applied (noticing()
     collects none), switching every trial on changes no request and no reply; where one

@@ -90,39 +90,3 @@ def test_a_counted_list_is_not_a_path_to_its_key() -> None:
         "pods['items']: 10 of 12 items have ['status']['containerStatuses'] (a list)"
     )
     assert key_fix("pods['containerStatuses']", "KeyError: 'containerStatuses'", look) is None
-
-
-async def test_the_look_shows_the_records_of_a_text(monty_pool: Any) -> None:
-    """With ``records`` (rule ``text-records``), a text the parse_records helper reads
-    (a CSV body inside a dict, "Key: value" lines on their own) is shown as the calls
-    that give its records, after its first lines; prose gets no such line, and without
-    ``records`` the look is as before."""
-    async with code_mode_over(FakeToolExecutor(), monty_pool) as ex:
-        scope = ex.thread_scope(ThreadKey("#t", "t"))
-        setup = (
-            "log = 'Commit: a1\\nAuthor: Ana\\n\\nCommit: b2\\nAuthor: Bo'\n"
-            "note = 'Just words.\\nNo records here.'"
-        )
-        await scope.call_tool("run_code", {"code": SETUP + "\n" + setup})
-        out = await scope.call_tool(
-            "run_code", {"code": peek_code(["inv", "log", "note"], records=True)}
-        )
-        look = read_look(json.loads(out.content))
-        plain = await scope.call_tool("run_code", {"code": peek_code(["inv", "log", "note"])})
-        before = read_look(json.loads(plain.content))
-    assert look is not None
-    assert before is not None
-    assert look.render() == (
-        "inv['status'] == 200\n"
-        "inv['body'] is a str of 3 lines (text, not parsed)\n"
-        "inv['body'].splitlines()[:3] == ['item,stock', 'bolts,120', 'nuts,45']\n"
-        "len(parse_records(inv['body'])) == 2\n"
-        "parse_records(inv['body'])[0] == {'item': 'bolts', 'stock': 120}\n"
-        "log is a str of 5 lines (text, not parsed)\n"
-        "log.splitlines()[:3] == ['Commit: a1', 'Author: Ana', '']\n"
-        "len(parse_records(log)) == 2\n"
-        "parse_records(log)[0] == {'Commit': 'a1', 'Author': 'Ana'}\n"
-        "note is a str of 2 lines (text, not parsed)\n"
-        "note.splitlines()[:3] == ['Just words.', 'No records here.']"
-    )
-    assert "parse_records" not in before.render()

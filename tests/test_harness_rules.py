@@ -252,13 +252,6 @@ PROBES: dict[str, Callable[[Switches], Any]] = {
 # Each trial: what it changes once switched on.
 TRIAL_PROBES: dict[str, Callable[[Switches], Any]] = {
     "error-text": lambda _: error_text_hint(as_look("rows == 'Error: no such table: changes'")),
-    "text-records": lambda _: key_hint(
-        "Traceback\nKeyError: 'stock'",
-        as_look(
-            "t is a str of 3 lines (text, not parsed)\n"
-            "t.splitlines()[:3] == ['item,stock', 'a,1', 'b,2']"
-        ),
-    ),
     "three-examples": _three_close,
     "unfetched-url": lambda _: unfetched_url(
         "Total of http://h:1/o.csv?", "r = await read_query(query='select 1')", FETCHERS

@@ -16,9 +16,11 @@ helper (``names = []`` broke ``names(v)`` three turns on). So every new scope
 - ``parse_records(text)``: the records of a tool's text (an HTML or markdown
   table, CSV, or blocks of ``Key: value`` lines) as a list of dicts. Many
   servers return text, not JSON (a git log, a CSV body, a page as markdown),
-  and a small model guessed its layout (iterated its characters, split CSV
-  lines on every comma, matched a regex against the wrong line); one helper
-  reads the common layouts so a snippet reads fields by name. CSV goes through
+  and a model that guesses its layout iterates its characters, splits quoted
+  CSV cells on every comma or matches a regex against the wrong line; one
+  helper reads the common layouts so a snippet reads fields by name. The
+  small-model harness does not list it (issue 28's runs r25 and r26: the 1.5B
+  model used it where it does not fit). CSV goes through
   Monty's ``csv`` module; the rest is ``re`` (Monty has no ``html.parser``).
 
 The source is Monty Python (no ``yield``, no ``del``, exceptions with one

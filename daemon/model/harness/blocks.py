@@ -46,7 +46,7 @@ from daemon.model.harness.feedback import (
 )
 from daemon.model.harness.keyfix import key_fix, loop_fix
 from daemon.model.harness.keys import error_text_hint, key_hint, missing_key, value_hint
-from daemon.model.harness.look import Look, Records, read_look
+from daemon.model.harness.look import Look, read_look
 from daemon.model.harness.mending import mend_call, text_calls
 from daemon.model.harness.parsing import code_message, extract_code
 from daemon.model.harness.peek import assigned_names, peek_code, read_names
@@ -57,7 +57,7 @@ from daemon.model.harness.prompts import (
     Signature,
     warm_retry,
 )
-from daemon.model.harness.rules import acts, on
+from daemon.model.harness.rules import on
 from daemon.model.harness.topics import Topic, topic_hint
 from daemon.model.harness.vote import (
     REREAD,
@@ -409,8 +409,7 @@ async def _peek(
         return None
     try:
         async with asyncio.timeout(_PEEK_TIMEOUT):
-            peek = peek_code(names, missing, records=True)
-            output = await caller.call_tool("run_code", {"code": peek})
+            output = await caller.call_tool("run_code", {"code": peek_code(names, missing)})
     except (TimeoutError, ToolTransportError):
         return None
     try:  # the snippet's value: the look's records, as compact JSON (the return contract)
@@ -419,8 +418,6 @@ async def _peek(
         look = None
     if look is None:
         return None
-    if any(isinstance(e, Records) for e in look.entries()) and not acts("text-records", True):
-        look = look.without_records()  # trial text-records: off, the look is as before
     state.metrics.peeks += 1
     return look
 

@@ -411,11 +411,9 @@ def repeat_hint(error: str, previous: str | None, functions: Iterable[str] = ())
             "the list of what your variables hold, exactly as it is written there."
         )
     if _STR_AS_DATA.search(sig):
-        return f"{lead}That value is a str (text), not a dict or a list. Parse the text first: " + (
-            "parse_records(text) for a table, CSV, or 'Key: value' lines (a list of "
-            "dicts); json.loads(text) for JSON."
-            if acts("text-records", True)
-            else "json.loads(text) for JSON; for lines and columns, "
+        return (
+            f"{lead}That value is a str (text), not a dict or a list. Parse the text first: "
+            "json.loads(text) for JSON; for lines and columns, "
             "[line.split(',') for line in text.splitlines()]."
         )
     if m := _ATTRIBUTE.search(sig):

@@ -119,11 +119,9 @@ def _nowhere_hint(key: str, look: Look) -> str:
             "or count_by(xs, 'a.b')."
         )
     if _in_text(key, look):
-        return f"Hint: {key} is only inside text (a str shown above by its first lines), not " + (
-            "a key: parse the text first: parse_records(text) gives its rows as dicts (a "
-            "table, CSV, or 'Key: value' lines; see above), json.loads(text) gives JSON."
-            if acts("text-records", True)
-            else "a key: parse the text first: json.loads(text) for JSON; for CSV, rows = "
+        return (
+            f"Hint: {key} is only inside text (a str shown above by its first lines), not "
+            "a key: parse the text first: json.loads(text) for JSON; for CSV, rows = "
             "[line.split(',') for line in text.splitlines()], whose first row names the columns."
         )
     return (

@@ -14,8 +14,6 @@ The lines, as the model reads them::
     r['body'] is a str of 5 lines (text, not parsed)     text (TextSize)
     r['body'].splitlines()[:3] == ['item,stock', ...]    its first lines (TextStart)
     r['note'][:80] == 'a long str...'                    a long str's start (Prefix)
-    len(parse_records(r['body'])) == 12                  the records of a text, and
-    parse_records(r['body'])[0] == {'item': 'a', ...}    the first (Records)
     r['json']: has 'components'                          after a KeyError (Holds)
     pods['items']: 10 of 12 items have ['status']['containerStatuses'] (a list)
                                                          after a KeyError (Counted)
@@ -35,7 +33,6 @@ __all__ = [
     "Look",
     "Path",
     "Prefix",
-    "Records",
     "Step",
     "TextSize",
     "TextStart",
@@ -126,20 +123,6 @@ class Prefix:
 
 
 @dataclass(frozen=True)
-class Records:
-    """A text that the ``parse_records`` helper reads as records: how many, and the first
-    (its str values cut at 60 characters), written as the calls that give them."""
-
-    path: Path
-    count: int
-    sample: str  # the sandbox's repr of the first record
-
-    def line(self) -> str:
-        call = f"parse_records({self.path})"
-        return f"len({call}) == {self.count}\n{call}[0] == {self.sample}"
-
-
-@dataclass(frozen=True)
 class Holds:
     """After a KeyError: a dict outside a list that holds the key."""
 
@@ -166,7 +149,7 @@ class Counted:
         return f"{self.path}: {self.have} of {self.total} items have {shown} ({self.kind})"
 
 
-Entry = Value | Length | TextSize | TextStart | Prefix | Records | Holds | Counted
+Entry = Value | Length | TextSize | TextStart | Prefix | Holds | Counted
 
 
 @dataclass(frozen=True)
@@ -182,14 +165,6 @@ class Look:
         """Every line's entry, in the order the look shows them."""
         for group in (*self.variables, *self.counts):
             yield from group
-
-    def without_records(self) -> Look:
-        """This look less its :class:`Records` lines (trial ``text-records`` off)."""
-
-        def keep(group: tuple[Entry, ...]) -> tuple[Entry, ...]:
-            return tuple(e for e in group if not isinstance(e, Records))
-
-        return Look(tuple(map(keep, self.variables)), tuple(map(keep, self.counts)))
 
     def render(self) -> str:
         """The look as the model reads it, one entry a line (a variable with nothing to
@@ -253,9 +228,6 @@ def _entry(record: Any) -> Entry:
     if kind == "start":
         (sample,) = rest
         return Prefix(path, _str(sample))
-    if kind == "records":
-        count, sample = rest
-        return Records(path, _int(count), _str(sample))
     if kind == "has":
         shown, key = rest
         return Holds(path, _str(key), _str(shown))

@@ -102,7 +102,7 @@ _PEEK_PATHS = """\
 def _peek_paths(x, path, out, depth=0, steps=[], looked=[]):
     if out is None:
         return looked
-    if len(out) - len([o for o in out if o[0] == 'records']) >= 30 or depth > 8:
+    if len(out) >= 30 or depth > 8:
         return
     if isinstance(x, dict):
         if len(x) == 0:
@@ -119,32 +119,12 @@ def _peek_paths(x, path, out, depth=0, steps=[], looked=[]):
         first = [l[:80] for l in lines[:3]]
         out.append(['text', path, steps, len(lines)])
         out.append(['lines', path, steps, repr(first)])
-        # records
     elif isinstance(x, str) and len(x) > 80:
         out.append(['start', path, steps, repr(x[:80])])
-        # records
     else:
         out.append(['value', path, steps, repr(x)])
     if depth == 0:
         looked.append(out)
-"""
-# A text that the parse_records helper reads as records (a table, CSV, "Key: value"
-# blocks): how many, and the first (each str value cut at 60 characters), as the call
-# that gives them (trial ``text-records``; off, the harness drops these lines, which do
-# not count toward the look's 30). It takes the place of the ``# records`` lines of
-# _peek_paths, so that the look binds no name of its own for it; a text over 200,000
-# characters is not parsed (the look has seconds).
-_RECORDS = """\
-        try:
-            recs = parse_records(x) if len(x) <= 200000 else []
-        except Exception:
-            recs = []
-        if len(recs) > 0 and isinstance(recs[0], dict):
-            first = {}
-            for k in list(recs[0])[:8]:
-                v = recs[0][k]
-                first[k] = v[:60] if isinstance(v, str) else v
-            out.append(['records', path, steps, len(recs), repr(first)])
 """
 _PEEK_ONE = """\
 try:
@@ -232,15 +212,13 @@ except Exception:
 """
 
 
-def peek_code(names: Iterable[str], missing: str | None = None, *, records: bool = False) -> str:
+def peek_code(names: Iterable[str], missing: str | None = None) -> str:
     """A snippet whose value is the look at each named variable (:class:`~daemon.model.
     harness.look.Look`'s records: its access paths and values, the first item of each
     list), skipping names the failed snippet never set; with ``missing`` (the key of a
-    KeyError), also how many items of each list that holds it have it; with ``records``,
-    the records the ``parse_records`` helper reads out of each text."""
+    KeyError), also how many items of each list that holds it have it."""
     names = list(names)
-    paths = _PEEK_PATHS.replace("        # records\n", _RECORDS if records else "")
-    code = paths + "".join(_PEEK_ONE.format(name=n) for n in names)
+    code = _PEEK_PATHS + "".join(_PEEK_ONE.format(name=n) for n in names)
     if missing is None:
         return code
     return code + _PEEK_MISSING + "".join(_MISSING_ONE.format(name=n, key=missing) for n in names)

@@ -139,8 +139,8 @@ def warm_retry(body: dict[str, Any], configured: float | None) -> None:
 
 #: The helpers a small model's description lists: all but parse_records. Listed, the
 #: 1.5B model called it on results it does not fit, and answered 4 of the first 13
-#: held-out questions where main answers 8 (r25, 2026-12-03); a failed snippet's look
-#: at a text shows the calls that read its records instead (trial ``text-records``).
+#: held-out questions where main answers 8 (r25, 2026-12-03); shown only in the look
+#: at a failed snippet's text, it gained none of 10 and lost 2 (r26).
 SMALL_MODEL_HELPERS = tuple(n for n in RESERVED_NAMES if n != "parse_records")
 
 

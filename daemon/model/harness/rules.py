@@ -110,9 +110,6 @@ TRIALS: dict[str, str] = {
     "error-text": "a failed snippet read data out of a tool's error message (a server that "
     "reports a failed call as a result's text, 'Error: no such table'): the retry is told the "
     "call failed and why",
-    "text-records": "the look at a failed snippet's text (a log, a CSV body, a page) shows "
-    "the records the parse_records helper reads out of it, as the calls that give them, and "
-    "the hints for text read as data name the helper",
     "three-examples": "the three closest solved examples of [model] examples instead of "
     "two, where a third shares words with the question: with one in place of two the "
     "1.5B model answered 4 of 13 held-out questions where two answer 8 (r24)",
