@@ -323,8 +323,8 @@ def test_top_level_return_becomes_the_result() -> None:
 
 def test_compact_description_keeps_helpers_and_catalog_only() -> None:
     """The long sandbox rules give way to the harness's short ones; the helpers (all but
-    parse_records, which the 1.5B model used where it does not fit) and the catalog stay word for word as
-    run_code's description has them, built from the catalog itself."""
+    parse_records, which the 1.5B model used where it does not fit) and the catalog stay
+    word for word as run_code's description has them, built from the catalog itself."""
     for catalog in (CATALOG, Catalog([])):
         desc = run_code_description(catalog)
         compact = compact_description(catalog)

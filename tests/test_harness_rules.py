@@ -56,7 +56,6 @@ from daemon.model.harness import (
     warm_retry,
 )
 from daemon.model.harness import blocks as harness_blocks
-from daemon.model.harness.rules import on
 from daemon.model.harness.topics import catalog_topics
 from daemon.model.profile import RunTools
 from daemon.model.records import RunState, user_record
@@ -164,16 +163,6 @@ def _with_examples(switches: Switches, examples: tuple[Example, ...] = (TOKYO,))
     return messages[0]["content"]
 
 
-PARIS = Example("What time is it in Paris now?", "await now(tz='Europe/Paris')")
-
-
-def _three_close(_: Switches) -> str:
-    """The system message for a question close to three examples, under the trials
-    current where it is called (the profile makes its own switches current to choose)."""
-    current = Switches(trials=frozenset(name for name in TRIALS if on(name)))
-    return _with_examples(current, (TOKYO, LIMA, PARIS))
-
-
 def _repaired(code: str, functions: Any = ()) -> Callable[[Switches], Any]:
     return lambda _: repair_code(code, functions)
 
@@ -252,7 +241,6 @@ PROBES: dict[str, Callable[[Switches], Any]] = {
 # Each trial: what it changes once switched on.
 TRIAL_PROBES: dict[str, Callable[[Switches], Any]] = {
     "error-text": lambda _: error_text_hint(as_look("rows == 'Error: no such table: changes'")),
-    "three-examples": _three_close,
     "unfetched-url": lambda _: unfetched_url(
         "Total of http://h:1/o.csv?", "r = await read_query(query='select 1')", FETCHERS
     ),

@@ -53,7 +53,7 @@ __all__ = [
     "source_kinds",
 ]
 
-CHOSEN_EXAMPLES = 2  # entries shown per question (one answered fewer: r24; three: a trial)
+CHOSEN_EXAMPLES = 2  # entries shown per question: one (r24) and three (r27) answered fewer
 
 
 @dataclass(frozen=True)

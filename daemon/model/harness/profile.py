@@ -27,7 +27,6 @@ from daemon.model.conversation import LoopState
 from daemon.model.endpoint import ChatEndpoint
 from daemon.model.harness.blocks import after_block, code_blocks
 from daemon.model.harness.examples import (
-    CHOSEN_EXAMPLES,
     Example,
     closest_examples,
     foreign_calls,
@@ -45,7 +44,7 @@ from daemon.model.harness.prompts import (
     compact_description,
     system_prompt,
 )
-from daemon.model.harness.rules import Switches, active, acts
+from daemon.model.harness.rules import Switches, active
 from daemon.model.harness.topics import Topic, catalog_topics
 from daemon.model.profile import RunTools, Turns
 from daemon.model.prompts import FINAL_ROUND_PROMPT
@@ -204,13 +203,11 @@ class CodeBlockTurns:
     def _chosen(self, question: str) -> list[Example]:
         """The examples shown for ``question`` (the same again for a resumed run), by
         :func:`~daemon.model.harness.examples.closest_examples` under this run's
-        switches; trial ``three-examples``: the closest three."""
+        switches."""
         if not self.examples:
             return []
         with self._switched():
-            two = closest_examples(question, self.examples)
-            three = closest_examples(question, self.examples, CHOSEN_EXAMPLES + 1)
-            return three if acts("three-examples", len(three) > len(two)) else two
+            return closest_examples(question, self.examples)
 
     @contextmanager
     def _switched(self) -> Iterator[None]:

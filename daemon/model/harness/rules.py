@@ -110,9 +110,6 @@ TRIALS: dict[str, str] = {
     "error-text": "a failed snippet read data out of a tool's error message (a server that "
     "reports a failed call as a result's text, 'Error: no such table'): the retry is told the "
     "call failed and why",
-    "three-examples": "the three closest solved examples of [model] examples instead of "
-    "two, where a third shares words with the question: with one in place of two the "
-    "1.5B model answered 4 of 13 held-out questions where two answer 8 (r24)",
     "unfetched-url": "a URL the question names that the snippet never fetched (neither it "
     "nor its path is in the code): a failed snippet's retry, or a good result's one more "
     "round, is told the call that fetches it",
