@@ -386,6 +386,6 @@ def test_the_search_helpers_are_reserved_only_when_given() -> None:
         "break later snippets. Use another name, e.g. 'search_tools_'."
     )
     # the built-in helpers keep their message, word for word
-    assert "built-in helper (items, names, dig, count_by, to_json)" in (
+    assert "built-in helper (items, names, dig, count_by, to_json, parse_records)" in (
         check_reserved("names = []", ("search_tools", "describe")) or ""
     )
