@@ -20,8 +20,8 @@ helper (``names = []`` broke ``names(v)`` three turns on). So every new scope
   CSV cells on every comma or matches a regex against the wrong line; one
   helper reads the common layouts so a snippet reads fields by name. The
   small-model harness does not list it (issue 28's runs r25 and r26: the 1.5B
-  model used it where it does not fit). CSV goes through
-  Monty's ``csv`` module; the rest is ``re`` (Monty has no ``html.parser``).
+  model used it where it does not fit). CSV goes through Monty's ``csv``
+  module; the rest is ``re`` (Monty has no ``html.parser``).
 
 The source is Monty Python (no ``yield``, no ``del``, exceptions with one
 string argument). The helpers call each other and ``json`` through private
@@ -209,6 +209,8 @@ def count_by(xs, *path):
 
 _asyncai_dig = dig
 _asyncai_to_json = to_json
+
+
 def _asyncai_number(s):
     t = s.strip()
     if _asyncai_re.fullmatch(r"-?(0|[1-9][0-9]*)", t):
@@ -293,8 +295,7 @@ def _asyncai_kv_rows(lines):
             cur[key] = _asyncai_number(m.group(3))
             last = key
         elif last is not None:
-            prev = cur[last]
-            cur[last] = (prev if isinstance(prev, str) else str(prev)) + "\\n" + line.strip()
+            cur[last] = str(cur[last]) + "\\n" + line.strip()
     if cur:
         out.append(cur)
     out = [r for r in out if len(r) >= 2]
@@ -313,12 +314,10 @@ def parse_records(text):
     if isinstance(text, dict):
         if text.get("json") is not None:
             return items(text["json"])
-        for k in ["body", "text", "content"]:
-            if isinstance(text.get(k), str):
-                text = text[k]
-                break
-    if isinstance(text, dict):
-        return items(text)
+        bodies = [text[k] for k in ["body", "text", "content"] if isinstance(text.get(k), str)]
+        if not bodies:
+            return items(text)
+        text = bodies[0]
     if not isinstance(text, str):
         raise TypeError("parse_records() needs text, got " + type(text).__name__)
     if not text.strip():
