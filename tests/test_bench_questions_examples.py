@@ -60,7 +60,7 @@ def test_every_example_is_a_dev_question_of_seed_0(tmp_path: Path) -> None:
     """The file parses; each question is one dev template's seed-0 question, word for
     word, no template twice; together they use every one of the bench's servers."""
     examples = _examples()
-    assert 10 <= len(examples) <= 16
+    assert len(examples) >= 10
     world = build_world(0, tmp_path / "seed-0", FILE_URL)
     found = _templates_of(world, examples)
     unmatched = [e.question[:80] for e, f in zip(examples, found, strict=True) if f is None]
