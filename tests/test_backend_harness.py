@@ -332,6 +332,69 @@ async def test_repeat_stop_draws_no_third_snippet_after_the_same_error_twice(
     assert len(fake.requests) == 3  # not the same error: the third is drawn
 
 
+FRESH_EXAMPLES = "".join(
+    f"""[[example]]
+question = "Which pods are failing in the {word} namespace?"
+code = '''
+pods = await list_pods(namespace='{word}')
+[p['metadata']['name'] for p in items(pods) if p['status']['phase'] == '{word.title()}']
+'''
+
+"""
+    for word in ("alpha", "bravo", "charlie", "delta")
+)
+
+
+@pytest.mark.parametrize("trial", [True, False])
+async def test_fresh_start_draws_one_snippet_from_the_question_under_other_examples(
+    code_mode, tmp_path, trial
+):
+    """Trial fresh-start: where two snippets end with the same exception (repeat-stop),
+    one more is drawn from the question alone, warmer, under a system message that
+    shows the next two closest examples in place of the first two: no failed code, no
+    traceback. Its good result is answered as usual; a second repeat does not start
+    again. Off, the run stops at two, the trial noticed."""
+    ex, _ = code_mode
+    path = tmp_path / "examples.toml"
+    path.write_text(FRESH_EXAMPLES, encoding="utf-8")
+    missing = block("import requests\nr = requests.get('http://h/x')\nr")
+    params: dict[str, Any] = {"examples": path}
+    if trial:
+        params["harness_trials"] = "fresh-start"
+    script = [missing, missing, block(FILTER), "pod-0, pod-4 and pod-8 are failing."]
+    with noticing() as noticed:
+        fake, (result,) = await run_script(ex, script, request(), **params)
+    if not trial:
+        assert noticed == {"fresh-start"}
+        assert len(fake.requests) == 2
+        assert result.metrics.harness_gave_up is True
+        return
+    assert noticed == set()
+    first, second, fresh, _answer = fake.requests
+    system = first["messages"][0]["content"]
+    assert "alpha" in system
+    assert "bravo" in system
+    assert "charlie" not in system
+    shown = fresh["messages"][0]["content"]
+    assert "charlie" in shown
+    assert "delta" in shown
+    assert "alpha" not in shown
+    # everything before the examples is the same: the prompt cache keeps it
+    head = system.index("Worked examples")
+    assert shown[:head] == system[:head]
+    assert fresh["messages"][1:] == first["messages"][1:]  # the question alone
+    assert "import requests" not in json.dumps(fresh["messages"])  # not the failed code
+    assert fresh["temperature"] > 0
+    assert fresh["seed"] != second.get("seed")
+    assert result.reply == "pod-0, pod-4 and pod-8 are failing."
+    assert result.metrics.harness_gave_up is False
+    # after a fresh start, the same error twice more ends the run (one fresh start a run)
+    with noticing():
+        fake, (result,) = await run_script(ex, [missing] * 5, request(), **params)
+    assert len(fake.requests) == 3
+    assert result.reply.startswith("I could not answer this:")
+
+
 async def test_the_round_limit_bounds_the_tries(code_mode, monkeypatch):
     """With max_rounds=3 the second failure already asks for the answer (the last round
     must be one)."""

@@ -244,6 +244,9 @@ TRIAL_PROBES: dict[str, Callable[[Switches], Any]] = {
     "unfetched-url": lambda _: unfetched_url(
         "Total of http://h:1/o.csv?", "r = await read_query(query='select 1')", FETCHERS
     ),
+    "fresh-start": lambda _: harness_blocks._fresh_start(
+        LoopState("small", messages=[{"role": "system", "content": "s"}], base=1), "other"
+    ),
 }
 
 

@@ -63,6 +63,7 @@ class LoopState:
     voted: bool = False  # the vote for this run's answer was taken
     refetched: bool = False  # a good result was sent back for a URL never fetched
     looked: bool = False  # the model was shown its variables (a look)
+    restarted: bool = False  # a fresh start was drawn after the same error twice
     mutating: list[str] = field(default_factory=list)  # functions a vote never re-runs
 
     def to_json(self, run: RunState) -> dict[str, Any]:

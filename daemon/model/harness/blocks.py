@@ -57,7 +57,7 @@ from daemon.model.harness.prompts import (
     Signature,
     warm_retry,
 )
-from daemon.model.harness.rules import on
+from daemon.model.harness.rules import acts, on
 from daemon.model.harness.topics import Topic, topic_hint
 from daemon.model.harness.vote import (
     REREAD,
@@ -92,6 +92,7 @@ async def code_blocks(
     functions: dict[str, Signature],
     topics: Mapping[str, Topic] | None = None,
     example: str = WORKED_EXAMPLE,
+    fresh: str | None = None,
 ) -> None:
     """The harness's code-block protocol for small models (code mode).
 
@@ -107,7 +108,8 @@ async def code_blocks(
     the result messages are harness text and stay out of them. The loop's
     position lives in ``ls``, so a run paused at a block goes on from there
     (:func:`after_block`, then this again). ``example``: the worked example(s) the
-    system message showed (an answer that retells them is no answer).
+    system message showed (an answer that retells them is no answer); ``fresh``: the
+    system message with other examples, for trial ``fresh-start`` (:func:`after_block`).
     """
     messages = ls.messages
     max_rounds = endpoint.params.max_rounds
@@ -154,7 +156,15 @@ async def code_blocks(
         mend_call(call, functions, state)
         output = await _run_block(endpoint, state, caller, names, ls, call, response=response)
         await after_block(
-            endpoint, state, caller, ls, call, output, functions=functions, topics=topics
+            endpoint,
+            state,
+            caller,
+            ls,
+            call,
+            output,
+            functions=functions,
+            topics=topics,
+            fresh=fresh,
         )
 
 
@@ -193,10 +203,12 @@ async def after_block(
     *,
     functions: dict[str, Signature],
     topics: Mapping[str, Topic] | None = None,
+    fresh: str | None = None,
 ) -> None:
     """Record a block's result and choose the next message: a retry, a look at the
     data, or the request for the answer. ``topics`` (the catalog's, by function)
-    let a retry name the function the question is about."""
+    let a retry name the function the question is about; ``fresh`` is the system
+    message with other solved examples (trial ``fresh-start``)."""
     messages = ls.messages
     max_rounds = endpoint.params.max_rounds
     code = call.arguments.get("code") if call.error is None else None
@@ -217,6 +229,8 @@ async def after_block(
         ls.last_result = text
     retry = failed and ls.failures < MAX_FAILED_SNIPPETS and more
     if retry and output.is_error and repeats_error(plain, previous):
+        if _fresh_start(ls, fresh):
+            return
         retry = False  # rule repeat-stop: the same error twice, a third is not drawn
     if failed and not retry:
         state.metrics.harness_gave_up = True
@@ -249,7 +263,15 @@ async def after_block(
                 endpoint, state, caller, _RUN_CODE, ls, again, response=_HARNESS_TURN
             )
             await after_block(
-                endpoint, state, caller, ls, again, output, functions=functions, topics=topics
+                endpoint,
+                state,
+                caller,
+                ls,
+                again,
+                output,
+                functions=functions,
+                topics=topics,
+                fresh=fresh,
             )
             return
     recheck = recheck and (look is not None or start is not None)
@@ -299,6 +321,28 @@ async def after_block(
     if replays_code(retry or recheck or refetch is not None):
         messages.append(ran)  # the answer (or the check) sees the code
     messages.append({"role": "user", "content": reply})
+
+
+def _fresh_start(ls: LoopState, fresh: str | None) -> bool:
+    """Trial ``fresh-start``, where the same error came twice: whether the next snippet
+    is drawn from the question alone, as the first was, but under the system message
+    ``fresh`` (other solved examples), with no failed code, traceback or hint; once a
+    run, and only with other examples to show (``ls`` is set for it).
+
+    Serves every question whose retries end in the same exception twice. Shown its
+    failed snippet's feedback, a small model keeps the plan that failed (a third
+    snippet with it answered none of 8 held-out questions, r18); the examples it
+    copies decide its plan most (one example in place of two lost 4 of 13, r24), so
+    the new draw copies other ones. The system message's prefix up to the examples
+    is unchanged, so the server's prompt cache keeps it.
+    """
+    system = ls.messages[0].get("role") == "system" if ls.messages else False
+    if not acts("fresh-start", fresh is not None and system and not ls.restarted):
+        return False
+    ls.restarted = True
+    del ls.messages[ls.base :]
+    ls.messages[0] = {"role": "system", "content": fresh}
+    return True
 
 
 async def _vote(

@@ -113,6 +113,9 @@ TRIALS: dict[str, str] = {
     "unfetched-url": "a URL the question names that the snippet never fetched (neither it "
     "nor its path is in the code): a failed snippet's retry, or a good result's one more "
     "round, is told the call that fetches it",
+    "fresh-start": "the same error twice (where repeat-stop would end the run): one more "
+    "snippet from the question alone, no failed code or feedback, with the next closest "
+    "solved examples in place of the two shown",
 }
 
 
