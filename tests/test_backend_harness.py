@@ -345,31 +345,28 @@ pods = await list_pods(namespace='{word}')
 )
 
 
-@pytest.mark.parametrize("trial", [True, False])
+@pytest.mark.parametrize("rule", [True, False])
 async def test_fresh_start_draws_one_snippet_from_the_question_under_other_examples(
-    code_mode, tmp_path, trial
+    code_mode, tmp_path, monkeypatch, rule
 ):
-    """Trial fresh-start: where two snippets end with the same exception (repeat-stop),
+    """Rule fresh-start: where two snippets end with the same exception (repeat-stop),
     one more is drawn from the question alone, warmer, under a system message that
     shows the next two closest examples in place of the first two: no failed code, no
     traceback. Its good result is answered as usual; a second repeat does not start
-    again. Off, the run stops at two, the trial noticed."""
+    again. Off, the run stops at two."""
     ex, _ = code_mode
     path = tmp_path / "examples.toml"
     path.write_text(FRESH_EXAMPLES, encoding="utf-8")
     missing = block("import requests\nr = requests.get('http://h/x')\nr")
     params: dict[str, Any] = {"examples": path}
-    if trial:
-        params["harness_trials"] = "fresh-start"
+    if not rule:
+        rules_off(monkeypatch, "fresh-start")
     script = [missing, missing, block(FILTER), "pod-0, pod-4 and pod-8 are failing."]
-    with noticing() as noticed:
-        fake, (result,) = await run_script(ex, script, request(), **params)
-    if not trial:
-        assert noticed == {"fresh-start"}
+    fake, (result,) = await run_script(ex, script, request(), **params)
+    if not rule:
         assert len(fake.requests) == 2
         assert result.metrics.harness_gave_up is True
         return
-    assert noticed == set()
     first, second, fresh, _answer = fake.requests
     system = first["messages"][0]["content"]
     assert "alpha" in system
@@ -389,8 +386,7 @@ async def test_fresh_start_draws_one_snippet_from_the_question_under_other_examp
     assert result.reply == "pod-0, pod-4 and pod-8 are failing."
     assert result.metrics.harness_gave_up is False
     # after a fresh start, the same error twice more ends the run (one fresh start a run)
-    with noticing():
-        fake, (result,) = await run_script(ex, [missing] * 5, request(), **params)
+    fake, (result,) = await run_script(ex, [missing] * 5, request(), **params)
     assert len(fake.requests) == 3
     assert result.reply.startswith("I could not answer this:")
 

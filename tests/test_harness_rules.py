@@ -201,6 +201,9 @@ PROBES: dict[str, Callable[[Switches], Any]] = {
     "retry-alone": lambda _: replays_code(True),
     "retry-hint": lambda _: retry_hint("let x = 1;", "SyntaxError: invalid syntax"),
     "repeat-stop": lambda _: repeats_error(ERROR.format("'x'"), ERROR.format("'x'")),
+    "fresh-start": lambda _: harness_blocks._fresh_start(
+        LoopState("small", messages=[{"role": "system", "content": "s"}], base=1), "other"
+    ),
     "dead-imports": _repaired("import requests\nr = await f()\nr", ["f"]),
     "repeat-hint": lambda _: repeat_hint("KeyError: 'x'", "KeyError: 'x'"),
     "look": _looked,
@@ -243,9 +246,6 @@ TRIAL_PROBES: dict[str, Callable[[Switches], Any]] = {
     "error-text": lambda _: error_text_hint(as_look("rows == 'Error: no such table: changes'")),
     "unfetched-url": lambda _: unfetched_url(
         "Total of http://h:1/o.csv?", "r = await read_query(query='select 1')", FETCHERS
-    ),
-    "fresh-start": lambda _: harness_blocks._fresh_start(
-        LoopState("small", messages=[{"role": "system", "content": "s"}], base=1), "other"
     ),
 }
 

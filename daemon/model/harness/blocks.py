@@ -109,7 +109,7 @@ async def code_blocks(
     position lives in ``ls``, so a run paused at a block goes on from there
     (:func:`after_block`, then this again). ``example``: the worked example(s) the
     system message showed (an answer that retells them is no answer); ``fresh``: the
-    system message with other examples, for trial ``fresh-start`` (:func:`after_block`).
+    system message with other examples, for rule ``fresh-start`` (:func:`after_block`).
     """
     messages = ls.messages
     max_rounds = endpoint.params.max_rounds
@@ -208,7 +208,7 @@ async def after_block(
     """Record a block's result and choose the next message: a retry, a look at the
     data, or the request for the answer. ``topics`` (the catalog's, by function)
     let a retry name the function the question is about; ``fresh`` is the system
-    message with other solved examples (trial ``fresh-start``)."""
+    message with other solved examples (rule ``fresh-start``)."""
     messages = ls.messages
     max_rounds = endpoint.params.max_rounds
     code = call.arguments.get("code") if call.error is None else None
@@ -324,7 +324,7 @@ async def after_block(
 
 
 def _fresh_start(ls: LoopState, fresh: str | None) -> bool:
-    """Trial ``fresh-start``, where the same error came twice: whether the next snippet
+    """Rule ``fresh-start``, where the same error came twice: whether the next snippet
     is drawn from the question alone, as the first was, but under the system message
     ``fresh`` (other solved examples), with no failed code, traceback or hint; once a
     run, and only with other examples to show (``ls`` is set for it).
@@ -334,7 +334,8 @@ def _fresh_start(ls: LoopState, fresh: str | None) -> bool:
     snippet with it answered none of 8 held-out questions, r18); the examples it
     copies decide its plan most (one example in place of two lost 4 of 13, r24), so
     the new draw copies other ones. The system message's prefix up to the examples
-    is unchanged, so the server's prompt cache keeps it.
+    is unchanged, so the server's prompt cache keeps it. On held-out (r29) it was
+    drawn for 11 of 50 questions and answered 2 more, none fewer.
     """
     system = ls.messages[0].get("role") == "system" if ls.messages else False
     if not acts("fresh-start", fresh is not None and system and not ls.restarted):

@@ -212,7 +212,7 @@ class CodeBlockTurns:
 
     def _fresh(self, question: str) -> str | None:
         """The system message with the next closest examples after the ones shown for
-        ``question`` (trial ``fresh-start``), or None when there are no others."""
+        ``question`` (rule ``fresh-start``), or None when there are no others."""
         if not self.examples:
             return None
         with self._switched():

@@ -70,6 +70,9 @@ RULES: dict[str, str] = {
     "(JavaScript, a missing import, an invented name, unorderable keys)",
     "repeat-stop": "a failed snippet that ends with the exception the one before it ended "
     "with: no third snippet is drawn (the run fails honestly one round sooner)",
+    "fresh-start": "the same error twice (where repeat-stop would end the run): one more "
+    "snippet from the question alone, no failed code or feedback, with the next closest "
+    "solved examples of [model] examples in place of the two shown (once a run)",
     "dead-imports": "an import of a module the sandbox lacks (requests) whose name the "
     "snippet never reads is dropped",
     "repeat-hint": "the same error twice: a stronger hint that says what to write instead",
@@ -113,9 +116,6 @@ TRIALS: dict[str, str] = {
     "unfetched-url": "a URL the question names that the snippet never fetched (neither it "
     "nor its path is in the code): a failed snippet's retry, or a good result's one more "
     "round, is told the call that fetches it",
-    "fresh-start": "the same error twice (where repeat-stop would end the run): one more "
-    "snippet from the question alone, no failed code or feedback, with the next closest "
-    "solved examples in place of the two shown",
 }
 
 
