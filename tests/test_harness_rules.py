@@ -202,7 +202,8 @@ PROBES: dict[str, Callable[[Switches], Any]] = {
     "retry-hint": lambda _: retry_hint("let x = 1;", "SyntaxError: invalid syntax"),
     "repeat-stop": lambda _: repeats_error(ERROR.format("'x'"), ERROR.format("'x'")),
     "fresh-start": lambda _: harness_blocks._fresh_start(
-        LoopState("small", messages=[{"role": "system", "content": "s"}], base=1), "other"
+        LoopState("small", messages=[{"role": "system", "content": "s"}], base=1),
+        lambda: "other",
     ),
     "dead-imports": _repaired("import requests\nr = await f()\nr", ["f"]),
     "repeat-hint": lambda _: repeat_hint("KeyError: 'x'", "KeyError: 'x'"),

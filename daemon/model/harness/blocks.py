@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from types import SimpleNamespace
 from typing import Any
 
@@ -92,7 +92,7 @@ async def code_blocks(
     functions: dict[str, Signature],
     topics: Mapping[str, Topic] | None = None,
     example: str = WORKED_EXAMPLE,
-    fresh: str | None = None,
+    fresh: Callable[[], str | None] | None = None,
 ) -> None:
     """The harness's code-block protocol for small models (code mode).
 
@@ -108,8 +108,9 @@ async def code_blocks(
     the result messages are harness text and stay out of them. The loop's
     position lives in ``ls``, so a run paused at a block goes on from there
     (:func:`after_block`, then this again). ``example``: the worked example(s) the
-    system message showed (an answer that retells them is no answer); ``fresh``: the
-    system message with other examples, for rule ``fresh-start`` (:func:`after_block`).
+    system message showed (an answer that retells them is no answer); ``fresh``: makes the
+    system message with other examples, called only where rule ``fresh-start`` acts
+    (:func:`after_block`).
     """
     messages = ls.messages
     max_rounds = endpoint.params.max_rounds
@@ -203,7 +204,7 @@ async def after_block(
     *,
     functions: dict[str, Signature],
     topics: Mapping[str, Topic] | None = None,
-    fresh: str | None = None,
+    fresh: Callable[[], str | None] | None = None,
 ) -> None:
     """Record a block's result and choose the next message: a retry, a look at the
     data, or the request for the answer. ``topics`` (the catalog's, by function)
@@ -323,7 +324,7 @@ async def after_block(
     messages.append({"role": "user", "content": reply})
 
 
-def _fresh_start(ls: LoopState, fresh: str | None) -> bool:
+def _fresh_start(ls: LoopState, fresh: Callable[[], str | None] | None) -> bool:
     """Rule ``fresh-start``, where the same error came twice: whether the next snippet
     is drawn from the question alone, as the first was, but under the system message
     ``fresh`` (other solved examples), with no failed code, traceback or hint; once a
@@ -339,11 +340,12 @@ def _fresh_start(ls: LoopState, fresh: str | None) -> bool:
     examples (r31) the run answered 3 more than without it (r21), none fewer.
     """
     system = ls.messages[0].get("role") == "system" if ls.messages else False
-    if not acts("fresh-start", fresh is not None and system and not ls.restarted):
+    content = fresh() if fresh is not None and system and not ls.restarted else None
+    if not acts("fresh-start", content is not None):
         return False
     ls.restarted = True
     del ls.messages[ls.base :]
-    ls.messages[0] = {"role": "system", "content": fresh}
+    ls.messages[0] = {"role": "system", "content": content}
     return True
 
 

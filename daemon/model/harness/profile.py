@@ -254,7 +254,7 @@ class CodeBlockTurns:
                 functions=self.functions,
                 topics=self.topics,
                 example=self._example(self._chosen(ls.question)),
-                fresh=self._fresh(ls.question),
+                fresh=lambda: self._fresh(ls.question),
             )
 
     async def after_call(
@@ -272,5 +272,5 @@ class CodeBlockTurns:
                 output,
                 functions=self.functions,
                 topics=self.topics,
-                fresh=self._fresh(ls.question),
+                fresh=lambda: self._fresh(ls.question),
             )
