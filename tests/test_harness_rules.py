@@ -245,6 +245,12 @@ PROBES: dict[str, Callable[[Switches], Any]] = {
 # Each trial: what it changes once switched on.
 TRIAL_PROBES: dict[str, Callable[[Switches], Any]] = {
     "error-text": lambda _: error_text_hint(as_look("rows == 'Error: no such table: changes'")),
+    "fresh-last": lambda _: harness_blocks._fresh_start(
+        LoopState("small", messages=[{"role": "system", "content": "s"}], base=1),
+        lambda: "other",
+        "fresh-last",
+    ),
+    "zero-recheck": lambda _: looks_empty("0"),
     "unfetched-url": lambda _: unfetched_url(
         "Total of http://h:1/o.csv?", "r = await read_query(query='select 1')", FETCHERS
     ),

@@ -229,10 +229,13 @@ async def after_block(
     else:
         ls.last_result = text
     retry = failed and ls.failures < MAX_FAILED_SNIPPETS and more
+    last = failed and ls.failures >= MAX_FAILED_SNIPPETS and more  # the run's last failure
     if retry and output.is_error and repeats_error(plain, previous):
         if _fresh_start(ls, fresh):
             return
         retry = False  # rule repeat-stop: the same error twice, a third is not drawn
+    elif last and _fresh_start(ls, fresh, "fresh-last"):  # a trial
+        return
     if failed and not retry:
         state.metrics.harness_gave_up = True
     # an empty result (or a None answer) is often a filter on a guessed key: one look
@@ -324,11 +327,15 @@ async def after_block(
     messages.append({"role": "user", "content": reply})
 
 
-def _fresh_start(ls: LoopState, fresh: Callable[[], str | None] | None) -> bool:
+def _fresh_start(
+    ls: LoopState, fresh: Callable[[], str | None] | None, rule: str = "fresh-start"
+) -> bool:
     """Rule ``fresh-start``, where the same error came twice: whether the next snippet
     is drawn from the question alone, as the first was, but under the system message
     ``fresh`` (other solved examples), with no failed code, traceback or hint; once a
-    run, and only with other examples to show (``ls`` is set for it).
+    run, and only with other examples to show (``ls`` is set for it). Trial
+    ``fresh-last`` (``rule``) does the same where the run's last failure (the third,
+    each with another error) would end it.
 
     Serves every question whose retries end in the same exception twice. Shown its
     failed snippet's feedback, a small model keeps the plan that failed (a third
@@ -341,7 +348,7 @@ def _fresh_start(ls: LoopState, fresh: Callable[[], str | None] | None) -> bool:
     """
     system = ls.messages[0].get("role") == "system" if ls.messages else False
     content = fresh() if fresh is not None and system and not ls.restarted else None
-    if not acts("fresh-start", content is not None):
+    if not acts(rule, content is not None):
         return False
     ls.restarted = True
     del ls.messages[ls.base :]

@@ -113,6 +113,12 @@ TRIALS: dict[str, str] = {
     "error-text": "a failed snippet read data out of a tool's error message (a server that "
     "reports a failed call as a result's text, 'Error: no such table'): the retry is told the "
     "call failed and why",
+    "fresh-last": "every snippet failed, each with another error, and the run would end: "
+    "one more snippet from the question alone under the next closest solved examples, as "
+    "fresh-start does for the same error twice (once a run, shared with fresh-start)",
+    "zero-recheck": "a result that is the number 0 alone (a count or sum whose filter "
+    "matched nothing by mistake): one look at the data and one more snippet, as for an "
+    "empty result",
     "unfetched-url": "a URL the question names that the snippet never fetched (neither it "
     "nor its path is in the code): a failed snippet's retry, or a good result's one more "
     "round, is told the call that fetches it",
