@@ -391,46 +391,6 @@ async def test_fresh_start_draws_one_snippet_from_the_question_under_other_examp
     assert result.reply.startswith("I could not answer this:")
 
 
-@pytest.mark.parametrize("trial", [True, False])
-async def test_fresh_last_draws_one_snippet_after_three_different_errors(
-    code_mode, tmp_path, trial
-):
-    """Trial fresh-last: three snippets fail, each with another exception, and the run
-    would end; on, one more is drawn from the question alone under the next two closest
-    examples (as fresh-start does), and its good result is answered; off, the run gives
-    up at three and the trial is noticed. Once a run: a fresh snippet that fails too
-    ends it."""
-    ex, _ = code_mode
-    path = tmp_path / "examples.toml"
-    path.write_text(FRESH_EXAMPLES, encoding="utf-8")
-    errors = [block("x = undefined_name\nx"), block("1/0"), block("int('a')")]
-    params: dict[str, Any] = {"examples": path}
-    if trial:
-        params["harness_trials"] = "fresh-last"
-    script = [*errors, block(FILTER), "pod-0, pod-4 and pod-8 are failing."]
-    with noticing() as noticed:
-        fake, (result,) = await run_script(ex, script, request(), **params)
-    if not trial:
-        assert len(fake.requests) == 3  # three snippets, no answer round (failed-honest)
-        assert noticed == {"fresh-last"}
-        assert result.metrics.harness_gave_up is True
-        return
-    assert noticed == set()
-    first, *_, fresh, _answer = fake.requests
-    assert len(fake.requests) == 5
-    shown = fresh["messages"][0]["content"]
-    assert "charlie" in shown
-    assert "alpha" not in shown
-    assert fresh["messages"][1:] == first["messages"][1:]  # the question alone
-    assert "undefined_name" not in json.dumps(fresh["messages"])
-    assert result.reply == "pod-0, pod-4 and pod-8 are failing."
-    assert result.metrics.harness_gave_up is False
-    # the fresh snippet fails as well: no second fresh start, the run ends
-    fake, (result,) = await run_script(ex, [*errors, block("[][1]"), "x"], request(), **params)
-    assert len(fake.requests) == 4
-    assert result.metrics.harness_gave_up is True
-
-
 async def test_the_round_limit_bounds_the_tries(code_mode, monkeypatch):
     """With max_rounds=3 the second failure already asks for the answer (the last round
     must be one)."""
@@ -630,34 +590,6 @@ async def test_an_empty_result_is_shown_with_the_data_once(code_mode, monkeypatc
     assert "pods[0]['status']['phase'] == 'Failed'" in recheck
     assert fake.requests[1]["stop"] == [CODE_STOP]  # it may still send code
     assert result.reply == "No pod has failed."
-
-
-@pytest.mark.parametrize("trial", [True, False])
-async def test_a_zero_count_is_shown_with_the_data_once(code_mode, trial):
-    """Trial zero-recheck: a count whose filter matched nothing (a phase compared in
-    another case) returns 0; on, it gets the look and the choice an empty result gets
-    (answer in words, or a corrected block, which is run and answered); off, the 0 is
-    answered at once and the trial is noticed."""
-    ex, _ = code_mode
-    zero = (
-        "pods = await list_pods(namespace='prod')\n"
-        "len([p for p in items(pods) if p['status']['phase'] == 'failed'])"
-    )
-    script = [block(zero), block(FILTER), "pod-0, pod-4 and pod-8 are failing."]
-    params = {"harness_trials": "zero-recheck"} if trial else {}
-    with noticing() as noticed:
-        fake, (result,) = await run_script(ex, script, request(), **params)
-    second = fake.requests[1]["messages"][-1]["content"]
-    if trial:
-        assert noticed == set()
-        assert second.startswith("Your last attempt returned 0")
-        assert "pods[0]['status']['phase'] == 'Failed'" in second  # the value's own case
-        assert fake.requests[1]["stop"] == [CODE_STOP]  # it may send a corrected block
-        assert result.reply == "pod-0, pod-4 and pod-8 are failing."
-    else:
-        assert noticed == {"zero-recheck"}
-        assert second.startswith("The code returned:\n0")
-        assert "stop" not in fake.requests[1]
 
 
 DROPPED = "pods = await list_pods(namespace='prod')\n[p['metadata']['name'] for p in items(pods)]"
@@ -927,44 +859,6 @@ def test_a_short_reply_writes_a_sum_as_its_decimals() -> None:
     assert short_reply("Cedar Blanket (100.61)") == "Cedar Blanket (100.61)"
     assert short_reply("[]") is None
     assert short_reply("null") is None
-
-
-@pytest.mark.parametrize("trial", [True, False])
-async def test_a_tools_error_message_read_as_rows_is_named_in_the_retry(monty_pool, trial):
-    """Trial error-text: a tool that reports a failed query as its result's text (as
-    mcp-server-sqlite does) makes the snippet fail on the rows it reads out of the
-    message; on, the retry names the variable and the message and leaves out the
-    traceback's advice to parse the text; off, the retry is as before and the trial is
-    noticed."""
-    tools = inner_tools()
-
-    @tools.tool(read_only=True)
-    async def read_query(*, query: str) -> str:
-        """Run a SELECT query."""
-        return "Error: no such table: changes" if "changes" in query else "[{'n': 3}]"
-
-    bad = block(
-        "rows = await read_query(query='select path from changes')\n[r['path'] for r in rows]"
-    )
-    script = [bad, block(FILTER), "pod-0, pod-4 and pod-8."]
-    params = {"harness_trials": "error-text"} if trial else {}
-    async with code_mode_over(tools, monty_pool) as ex:
-        with noticing() as noticed:
-            fake, (result,) = await run_script(ex, script, request(), **params)
-    retry = fake.requests[1]["messages"][-1]["content"]
-    assert "string indices must be integers" in retry
-    named = (
-        "Hint: rows is not data: it is the error message a tool returned, "
-        "'Error: no such table: changes'."
-    )
-    if trial:
-        assert named in retry
-        assert "Parse the text first" not in retry
-        assert noticed == set()
-    else:
-        assert named not in retry
-        assert noticed == {"error-text"}
-    assert result.reply == "pod-0, pod-4 and pod-8."
 
 
 @pytest.mark.parametrize("on", [True, False])

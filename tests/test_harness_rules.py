@@ -30,7 +30,6 @@ from daemon.model.harness import (
     closest_examples,
     compact_description,
     echoes_example,
-    error_text_hint,
     from_environ,
     is_no_answer,
     key_fix,
@@ -245,13 +244,6 @@ PROBES: dict[str, Callable[[Switches], Any]] = {
 
 # Each trial: what it changes once switched on.
 TRIAL_PROBES: dict[str, Callable[[Switches], Any]] = {
-    "error-text": lambda _: error_text_hint(as_look("rows == 'Error: no such table: changes'")),
-    "fresh-last": lambda _: harness_blocks._fresh_start(
-        LoopState("small", messages=[{"role": "system", "content": "s"}], base=1),
-        lambda: "other",
-        "fresh-last",
-    ),
-    "zero-recheck": lambda _: looks_empty("0"),
     "dropped-filter": lambda _: acts("dropped-filter", True),
     "unfetched-url": lambda _: unfetched_url(
         "Total of http://h:1/o.csv?", "r = await read_query(query='select 1')", FETCHERS
@@ -444,29 +436,6 @@ def test_dead_imports_drops_only_unread_imports_of_absent_modules() -> None:
     off = Switches(off=frozenset({"dead-imports"}))
     with active(off):
         assert repair_code("import requests\nx = 1\nx")[0].startswith("import requests")
-
-
-def test_error_text_names_the_message_a_tool_returned_as_its_result() -> None:
-    """A value that opens as an error message (quoted as the sandbox writes it, any case)
-    is named, with the advice to fix the call; data that merely contains the word, or
-    no look at all, is not."""
-    with active(Switches(trials=frozenset({"error-text"}))):
-        hint = error_text_hint(
-            as_look(
-                "log is a str of 9 lines (text, not parsed)\n"
-                "rows == 'Error: no such table: changes'"
-            )
-        )
-        assert hint == (
-            "Hint: rows is not data: it is the error message a tool returned, "
-            "'Error: no such table: changes'. The call that returned it failed: fix that "
-            "call (its arguments, its query) before you read its result."
-        )
-        assert error_text_hint(as_look('r[:80] == "failed to connect to 10.0.0.1: timeout ..."'))
-        assert error_text_hint(as_look("r == 'no errors today'")) is None
-        assert error_text_hint(as_look("p['status'] == 'Failed'\nq['state'] == 'Error'")) is None
-        assert error_text_hint(as_look("len(rows) == 3")) is None
-        assert error_text_hint(None) is None
 
 
 def test_a_loop_over_a_dict_loops_over_the_one_list_below_it() -> None:

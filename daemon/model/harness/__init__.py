@@ -133,7 +133,7 @@ from daemon.model.harness.feedback import (
 )
 from daemon.model.harness.fields import hidden_fields, hidden_paths
 from daemon.model.harness.keyfix import key_fix, loop_fix
-from daemon.model.harness.keys import error_text_hint, key_hint, missing_key, value_hint
+from daemon.model.harness.keys import key_hint, missing_key, value_hint
 from daemon.model.harness.look import Look, read_look
 from daemon.model.harness.mending import mend_call, text_calls
 from daemon.model.harness.parsing import (
@@ -221,7 +221,6 @@ __all__ = [
     "compact_description",
     "echoes_example",
     "error_signature",
-    "error_text_hint",
     "extract_code",
     "failure_reply",
     "fetched_url",

@@ -48,7 +48,7 @@ from daemon.model.harness.feedback import (
     url_hint,
 )
 from daemon.model.harness.keyfix import key_fix, loop_fix
-from daemon.model.harness.keys import error_text_hint, key_hint, missing_key, value_hint
+from daemon.model.harness.keys import key_hint, missing_key, value_hint
 from daemon.model.harness.look import Look, read_look
 from daemon.model.harness.mending import mend_call, text_calls
 from daemon.model.harness.parsing import code_message, extract_code
@@ -232,13 +232,10 @@ async def after_block(
     else:
         ls.last_result = text
     retry = failed and ls.failures < MAX_FAILED_SNIPPETS and more
-    last = failed and ls.failures >= MAX_FAILED_SNIPPETS and more  # the run's last failure
     if retry and output.is_error and repeats_error(plain, previous):
         if _fresh_start(ls, fresh):
             return
         retry = False  # rule repeat-stop: the same error twice, a third is not drawn
-    elif last and _fresh_start(ls, fresh, "fresh-last"):  # a trial
-        return
     if failed and not retry:
         state.metrics.harness_gave_up = True
     # an empty result (or a None answer) is often a filter on a guessed key: one look
@@ -285,11 +282,7 @@ async def after_block(
     ls.rechecked = ls.rechecked or recheck
     ls.looked = ls.looked or look is not None  # shown with the retry (or the recheck)
     # where a missing key really is
-    located = error_text_hint(look) if failed else None  # trial error-text
-    if located is not None:
-        text = plain  # the traceback's own hint would say to parse the message as data
-    elif failed:
-        located = key_hint(text, look)
+    located = key_hint(text, look) if failed else None
     if failed and located is None and isinstance(code, str):
         located = value_hint(code, plain, look)  # what a value the snippet misread is
         text = plain if located else text  # it says more than the traceback's hint
@@ -340,15 +333,11 @@ async def after_block(
     messages.append({"role": "user", "content": reply})
 
 
-def _fresh_start(
-    ls: LoopState, fresh: Callable[[], str | None] | None, rule: str = "fresh-start"
-) -> bool:
+def _fresh_start(ls: LoopState, fresh: Callable[[], str | None] | None) -> bool:
     """Rule ``fresh-start``, where the same error came twice: whether the next snippet
     is drawn from the question alone, as the first was, but under the system message
     ``fresh`` (other solved examples), with no failed code, traceback or hint; once a
-    run, and only with other examples to show (``ls`` is set for it). Trial
-    ``fresh-last`` (``rule``) does the same where the run's last failure (the third,
-    each with another error) would end it.
+    run, and only with other examples to show (``ls`` is set for it).
 
     Serves every question whose retries end in the same exception twice. Shown its
     failed snippet's feedback, a small model keeps the plan that failed (a third
@@ -361,7 +350,7 @@ def _fresh_start(
     """
     system = ls.messages[0].get("role") == "system" if ls.messages else False
     content = fresh() if fresh is not None and system and not ls.restarted else None
-    if not acts(rule, content is not None):
+    if not acts("fresh-start", content is not None):
         return False
     ls.restarted = True
     del ls.messages[ls.base :]

@@ -32,7 +32,6 @@ __all__ = [
     "holds_none",
     "is_empty_result",
     "is_no_answer",
-    "is_zero",
     "looks_empty",
     "parrots_instruction",
     "prints_as_result",
@@ -186,24 +185,7 @@ def is_empty_result(text: str) -> bool:
 def looks_empty(text: str) -> bool:
     """Whether a result is worth one look at the data and one more snippet (rule
     ``empty-recheck``): it is empty, or holds a None where the answer should be."""
-    if not on("empty-recheck"):
-        return False
-    return is_empty_result(text) or holds_none(text) or acts("zero-recheck", is_zero(text))
-
-
-def is_zero(text: str) -> bool:
-    """Whether a result is the number zero alone (trial ``zero-recheck``).
-
-    A count or a sum over a filter that matched nothing by mistake (a value
-    compared in another case, ``'East'`` against ``east``; a key its items lack)
-    comes back 0, as an empty list comes back empty; like an empty result, it is
-    worth one look at the data before it is the answer.
-    """
-    try:
-        value = json.loads(text)
-    except ValueError:
-        return False
-    return type(value) in (int, float) and value == 0
+    return on("empty-recheck") and (is_empty_result(text) or holds_none(text))
 
 
 def is_no_answer(reply: str, example: str = WORKED_EXAMPLE) -> bool:

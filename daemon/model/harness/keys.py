@@ -20,12 +20,11 @@ from daemon.model.harness.look import (
     TextStart,
     Value,
 )
-from daemon.model.harness.rules import acts, on
+from daemon.model.harness.rules import on
 
 # key_paths and plain_path serve harness/keyfix.py too
 __all__ = [
     "PARSE_ERROR",
-    "error_text_hint",
     "key_hint",
     "key_paths",
     "list_paths",
@@ -197,37 +196,6 @@ def plain_path(node: ast.expr) -> bool:
             return False
         node = node.value
     return isinstance(node, ast.Name)
-
-
-# a str that opens as an error message does: 'Error: no such table: changes' (not a
-# status value: 'Failed', 'Error')
-_ERROR_TEXT = re.compile(r"""^['"]((error|exception)\s*:|failed to\b)""", re.IGNORECASE)
-
-
-def error_text_hint(look: Look | None) -> str | None:
-    """A variable that holds a tool's error message where the snippet read data, from
-    the look; None when no value the look shows opens as one.
-
-    Some MCP servers report a failed call as an ordinary result whose text is the
-    message (``mcp-server-sqlite``: ``Error: no such table: changes`` for a query
-    of a table that does not exist, without ``isError``), so the call "succeeds"
-    and the snippet fails later, reading rows out of that text: ``string indices
-    must be integers``. The traceback's own hint then says to parse the text,
-    and a small model parses the message. The look has the message; this says
-    that the call failed and why. Trial ``error-text``.
-    """
-    entries = look.entries() if look is not None else ()
-    found = next(
-        (e for e in entries if isinstance(e, (Value, Prefix)) and _ERROR_TEXT.match(e.sample)),
-        None,
-    )
-    if found is None or not acts("error-text", True):
-        return None
-    return (
-        f"Hint: {found.path} is not data: it is the error message a tool returned, "
-        f"{found.sample}. The call that returned it failed: fix that call (its "
-        "arguments, its query) before you read its result."
-    )
 
 
 _DICT_ITEMS = re.compile(r"\b(\w+)\.items\(\)")

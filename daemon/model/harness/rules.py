@@ -111,15 +111,6 @@ RULES: dict[str, str] = {
 
 #: Mechanisms under measurement: off until ``ASYNCAI_HARNESS_ON`` names them.
 TRIALS: dict[str, str] = {
-    "error-text": "a failed snippet read data out of a tool's error message (a server that "
-    "reports a failed call as a result's text, 'Error: no such table'): the retry is told the "
-    "call failed and why",
-    "fresh-last": "every snippet failed, each with another error, and the run would end: "
-    "one more snippet from the question alone under the next closest solved examples, as "
-    "fresh-start does for the same error twice (once a run, shared with fresh-start)",
-    "zero-recheck": "a result that is the number 0 alone (a count or sum whose filter "
-    "matched nothing by mistake): one look at the data and one more snippet, as for an "
-    "empty result",
     "dropped-filter": "a good result of a snippet that never writes a value the question "
     "names and the data holds (a category, a status, a name): a filter the question asks for "
     "was dropped; once a run, the places the data holds it and a new block or the answer",
