@@ -592,45 +592,6 @@ async def test_an_empty_result_is_shown_with_the_data_once(code_mode, monkeypatc
     assert result.reply == "No pod has failed."
 
 
-DROPPED = "pods = await list_pods(namespace='prod')\n[p['metadata']['name'] for p in items(pods)]"
-
-
-@pytest.mark.parametrize("trial", [True, False])
-async def test_a_value_the_question_names_and_the_code_never_writes_is_shown(code_mode, trial):
-    """Trial dropped-filter: the question names a value the data holds ('failed', a
-    phase) and the snippet that answered never writes it (the filter dropped); on, the
-    result comes back once with where the data holds it and the choice of a new block,
-    whose result is answered; off, the result is answered and the trial noticed. A
-    snippet that writes the value is answered either way."""
-    ex, _ = code_mode
-    question = "Which pods have failed?"
-    params = {"harness_trials": "dropped-filter"} if trial else {}
-    script = [block(DROPPED), block(FILTER), "pod-0, pod-4 and pod-8 have failed."]
-    with noticing() as noticed:
-        fake, (result,) = await run_script(ex, script, request(question), **params)
-    second = fake.requests[1]["messages"][-1]["content"]
-    if trial:
-        assert noticed == set()
-        assert second.startswith("Your code returned:\n")
-        assert "My question names 'Failed', and your data holds it:" in second
-        assert "pods[i]['status']['phase'] == 'Failed'" in second
-        assert second.endswith(f"My question: {question}")
-        assert fake.requests[1]["stop"] == [CODE_STOP]  # it may send a new block
-        assert result.reply == "pod-0, pod-4 and pod-8 have failed."
-    else:
-        assert noticed == {"dropped-filter"}
-        assert second.startswith("The code returned:")
-        assert "stop" not in fake.requests[1]
-    with noticing() as noticed:
-        fake, (result,) = await run_script(ex, [block(FILTER), "Three."], request(question))
-    assert noticed == set()  # the filter is written: nothing dropped
-    assert len(fake.requests) == 2
-    # neither on nor noticed (a deployment's run): no look is taken for it
-    fake, (result,) = await run_script(ex, [block(DROPPED), "All."], request(question))
-    assert len(fake.requests) == 2
-    assert result.metrics.peeks == 0
-
-
 async def test_an_invented_function_gets_the_list_of_real_ones(code_mode):
     """A NameError for a function the catalog does not have names the closest real one
     and all of them."""

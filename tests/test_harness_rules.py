@@ -55,7 +55,6 @@ from daemon.model.harness import (
     warm_retry,
 )
 from daemon.model.harness import blocks as harness_blocks
-from daemon.model.harness.feedback import dropped_message, dropped_values, question_words
 from daemon.model.harness.topics import catalog_topics
 from daemon.model.profile import RunTools
 from daemon.model.records import RunState, user_record
@@ -244,7 +243,6 @@ PROBES: dict[str, Callable[[Switches], Any]] = {
 
 # Each trial: what it changes once switched on.
 TRIAL_PROBES: dict[str, Callable[[Switches], Any]] = {
-    "dropped-filter": lambda _: acts("dropped-filter", True),
     "unfetched-url": lambda _: unfetched_url(
         "Total of http://h:1/o.csv?", "r = await read_query(query='select 1')", FETCHERS
     ),
@@ -465,25 +463,3 @@ def test_a_loop_over_a_dict_loops_over_the_one_list_below_it() -> None:
         assert loop_fix("[x for x in two]", STR_AS_DATA, look) is None
         assert loop_fix(code, "KeyError: 'id'", look) is None
         assert loop_fix(code, STR_AS_DATA, None) is None
-
-
-def test_the_words_a_question_names_leave_out_urls_and_paths() -> None:
-    """A question's words, lower case, a space each side, without its URLs and paths."""
-    words = question_words("Which product in the Bedroom category at http://h:1/api/p is cheap?")
-    assert words == " which product in the bedroom category at is cheap "
-    assert " bedroom " in words
-    assert "api" not in words
-
-
-def test_dropped_values_are_those_the_code_never_writes() -> None:
-    """Of the values the look found, those the code writes (in any case) are not dropped;
-    anything but [path, value] pairs gives none."""
-    hits = [["r['items'][i]['category']", "Bedroom"], ["r['items'][i]['phase']", "Failed"]]
-    code = "[p for p in r['items'] if p['phase'] == 'failed']"
-    assert dropped_values(hits, code) == [("r['items'][i]['category']", "Bedroom")]
-    assert dropped_values("not a list", code) == []
-    assert dropped_values([["only a path"], [1, 2]], code) == []
-    message = dropped_message("3", dropped_values(hits, code), "Cheapest bedroom product?")
-    assert "My question names 'Bedroom', and your data holds it:" in message
-    assert "r['items'][i]['category'] == 'Bedroom'" in message
-    assert message.endswith("My question: Cheapest bedroom product?")

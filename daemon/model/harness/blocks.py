@@ -28,14 +28,11 @@ from daemon.model.endpoint import ChatEndpoint
 from daemon.model.execute import run_call
 from daemon.model.harness.feedback import (
     answer_instruction,
-    dropped_message,
-    dropped_values,
     failure_reply,
     fetched_url,
     is_no_answer,
     looks_empty,
     prints_as_result,
-    question_words,
     quote_result,
     repeat_hint,
     repeats_error,
@@ -52,7 +49,7 @@ from daemon.model.harness.keys import key_hint, missing_key, value_hint
 from daemon.model.harness.look import Look, read_look
 from daemon.model.harness.mending import mend_call, text_calls
 from daemon.model.harness.parsing import code_message, extract_code
-from daemon.model.harness.peek import assigned_names, named_values_code, peek_code, read_names
+from daemon.model.harness.peek import assigned_names, peek_code, read_names
 from daemon.model.harness.prompts import (
     CODE_STOP,
     MAX_FAILED_SNIPPETS,
@@ -60,7 +57,7 @@ from daemon.model.harness.prompts import (
     Signature,
     warm_retry,
 )
-from daemon.model.harness.rules import acts, on, watched
+from daemon.model.harness.rules import acts, on
 from daemon.model.harness.topics import Topic, topic_hint
 from daemon.model.harness.vote import (
     REREAD,
@@ -313,22 +310,12 @@ async def after_block(
         ls.refetched = True
         ls.answering = False
         reply = unfetched_message(text, refetch, ls.question)
-    dropped: list[tuple[str, str]] = []
-    ask = ls.answering and more and not (failed or ls.rechecked) and isinstance(code, str)
-    if ask and isinstance(code, str) and watched("dropped-filter"):
-        dropped = await _named_values(caller, code, ls.question, state, functions)
-    if acts("dropped-filter", bool(dropped)):
-        # trial dropped-filter: the question names a value the data holds and the code
-        # never writes (a filter dropped); once a run (as a recheck), the choice again
-        ls.rechecked = True
-        ls.answering = False
-        reply = dropped_message(text, dropped, ls.question)
     answered = ls.answering and not failed and endpoint.params.reply_with_short_result
     ls.short_reply = short_reply(text) if answered else None
     # A retry follows the question alone, with the feedback: shown its failed
     # code, a small model sends it again verbatim. The answer sees the code.
     del messages[ls.base :]
-    if replays_code(not ls.answering):
+    if replays_code(retry or recheck or refetch is not None):
         messages.append(ran)  # the answer (or the check) sees the code
     messages.append({"role": "user", "content": reply})
 
@@ -477,29 +464,6 @@ async def _peek(
         return None
     state.metrics.peeks += 1
     return look
-
-
-async def _named_values(
-    caller: ToolExecutor, code: str, question: str, state: RunState, skip: Iterable[str]
-) -> list[tuple[str, str]]:
-    """The values of a snippet's variables (those it assigned or read) that ``question``
-    names and ``code`` never writes, with where the data holds each (trial
-    ``dropped-filter``): a look in the same REPL scope, like :func:`_peek`'s."""
-    names = assigned_names(code) + read_names(code, {*skip, *RESERVED_NAMES, *SEARCH_HELPERS})
-    if not names:
-        return []
-    look = named_values_code(names, question_words(question))
-    try:
-        async with asyncio.timeout(_PEEK_TIMEOUT):
-            output = await caller.call_tool("run_code", {"code": look})
-    except (TimeoutError, ToolTransportError):
-        return []
-    try:
-        hits = [] if output.is_error else json.loads(output.content)
-    except ValueError:
-        return []
-    state.metrics.peeks += 1
-    return dropped_values(hits, code)
 
 
 def _reply(state: RunState, ls: LoopState, content: str, example: str) -> str:

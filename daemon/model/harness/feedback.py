@@ -24,8 +24,6 @@ from daemon.model.harness.vote import vote_key
 __all__ = [
     "STOPPED",
     "answer_instruction",
-    "dropped_message",
-    "dropped_values",
     "error_signature",
     "failure_reply",
     "fetched_url",
@@ -35,7 +33,6 @@ __all__ = [
     "looks_empty",
     "parrots_instruction",
     "prints_as_result",
-    "question_words",
     "quote_result",
     "readable",
     "repeat_hint",
@@ -602,44 +599,3 @@ def _fetchers(functions: Mapping[str, tuple[Collection[str], object]]) -> list[s
 def _calls_any(code: str, names: Iterable[str]) -> bool:
     """Whether ``code`` calls one of ``names`` (as written: ``name(``)."""
     return any(re.search(rf"\b{re.escape(n)}\s*\(", code) for n in names)
-
-
-def question_words(question: str) -> str:
-    """The question's words, lower case, joined by single spaces with one at each end
-    (URLs and paths left out: their parts are not values the question names), so that
-    a phrase is found in it as ``' bedroom '`` (trial ``dropped-filter``)."""
-    text = re.sub(r"\S*/\S*", " ", question.lower())
-    return " " + " ".join(re.findall(r"[a-z0-9]+", text)) + " "
-
-
-def dropped_values(hits: object, code: str) -> list[tuple[str, str]]:
-    """The ``[path, value]`` pairs of the look (values of the data that the question
-    names) whose value the code never writes, in any case: a filter the question asks
-    for that the snippet dropped (trial ``dropped-filter``). Anything but a list of such
-    pairs gives none."""
-    if not isinstance(hits, list):
-        return []
-    lower = code.lower()
-    found: list[tuple[str, str]] = []
-    for hit in hits:
-        if not (isinstance(hit, list) and len(hit) == 2 and all(isinstance(h, str) for h in hit)):
-            continue
-        path, value = hit
-        if value.lower() not in lower:
-            found.append((path, value))
-    return found
-
-
-def dropped_message(result: str, dropped: list[tuple[str, str]], question: str) -> str:
-    """The user message after a good result of a snippet that never used a value the
-    question names and the data holds (trial ``dropped-filter``): the result, where
-    the data holds each value, and the choice between a new block and the answer."""
-    shown = _cut(result)
-    held = "\n".join(f"{path} == {value!r}" for path, value in dropped[:3])
-    named = ", ".join(repr(value) for _, value in dropped[:3])
-    return (
-        f"Your code returned:\n{shown}\n\nMy question names {named}, and your data holds "
-        f"it:\n{held}\nbut your code never uses it. If the answer must match it, write a "
-        f"new ```python block that does; otherwise answer my question in words. My "
-        f"question: {question.strip()}"
-    )

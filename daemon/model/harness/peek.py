@@ -9,13 +9,7 @@ import ast
 import builtins
 from collections.abc import Iterable
 
-__all__ = [
-    "assigned_names",
-    "named_values_code",
-    "peek_code",
-    "read_names",
-    "top_level_targets",
-]
+__all__ = ["assigned_names", "peek_code", "read_names", "top_level_targets"]
 
 
 def assigned_names(code: str, limit: int = 4) -> list[str]:
@@ -228,41 +222,3 @@ def peek_code(names: Iterable[str], missing: str | None = None) -> str:
     if missing is None:
         return code
     return code + _PEEK_MISSING + "".join(_MISSING_ONE.format(name=n, key=missing) for n in names)
-
-
-# Trial dropped-filter: the str values of the variables (every item of a list, not only
-# the first; at most 5,000 values, 8 levels deep) that the question names as a phrase,
-# as `[path, value]` records, a list's index shown as `[i]`: `listing['json']['items']
-# [i]['category'], 'bedroom'`. `q` is the question's words, lower case, each side a
-# space (:func:`daemon.model.harness.feedback.question_words`).
-_PEEK_NAMED = """\
-import re
-def _peek_named(x, path, q, out, seen, depth=0):
-    if len(out) >= 5 or depth > 8 or seen[0] > 5000:
-        return
-    seen[0] += 1
-    if isinstance(x, dict):
-        for k in list(x)[:50]:
-            _peek_named(x[k], path + '[' + repr(k) + ']', q, out, seen, depth + 1)
-    elif isinstance(x, (list, tuple)):
-        for it in x[:1000]:
-            _peek_named(it, path + '[i]', q, out, seen, depth + 1)
-    elif isinstance(x, str) and 2 < len(x) <= 40:
-        v = ' ' + ' '.join(re.findall('[a-z0-9]+', x.lower())) + ' '
-        if len(v) > 4 and v in q and x not in [o[1] for o in out]:
-            out.append([path, x])
-_peek_hits = []
-"""
-_NAMED_ONE = """\
-try:
-    _peek_named({name}, '{name}', {q!r}, _peek_hits, [0])
-except Exception:
-    pass
-"""
-
-
-def named_values_code(names: Iterable[str], words: str) -> str:
-    """A snippet whose value is the str values of the named variables that ``words``
-    (the question's, :func:`~daemon.model.harness.feedback.question_words`) name, as
-    ``[path, value]`` pairs (trial ``dropped-filter``)."""
-    return _PEEK_NAMED + "".join(_NAMED_ONE.format(name=n, q=words) for n in names) + "_peek_hits\n"

@@ -35,7 +35,6 @@ __all__ = [
     "noticing",
     "on",
     "parse_names",
-    "watched",
 ]
 
 OFF_VARIABLE = "ASYNCAI_HARNESS_OFF"
@@ -111,9 +110,6 @@ RULES: dict[str, str] = {
 
 #: Mechanisms under measurement: off until ``ASYNCAI_HARNESS_ON`` names them.
 TRIALS: dict[str, str] = {
-    "dropped-filter": "a good result of a snippet that never writes a value the question "
-    "names and the data holds (a category, a status, a name): a filter the question asks for "
-    "was dropped; once a run, the places the data holds it and a new block or the answer",
     "unfetched-url": "a URL the question names that the snippet never fetched (neither it "
     "nor its path is in the code): a failed snippet's retry, or a good result's one more "
     "round, is told the call that fetches it",
@@ -171,12 +167,6 @@ def acts(name: str, applies: bool) -> bool:
     if noticed is not None and name in TRIALS:
         noticed.add(name)
     return False
-
-
-def watched(name: str) -> bool:
-    """Whether the trial ``name`` acts or would be noticed where it applies: a check that
-    costs a look in the sandbox is made only then, never in a run that can use neither."""
-    return on(name) or _NOTICED.get() is not None
 
 
 @contextmanager
