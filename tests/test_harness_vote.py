@@ -12,6 +12,7 @@ from daemon.code_mode import CodeModeToolExecutor
 from daemon.config import ModelConfig
 from daemon.model import OpenAiCompatibleBackend
 from daemon.model.harness import REREAD, VOTE_TEMPERATURE, majority, may_rerun, vote_key
+from daemon.model.harness.prompts import retry_seed
 from daemon.runtime.runs import Prompt, RunRequest
 from tests.fakes.executor import FakeToolExecutor, code_mode_over
 from tests.fakes.fake_openai import FakeOpenAI, Reply
@@ -137,6 +138,11 @@ async def test_a_third_sample_breaks_a_tie_and_the_majority_is_the_answer(code_m
     assert "542.75" not in answer[-1]["content"]
     assert answer[-2]["content"] == f"```python\n{ACME}\n```"  # the winner's code
     assert result.metrics.vote_samples == 2
+    # each sample seeded by its prompt and its draw: repeatable, and not the same draw
+    seeds = [r.get("seed") for r in fake.requests[1:3]]
+    base = retry_seed(fake.requests[1]["messages"])
+    assert seeds == [(base + 2) % 2**32, (base + 3) % 2**32]
+    assert fake.requests[1]["messages"] == fake.requests[2]["messages"]
     # every sample is in the transcript as a run_code call with its result
     uses = [b for r in result.records for b in _blocks(r) if b.get("type") == "tool_use"]
     assert len(uses) == 3

@@ -55,6 +55,7 @@ from daemon.model.harness.prompts import (
     MAX_FAILED_SNIPPETS,
     WORKED_EXAMPLE,
     Signature,
+    retry_seed,
     warm_retry,
 )
 from daemon.model.harness.rules import acts, on
@@ -373,7 +374,7 @@ async def _vote(
         if len(samples) == 2 and samples[0][2] == samples[1][2]:
             break
         drawn += 1
-        sample = await _sample(endpoint, state, caller, ls, functions)
+        sample = await _sample(endpoint, state, caller, ls, functions, drawn)
         if sample is not None:
             samples.append(sample)
     state.metrics.vote_samples += drawn - 1
@@ -387,9 +388,17 @@ async def _sample(
     caller: ToolExecutor,
     ls: LoopState,
     functions: dict[str, Signature],
+    draw: int,
 ) -> tuple[str, str, str | None] | None:
-    """One more snippet for the question, run in the thread's scope and recorded
-    like any block; None when the model wrote none or one that may not run."""
+    """One more snippet for the question (the ``draw``-th, the first snippet being 1),
+    run in the thread's scope and recorded like any block; None when the model wrote
+    none or one that may not run.
+
+    Seeded by its prompt and ``draw``, as a retry is (:func:`retry_seed`): every
+    sample of a vote sends the same messages, and llama.cpp's server draws from one
+    random stream, so unseeded the same question's vote came out differently from
+    run to run, and a held-out run of it could not be repeated.
+    """
     messages = ls.messages[: ls.base]
     question = messages[-1]
     if question.get("role") == "user" and isinstance(question.get("content"), str):
@@ -398,6 +407,7 @@ async def _sample(
     endpoint.sampling(body)
     body["stop"] = [CODE_STOP]
     body["temperature"] = max(endpoint.params.temperature or 0.0, VOTE_TEMPERATURE)
+    body["seed"] = (retry_seed(messages) + draw) % 2**32  # llama.cpp takes 32 bits
     response = await endpoint.complete(body, state.metrics, state.request.run_id, final=False)
     choice = response.choices[0]
     code = extract_code(choice.message.content or "")
