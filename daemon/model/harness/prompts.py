@@ -116,7 +116,8 @@ MAX_FAILED_SNIPPETS = 3
 
 
 def retry_seed(messages: list[dict[str, Any]]) -> int:
-    """The sampling seed of a retry: a hash of the messages it sends.
+    """The sampling seed of a retry: a hash of the messages it sends (a vote's sample
+    adds its draw to it, since every sample of one vote sends the same messages).
 
     llama.cpp's server draws every request from one random stream, so a change
     anywhere earlier (another question's retry) turned a later retry right or
