@@ -110,6 +110,7 @@ from daemon.model.harness.examples import (
 )
 from daemon.model.harness.feedback import (
     answer_instruction,
+    asked_form,
     error_signature,
     failure_reply,
     fetched_url,
@@ -213,6 +214,7 @@ __all__ = [
     "active",
     "acts",
     "answer_instruction",
+    "asked_form",
     "assigned_names",
     "catalog_signatures",
     "catalog_topics",
