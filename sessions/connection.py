@@ -43,6 +43,7 @@ from .schema import MIGRATIONS, Migration, migrate
 __all__ = [
     "DEFAULT_BUSY_TIMEOUT",
     "DEFAULT_DB_PATH",
+    "DEFER_WITHIN",
     "Connection",
     "canonical_timestamp",
     "driver_errors",
@@ -135,39 +136,83 @@ class _Abandoned(Exception):
     """A batch whose caller was cancelled before it committed: rolled back instead."""
 
 
+Deferred = Callable[[sqlite3.Connection], None]
+
+# The longest a deferred write waits for a write to go with (Connection.defer).
+DEFER_WITHIN = 1.0
+
+
+def _write_deferred(conn: sqlite3.Connection, deferred: Sequence[Deferred]) -> None:
+    """The deferred writes, each in a savepoint of the open transaction: one that fails
+    is rolled back alone and dropped (its owner's next write finds it missing), so it
+    never fails the write it went with."""
+    for work in deferred:
+        conn.execute("SAVEPOINT deferred")
+        try:
+            work(conn)
+        except sqlite3.Error:
+            conn.execute("ROLLBACK TO deferred")
+        conn.execute("RELEASE deferred")
+
+
 class _Batch(Generic[T]):
     """One write run whole on the writer's thread: ``work`` on its ``sqlite3.Connection``,
     between ``BEGIN IMMEDIATE`` and ``COMMIT`` when ``transaction``, rolled back there on
     any exception. ``cancelled`` is set (from the event loop) when its caller was
     cancelled: checked after the ``BEGIN`` (which may have waited for another process)
     and before the ``COMMIT``, it rolls the batch back as the cancelled
-    ``transaction`` did."""
+    ``transaction`` did.
+
+    ``deferred`` (:meth:`Connection.defer`) are written first, in the same transaction;
+    when ``work`` fails or is abandoned they are written again alone, in the same job.
+    Deferred writes that could not be written at all (the ``BEGIN`` failed) are handed
+    to ``unwritten`` (called on this thread), so they wait for the next write."""
 
     def __init__(
-        self, db: aiosqlite.Connection, work: Callable[[sqlite3.Connection], T], transaction: bool
+        self,
+        db: aiosqlite.Connection,
+        work: Callable[[sqlite3.Connection], T],
+        transaction: bool,
+        deferred: Sequence[Deferred] = (),
+        unwritten: Callable[[Sequence[Deferred]], None] | None = None,
     ):
         self.db = db
         self.work = work
         self.transaction = transaction
+        self.deferred = deferred
+        self.unwritten = unwritten
         self.cancelled = False
 
     def __call__(self) -> T:
         conn = self.db._conn  # on aiosqlite's thread, the only one that may use it
         if not self.transaction:
             return self.work(conn)
-        conn.execute("BEGIN IMMEDIATE")
+        written = not self.deferred
         try:
-            if self.cancelled:
-                raise _Abandoned
-            result = self.work(conn)
-            if self.cancelled:
-                raise _Abandoned
-            conn.commit()
-        except BaseException:
-            with suppress(sqlite3.Error):
-                conn.rollback()
-            raise
-        return result
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                _write_deferred(conn, self.deferred)
+                if self.cancelled:
+                    raise _Abandoned
+                result = self.work(conn)
+                if self.cancelled:
+                    raise _Abandoned
+                conn.commit()
+                written = True
+            except BaseException:
+                with suppress(sqlite3.Error):
+                    conn.rollback()
+                if not written:
+                    with suppress(sqlite3.Error):
+                        conn.execute("BEGIN IMMEDIATE")
+                        _write_deferred(conn, self.deferred)
+                        conn.commit()
+                        written = True
+                raise
+            return result
+        finally:
+            if not written and self.unwritten is not None:
+                self.unwritten(self.deferred)
 
 
 class Connection:
@@ -202,6 +247,9 @@ class Connection:
         self._writer: aiosqlite.Connection | None = None
         self._reader: aiosqlite.Connection | None = None
         self._lock = asyncio.Lock()
+        self._deferred: list[Deferred] = []  # writes that go with the next one (defer)
+        self._flusher: asyncio.Task[None] | None = None
+        self._flush_due = 0.0  # the loop time the flusher writes at
 
     # ---- lifecycle -------------------------------------------------------
 
@@ -248,8 +296,17 @@ class Connection:
             return db
 
     async def aclose(self) -> None:
-        """Wait for the write in progress, then close both connections. Idempotent."""
+        """Wait for the write in progress, write what was deferred, then close both
+        connections. Idempotent."""
+        flusher, self._flusher = self._flusher, None
+        if flusher is not None:
+            flusher.cancel()
+            with suppress(asyncio.CancelledError):
+                await flusher
         async with self._lock:
+            if self._writer is not None and self._deferred:
+                with suppress(StoreError):
+                    await self._write_deferred_now("writing deferred writes")
             await self._close_connections()
 
     async def _close_connections(self) -> None:
@@ -286,6 +343,7 @@ class Connection:
             db = self._writer
             if db is None:
                 raise StoreClosedError(f"the store {self.path} is not open")
+            await self._write_deferred_now(action)
             try:
                 with driver_errors(action):
                     await db.execute("BEGIN IMMEDIATE")
@@ -322,7 +380,12 @@ class Connection:
             db = self._writer
             if db is None:
                 raise StoreClosedError(f"the store {self.path} is not open")
-            batch = _Batch(db, work, transaction)
+            deferred: list[Deferred] = []
+            if transaction:  # the deferred writes go in this transaction
+                deferred, self._deferred = self._deferred, []
+            else:  # autocommit work: they go first, alone
+                await self._write_deferred_now(action)
+            batch = _Batch(db, work, transaction, deferred, self._unwritten_callback())
             with driver_errors(action):
                 try:
                     result: T = await db._execute(batch)
@@ -345,8 +408,72 @@ class Connection:
             db = self._writer
             if db is None:
                 raise StoreClosedError(f"the store {self.path} is not open")
+            await self._write_deferred_now(action)
             with driver_errors(action):
                 yield db
+
+    def defer(self, work: Deferred, *, within: float = DEFER_WITHIN) -> None:
+        """Write ``work`` with the next write on this connection, in its transaction, or
+        on its own within ``within`` seconds, whichever comes first: a write whose row
+        nothing needs before the writer's next one (a run's row: until the run writes,
+        a crash leaves nothing of it to recover but its prompts, still queued).
+
+        A crash before then loses it. Writes go in the order they were deferred, each
+        in a savepoint: one that fails is dropped alone (its owner's next write finds
+        its row missing) and never fails the write it went with.
+        """
+        self._deferred.append(work)
+        self._flush_within(within)
+
+    def _flush_within(self, within: float) -> None:
+        """The deferred writes written alone in ``within`` seconds at the latest."""
+        loop = asyncio.get_running_loop()
+        due = loop.time() + within
+        if self._flusher is not None:
+            if self._flush_due <= due:
+                return
+            self._flusher.cancel()
+        self._flush_due = due
+        self._flusher = loop.create_task(self._flush_later(within), name="sessions-deferred-writes")
+
+    async def _flush_later(self, within: float) -> None:
+        await asyncio.sleep(within)
+        self._flusher = None
+        with suppress(StoreError):  # closed meanwhile: aclose wrote them
+            await self.flush()
+
+    async def flush(self) -> None:
+        """Write the deferred writes now, if any (one transaction)."""
+        async with self._lock:
+            if self._writer is None:
+                raise StoreClosedError(f"the store {self.path} is not open")
+            await self._write_deferred_now("writing deferred writes")
+
+    async def _write_deferred_now(self, action: str) -> None:
+        """The deferred writes as one transaction of their own (the lock held)."""
+        db = self._writer
+        deferred, self._deferred = self._deferred, []
+        if not deferred or db is None:
+            return
+        batch = _Batch(db, lambda conn: None, True, deferred, self._unwritten_callback())
+        with driver_errors(action):
+            await db._execute(batch)
+
+    def _unwritten_callback(self) -> Callable[[Sequence[Deferred]], None]:
+        """For a batch's thread: deferred writes it could not write go back to the front
+        of the queue, on the event loop, and wait for the next write."""
+        loop = asyncio.get_running_loop()
+
+        def back(deferred: Sequence[Deferred]) -> None:
+            self._deferred[:0] = deferred
+            if self._writer is not None:
+                self._flush_within(DEFER_WITHIN)
+
+        def handed(deferred: Sequence[Deferred]) -> None:
+            with suppress(RuntimeError):  # the loop is closed: nothing waits for them
+                loop.call_soon_threadsafe(back, deferred)
+
+        return handed
 
     async def read(self, action: str, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
         """All rows of one query on the reader, which never waits for the writer."""

@@ -196,21 +196,39 @@ class RunWriter:
     # ---- runs ------------------------------------------------------------
 
     async def start_run(
-        self, run_id: str, channel: str, thread_id: str, prompt_ids: Iterable[str] = ()
+        self,
+        run_id: str,
+        channel: str,
+        thread_id: str,
+        prompt_ids: Iterable[str] = (),
+        *,
+        defer: bool = False,
     ) -> None:
-        """Write the run row (status ``running``) and claim ``prompt_ids`` for it, at once."""
+        """Write the run row (status ``running``) and claim ``prompt_ids`` for it, at once.
+
+        With ``defer`` they are written with the next write on this store, in its
+        transaction (``Connection.defer``: within a second at the latest), so a run
+        that writes nothing else before its end costs no transaction of its own. Until
+        then a crash leaves its prompts ``queued``, which the next start runs again
+        as it runs those of a run left ``running``; every write of the run itself (its
+        tool calls, tokens, approval, end) goes after this one, in order.
+        """
         ids = list(prompt_ids)
+        started = now_iso()
 
         def start(conn: sqlite3.Connection) -> None:
             key = _ensure_thread(conn, channel, thread_id)
             conn.execute(
                 "INSERT INTO runs (id, thread, started, status) VALUES (?, ?, ?, 'running')",
-                (run_id, key, now_iso()),
+                (run_id, key, started),
             )
             if ids:
                 _claim(conn, ids, run_id)
 
-        await self._db.batch(f"starting run {run_id}", start)
+        if defer:
+            self._db.defer(start)
+        else:
+            await self._db.batch(f"starting run {run_id}", start)
 
     async def add_run_tokens(self, run_id: str, prompt_tokens: int, completion_tokens: int) -> None:
         """Add one model response's tokens to the run's row now, as they are spent.

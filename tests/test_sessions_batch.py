@@ -4,6 +4,7 @@ goes on; each takes one hand-off to aiosqlite's thread."""
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 from collections.abc import Callable
 from contextlib import closing
@@ -108,3 +109,90 @@ async def test_a_prompt_takes_one_hand_off_per_write(store: Store):
     assert len(calls) == 4
     assert raw(store.path, "SELECT status FROM prompts") == [("done",)]
     assert raw(store.path, "SELECT count(*) FROM records") == [(4,)]
+
+
+def count_jobs(store: Store) -> list[Any]:
+    """The jobs that go to the writer's thread from now on (one hand-off each)."""
+    db = store.connection._writer
+    assert db is not None
+    calls: list[Any] = []
+    queue = db._execute
+
+    async def counted(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        calls.append(fn)
+        return await queue(fn, *args, **kwargs)
+
+    db._execute = counted  # type: ignore[method-assign]
+    return calls
+
+
+async def test_a_deferred_run_start_goes_with_the_runs_end_in_one_job(store: Store):
+    """start_run(defer=True) writes nothing by itself; the finish's transaction writes
+    the run row and the claim first, then the end: two jobs a prompt, not three."""
+    calls = count_jobs(store)
+    await store.runs.record_prompt("#ops", "T1", "M1", "alice", "hi", TS)
+    await store.runs.start_run("R1", "#ops", "T1", ["M1"], defer=True)
+    assert raw(store.path, "SELECT count(*) FROM runs") == [(0,)]
+    assert raw(store.path, "SELECT status, run_id FROM prompts") == [("queued", None)]
+    await store.runs.finish_run("R1", "done", run_records("hi"), RunMetrics(), ["M1"], "done")
+    assert len(calls) == 2
+    assert raw(store.path, "SELECT id, status FROM runs") == [("R1", "done")]
+    assert raw(store.path, "SELECT status, run_id FROM prompts") == [("done", "R1")]
+    assert raw(store.path, "SELECT sender, run_id FROM run_senders") == [("alice", "R1")]
+
+
+async def test_a_deferred_run_start_goes_first_for_a_statement_and_alone_in_time(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+):
+    """A one-statement write (a tool call's audit row) finds the run row before it (the
+    deferred write goes first, in its own transaction); with no write at all it is
+    written within the delay; closing the store writes what is still deferred."""
+    await store.runs.record_prompt("#ops", "T1", "M1", "alice", "hi", TS)
+    await store.runs.start_run("R1", "#ops", "T1", ["M1"], defer=True)
+    await store.runs.add_run_tokens("R1", 10, 2)  # an UPDATE of the run's row
+    assert raw(store.path, "SELECT status, prompt_tokens FROM runs") == [("running", 10)]
+
+    store.connection.defer(
+        lambda conn: conn.execute("UPDATE runs SET error = 'later' WHERE id = 'R1'"), within=0.05
+    )
+    await asyncio.sleep(0.3)
+    assert raw(store.path, "SELECT error FROM runs") == [("later",)]
+
+    store.connection.defer(lambda conn: conn.execute("UPDATE runs SET error = 'at close'"))
+    await store.aclose()
+    assert raw(store.path, "SELECT error FROM runs") == [("at close",)]
+
+
+async def test_a_failing_deferred_write_fails_alone_and_a_failing_host_keeps_it(store: Store):
+    """A deferred write that fails is rolled back alone (its savepoint) and the write it
+    went with commits; a write that fails does not take the deferred ones with it."""
+    await store.runs.record_prompt("#ops", "T1", "M1", "alice", "hi", TS)
+    store.connection.defer(lambda conn: conn.execute("INSERT INTO no_such_table VALUES (1)"))
+    await store.runs.record_prompt("#ops", "T1", "M2", "alice", "there", TS)
+    assert raw(store.path, "SELECT id FROM prompts ORDER BY id") == [("M1",), ("M2",)]
+
+    await store.runs.start_run("R1", "#ops", "T1", ["M1"], defer=True)
+    fail_when(store.path, "no_boom", "INSERT ON prompts", "NEW.text = 'boom'")
+    with pytest.raises(StoreError, match="recording prompt M3: refused by the test"):
+        await store.runs.record_prompt("#ops", "T1", "M3", "alice", "boom", TS)
+    assert raw(store.path, "SELECT id, status FROM runs") == [("R1", "running")]
+    assert raw(store.path, "SELECT id, status FROM prompts ORDER BY id") == [
+        ("M1", "running"),
+        ("M2", "queued"),
+    ]
+
+
+async def test_a_deferred_write_waits_when_its_transaction_cannot_begin(tmp_path: Path):
+    """Another process holds the write lock: the write fails (busy), and the deferred
+    one waits for the next write instead of being lost."""
+    async with Store(tmp_path / "a.db", busy_timeout=0.05) as store:
+        await store.runs.record_prompt("#ops", "T1", "M1", "alice", "hi", TS)
+        await store.runs.start_run("R1", "#ops", "T1", ["M1"], defer=True)
+        with closing(sqlite3.connect(store.path, isolation_level=None)) as other:
+            other.execute("BEGIN IMMEDIATE")
+            with pytest.raises(StoreError):
+                await store.runs.record_prompt("#ops", "T1", "M2", "alice", "there", TS)
+            other.execute("ROLLBACK")
+        await asyncio.sleep(0)  # the thread hands the deferred write back to the loop
+        await store.runs.record_prompt("#ops", "T1", "M2", "alice", "there", TS)
+        assert raw(store.path, "SELECT id, status FROM runs") == [("R1", "running")]

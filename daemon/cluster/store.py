@@ -170,11 +170,17 @@ class ClusterRuntimeStore:
         return runs
 
     async def start_run(
-        self, run_id: str, channel: str, thread_id: str, prompt_ids: list[str]
+        self,
+        run_id: str,
+        channel: str,
+        thread_id: str,
+        prompt_ids: list[str],
+        *,
+        defer: bool = False,
     ) -> None:
         """The local run row; the run's thread remembered until it finishes."""
         self._runs[run_id] = ((channel, thread_id), list(prompt_ids))
-        await self._inner.start_run(run_id, channel, thread_id, prompt_ids)
+        await self._inner.start_run(run_id, channel, thread_id, prompt_ids, defer=defer)
 
     @property
     def tokens_with_end(self) -> bool:

@@ -234,7 +234,9 @@ async def start_within_limits(
     store, prompts = context.store, run.prompts
     run_id, channel, thread_id, bound = run.run_id, run.channel, run.thread_id, run.log
     if limiter is None:
-        await store.start_run(run_id, channel, thread_id, [m.id for m in prompts])
+        # Nothing reads the row before the run's own next write, which carries it (a
+        # transaction fewer a prompt, issue 31); a limiter counts runs, so it waits for it.
+        await store.start_run(run_id, channel, thread_id, [m.id for m in prompts], defer=True)
         return prompts
     async with limiter.lock:
         reached = await limiter.admit(run_id, prompts)

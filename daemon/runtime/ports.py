@@ -191,9 +191,16 @@ class RuntimeStore(Protocol):
         ...
 
     async def start_run(
-        self, run_id: str, channel: str, thread_id: str, prompt_ids: list[str]
+        self,
+        run_id: str,
+        channel: str,
+        thread_id: str,
+        prompt_ids: list[str],
+        *,
+        defer: bool = False,
     ) -> None:
-        """Write the run row and mark its prompts running."""
+        """Write the run row and mark its prompts running; with ``defer``, with the
+        store's next write (in its transaction) rather than in one of their own."""
         ...
 
     @property

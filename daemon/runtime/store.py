@@ -185,11 +185,18 @@ class SessionsRuntimeStore:
         return await self.store.queries.interrupted_runs()
 
     async def start_run(
-        self, run_id: str, channel: str, thread_id: str, prompt_ids: list[str]
+        self,
+        run_id: str,
+        channel: str,
+        thread_id: str,
+        prompt_ids: list[str],
+        *,
+        defer: bool = False,
     ) -> None:
-        """The run row, with its prompts claimed as running; the thread's REPL dumps are
-        held back from now until the run's end (:meth:`SignedScopeStore.open_run`)."""
-        await self.store.runs.start_run(run_id, channel, thread_id, prompt_ids)
+        """The run row, with its prompts claimed as running (with ``defer``, with the
+        store's next write: ``RunWriter.start_run``); the thread's REPL dumps are held
+        back from now until the run's end (:meth:`SignedScopeStore.open_run`)."""
+        await self.store.runs.start_run(run_id, channel, thread_id, prompt_ids, defer=defer)
         if self.scopes is not None:
             self.scopes.open_run(ThreadKey(channel, thread_id), run_id)
 
