@@ -27,8 +27,6 @@ from daemon.model.harness import (
     Switches,
     active,
     acts,
-    answer_instruction,
-    asked_form,
     closest_examples,
     compact_description,
     echoes_example,
@@ -245,7 +243,6 @@ PROBES: dict[str, Callable[[Switches], Any]] = {
 
 # Each trial: what it changes once switched on.
 TRIAL_PROBES: dict[str, Callable[[Switches], Any]] = {
-    "asked-form": lambda _: answer_instruction("How long is each host up? Answer with days."),
     "unfetched-url": lambda _: unfetched_url(
         "Total of http://h:1/o.csv?", "r = await read_query(query='select 1')", FETCHERS
     ),
@@ -267,25 +264,6 @@ def test_unfetched_url_names_the_first_url_neither_written_nor_its_path() -> Non
         assert unfetched_url(two, both, FETCHERS) is None
         assert unfetched_url(two, "x = 1", {}) is None
         assert unfetched_url("How many pods?", "x = 1", FETCHERS) is None
-
-
-def test_asked_form_is_the_last_sentence_that_says_how_to_reply() -> None:
-    """The form is the question's last "Reply/Answer/Respond with/in/as ..." sentence,
-    without its stop; a question that says nothing of the form has none, and the answer
-    request then asks for plain sentences even with the trial on."""
-    assert asked_form("How many? Reply with a number.") == "Reply with a number"
-    assert asked_form("Answer in JSON. Reply as a table!") == "Reply as a table"
-    assert asked_form("Which hosts are up?\nRespond using one line per host: name, days.") == (
-        "Respond using one line per host: name, days"
-    )
-    assert asked_form("What is the answer to this?") is None
-    assert asked_form("Reply soon. Which pods crash?") is None
-    with active(Switches(trials=frozenset({"asked-form"}))):
-        text = answer_instruction("Uptime per host? Answer with one line per host: host, days.")
-        assert "Reply as my question asks (Answer with one line per host: host, days)" in text
-        assert "plain sentences" not in text
-        assert "plain sentences" in answer_instruction("Which pods crash?")
-    assert "plain sentences" in answer_instruction("Uptime? Answer with days.")
 
 
 def test_every_rule_has_a_kebab_case_name_a_statement_and_a_probe() -> None:

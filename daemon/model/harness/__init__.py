@@ -110,7 +110,6 @@ from daemon.model.harness.examples import (
 )
 from daemon.model.harness.feedback import (
     answer_instruction,
-    asked_form,
     error_signature,
     failure_reply,
     fetched_url,
@@ -214,7 +213,6 @@ __all__ = [
     "active",
     "acts",
     "answer_instruction",
-    "asked_form",
     "assigned_names",
     "catalog_signatures",
     "catalog_topics",

@@ -24,7 +24,6 @@ from daemon.model.harness.vote import vote_key
 __all__ = [
     "STOPPED",
     "answer_instruction",
-    "asked_form",
     "error_signature",
     "failure_reply",
     "fetched_url",
@@ -57,43 +56,14 @@ STOPPED = "one sentence saying what stopped you"
 
 
 def answer_instruction(question: str, source: str = "the result above") -> str:
-    """The user line that asks for the answer: from the result, in words, no code.
-
-    Trial ``asked-form``: a question that says how to reply (:func:`asked_form`) is
-    answered in that form rather than in plain sentences. Told "one to three plain
-    sentences", a 1.5B model turned a result already in the asked form (a ``name: count``
-    line per group) into prose (a count, then its name), which is not what was asked
-    for, and a program that reads the reply cannot read.
-    """
-    form = asked_form(question)
-    how = (
-        f"Reply as my question asks ({form}), stating every name and number it asks for "
-        "from the result."
-        if acts("asked-form", form is not None)
-        else "Reply in one to three plain sentences that state every name and number from "
-        "the result."
-    )
+    """The user line that asks for the answer: from the result, in words, no code."""
     return (
         f"Answer my question now, using {source}. My question was:\n"
         f"{question.strip()}\n"
-        f"{how} Do not write code and do not describe the code. If the result is empty, "
+        "Reply in one to three plain sentences that state every name and number from the "
+        "result. Do not write code and do not describe the code. If the result is empty, "
         f"say that nothing matched; if it is an error, write {STOPPED}."
     )
-
-
-# A sentence that tells how to reply: "Answer with a number.", "Reply in one line per
-# host: host, uptime." (a sentence ends at . ? or ! before a space or the end).
-_SENTENCES = re.compile(r"(?<=[.?!])\s+")
-_FORM = re.compile(r"(?:reply|answer|respond)\s+(?:with|in|as|using|by)\b", re.IGNORECASE)
-
-
-def asked_form(question: str) -> str | None:
-    """The last sentence of ``question`` that says how to reply ("Answer with a number."),
-    without its closing stop; None when it says nothing of the form."""
-    for sentence in reversed(_SENTENCES.split(question.strip())):
-        if _FORM.match(sentence.strip()):
-            return sentence.strip().rstrip(".!")
-    return None
 
 
 def _words(text: str) -> list[str]:

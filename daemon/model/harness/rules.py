@@ -110,8 +110,6 @@ RULES: dict[str, str] = {
 
 #: Mechanisms under measurement: off until ``ASYNCAI_HARNESS_ON`` names them.
 TRIALS: dict[str, str] = {
-    "asked-form": 'a question that says how to reply ("Answer in one line per host: host, '
-    'uptime."): the answer request asks for that form, not for plain sentences',
     "unfetched-url": "a URL the question names that the snippet never fetched (neither it "
     "nor its path is in the code): a failed snippet's retry, or a good result's one more "
     "round, is told the call that fetches it",
