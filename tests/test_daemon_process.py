@@ -131,7 +131,8 @@ async def thread_replies(hub: Hub, thread: str) -> list[str]:
 
 async def test_sigkill_mid_run_then_restart_answers_exactly_once(world):
     """Killed with SIGKILL while the model is thinking, started again: the prompt is
-    answered once, and the run cut off is recorded as interrupted."""
+    answered once, and the run cut off is recorded as interrupted (its row, deferred
+    to the run's first write, is written within a second while the model thinks)."""
     hub, fake, alice, daemon, tmp = world
     held = Hold(Reply("never sent"))
     fake.add(held, Reply("answered once"))
@@ -140,6 +141,8 @@ async def test_sigkill_mid_run_then_restart_answers_exactly_once(world):
     mid, thread = await alice.say("what is the state of the cluster?")
     async with asyncio.timeout(WAIT):
         await held.arrived.wait()
+        while not _runs(tmp / "asyncai.db", thread):
+            await asyncio.sleep(0.05)
     first.kill_all()
     assert await first.wait() == -signal.SIGKILL
     held.release.set()
