@@ -24,7 +24,7 @@ The steps, in the order a run reaches them (where each point sits):
 | step | right after |
 |---|---|
 | ``prompt_recorded`` | an inbound prompt's row (and the cursor) committed |
-| ``run_started`` | the run admitted; its row and its prompts' ``running`` claim go with its first write (deferred) |
+| ``run_started`` | the run admitted (its row and claim deferred to its first write) |
 | ``scope_restored`` | the thread's saved REPL loaded into its scope (code mode) |
 | ``audit_started`` | a nested call's ``started`` audit row committed |
 | ``call_sent`` | the call handed to the tool (the side effect may happen now) |

@@ -141,7 +141,7 @@ async def test_sigkill_mid_run_then_restart_answers_exactly_once(world):
     mid, thread = await alice.say("what is the state of the cluster?")
     async with asyncio.timeout(WAIT):
         await held.arrived.wait()
-        while not _runs(tmp / "asyncai.db", thread):
+        while not _runs(tmp / "asyncai.db", thread):  # noqa: ASYNC110 (another process)
             await asyncio.sleep(0.05)
     first.kill_all()
     assert await first.wait() == -signal.SIGKILL
