@@ -92,16 +92,7 @@ async def test_an_error_of_our_own_inside_a_batch_rolls_it_back(store: Store):
 async def test_a_prompt_takes_one_hand_off_per_write(store: Store):
     """Recording a prompt, starting and finishing its run and moving the cursor take one
     job on the writer's thread each (they took 20 when each statement was one)."""
-    db = store.connection._writer
-    assert db is not None
-    calls: list[Any] = []
-    queue = db._execute
-
-    async def counted(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        calls.append(fn)
-        return await queue(fn, *args, **kwargs)
-
-    db._execute = counted  # type: ignore[method-assign]  # count what goes to the thread
+    calls = count_jobs(store)
     await store.runs.record_prompt("#ops", "T1", "M1", "alice", "hi", TS, advance_cursor=True)
     await store.runs.start_run("R1", "#ops", "T1", ["M1"])
     await store.runs.finish_run("R1", "done", run_records("hi"), RunMetrics(), ["M1"], "done")
@@ -122,7 +113,7 @@ def count_jobs(store: Store) -> list[Any]:
         calls.append(fn)
         return await queue(fn, *args, **kwargs)
 
-    db._execute = counted  # type: ignore[method-assign]
+    db._execute = counted  # type: ignore[method-assign]  # count what goes to the thread
     return calls
 
 
