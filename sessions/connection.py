@@ -385,7 +385,8 @@ class Connection:
                 deferred, self._deferred = self._deferred, []
             else:  # autocommit work: they go first, alone
                 await self._write_deferred_now(action)
-            batch = _Batch(db, work, transaction, deferred, self._unwritten_callback())
+            unwritten = self._unwritten_callback() if deferred else None
+            batch = _Batch(db, work, transaction, deferred, unwritten)
             with driver_errors(action):
                 try:
                     result: T = await db._execute(batch)
