@@ -84,6 +84,7 @@ from daemon.errors import AsyncaiError, ConfigError
 from daemon.lanes import Lanes, LaneTools, build_mcp_executor, build_tool_executor, channel_tools
 from daemon.runtime import Runtime, RuntimeOptions, RuntimeStore
 from daemon.runtime.audit import audit_observer
+from daemon.runtime.complete import cancel_until_done
 from daemon.runtime.desk import ApprovalDesk
 from daemon.runtime.intake import ChannelPublisher, ChunkJoiner, inbound
 from daemon.runtime.limits import SenderLimiter, SenderLimits
@@ -540,8 +541,7 @@ class Daemon:
         if self._web is not None:  # stop accepting first: no decision lands mid-shutdown
             await _closing("console", self._web.aclose())
         if self._intake is not None:
-            self._intake.cancel()
-            await asyncio.gather(self._intake, return_exceptions=True)
+            await cancel_until_done(self._intake)
         if self.runtime is not None:
             await _closing("runtime", self.runtime.shutdown())
         if self._desk is not None:

@@ -22,7 +22,7 @@ from structlog.testing import capture_logs
 
 from daemon.errors import BackendError
 from daemon.runtime.commands import RESET_BUSY, RESET_DONE, RESET_NONE, ToolsOffered
-from daemon.runtime.complete import complete
+from daemon.runtime.complete import cancel_until_done, complete
 from daemon.runtime.interrupted import INTERRUPTED_HEAD, INTERRUPTED_TAIL, interrupted_notice
 from daemon.runtime.ports import (
     InboundMessage,
@@ -499,6 +499,34 @@ async def test_complete_finishes_its_work_then_passes_the_cancellation_on():
         await caller
     assert finished == ["done"]
     assert await complete(work()) == "done"
+
+
+async def test_cancel_until_done_ends_a_task_that_swallows_a_cancellation():
+    """A task that catches the first CancelledError and goes on waiting (as nats-py's
+    publish does under a cluster daemon's intake) is cancelled again until it ends."""
+    caught: list[int] = []
+
+    async def stubborn() -> None:
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            caught.append(1)  # swallowed, as the library does
+        await asyncio.Event().wait()  # back to reading: only a second cancel ends it
+
+    task = asyncio.create_task(stubborn())
+    await asyncio.sleep(0)
+    async with asyncio.timeout(5):
+        await cancel_until_done(task, every=0.01)
+    assert task.cancelled()
+    assert caught == [1]
+
+    async def failing() -> None:
+        raise ValueError("the intake's own failure")
+
+    failed = asyncio.create_task(failing())
+    await asyncio.sleep(0)
+    await cancel_until_done(failed)  # not raised here
+    assert isinstance(failed.exception(), ValueError)
 
 
 async def test_reset_empties_an_idle_threads_repl_and_says_so(parts):

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import structlog
 
-__all__ = ["complete"]
+__all__ = ["cancel_until_done", "complete"]
 
 log = structlog.get_logger("asyncai.runtime")
 
@@ -44,3 +44,20 @@ async def complete(work: Awaitable[_T]) -> _T:
             log.error("runtime.completion_failed", error=f"{type(failure).__name__}: {failure}")
         raise asyncio.CancelledError
     return task.result()
+
+
+async def cancel_until_done(task: asyncio.Future[Any], *, every: float = 0.1) -> None:
+    """Cancel ``task`` and wait for it to end, cancelling it again every ``every``
+    seconds while it runs on; its outcome is not raised.
+
+    A library that swallows a cancellation leaves a task running after one
+    ``cancel()``: nats-py's publish catches ``CancelledError`` and passes, so a
+    cluster daemon's intake, cancelled while it published, went back to reading
+    the channel and the shutdown waited for it forever.
+    """
+    task.cancel()
+    while not task.done():
+        await asyncio.wait({task}, timeout=every)
+        task.cancel()
+    if not task.cancelled():
+        task.exception()  # retrieved: its failure was the intake's to log
