@@ -55,7 +55,6 @@ from daemon.model.harness import (
     warm_retry,
 )
 from daemon.model.harness import blocks as harness_blocks
-from daemon.model.harness.examples import source_kinds
 from daemon.model.harness.topics import catalog_topics
 from daemon.model.profile import RunTools
 from daemon.model.records import RunState, user_record
@@ -244,14 +243,6 @@ PROBES: dict[str, Callable[[Switches], Any]] = {
 
 # Each trial: what it changes once switched on.
 TRIAL_PROBES: dict[str, Callable[[Switches], Any]] = {
-    "url-type": lambda _: closest_examples(
-        "The revenue of http://h:1/sales.csv?",
-        [
-            Example("The revenue by price at http://h:1/p?", "1"),
-            Example("The revenue of the stock at http://h:1/stock.csv", "2"),
-        ],
-        k=1,
-    ),
     "unfetched-url": lambda _: unfetched_url(
         "Total of http://h:1/o.csv?", "r = await read_query(query='select 1')", FETCHERS
     ),
@@ -273,15 +264,6 @@ def test_unfetched_url_names_the_first_url_neither_written_nor_its_path() -> Non
         assert unfetched_url(two, both, FETCHERS) is None
         assert unfetched_url(two, "x = 1", {}) is None
         assert unfetched_url("How many pods?", "x = 1", FETCHERS) is None
-
-
-def test_source_kinds_typed_names_each_urls_file_type() -> None:
-    """Typed, a web address whose path ends in an extension is also ``url.EXT`` (its
-    query and a closing stop left out); untyped, every address is ``url`` alone."""
-    text = "Join http://h:1/a.CSV?x=1 and http://h:1/team.html. Also http://h:1/api/b."
-    assert source_kinds(text) == {"url"}
-    assert source_kinds(text, typed=True) == {"url", "url.csv", "url.html"}
-    assert source_kinds("The repo at /srv/repo, typed", typed=True) == {"path"}
 
 
 def test_every_rule_has_a_kebab_case_name_a_statement_and_a_probe() -> None:

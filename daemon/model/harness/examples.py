@@ -39,10 +39,8 @@ import tomllib
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from pathlib import PurePosixPath
-from urllib.parse import urlsplit
 
-from daemon.model.harness.rules import acts, on
+from daemon.model.harness.rules import acts
 from daemon.model.harness.topics import URL, question_words
 
 __all__ = [
@@ -169,38 +167,18 @@ def closest_examples(
     same_first = sorted(scored, key=lambda s: (source_kinds(examples[s[1]].question) != kinds, s))
     by_source = [examples[i] for _, i in same_first[:k]]
     chosen = by_source if acts("example-source", by_source != by_words) else by_words
-    if on("example-source"):
-        # trial url-type: a URL's kind is also what its path names (a .csv file, an
-        # .html page), since that decides how a snippet reads what it fetches
-        typed = source_kinds(question, typed=True)
-        typed_first = sorted(
-            scored,
-            key=lambda s: (
-                source_kinds(examples[s[1]].question, typed=True) != typed,
-                source_kinds(examples[s[1]].question) != kinds,
-                s,
-            ),
-        )
-        by_type = [examples[i] for _, i in typed_first[:k]]
-        if acts("url-type", by_type != chosen):
-            chosen = by_type
     return chosen or [examples[0]]
 
 
 _PATH = re.compile(r"(?<![\w.~-])/(?:[\w.-]+/)+[\w.-]*")
 
 
-def source_kinds(text: str, *, typed: bool = False) -> frozenset[str]:
+def source_kinds(text: str) -> frozenset[str]:
     """The kinds of source a question names: ``url`` for a web address, ``path`` for an
-    absolute file path outside one (a repository, a database file); with ``typed``,
-    also ``url.EXT`` for each web address whose path ends in a file extension
-    (``url.csv``, ``url.html``)."""
+    absolute file path outside one (a repository, a database file)."""
     kinds = set()
-    for match in URL.finditer(text):
+    if URL.search(text):
         kinds.add("url")
-        suffix = PurePosixPath(urlsplit(match.group(0).rstrip(".,;:)")).path).suffix.lower()
-        if typed and suffix:
-            kinds.add(f"url{suffix}")
     if _PATH.search(URL.sub(" ", text)):
         kinds.add("path")
     return frozenset(kinds)

@@ -110,8 +110,6 @@ RULES: dict[str, str] = {
 
 #: Mechanisms under measurement: off until ``ASYNCAI_HARNESS_ON`` names them.
 TRIALS: dict[str, str] = {
-    "url-type": "of the solved examples, those whose web addresses name the same file types "
-    "(a .csv file, an .html page) as the question's come first (within example-source)",
     "unfetched-url": "a URL the question names that the snippet never fetched (neither it "
     "nor its path is in the code): a failed snippet's retry, or a good result's one more "
     "round, is told the call that fetches it",
