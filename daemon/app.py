@@ -82,9 +82,8 @@ from daemon.code_mode.repl import ScopeStore
 from daemon.config import ChannelPolicy, Config
 from daemon.errors import AsyncaiError, ConfigError
 from daemon.lanes import Lanes, LaneTools, build_mcp_executor, build_tool_executor, channel_tools
-from daemon.runtime import Runtime, RuntimeOptions, RuntimeStore
+from daemon.runtime import Runtime, RuntimeOptions, RuntimeStore, cancel_until_done
 from daemon.runtime.audit import audit_observer
-from daemon.runtime.complete import cancel_until_done
 from daemon.runtime.desk import ApprovalDesk
 from daemon.runtime.intake import ChannelPublisher, ChunkJoiner, inbound
 from daemon.runtime.limits import SenderLimiter, SenderLimits

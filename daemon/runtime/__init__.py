@@ -25,6 +25,7 @@ restart note's catalog and words), ``channels`` and ``sessions``; never
 
 from daemon.runtime.audit import AuditedExecutor, audit_observer
 from daemon.runtime.commands import ToolsOffered
+from daemon.runtime.complete import cancel_until_done
 from daemon.runtime.context import Outcome
 from daemon.runtime.desk import ApprovalDesk, ApprovalMirror, Shared
 from daemon.runtime.intake import ChannelPublisher, ChunkJoiner, inbound
@@ -139,6 +140,7 @@ __all__ = [
     "ToolsOffered",
     "WaitedDecision",
     "audit_observer",
+    "cancel_until_done",
     "current_span",
     "current_timeline",
     "current_tool_use",
