@@ -23,7 +23,7 @@ The steps, in the order a run reaches them (where each point sits):
 
 | step | right after |
 |---|---|
-| ``prompt_recorded`` | an inbound prompt's row (and the cursor) committed |
+| ``prompt_recorded`` | an inbound prompt recorded (at the live edge: deferred with its run's row) |
 | ``run_started`` | the run admitted (its row and claim deferred to its first write) |
 | ``scope_restored`` | the thread's saved REPL loaded into its scope (code mode) |
 | ``audit_started`` | a nested call's ``started`` audit row committed |

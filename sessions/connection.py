@@ -136,7 +136,7 @@ class _Abandoned(Exception):
     """A batch whose caller was cancelled before it committed: rolled back instead."""
 
 
-Deferred = Callable[[sqlite3.Connection], None]
+Deferred = Callable[[sqlite3.Connection], object]  # what it returns is not used
 
 # The longest a deferred write waits for a write to go with (Connection.defer).
 DEFER_WITHIN = 1.0

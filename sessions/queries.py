@@ -85,6 +85,11 @@ class Queries:
         )
         return [StoredPrompt.from_row(row) for row in rows]
 
+    async def newest_prompt_id(self) -> str | None:
+        """The greatest message id among the stored prompts (None: no prompt stored)."""
+        rows = await self._db.read("reading the newest prompt id", "SELECT max(id) FROM prompts")
+        return rows[0][0] if rows else None
+
     async def interrupted_runs(self) -> list[InterruptedRun]:
         """Runs whose prompts are still pending although they started a mutating call.
 

@@ -93,6 +93,7 @@ class RunWriter:
         *,
         advance_cursor: bool = False,
         acked: Sequence[Ack] = (),
+        defer: bool = False,
     ) -> bool:
         """Store an inbound prompt as ``queued``; False when this message id is already stored.
 
@@ -101,6 +102,13 @@ class RunWriter:
         moves to ``message_id`` in the same transaction (never backwards);
         ``acked`` replies are marked acknowledged in it too (written later
         than their ack: one transaction fewer).
+
+        With ``defer`` all of it is written with the next write on this store, in
+        its transaction (``Connection.defer``: within a second at the latest), and
+        True is returned unread: for a caller that knows the id is not stored (newer
+        than every stored prompt). Until then a crash loses the prompt and the
+        cursor's move together, so the channel's replay from the cursor brings the
+        prompt back.
         """
         ts = canonical_timestamp(ts, f"prompt {message_id} ts")
 
@@ -122,6 +130,9 @@ class RunWriter:
                 mark_acked(conn, acked)
             return new
 
+        if defer:
+            self._db.defer(record)
+            return True
         return await self._db.batch(f"recording prompt {message_id}", record)
 
     async def claim_prompts(self, ids: Iterable[str], run_id: str) -> int:

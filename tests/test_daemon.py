@@ -167,13 +167,19 @@ async def until(predicate, what: str) -> None:
 
 
 async def settled(daemon: Daemon, *prompt_ids: str) -> None:
-    """Until the prompts' runs have landed in the store (just after the hub acked the reply)."""
+    """Until the prompts' runs have landed in the store (just after the hub acked the reply).
+
+    A prompt at the live edge is written with its run (issue 31): until then it is
+    not there at all."""
+    wanted = set(prompt_ids)
     async with asyncio.timeout(WAIT):
-        while any(  # noqa: ASYNC110 -- bounded polling of the store, which signals nothing
-            p.status in ("queued", "running")
-            for p in await daemon.store.queries.get_prompts(prompt_ids)
-        ):
-            await asyncio.sleep(0.01)
+        while True:
+            found = await daemon.store.queries.get_prompts(wanted)
+            if len(found) == len(wanted) and all(
+                p.status not in ("queued", "running") for p in found
+            ):
+                return
+            await asyncio.sleep(0.01)  # bounded polling of the store, which signals nothing
 
 
 async def run_of(daemon: Daemon, prompt_id: str) -> str:

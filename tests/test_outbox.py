@@ -89,7 +89,9 @@ async def test_an_ack_is_written_with_the_next_prompts_record_or_at_shutdown(
     assert _outbox_row(db, "R1") == ("pending", None)  # not yet written
     restarted = SessionsRuntimeStore(store)  # a crash now: the next start publishes it again
     assert [r.run_id for r in await restarted.unacked_replies()] == ["R1"]
-    await runtime.record_prompt(msg("next question"))
+    await runtime.record_prompt(msg("next question"))  # at the live edge: put off with it
+    assert _outbox_row(db, "R1") == ("pending", None)
+    await store.connection.flush()  # its run's first write, or a second later
     assert _outbox_row(db, "R1") == ("acked", "hub-id-1")  # with the record
     assert await restarted.unacked_replies() == []
 

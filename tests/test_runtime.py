@@ -37,6 +37,7 @@ from daemon.tools import ThreadKey, ToolDefinition
 from sessions.model import PromptStatus, StartedCall
 from sessions.store import Store
 from tests.fakes.runtime_helpers import NICK, FakePublisher, ScriptedModel, msg
+from tests.fakes.writer_jobs import count_jobs
 
 Parts = tuple[SessionsRuntimeStore, FakePublisher, ScriptedModel]
 
@@ -112,9 +113,10 @@ async def test_prompt_gets_reply_in_its_thread_and_is_marked_done(parts):
     m = msg("hello")
     assert await rt.submit(m)
     await model.wait_started(1)
-    # the run's row and claim go with the store's next write (none yet), or alone
-    # within DEFER_WITHIN: a crash before leaves the prompt queued, to run again
-    assert await status(store, m.id) == "queued"
+    # the prompt (newer than every stored one), the run's row and claim go with the
+    # store's next write (none yet), or alone within DEFER_WITHIN: a crash before
+    # leaves the cursor before the prompt, which the channel then replays
+    assert await store.store.queries.get_prompts([m.id]) == []
     await store.store.connection.flush()
     assert await status(store, m.id) == "running"
     assert pub.sent == []
@@ -128,6 +130,35 @@ async def test_prompt_gets_reply_in_its_thread_and_is_marked_done(parts):
     assert await store.store.cursors.get_cursor("#ops") == m.id
     req = model.requests[0]
     assert (req.channel, req.thread_id, [p.id for p in req.prompts]) == ("#ops", m.thread, [m.id])
+
+
+async def test_a_live_prompt_is_written_with_its_runs_end_and_a_replay_is_read(parts):
+    """A prompt newer than every stored one is new without a read, and written with its
+    run's end (one store job for both); a message the store may hold (an id not above
+    the newest stored) is read and recorded at once, and a replay of an answered one
+    starts nothing."""
+    store, pub, model = parts
+    rt = runtime_of(parts)
+    older, live = msg("older"), msg("live")
+    writes = count_jobs(store.store)
+    assert await rt.submit(live)
+    await model.wait_started(1)
+    assert writes == []
+    model.release(0)
+    await pub.wait_for(1)
+    assert len(writes) == 1  # the record, the run's start and its end, in one transaction
+    assert await status(store, live.id) == "done"
+    assert await store.store.cursors.get_cursor("#ops") == live.id
+
+    assert not await rt.submit(live)  # the hub replays it: answered already
+    assert await rt.submit(older)  # below the newest stored: read, then written at once
+    assert await status(store, older.id) in ("queued", "running")
+    await model.wait_started(2)
+    model.release(1)
+    await pub.wait_for(2)
+    await rt.shutdown(grace=1)
+    assert [p.text for p in model.requests[1].prompts] == ["older"]
+    assert len(model.requests) == 2
 
 
 async def test_prompts_during_a_run_coalesce_into_one_follow_up(parts):
@@ -193,6 +224,7 @@ async def test_a_burst_blocks_intake_at_the_queue_bound(parts):
     assert not blocked.done()
     assert third.id not in recording.asked  # not even recorded: the cursor did not move past it
     assert await store.store.queries.get_prompts([third.id]) == []
+    await store.store.connection.flush()  # the records put off (issue 31), written
     assert await store.store.cursors.get_cursor("#ops") == last_taken.id
     model.release(0)
     async with asyncio.timeout(5):

@@ -165,11 +165,13 @@ async def test_the_cursor_stays_before_held_chunks(store):
     for whole in (bob, dev):
         assert whole is not None
         await rt.submit(inbound(whole))
+    await store.connection.flush()  # the records put off to their runs' writes (issue 31)
     assert await store.cursors.get_cursor("#ops") is None
     assert await store.cursors.get_cursor("#dev") == "c1"
     whole = joiner.feed(chunk("d1", "last", False))
     assert whole is not None
     await rt.submit(inbound(whole))
+    await store.connection.flush()
     assert await store.cursors.get_cursor("#ops") == "d1"
     await pub.wait_for(3)
     await rt.shutdown(grace=1)

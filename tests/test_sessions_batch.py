@@ -6,15 +6,15 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
-from collections.abc import Callable
 from contextlib import closing
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from sessions import RunMetrics, Store, StoreError
+from sessions.outbox import Ack, OutboxReply
 from sessions.testing import run_records
+from tests.fakes.writer_jobs import count_jobs
 
 TS = "2026-11-30T18:00:00Z"
 
@@ -102,21 +102,6 @@ async def test_a_prompt_takes_one_hand_off_per_write(store: Store):
     assert raw(store.path, "SELECT count(*) FROM records") == [(4,)]
 
 
-def count_jobs(store: Store) -> list[Any]:
-    """The jobs that go to the writer's thread from now on (one hand-off each)."""
-    db = store.connection._writer
-    assert db is not None
-    calls: list[Any] = []
-    queue = db._execute
-
-    async def counted(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        calls.append(fn)
-        return await queue(fn, *args, **kwargs)
-
-    db._execute = counted  # type: ignore[method-assign]  # count what goes to the thread
-    return calls
-
-
 async def test_a_deferred_run_start_goes_with_the_runs_end_in_one_job(store: Store):
     """start_run(defer=True) writes nothing by itself; the finish's transaction writes
     the run row and the claim first, then the end: two jobs a prompt, not three."""
@@ -130,6 +115,40 @@ async def test_a_deferred_run_start_goes_with_the_runs_end_in_one_job(store: Sto
     assert raw(store.path, "SELECT id, status FROM runs") == [("R1", "done")]
     assert raw(store.path, "SELECT status, run_id FROM prompts") == [("done", "R1")]
     assert raw(store.path, "SELECT sender, run_id FROM run_senders") == [("alice", "R1")]
+
+
+async def test_a_deferred_prompt_and_run_start_go_with_the_runs_end_in_one_job(store: Store):
+    """record_prompt(defer=True) writes nothing by itself (not the prompt, not the cursor,
+    not the acks it carries); the run's end writes all of it first, in its one
+    transaction: one job a prompt answered at once, as many as the relay's."""
+    await store.runs.record_prompt("#ops", "T0", "M0", "alice", "hi", TS, advance_cursor=True)
+    await store.runs.start_run("R0", "#ops", "T0", ["M0"])
+    reply = OutboxReply("R0", "#ops", "T0", "M0", "cid-M0", "the answer")
+    await store.runs.finish_run(
+        "R0", "done", run_records("hi"), RunMetrics(), ["M0"], "done", reply=reply
+    )
+    calls = count_jobs(store)
+    ack = Ack("R0", "M0R", "2026-11-30T18:00:01Z")
+    new = await store.runs.record_prompt(
+        "#ops", "T1", "M1", "bob", "next", TS, advance_cursor=True, acked=[ack], defer=True
+    )
+    assert new is True
+    await store.runs.start_run("R1", "#ops", "T1", ["M1"], defer=True)
+    assert raw(store.path, "SELECT id FROM prompts ORDER BY id") == [("M0",)]
+    assert raw(store.path, "SELECT message_id FROM cursors") == [("M0",)]
+    assert raw(store.path, "SELECT status FROM outbox") == [("pending",)]
+    await store.runs.finish_run("R1", "done", run_records("next"), RunMetrics(), ["M1"], "done")
+    assert len(calls) == 1
+    assert raw(store.path, "SELECT id, status, run_id FROM prompts ORDER BY id") == [
+        ("M0", "done", "R0"),
+        ("M1", "done", "R1"),
+    ]
+    assert raw(store.path, "SELECT message_id FROM cursors") == [("M1",)]
+    assert raw(store.path, "SELECT status, message_id FROM outbox") == [("acked", "M0R")]
+    assert raw(store.path, "SELECT id, status FROM runs ORDER BY id") == [
+        ("R0", "done"),
+        ("R1", "done"),
+    ]
 
 
 async def test_a_deferred_run_start_goes_first_for_a_statement_and_alone_in_time(

@@ -65,6 +65,7 @@ class SessionsRuntimeStore:
         self._passed: dict[str, str] = {}  # channel: the newest message passed over, unwritten
         self._acked: list[Ack] = []  # replies the hub acked, not marked yet
         self._flush: asyncio.Task[None] | None = None
+        self._newest: str | None = None  # no stored prompt's id is greater (None: not read)
 
     def _held(self, channel: str) -> bool:
         return self._hold_cursor is not None and self._hold_cursor(channel)
@@ -75,8 +76,26 @@ class SessionsRuntimeStore:
 
     async def record_prompt(self, message: InboundMessage) -> RecordOutcome:
         """Store the prompt and move the cursor to it (unless held), in one transaction,
-        with the acks not written yet."""
+        with the acks not written yet.
+
+        A prompt newer than every prompt stored (the channel's live edge: the usual
+        case) is new without a read, and when its cursor moves with it, that
+        transaction is put off to the store's next write (``RunWriter.record_prompt``
+        with ``defer``), which is its run's first write or its end: a prompt answered
+        at once costs one transaction, not two (issue 31). A crash before then loses
+        the prompt with the cursor's move, and the channel's replay from the cursor
+        brings it back; every side effect of its run (a tool call's audit row, the
+        reply) is written after it, in the same or a later transaction. Not in a cluster
+        (see below)."""
+        if self._newest is None:
+            self._newest = await self.store.queries.newest_prompt_id() or ""
+        held = self._held(message.channel)
         target = self._capped(message.channel, message.id)
+        moves = not held and target == message.id
+        # In a cluster (a cursor cap) prompts also arrive with another daemon's rows
+        # (``Replica.apply_run_rows``), unseen here: always read there.
+        fresh = moves and self.cursor_cap is None and message.id > self._newest
+        self._newest = max(self._newest, message.id)
         acked, self._acked = self._acked, []
         try:
             new = await self.store.runs.record_prompt(
@@ -86,8 +105,9 @@ class SessionsRuntimeStore:
                 message.sender,
                 message.text,
                 message.ts or now_iso(),
-                advance_cursor=not self._held(message.channel) and target == message.id,
+                advance_cursor=moves,
                 acked=acked,
+                defer=fresh,
             )
         except BaseException:
             self._acked[:0] = acked  # not written: still owed
@@ -156,6 +176,7 @@ class SessionsRuntimeStore:
 
     async def knows_thread(self, channel: str, thread_id: str) -> bool:
         """Whether prompts of this thread were recorded (the daemon takes part in it)."""
+        await self.store.connection.flush()  # a record put off may be the thread's one
         try:
             await self.store.queries.resolve_thread(thread_id, channel)
         except ThreadLookupError:
