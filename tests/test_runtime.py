@@ -309,6 +309,25 @@ async def test_shared_channel_answers_mentions_and_its_threads_only(parts):
     ]
 
 
+async def test_a_shared_channels_follow_up_right_after_a_mention_is_answered(parts):
+    """The mention's record is put off to its run's write (issue 31); a follow-up with no
+    mention that comes before that write still finds the thread known: the lookup
+    writes what is put off before it reads."""
+    _, pub, model = parts
+    rt = runtime_of(parts, shared_channels=frozenset({"#ops"}))
+    ask = msg("@asyncai how many pods?")
+    assert await rt.submit(ask)
+    await model.wait_started(1)
+    assert await rt.submit(msg("and nodes?", thread=ask.thread))  # the run still going
+    model.release_all()
+    await pub.wait_for(2)
+    await rt.shutdown(grace=1)
+    assert [p.text for r in model.requests for p in r.prompts] == [
+        "@asyncai how many pods?",
+        "and nodes?",
+    ]
+
+
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
