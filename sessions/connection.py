@@ -248,8 +248,13 @@ class Connection:
         self._reader: aiosqlite.Connection | None = None
         self._lock = asyncio.Lock()
         self._deferred: list[Deferred] = []  # writes that go with the next one (defer)
-        self._flusher: asyncio.Task[None] | None = None
-        self._flush_due = 0.0  # the loop time the flusher writes at
+        # The oldest deferred write's deadline: a timer, set when the first write is
+        # deferred and cancelled when a write takes them all, so the writes are written
+        # alone only when nothing took them in time (not every second, which cut into a
+        # prompt whose writes were still to come: bench/daemon.py's p99).
+        self._timer: asyncio.TimerHandle | None = None
+        self._flush_due = 0.0  # the loop time the timer fires at
+        self._flushers: set[asyncio.Task[None]] = set()  # writing them alone
 
     # ---- lifecycle -------------------------------------------------------
 
@@ -298,8 +303,8 @@ class Connection:
     async def aclose(self) -> None:
         """Wait for the write in progress, write what was deferred, then close both
         connections. Idempotent."""
-        flusher, self._flusher = self._flusher, None
-        if flusher is not None:
+        self._stop_timer()
+        for flusher in list(self._flushers):
             flusher.cancel()
             with suppress(asyncio.CancelledError):
                 await flusher
@@ -383,6 +388,8 @@ class Connection:
             deferred: list[Deferred] = []
             if transaction:  # the deferred writes go in this transaction
                 deferred, self._deferred = self._deferred, []
+                if deferred:
+                    self._stop_timer()
             else:  # autocommit work: they go first, alone
                 await self._write_deferred_now(action)
             unwritten = self._unwritten_callback() if deferred else None
@@ -430,16 +437,30 @@ class Connection:
         """The deferred writes written alone in ``within`` seconds at the latest."""
         loop = asyncio.get_running_loop()
         due = loop.time() + within
-        if self._flusher is not None:
+        if self._timer is not None:
             if self._flush_due <= due:
                 return
-            self._flusher.cancel()
+            self._timer.cancel()
         self._flush_due = due
-        self._flusher = loop.create_task(self._flush_later(within), name="sessions-deferred-writes")
+        self._timer = loop.call_later(within, self._due)
 
-    async def _flush_later(self, within: float) -> None:
-        await asyncio.sleep(within)
-        self._flusher = None
+    def _stop_timer(self) -> None:
+        """A write took every deferred write: nothing is due."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _due(self) -> None:
+        """The timer: what is deferred still (nothing took it in time) is written alone."""
+        self._timer = None
+        if self._deferred:
+            task = asyncio.get_running_loop().create_task(
+                self._flush_due_now(), name="sessions-deferred-writes"
+            )
+            self._flushers.add(task)
+            task.add_done_callback(self._flushers.discard)
+
+    async def _flush_due_now(self) -> None:
         with suppress(StoreError):  # closed meanwhile: aclose wrote them
             await self.flush()
 
@@ -456,6 +477,7 @@ class Connection:
         deferred, self._deferred = self._deferred, []
         if not deferred or db is None:
             return
+        self._stop_timer()
         batch = _Batch(db, lambda conn: None, True, deferred, self._unwritten_callback())
         with driver_errors(action):
             await db._execute(batch)

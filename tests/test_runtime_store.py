@@ -25,6 +25,7 @@ from sessions.ids import now_iso
 from sessions.model import CallOutcome, Record, StartedCall, ToolCallRow
 from sessions.store import Store
 from tests.fakes.runtime_helpers import FakePublisher, ScriptedModel, msg
+from tests.fakes.writer_jobs import count_jobs
 
 
 class RecordingModel:
@@ -398,6 +399,38 @@ async def test_the_observer_completes_a_start_cancelled_while_it_was_written(sto
     assert [e.outcome for e in await store.audit.entries()] == ["cancelled"]
 
 
+async def test_a_steady_stream_writes_no_cursor_or_ack_of_its_own(store, monkeypatch):
+    """Each reply read back and each ack waits for the next prompt's record, which takes
+    them: their deadline goes with them, so a stream of prompts closer than
+    PASS_OVER_DELAY writes one transaction a prompt and nothing else; the last ones,
+    with no prompt after them, are written alone once the delay passed."""
+    from daemon.runtime import store as runtime_store
+    from tests.fakes.runtime_helpers import NICK
+
+    monkeypatch.setattr(runtime_store, "PASS_OVER_DELAY", 0.2)
+    pub = FakePublisher()
+    rt = Runtime(
+        store=SessionsRuntimeStore(store),
+        publisher=pub,
+        run=RecordingModel(),
+        options=RuntimeOptions(),
+    )
+    jobs = count_jobs(store)
+    for n in range(4):
+        prompt = msg(f"question {n}")  # ids in the order the hub assigns them
+        await rt.submit(prompt)
+        await pub.wait_for(n + 1)  # answered and acked: the ack waits
+        await rt.submit(msg(f"answer {n}", sender=NICK, thread=prompt.thread))  # passed over
+        await asyncio.sleep(0.12)  # past the delay over two prompts, not over one
+    assert len(jobs) == 4  # each prompt's one transaction: its record, run and end
+    async with asyncio.timeout(5):
+        while len(jobs) < 5:  # noqa: ASYNC110 -- bounded: the last ack and cursor, alone
+            await asyncio.sleep(0.02)
+    await rt.shutdown(grace=1)
+    rows = await store.queries.pending_prompts()
+    assert rows == []
+
+
 async def test_the_cursor_past_a_passed_over_message_is_written_later(store, monkeypatch):
     """The daemon's own reply read back (and any message it does not act on) moves the
     cursor without a write of its own: the next prompt's record carries it, or one write
@@ -413,12 +446,14 @@ async def test_the_cursor_past_a_passed_over_message_is_written_later(store, mon
     cursor = lambda: store.cursors.get_cursor("#ops")  # noqa: E731
     first = msg("hello")
     await rt.submit(first)
+    await store.connection.flush()  # the record goes with its run's write (issue 31)
     assert await cursor() == first.id
     own = msg("answer", sender=NICK, thread=first.thread)
     await rt.submit(own)
     assert await cursor() == first.id  # not written yet
     second = msg("again")
     await rt.submit(second)
+    await store.connection.flush()
     assert await cursor() == second.id  # with the prompt's record, in its transaction
     mine = [msg(f"answer {n}", sender=NICK) for n in range(3)]
     for m in mine:

@@ -173,6 +173,23 @@ async def test_a_deferred_run_start_goes_first_for_a_statement_and_alone_in_time
     assert raw(store.path, "SELECT error FROM runs") == [("at close",)]
 
 
+async def test_the_deadline_is_the_oldest_waiting_writes_not_the_first_ones(store: Store):
+    """A deferred write that the next write took leaves no deadline behind: one deferred
+    after it waits its own full delay for a write to carry it, and is not written alone
+    at the first one's deadline (which cut into a prompt whose end was still to come)."""
+    calls = count_jobs(store)
+    store.connection.defer(lambda conn: None, within=0.2)  # the first deadline: 0.2 s
+    await store.runs.record_prompt("#ops", "T1", "M1", "alice", "hi", TS)  # takes it
+    await asyncio.sleep(0.1)
+    await store.runs.start_run("R1", "#ops", "T1", ["M1"], defer=True)  # within 1 s
+    await asyncio.sleep(0.2)  # past the first deadline: nothing is written alone
+    assert len(calls) == 1
+    assert raw(store.path, "SELECT count(*) FROM runs") == [(0,)]
+    await store.runs.record_prompt("#ops", "T1", "M2", "alice", "there", TS)  # carries it
+    assert len(calls) == 2
+    assert raw(store.path, "SELECT id, status FROM runs") == [("R1", "running")]
+
+
 async def test_a_failing_deferred_write_fails_alone_and_a_failing_host_keeps_it(store: Store):
     """A deferred write that fails is rolled back alone (its savepoint) and the write it
     went with commits; a write that fails does not take the deferred ones with it."""

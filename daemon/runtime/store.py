@@ -64,6 +64,10 @@ class SessionsRuntimeStore:
         self.cursor_cap: Callable[[str], str | None] | None = None
         self._passed: dict[str, str] = {}  # channel: the newest message passed over, unwritten
         self._acked: list[Ack] = []  # replies the hub acked, not marked yet
+        # The deadline of the oldest cursor or ack not written: set when the first one
+        # waits, cancelled when a prompt's record takes them all (a steady stream never
+        # writes them alone); the task writing them alone once it passed.
+        self._timer: asyncio.TimerHandle | None = None
         self._flush: asyncio.Task[None] | None = None
         self._newest: str | None = None  # no stored prompt's id is greater (None: not read)
 
@@ -120,6 +124,7 @@ class SessionsRuntimeStore:
             and self._passed.get(message.channel, "") <= message.id
         ):
             self._passed.pop(message.channel, None)  # the cursor moved past it with the record
+        self._taken()
         if new:
             return "new"
         stored = await self.store.queries.get_prompts([message.id])
@@ -141,18 +146,35 @@ class SessionsRuntimeStore:
         self._defer()
 
     def _defer(self) -> None:
-        if self._flush is None:
-            self._flush = asyncio.get_running_loop().create_task(
-                self._flush_later(), name="asyncai-deferred-writes"
-            )
+        if self._timer is None:
+            self._timer = asyncio.get_running_loop().call_later(PASS_OVER_DELAY, self._due)
 
-    async def _flush_later(self) -> None:
-        await asyncio.sleep(PASS_OVER_DELAY)
-        self._flush = None
-        await self._write_deferred()
+    def _taken(self) -> None:
+        """A record took what waited: nothing is due (unless some of it is left)."""
+        if self._timer is not None and not self._passed and not self._acked:
+            self._timer.cancel()
+            self._timer = None
+
+    def _due(self) -> None:
+        self._timer = None
+        if self._flush is not None:  # the last one still writing: wait for it, then
+            self._defer()
+            return
+        self._flush = asyncio.get_running_loop().create_task(
+            self._flush_now(), name="asyncai-deferred-writes"
+        )
+
+    async def _flush_now(self) -> None:
+        try:
+            await self._write_deferred()
+        finally:
+            self._flush = None
 
     async def flush_deferred(self) -> None:
         """Write the cursors passed over and the acks now (the runtime's shutdown)."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         task, self._flush = self._flush, None
         if task is not None:
             task.cancel()
