@@ -157,7 +157,7 @@ class SessionsRuntimeStore:
 
     def _due(self) -> None:
         self._timer = None
-        if self._flush is not None:  # the last one still writing: wait for it, then
+        if self._flush is not None:  # the last write alone still going: due again later
             self._defer()
             return
         self._flush = asyncio.get_running_loop().create_task(
