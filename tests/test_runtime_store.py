@@ -399,6 +399,28 @@ async def test_the_observer_completes_a_start_cancelled_while_it_was_written(sto
     assert [e.outcome for e in await store.audit.entries()] == ["cancelled"]
 
 
+async def test_after_a_restart_a_replayed_prompt_is_read_not_taken_as_new(store):
+    """A new adapter (the next start) knows no prompt in memory: the newest stored id
+    bounds what may be new without a read, so the hub's replay of an answered prompt
+    is read and found finished, and of a recorded one found pending; only an id above
+    every stored one is put off as new."""
+    first = SessionsRuntimeStore(store)
+    done, waiting = msg("answered"), msg("still queued")
+    assert await first.record_prompt(done) == "new"
+    assert await first.record_prompt(waiting) == "new"
+    await store.connection.flush()
+    await store.runs.mark_prompts([done.id], "done")
+
+    restarted = SessionsRuntimeStore(store)
+    assert await restarted.record_prompt(done) == "finished"
+    assert await restarted.record_prompt(waiting) == "pending"
+    later = msg("new after the restart")
+    assert await restarted.record_prompt(later) == "new"
+    assert await store.queries.get_prompts([later.id]) == []  # put off: nothing read it
+    await store.connection.flush()
+    assert [p.id for p in await store.queries.get_prompts([later.id])] == [later.id]
+
+
 async def test_a_steady_stream_writes_no_cursor_or_ack_of_its_own(store, monkeypatch):
     """Each reply read back and each ack waits for the next prompt's record, which takes
     them: their deadline goes with them, so a stream of prompts closer than
