@@ -41,6 +41,7 @@ retries = 3                              # retries of 408/409/429/5xx, connectio
 backoff_initial = 1.0                    # seconds before the first retry, doubling
 backoff_max = 30.0                       # at most this (or the server's Retry-After)
 local_max_rss = "5GiB"                   # asyncai up restarts its local model above this
+local_prompt_cache = 0                   # asyncai up's local model: RAM for prompt states (0: off)
 answer_samples = 1                       # harness: snippets drawn for a short answer; 2-3: vote
 
 [code_mode]

@@ -142,11 +142,16 @@ def test_a_channel_key_overrides_only_its_own_channel() -> None:
 
 
 def test_an_endpoint_has_the_model_keys_but_the_channel_ones() -> None:
-    """[models.NAME] takes every [model] key but tool_mode, system_prompt and local_max_rss;
-    its defaults are the built-in ones."""
+    """[models.NAME] takes every [model] key but tool_mode, system_prompt and the local
+    model's (local_max_rss, local_prompt_cache); its defaults are the built-in ones."""
     endpoint = {f.name for f in dataclasses.fields(EndpointConfig)}
     model = {f.name for f in dataclasses.fields(ModelConfig)}
-    assert model - endpoint == {"tool_mode", "system_prompt", "local_max_rss"}
+    assert model - endpoint == {
+        "tool_mode",
+        "system_prompt",
+        "local_max_rss",
+        "local_prompt_cache",
+    }
     for f in dataclasses.fields(EndpointConfig):
         assert getattr(EndpointConfig(), f.name) == getattr(ModelConfig(), f.name)
     approvals = {f.name for f in dataclasses.fields(ApprovalsConfig)}

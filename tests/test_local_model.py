@@ -22,6 +22,8 @@ from pathlib import Path
 import pytest
 
 from daemon import cli
+from daemon.config import load_config
+from daemon.errors import ConfigError
 from daemon.local_model import (
     INSTALL_HINT,
     FetchProgress,
@@ -35,6 +37,7 @@ from daemon.local_model import (
     model_is_fetched,
     model_path,
     models_dir,
+    prompt_cache_args,
     verify_file,
 )
 
@@ -221,7 +224,8 @@ FAKE_SERVER = textwrap.dedent(
 
     p = argparse.ArgumentParser()
     for flag in ("--model", "--model_alias", "--host", "--port", "--n_threads", "--n_ctx",
-                 "--logits_all", "--interrupt_requests", "--chat_format"):
+                 "--logits_all", "--interrupt_requests", "--chat_format",
+                 "--cache", "--cache_type", "--cache_size"):
         p.add_argument(flag)
     args = p.parse_args()
     with open(os.environ["FAKE_ARGV_FILE"], "w") as f:
@@ -322,6 +326,26 @@ async def test_chat_format_is_passed_when_chosen(fake_server: dict) -> None:
     async with make_server(fake_server, chat_format="chatml-function-calling"):
         argv = json.loads(fake_server["argv_file"].read_text())
     assert argv[-2:] == ["--chat_format", "chatml-function-calling"]
+
+
+async def test_a_prompt_cache_reaches_the_servers_command_line(
+    fake_server: dict, tmp_path: Path
+) -> None:
+    """[model] local_prompt_cache: a size in bytes is llama-cpp-python's RAM cache of that
+    size on the server's command line; 0 (the default) adds no flag."""
+    assert prompt_cache_args(0) == ()
+    async with make_server(fake_server, extra_args=prompt_cache_args(2 * 1024**3)):
+        argv = json.loads(fake_server["argv_file"].read_text())
+    assert argv[-6:] == ["--cache", "true", "--cache_type", "ram", "--cache_size", "2147483648"]
+    path = tmp_path / "asyncai.toml"
+    path.write_text('[model]\nlocal_prompt_cache = "2GiB"\n')
+    assert load_config(path, environ={}).model.local_prompt_cache == 2 * 1024**3
+    empty = tmp_path / "empty.toml"
+    empty.write_text("")
+    assert load_config(empty, environ={}).model.local_prompt_cache == 0
+    path.write_text("[model]\nlocal_prompt_cache = -1\n")
+    with pytest.raises(ConfigError, match="local_prompt_cache"):
+        load_config(path, environ={})
 
 
 async def test_child_that_ignores_sigterm_is_killed(fake_server: dict) -> None:

@@ -333,7 +333,7 @@ async def _model_endpoint(
 ) -> ModelEndpoint:
     if _endpoint_configured(config, environ):
         return await probe_endpoint(config.model)
-    return await _start_local_model(stack, state_dir)
+    return await _start_local_model(stack, state_dir, config.model.local_prompt_cache)
 
 
 async def probe_endpoint(model: ModelConfig, seconds: float = PROBE_TIMEOUT) -> ModelEndpoint:
@@ -374,16 +374,20 @@ async def probe_endpoint(model: ModelConfig, seconds: float = PROBE_TIMEOUT) -> 
     return ModelEndpoint(base_url=model.base_url, model=name)
 
 
-async def _start_local_model(stack: contextlib.AsyncExitStack, state_dir: Path) -> ModelEndpoint:
+async def _start_local_model(
+    stack: contextlib.AsyncExitStack, state_dir: Path, prompt_cache: int = 0
+) -> ModelEndpoint:
     from daemon.local_model.errors import (
         LocalModelError,
         ModelNotFetchedError,
         ServerNotInstalledError,
     )
-    from daemon.local_model.server import LocalModelServer
+    from daemon.local_model.server import LocalModelServer, prompt_cache_args
 
     try:
-        server = LocalModelServer.default(log_path=state_dir / "local-model.log")
+        server = LocalModelServer.default(
+            log_path=state_dir / "local-model.log", extra_args=prompt_cache_args(prompt_cache)
+        )
     except LocalModelError as exc:
         raise ConfigError(f"{NO_MODEL_HELP}\n({exc})") from exc
     print(

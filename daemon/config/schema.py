@@ -150,6 +150,10 @@ class ModelConfig(EndpointConfig):
     system_prompt: Text | None = None  # None: the built-in prompt of the tool mode
     # asyncai up's embedded model server is restarted between runs above this resident size
     local_max_rss: Annotated[Size, Field(gt=0)] = 5 * 1024**3
+    # asyncai up's embedded model server keeps prompt states of this many bytes in RAM
+    # (llama-cpp-python's --cache): 0, off, serves one thread at a time best; several
+    # threads at once get their own state back (bench/prompt_cache.py)
+    local_prompt_cache: Annotated[Size, Field(ge=0)] = 0
 
 
 @dataclass

@@ -35,7 +35,7 @@ from daemon.local_model.fetch import (
     verify_file,
 )
 from daemon.local_model.guard import guard_memory
-from daemon.local_model.server import INSTALL_HINT, LocalModelServer
+from daemon.local_model.server import INSTALL_HINT, LocalModelServer, prompt_cache_args
 
 __all__ = [
     "DEFAULT_MODEL",
@@ -55,5 +55,6 @@ __all__ = [
     "model_path",
     "models_dir",
     "pip_downloader",
+    "prompt_cache_args",
     "verify_file",
 ]

@@ -39,7 +39,22 @@ from daemon.local_model.errors import (
 )
 from daemon.local_model.fetch import DEFAULT_MODEL, model_is_fetched, model_path
 
-__all__ = ["INSTALL_HINT", "LocalModelServer"]
+__all__ = ["INSTALL_HINT", "LocalModelServer", "prompt_cache_args"]
+
+
+def prompt_cache_args(size: int) -> tuple[str, ...]:
+    """The server's flags for a RAM prompt cache of ``size`` bytes (none for 0).
+
+    The server itself keeps one prompt state, the request before's, and reuses its
+    longest common prefix. With the cache it also keeps states by prefix and loads
+    the longest match, so a thread's follow-up after another thread's request finds
+    its conversation evaluated already; it saves a state after every reply, which
+    costs a question asked alone about 7 % (bench/prompt_cache.py, docs/benchmarks).
+    """
+    if size <= 0:
+        return ()
+    return ("--cache", "true", "--cache_type", "ram", "--cache_size", str(size))
+
 
 INSTALL_HINT = (
     "install the local extra: pip install 'asyncai[local]' "
