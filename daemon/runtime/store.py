@@ -116,13 +116,9 @@ class SessionsRuntimeStore:
         except BaseException:
             self._acked[:0] = acked  # not written: still owed
             raise
-        if target != message.id and target and not self._held(message.channel):
+        if target != message.id and target and not held:
             await self.store.cursors.set_cursor(message.channel, target)
-        elif (
-            target == message.id
-            and not self._held(message.channel)
-            and self._passed.get(message.channel, "") <= message.id
-        ):
+        elif moves and self._passed.get(message.channel, "") <= message.id:
             self._passed.pop(message.channel, None)  # the cursor moved past it with the record
         self._taken()
         if new:
