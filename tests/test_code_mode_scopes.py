@@ -313,6 +313,32 @@ async def test_without_a_store_nothing_changes(make_executor):
     assert "NameError" in (await run(ex, "a", "x")).content
 
 
+async def test_a_scope_that_never_ran_code_is_dropped_without_a_trace(make_executor, store):
+    """A thread whose runs called no code holds a scope but no REPL: evicting it stores
+    nothing, logs nothing and leaves no "evicted" note (nothing was lost), with a store or
+    without; a scope that ran code is still stored, logged and noted as before."""
+    for persistence in (store, None):
+        ex = make_executor(persistence, max_scopes=1)
+        ex.thread_scope(ThreadKey("#t", "idle"))  # a run starts and calls no code
+        with capture_logs() as logs:
+            await run(ex, "busy", "x = 1")  # evicts "idle"
+        assert not [e for e in logs if e["event"] == "code_mode.scope_evicted"]
+        assert ex.context_note(ThreadKey("#t", "idle")) is None
+        assert ex.live_scopes == 1
+        with capture_logs() as logs:
+            ex.thread_scope(ThreadKey("#t", "next"))  # evicts "busy", which holds x
+        assert [e["thread"] for e in logs if e["event"] == "code_mode.scope_evicted"] == ["busy"]
+        await run(ex, "next", "y = 2")
+        if persistence is None:
+            assert ex.context_note(ThreadKey("#t", "busy")) == reset_note("evicted")
+        else:
+            assert (await run(ex, "busy", "x")).content == "1"  # stored, then loaded
+    idle = ThreadKey("#t", "idle")
+    assert idle not in [t for t, _ in store.saves]
+    assert idle not in store.drops
+    assert ThreadKey("#t", "busy") in [t for t, _ in store.saves]
+
+
 async def test_a_paused_snippet_and_the_stored_repl_are_one_state(make_executor, fake, store):
     """Paused: checkpoint stores nothing (no live REPL). A stray run while paused is stored;
     after a restart resume loads the snapshot, not that dump; the resumed REPL is then stored."""

@@ -80,6 +80,21 @@ class ScopeState:
         return self.key.thread_id if self.key is not None else None
 
     @property
+    def untouched(self) -> bool:
+        """Whether this scope never held a REPL and has nothing to say: no checkout, no
+        snapshot, nothing the store lacks, no reason it was emptied, no note or notices,
+        and no evicted predecessor. A run that calls no code leaves its thread's scope
+        so (the scope is touched when the run starts); evicting it has nothing to store,
+        close or tell, and the thread's next scope starts as this one did."""
+        return (
+            self.session is None
+            and not (self.dirty or self.held or self.evicted or self.notices)
+            and self.reset_reason is None
+            and self.note is None
+            and self.fetched is None
+        )
+
+    @property
     def running(self) -> bool:
         """Whether a snippet is running (or waiting to run) in this scope."""
         return self.lock.locked()

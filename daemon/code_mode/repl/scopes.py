@@ -9,7 +9,9 @@ until it ends). An evicted scope's REPL is
 stored, when there is a store (issue 14, :mod:`daemon.code_mode.repl.persistence`),
 before the executor's next checkout (:meth:`ScopeTable.close_evicted`), and
 its checkout is closed in the background from then on (issue 17); the
-thread's next scope then loads it.
+thread's next scope then loads it. A scope that never held a REPL (its
+thread's runs called no code: ``ScopeState.untouched``) is dropped with no
+more: there is nothing to store or close, and nothing was lost.
 
 Without a store, evicted threads are remembered (a bounded number) so the
 thread's next note can say its REPL is gone.
@@ -87,6 +89,8 @@ class ScopeTable:
                 return  # every other scope is running: overshoot until one ends
             assert victim.key is not None
             del self._scopes[victim.key]
+            if victim.untouched:
+                continue  # it holds no REPL: nothing to store, close, remember or log
             self._to_close.append(victim)  # stored and closed before the next checkout
             self._evicting[victim.key] = victim
             self._evicted[victim.key] = None
