@@ -75,13 +75,32 @@ async def test_a_run_that_ends_within_the_grace_shows_nothing():
     async def send(text: str) -> None:
         sent.append(text)
 
+    tasks = len(asyncio.all_tasks())
     async with showing_progress(send, grace=60.0) as progress:
         progress.report("thinking")
         for _ in range(3):
             await asyncio.sleep(0)
         progress.report("answering")
         await asyncio.sleep(0)
+        assert len(asyncio.all_tasks()) == tasks  # no sender task until the grace is over
     assert sent == [] == progress.sent
+
+
+async def test_the_sender_starts_when_the_grace_is_over():
+    """A report made in the grace goes out once it is over, the newest text first."""
+    sent: list[str] = []
+    went = asyncio.Event()
+
+    async def send(text: str) -> None:
+        sent.append(text)
+        went.set()
+
+    async with showing_progress(send, grace=0.05) as progress:
+        progress.report("thinking")
+        progress.report("running code")
+        async with asyncio.timeout(5):
+            await went.wait()
+    assert sent == ["running code"] == progress.sent
 
 
 def test_running_code_counts_the_nested_calls():

@@ -111,7 +111,9 @@ class RunProgress:
     """One run's progress: what the run reports, throttled, handed to ``send``.
 
     ``send(text)`` publishes one status (the channel's ``status``). Its one
-    task (started by the first report) is owned here and ends in :meth:`aclose`.
+    task is owned here and ends in :meth:`aclose`; a report made in the grace
+    starts it only when the grace is over (a timer, cancelled by :meth:`aclose`),
+    so a run that replies within the grace starts no task at all.
     """
 
     def __init__(
@@ -126,6 +128,7 @@ class RunProgress:
         self._throttle = Throttle(interval, clock, grace)
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._later: asyncio.TimerHandle | None = None  # starts the task after the grace
         self._closed = False
         self.nested_calls = 0  # nested tool calls started by this run's snippets
         self.sent: list[str] = []  # what went out, for the logs and the tests
@@ -136,7 +139,16 @@ class RunProgress:
             return
         self._throttle.offer(text)
         self._wake.set()
-        if self._task is None:
+        if self._task is None and self._later is None:
+            delay = self._throttle.delay()
+            if delay:  # in the grace: nothing can go before it ends
+                self._later = asyncio.get_running_loop().call_later(delay, self._start)
+            else:
+                self._start()
+
+    def _start(self) -> None:
+        self._later = None
+        if not self._closed and self._task is None:
             self._task = asyncio.create_task(self._pump(), name="asyncai-progress")
 
     def nested_call_started(self) -> None:
@@ -167,6 +179,9 @@ class RunProgress:
     async def aclose(self) -> None:
         """Send nothing more: the waiting text is dropped, a send under way cancelled."""
         self._closed = True
+        if self._later is not None:
+            self._later.cancel()
+            self._later = None
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
