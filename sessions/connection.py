@@ -142,6 +142,14 @@ Deferred = Callable[[sqlite3.Connection], object]  # what it returns is not used
 DEFER_WITHIN = 1.0
 
 
+def _absorbed(work: object, deferred: Sequence[Deferred]) -> Sequence[Deferred]:
+    """The deferred writes ``work`` writes itself, in their final form (its ``absorb``
+    method, when it has one: ``RunWriter.finish_run``'s takes its run's start and its
+    prompts' records, whose rows it would otherwise update right after)."""
+    absorb = getattr(work, "absorb", None)
+    return absorb(deferred) if absorb is not None and deferred else ()
+
+
 def _write_deferred(conn: sqlite3.Connection, deferred: Sequence[Deferred]) -> None:
     """The deferred writes, each in a savepoint of the open transaction: one that fails
     is rolled back alone and dropped (its owner's next write finds it missing), so it
@@ -163,8 +171,10 @@ class _Batch(Generic[T]):
     and before the ``COMMIT``, it rolls the batch back as the cancelled
     ``transaction`` did.
 
-    ``deferred`` (:meth:`Connection.defer`) are written first, in the same transaction;
-    when ``work`` fails or is abandoned they are written again alone, in the same job.
+    ``deferred`` (:meth:`Connection.defer`) are written first, in the same transaction,
+    but for those ``work`` absorbs (:func:`_absorbed`: it writes them itself, in their
+    final form); when ``work`` fails or is abandoned they are all written again alone,
+    as they were deferred, in the same job.
     Deferred writes that could not be written at all (the ``BEGIN`` failed) are handed
     to ``unwritten`` (called on this thread), so they wait for the next write."""
 
@@ -191,7 +201,8 @@ class _Batch(Generic[T]):
         try:
             conn.execute("BEGIN IMMEDIATE")
             try:
-                _write_deferred(conn, self.deferred)
+                taken = {id(d) for d in _absorbed(self.work, self.deferred)}
+                _write_deferred(conn, [d for d in self.deferred if id(d) not in taken])
                 if self.cancelled:
                     raise _Abandoned
                 result = self.work(conn)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from .approvals import PAUSED_RUN
@@ -65,6 +66,247 @@ def _claim(conn: sqlite3.Connection, ids: list[str], run_id: str) -> int:
     return claimed
 
 
+@dataclass(eq=False)
+class _PromptRecord:
+    """A prompt's record put off (``record_prompt`` with ``defer``): the prompt row,
+    the cursor's move and the acks it carries. Called, it writes them as ``queued``;
+    its run's end may write them in their final form instead (:class:`_Finish`)."""
+
+    channel: str
+    thread_id: str
+    message_id: str
+    sender: str
+    text: str
+    ts: str
+    advance_cursor: bool
+    acked: Sequence[Ack]
+
+    def __call__(self, conn: sqlite3.Connection) -> bool:
+        if _scalar(conn, "SELECT 1 FROM prompts WHERE id = ?", (self.message_id,)):
+            new = False
+        else:
+            key = _ensure_thread(conn, self.channel, self.thread_id)
+            now = now_iso()
+            conn.execute(
+                "INSERT INTO prompts (id, thread, sender, text, ts, received, status, updated)"
+                " VALUES (?, ?, ?, ?, ?, ?, 'queued', ?)",
+                (self.message_id, key, self.sender, self.text, self.ts, now, now),
+            )
+            new = True
+        self.carried(conn)
+        return new
+
+    def carried(self, conn: sqlite3.Connection) -> None:
+        """The cursor's move and the acks that go with the prompt."""
+        if self.advance_cursor:
+            move_cursor(conn, self.channel, self.message_id)
+        if self.acked:
+            mark_acked(conn, self.acked)
+
+
+@dataclass(eq=False)
+class _RunStart:
+    """A run's row and its prompts' claim put off (``start_run`` with ``defer``)."""
+
+    run_id: str
+    channel: str
+    thread_id: str
+    ids: list[str]
+    started: str
+
+    def __call__(self, conn: sqlite3.Connection) -> None:
+        key = _ensure_thread(conn, self.channel, self.thread_id)
+        conn.execute(
+            "INSERT INTO runs (id, thread, started, status) VALUES (?, ?, ?, 'running')",
+            (self.run_id, key, self.started),
+        )
+        if self.ids:
+            _claim(conn, self.ids, self.run_id)
+
+
+_RECORD = (
+    "INSERT INTO records (uuid, parent_uuid, thread, session_id, run_id, type,"
+    " timestamp, message, tool_use_result, cwd, version)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+
+
+@dataclass(eq=False)
+class _Finish:
+    """A run's end (``RunWriter.finish_run``), run whole on the writer's thread.
+
+    When the run's start and its prompts' records are still deferred, all in the
+    transaction this end goes in (the usual case at a channel's live edge: a run
+    that wrote nothing before its end), it :meth:`absorb` them and writes their
+    rows in their final form: the prompts inserted with their final status, the
+    run's row with its end, the thread once; not inserted ``queued`` and
+    ``running`` to be updated a moment later in the same transaction (23
+    statements a prompt become 12: bench/daemon.py's writer thread). The same
+    rows either way, in one transaction either way."""
+
+    run_id: str
+    status: str
+    prepared: Sequence[tuple[str, str, str, str, str | None]]
+    metrics: RunMetrics
+    extra: str | None
+    ids: list[str]
+    prompt_status: str
+    error: str | None
+    reply: OutboxReply | None
+    scope: ScopeWrite | None
+    cwd: str
+    version: str
+    start: _RunStart | None = None
+    records: tuple[_PromptRecord, ...] = ()
+
+    def absorb(self, deferred: Sequence[Any]) -> Sequence[Any]:
+        """From the deferred writes of this transaction: this run's start and the
+        records of all its prompts, which this end then writes; else none."""
+        start = next(
+            (d for d in deferred if isinstance(d, _RunStart) and d.run_id == self.run_id), None
+        )
+        if start is None or start.ids != self.ids:
+            return ()
+        records = {
+            d.message_id: d
+            for d in reversed(deferred)  # the first record of an id wins
+            if isinstance(d, _PromptRecord) and d.message_id in self.ids
+        }
+        if len(records) != len(set(self.ids)):
+            return ()
+        self.start, self.records = start, tuple(records[i] for i in dict.fromkeys(self.ids))
+        return (start, *self.records)
+
+    def __call__(self, conn: sqlite3.Connection) -> None:
+        now = now_iso()
+        if self.start is not None:
+            key, session = self._started(conn, now)
+        else:
+            found = conn.execute(
+                "SELECT r.thread, th.session_id FROM runs r"
+                " JOIN threads th ON th.id = r.thread WHERE r.id = ?",
+                (self.run_id,),
+            ).fetchone()
+            if found is None:
+                raise StoreError(f"finishing run {self.run_id}: no such run (start it first)")
+            key, session = found
+        parent = _scalar(
+            conn, "SELECT uuid FROM records WHERE thread = ? ORDER BY seq DESC LIMIT 1", (key,)
+        )
+        rows = []
+        for uuid, kind, timestamp, message, tool_use_result in self.prepared:
+            rows.append(
+                (
+                    uuid,
+                    parent,
+                    key,
+                    session,
+                    self.run_id,
+                    kind,
+                    timestamp,
+                    message,
+                    tool_use_result,
+                    self.cwd,
+                    self.version,
+                )
+            )
+            parent = uuid
+        conn.executemany(_RECORD, rows)
+        if self.start is None:
+            m = self.metrics
+            conn.execute(
+                "UPDATE runs SET finished = ?, status = ?, rounds = ?, run_code_calls = ?,"
+                " nested_calls = ?, bytes_in = ?, bytes_out = ?, final_round_forced = ?,"
+                " prompt_tokens = max(prompt_tokens, ?),"
+                " completion_tokens = max(completion_tokens, ?), extra = ?, error = ? WHERE id = ?",
+                (
+                    now,
+                    self.status,
+                    m.rounds,
+                    m.run_code_calls,
+                    m.nested_calls,
+                    m.bytes_in,
+                    m.bytes_out,
+                    int(m.final_round_forced),
+                    m.prompt_tokens,
+                    m.completion_tokens,
+                    self.extra,
+                    self.error,
+                    self.run_id,
+                ),
+            )
+            _mark(conn, self.ids, self.prompt_status)
+            conn.execute("UPDATE threads SET last_active = ? WHERE id = ?", (now, key))
+        if self.reply is not None:
+            put_reply(conn, self.reply)
+        if self.scope is not None:
+            put_scope(conn, self.scope)
+
+    def _started(self, conn: sqlite3.Connection, now: str) -> tuple[str, str]:
+        """The absorbed start and records in their final form; the thread's key and
+        session."""
+        start, m = self.start, self.metrics
+        assert start is not None
+        key = thread_key(start.channel, start.thread_id)
+        session = session_id(start.channel, start.thread_id)
+        conn.execute(
+            "INSERT INTO threads (id, channel, thread_id, session_id, created, last_active)"
+            " VALUES (?, ?, ?, ?, ?, ?)"
+            " ON CONFLICT (id) DO UPDATE SET last_active = excluded.last_active",
+            (key, start.channel, start.thread_id, session, now, now),
+        )
+        conn.execute(
+            "INSERT INTO runs (id, thread, started, finished, status, rounds, run_code_calls,"
+            " nested_calls, bytes_in, bytes_out, final_round_forced, prompt_tokens,"
+            " completion_tokens, extra, error)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                self.run_id,
+                key,
+                start.started,
+                now,
+                self.status,
+                m.rounds,
+                m.run_code_calls,
+                m.nested_calls,
+                m.bytes_in,
+                m.bytes_out,
+                int(m.final_round_forced),
+                m.prompt_tokens,
+                m.completion_tokens,
+                self.extra,
+                self.error,
+            ),
+        )
+        for record in self.records:
+            inserted = conn.execute(
+                "INSERT INTO prompts"
+                " (id, thread, sender, text, ts, received, status, run_id, updated)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING",
+                (
+                    record.message_id,
+                    key,
+                    record.sender,
+                    record.text,
+                    record.ts,
+                    now,
+                    self.prompt_status,
+                    self.run_id,
+                    now,
+                ),
+            ).rowcount
+            if inserted:
+                conn.execute(
+                    "INSERT OR IGNORE INTO run_senders (sender, started, run_id) VALUES (?, ?, ?)",
+                    (record.sender, start.started, self.run_id),
+                )
+            else:  # stored after all: claimed and marked as the start and the end would
+                _claim(conn, [record.message_id], self.run_id)
+                _mark(conn, [record.message_id], self.prompt_status)
+            record.carried(conn)
+        return key, session
+
+
 def _mark(conn: sqlite3.Connection, ids: list[str], status: str) -> int:
     now = now_iso()
     cursor = conn.executemany(
@@ -111,25 +353,9 @@ class RunWriter:
         prompt back.
         """
         ts = canonical_timestamp(ts, f"prompt {message_id} ts")
-
-        def record(conn: sqlite3.Connection) -> bool:
-            if _scalar(conn, "SELECT 1 FROM prompts WHERE id = ?", (message_id,)):
-                new = False
-            else:
-                key = _ensure_thread(conn, channel, thread_id)
-                now = now_iso()
-                conn.execute(
-                    "INSERT INTO prompts (id, thread, sender, text, ts, received, status, updated)"
-                    " VALUES (?, ?, ?, ?, ?, ?, 'queued', ?)",
-                    (message_id, key, sender, text, ts, now, now),
-                )
-                new = True
-            if advance_cursor:
-                move_cursor(conn, channel, message_id)
-            if acked:
-                mark_acked(conn, acked)
-            return new
-
+        record = _PromptRecord(
+            channel, thread_id, message_id, sender, text, ts, advance_cursor, acked
+        )
         if defer:
             self._db.defer(record)
             return True
@@ -224,18 +450,7 @@ class RunWriter:
         as it runs those of a run left ``running``; every write of the run itself (its
         tool calls, tokens, approval, end) goes after this one, in order.
         """
-        ids = list(prompt_ids)
-        started = now_iso()
-
-        def start(conn: sqlite3.Connection) -> None:
-            key = _ensure_thread(conn, channel, thread_id)
-            conn.execute(
-                "INSERT INTO runs (id, thread, started, status) VALUES (?, ?, ?, 'running')",
-                (run_id, key, started),
-            )
-            if ids:
-                _claim(conn, ids, run_id)
-
+        start = _RunStart(run_id, channel, thread_id, list(prompt_ids), now_iso())
         if defer:
             self._db.defer(start)
         else:
@@ -297,74 +512,18 @@ class RunWriter:
             for record in records
         ]
         counters = metrics.extra()
-        extra = json_text(counters) if counters else None
-        ids = list(prompt_ids)
-        now = now_iso()
-
-        def finish(conn: sqlite3.Connection) -> None:
-            found = conn.execute(
-                "SELECT r.thread, th.session_id FROM runs r"
-                " JOIN threads th ON th.id = r.thread WHERE r.id = ?",
-                (run_id,),
-            ).fetchone()
-            if found is None:
-                raise StoreError(f"finishing run {run_id}: no such run (start it first)")
-            key, session = found
-            parent = _scalar(
-                conn,
-                "SELECT uuid FROM records WHERE thread = ? ORDER BY seq DESC LIMIT 1",
-                (key,),
-            )
-            rows = []
-            for uuid, kind, timestamp, message, tool_use_result in prepared:
-                rows.append(
-                    (
-                        uuid,
-                        parent,
-                        key,
-                        session,
-                        run_id,
-                        kind,
-                        timestamp,
-                        message,
-                        tool_use_result,
-                        self._db.cwd,
-                        self._db.version,
-                    )
-                )
-                parent = uuid
-            conn.executemany(
-                "INSERT INTO records (uuid, parent_uuid, thread, session_id, run_id, type,"
-                " timestamp, message, tool_use_result, cwd, version)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                rows,
-            )
-            conn.execute(
-                "UPDATE runs SET finished = ?, status = ?, rounds = ?, run_code_calls = ?,"
-                " nested_calls = ?, bytes_in = ?, bytes_out = ?, final_round_forced = ?,"
-                " prompt_tokens = max(prompt_tokens, ?),"
-                " completion_tokens = max(completion_tokens, ?), extra = ?, error = ? WHERE id = ?",
-                (
-                    now,
-                    status,
-                    metrics.rounds,
-                    metrics.run_code_calls,
-                    metrics.nested_calls,
-                    metrics.bytes_in,
-                    metrics.bytes_out,
-                    int(metrics.final_round_forced),
-                    metrics.prompt_tokens,
-                    metrics.completion_tokens,
-                    extra,
-                    error,
-                    run_id,
-                ),
-            )
-            _mark(conn, ids, prompt_status)
-            conn.execute("UPDATE threads SET last_active = ? WHERE id = ?", (now, key))
-            if reply is not None:
-                put_reply(conn, reply)
-            if scope is not None:
-                put_scope(conn, scope)
-
+        finish = _Finish(
+            run_id,
+            status,
+            prepared,
+            metrics,
+            json_text(counters) if counters else None,
+            list(prompt_ids),
+            prompt_status,
+            error,
+            reply,
+            scope,
+            self._db.cwd,
+            self._db.version,
+        )
         await self._db.batch(f"finishing run {run_id}", finish)

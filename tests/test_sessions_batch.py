@@ -14,7 +14,7 @@ import pytest
 from sessions import RunMetrics, Store, StoreError
 from sessions.outbox import Ack, OutboxReply
 from sessions.testing import run_records
-from tests.fakes.writer_jobs import count_jobs
+from tests.fakes.writer_jobs import count_jobs, trace_statements
 
 TS = "2026-11-30T18:00:00Z"
 
@@ -223,3 +223,106 @@ async def test_a_deferred_write_waits_when_its_transaction_cannot_begin(tmp_path
         await asyncio.sleep(0)  # the thread hands the deferred write back to the loop
         await store.runs.record_prompt("#ops", "T1", "M2", "alice", "there", TS)
         assert raw(store.path, "SELECT id, status FROM runs") == [("R1", "running")]
+
+
+def rows_of(path: Path) -> dict[str, list[tuple]]:
+    """What a run left, without the clock's columns and the run's own ids."""
+    return {
+        "threads": raw(path, "SELECT id, channel, thread_id, session_id FROM threads ORDER BY id"),
+        "prompts": raw(
+            path, "SELECT id, thread, sender, text, ts, status FROM prompts ORDER BY id"
+        ),
+        "runs": raw(
+            path,
+            "SELECT thread, status, rounds, run_code_calls, nested_calls, bytes_in, bytes_out,"
+            " final_round_forced, prompt_tokens, completion_tokens, extra, error,"
+            " finished IS NOT NULL FROM runs",
+        ),
+        "senders": raw(path, "SELECT sender FROM run_senders"),
+        "records": raw(
+            path,
+            "SELECT parent_uuid IS NULL, thread, session_id, type,"
+            " json_extract(message, '$.role'), cwd, version"
+            " FROM records ORDER BY seq",
+        ),
+        "cursors": raw(path, "SELECT channel, message_id FROM cursors"),
+        "outbox": raw(path, "SELECT channel, thread_id, reply_to, text, status FROM outbox"),
+    }
+
+
+async def answered(store: Store, *, defer: bool, ids: tuple[str, ...] = ("M1", "M2")) -> None:
+    """Two prompts of one thread answered by one run, their record and start deferred or
+    not; the run spent tokens and calls."""
+    for n, mid in enumerate(ids):
+        await store.runs.record_prompt(
+            "#ops", "T1", mid, f"user{n}", f"text {n}", TS, advance_cursor=True, defer=defer
+        )
+    await store.runs.start_run("R1", "#ops", "T1", list(ids), defer=defer)
+    metrics = RunMetrics(rounds=2, run_code_calls=1, nested_calls=3, prompt_tokens=40)
+    metrics.completion_tokens, metrics.bytes_in = 7, 120
+    reply = OutboxReply("R1", "#ops", "T1", ids[-1], "cid", "the answer")
+    await store.runs.finish_run(
+        "R1", "done", run_records("text"), metrics, list(ids), "done", reply=reply
+    )
+
+
+async def test_a_run_written_whole_at_its_end_leaves_the_rows_the_steps_leave(tmp_path: Path):
+    """The run's end absorbs its deferred start and its prompts' deferred records and
+    writes their rows in their final form (no prompt inserted queued and updated twice):
+    the same rows as recording, starting and finishing one write at a time."""
+    async with Store(tmp_path / "steps.db", cwd="/srv", version="0.1.0") as steps:
+        await answered(steps, defer=False)
+    async with Store(tmp_path / "whole.db", cwd="/srv", version="0.1.0") as whole:
+        statements = await trace_statements(whole)
+        await answered(whole, defer=True)
+    assert rows_of(whole.path) == rows_of(steps.path)
+    assert rows_of(whole.path)["prompts"][0][-1] == "done"
+    assert not [s for s in statements if s.startswith("UPDATE prompts")]
+    assert not [s for s in statements if s.startswith("UPDATE runs")]
+
+
+async def test_a_prompt_stored_after_all_is_claimed_and_marked_as_before(tmp_path: Path):
+    """A deferred record whose prompt is stored already (not new after all): the end
+    claims and marks it as the start and the end would, and the rest as new."""
+    async with Store(tmp_path / "steps.db", cwd="/srv", version="0.1.0") as steps:
+        await steps.runs.record_prompt("#ops", "T1", "M1", "user0", "text 0", TS)
+        await answered(steps, defer=False)
+    async with Store(tmp_path / "whole.db", cwd="/srv", version="0.1.0") as whole:
+        await whole.runs.record_prompt("#ops", "T1", "M1", "user0", "text 0", TS)
+        await answered(whole, defer=True)
+    assert rows_of(whole.path) == rows_of(steps.path)
+
+
+async def test_an_end_that_fails_writes_what_it_absorbed_as_it_was_deferred(store: Store):
+    """The end fails (its reply refused): its transaction is rolled back and the start
+    and records it had absorbed are written alone, as deferred (queued, then claimed),
+    so the next start runs the prompts again."""
+    fail_when(store.path, "no_reply", "INSERT ON outbox", "1")
+    with pytest.raises(StoreError, match="finishing run R1"):
+        await answered(store, defer=True)
+    assert raw(store.path, "SELECT id, status, run_id FROM prompts ORDER BY id") == [
+        ("M1", "running", "R1"),
+        ("M2", "running", "R1"),
+    ]
+    assert raw(store.path, "SELECT id, status FROM runs") == [("R1", "running")]
+    assert raw(store.path, "SELECT message_id FROM cursors") == [("M2",)]
+    assert raw(store.path, "SELECT count(*) FROM records") == [(0,)]
+    assert raw(store.path, "SELECT sender FROM run_senders ORDER BY sender") == [
+        ("user0",),
+        ("user1",),
+    ]
+
+
+async def test_an_end_absorbs_nothing_when_a_record_of_its_run_was_written(store: Store):
+    """A write between a prompt's record and its run's start took the record: the end
+    writes the start it finds deferred as before, step by step."""
+    await store.runs.record_prompt("#ops", "T1", "M1", "alice", "hi", TS, defer=True)
+    await store.runs.add_run_tokens("R0", 1, 1)  # any write: it carries the record
+    await store.runs.start_run("R1", "#ops", "T1", ["M1"], defer=True)
+    statements = await trace_statements(store)
+    await store.runs.finish_run("R1", "done", run_records("hi"), RunMetrics(), ["M1"], "done")
+    assert raw(store.path, "SELECT id, status, run_id FROM prompts") == [("M1", "done", "R1")]
+    assert [s.split(" SET")[0] for s in statements if s.startswith("UPDATE prompts")] == [
+        "UPDATE prompts",
+        "UPDATE prompts",
+    ]

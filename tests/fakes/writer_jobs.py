@@ -11,7 +11,7 @@ from typing import Any
 
 from sessions import Store
 
-__all__ = ["count_jobs"]
+__all__ = ["count_jobs", "trace_statements"]
 
 
 def count_jobs(store: Store) -> list[Any]:
@@ -27,3 +27,13 @@ def count_jobs(store: Store) -> list[Any]:
 
     db._execute = counted  # type: ignore[method-assign]  # count what goes to the thread
     return calls
+
+
+async def trace_statements(store: Store) -> list[str]:
+    """The SQL statements the store's writer runs from now on (sqlite3's trace callback,
+    set on the writer's own thread)."""
+    db = store.connection._writer
+    assert db is not None
+    statements: list[str] = []
+    await db.set_trace_callback(statements.append)
+    return statements
