@@ -213,27 +213,12 @@ class _Finish:
             parent = uuid
         conn.executemany(_RECORD, rows)
         if self.start is None:
-            m = self.metrics
             conn.execute(
                 "UPDATE runs SET finished = ?, status = ?, rounds = ?, run_code_calls = ?,"
                 " nested_calls = ?, bytes_in = ?, bytes_out = ?, final_round_forced = ?,"
                 " prompt_tokens = max(prompt_tokens, ?),"
                 " completion_tokens = max(completion_tokens, ?), extra = ?, error = ? WHERE id = ?",
-                (
-                    now,
-                    self.status,
-                    m.rounds,
-                    m.run_code_calls,
-                    m.nested_calls,
-                    m.bytes_in,
-                    m.bytes_out,
-                    int(m.final_round_forced),
-                    m.prompt_tokens,
-                    m.completion_tokens,
-                    self.extra,
-                    self.error,
-                    self.run_id,
-                ),
+                (*self._end(now), self.run_id),
             )
             _mark(conn, self.ids, self.prompt_status)
             conn.execute("UPDATE threads SET last_active = ? WHERE id = ?", (now, key))
@@ -242,10 +227,28 @@ class _Finish:
         if self.scope is not None:
             put_scope(conn, self.scope)
 
+    def _end(self, now: str) -> tuple[Any, ...]:
+        """The run's end: the runs table's columns from ``finished`` to ``error``."""
+        m = self.metrics
+        return (
+            now,
+            self.status,
+            m.rounds,
+            m.run_code_calls,
+            m.nested_calls,
+            m.bytes_in,
+            m.bytes_out,
+            int(m.final_round_forced),
+            m.prompt_tokens,
+            m.completion_tokens,
+            self.extra,
+            self.error,
+        )
+
     def _started(self, conn: sqlite3.Connection, now: str) -> tuple[str, str]:
         """The absorbed start and records in their final form; the thread's key and
         session."""
-        start, m = self.start, self.metrics
+        start = self.start
         assert start is not None
         key = thread_key(start.channel, start.thread_id)
         session = session_id(start.channel, start.thread_id)
@@ -260,23 +263,7 @@ class _Finish:
             " nested_calls, bytes_in, bytes_out, final_round_forced, prompt_tokens,"
             " completion_tokens, extra, error)"
             " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (
-                self.run_id,
-                key,
-                start.started,
-                now,
-                self.status,
-                m.rounds,
-                m.run_code_calls,
-                m.nested_calls,
-                m.bytes_in,
-                m.bytes_out,
-                int(m.final_round_forced),
-                m.prompt_tokens,
-                m.completion_tokens,
-                self.extra,
-                self.error,
-            ),
+            (self.run_id, key, start.started, *self._end(now)),
         )
         for record in self.records:
             inserted = conn.execute(
