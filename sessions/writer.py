@@ -250,14 +250,8 @@ class _Finish:
         session."""
         start = self.start
         assert start is not None
-        key = thread_key(start.channel, start.thread_id)
+        key = _ensure_thread(conn, start.channel, start.thread_id)
         session = session_id(start.channel, start.thread_id)
-        conn.execute(
-            "INSERT INTO threads (id, channel, thread_id, session_id, created, last_active)"
-            " VALUES (?, ?, ?, ?, ?, ?)"
-            " ON CONFLICT (id) DO UPDATE SET last_active = excluded.last_active",
-            (key, start.channel, start.thread_id, session, now, now),
-        )
         conn.execute(
             "INSERT INTO runs (id, thread, started, finished, status, rounds, run_code_calls,"
             " nested_calls, bytes_in, bytes_out, final_round_forced, prompt_tokens,"
