@@ -693,59 +693,6 @@ async def test_a_good_result_that_never_fetched_the_url_asked_about_is_sent_back
     assert result.reply == "3 pods are failing."
 
 
-def sql_tools() -> FakeToolExecutor:
-    """A query tool that reports a bad query in-band, as its result's text (as
-    ``mcp-server-sqlite`` does), and answers a good one with rows."""
-    fake = FakeToolExecutor()
-
-    @fake.tool(read_only=True)
-    async def read_query(*, query: str) -> Any:
-        """Run a SELECT query."""
-        if "o.status" in query:
-            return "Database error: no such column: o.status"
-        return [{"team": "growth", "n": 2}, {"team": "search", "n": 4}]
-
-    return fake
-
-
-BAD_QUERY = "rows = await read_query(query='select o.status, team from employees')"
-GOOD_QUERY = "rows = await read_query(query='select team, count(*) as n from employees')"
-REPORT = "Database error: no such column: o.status"
-
-
-@pytest.mark.parametrize("trial", [True, False])
-@pytest.mark.parametrize("reads", [True, False])
-async def test_a_failure_reported_as_text_is_told_as_the_calls_failure(monty_pool, trial, reads):
-    """Trial error-text: a call's result is its failure report, as text. Read as rows
-    (``reads``: the snippet fails on a str index) or given as the result, the retry is
-    told the report and that the call needs changing; then the good query answers. Off,
-    the report read as rows gets the look alone, and given as the result it is answered;
-    the trial is noticed either way."""
-    first = f"{BAD_QUERY}\n" + ("[r['team'] for r in rows]" if reads else "rows")
-    script = [block(first), block(f"{GOOD_QUERY}\nrows"), "growth: 2, search: 4"]
-    params = {"harness_trials": "error-text"} if trial else {}
-    async with code_mode_over(sql_tools(), monty_pool) as ex:
-        with noticing() as noticed:
-            fake, (result,) = await run_script(
-                ex, script if trial or reads else script[:1] + script[2:], request(), **params
-            )
-    assert noticed == (set() if trial else {"error-text"})
-    second = fake.requests[1]["messages"][-1]["content"]
-    hint = (
-        f"Hint: `rows = await read_query(...)` gave back an error message, not data: "
-        f"{REPORT!r}. The call failed. Change what you pass to read_query"
-    )
-    if not trial and not reads:
-        assert second.startswith(f"The code returned:\n{REPORT}\n\nAnswer my question")
-        return
-    assert second.startswith("Your last attempt failed:")
-    assert (hint in second) is trial
-    if reads:
-        assert f"rows == {REPORT!r}" in second  # the look shows it too, on or off
-    assert fake.requests[2]["messages"][-1]["content"].startswith("The code returned:")
-    assert result.reply == "growth: 2, search: 4"
-
-
 def test_a_paused_run_keeps_its_look() -> None:
     """The look flag is part of the loop's stored position: a run paused and resumed
     after its look does not look again."""

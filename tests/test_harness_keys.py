@@ -4,15 +4,7 @@ from __future__ import annotations
 
 import ast
 
-from daemon.model.harness import (
-    Switches,
-    active,
-    error_text,
-    failure_hint,
-    fetched_url,
-    key_fix,
-    value_hint,
-)
+from daemon.model.harness import fetched_url, key_fix, value_hint
 from tests.fakes.look import as_look
 
 LOOK = (
@@ -98,57 +90,3 @@ def test_fetched_url_needs_a_url_in_the_question_and_a_fetch_of_it() -> None:
     assert not fetched_url(q, "r = await list_pods(ns='x')", fns)
     assert not fetched_url(q, "http_get_result = 1", fns)
     assert not fetched_url("Which items are low?", "r = await http_get(url='x')", fns)
-
-
-def test_a_failure_report_is_text_that_starts_as_one() -> None:
-    """``error_text``: a short line that starts as a failure report is one; a snippet's own
-    sentence that says so later, long text, several lines and data are not."""
-    for report in (
-        "Database error: no such column: o.status",
-        "Error executing tool x: bad",
-        "ValueError: not a date",
-        "Failed to fetch http://h/x - status code 404",
-        "no such table: orders",
-        "Invalid date '2025-13-01'",
-    ):
-        assert error_text(report) == report
-    for other in (
-        "3 pods failed",
-        "No errors found",
-        "The error rate is 3%",
-        "Error: x\nline two\nline three",
-        "Error: " + "x" * 400,
-        ["Error: x"],
-        None,
-    ):
-        assert error_text(other) is None
-
-
-def test_the_failure_hint_names_the_variable_and_the_call() -> None:
-    """Trial ``error-text`` (switched on): the variable the look shows whole holding a
-    report, assigned from a catalog call, is told as that call's failure; a report in a
-    variable no call assigned is not; a good result that is a report names the call."""
-    code = "rows = await read_query(query='q')\n[r['team'] for r in rows]"
-    look = as_look("rows == 'Database error: no such column: o.status'")
-    with active(Switches(trials=frozenset({"error-text"}))):
-        hint = failure_hint(code, look, None, {"read_query"})
-        assert hint is not None
-        assert hint.startswith("Hint: `rows = await read_query(...)` gave back an error message")
-        assert "'Database error: no such column: o.status'" in hint
-        assert (
-            failure_hint(
-                "rows = 'Error: x'\nrows[0]['a']",
-                as_look("rows == 'Error: x'"),
-                None,
-                {"read_query"},
-            )
-            is None
-        )
-        said = failure_hint(
-            code.splitlines()[0] + "\nrows", None, "Error: bad query", {"read_query"}
-        )
-        assert said is not None
-        assert said.startswith("Hint: `rows = await read_query(...)`")
-        assert failure_hint("x = 1\nx", None, "Error: bad query", {"read_query"}) is None
-    with active(Switches()):  # off: nothing said
-        assert failure_hint(code, look, None, {"read_query"}) is None

@@ -30,7 +30,6 @@ from daemon.model.harness import (
     closest_examples,
     compact_description,
     echoes_example,
-    failure_hint,
     from_environ,
     is_no_answer,
     key_fix,
@@ -244,9 +243,6 @@ PROBES: dict[str, Callable[[Switches], Any]] = {
 
 # Each trial: what it changes once switched on.
 TRIAL_PROBES: dict[str, Callable[[Switches], Any]] = {
-    "error-text": lambda _: failure_hint(
-        "rows = await read_query(query='q')\nrows", None, "Error: bad query", {"read_query"}
-    ),
     "unfetched-url": lambda _: unfetched_url(
         "Total of http://h:1/o.csv?", "r = await read_query(query='select 1')", FETCHERS
     ),

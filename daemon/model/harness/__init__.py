@@ -57,8 +57,6 @@ each piece fixes one observed failure:
 | (trial) a URL the question names that   | :func:`unfetched_url`: the     | unfetched-url      |
 | the code never fetched (another tool's   | fetch, after a failure or a    |                    |
 | data, an example's SQL)                  | good result                    |                    |
-| (trial) a call that reported its failure | :func:`failure_hint`: the      | error-text         |
-| as its result's text, read as data       | report, and to change the call  |                    |
 | the same error twice: a third snippet    | :func:`repeats_error`: no      | repeat-stop        |
 | would fail the same way                  | third snippet is drawn         |                    |
 | ``read_query("SELECT ...")``: "takes     | :func:`repair_code`: bound to  | positional-args    |
@@ -135,13 +133,7 @@ from daemon.model.harness.feedback import (
 )
 from daemon.model.harness.fields import hidden_fields, hidden_paths
 from daemon.model.harness.keyfix import key_fix, loop_fix
-from daemon.model.harness.keys import (
-    error_text,
-    failure_hint,
-    key_hint,
-    missing_key,
-    value_hint,
-)
+from daemon.model.harness.keys import key_hint, missing_key, value_hint
 from daemon.model.harness.look import Look, read_look
 from daemon.model.harness.mending import mend_call, text_calls
 from daemon.model.harness.parsing import (
@@ -229,9 +221,7 @@ __all__ = [
     "compact_description",
     "echoes_example",
     "error_signature",
-    "error_text",
     "extract_code",
-    "failure_hint",
     "failure_reply",
     "fetched_url",
     "foreign_calls",

@@ -45,7 +45,7 @@ from daemon.model.harness.feedback import (
     url_hint,
 )
 from daemon.model.harness.keyfix import key_fix, loop_fix
-from daemon.model.harness.keys import failure_hint, key_hint, missing_key, value_hint
+from daemon.model.harness.keys import key_hint, missing_key, value_hint
 from daemon.model.harness.look import Look, read_look
 from daemon.model.harness.mending import mend_call, text_calls
 from daemon.model.harness.parsing import code_message, extract_code
@@ -224,10 +224,7 @@ async def after_block(
     _record_result(state, call, output, text)
     ls.next_call = 1
     more = ls.round_no + 1 < max_rounds  # the last round must be the answer
-    said = None  # trial error-text: a good result that is a call's failure report
-    if not output.is_error and isinstance(code, str) and text != NO_OUTPUT:
-        said = failure_hint(code, None, plain, functions)
-    failed = output.is_error or text == NO_OUTPUT or said is not None
+    failed = output.is_error or text == NO_OUTPUT
     if failed:
         ls.failures += 1
     else:
@@ -286,9 +283,6 @@ async def after_block(
     located = key_hint(text, look) if failed else None
     if failed and located is None and isinstance(code, str):
         located = value_hint(code, plain, look)  # what a value the snippet misread is
-        if located is None and output.is_error:  # trial error-text: a call's failure report
-            located = failure_hint(code, look, None, functions)
-        located = located or said
         text = plain if located else text  # it says more than the traceback's hint
     voting = vote_samples(ls.samples) > 1
     if not (failed or recheck or ls.voted) and isinstance(code, str) and voting:

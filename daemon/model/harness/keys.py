@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Collection
-from contextlib import suppress
 
 from daemon.model.harness.feedback import error_signature
 from daemon.model.harness.look import (
@@ -22,13 +20,11 @@ from daemon.model.harness.look import (
     TextStart,
     Value,
 )
-from daemon.model.harness.rules import acts, on
+from daemon.model.harness.rules import on
 
 # key_paths and plain_path serve harness/keyfix.py too
 __all__ = [
     "PARSE_ERROR",
-    "error_text",
-    "failure_hint",
     "key_hint",
     "key_paths",
     "list_paths",
@@ -228,105 +224,3 @@ def value_hint(code: str, error: str, look: Look | None) -> str | None:
                 f"for item in {name}['items'] (or items({name}))."
             )
     return None
-
-
-# How a failure report starts: "Database error: no such column", "Error: ...",
-# "ValueError: ...", "Failed to fetch ...", "Invalid date", "No such file". A snippet's
-# own sentence says it later ("3 pods failed"), and is not one.
-_FAILURE = re.compile(
-    r"^(?:\w+[ -]){0,2}\w*(?:error|exception)\s*:"
-    r"|^(?:error|exception|failed|failure|unable to|cannot|can't|could not|invalid|"
-    r"permission denied|access denied|forbidden|unauthori[sz]ed|not found|no such)\b",
-    re.IGNORECASE,
-)
-_FAILURE_CHARS = 300  # a report is short: longer text is data (a log, a page)
-
-
-def error_text(value: object) -> str | None:
-    """``value``'s text when it reads as a failure report (short, one or two lines, and
-    it starts as one), else None."""
-    if not isinstance(value, str):
-        return None
-    text = value.strip()
-    if not text or len(text) > _FAILURE_CHARS or text.count("\n") > 1:
-        return None
-    return text if _FAILURE.match(text) else None
-
-
-def _called(code: str, name: str, functions: Collection[str]) -> str | None:
-    """The catalog function whose awaited result ``code`` assigns to ``name`` (the last
-    such assignment), or None."""
-    try:
-        tree = ast.parse(code)
-    except SyntaxError:
-        return None
-    found = None
-    for node in ast.walk(tree):
-        if not (isinstance(node, ast.Assign) and len(node.targets) == 1):
-            continue
-        target, value = node.targets[0], node.value
-        value = value.value if isinstance(value, ast.Await) else value
-        if (
-            isinstance(target, ast.Name)
-            and target.id == name
-            and isinstance(value, ast.Call)
-            and isinstance(value.func, ast.Name)
-            and value.func.id in functions
-        ):
-            found = value.func.id
-    return found
-
-
-def _last_name(code: str) -> str | None:
-    """The variable a snippet ends on (``rows`` for ``...\nrows``), or None."""
-    try:
-        body = ast.parse(code).body
-    except SyntaxError:
-        return None
-    last = body[-1] if body else None
-    if isinstance(last, ast.Expr) and isinstance(last.value, ast.Name):
-        return last.value.id
-    return None
-
-
-def failure_hint(
-    code: str, look: Look | None, result: str | None, functions: Collection[str]
-) -> str | None:
-    """The hint for a call that reported its failure as text instead of data: the
-    report, and that the call (not the code reading its result) needs changing; None
-    when neither a variable the look shows whole nor the result (``result``: a good
-    snippet's) is such a report. Trial ``error-text``, noticed where it applies.
-
-    Serves every tool that reports a failure in-band, as its result's text rather than
-    an error result (``mcp-server-sqlite``: ``Database error: no such column: o.status``
-    for a query naming a wrong column): the call is listed as ``ok``, the snippet then
-    reads the report as rows (``string indices must be integers``), and the model,
-    told the value is text to parse, rewrote the loop and kept the query.
-    """
-    told: tuple[str | None, str, str] | None = None
-    if look is not None:
-        for entry in look.entries():
-            if isinstance(entry, Value | Prefix) and not entry.path.steps:
-                with suppress(ValueError, SyntaxError):
-                    text = error_text(ast.literal_eval(entry.sample))
-                    call = _called(code, entry.path.root, functions) if text else None
-                    if text and call:
-                        told = (entry.path.root, call, text)
-                        break
-    if told is None and (text := error_text(result)):
-        name = _last_name(code)
-        call = _called(code, name, functions) if name else None
-        calls = [f for f in dict.fromkeys(_CALL.findall(code)) if f in functions]
-        if call or len(calls) == 1:
-            told = (name if call else None, call or calls[0], text)
-    if not acts("error-text", told is not None) or told is None:
-        return None
-    name, call, text = told
-    gave = f"`{name} = await {call}(...)`" if name else f"{call}(...)"
-    return (
-        f"Hint: {gave} gave back an error message, not data: {text!r}. The call failed. "
-        f"Change what you pass to {call} as the message says, and call it again."
-    )
-
-
-_CALL = re.compile(r"\b(\w+)\s*\(")

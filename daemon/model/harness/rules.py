@@ -110,9 +110,6 @@ RULES: dict[str, str] = {
 
 #: Mechanisms under measurement: off until ``ASYNCAI_HARNESS_ON`` names them.
 TRIALS: dict[str, str] = {
-    "error-text": "a call that reported its failure as its result's text (a short line "
-    "such as 'Database error: no such column: x'), read by the snippet as data or given "
-    "as its result: the retry is told the report and to change the call",
     "unfetched-url": "a URL the question names that the snippet never fetched (neither it "
     "nor its path is in the code): a failed snippet's retry, or a good result's one more "
     "round, is told the call that fetches it",
