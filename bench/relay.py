@@ -8,9 +8,11 @@ logging):
 - receives the prompt as a ``websockets`` client of the hub (the protocol's
   JSON frames parsed with the standard library's ``json``);
 - asks the model for one chat completion with ``openai.AsyncOpenAI``, streamed
-  as ``daemon/model/endpoint.py`` asks (the SDK's ``post`` with ``stream=True``
-  and its ``AsyncStream`` of chunk dicts, the usage asked for; issue 31), the
-  reply's text joined from the chunks;
+  as ``daemon/model/endpoint.py`` asks (the SDK's ``post`` with ``stream=True``,
+  the usage asked for; issue 31) and reads it as the endpoint does: the body's
+  lines to its end, each ``data:`` line's chunk decoded with ``json``, the reply's
+  text joined from the chunks (not the SDK's iterator, which stops at ``[DONE]``
+  and leaves its generators to the loop's finalizer);
 - writes one transcript row with ``aiosqlite`` in one write transaction
   (``BEGIN IMMEDIATE``, the ``INSERT``, ``COMMIT``) run whole on aiosqlite's
   thread in one job, as the store runs its own (``StoreConnections._batch``),
@@ -93,11 +95,14 @@ class Relay:
             stream=True,
             stream_cls=openai.AsyncStream[dict[str, Any]],
         )
-        parts = [
-            (choice.get("delta") or {}).get("content") or ""
-            async for chunk in stream
-            for choice in chunk.get("choices") or ()
-        ]
+        parts = []
+        try:  # the body's lines to its end, as the endpoint reads them (one data line an event)
+            async for line in stream.response.aiter_lines():
+                if line.startswith("data: {"):
+                    for choice in json.loads(line[6:]).get("choices") or ():
+                        parts.append((choice.get("delta") or {}).get("content") or "")
+        finally:
+            await stream.response.aclose()
         reply = "".join(parts)
         row = (frame["id"], frame["thread"], frame["text"], reply)
         await self.db._execute(self.write, row)  # one job; the thread runs them in turn

@@ -10,8 +10,10 @@ route). Everything else is real: the openai SDK, the endpoint, the timeline.
 from __future__ import annotations
 
 import asyncio
+import gc
 import itertools
 import json
+import sys
 from typing import Any
 
 import openai
@@ -25,7 +27,7 @@ from daemon.errors import BackendError
 from daemon.model import ModelSlots
 from daemon.model.endpoint import ChatEndpoint
 from daemon.model.response import completion_problem
-from daemon.model.stream import Assembly
+from daemon.model.stream import Assembly, Events
 from daemon.runtime.timing import Timelines, time_split
 from sessions.model import RunMetrics
 from tests.fakes.fake_openai import Error, FakeOpenAI, Hold, Raw, Reply, ToolCalls
@@ -360,3 +362,82 @@ def test_the_embedded_model_gets_one_slot_and_others_none_unless_configured() ->
     semaphore = slots.of(three, "gpt")
     assert semaphore is not None
     assert semaphore._value == 3
+
+
+# ---- the events of a stream's body -------------------------------------------------------
+
+
+def test_events_are_read_as_the_sse_standard_parses_them() -> None:
+    """A blank line ends an event; several data lines join with newlines; one space after
+    the colon is dropped, no more; comments, other fields and an event with no data
+    give nothing; an event the body ended inside is given at its end."""
+    events = Events()
+    lines = [": a comment", "event: chunk", 'data: {"a":', "data:  1}", "", "", "id: 7", ""]
+    assert [d for d in map(events.line, lines) if d is not None] == ['{"a":\n 1}']
+    assert events.line("data") is None
+    assert events.line("") == ""
+    assert events.line("data:[DONE]") is None
+    assert events.end() == "[DONE]"
+    assert events.end() is None
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.text(alphabet=st.characters(exclude_characters="\r\n")), max_size=12))
+def test_any_lines_give_events_or_nothing_and_never_fail(lines: list[str]) -> None:
+    """Any line is read; each event's data is the data lines' values joined."""
+    events = Events()
+    got = [d for d in map(events.line, lines) if d is not None]
+    assert all(isinstance(d, str) for d in got)
+    tail = events.end()
+    assert len(got) + (tail is not None) <= sum(1 for ln in lines if ln.split(":")[0] == "data")
+
+
+async def test_a_streamed_reply_leaves_no_async_generator_to_the_loops_finalizer() -> None:
+    """The body is read to its end: nothing of the stream is left for the loop to close
+    (the SDK's iterator stopped at [DONE] and left four generators, each a thread-safe
+    wake-up and a task of the loop's, issue 31)."""
+    finalized: list[object] = []
+    firstiter, finalizer = sys.get_asyncgen_hooks()
+    assert finalizer is not None
+
+    def counting(agen: Any) -> None:
+        finalized.append(agen)
+        finalizer(agen)
+
+    sys.set_asyncgen_hooks(firstiter=firstiter, finalizer=counting)
+    try:
+        async with FakeOpenAI([Reply("hi"), Reply("again")]) as fake:
+            endpoint = _endpoint(fake)
+            for _ in range(2):
+                assert (await _complete(endpoint)).choices[0].message.content in ("hi", "again")
+            gc.collect()
+            await asyncio.sleep(0)
+            await endpoint.client.close()
+    finally:
+        sys.set_asyncgen_hooks(firstiter=firstiter, finalizer=finalizer)
+    assert finalized == []
+
+
+async def test_an_error_event_fails_the_request_with_its_message() -> None:
+    """An ``error`` event in the stream is the SDK's APIError: not retried, its message
+    in the BackendError."""
+    events = b'data: {"error": {"message": "the model crashed"}}\n\n'
+    async with FakeOpenAI([Raw(events, content_type="text/event-stream")]) as fake:
+        endpoint = _endpoint(fake, retries=2)
+        with pytest.raises(BackendError, match="unusable response: the model crashed"):
+            await _complete(endpoint)
+        assert len(fake.requests) == 1
+        await endpoint.client.close()
+
+
+async def test_a_stream_whose_connection_drops_is_asked_again() -> None:
+    """The connection closed in the middle of the body: a connection error, retried; the
+    next answer is the reply."""
+    chunk = b'data: {"choices": [{"delta": {"content": "h"}}]}\n\n'
+    cut = Raw(chunk, content_type="text/event-stream", declared=len(chunk) + 500)
+    async with FakeOpenAI([cut, Reply("hi")]) as fake:
+        endpoint = _endpoint(fake, retries=1)
+        metrics = RunMetrics()
+        assert (await _complete(endpoint, metrics)).choices[0].message.content == "hi"
+        assert metrics.retries == 1
+        await endpoint.client.close()

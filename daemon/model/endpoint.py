@@ -40,6 +40,8 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
+import anyio
+import httpx2
 import openai
 import pydantic
 import structlog
@@ -50,7 +52,7 @@ from daemon.config import EndpointConfig, ModelConfig
 from daemon.errors import BackendError
 from daemon.local_model.fetch import DEFAULT_MODEL
 from daemon.model.response import completion_problem
-from daemon.model.stream import Assembly
+from daemon.model.stream import Assembly, Events
 from daemon.runtime.progress import model_request
 from daemon.runtime.timing import Span, mark, timed
 from daemon.runtime.usage import tokens_before_request, tokens_spent
@@ -230,12 +232,7 @@ class ChatEndpoint:
             return await response.aread()  # the server ignored "stream": no first token
         assembly = Assembly()
         try:
-            async for chunk in stream:
-                if not assembly.chunks:
-                    mark("first_token")
-                assembly.add(chunk)
-                if assembly.problem is not None:
-                    break
+            await self._read_stream(response, assembly)
         except ValueError as exc:  # an event whose data is not JSON
             raise BackendError(
                 f"the model endpoint {self.params.base_url} sent a malformed stream: {exc}"
@@ -261,6 +258,38 @@ class ChatEndpoint:
                 "total_tokens": (prompt or 0) + assembly.pieces,
             }
         return assembly.body(usage)
+
+    @staticmethod
+    async def _read_stream(response: httpx2.Response, assembly: Assembly) -> None:
+        """Fold the streamed chunks into ``assembly``, reading the body to its end
+        (:class:`~daemon.model.stream.Events` says why not the SDK's iterator), with
+        the SDK's errors: a transport failure or time-out mid-stream as its
+        ``APIConnectionError`` or ``APITimeoutError``, an ``error`` event as its
+        ``APIError``."""
+        events = Events()
+        try:
+            async for line in response.aiter_lines():
+                data = events.line(line)
+                if data is None or data.startswith("[DONE]"):
+                    continue
+                chunk = json.loads(data)
+                if isinstance(chunk, dict) and chunk.get("error"):
+                    error = chunk["error"]
+                    message = error.get("message") if isinstance(error, dict) else None
+                    raise openai.APIError(
+                        message=message if isinstance(message, str) else "an error event",
+                        request=response.request,
+                        body=error,
+                    )
+                if not assembly.chunks:
+                    mark("first_token")
+                assembly.add(chunk)
+                if assembly.problem is not None:
+                    return
+        except httpx2.TimeoutException as exc:
+            raise openai.APITimeoutError(request=response.request) from exc
+        except (httpx2.RequestError, anyio.EndOfStream) as exc:
+            raise openai.APIConnectionError(request=response.request) from exc
 
     async def _unstreamed(self, body: dict[str, Any], limit: float, why: str) -> bytes:
         """A server that cannot stream: the request asked again plainly, and, once that is

@@ -24,7 +24,37 @@ from __future__ import annotations
 import json
 from typing import Any
 
-__all__ = ["Assembly"]
+__all__ = ["Assembly", "Events"]
+
+
+class Events:
+    """The ``data`` of each server-sent event, from a stream's lines, as the SSE
+    standard parses them (a ``data:`` field, one space after the colon dropped;
+    several joined by newlines; a blank line ends the event; comments and other
+    fields skipped). The endpoint reads the body's lines itself, to its end,
+    rather than iterate the SDK's ``AsyncStream``: that stops at ``[DONE]`` and
+    leaves its four nested async generators to the loop's finalizer hook, each a
+    thread-safe wake-up and a task of its own on the loop (issue 31, measured
+    in the benchmarks)."""
+
+    def __init__(self) -> None:
+        self._data: list[str] = []
+
+    def line(self, line: str) -> str | None:
+        """Read one line; the event's data when the line ends an event that has any."""
+        if not line:
+            return self.end()
+        field, _, value = line.partition(":")
+        if field == "data":  # a line "data" alone is the field with an empty value
+            self._data.append(value[1:] if value.startswith(" ") else value)
+        return None
+
+    def end(self) -> str | None:
+        """The event in progress (a body that ended without its last blank line)."""
+        if not self._data:
+            return None
+        data, self._data = "\n".join(self._data), []
+        return data
 
 
 class Assembly:

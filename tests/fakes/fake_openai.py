@@ -117,6 +117,9 @@ class Raw:
     body: bytes | str
     status: int = 200
     content_type: str = "application/json"
+    #: a content-length larger than the body: the connection is closed after the body,
+    #: a transport failure mid-response for the client
+    declared: int | None = None
 
     def encoded(self) -> bytes:
         """The body's bytes."""
@@ -325,6 +328,8 @@ class FakeOpenAI:
             raise _Close
         elif isinstance(step, Raw):
             await _send_raw(writer, step)
+            if step.declared is not None:
+                raise _Close
         elif isinstance(step, Error):
             await _send_json(
                 writer, step.status, _error_body(step.status, step.message), step.headers
@@ -399,7 +404,8 @@ async def _send_json(
 async def _send_raw(writer: asyncio.StreamWriter, step: Raw) -> None:
     body = step.encoded()
     head = [f"HTTP/1.1 {step.status} {_REASONS.get(step.status, 'Status')}"]
-    head += [f"content-type: {step.content_type}", f"content-length: {len(body)}"]
+    length = len(body) if step.declared is None else step.declared
+    head += [f"content-type: {step.content_type}", f"content-length: {length}"]
     writer.write(("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + body)
     await writer.drain()
 
