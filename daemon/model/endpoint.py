@@ -208,9 +208,10 @@ class ChatEndpoint:
         if not self._stream:
             return await self._plain(body, limit)
         streamed = {**body, "stream": True, "stream_options": {"include_usage": True}}
-        # The SDK's own ``post`` (its documented way to any endpoint) and its SSE decoder:
-        # the same request, headers and error mapping as ``chat.completions.create``,
-        # without re-walking the body against its TypedDicts (bench/daemon.py).
+        # The SDK's own ``post`` (its documented way to any endpoint): the same request,
+        # headers and error mapping as ``chat.completions.create``, without re-walking
+        # the body against its TypedDicts (bench/daemon.py). Its stream object is only
+        # the response: the body is read by _read_stream, not by its iterator.
         try:
             stream = await self.client.post(
                 "/chat/completions",
