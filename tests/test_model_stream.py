@@ -441,3 +441,16 @@ async def test_a_stream_whose_connection_drops_is_asked_again() -> None:
         assert (await _complete(endpoint, metrics)).choices[0].message.content == "hi"
         assert metrics.retries == 1
         await endpoint.client.close()
+
+
+async def test_a_stream_is_read_as_utf_8_whatever_its_headers_say() -> None:
+    """Text beyond ASCII, sent as raw UTF-8 under a header naming another charset, comes
+    back whole: an event stream is UTF-8."""
+    text = "Zürich — 日本語, 3 pods"
+    chunk = {"choices": [{"delta": {"content": text}, "finish_reason": "stop"}]}
+    body = b"data: " + json.dumps(chunk, ensure_ascii=False).encode() + b"\n\ndata: [DONE]\n\n"
+    raw = Raw(body, content_type="text/event-stream; charset=iso-8859-1")
+    async with FakeOpenAI([raw]) as fake:
+        endpoint = _endpoint(fake)
+        assert (await _complete(endpoint)).choices[0].message.content == text
+        await endpoint.client.close()

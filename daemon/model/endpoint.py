@@ -268,6 +268,7 @@ class ChatEndpoint:
         ``APIConnectionError`` or ``APITimeoutError``, an ``error`` event as its
         ``APIError``."""
         events = Events()
+        response.encoding = "utf-8"  # an event stream is UTF-8, whatever its headers say
         try:
             async for line in response.aiter_lines():
                 data = events.line(line)
