@@ -454,3 +454,14 @@ async def test_a_stream_is_read_as_utf_8_whatever_its_headers_say() -> None:
         endpoint = _endpoint(fake)
         assert (await _complete(endpoint)).choices[0].message.content == text
         await endpoint.client.close()
+
+
+async def test_a_stream_held_open_after_done_is_not_waited_for() -> None:
+    """A server that keeps the body open after its [DONE] event: the reply is read, not
+    the request's time-out (5 s here) waited for and failed."""
+    chunk = {"choices": [{"delta": {"content": "hi"}, "finish_reason": "stop"}]}
+    body = b"data: " + json.dumps(chunk).encode() + b"\n\ndata: [DONE]\n\n"
+    async with FakeOpenAI([Raw(body, content_type="text/event-stream", held=True)]) as fake:
+        endpoint = _endpoint(fake, request_timeout=5)
+        assert (await _complete(endpoint)).choices[0].message.content == "hi"
+        await endpoint.client.close()

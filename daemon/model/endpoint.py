@@ -65,6 +65,10 @@ log = structlog.get_logger("asyncai.backend")
 _RETRY_STATUSES = {408, 409, 429}
 
 
+# Seconds a streamed body may stay open after its [DONE] event (servers end it at once).
+_AFTER_DONE = 1.0
+
+
 class ModelSlots:
     """The requests in flight per model endpoint: one semaphore per address, shared by
     every lane that asks it, so that channels on one endpoint wait in one queue."""
@@ -269,11 +273,19 @@ class ChatEndpoint:
         ``APIError``."""
         events = Events()
         response.encoding = "utf-8"  # an event stream is UTF-8, whatever its headers say
+        lines = response.aiter_lines()
         try:
-            async for line in response.aiter_lines():
+            async for line in lines:
                 data = events.line(line)
-                if data is None or data.startswith("[DONE]"):
+                if data is None:
                     continue
+                if data.startswith("[DONE]"):
+                    # the body ends here; a server that holds it open is not waited for
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(_AFTER_DONE):
+                            async for _ in lines:
+                                pass
+                    return
                 chunk = json.loads(data)
                 if isinstance(chunk, dict) and chunk.get("error"):
                     error = chunk["error"]

@@ -120,6 +120,9 @@ class Raw:
     #: a content-length larger than the body: the connection is closed after the body,
     #: a transport failure mid-response for the client
     declared: int | None = None
+    #: after the body the connection stays open until the server closes (a chunked
+    #: body never ended), and the server sends nothing more
+    held: bool = False
 
     def encoded(self) -> bytes:
         """The body's bytes."""
@@ -328,7 +331,9 @@ class FakeOpenAI:
             raise _Close
         elif isinstance(step, Raw):
             await _send_raw(writer, step)
-            if step.declared is not None:
+            if step.held:
+                await self._closing.wait()
+            if step.declared is not None or step.held:
                 raise _Close
         elif isinstance(step, Error):
             await _send_json(
@@ -405,7 +410,11 @@ async def _send_raw(writer: asyncio.StreamWriter, step: Raw) -> None:
     body = step.encoded()
     head = [f"HTTP/1.1 {step.status} {_REASONS.get(step.status, 'Status')}"]
     length = len(body) if step.declared is None else step.declared
-    head += [f"content-type: {step.content_type}", f"content-length: {length}"]
+    if step.held:  # chunked, the last chunk never sent
+        head += [f"content-type: {step.content_type}", "transfer-encoding: chunked"]
+        body = f"{len(body):x}\r\n".encode() + body + b"\r\n"
+    else:
+        head += [f"content-type: {step.content_type}", f"content-length: {length}"]
     writer.write(("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + body)
     await writer.drain()
 
