@@ -370,7 +370,7 @@ def test_the_embedded_model_gets_one_slot_and_others_none_unless_configured() ->
 def test_events_are_read_as_the_sse_standard_parses_them() -> None:
     """A blank line ends an event; several data lines join with newlines; one space after
     the colon is dropped, no more; comments, other fields and an event with no data
-    give nothing; an event the body ended inside is given at its end."""
+    give nothing; ``end`` dispatches the event in progress, as a blank line does."""
     events = Events()
     lines = [": a comment", "event: chunk", 'data: {"a":', "data:  1}", "", "", "id: 7", ""]
     assert [d for d in map(events.line, lines) if d is not None] == ['{"a":\n 1}']

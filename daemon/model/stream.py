@@ -50,7 +50,9 @@ class Events:
         return None
 
     def end(self) -> str | None:
-        """The event in progress (a body that ended without its last blank line)."""
+        """The event in progress, dispatched as a blank line dispatches it (the endpoint
+        does not call it when the body ends: an event the body ended inside is dropped,
+        as the standard and the SDK's decoder drop it)."""
         if not self._data:
             return None
         data, self._data = "\n".join(self._data), []

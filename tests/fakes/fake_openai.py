@@ -409,11 +409,11 @@ async def _send_json(
 async def _send_raw(writer: asyncio.StreamWriter, step: Raw) -> None:
     body = step.encoded()
     head = [f"HTTP/1.1 {step.status} {_REASONS.get(step.status, 'Status')}"]
-    length = len(body) if step.declared is None else step.declared
     if step.held:  # chunked, the last chunk never sent
         head += [f"content-type: {step.content_type}", "transfer-encoding: chunked"]
         body = f"{len(body):x}\r\n".encode() + body + b"\r\n"
     else:
+        length = len(body) if step.declared is None else step.declared
         head += [f"content-type: {step.content_type}", f"content-length: {length}"]
     writer.write(("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + body)
     await writer.drain()
