@@ -13,8 +13,10 @@ the dev run of 2026-12-03: 970 evaluated, 200 generated) take at those speeds,
 and that time against the shipped server's.
 
 Run: ``.venv/bin/python bench/llama_settings.py [--rounds 2] [--repeats 3]
-[--config 'LABEL=FLAGS' ...]`` (about 2 minutes a configuration and round on
-2 cores; exits 0 without a fetched model). Nothing else should run meanwhile:
+[--config 'LABEL=FLAGS' ...] [--python 'LABEL=PYTHON' ...]`` (about 2 minutes a
+configuration and round on 2 cores; exits 0 without a fetched model). ``--python``
+names the interpreter of another venv whose llama-cpp-python (another build of it)
+serves configuration LABEL. Nothing else should run meanwhile:
 the two cores are what is measured.
 """
 
@@ -85,13 +87,23 @@ def table(measured: list[Measured], evaluated: int, generated: int) -> str:
     return "\n".join(lines)
 
 
-async def measure(configs: dict[str, str], rounds: int, repeats: int) -> list[Measured]:
+async def measure(
+    configs: dict[str, str],
+    rounds: int,
+    repeats: int,
+    interpreters: dict[str, str] | None = None,
+) -> list[Measured]:
     """Every configuration ``repeats`` times in each of ``rounds`` turns; one whose server
-    does not start (a flag this llama-cpp-python lacks) says why and is left out."""
+    does not start (a flag this llama-cpp-python lacks) says why and is left out.
+    ``interpreters`` names, by label, another Python whose llama-cpp-python serves that
+    configuration (another build of it); the others run under this one."""
     measured = [Measured(label, flags) for label, flags in configs.items()]
+    pythons = interpreters or {}
     for round_ in range(rounds):
         for m in measured:
-            server = LocalModelServer.default(extra_args=shlex.split(m.flags))
+            server = LocalModelServer.default(
+                extra_args=shlex.split(m.flags), python=pythons.get(m.label, sys.executable)
+            )
             try:
                 async with server:
                     model = ModelConfig(base_url=server.base_url, model=server.model)
@@ -124,21 +136,32 @@ def _parser() -> argparse.ArgumentParser:
         help="a configuration to measure (repeatable; the first is the reference); "
         "default: the shipped server and five variations",
     )
+    parser.add_argument(
+        "--python",
+        action="append",
+        default=None,
+        metavar="LABEL=PYTHON",
+        help="the interpreter whose llama-cpp-python serves configuration LABEL "
+        "(repeatable; another build of it, in a venv of its own); default this one",
+    )
     parser.add_argument("--question-tokens", default="970,200", metavar="EVALUATED,GENERATED")
     return parser
 
 
 def configs_of(given: list[str] | None) -> dict[str, str]:
     """``LABEL=FLAGS`` items as a dict (the defaults when none are given)."""
-    if not given:
-        return dict(CONFIGS)
-    configs = {}
-    for item in given:
-        label, sep, flags = item.partition("=")
+    return _labelled(given, "--config", "FLAGS") if given else dict(CONFIGS)
+
+
+def _labelled(given: list[str] | None, option: str, what: str) -> dict[str, str]:
+    """``LABEL=VALUE`` items of a repeatable ``option`` as a dict."""
+    found = {}
+    for item in given or ():
+        label, sep, value = item.partition("=")
         if not sep or not label.strip():
-            raise ValueError(f"--config {item!r}: write LABEL=FLAGS")
-        configs[label.strip()] = flags.strip()
-    return configs
+            raise ValueError(f"{option} {item!r}: write LABEL={what}")
+        found[label.strip()] = value.strip()
+    return found
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -146,6 +169,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         configs = configs_of(args.config)
+        pythons = _labelled(args.python, "--python", "PYTHON")
+        unknown = sorted(set(pythons) - set(configs))
+        if unknown:
+            raise ValueError(f"--python names no configuration: {', '.join(unknown)}")
         evaluated, generated = (int(x) for x in args.question_tokens.split(","))
     except ValueError as exc:
         parser.error(str(exc))
@@ -154,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     if not model_is_fetched():
         _say("bench/llama_settings.py: skipped: the local model is not fetched")
         return 0
-    measured = asyncio.run(measure(configs, args.rounds, args.repeats))
+    measured = asyncio.run(measure(configs, args.rounds, args.repeats, pythons))
     print(table(measured, evaluated, generated))
     return 0
 

@@ -38,8 +38,17 @@ def test_configurations_are_label_equals_flags_or_the_defaults() -> None:
 def test_bad_arguments_are_refused_before_any_server_starts(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    for argv in (["--config", "no label"], ["--question-tokens", "9"], ["--rounds", "0"]):
+    for argv in (
+        ["--config", "no label"],
+        ["--question-tokens", "9"],
+        ["--rounds", "0"],
+        ["--config", "a=", "--python", "b=/usr/bin/python3"],
+        ["--config", "a=", "--python", "/usr/bin/python3"],
+    ):
         with pytest.raises(SystemExit) as exc:
             main(argv)
         assert exc.value.code == 2
-    assert "LABEL=FLAGS" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "LABEL=FLAGS" in err
+    assert "--python names no configuration: b" in err
+    assert "LABEL=PYTHON" in err

@@ -483,6 +483,18 @@ def test_skip_unchanged_refuses_arms_that_differ_by_more_than_trials() -> None:
             skip(*argv)
 
 
+async def test_compare_python_without_compare_is_refused_before_any_server(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """B's server's Python means nothing without B's server: a usage error, exit 2."""
+    from bench.questions import run as bench_run
+
+    with pytest.raises(SystemExit) as exc:
+        await bench_run.main(["--quick", "--compare-python", "/usr/bin/python3"])
+    assert exc.value.code == 2
+    assert "--compare-python names the Python of B's server" in capsys.readouterr().err
+
+
 async def test_calibration_measures_through_the_endpoint_as_the_daemon_streams() -> None:
     """The speeds come from one streamed request, split at its first token; a server that
     streams no usage (llama-cpp-python) has its tokens counted as the daemon counts them."""

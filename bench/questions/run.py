@@ -560,6 +560,12 @@ def _parser() -> argparse.ArgumentParser:
         "in A and in B, interleaved (issue 31's side-by-side runs)",
     )
     model.add_argument(
+        "--compare-python",
+        metavar="PY",
+        help="with --compare: B's server runs under this Python (another venv, another build "
+        "of llama-cpp-python, e.g. one compiled for more of the CPU's instructions)",
+    )
+    model.add_argument(
         "--compare-set",
         metavar="KEY=VALUE",
         type=_model_key,
@@ -676,6 +682,8 @@ def _arm_text(arm: Arm, args: argparse.Namespace) -> str:
         return f"server args {args.server_args or '(none)'}"
     keys = ", ".join(f"{k} = {v!r}" for k, v in args.compare_set)
     server = f"server args {args.compare}" if args.compare is not None else "A's server"
+    if args.compare_python:
+        server += f" under {args.compare_python}"
     return server + (f", {keys}" if keys else "")
 
 
@@ -785,6 +793,8 @@ async def bench(parser: argparse.ArgumentParser, args: argparse.Namespace) -> in
     seeds = {m: seeds[m] for m in modes}
     if args.server_log is not None and args.base_url is None:
         parser.error("--server-log names the log of the server at --base-url")
+    if args.compare_python and args.compare is None:
+        parser.error("--compare-python names the Python of B's server: give --compare too")
     suite = select(args)
     if not suite:
         parser.error("no template selected")
@@ -823,7 +833,9 @@ async def bench(parser: argparse.ArgumentParser, args: argparse.Namespace) -> in
                 if args.compare is not None:  # B's own server, idle while A's question runs
                     logs["B"] = folder / "b.log"
                     other = LocalModelServer.default(
-                        python=args.python, extra_args=shlex.split(args.compare), log_path=logs["B"]
+                        python=args.compare_python or args.python,
+                        extra_args=shlex.split(args.compare),
+                        log_path=logs["B"],
                     )
                     note(f"starting the local model for B ({args.compare})…")
                     await stack.enter_async_context(other)
