@@ -10,7 +10,6 @@ model or llama-cpp-python.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
 import os
@@ -233,8 +232,6 @@ FAKE_SERVER = textwrap.dedent(
         json.dump(sys.argv[1:], f)
     mode = os.environ.get("FAKE_MODE", "ok")
     print("loading model", args.model, flush=True)
-    if "FAKE_SYSTEM_INFO" in os.environ:  # llama.cpp's line of what it was built for
-        print(os.environ["FAKE_SYSTEM_INFO"], file=sys.stderr, flush=True)
     if mode == "crash":
         print("error: failed to load model", file=sys.stderr, flush=True)
         sys.exit(7)
@@ -322,28 +319,6 @@ async def test_server_starts_serves_and_stops(fake_server: dict, tmp_path: Path)
     assert server.pid is None
     assert "loading model" in log.read_text()
     await server.aclose()  # idempotent
-
-
-async def test_the_build_line_says_which_of_the_cpus_extensions_go_unused(
-    fake_server: dict, tmp_path: Path
-) -> None:
-    """The server's line of what llama.cpp was built for is kept from its output and
-    held to the CPU's flags: an AVX2 build on an AVX-512 machine leaves those unused."""
-    avx2 = "CPU : SSE3 = 1 | SSSE3 = 1 | AVX = 1 | AVX2 = 1 | F16C = 1 | FMA = 1 | REPACK = 1 | "
-    cpuinfo = tmp_path / "cpuinfo"
-    cpuinfo.write_text(
-        "processor\t: 0\nflags\t\t: fpu avx2 avx512f avx512cd avx512vl avx512dq avx512bw "
-        "avx512_vnni\n\nprocessor\t: 1\nflags\t\t: fpu\n"
-    )
-    fake_server["env"]["FAKE_SYSTEM_INFO"] = avx2
-    async with make_server(fake_server) as server:
-        for _ in range(100):  # the drain reads the child's output beside the readiness poll
-            if server.system_info is not None:
-                break
-            await asyncio.sleep(0.01)
-        assert server.system_info == avx2.rstrip()
-        assert server.unused_extensions(cpuinfo) == ["AVX512", "AVX512_VNNI"]
-        assert server.unused_extensions(tmp_path / "no-such-file") == []
 
 
 async def test_chat_format_is_passed_when_chosen(fake_server: dict) -> None:

@@ -26,7 +26,6 @@ from daemon.local_model import (
     fetch_model,
     model_is_fetched,
     model_path,
-    rebuild_note,
 )
 
 __all__ = ["register"]
@@ -170,8 +169,6 @@ async def _serve(args: argparse.Namespace) -> None:
     )
     print("starting llama-cpp-python's server (loading takes a few seconds)…", file=sys.stderr)
     async with server:
-        if unused := server.unused_extensions():
-            print(f"asyncai model serve: {rebuild_note(unused)}", file=sys.stderr)
         print(
             f"serving {server.model} at {server.base_url}\n"
             f"  export OPENAI_BASE_URL={server.base_url} ASYNCAI_MODEL={server.model}\n"

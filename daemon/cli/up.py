@@ -377,7 +377,6 @@ async def probe_endpoint(model: ModelConfig, seconds: float = PROBE_TIMEOUT) -> 
 async def _start_local_model(
     stack: contextlib.AsyncExitStack, state_dir: Path, prompt_cache: int = 0
 ) -> ModelEndpoint:
-    from daemon.local_model.cpu import rebuild_note
     from daemon.local_model.errors import (
         LocalModelError,
         ModelNotFetchedError,
@@ -409,8 +408,6 @@ async def _start_local_model(
             f"(its log: {state_dir / 'local-model.log'})"
         ) from exc
     stack.push_async_callback(server.aclose)
-    if unused := server.unused_extensions():
-        print(f"asyncai up: {rebuild_note(unused)}", file=sys.stderr, flush=True)
     # The one model it serves; its name also turns the small-model harness on.
     return ModelEndpoint(base_url=server.base_url, model=server.model, local=True, server=server)
 

