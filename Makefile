@@ -20,11 +20,13 @@ LOCAL_STAMP := $(VENV)/.installed-local
 # Not -DGGML_NATIVE=ON: a native build emits AMX instructions that a VM's kernel may
 # not allow, and the server dies of a general protection fault on its first request
 # (seen 2026-11-30). The vector extensions are named instead, AMX off: AVX2 and the
-# ones beside it always, and AVX-512 (with its VBMI, VNNI and BF16 instructions) or
-# AVX-VNNI where the kernel reports this CPU has them (/proc/cpuinfo's flags). On two
-# Zen 4 cores AVX-512 evaluated prompts 1.38x as fast and generated 1.08x
-# (bench/llama_settings.py, 2026-12-04). The wheel fits the machine it was built on.
-CPU_FLAGS := $(shell grep -m1 '^flags' /proc/cpuinfo 2>/dev/null)
+# ones beside it. `make .venv/.installed-local LLAMA_CPU=detect` adds AVX-512 (with its
+# VBMI, VNNI and BF16 instructions) or AVX-VNNI where the kernel reports this CPU has
+# them (/proc/cpuinfo's flags): on two Zen 4 cores a question took 0.88x the time, but
+# the answers moved with the arithmetic (21 of 50 held-out against 25, 2026-12-04,
+# docs/benchmarks), so it is not the default. The wheel fits the machine it was built on.
+LLAMA_CPU ?= avx2
+CPU_FLAGS := $(if $(filter detect,$(LLAMA_CPU)),$(shell grep -m1 '^flags' /proc/cpuinfo 2>/dev/null))
 cpu_has = $(if $(filter-out $(CPU_FLAGS),$(1)),OFF,ON)
 AVX512 := $(call cpu_has,avx512f avx512cd avx512vl avx512dq avx512bw)
 avx512_has = $(if $(filter ON,$(AVX512)),$(call cpu_has,$(1)),OFF)
@@ -36,15 +38,15 @@ LLAMA_CMAKE_ARGS := -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_B
 	-DGGML_F16C=ON -DGGML_BMI2=ON $(LLAMA_CPU_ARGS) \
 	-DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF
 # pip keeps the wheel it built under the source's name, whatever CMAKE_ARGS were: a
-# cache of its own for each set of extensions, so a build for one set is never
-# reused for another (and a machine's second venv takes its own wheel in seconds).
-LLAMA_PIP_CACHE := $(HOME)/.cache/asyncai/pip-llama/$(shell echo '$(LLAMA_CPU_ARGS)' | cksum | cut -d' ' -f1)
+# build with more extensions gets a pip cache of its own for each set of them, so it
+# never takes the AVX2 wheel of pip's own cache, nor that one its wheel.
+LLAMA_PIP_CACHE := $(if $(findstring =ON,$(LLAMA_CPU_ARGS)),$(HOME)/.cache/asyncai/pip-llama/$(shell echo '$(LLAMA_CPU_ARGS)' | cksum | cut -d' ' -f1))
 
 $(LOCAL_STAMP): $(STAMP)
 	@echo "make: installing asyncai[local]: llama-cpp-python builds from source, about 9 minutes on 2 cores the first time"
-	@echo "make: llama.cpp's CPU extensions beyond AVX2: $(LLAMA_CPU_ARGS)"
+	@echo "make: llama.cpp's CPU extensions beyond AVX2 (LLAMA_CPU=$(LLAMA_CPU)): $(LLAMA_CPU_ARGS)"
 	CMAKE_BUILD_PARALLEL_LEVEL=2 CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" \
-		$(PY) -m pip install --cache-dir "$(LLAMA_PIP_CACHE)" -e '.[dev,local]'
+		$(PY) -m pip install $(if $(LLAMA_PIP_CACHE),--cache-dir "$(LLAMA_PIP_CACHE)") -e '.[dev,local]'
 	touch $(LOCAL_STAMP)
 
 up: $(STAMP)

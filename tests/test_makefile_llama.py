@@ -1,7 +1,9 @@
-"""The Makefile's build of llama.cpp: the CPU's vector extensions, read from its flags.
+"""The Makefile's build of llama.cpp: AVX2 by default; with ``LLAMA_CPU=detect`` the
+CPU's vector extensions as its flags report them.
 
 ``make`` itself evaluates the variables (a ``print-%`` rule given with ``--eval``), with
-``CPU_FLAGS`` standing for ``/proc/cpuinfo``'s flags line, so no build runs.
+``CPU_FLAGS`` standing for the flags line ``LLAMA_CPU=detect`` reads from
+``/proc/cpuinfo``, so no build runs.
 """
 
 from __future__ import annotations
@@ -25,20 +27,35 @@ ALDER_LAKE = "flags : fpu sse2 avx fma f16c bmi2 avx2 avx_vnni"
 HALF_AVX512 = "flags : fpu avx2 avx512f avx512_vnni"  # no BW/VL/DQ/CD: not ggml's AVX-512
 
 
-def _var(name: str, cpu_flags: str) -> str:
+def _var(name: str, cpu_flags: str | None, *settings: str) -> str:
+    flags = [] if cpu_flags is None else [f"CPU_FLAGS={cpu_flags}"]
     done = subprocess.run(
         ["make", "-s", "--no-print-directory", "--eval", "print-%: ; @echo $($*)",
-         f"print-{name}", f"CPU_FLAGS={cpu_flags}"],
+         f"print-{name}", *flags, *settings],
         cwd=ROOT, capture_output=True, text=True, timeout=30, check=True,
     )  # fmt: skip
     return done.stdout.strip()
 
 
-def _on(cpu_flags: str) -> set[str]:
+def _on(cpu_flags: str | None) -> set[str]:
     args = _var("LLAMA_CMAKE_ARGS", cpu_flags).split()
     return {
         a[2:].removesuffix("=ON") for a in args if a.startswith("-DGGML_") and a.endswith("=ON")
     }
+
+
+def test_the_default_build_is_avx2_whatever_the_cpu_has() -> None:
+    """The AVX-512 build moved the answers (issue 31, r38): it is asked for, not detected."""
+    assert _on(None) == _on(HASWELL)
+    assert _var("LLAMA_PIP_CACHE", None) == ""  # pip's own cache, as before
+
+
+def test_detect_reads_this_machines_flags() -> None:
+    cpuinfo = Path("/proc/cpuinfo")
+    if not cpuinfo.is_file():
+        pytest.skip("no /proc/cpuinfo here")
+    line = next((x for x in cpuinfo.read_text().splitlines() if x.startswith("flags")), "")
+    assert _var("LLAMA_CMAKE_ARGS", None, "LLAMA_CPU=detect") == _var("LLAMA_CMAKE_ARGS", line)
 
 
 def test_avx512_and_its_extensions_where_the_cpu_has_them() -> None:
