@@ -486,11 +486,14 @@ def test_skip_unchanged_refuses_arms_that_differ_by_more_than_trials() -> None:
 async def test_compare_python_without_compare_is_refused_before_any_server(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    """B's server's Python means nothing without B's server: a usage error, exit 2."""
+    """B's server's Python means nothing without B's server: a usage error, exit 2.
+    (``bench``, not ``main``: ``main`` points the process's logging at its ``--log``.)"""
     from bench.questions import run as bench_run
 
+    parser = bench_run._parser()
+    args = parser.parse_args(["--quick", "--compare-python", "/usr/bin/python3"])
     with pytest.raises(SystemExit) as exc:
-        await bench_run.main(["--quick", "--compare-python", "/usr/bin/python3"])
+        await bench_run.bench(parser, args)
     assert exc.value.code == 2
     assert "--compare-python names the Python of B's server" in capsys.readouterr().err
 
