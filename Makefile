@@ -26,6 +26,9 @@ LOCAL_STAMP := $(VENV)/.installed-local
 # the answers moved with the arithmetic (21 of 50 held-out against 25, 2026-12-04,
 # docs/benchmarks), so it is not the default. The wheel fits the machine it was built on.
 LLAMA_CPU ?= avx2
+ifneq ($(filter-out avx2 detect,$(LLAMA_CPU)),)
+$(error LLAMA_CPU is avx2 (the default) or detect, not '$(LLAMA_CPU)')
+endif
 CPU_FLAGS := $(if $(filter detect,$(LLAMA_CPU)),$(shell grep -m1 '^flags' /proc/cpuinfo 2>/dev/null))
 cpu_has = $(if $(filter-out $(CPU_FLAGS),$(1)),OFF,ON)
 AVX512 := $(call cpu_has,avx512f avx512cd avx512vl avx512dq avx512bw)

@@ -81,3 +81,13 @@ def test_each_set_of_extensions_keeps_its_wheel_apart() -> None:
     caches = {_var("LLAMA_PIP_CACHE", flags) for flags in (ZEN4, HASWELL, ALDER_LAKE)}
     assert len(caches) == 3
     assert _var("LLAMA_PIP_CACHE", HASWELL) == _var("LLAMA_PIP_CACHE", HASWELL + " sse4_2")
+
+
+def test_another_llama_cpu_is_refused_with_the_two_it_takes() -> None:
+    done = subprocess.run(
+        ["make", "-s", "--no-print-directory", "--eval", "print-%: ; @echo $($*)",
+         "print-LLAMA_CMAKE_ARGS", "LLAMA_CPU=native"],
+        cwd=ROOT, capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+    assert done.returncode != 0
+    assert "LLAMA_CPU is avx2 (the default) or detect, not 'native'" in done.stderr
