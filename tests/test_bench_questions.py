@@ -540,3 +540,18 @@ async def test_a_sigterm_cancels_the_bench_so_its_cleanup_stops_its_servers() ->
     assert await stopped_by_sigterm(quick()) == 3
     # the handler is gone with the run: the default SIGTERM action is back
     assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+
+
+async def test_a_negative_first_seed_is_refused_before_any_server(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Seeds are counted from 0: ``--first-seed -1`` names no world, a usage error."""
+    from bench.questions import run as bench_run
+
+    parser = bench_run._parser()
+    args = parser.parse_args(["--quick", "--first-seed", "-1"])
+    assert parser.parse_args(["--first-seed", "1", "--seeds", "2"]).first_seed == 1
+    with pytest.raises(SystemExit) as exc:
+        await bench_run.bench(parser, args)
+    assert exc.value.code == 2
+    assert "--first-seed: a seed is 0 or more" in capsys.readouterr().err

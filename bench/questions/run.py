@@ -513,6 +513,13 @@ def _parser() -> argparse.ArgumentParser:
     what = parser.add_argument_group("what to ask")
     what.add_argument("--seeds", type=int, default=3, help="code mode's seeds (default 3)")
     what.add_argument("--direct-seeds", type=int, default=1, help="direct mode's (default 1)")
+    what.add_argument(
+        "--first-seed",
+        type=int,
+        default=0,
+        metavar="K",
+        help="count the seeds from K (default 0): a long run in parts, joined by --scores",
+    )
     what.add_argument("--quick", action="store_true", help="1 seed, held-out only")
     what.add_argument("--split", choices=("dev", "held-out", "all"), help="default: all")
     what.add_argument("--only", help="comma-separated template ids")
@@ -795,6 +802,8 @@ async def bench(parser: argparse.ArgumentParser, args: argparse.Namespace) -> in
         parser.error("--server-log names the log of the server at --base-url")
     if args.compare_python and args.compare is None:
         parser.error("--compare-python names the Python of B's server: give --compare too")
+    if args.first_seed < 0:
+        parser.error("--first-seed: a seed is 0 or more")
     suite = select(args)
     if not suite:
         parser.error("no template selected")
@@ -908,6 +917,7 @@ async def bench(parser: argparse.ArgumentParser, args: argparse.Namespace) -> in
                         "examples": str(args.examples) if args.examples else None,
                         "arms": {arm.label: _arm_text(arm, args) for arm in arms},
                         "seeds": seeds,
+                        "first_seed": args.first_seed,
                         "splits": sorted(held),
                         "templates": len(suite),
                         "show_held_out": args.show_held_out,
@@ -933,7 +943,7 @@ async def bench(parser: argparse.ArgumentParser, args: argparse.Namespace) -> in
         if boot:
             memory.append(("after the startup phase", rss()))
         for mode in modes:  # code mode's questions all before direct mode's (the prefix cache)
-            for seed in range(seeds[mode]):
+            for seed in range(args.first_seed, args.first_seed + seeds[mode]):
                 async with open_world(seed, http_port=args.http_port) as served:
                     await run_mode(
                         mode, served, arms, suite, note, outcomes, save, args.show_held_out, skip
