@@ -28,6 +28,7 @@ from bench.questions.core import SERVERS, SHAPES, SPLITS, Case, Template, World,
 from bench.questions.run import (
     Outcome,
     invented,
+    joined_runs,
     list_templates,
     report,
     right,
@@ -280,6 +281,66 @@ def test_scores_and_a_report_that_keeps_held_out_to_its_scores() -> None:
     assert "secret" not in saved
     assert "reply kcp.a" in saved
     assert "secret" in json.dumps([o.public(show_held_out=True) for o in runs])
+
+
+def _run_file(path: Path, outcomes: list[Outcome], **config: Any) -> Path:
+    """A --json file as the bench writes it: held-out rows without their ids."""
+    data = {"model": "m", "harness": "auto", "harness_off": None, "harness_on": None}
+    data |= {"answer_samples": 1, "examples": "x.toml", "arms": {"A": "server args (none)"}}
+    data |= config
+    data["outcomes"] = [o.public(show_held_out=False) | {"arm": "A"} for o in outcomes]
+    path.write_text(json.dumps(data))
+    return path
+
+
+def test_scores_joins_the_parts_of_a_standard_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Seed 0 in one file and seeds 1 and 2 in another are one run: pass^3 over the
+    three, held-out questions matched by their place in the templates' order (their
+    ids are not in the files). Parts of different runs, a question in two files or a
+    held-out seed asked in part are refused, naming the file."""
+    held = [t.id for t in TEMPLATES if t.split == "held-out"]
+
+    def seed(s: int) -> list[Outcome]:
+        # held-out: the first template right on every seed, the second on seeds 0 and 2
+        rows = [_outcome(tid, "held-out", s, k == 0 or (k == 1 and s != 1)) for k, tid in
+                enumerate(held)]  # fmt: skip
+        return [*rows, _outcome("kcp.a", "dev", s, True), _outcome("kcp.b", "dev", s, s != 2)]
+
+    first = _run_file(tmp_path / "s0.json", seed(0))
+    rest = _run_file(tmp_path / "s12.json", seed(1) + seed(2))
+    outcomes, seeds = joined_runs([first, rest])
+    assert seeds == {"code": 3}
+    assert "kcp." not in json.dumps([o.id for o in outcomes if o.split == "held-out"])
+    held_out = scores([o for o in outcomes if o.split == "held-out"], 3)
+    assert (held_out["right"], held_out["asked"]) == (5, 3 * len(held))
+    assert (held_out["pass^3"], held_out["templates"]) == (1, len(held))
+    dev = scores([o for o in outcomes if o.split == "dev"], 3)
+    assert (dev["right"], dev["pass^3"], dev["templates"]) == (5, 1, 2)
+
+    from bench.questions import run as bench_run
+
+    assert asyncio.run(bench_run.main(["--scores", str(first), str(rest)])) == 0
+    out = capsys.readouterr().out
+    assert f"| code | held-out | **5/{3 * len(held)} " in out
+    assert f"| 1/{len(held)} |" in out
+    assert "seeds code 0, 1, 2" in out
+
+    other = _run_file(tmp_path / "other.json", seed(1), examples="y.toml")
+    with pytest.raises(ValueError, match=r"other\.json: not the run of .*s0\.json: its examples"):
+        joined_runs([first, other])
+    with pytest.raises(ValueError, match=r"s12\.json: code mode, seed 1, held-out #1 is in"):
+        joined_runs([rest, rest])
+    part = _run_file(tmp_path / "part.json", seed(1)[1:])
+    with pytest.raises(ValueError, match=rf"part\.json: code mode, seed 1 asked {len(held) - 1} "):
+        joined_runs([first, part])
+    (tmp_path / "junk.json").write_text("[1, 2]")
+    with pytest.raises(ValueError, match=r"junk\.json: not a run file"):
+        joined_runs([tmp_path / "junk.json"])
+    with pytest.raises(SystemExit):
+        asyncio.run(bench_run.main(["--scores", str(tmp_path / "missing.json")]))
+    assert "missing.json: not a run file" in capsys.readouterr().err
 
 
 def test_list_prints_id_split_shape_and_servers() -> None:

@@ -45,7 +45,7 @@ import tempfile
 import time
 import tomllib
 import uuid
-from collections.abc import Callable, Coroutine, Iterable, Iterator
+from collections.abc import Callable, Coroutine, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -426,6 +426,73 @@ def scores(outcomes: list[Outcome], seeds: int) -> dict[str, Any]:
     return out
 
 
+# What makes two run files one run: the model and the harness as each asked it.
+_SAME_RUN = ("model", "harness", "harness_off", "harness_on", "answer_samples", "examples")
+
+
+def joined_runs(paths: Sequence[Path]) -> tuple[list[Outcome], dict[str, int]]:
+    """``--scores``: the A arm's outcomes of several ``--json`` files as one run, and
+    the seeds each mode has, so that a standard run asked in parts (``--first-seed``)
+    gets its pass^3. ValueError, naming the file, when they are not parts of one run:
+    another model or harness, a question asked twice, a held-out seed not whole.
+
+    A held-out outcome has no id in the file (``Outcome.public``); the templates'
+    order is fixed, so it is the k-th held-out question of its mode and seed, and
+    the k-th of every seed is the same template. A seed's held-out questions are
+    therefore joined only when all of them were asked.
+    """
+    if not paths:
+        raise ValueError("--scores: name one or more --json files of runs")
+    held_out = sum(t.split == "held-out" for t in templates())
+    names = {f.name for f in dataclasses.fields(Outcome)}
+    first: tuple[Path, dict[str, Any]] | None = None
+    outcomes: list[Outcome] = []
+    seen: set[tuple[str, int, str]] = set()
+    for path in paths:
+        try:
+            data = json.loads(Path(path).read_text())
+            rows = [r for r in data["outcomes"] if r.get("arm", "A") == "A"]
+            config = {key: data.get(key) for key in _SAME_RUN}
+            config["A"] = data.get("arms", {}).get("A")
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise ValueError(
+                f"{path}: not a run file of python -m bench.questions ({exc})"
+            ) from exc
+        if first is None:
+            first = (path, config)
+        elif config != first[1]:
+            differ = ", ".join(k for k in config if config[k] != first[1][k])
+            raise ValueError(f"{path}: not the run of {first[0]}: its {differ} differ")
+        counts: dict[tuple[str, int], int] = {}
+        for row in rows:
+            if row.get("split") == "held-out" and row.get("id") is None:
+                key = (row["mode"], row["seed"])
+                counts[key] = counts.get(key, 0) + 1
+                row = {**row, "id": f"held-out #{counts[key]}", "question": "", "answer": ""}
+                row.update(reply="", code=[])
+            outcome = Outcome(**{k: v for k, v in row.items() if k in names})
+            asked = (outcome.mode, outcome.seed, outcome.id)
+            if asked in seen:
+                raise ValueError(
+                    f"{path}: {outcome.mode} mode, seed {outcome.seed}, {outcome.id} "
+                    "is in another file too"
+                )
+            seen.add(asked)
+            outcomes.append(outcome)
+        for (mode, seed), n in counts.items():
+            if n != held_out:
+                raise ValueError(
+                    f"{path}: {mode} mode, seed {seed} asked {n} of the {held_out} held-out "
+                    "questions: only a whole split can be joined (its questions have no ids)"
+                )
+    seeds = {
+        mode: len({o.seed for o in outcomes if o.mode == mode})
+        for mode in MODES
+        if any(o.mode == mode for o in outcomes)
+    }
+    return outcomes, seeds
+
+
 def _pct(x: float) -> str:
     return f"{100 * x:.0f}%"
 
@@ -627,6 +694,14 @@ def _parser() -> argparse.ArgumentParser:
         help="make the third-party servers' venvs (pip, pinned) and exit",
     )
     tools.add_argument("--list", action="store_true", help="one line per template and exit")
+    tools.add_argument(
+        "--scores",
+        nargs="+",
+        type=Path,
+        metavar="FILE",
+        help="the scores of --json files as one run (a standard run asked in parts, "
+        "--first-seed) and exit: pass@1 and pass^3 per mode and split",
+    )
     tools.add_argument("--tools", action="store_true", help="list every tool and exit")
     tools.add_argument(
         "--call",
@@ -755,19 +830,31 @@ async def main(argv: list[str] | None = None) -> int:
     """Parse flags and do what they ask."""
     parser = _parser()
     args = parser.parse_args(argv)
+    say = lambda s: print(s, flush=True)  # noqa: E731
+    note = lambda s: print(s, file=sys.stderr, flush=True)  # noqa: E731
+    if args.list:
+        for line in list_templates():
+            say(line)
+        return 0
+    if args.scores:
+        try:
+            outcomes, seeds = joined_runs(args.scores)
+        except ValueError as exc:
+            parser.error(str(exc))
+        say(report(outcomes, seeds, show_held_out=False))
+        asked = {mode: sorted({o.seed for o in outcomes if o.mode == mode}) for mode in seeds}
+        say(
+            f"\n{len(args.scores)} run files as one run, seeds "
+            + "; ".join(f"{mode} {', '.join(map(str, n))}" for mode, n in asked.items())
+        )
+        return 0
     # the daemon warns of every call of a tool not annotated read-only (all four
     # third-party servers' tools): on stderr that would bury the progress lines and
     # show held-out questions' calls, so without --log it goes nowhere
     log_file = (args.log or Path(os.devnull)).open("a")
     configure_logging(bool(args.log), log_file)
-    say = lambda s: print(s, flush=True)  # noqa: E731
-    note = lambda s: print(s, file=sys.stderr, flush=True)  # noqa: E731
     if args.install_servers:
         install_all(note)
-        return 0
-    if args.list:
-        for line in list_templates():
-            say(line)
         return 0
     if args.call or args.tools:
         install_all(note)
