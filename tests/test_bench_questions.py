@@ -335,6 +335,21 @@ def test_scores_joins_the_parts_of_a_standard_run(
     part = _run_file(tmp_path / "part.json", seed(1)[1:])
     with pytest.raises(ValueError, match=rf"part\.json: code mode, seed 1 asked {len(held) - 1} "):
         joined_runs([first, part])
+    # a part written with --show-held-out names its held-out questions: matched by id
+    shown = tmp_path / "shown.json"
+    data = json.loads(_run_file(shown, []).read_text())
+    data["outcomes"] = [o.public(show_held_out=True) | {"arm": "A"} for o in seed(2)[::-1]]
+    shown.write_text(json.dumps(data))
+    outcomes, _ = joined_runs([first, _run_file(tmp_path / "s1.json", seed(1)), shown])
+    assert scores([o for o in outcomes if o.split == "held-out"], 3)["pass^3"] == 1
+    data["outcomes"][-1] |= {"id": "kcp.no-such-template"}  # a held-out row
+    shown.write_text(json.dumps(data))
+    with pytest.raises(ValueError, match=r"kcp\.no-such-template is not a held-out template"):
+        joined_runs([shown])
+    data["outcomes"] = [{"split": "dev", "id": "kcp.a", "arm": "A"}]
+    shown.write_text(json.dumps(data))
+    with pytest.raises(ValueError, match=r"shown\.json: an outcome this bench did not write"):
+        joined_runs([shown])
     (tmp_path / "junk.json").write_text("[1, 2]")
     with pytest.raises(ValueError, match=r"junk\.json: not a run file"):
         joined_runs([tmp_path / "junk.json"])

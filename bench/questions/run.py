@@ -443,7 +443,10 @@ def joined_runs(paths: Sequence[Path]) -> tuple[list[Outcome], dict[str, int]]:
     """
     if not paths:
         raise ValueError("--scores: name one or more --json files of runs")
-    held_out = sum(t.split == "held-out" for t in templates())
+    # a file written with --show-held-out names them: by their place as well, so that
+    # it joins a file that does not
+    place = {t.id: k for k, t in enumerate(t for t in templates() if t.split == "held-out")}
+    held_out = len(place)
     names = {f.name for f in dataclasses.fields(Outcome)}
     first: tuple[Path, dict[str, Any]] | None = None
     outcomes: list[Outcome] = []
@@ -465,12 +468,20 @@ def joined_runs(paths: Sequence[Path]) -> tuple[list[Outcome], dict[str, int]]:
             raise ValueError(f"{path}: not the run of {first[0]}: its {differ} differ")
         counts: dict[tuple[str, int], int] = {}
         for row in rows:
-            if row.get("split") == "held-out" and row.get("id") is None:
-                key = (row["mode"], row["seed"])
-                counts[key] = counts.get(key, 0) + 1
-                row = {**row, "id": f"held-out #{counts[key]}", "question": "", "answer": ""}
+            if row.get("split") == "held-out":
+                if row.get("id") is None:
+                    key = (row.get("mode"), row.get("seed"))
+                    counts[key] = k = counts.get(key, 0) + 1
+                elif row["id"] in place:
+                    k = place[row["id"]] + 1
+                else:
+                    raise ValueError(f"{path}: {row['id']} is not a held-out template")
+                row = {**row, "id": f"held-out #{k}", "question": "", "answer": ""}
                 row.update(reply="", code=[])
-            outcome = Outcome(**{k: v for k, v in row.items() if k in names})
+            try:
+                outcome = Outcome(**{k: v for k, v in row.items() if k in names})
+            except TypeError as exc:  # a field missing: not an outcome this bench wrote
+                raise ValueError(f"{path}: an outcome this bench did not write ({exc})") from exc
             asked = (outcome.mode, outcome.seed, outcome.id)
             if asked in seen:
                 raise ValueError(
