@@ -22,13 +22,19 @@ ALDER_LAKE = "flags : fpu sse2 avx fma f16c bmi2 avx2 avx_vnni"
 HALF_AVX512 = "flags : fpu avx2 avx512f avx512_vnni"  # no BW/VL/DQ/CD: not ggml's AVX-512
 
 
+def _make_print(name: str, *settings: str) -> subprocess.CompletedProcess[str]:
+    """``make`` evaluating the variable ``name`` with ``settings`` (``KEY=VALUE``)."""
+    return subprocess.run(
+        ["make", "-s", "--no-print-directory", "--eval", "print-%: ; @echo $($*)",
+         f"print-{name}", *settings],
+        cwd=ROOT, capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+
+
 def _var(name: str, cpu_flags: str | None, *settings: str) -> str:
     flags = [] if cpu_flags is None else [f"CPU_FLAGS={cpu_flags}"]
-    done = subprocess.run(
-        ["make", "-s", "--no-print-directory", "--eval", "print-%: ; @echo $($*)",
-         f"print-{name}", *flags, *settings],
-        cwd=ROOT, capture_output=True, text=True, timeout=30, check=True,
-    )  # fmt: skip
+    done = _make_print(name, *flags, *settings)
+    done.check_returncode()
     return done.stdout.strip()
 
 
@@ -79,10 +85,6 @@ def test_each_set_of_extensions_keeps_its_wheel_apart() -> None:
 
 
 def test_another_llama_cpu_is_refused_with_the_two_it_takes() -> None:
-    done = subprocess.run(
-        ["make", "-s", "--no-print-directory", "--eval", "print-%: ; @echo $($*)",
-         "print-LLAMA_CMAKE_ARGS", "LLAMA_CPU=native"],
-        cwd=ROOT, capture_output=True, text=True, timeout=30,
-    )  # fmt: skip
+    done = _make_print("LLAMA_CMAKE_ARGS", "LLAMA_CPU=native")
     assert done.returncode != 0
     assert "LLAMA_CPU is avx2 (the default) or detect, not 'native'" in done.stderr
