@@ -476,8 +476,8 @@ def joined_runs(paths: Sequence[Path]) -> tuple[list[Outcome], dict[str, int]]:
                     k = place[row["id"]] + 1
                 else:
                     raise ValueError(f"{path}: {row['id']} is not a held-out template")
-                row = {**row, "id": f"held-out #{k}", "question": "", "answer": ""}
-                row.update(reply="", code=[])
+                hidden = {"question": "", "answer": "", "reply": "", "code": []}
+                row = {**row, **hidden, "id": f"held-out #{k}"}
             try:
                 outcome = Outcome(**{k: v for k, v in row.items() if k in names})
             except TypeError as exc:  # a field missing: not an outcome this bench wrote
