@@ -11,6 +11,7 @@ failure, and an answer request that carries the result and the question.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -24,9 +25,12 @@ from daemon.model.harness import (
     CODE_STOP,
     HARNESS_RULES,
     MAX_FAILED_SNIPPETS,
+    RULES,
     TRIALS,
     WORKED_EXAMPLE,
+    from_environ,
     noticing,
+    reaching,
     retry_seed,
 )
 from daemon.model.harness.feedback import short_reply
@@ -851,3 +855,37 @@ async def test_a_loop_over_a_kubernetes_list_runs_again_over_its_items(monty_poo
     else:
         assert "string indices must be integers" in second
     assert result.reply == "pod-0, pod-4 and pod-8."
+
+
+async def test_a_rule_a_run_never_reached_changes_nothing_switched_off(monty_pool, monkeypatch):
+    """The premise of an ablation that asks only where a rule was reached (reaching()):
+    every rule a run did not reach, switched off together, leaves each request and the
+    reply as they were; one it reached, switched off, changes the run. A failed snippet
+    reaches the rules of a retry; a first good one does not."""
+
+    async def asked(script: list, *off: str) -> tuple[FakeOpenAI, Any, set[str]]:
+        monkeypatch.setenv("ASYNCAI_HARNESS_OFF", ",".join(off))
+        async with code_mode_over(inner_tools(), monty_pool) as ex:
+            with reaching(from_environ(os.environ)) as reached:
+                fake, (result,) = await run_script(ex, script, request())
+        return fake, result, reached
+
+    bad = block("pods = await list_pods(namespace='prod')\npods['pods'][0]")
+    script = [bad, block(FILTER), "pod-0, pod-4 and pod-8."]
+    all_on, reply, reached = await asked(script)
+    assert reply.reply == "pod-0, pod-4 and pod-8."
+    assert {"worked-example", "look", "retry-alone", "warm-retry", "retry-hint"} <= reached
+    unreached = sorted(set(RULES) - reached)
+    assert {"vote", "fresh-start", "key-fix", "dict-loop", "failed-honest"} <= set(unreached)
+    off, reply_off, reached_off = await asked(script, *unreached)
+    assert off.requests == all_on.requests
+    assert reply_off.reply == reply.reply
+    assert reached_off == reached  # an off rule is never reached
+
+    # a good first snippet: no retry, so no rule of one is reached
+    _, _, first_good = await asked([block(FILTER), "pod-0, pod-4 and pod-8."])
+    assert not {"look", "retry-alone", "warm-retry", "retry-hint"} & first_good
+
+    # a reached rule switched off changes the run: without the look, no variables shown
+    changed, _, _ = await asked(script, "look")
+    assert changed.requests[1] != all_on.requests[1]

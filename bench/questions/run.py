@@ -70,7 +70,14 @@ from daemon.errors import ConfigError
 from daemon.lanes import code_mode_limits
 from daemon.logging import configure_logging
 from daemon.mcp.executor import McpToolExecutor
-from daemon.model.harness import TRIALS, Example, SmallModelProfile, noticing, parse_names
+from daemon.model.harness import (
+    TRIALS,
+    Example,
+    SmallModelProfile,
+    noticing,
+    parse_names,
+    reaching,
+)
 from daemon.model.harness.examples import parse_examples
 from daemon.runtime.runs import Prompt, RunRequest, RunResult
 from daemon.runtime.timing import Timelines, time_split
@@ -112,6 +119,9 @@ class Outcome:
     evaluated_tokens: int | None = None
     # the harness's trials that were off where they applied (daemon.model.harness.acts)
     noticed: list[str] = field(default_factory=list)
+    # the harness's rules and trials the run reached (daemon.model.harness.reaching): a
+    # rule not among them did not act in it, so the run is the same with that rule off
+    reached: list[str] = field(default_factory=list)
     # --skip-unchanged: B's outcome is A's (no trial of B's applied in A's run), not asked
     copied: bool = False
     # --skip-unchanged's check: B asked although no trial of B's applied in A's run;
@@ -355,12 +365,17 @@ async def _ask(
     )
     if arm.log is not None:
         arm.log.take()  # what came before this question is not its own
+    profile = arm.backend.profile
     if arm.examples:  # a dev question is not shown its own template's solved snippet
-        profile = arm.backend.profile
         profile.examples = [e for e, owner in arm.examples if owner != template.id]
+    # without the harness no rule is asked, so none is reached
+    harness = profile.switches if isinstance(profile, SmallModelProfile) else None
     started = time.monotonic()
     async with timelines.timing_run(request.run_id, {"channel": "#bench"}) as timeline:
-        with noticing() as noticed:
+        with (
+            noticing() as noticed,
+            reaching(harness) if harness is not None else contextlib.nullcontext(set()) as reached,
+        ):
             result = await arm.backend.run(request)
         timeline.run.attributes["status"] = "done"  # no approvals here: never paused
     seconds = time.monotonic() - started
@@ -392,6 +407,7 @@ async def _ask(
         answer=case.answer,
         reply=result.reply,
         noticed=sorted(noticed),
+        reached=sorted(reached),
         code=_tool_inputs(result.records),
         extra=extra,
         timing=time_split(timeline).rounded(),

@@ -175,6 +175,7 @@ from daemon.model.harness.rules import (
     from_environ,
     noticing,
     parse_names,
+    reaching,
 )
 from daemon.model.harness.topics import Topic, catalog_topics, topic_hint
 from daemon.model.harness.vote import (
@@ -247,6 +248,7 @@ __all__ = [
     "peek_code",
     "prints_as_result",
     "quote_result",
+    "reaching",
     "read_look",
     "read_names",
     "readable",

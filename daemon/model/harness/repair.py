@@ -7,7 +7,8 @@ from __future__ import annotations
 import ast
 import builtins
 import difflib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from copy import deepcopy as copy_tree
 
 from daemon.code_mode.catalog import RESERVED_NAMES, SEARCH_HELPERS
 from daemon.code_mode.sandbox import SANDBOX_MODULES
@@ -249,6 +250,18 @@ def _dead_imports(tree: ast.Module) -> tuple[list[ast.stmt], list[str]]:
     return dead, modules
 
 
+def _transformed(
+    tree: ast.Module, visitor: ast.NodeTransformer, rule: str, changed: Callable[[], object]
+) -> tuple[ast.Module, bool]:
+    """``visitor`` run over a copy of ``tree``, and whether the copy is kept: where
+    ``changed()`` says the visitor changed something and ``rule`` acts there. Otherwise
+    ``tree`` as it was (so a rule that would change nothing is not reached)."""
+    copy = visitor.visit(copy_tree(tree))
+    if acts(rule, bool(changed())):
+        return copy, True
+    return tree, False
+
+
 def repair_code(
     code: str, functions: Iterable[str] | dict[str, Signature] = ()
 ) -> tuple[str, list[str]]:
@@ -293,35 +306,38 @@ def repair_code(
     if rebound and on("rename-helpers"):
         tree = _RenameHelpers(rebound).visit(tree)
         repairs.append("renamed variables that shadowed helpers: " + ", ".join(sorted(rebound)))
+    # Each transformer below runs on a copy, and its rule is asked only where the copy
+    # changed (acts): a rule that would change nothing is not reached (rules.reaching).
     fixer = _AwaitPrecedence()
-    tree = fixer.visit(tree) if on("await-precedence") else tree
-    if fixer.changed:
+    tree, done = _transformed(tree, fixer, "await-precedence", lambda: fixer.changed)
+    if done:
         repairs.append("await applied to the call, not to its subscript")
     unawait = _UnawaitHelpers(names)
-    tree = unawait.visit(tree) if on("unawait-helpers") else tree
-    if unawait.changed:
+    tree, done = _transformed(
+        tree, unawait, "unawait-helpers", lambda: unawait.changed or unawait.helpers
+    )
+    if done and unawait.changed:
         repairs.append("search_tools/describe called without await (they answer at once)")
-    if unawait.helpers:
+    if done and unawait.helpers:
         repairs.append("helpers called without await (items, dig, count_by... answer at once)")
-    if signatures and on("known-functions"):
+    if signatures:
         local = set(top_level_targets(tree)) | set(RESERVED_NAMES) | set(SEARCH_HELPERS)
         local |= {
             n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)
         }
         known = _KnownFunctions(signatures, local)
-        tree = known.visit(tree)
-        if known.renamed:
+        tree, done = _transformed(tree, known, "known-functions", lambda: known.renamed)
+        if done:
             repairs.append("called the catalog function meant: " + ", ".join(known.renamed))
-    if signatures and on("positional-args"):
         positional = _PositionalArguments(signatures)
-        tree = positional.visit(tree)
-        if positional.bound:
+        tree, done = _transformed(tree, positional, "positional-args", lambda: positional.bound)
+        if done:
             repairs.append(
                 "passed a positional argument by keyword: " + ", ".join(positional.bound)
             )
     getter = _BoundGet()
-    tree = getter.visit(tree) if on("bound-get") else tree
-    if getter.changed:
+    tree, done = _transformed(tree, getter, "bound-get", lambda: getter.changed)
+    if done:
         repairs.append("key=d.get made a lambda")
     last_return = tree.body[-1] if tree.body else None
     if (
@@ -332,16 +348,15 @@ def repair_code(
         # `return x` at the top level (a function body habit): x is the result
         tree.body[-1] = ast.Expr(value=last_return.value)
         repairs.append("a top-level return made the last expression")
-    if tree.body and on("last-assignment"):
-        last = tree.body[-1]
-        target = None
-        if isinstance(last, ast.Assign) and len(last.targets) == 1:
-            target = last.targets[0]
-        elif isinstance(last, ast.AnnAssign | ast.AugAssign):
-            target = last.target
-        if isinstance(target, ast.Name):
-            tree.body.append(ast.Expr(value=ast.Name(id=target.id, ctx=ast.Load())))
-            repairs.append(f"the assigned name {target.id} made the result")
+    last = tree.body[-1] if tree.body else None
+    target = None
+    if isinstance(last, ast.Assign) and len(last.targets) == 1:
+        target = last.targets[0]
+    elif isinstance(last, ast.AnnAssign | ast.AugAssign):
+        target = last.target
+    if isinstance(target, ast.Name) and on("last-assignment"):
+        tree.body.append(ast.Expr(value=ast.Name(id=target.id, ctx=ast.Load())))
+        repairs.append(f"the assigned name {target.id} made the result")
     if not repairs:
         return code, []
     return ast.unparse(ast.fix_missing_locations(tree)), repairs

@@ -12,6 +12,11 @@ The environment is read once, where the profile is built
 :class:`Switches` current for the run (:func:`active`), and each rule asks
 :func:`on` at the place where it acts, so a pure function of the harness
 stays a function of its arguments and the current switches.
+
+So that an ablation need not ask every question again, a run can collect the
+rules it *reached* (:func:`reaching`): those whose gate it consulted while they
+were on. A run that never reached a rule goes, at temperature 0, the same way
+with that rule off, so the rule cannot have changed its answer.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from dataclasses import dataclass
 from daemon.errors import ConfigError
 
 __all__ = [
+    "BUILT",
     "OFF_VARIABLE",
     "ON_VARIABLE",
     "RULES",
@@ -35,6 +41,7 @@ __all__ = [
     "noticing",
     "on",
     "parse_names",
+    "reaching",
 ]
 
 OFF_VARIABLE = "ASYNCAI_HARNESS_OFF"
@@ -108,6 +115,13 @@ RULES: dict[str, str] = {
     "answer in the harness's words",
 }
 
+#: Rules read where a backend is built (its system message, the direct-mode protocol)
+#: rather than at a place in a run: :func:`reaching` counts each as reached by every
+#: run it is on in.
+BUILT: frozenset[str] = frozenset(
+    {"worked-example", "hidden-fields", "examples", "text-calls", "direct-answer-instruction"}
+)
+
 #: Mechanisms under measurement: off until ``ASYNCAI_HARNESS_ON`` names them.
 TRIALS: dict[str, str] = {
     "unfetched-url": "a URL the question names that the snippet never fetched (neither it "
@@ -144,9 +158,19 @@ _NOTICED: contextvars.ContextVar[set[str] | None] = contextvars.ContextVar(
 )
 
 
+#: The rules reached while :func:`reaching` collects them.
+_REACHED: contextvars.ContextVar[set[str] | None] = contextvars.ContextVar(
+    "harness_reached", default=None
+)
+
+
 def on(name: str) -> bool:
-    """Whether the rule ``name`` acts in the current run (all rules do by default)."""
-    return _CURRENT.get().on(name)
+    """Whether the rule ``name`` acts in the current run (all rules do by default); a
+    rule that does is reached (:func:`reaching`)."""
+    acting = _CURRENT.get().on(name)
+    if acting and (reached := _REACHED.get()) is not None:
+        reached.add(name)
+    return acting
 
 
 def acts(name: str, applies: bool) -> bool:
@@ -179,6 +203,20 @@ def noticing() -> Iterator[set[str]]:
         yield noticed
     finally:
         _NOTICED.reset(token)
+
+
+@contextmanager
+def reaching(switches: Switches) -> Iterator[set[str]]:
+    """The rules and trials reached in the ``with`` block (asked :func:`on` while on,
+    or :func:`acts` where they applied and were on), collected into the set it yields
+    (tasks started inside share it), with the :data:`BUILT` rules ``switches`` leaves
+    on. A rule outside the set did not act in the block."""
+    reached = {name for name in BUILT if switches.on(name)}
+    token = _REACHED.set(reached)
+    try:
+        yield reached
+    finally:
+        _REACHED.reset(token)
 
 
 @contextmanager

@@ -53,8 +53,9 @@ _MAX_TEXT = 200
 
 def vote_samples(configured: int) -> int:
     """The samples a short answer is voted on, the first included: ``[model]
-    answer_samples`` up to :data:`MAX_VOTE_SAMPLES`; 1 (no vote) with rule ``vote`` off."""
-    return max(1, min(configured, MAX_VOTE_SAMPLES)) if on("vote") else 1
+    answer_samples`` up to :data:`MAX_VOTE_SAMPLES`; 1 (no vote) with rule ``vote`` off.
+    The rule is asked only where the setting draws more than one (where it can act)."""
+    return min(configured, MAX_VOTE_SAMPLES) if configured > 1 and on("vote") else 1
 
 
 def vote_key(result: str) -> str | None:
