@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import os
 import signal
@@ -30,6 +31,7 @@ from bench.questions.run import (
     invented,
     joined_runs,
     list_templates,
+    reached_table,
     report,
     right,
     scores,
@@ -283,6 +285,41 @@ def test_scores_and_a_report_that_keeps_held_out_to_its_scores() -> None:
     assert "secret" in json.dumps([o.public(show_held_out=True) for o in runs])
 
 
+def test_the_report_says_where_each_rule_was_reached_and_which_never_were() -> None:
+    """Per split, the questions whose run reached a rule and the right ones among them,
+    the most reached first; every rule of RULES no question reached is named; direct
+    mode and B's outcomes are not counted; without recorded rules there is no table."""
+    from daemon.model.harness import RULES
+
+    def run(tid: str, split: str, ok: bool, reached: list[str], **other: Any) -> Outcome:
+        return dataclasses.replace(_outcome(tid, split, 0, ok), reached=reached, **other)
+
+    outcomes = [
+        run("kcp.a", "dev", True, ["examples", "look"]),
+        run("kcp.b", "dev", False, ["examples"]),
+        run("kcp.c", "held-out", False, ["examples", "look", "retry-hint"]),
+        run("kcp.d", "held-out", True, ["examples"]),
+        run("kcp.d", "held-out", False, ["key-fix"], arm="B"),
+        run("kcp.e", "held-out", False, ["key-fix"], mode="direct"),
+    ]
+    table = reached_table(outcomes[:4])
+    rows = [line for line in table.splitlines() if line.startswith("| `")]
+    assert rows == [
+        "| `examples` | 2 | 1 | 2 | 1 |",
+        "| `look` | 1 | 1 | 1 | 0 |",
+        "| `retry-hint` | 0 | 0 | 1 | 0 |",
+    ]
+    assert "dev: reached (of 2) | right | held-out: reached (of 2) | right" in table
+    never = table.splitlines()[-1]
+    assert "`key-fix`" in never
+    assert "`look`" not in never
+    assert never.count("`") == 2 * (len(RULES) - 3)
+    assert table in report(outcomes, {"code": 1, "direct": 1}, show_held_out=False)
+    assert "key-fix` |" not in report(outcomes, {"code": 1, "direct": 1}, show_held_out=False)
+    assert reached_table([_outcome("kcp.a", "dev", 0, True)]) == ""
+    assert "Where the harness's rules" not in report(outcomes[:0], {}, show_held_out=False)
+
+
 def _run_file(path: Path, outcomes: list[Outcome], **config: Any) -> Path:
     """A --json file as the bench writes it: held-out rows without their ids."""
     data = {"model": "m", "harness": "auto", "harness_off": None, "harness_on": None}
@@ -532,8 +569,10 @@ async def test_skip_unchanged_asks_b_where_a_trial_applied_and_checks_the_rest(
     assert "of 2 such questions asked in B anyway, 1 replied as A did" in compare_table(outcomes)
 
 
-def test_skip_unchanged_refuses_arms_that_differ_by_more_than_trials() -> None:
-    """B must differ from A by harness_trials alone, and switch on one A does not."""
+def test_skip_unchanged_refuses_arms_that_differ_by_more_than_trials_or_rules() -> None:
+    """B must differ from A by harness_trials and harness_off alone, and switch on a
+    trial A does not or off a rule A has on. B is asked where one of its trials applied
+    in A's run or A's run reached one of its rules off, and nowhere else."""
     from bench.questions import run as bench_run
     from daemon.config import ModelConfig
 
@@ -549,14 +588,29 @@ def test_skip_unchanged_refuses_arms_that_differ_by_more_than_trials() -> None:
 
     assert skip("--compare-set", "harness_trials=unfetched-url").trials == {"unfetched-url"}
     assert skip("--compare", "", "--compare-set", "harness_trials=unfetched-url") is not None
+    both = skip(
+        "--compare-set", "harness_off=look,vote", "--compare-set", "harness_trials=unfetched-url"
+    )
+    assert (both.trials, both.rules) == ({"unfetched-url"}, {"look", "vote"})
     for argv in (
         ("--compare", "--cache true", "--compare-set", "harness_trials=unfetched-url"),
         ("--compare-set", "harness_trials=unfetched-url", "--compare-set", "max_tokens=9"),
         ("--compare-set", "harness_trials="),
+        ("--compare-set", "harness_off="),
         ("--compare-set", "harness_trials=no-such-trial"),
+        ("--compare-set", "harness_off=unfetched-url"),  # a trial, not a rule
     ):
         with pytest.raises(SystemExit):
             skip(*argv)
+
+    def outcome(noticed: list[str], reached: list[str]) -> Any:
+        return dataclasses.replace(
+            _outcome("web.x", "dev", 0, True), noticed=noticed, reached=reached
+        )
+
+    assert both.asks(outcome(["unfetched-url"], []))
+    assert both.asks(outcome([], ["examples", "look"]))
+    assert not both.asks(outcome([], ["examples", "retry-hint"]))
 
 
 async def test_compare_python_without_compare_is_refused_before_any_server(

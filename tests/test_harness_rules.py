@@ -389,6 +389,31 @@ def test_model_harness_trials_adds_to_the_environments_trials(
         model_profile(ModelConfig(model="m", harness=True, harness_trials="vote"), "m")
 
 
+def test_model_harness_off_adds_to_the_environments_rules_off(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``[model] harness_off`` (one arm of a side-by-side run) switches rules off beside
+    ASYNCAI_HARNESS_OFF's; a name that is no rule (a trial) fails at the profile, naming
+    the key."""
+    from daemon.model import model_profile
+
+    monkeypatch.setenv("ASYNCAI_HARNESS_OFF", "vote")
+    params = ModelConfig(model="m", harness=True, harness_off="look, key-fix")
+    profile = model_profile(params, "m")
+    assert isinstance(profile, SmallModelProfile)
+    assert profile.switches.off == {"vote", "look", "key-fix"}
+    assert not profile.switches.on("look")
+    assert profile.switches.on("retry-hint")
+    monkeypatch.delenv("ASYNCAI_HARNESS_OFF")
+    plain = model_profile(ModelConfig(model="m", harness=True), "m")
+    assert isinstance(plain, SmallModelProfile)
+    assert plain.switches.off == frozenset()
+    with pytest.raises(
+        ConfigError, match=r"\[model\] harness_off: unknown harness rule 'unfetched-url'"
+    ):
+        model_profile(ModelConfig(model="m", harness=True, harness_off="unfetched-url"), "m")
+
+
 def test_positional_args_binds_one_argument_to_the_one_missing_required_parameter() -> None:
     """On by default, f(x) becomes f(param=x) where param is the one required parameter
     not given by keyword; anything ambiguous is left for the sandbox to report."""

@@ -71,6 +71,7 @@ from daemon.lanes import code_mode_limits
 from daemon.logging import configure_logging
 from daemon.mcp.executor import McpToolExecutor
 from daemon.model.harness import (
+    RULES,
     TRIALS,
     Example,
     SmallModelProfile,
@@ -122,9 +123,9 @@ class Outcome:
     # the harness's rules and trials the run reached (daemon.model.harness.reaching): a
     # rule not among them did not act in it, so the run is the same with that rule off
     reached: list[str] = field(default_factory=list)
-    # --skip-unchanged: B's outcome is A's (no trial of B's applied in A's run), not asked
+    # --skip-unchanged: B's outcome is A's (nothing B changes applied in A's run), not asked
     copied: bool = False
-    # --skip-unchanged's check: B asked although no trial of B's applied in A's run;
+    # --skip-unchanged's check: B asked although nothing B changes applied in A's run;
     # whether its reply was A's (None: not such a check)
     same_as_a: bool | None = None
 
@@ -272,11 +273,18 @@ class Arm:
 
 @dataclass(frozen=True)
 class Skip:
-    """``--skip-unchanged``: the trials B switches on beyond A's, and how often a
-    question none of them applied to is asked in B anyway (every ``check``-th)."""
+    """``--skip-unchanged``: the trials B switches on beyond A's, the rules it switches
+    off beyond A's, and how often a question none of them could change is asked in B
+    anyway (every ``check``-th)."""
 
     trials: frozenset[str]
     check: int = 5
+    rules: frozenset[str] = frozenset()
+
+    def asks(self, a: Outcome) -> bool:
+        """Whether B must be asked the question of A's outcome ``a``: one of B's trials
+        applied in A's run (noticed), or A's run reached one of the rules B has off."""
+        return bool(self.trials & set(a.noticed) or self.rules & set(a.reached))
 
 
 async def run_mode(
@@ -296,17 +304,17 @@ async def run_mode(
     Each arm has its own servers and executor (learned shapes stay in their arm). Each
     outcome is appended to ``outcomes`` as it comes, then ``saved`` is called.
 
-    With ``skip`` (B differs from A by harness trials alone), A goes first, and B is
-    asked only where one of its trials applied in A's run; elsewhere B's outcome is a
-    copy of A's, but for every ``skip.check``-th such question, asked to check that
-    premise."""
+    With ``skip`` (B differs from A by harness trials or rules alone), A goes first,
+    and B is asked only where one of its trials applied in A's run or A's run reached
+    one of the rules B has off; elsewhere B's outcome is a copy of A's, but for every
+    ``skip.check``-th such question, asked to check that premise."""
     world = served.world
     held_out = [t for t in suite if t.split == "held-out"]
     timelines = Timelines()  # each run timed as the daemon times it
     try:
         for arm in arms:
             await arm.open(mode, served)
-        unchanged = 0  # questions no trial of B's applied to, so far
+        unchanged = 0  # questions B's differences could not change, so far
         for k, template in enumerate(suite):
             case = template.make(world)
             first: Outcome | None = None
@@ -316,7 +324,7 @@ async def run_mode(
             for arm in arms if k % 2 == 0 or skip is not None else arms[::-1]:
                 if shapes is not None and first is not None:
                     _learned(arm).restore(shapes)
-                if first is None or skip is None or skip.trials & set(first.noticed):
+                if first is None or skip is None or skip.asks(first):
                     outcome = await _ask(arm, mode, case, template, world.seed, timelines)
                 else:
                     unchanged += 1
@@ -594,6 +602,47 @@ def report(outcomes: list[Outcome], seeds: dict[str, int], show_held_out: bool) 
             lines.append(f"| {tid} | {split} | " + " | ".join(cells) + " |")
         lines.append("")
         lines.append("✓ right, ✗ wrong, one per seed; ! invented; the rest are medians.")
+    code = [o for o in outcomes if o.mode == "code" and o.arm in ("", "A")]
+    if table := reached_table(code):
+        lines += ["", "Where the harness's rules could act (code mode, arm A):", "", table]
+    return "\n".join(lines)
+
+
+def reached_table(outcomes: list[Outcome]) -> str:
+    """Where each harness rule could act: per split, the questions whose run reached it
+    (:func:`daemon.model.harness.reaching`) and how many of those were right, most
+    reached first, then the rules no question reached (each could be switched off
+    without changing one of these answers). Empty when no outcome recorded its rules
+    (a file from before 2026-12-04, or the harness off)."""
+    if not any(o.reached for o in outcomes):
+        return ""
+    splits = [s for s in SPLITS if any(o.split == s for o in outcomes)]
+    totals = {s: sum(o.split == s for o in outcomes) for s in splits}
+    count: dict[tuple[str, str], list[Outcome]] = {}
+    for o in outcomes:
+        for name in o.reached:
+            count.setdefault((name, o.split), []).append(o)
+    reached = {name: 0 for name, _ in count}
+    for (name, _), runs in count.items():
+        reached[name] += len(runs)
+    names = sorted(reached, key=lambda n: (-reached[n], n))
+    lines = [
+        "| rule | " + " | ".join(f"{s}: reached (of {totals[s]}) | right" for s in splits) + " |",
+        "|---|" + "---|---|" * len(splits),
+    ]
+    for name in names:
+        cells = []
+        for split in splits:
+            runs = count.get((name, split), [])
+            cells.append(f"{len(runs)} | {sum(o.ok for o in runs)}")
+        lines.append(f"| `{name}` | " + " | ".join(cells) + " |")
+    never = sorted(set(RULES) - set(names))
+    lines.append("")
+    lines.append(
+        "Reached by no question here: "
+        + (", ".join(f"`{n}`" for n in never) if never else "none")
+        + "."
+    )
     return "\n".join(lines)
 
 
@@ -677,16 +726,17 @@ def _parser() -> argparse.ArgumentParser:
     model.add_argument(
         "--skip-unchanged",
         action="store_true",
-        help="with --compare-set harness_trials=NAMES alone: A first, and B only where one "
-        "of those trials applied in A's run; elsewhere B's outcome is A's (temperature 0)",
+        help="with --compare-set harness_trials=NAMES and/or harness_off=NAMES alone: A "
+        "first, and B only where one of those trials applied in A's run or A's run reached "
+        "one of those rules; elsewhere B's outcome is A's (temperature 0)",
     )
     model.add_argument(
         "--skip-check",
         type=int,
         default=5,
         metavar="N",
-        help="--skip-unchanged: still ask B every N-th question none of its trials applied "
-        "to, to check that its reply is A's (default 5)",
+        help="--skip-unchanged: still ask B every N-th question its differences could not "
+        "change, to check that its reply is A's (default 5)",
     )
     model.add_argument(
         "--server-log",
@@ -764,25 +814,33 @@ def _model_key(text: str) -> tuple[str, Any]:
 def _skip(
     parser: argparse.ArgumentParser, args: argparse.Namespace, arms: list[Arm]
 ) -> Skip | None:
-    """``--skip-unchanged``'s trials: B's ``harness_trials`` beyond A's; B must differ from
-    A by them alone (no server arguments of its own, no other key)."""
+    """``--skip-unchanged``'s differences: B's ``harness_trials`` beyond A's and B's
+    ``harness_off`` beyond A's; B must differ from A by them alone (no server arguments
+    of its own, no other key)."""
     if not args.skip_unchanged:
         return None
     if args.skip_check < 1:
         parser.error("--skip-check must be 1 or more")
     keys = {key for key, _ in args.compare_set}
-    if len(arms) != 2 or keys != {"harness_trials"} or (args.compare or "").strip():
+    if len(arms) != 2 or not keys or keys - _SKIPPABLE or (args.compare or "").strip():
         parser.error(
             "--skip-unchanged: B must differ from A by --compare-set harness_trials=NAMES "
-            "alone (--compare with no arguments, or none)"
+            "and/or harness_off=NAMES alone (--compare with no arguments, or none)"
         )
     try:
         a, b = (parse_names(arm.model.harness_trials, TRIALS, "harness_trials") for arm in arms)
+        a_off, b_off = (parse_names(arm.model.harness_off, RULES, "harness_off") for arm in arms)
     except ConfigError as exc:
         parser.error(str(exc))
-    if not b - a:
-        parser.error("--skip-unchanged: B switches on no trial that A does not")
-    return Skip(frozenset(b - a), args.skip_check)
+    if not b - a and not b_off - a_off:
+        parser.error(
+            "--skip-unchanged: B switches on no trial that A does not, and off no rule A has on"
+        )
+    return Skip(frozenset(b - a), args.skip_check, frozenset(b_off - a_off))
+
+
+#: The [model] keys by which --skip-unchanged's B may differ from A.
+_SKIPPABLE = frozenset({"harness_trials", "harness_off"})
 
 
 def _arm_text(arm: Arm, args: argparse.Namespace) -> str:

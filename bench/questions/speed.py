@@ -280,8 +280,8 @@ def compare_table(outcomes: Sequence[Any]) -> str:
     checks = [b.same_as_a for _, b in pairs if b.same_as_a is not None]
     if copied or checks:
         lines.append(
-            f"--skip-unchanged: B's outcome is A's on {copied} questions where none of B's "
-            f"trials applied; of {len(checks)} such questions asked in B anyway, "
-            f"{sum(checks)} replied as A did."
+            f"--skip-unchanged: B's outcome is A's on {copied} questions where nothing B "
+            f"changes applied (its trials, its rules off); of {len(checks)} such questions "
+            f"asked in B anyway, {sum(checks)} replied as A did."
         )
     return "\n".join(lines)

@@ -120,6 +120,10 @@ class EndpointConfig:
     # ASYNCAI_HARNESS_ON, whose names it adds to): so that a side-by-side bench run
     # (--compare-set) can measure one in B only. "": none.
     harness_trials: Text = ""
+    # The harness's rules switched off for this endpoint, a comma list of names (as
+    # ASYNCAI_HARNESS_OFF, whose names it adds to): so that a side-by-side bench run can
+    # measure a rule's removal in B only. "": none.
+    harness_off: Text = ""
 
     def as_model(
         self,

@@ -11,6 +11,7 @@ from daemon.config import ModelConfig
 from daemon.local_model.fetch import DEFAULT_MODEL
 from daemon.model.endpoint import ChatEndpoint
 from daemon.model.harness import (
+    RULES,
     TRIALS,
     CodeBlockTurns,
     SmallModelProfile,
@@ -29,16 +30,20 @@ def model_profile(params: ModelConfig, model: str | None) -> ModelProfile:
     """The profile for ``model``: the small-model harness when ``[model] harness`` says so,
     else for the embedded local model only; the default profile otherwise.
 
-    The harness's rules switched off (``ASYNCAI_HARNESS_OFF``) and trials switched on
-    (``ASYNCAI_HARNESS_ON``, and ``[model] harness_trials``), the bench's ablation
+    The harness's rules switched off (``ASYNCAI_HARNESS_OFF``, and ``[model]
+    harness_off``) and trials switched on (``ASYNCAI_HARNESS_ON``, and ``[model]
+    harness_trials``), the bench's ablation
     knobs, are read here, once; an unknown name is a
     :class:`~daemon.errors.ConfigError`."""
     harness = params.harness if params.harness is not None else model == DEFAULT_MODEL.alias
     if not harness:
         return DefaultProfile(params)
     switches = from_environ(os.environ)
+    off = parse_names(params.harness_off, RULES, "[model] harness_off")
     trials = parse_names(params.harness_trials, TRIALS, "[model] harness_trials")
-    return SmallModelProfile(params, Switches(off=switches.off, trials=switches.trials | trials))
+    return SmallModelProfile(
+        params, Switches(off=switches.off | off, trials=switches.trials | trials)
+    )
 
 
 def _final_round_prompt(question: str) -> str:
