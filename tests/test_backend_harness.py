@@ -874,8 +874,10 @@ async def test_a_rule_a_run_never_reached_changes_nothing_switched_off(monty_poo
     script = [bad, block(FILTER), "pod-0, pod-4 and pod-8."]
     all_on, reply, reached = await asked(script)
     assert reply.reply == "pod-0, pod-4 and pod-8."
-    assert {"worked-example", "look", "retry-alone", "warm-retry", "retry-hint"} <= reached
+    assert {"worked-example", "look", "retry-alone", "warm-retry", "readable"} <= reached
     unreached = sorted(set(RULES) - reached)
+    # asked, but with nothing to change here: no hint for this error, no value to quote
+    assert {"retry-hint", "repeat-hint", "url-hint", "quote-result"} <= set(unreached)
     assert {"vote", "fresh-start", "key-fix", "dict-loop", "failed-honest"} <= set(unreached)
     off, reply_off, reached_off = await asked(script, *unreached)
     assert off.requests == all_on.requests

@@ -40,6 +40,7 @@ from daemon.model.harness import (
     noticing,
     prints_as_result,
     quote_result,
+    reaching,
     readable,
     repair_code,
     repeat_hint,
@@ -55,6 +56,7 @@ from daemon.model.harness import (
     warm_retry,
 )
 from daemon.model.harness import blocks as harness_blocks
+from daemon.model.harness.rules import BUILT
 from daemon.model.harness.topics import catalog_topics
 from daemon.model.profile import RunTools
 from daemon.model.records import RunState, user_record
@@ -488,3 +490,62 @@ def test_a_loop_over_a_dict_loops_over_the_one_list_below_it() -> None:
         assert loop_fix("[x for x in two]", STR_AS_DATA, look) is None
         assert loop_fix(code, "KeyError: 'id'", look) is None
         assert loop_fix(code, STR_AS_DATA, None) is None
+
+
+def _reached(act: Callable[[], object]) -> set[str]:
+    """The rules ``act`` reached with every rule on (those read at build time aside)."""
+    with reaching(Switches()) as reached:
+        act()
+    return reached - BUILT
+
+
+@pytest.mark.parametrize(
+    ("name", "idle", "acting"),
+    [
+        ("readable", lambda: readable("not json"), lambda: readable('["a", "b"]')),
+        (
+            "prints-as-result",
+            lambda: prints_as_result("3"),
+            lambda: prints_as_result('{"output": "3\\n"}'),
+        ),
+        (
+            "quote-result",
+            lambda: quote_result("It is 3.", "3"),
+            lambda: quote_result("It is three.", "3"),
+        ),
+        (
+            "retry-hint",
+            lambda: retry_hint("x = [1][5]", "IndexError: list index out of range", ["f"]),
+            lambda: retry_hint("get_pods()", "NameError: name 'get_pods' is not defined", ["f"]),
+        ),
+        (
+            "await-precedence",
+            lambda: repair_code("r = await f()\nr['k']", ["f"]),
+            lambda: repair_code("await f()['k']", ["f"]),
+        ),
+        (
+            "bound-get",
+            lambda: repair_code("d = {}\nmax(d, key=len)", ["f"]),
+            lambda: repair_code("d = {}\nmax(d, key=d.get)", ["f"]),
+        ),
+        (
+            "last-assignment",
+            lambda: repair_code("x = 1\nx", ["f"]),
+            lambda: repair_code("x = 1", ["f"]),
+        ),
+        ("empty-recheck", lambda: looks_empty("3"), lambda: looks_empty("(empty result)")),
+        ("vote", lambda: vote_samples(1), lambda: vote_samples(3)),
+        ("retry-alone", lambda: replays_code(False), lambda: replays_code(True)),
+    ],
+)
+def test_a_rule_is_reached_only_where_it_changes_something(
+    name: str, idle: Callable[[], object], acting: Callable[[], object]
+) -> None:
+    """reaching() collects a rule where it acts, not where it is merely passed: the
+    premise that lets an ablation skip the questions whose run never reached a rule.
+    Off, a rule is never reached, and does what it does off."""
+    assert name not in _reached(idle)
+    assert name in _reached(acting)
+    with active(Switches(off=frozenset({name}))), reaching(Switches()) as reached:
+        acting()
+    assert name not in reached

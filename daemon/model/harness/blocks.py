@@ -456,10 +456,8 @@ async def _peek(
     None when there is nothing to show. ``skip`` are the catalog's functions (not data);
     ``missing`` (a KeyError's key) adds how many items of each list hold it. Rule
     ``look`` (or the ``rule`` that asks for the look): off, there is never a look."""
-    if not on(rule):
-        return None
     names = assigned_names(code) + read_names(code, {*skip, *RESERVED_NAMES, *SEARCH_HELPERS})
-    if not names:
+    if not names or not on(rule):
         return None
     try:
         async with asyncio.timeout(_PEEK_TIMEOUT):

@@ -18,7 +18,7 @@ from daemon.code_mode.sandbox import MISSING_MODULE_ADVICE, SANDBOX_MODULES
 from daemon.model.harness.look import Look
 from daemon.model.harness.parsing import is_code_only
 from daemon.model.harness.prompts import WORKED_EXAMPLE, echoes_example
-from daemon.model.harness.rules import acts, on
+from daemon.model.harness.rules import acts, kept, on
 from daemon.model.harness.vote import vote_key
 
 __all__ = [
@@ -144,15 +144,17 @@ def replays_code(retry: bool) -> bool:
     """Whether the next message follows the snippet that ran, as the model's turn: always
     before the answer (it sees what it computed), never before a retry (rule
     ``retry-alone``): shown its failed code, a small model sends it again verbatim."""
-    return not retry or not on("retry-alone")
+    return not (retry and on("retry-alone"))
 
 
 def readable(result: str, limit: int = 40) -> str:
     """A JSON list or dict result as one line per item (``- name: a, phase: Failed``):
     in compact JSON a 1.5B model dropped two of five items from its answer (rule
     ``readable``)."""
-    if not on("readable"):
-        return result
+    return kept("readable", _readable(result, limit), result)
+
+
+def _readable(result: str, limit: int) -> str:
     try:
         value = json.loads(result)
     except ValueError:
@@ -182,7 +184,7 @@ def is_empty_result(text: str) -> bool:
 def looks_empty(text: str) -> bool:
     """Whether a result is worth one look at the data and one more snippet (rule
     ``empty-recheck``): it is empty, or holds a None where the answer should be."""
-    return on("empty-recheck") and (is_empty_result(text) or holds_none(text))
+    return acts("empty-recheck", is_empty_result(text) or holds_none(text))
 
 
 def is_no_answer(reply: str, example: str = WORKED_EXAMPLE) -> bool:
@@ -191,7 +193,7 @@ def is_no_answer(reply: str, example: str = WORKED_EXAMPLE) -> bool:
     (rule ``reply-from-result``, :func:`parrots_instruction`), or it retells the
     worked example it was shown (rule ``echo-check``, :func:`echoes_example`)."""
     said = reply.strip()
-    if on("reply-from-result") and (not said or is_code_only(reply) or parrots_instruction(reply)):
+    if acts("reply-from-result", not said or is_code_only(reply) or parrots_instruction(reply)):
         return True
     return echoes_example(reply, example)
 
@@ -258,8 +260,10 @@ def retry_hint(code: str, error: str, functions: Iterable[str] = ()) -> str | No
     functions (get_objects, list_nodes) called again after their NameError.
     Rule ``retry-hint``.
     """
-    if not on("retry-hint"):
-        return None
+    return kept("retry-hint", _retry_hint(code, error, functions), None)
+
+
+def _retry_hint(code: str, error: str, functions: Iterable[str]) -> str | None:
     known = sorted(set(functions))
     m = _UNDEFINED.search(error)
     if m and m.group(1) in SANDBOX_MODULES:  # datetime.date(...) without the import
@@ -308,8 +312,10 @@ def prints_as_result(text: str) -> str:
     Blank printed output is :data:`NO_OUTPUT`: nothing was shown. Rule
     ``prints-as-result``.
     """
-    if not on("prints-as-result") or not text.startswith('{"output"'):
-        return text
+    return kept("prints-as-result", _prints_as_result(text), text)
+
+
+def _prints_as_result(text: str) -> str:
     try:
         value = json.loads(text)
     except ValueError:
@@ -380,8 +386,10 @@ def repeat_hint(error: str, previous: str | None, functions: Iterable[str] = ())
     None when ``error`` is not the same exception as ``previous``. Rule
     ``repeat-hint``.
     """
-    if not on("repeat-hint"):
-        return None
+    return kept("repeat-hint", _repeat_hint(error, previous, functions), None)
+
+
+def _repeat_hint(error: str, previous: str | None, functions: Iterable[str]) -> str | None:
     sig = error_signature(error)
     if sig is None or previous is None or sig != error_signature(previous):
         return None
@@ -460,7 +468,11 @@ def quote_result(reply: str, result: str) -> str:
     answer; the model's words only phrase it, so a value they drop is quoted.
     Rule ``quote-result``.
     """
-    if not on("quote-result") or len(result) > _QUOTED or is_empty_result(result):
+    return kept("quote-result", _quoted(reply, result), reply)
+
+
+def _quoted(reply: str, result: str) -> str:
+    if len(result) > _QUOTED or is_empty_result(result):
         return reply
     atoms = value_atoms(result)
     if not atoms:
@@ -529,8 +541,12 @@ def url_hint(
     resource "orders" and read a configmap three times over; the URL never reached
     the function that fetches it. Rule ``url-hint``.
     """
-    if not on("url-hint"):
-        return None
+    return kept("url-hint", _url_hint(question, code, functions), None)
+
+
+def _url_hint(
+    question: str, code: str, functions: Mapping[str, tuple[Collection[str], object]]
+) -> str | None:
     urls = [u.rstrip(".,;:!?)") for u in _URL.findall(question)]
     fetchers = _fetchers(functions)
     if not urls or not fetchers or _calls_any(code, fetchers):

@@ -10,7 +10,7 @@ import ast
 
 from daemon.model.harness.keys import PARSE_ERROR, key_paths, list_paths, missing_key, plain_path
 from daemon.model.harness.look import Look
-from daemon.model.harness.rules import acts, on
+from daemon.model.harness.rules import acts, kept
 
 __all__ = ["key_fix", "loop_fix"]
 
@@ -29,8 +29,12 @@ def key_fix(code: str, error: str, look: Look | None) -> str | None:
 
     Rule ``key-fix``.
     """
+    return kept("key-fix", _key_fix(code, error, look), None)
+
+
+def _key_fix(code: str, error: str, look: Look | None) -> str | None:
     key = missing_key(error)
-    if key is None or look is None or not on("key-fix"):
+    if key is None or look is None:
         return None
     try:
         tree = ast.parse(code)

@@ -20,7 +20,7 @@ from daemon.model.harness.look import (
     TextStart,
     Value,
 )
-from daemon.model.harness.rules import on
+from daemon.model.harness.rules import kept, on
 
 # key_paths and plain_path serve harness/keyfix.py too
 __all__ = [
@@ -212,7 +212,11 @@ def value_hint(code: str, error: str, look: Look | None) -> str | None:
 
     Rule ``value-hint``.
     """
-    if look is None or not on("value-hint") or not PARSE_ERROR.search(error):
+    return kept("value-hint", _value_hint(code, error, look), None)
+
+
+def _value_hint(code: str, error: str, look: Look | None) -> str | None:
+    if look is None or not PARSE_ERROR.search(error):
         return None
     lists = list_paths(look)
     for m in _DICT_ITEMS.finditer(code):

@@ -15,7 +15,7 @@ from typing import Any
 
 from daemon.code_mode.catalog import RESERVED_NAMES, Catalog, catalog_section, helpers_section
 from daemon.model.harness.fields import hidden_fields
-from daemon.model.harness.rules import on
+from daemon.model.harness.rules import acts, on
 
 __all__ = [
     "CODE_STOP",
@@ -99,10 +99,8 @@ def echoes_example(reply: str, example: str = WORKED_EXAMPLE) -> bool:
     pods: ..."): that is no answer, and the result is quoted instead. Rule
     ``echo-check``.
     """
-    if not on("echo-check"):
-        return False
     shown = _EXAMPLE_NGRAMS if example == WORKED_EXAMPLE else _ngrams(example, _ECHO_WORDS)
-    return not _ngrams(reply, _ECHO_WORDS).isdisjoint(shown)
+    return acts("echo-check", not _ngrams(reply, _ECHO_WORDS).isdisjoint(shown))
 
 
 # Generation stops after the code block's closing fence: what a small model writes

@@ -25,6 +25,7 @@ import contextvars
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import TypeVar
 
 from daemon.errors import ConfigError
 
@@ -38,6 +39,7 @@ __all__ = [
     "active",
     "acts",
     "from_environ",
+    "kept",
     "noticing",
     "on",
     "parse_names",
@@ -191,6 +193,16 @@ def acts(name: str, applies: bool) -> bool:
     if noticed is not None and name in TRIALS:
         noticed.add(name)
     return False
+
+
+T = TypeVar("T")
+
+
+def kept(name: str, done: T, undone: T) -> T:
+    """``done`` (what rule ``name`` makes of a value) where it differs from ``undone``
+    (the value as it was) and the rule acts there (:func:`acts`), else ``undone``: a
+    rule written this way is reached only where it changes something."""
+    return done if acts(name, done != undone) else undone
 
 
 @contextmanager

@@ -33,7 +33,7 @@ from typing import Any
 
 from daemon.code_mode.catalog import Catalog
 from daemon.model.harness.fields import entry_hidden_paths
-from daemon.model.harness.rules import on
+from daemon.model.harness.rules import kept
 
 __all__ = [
     "MIN_GAIN",
@@ -163,8 +163,10 @@ def topic_hint(question: str, code: str, functions: Mapping[str, Topic]) -> tupl
     """For a failed snippet: the function the question is about, when the snippet
     called none like it, as the hint and the call a new snippet should start with;
     None when the snippet's functions cover the question as well. Rule ``topic-hint``."""
-    if not on("topic-hint"):
-        return None
+    return kept("topic-hint", _topic_hint(question, code, functions), None)
+
+
+def _topic_hint(question: str, code: str, functions: Mapping[str, Topic]) -> tuple[str, str] | None:
     called, passed = _called(code, functions)
     if not called:
         return None
