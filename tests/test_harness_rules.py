@@ -543,7 +543,7 @@ def test_a_rule_is_reached_only_where_it_changes_something(
 ) -> None:
     """reaching() collects a rule where it acts, not where it is merely passed: the
     premise that lets an ablation skip the questions whose run never reached a rule.
-    Off, a rule is never reached, and does what it does off."""
+    Off, a rule is never reached."""
     assert name not in _reached(idle)
     assert name in _reached(acting)
     with active(Switches(off=frozenset({name}))), reaching(Switches()) as reached:
