@@ -45,6 +45,7 @@ import tempfile
 import time
 import tomllib
 import uuid
+from collections import Counter
 from collections.abc import Callable, Coroutine, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -622,9 +623,7 @@ def reached_table(outcomes: list[Outcome]) -> str:
     for o in outcomes:
         for name in o.reached:
             count.setdefault((name, o.split), []).append(o)
-    reached = {name: 0 for name, _ in count}
-    for (name, _), runs in count.items():
-        reached[name] += len(runs)
+    reached = Counter(name for o in outcomes for name in o.reached)
     names = sorted(reached, key=lambda n: (-reached[n], n))
     lines = [
         "| rule | " + " | ".join(f"{s}: reached (of {totals[s]}) | right" for s in splits) + " |",
@@ -811,6 +810,10 @@ def _model_key(text: str) -> tuple[str, Any]:
     return key.strip(), parsed
 
 
+#: The [model] keys by which --skip-unchanged's B may differ from A.
+_SKIPPABLE = frozenset({"harness_trials", "harness_off"})
+
+
 def _skip(
     parser: argparse.ArgumentParser, args: argparse.Namespace, arms: list[Arm]
 ) -> Skip | None:
@@ -837,10 +840,6 @@ def _skip(
             "--skip-unchanged: B switches on no trial that A does not, and off no rule A has on"
         )
     return Skip(frozenset(b - a), args.skip_check, frozenset(b_off - a_off))
-
-
-#: The [model] keys by which --skip-unchanged's B may differ from A.
-_SKIPPABLE = frozenset({"harness_trials", "harness_off"})
 
 
 def _arm_text(arm: Arm, args: argparse.Namespace) -> str:

@@ -32,9 +32,8 @@ def model_profile(params: ModelConfig, model: str | None) -> ModelProfile:
 
     The harness's rules switched off (``ASYNCAI_HARNESS_OFF``, and ``[model]
     harness_off``) and trials switched on (``ASYNCAI_HARNESS_ON``, and ``[model]
-    harness_trials``), the bench's ablation
-    knobs, are read here, once; an unknown name is a
-    :class:`~daemon.errors.ConfigError`."""
+    harness_trials``), the bench's ablation knobs, are read here, once; an unknown name
+    is a :class:`~daemon.errors.ConfigError`."""
     harness = params.harness if params.harness is not None else model == DEFAULT_MODEL.alias
     if not harness:
         return DefaultProfile(params)

@@ -195,10 +195,10 @@ def acts(name: str, applies: bool) -> bool:
     return False
 
 
-T = TypeVar("T")
+_T = TypeVar("_T")
 
 
-def kept(name: str, done: T, undone: T) -> T:
+def kept(name: str, done: _T, undone: _T) -> _T:
     """``done`` (what rule ``name`` makes of a value) where it differs from ``undone``
     (the value as it was) and the rule acts there (:func:`acts`), else ``undone``: a
     rule written this way is reached only where it changes something."""
