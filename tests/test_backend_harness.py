@@ -209,22 +209,21 @@ async def test_a_run_code_call_written_as_text_runs(code_mode):
     assert result.reply == "Three.\n\nThe result of run_code: pod-0, pod-4, pod-8"
 
 
-async def test_code_repairs_await_precedence_and_a_trailing_assignment(code_mode, monkeypatch):
-    """`await f()[...]` awaits the call, and a snippet ending in an assignment returns the
-    assigned value, so one snippet is enough; the record shows the code that ran."""
+async def test_a_trailing_assignment_is_the_result(code_mode, monkeypatch):
+    """A snippet ending in an assignment returns the assigned value, so one snippet is
+    enough; the record shows the code that ran."""
     ex, _ = code_mode
     code = (
-        "pods = await list_pods(namespace='prod')[0:12]\n"
+        "pods = await list_pods(namespace='prod')\n"
         "failed = [p['metadata']['name'] for p in pods if p['status']['phase'] == 'Failed']"
     )
     fake, (result,) = await run_script(ex, [block(code), "Three."], request())
     assert fake.requests[1]["messages"][-1]["content"].startswith(
         "The code returned:\n3 items:\n- pod-0\n- pod-4\n- pod-8"
     )
-    assert result.metrics.harness_repairs == 2
+    assert result.metrics.harness_repairs == 1
     ran = result.records[1].message["content"][0]["input"]["code"]
-    assert ran.startswith("pods = (await list_pods(namespace='prod'))[0:12]")
-    assert ran.endswith("\nfailed")
+    assert ran == f"{code}\nfailed"
 
 
 async def test_printed_output_is_the_result(code_mode, monkeypatch):
@@ -266,13 +265,15 @@ async def test_a_failed_snippet_is_retried_warmer(code_mode, monkeypatch):
     assert result.metrics.run_code_calls == 3
 
 
-async def test_a_reply_that_restates_code_is_replaced_by_the_result(code_mode, monkeypatch):
-    """If the answer is only a code block, the run_code result is the reply."""
+async def test_a_reply_that_restates_code_still_carries_the_result(code_mode, monkeypatch):
+    """If the answer is only a code block, the short result's values it leaves out are
+    quoted after it (rule quote-result): the user still reads the answer."""
     ex, _ = code_mode
     script = [block(FILTER), f"```python\n{FILTER}\n```"]
     _, (result,) = await run_script(ex, script, request())
-    assert result.reply == 'The result of run_code: ["pod-0","pod-4","pod-8"]'
-    assert result.metrics.reply_from_result is True
+    assert result.reply.startswith("```python\n")
+    assert result.reply.endswith("```\n\nThe result of run_code: pod-0, pod-4, pod-8")
+    assert result.metrics.reply_from_result is False
 
 
 async def test_a_reply_that_retells_the_worked_example_is_replaced_by_the_result(code_mode):
@@ -296,8 +297,7 @@ async def test_a_reply_that_retells_the_worked_example_is_replaced_by_the_result
 
 async def test_after_the_last_failed_snippet_the_model_answers(code_mode, monkeypatch):
     """MAX_FAILED_SNIPPETS failures end the tries: the last result asks for an answer
-    (which may say what went wrong); a JavaScript snippet's SyntaxError carries a hint to
-    write Python."""
+    (which may say what went wrong)."""
     # on, the harness says why; and the same error twice would stop at two snippets
     rules_off(monkeypatch, "failed-honest", "repeat-stop")
     ex, _ = code_mode
@@ -306,7 +306,6 @@ async def test_after_the_last_failed_snippet_the_model_answers(code_mode, monkey
     script = [js] * MAX_FAILED_SNIPPETS + [answer]
     fake, (result,) = await run_script(ex, script, request())
     assert len(fake.requests) == MAX_FAILED_SNIPPETS + 1
-    assert "JavaScript" in fake.requests[1]["messages"][-1]["content"]
     answer_request = fake.requests[-1]
     assert "stop" not in answer_request
     assert answer_request["messages"][-1]["content"].startswith("The code failed:")
@@ -522,26 +521,6 @@ async def test_a_snippet_failing_on_data_fetched_before_is_shown_that_data(code_
     assert result.metrics.peeks == 2
 
 
-async def test_a_question_naming_a_url_no_snippet_fetched_gets_the_fetch(code_mode):
-    """The question names a URL and the failed snippet called something else: the retry
-    request writes the call of the catalog function that takes a url."""
-    ex, inner = code_mode
-
-    @inner.tool(read_only=True)
-    async def http_get(*, url: str) -> dict:
-        """Fetch a URL."""
-        return {"status": 200, "json": [{"id": 1}]}
-
-    url = "http://127.0.0.1:9/orders.json"
-    wrong = "orders = await list_pods(namespace='orders')\norders['total']"
-    right = f"r = await http_get(url='{url}')\nlen(r['json'])"
-    script = [block(wrong), block(right), "There is 1 order."]
-    fake, (result,) = await run_script(ex, script, request(f"How many orders are in {url}?"))
-    retry = fake.requests[1]["messages"][-1]["content"]
-    assert f"Hint: my question names {url}: fetch it with r = await http_get(url='{url}')." in retry
-    assert result.reply == "There is 1 order."
-
-
 async def test_a_snippet_calling_a_function_named_like_the_place_gets_the_one_asked_about(
     code_mode,
 ):
@@ -594,17 +573,6 @@ async def test_an_empty_result_is_shown_with_the_data_once(code_mode, monkeypatc
     assert "pods[0]['status']['phase'] == 'Failed'" in recheck
     assert fake.requests[1]["stop"] == [CODE_STOP]  # it may still send code
     assert result.reply == "No pod has failed."
-
-
-async def test_an_invented_function_gets_the_list_of_real_ones(code_mode):
-    """A NameError for a function the catalog does not have names the closest real one
-    and all of them."""
-    ex, _ = code_mode
-    script = [block("pod = await get_pod(name='pod-0')\npod"), block(FILTER), "Three."]
-    fake, _ = await run_script(ex, script, request())
-    retry = fake.requests[1]["messages"][-1]["content"]
-    assert "Hint: there is no function get_pod" in retry
-    assert "The functions are: list_pods." in retry
 
 
 async def test_text_is_shown_as_lines_and_the_same_error_twice_gets_a_stronger_hint(
@@ -768,25 +736,6 @@ async def test_failed_honest_keeps_answers_without_code_or_with_a_result(code_mo
     assert len(fake.requests) == 4
 
 
-async def test_a_reply_that_copies_the_error_wording_is_replaced(code_mode, monkeypatch):
-    """The answer request's own words for an error, parroted, are no answer: after failed
-    snippets the reply says why the code failed; after a result, the result is the reply."""
-    rules_off(monkeypatch, "failed-honest", "repeat-stop")  # the model's own answers
-    ex, _ = code_mode
-    parrot = "One sentence saying what stopped you."
-    script = [block("1/0")] * MAX_FAILED_SNIPPETS + [parrot, block(FILTER), parrot]
-    fake, (failed, answered) = await run_script(
-        ex, script, request(), request(run="R2", thread="T2")
-    )
-    assert (
-        "write one sentence saying what stopped you"
-        in (fake.requests[MAX_FAILED_SNIPPETS]["messages"][-1]["content"])
-    )
-    assert failed.reply.endswith("ended with: ZeroDivisionError: division by zero")
-    assert answered.reply == 'The result of run_code: ["pod-0","pod-4","pod-8"]'
-    assert answered.metrics.reply_from_result is True
-
-
 async def test_a_short_result_is_the_reply_without_an_answer_round(code_mode):
     """``[model] reply_with_short_result``: a good result that is a short value (three
     names) is the reply as one line, and the model is asked once; data (the pods
@@ -877,8 +826,8 @@ async def test_a_rule_a_run_never_reached_changes_nothing_switched_off(monty_poo
     assert {"worked-example", "look", "retry-alone", "warm-retry", "readable"} <= reached
     unreached = sorted(set(RULES) - reached)
     # asked, but with nothing to change here: no hint for this error, no value to quote
-    assert {"retry-hint", "repeat-hint", "url-hint", "quote-result"} <= set(unreached)
-    assert {"vote", "fresh-start", "key-fix", "dict-loop", "failed-honest"} <= set(unreached)
+    assert {"repeat-hint", "quote-result"} <= set(unreached)
+    assert {"vote", "fresh-start", "dict-loop", "failed-honest"} <= set(unreached)
     off, reply_off, reached_off = await asked(script, *unreached)
     assert off.requests == all_on.requests
     assert reply_off.reply == reply.reply
@@ -886,7 +835,7 @@ async def test_a_rule_a_run_never_reached_changes_nothing_switched_off(monty_poo
 
     # a good first snippet: no retry, so no rule of one is reached
     _, _, first_good = await asked([block(FILTER), "pod-0, pod-4 and pod-8."])
-    assert not {"look", "retry-alone", "warm-retry", "retry-hint"} & first_good
+    assert not {"look", "retry-alone", "warm-retry", "repeat-hint"} & first_good
 
     # a reached rule switched off changes the run: without the look, no variables shown
     changed, _, _ = await asked(script, "look")

@@ -297,25 +297,25 @@ def test_the_report_says_where_each_rule_was_reached_and_which_never_were() -> N
     outcomes = [
         run("kcp.a", "dev", True, ["examples", "look"]),
         run("kcp.b", "dev", False, ["examples"]),
-        run("kcp.c", "held-out", False, ["examples", "look", "retry-hint"]),
+        run("kcp.c", "held-out", False, ["examples", "look", "repeat-hint"]),
         run("kcp.d", "held-out", True, ["examples"]),
-        run("kcp.d", "held-out", False, ["key-fix"], arm="B"),
-        run("kcp.e", "held-out", False, ["key-fix"], mode="direct"),
+        run("kcp.d", "held-out", False, ["dict-loop"], arm="B"),
+        run("kcp.e", "held-out", False, ["dict-loop"], mode="direct"),
     ]
     table = reached_table(outcomes[:4])
     rows = [line for line in table.splitlines() if line.startswith("| `")]
     assert rows == [
         "| `examples` | 2 | 1 | 2 | 1 |",
         "| `look` | 1 | 1 | 1 | 0 |",
-        "| `retry-hint` | 0 | 0 | 1 | 0 |",
+        "| `repeat-hint` | 0 | 0 | 1 | 0 |",
     ]
     assert "dev: reached (of 2) | right | held-out: reached (of 2) | right" in table
     never = table.splitlines()[-1]
-    assert "`key-fix`" in never
+    assert "`dict-loop`" in never
     assert "`look`" not in never
     assert never.count("`") == 2 * (len(RULES) - 3)
     assert table in report(outcomes, {"code": 1, "direct": 1}, show_held_out=False)
-    assert "key-fix` |" not in report(outcomes, {"code": 1, "direct": 1}, show_held_out=False)
+    assert "dict-loop` |" not in report(outcomes, {"code": 1, "direct": 1}, show_held_out=False)
     assert reached_table([_outcome("kcp.a", "dev", 0, True)]) == ""
     assert "Where the harness's rules" not in report(outcomes[:0], {}, show_held_out=False)
 
@@ -610,7 +610,7 @@ def test_skip_unchanged_refuses_arms_that_differ_by_more_than_trials_or_rules() 
 
     assert both.asks(outcome(["unfetched-url"], []))
     assert both.asks(outcome([], ["examples", "look"]))
-    assert not both.asks(outcome([], ["examples", "retry-hint"]))
+    assert not both.asks(outcome([], ["examples", "repeat-hint"]))
 
 
 async def test_compare_python_without_compare_is_refused_before_any_server(

@@ -34,7 +34,6 @@ from daemon.code_mode.catalog.shapes import (
     merge,
 )
 from daemon.code_mode.helpers import check_reserved
-from daemon.model.harness.repair import repair_code
 from daemon.tools import ToolCallOutput, ToolDefinition
 
 json_values = st.recursive(
@@ -346,17 +345,6 @@ def test_the_helpers_exist_only_in_a_searchable_catalog_and_a_tool_of_that_name_
     defs = [tool("describe", "A tool called describe. " * 400)]
     assert not is_helper(Catalog(defs, budget=10), "describe")
     assert is_helper(Catalog(defs, budget=10), "search_tools")
-
-
-def test_the_harness_takes_await_off_the_helpers_but_not_off_a_tool_of_that_name() -> None:
-    """A small model awaits everything: ``await describe(...)`` is repaired."""
-    code, repairs = repair_code(
-        'd = await describe("get_x")\nd', {"get_x": (frozenset(), frozenset())}
-    )
-    assert code == "d = describe('get_x')\nd"
-    assert repairs == ["search_tools/describe called without await (they answer at once)"]
-    code, _ = repair_code('await describe(x="a")', {"describe": (frozenset({"x"}), frozenset())})
-    assert code == 'await describe(x="a")'
 
 
 @given(st.text(max_size=40), st.integers(min_value=-3, max_value=50))

@@ -4,7 +4,6 @@ prompt text. The inputs are the shapes Qwen2.5-Coder-1.5B really produced
 
 from __future__ import annotations
 
-import ast
 import json
 
 import pytest
@@ -26,14 +25,12 @@ from daemon.model.harness import (
     error_signature,
     extract_code,
     failure_reply,
+    fetched_url,
     hidden_fields,
     hidden_paths,
     holds_none,
-    is_code_only,
-    is_no_answer,
     key_hint,
     missing_key,
-    parrots_instruction,
     peek_code,
     prints_as_result,
     quote_result,
@@ -43,11 +40,9 @@ from daemon.model.harness import (
     repair_code,
     repeat_hint,
     result_message,
-    retry_hint,
     retry_seed,
     system_prompt,
     text_tool_calls,
-    url_hint,
     value_atoms,
 )
 from daemon.model.harness.feedback import STOPPED
@@ -111,27 +106,6 @@ def test_unrecoverable_arguments_give_none() -> None:
 # ---- code ----
 
 
-def test_await_binds_to_the_call_not_the_subscript() -> None:
-    """await f()['items'] and await f().get(...) are rewritten to await the call;
-    gather and plain awaits are left alone."""
-    code = (
-        "pods = await list_objects(resource='pods')['items']\n"
-        "n = await get_object(name='a').get('status', {})\n"
-        "both = await asyncio.gather(f(), g())\n"
-        "x = await h()\n"
-        "len(pods)"
-    )
-    fixed, repairs = repair_code(code)
-    assert repairs == ["await applied to the call, not to its subscript"]
-    assert fixed.splitlines() == [
-        "pods = (await list_objects(resource='pods'))['items']",
-        "n = (await get_object(name='a')).get('status', {})",
-        "both = await asyncio.gather(f(), g())",
-        "x = await h()",
-        "len(pods)",
-    ]
-
-
 def test_trailing_assignment_becomes_the_result() -> None:
     """A snippet that ends in an assignment gets the assigned name as its last expression."""
     fixed, repairs = repair_code("total = 0\nfor p in pods:\n    total += p['restarts']")
@@ -142,27 +116,6 @@ def test_trailing_assignment_becomes_the_result() -> None:
     assert repairs == ["the assigned name found made the result"]
 
 
-def test_stub_redefinitions_and_imports_of_sandbox_functions_are_dropped() -> None:
-    """The model re-declaring the API as stubs (which would shadow the real functions)
-    or importing it from a made-up module: those lines go, the rest stays."""
-    code = (
-        "from tools import list_objects\n"
-        "import json\n"
-        "async def list_objects(resource: str, namespace: str | None = None) -> dict:\n"
-        '    """List objects."""\n'
-        "async def mine(x):\n"
-        "    return x\n"
-        "pods = await list_objects(resource='pods')\n"
-        "len(pods['items'])"
-    )
-    fixed, repairs = repair_code(code, {"list_objects", "get_object"})
-    assert repairs == ["dropped redefinitions or imports of the sandbox functions"]
-    tree = ast.parse(fixed)
-    kinds = [type(s).__name__ for s in tree.body]
-    assert kinds == ["Import", "AsyncFunctionDef", "Assign", "Expr"]
-    assert "from tools" not in fixed
-
-
 def test_code_that_needs_nothing_or_does_not_parse_is_unchanged() -> None:
     """Good code keeps its exact text (comments included); broken code is left for the
     sandbox to report."""
@@ -170,18 +123,6 @@ def test_code_that_needs_nothing_or_does_not_parse_is_unchanged() -> None:
     assert repair_code(good) == (good, [])
     broken = "pods = await list_objects(resource='pods') sorted(pods)"
     assert repair_code(broken) == (broken, [])
-
-
-def test_double_escaped_newlines_are_made_real() -> None:
-    """A one-line snippet with literal backslash-n sequences that only parses once they
-    are newlines is repaired (and then repaired further)."""
-    fixed, repairs = repair_code("x = 1\\ny = x + 1")
-    assert fixed == "x = 1\ny = x + 1\ny"
-    assert repairs[0] == "literal \\n sequences made newlines"
-    assert repair_code("print('a\\nb')") == ("print('a\\nb')", [])  # parses: untouched
-
-
-# ---- results, prompts ----
 
 
 def test_printed_output_is_the_result_when_nothing_else_is() -> None:
@@ -217,29 +158,6 @@ def test_answer_instruction_gives_no_sentence_to_copy_for_an_error() -> None:
     text = answer_instruction("Which pods crash?")
     assert "could not find out" not in text
     assert f"if it is an error, write {STOPPED}." in text
-
-
-def test_a_reply_that_copies_the_error_wording_is_no_answer() -> None:
-    """The request's own wording for an error, or a near copy of three or more of its
-    words in order, is no answer; an answer, an admission in the model's own words and
-    "nothing matched" (a real answer for an empty result) are answers."""
-    for parrot in (
-        "One sentence saying what stopped you.",
-        "one sentence saying what stoped you",
-        "What stopped you.",
-        "  Saying what stopped you  ",
-    ):
-        assert parrots_instruction(parrot), parrot
-        assert is_no_answer(parrot), parrot
-    for answer in (
-        "Nothing matched.",
-        "3 pods crash: a, b and c.",
-        "I could not answer: the sandbox has no pandas module.",
-        "What stopped me was a KeyError on 'items'.",
-        "",
-    ):
-        assert not parrots_instruction(answer), answer
-    assert not is_no_answer("Nothing matched.")
 
 
 def test_a_failure_reply_says_why_in_one_line() -> None:
@@ -293,13 +211,6 @@ def test_result_messages_ask_for_a_fix_or_for_the_answer() -> None:
     assert "x" * 6_001 not in long
 
 
-def test_code_only_reply_is_recognised() -> None:
-    """A reply that is just a fenced block is not an answer; text around a block is."""
-    assert is_code_only("```python\nx = 1\n```")
-    assert not is_code_only("The answer is 3.\n```python\nx = 1\n```")
-    assert not is_code_only("3 pods")
-
-
 def test_tool_calls_written_as_text_are_found() -> None:
     """Qwen's <tool_call> tags, a ```json block and a bare object all count, for offered
     tools only; string arguments are decoded; prose around them is ignored."""
@@ -312,13 +223,6 @@ def test_tool_calls_written_as_text_are_found() -> None:
     assert text_tool_calls(bare, ["http_get"]) == []  # not offered
     assert text_tool_calls("The answer is 3.", ["http_get"]) == []
     assert text_tool_calls("```python\nx = 1\n```", ["http_get"]) == []
-
-
-def test_top_level_return_becomes_the_result() -> None:
-    """`return x` as the last top-level statement (a function-body habit) returns x."""
-    fixed, repairs = repair_code("x = 2\nreturn x * 3")
-    assert fixed == "x = 2\nx * 3"
-    assert repairs == ["a top-level return made the last expression"]
 
 
 def test_compact_description_keeps_helpers_and_catalog_only() -> None:
@@ -339,27 +243,6 @@ def test_compact_description_keeps_helpers_and_catalog_only() -> None:
         assert listed.endswith("\n\n" + helpers)
     assert "async def list_objects(*, workspace: str" in compact_description(CATALOG)
     assert compact_description(Catalog([])).endswith("(none: no tools are connected)")
-
-
-def test_javascript_gets_a_hint_on_its_syntax_error() -> None:
-    """A SyntaxError on JavaScript-looking code gets a hint to write Python; Python code
-    and other errors get none."""
-    js = "let pods = await list_objects(resource='pods'); let n = pods.map(p => p.name);"
-    hint = retry_hint(js, "SyntaxError: Simple statements must be separated by newlines")
-    assert hint is not None
-    assert "JavaScript" in hint
-    assert retry_hint(js, "NameError: name 'let' is not defined") is None
-    assert retry_hint("x = [p for p in pods]\nx", "SyntaxError: invalid syntax") is None
-    named = retry_hint(
-        "pods = await get_objects(resource='pods')",
-        "NameError: name 'get_objects' is not defined",
-        ["list_objects", "get_object"],
-    )
-    assert named == (
-        "Hint: there is no function get_objects (perhaps get_object or list_objects). "
-        "The functions are: get_object, list_objects."
-    )
-    assert retry_hint("", "NameError: name 'x' is not defined") is None  # no catalog known
 
 
 def test_assigned_names_are_the_top_level_targets() -> None:
@@ -408,27 +291,6 @@ def test_catalog_signatures_read_the_stubs() -> None:
         frozenset({"workspace", "resource"}),
     )
     assert sigs["get_object"][1] == frozenset({"workspace", "resource", "name"})
-
-
-def test_an_invented_function_becomes_the_catalog_one_its_arguments_fit() -> None:
-    """get_objects(workspace=, resource=) fits list_objects (get_object needs a name);
-    a name close to nothing, or arguments that fit nothing, stay for the NameError."""
-    sigs = catalog_signatures(CATALOG)
-    fixed, repairs = repair_code("p = await get_objects(workspace='w', resource='pods')\np", sigs)
-    assert fixed.startswith("p = await list_objects(workspace='w', resource='pods')")
-    assert repairs == ["called the catalog function meant: get_objects → list_objects"]
-    assert repair_code("n = await list_nodes(workspace='w')\nn", sigs) == (
-        "n = await list_nodes(workspace='w')\nn",
-        [],
-    )
-    assert repair_code("x = sorted([2, 1])\nx", sigs)[1] == []  # builtins are left alone
-
-
-def test_key_d_get_becomes_a_lambda() -> None:
-    """max(d, key=d.get) (Monty has no bound dict.get) becomes key=lambda _k: d[_k]."""
-    fixed, repairs = repair_code("d = {'a': 2}\nmax(d, key=d.get)")
-    assert fixed == "d = {'a': 2}\nmax(d, key=lambda _k: d[_k])"
-    assert repairs == ["key=d.get made a lambda"]
 
 
 def test_results_are_made_readable_for_the_answer() -> None:
@@ -574,19 +436,6 @@ def test_fields_a_sketch_elides_are_listed_as_paths() -> None:
     assert hidden_fields(CATALOG) == ""
 
 
-def test_an_undefined_name_that_is_not_called_is_a_variable_or_a_module() -> None:
-    """A NameError for a name the snippet never calls is a variable it did not assign (not
-    an invented function), or a module it did not import."""
-    fns = ["list_objects"]
-    code = "sum(x[j] for x in xs)"
-    assert retry_hint(code, "NameError: name 'j' is not defined", fns) == (
-        "Hint: j was never assigned: assign it in the same code block before you use it."
-    )
-    assert retry_hint("datetime.date(2026, 1, 1)", "NameError: name 'datetime' is not defined") == (
-        "Hint: datetime is a module: write `import datetime` first."
-    )
-
-
 def test_a_missing_key_is_located_in_the_look_at_the_variables() -> None:
     """A KeyError whose key the look shows deeper names its path; one shown in a list's
     first item says other items lack it."""
@@ -677,25 +526,6 @@ def test_a_key_in_no_variable_is_said_to_be_nowhere_or_a_value() -> None:
     )
 
 
-def test_a_url_in_the_question_that_no_call_fetched_gets_its_fetch_written() -> None:
-    """A question naming a URL, a snippet that called no function with a url parameter:
-    the hint writes the call (the first such function, the first URL, without the
-    sentence's punctuation); none once the snippet fetched it, none without a URL or a
-    function that takes one."""
-    fns = {
-        "http_get": (frozenset({"url"}), frozenset({"url"})),
-        "get_object": (frozenset({"name"}), frozenset({"name"})),
-    }
-    q = "What is the total of acme's orders in http://127.0.0.1:8000/orders.json?"
-    assert url_hint(q, "o = await get_object(name='orders')", fns) == (
-        "Hint: my question names http://127.0.0.1:8000/orders.json: fetch it with "
-        "r = await http_get(url='http://127.0.0.1:8000/orders.json')."
-    )
-    assert url_hint(q, "o = await http_get (url=u)", fns) is None
-    assert url_hint("What is the total of acme's orders?", "x", fns) is None
-    assert url_hint(q, "x", {"get_object": fns["get_object"]}) is None
-
-
 def test_the_names_a_snippet_reads_from_earlier_snippets() -> None:
     """Names read but never bound in the snippet (data an earlier one fetched), first
     read first, without builtins, modules, private names, lambda and loop variables
@@ -722,27 +552,6 @@ def test_the_look_after_a_key_error_counts_the_items_holding_it() -> None:
     assert "_peek_missing(pods, 'pods', \"it's\", _peek_out)" in counting
     assert "_peek_missing(r, 'r', \"it's\", _peek_out)" in counting
     assert "_peek_missing" not in plain
-
-
-def test_an_awaited_helper_is_called_without_await() -> None:
-    """``await count_by(...)`` (a helper answers at once: awaiting its dict fails) loses
-    its await; a catalog function of a helper's name, and other awaits, keep theirs."""
-    code = (
-        "ws = await list_workspaces(workspace='w')\n"
-        "c = await count_by(items(ws), 'spec.nodeName')\n"
-        "n = await names(ws)\n"
-        "c"
-    )
-    fixed, repairs = repair_code(code, ["list_workspaces"])
-    assert fixed.splitlines() == [
-        "ws = await list_workspaces(workspace='w')",
-        "c = count_by(items(ws), 'spec.nodeName')",
-        "n = names(ws)",
-        "c",
-    ]
-    assert repairs == ["helpers called without await (items, dig, count_by... answer at once)"]
-    own = "x = await dig(a='b')\nx"
-    assert repair_code(own, ["dig"]) == (own, [])
 
 
 def test_a_reply_repeating_six_words_of_the_worked_example_echoes_it() -> None:
@@ -773,19 +582,12 @@ def test_a_retry_seed_is_a_function_of_the_prompt_alone():
     assert retry_seed([*messages[:1], {"role": "user", "content": "q!"}]) != seed
 
 
-def test_a_max_whose_key_gives_dicts_gets_what_a_key_must_give() -> None:
-    """max(pods, key=lambda p: count_by(...)) compared dicts, three times in a row: the
-    hint says a key gives a number, and how to take the top of count_by's dict."""
-    error = (
-        "Traceback (most recent call last):\n"
-        "TypeError: '>' not supported between instances of 'dict' and 'dict'"
-    )
-    code = "top = max(items(pods), key=lambda p: count_by(p, 'status.phase'))\ntop"
-    hint = retry_hint(code, error, ["list_pods"])
-    assert hint is not None
-    assert hint.startswith("Hint: a key= of max(), min() or sorted() returned a dict")
-    assert "max(counts.items(), key=lambda kv: kv[1])" in hint
-    none = error.replace("'dict' and 'dict'", "'NoneType' and 'int'")
-    assert "gave None" in (retry_hint(code, none, ["list_pods"]) or "")
-    # the same error with no key= (sorted() of dicts): not this hint
-    assert retry_hint("sorted(items(pods))", error, ["list_pods"]) is None
+def test_fetched_url_needs_a_url_in_the_question_and_a_fetch_of_it() -> None:
+    """True only when the question names a URL and the code calls a function that takes
+    a url (by its name, as a call)."""
+    fns = {"http_get": (frozenset({"url"}), None), "list_pods": (frozenset({"ns"}), None)}
+    q = "Which items are low in http://127.0.0.1:8000/inventory.csv?"
+    assert fetched_url(q, "r = await http_get(url='x')", fns)
+    assert not fetched_url(q, "r = await list_pods(ns='x')", fns)
+    assert not fetched_url(q, "http_get_result = 1", fns)
+    assert not fetched_url("Which items are low?", "r = await http_get(url='x')", fns)

@@ -6,12 +6,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from daemon.model.harness import key_fix, key_hint
+from daemon.model.harness import key_hint
 from daemon.model.harness.look import read_look
 from daemon.model.harness.peek import peek_code
 from daemon.tools import ThreadKey
 from tests.fakes.executor import FakeToolExecutor, code_mode_over
-from tests.fakes.look import as_look
 
 SETUP = (
     "pods = {'kind': 'List', 'items': [{'metadata': {'name': 'web-1'}, 'status': {'phase': "
@@ -66,8 +65,7 @@ async def test_the_look_renders_as_the_sandbox_printed_it(monty_pool: Any) -> No
 
 async def test_a_value_that_reads_like_a_path_is_a_value(monty_pool: Any) -> None:
     """A str that holds ``['components']`` is a value, not a path to the key: the hint
-    says no variable holds it, and the key fix leaves the snippet alone (the text look
-    named a path ending in the value, and the fix raised a SyntaxError)."""
+    says no variable holds it (the text look named a path ending in the value)."""
     async with code_mode_over(FakeToolExecutor(), monty_pool) as ex:
         scope = ex.thread_scope(ThreadKey("#t", "t"))
         await scope.call_tool("run_code", {"code": "r = {'msg': \"no ['components'] here\"}"})
@@ -78,15 +76,3 @@ async def test_a_value_that_reads_like_a_path_is_a_value(monty_pool: Any) -> Non
         "Hint: no value your variables hold has a key components (see what they hold above): "
         "do not read it. Use only the keys shown there, or get the data from another function."
     )
-    assert key_fix("r['components']", error, look) is None
-
-
-def test_a_counted_list_is_not_a_path_to_its_key() -> None:
-    """After a KeyError the count of items holding the key names the list, not a path to
-    the key: a read of the key on the variable is not moved (the text look took the
-    count's line for a path, and the fix raised a SyntaxError)."""
-    look = as_look(
-        "len(pods['items']) == 12\n"
-        "pods['items']: 10 of 12 items have ['status']['containerStatuses'] (a list)"
-    )
-    assert key_fix("pods['containerStatuses']", "KeyError: 'containerStatuses'", look) is None

@@ -22,7 +22,6 @@ from daemon.model.harness import (
     TRIALS,
     CodeBlockTurns,
     Example,
-    Signature,
     SmallModelProfile,
     Switches,
     active,
@@ -31,8 +30,6 @@ from daemon.model.harness import (
     compact_description,
     echoes_example,
     from_environ,
-    is_no_answer,
-    key_fix,
     key_hint,
     looks_empty,
     loop_fix,
@@ -46,12 +43,9 @@ from daemon.model.harness import (
     repeat_hint,
     repeats_error,
     replays_code,
-    retry_hint,
     text_calls,
     topic_hint,
     unfetched_url,
-    url_hint,
-    value_hint,
     vote_samples,
     warm_retry,
 )
@@ -76,14 +70,7 @@ LOOK = (
     "r['json']['components'][0]['name'] == 'db'\n"
     "r['json']: has 'components'"
 )
-PODS = (
-    "len(pods['items']) == 12\n"
-    "pods['items'][0]['metadata']['name'] == 'web-1'\n"
-    "pods['items'][0]['status']['phase'] == 'Running'\n"
-    "pods: has 'items'"
-)
 FETCHERS = {"http_get": (frozenset({"url"}), frozenset({"url"}))}
-SIGNATURES = {"list_objects": (frozenset({"workspace"}), frozenset({"workspace"}))}
 
 
 def _state() -> RunState:
@@ -116,7 +103,7 @@ def _direct(switches: Switches) -> Any:
 
 def _mended(_: Switches) -> dict[str, Any]:
     call = ToolCall("c1", "run_code", '{"code": "a = 1\nb = 2"}', {}, "not JSON")
-    mend_call(call, {}, _state())
+    mend_call(call, _state())
     return call.arguments
 
 
@@ -164,14 +151,8 @@ def _with_examples(switches: Switches, examples: tuple[Example, ...] = (TOKYO,))
     return messages[0]["content"]
 
 
-def _repaired(code: str, functions: Any = ()) -> Callable[[Switches], Any]:
-    return lambda _: repair_code(code, functions)
-
-
-SQL: dict[str, Signature] = {
-    "read_query": (frozenset({"query"}), frozenset({"query"})),
-    "git_log": (frozenset({"repo_path", "max_count"}), frozenset({"repo_path"})),
-}
+def _repaired(code: str) -> Callable[[Switches], Any]:
+    return lambda _: repair_code(code)
 
 
 def _gave_up(_: Switches) -> str | None:
@@ -187,44 +168,26 @@ PROBES: dict[str, Callable[[Switches], Any]] = {
     "hidden-fields": lambda _: compact_description(topics_catalog()),
     "text-calls": _text_calls,
     "recover-arguments": _mended,
-    "literal-newlines": _repaired("a = 1\\nb = 2"),
-    "drop-stubs": _repaired("async def f():\n    pass\nx = await f()\nx", ["f"]),
     "rename-helpers": _repaired("items = items(r)\nlen(items)"),
-    "await-precedence": _repaired("await f()['k']", ["f"]),
-    "unawait-helpers": _repaired("c = await count_by(xs, 'a')\nc"),
-    "known-functions": _repaired("x = await get_objects(workspace='w')\nx", SIGNATURES),
-    "bound-get": _repaired("max(d, key=d.get)"),
-    "top-level-return": _repaired("x = 1\nreturn x"),
     "last-assignment": _repaired("x = 1"),
     "prints-as-result": lambda _: prints_as_result('{"output": "hi\\n"}'),
     "readable": lambda _: readable('[{"name": "a", "phase": "Failed"}]'),
     "warm-retry": _warm,
     "retry-alone": lambda _: replays_code(True),
-    "retry-hint": lambda _: retry_hint("let x = 1;", "SyntaxError: invalid syntax"),
     "repeat-stop": lambda _: repeats_error(ERROR.format("'x'"), ERROR.format("'x'")),
     "fresh-start": lambda _: harness_blocks._fresh_start(
         LoopState("small", messages=[{"role": "system", "content": "s"}], base=1),
         lambda: "other",
     ),
-    "dead-imports": _repaired("import requests\nr = await f()\nr", ["f"]),
     "repeat-hint": lambda _: repeat_hint("KeyError: 'x'", "KeyError: 'x'"),
     "look": _looked,
     "empty-recheck": lambda _: looks_empty("(empty result)"),
     "key-hint": lambda _: key_hint(ERROR.format("components"), as_look(LOOK)),
-    "value-hint": lambda _: value_hint(
-        "max(pods.items(), key=lambda kv: kv[1])",
-        "TypeError: string indices must be integers",
-        as_look(PODS),
-    ),
-    "key-fix": lambda _: key_fix("r['components']", ERROR.format("components"), as_look(LOOK)),
-    "url-hint": lambda _: url_hint("Total of http://h:1/o.json?", "x = 1", FETCHERS),
     "topic-hint": lambda _: topic_hint(QUESTION, WRONG, catalog_topics(topics_catalog())),
     "vote": lambda _: vote_samples(3),
     "examples": lambda sw: _with_examples(sw),
     "echo-check": lambda _: echoes_example("THE QUESTION names the store; and asks about pods"),
-    "reply-from-result": lambda _: is_no_answer(""),
     "quote-result": lambda _: quote_result("Two.", '["a", "b"]'),
-    "positional-args": _repaired('r = await read_query("SELECT 1")\nr', SQL),
     "failed-honest": _gave_up,
     "dict-loop": lambda _: loop_fix(
         "sum(1 for e in events if e['reason'] == 'BackOff')",
@@ -322,7 +285,7 @@ def test_nothing_is_noticed_where_a_trial_does_not_apply_or_for_a_rule() -> None
     """A snippet without a dead import and a long result: no trial applied; a rule
     switched off is the ablation's business, not a trial's."""
     with noticing() as noticed:
-        repair_code("r = await f()\nr", ["f"])
+        repair_code("r = await f()\nr")
         unfetched_url("How many pods?", "x = 1", FETCHERS)
         assert not acts("vote", False)
         with active(Switches(off=frozenset({"rename-helpers"}))):
@@ -341,11 +304,11 @@ def test_the_environment_names_rules_and_groups_and_rejects_unknown_names() -> N
     """A comma list, spaces and empty items aside; an unknown name is a ConfigError
     naming the known ones."""
     assert from_environ({}) == Switches()
-    switches = from_environ({"ASYNCAI_HARNESS_OFF": " vote, key-fix,,"})
-    assert switches.off == {"vote", "key-fix"}
+    switches = from_environ({"ASYNCAI_HARNESS_OFF": " vote, dict-loop,,"})
+    assert switches.off == {"vote", "dict-loop"}
     assert not switches.on("vote")
     assert switches.on("look")
-    with pytest.raises(ConfigError, match=r"unknown harness rule 'votes'.*key-fix.*vote"):
+    with pytest.raises(ConfigError, match=r"unknown harness rule 'votes'.*dict-loop.*vote"):
         from_environ({"ASYNCAI_HARNESS_OFF": "votes"})
     with pytest.raises(ConfigError, match="ASYNCAI_HARNESS_ON"):
         from_environ({"ASYNCAI_HARNESS_ON": "vote"})  # a rule, not a trial
@@ -358,10 +321,10 @@ def test_the_profile_reads_the_environment_once_where_it_is_built(
     name fails there, before any run."""
     from daemon.model import model_profile
 
-    monkeypatch.setenv("ASYNCAI_HARNESS_OFF", "key-fix,vote")
+    monkeypatch.setenv("ASYNCAI_HARNESS_OFF", "dict-loop,vote")
     profile = model_profile(ModelConfig(model="m", harness=True), "m")
     assert isinstance(profile, SmallModelProfile)
-    assert profile.switches.off == {"key-fix", "vote"}
+    assert profile.switches.off == {"dict-loop", "vote"}
     monkeypatch.setenv("ASYNCAI_HARNESS_OFF", "nope")
     with pytest.raises(ConfigError):
         model_profile(ModelConfig(model="m", harness=True), "m")
@@ -400,12 +363,12 @@ def test_model_harness_off_adds_to_the_environments_rules_off(
     from daemon.model import model_profile
 
     monkeypatch.setenv("ASYNCAI_HARNESS_OFF", "vote")
-    params = ModelConfig(model="m", harness=True, harness_off="look, key-fix")
+    params = ModelConfig(model="m", harness=True, harness_off="look, dict-loop")
     profile = model_profile(params, "m")
     assert isinstance(profile, SmallModelProfile)
-    assert profile.switches.off == {"vote", "look", "key-fix"}
+    assert profile.switches.off == {"vote", "look", "dict-loop"}
     assert not profile.switches.on("look")
-    assert profile.switches.on("retry-hint")
+    assert profile.switches.on("repeat-hint")
     monkeypatch.delenv("ASYNCAI_HARNESS_OFF")
     plain = model_profile(ModelConfig(model="m", harness=True), "m")
     assert isinstance(plain, SmallModelProfile)
@@ -414,53 +377,6 @@ def test_model_harness_off_adds_to_the_environments_rules_off(
         ConfigError, match=r"\[model\] harness_off: unknown harness rule 'unfetched-url'"
     ):
         model_profile(ModelConfig(model="m", harness=True, harness_off="unfetched-url"), "m")
-
-
-def test_positional_args_binds_one_argument_to_the_one_missing_required_parameter() -> None:
-    """On by default, f(x) becomes f(param=x) where param is the one required parameter
-    not given by keyword; anything ambiguous is left for the sandbox to report."""
-    with active(Switches()):
-        fixed, repairs = repair_code('r = await read_query("SELECT 1")\nr', SQL)
-        assert "read_query(query='SELECT 1')" in fixed
-        assert repairs == ["passed a positional argument by keyword: read_query(query=...)"]
-        fixed, _ = repair_code("r = await git_log('/repo', max_count=50)\nr", SQL)
-        assert "git_log(repo_path='/repo', max_count=50)" in fixed
-        for left in (
-            "r = await git_log('/repo', 5)\nr",  # two positional arguments
-            "r = await git_log(repo_path='/r')\nr",  # nothing positional
-            "r = await read_query(*qs)\nr",  # starred
-            "r = await read_query(q, **kw)\nr",  # **kwargs
-            "r = await other('x')\nr",  # not a catalog function
-        ):
-            assert not any("positional" in r for r in repair_code(left, SQL)[1]), left
-
-
-def test_dead_imports_drops_only_unread_imports_of_absent_modules() -> None:
-    """On by default, an import of a module the sandbox lacks whose name the code never
-    reads is dropped (plain, aliased, dotted, from-imports); one the code reads, one of a
-    sandbox module, one inside a function, and a relative import stay."""
-    with active(Switches()):
-        code = (
-            "import requests\nimport pandas as pd, numpy\nfrom bs4 import BeautifulSoup\n"
-            "import xml.etree.ElementTree\nimport json\nr = await f()\nr"
-        )
-        fixed, repairs = repair_code(code, ["f"])
-        assert fixed.splitlines() == ["import json", "r = await f()", "r"]
-        assert repairs == [
-            "dropped imports the code never uses of modules the sandbox lacks: requests, "
-            "pandas, numpy, bs4, xml.etree.ElementTree"
-        ]
-        used = "import requests\nr = requests.get('http://h')\nr"
-        assert repair_code(used, ["f"]) == (used, [])
-        mixed = "import requests, json\nx = 1\nx"  # json is a sandbox module: kept whole
-        assert repair_code(mixed)[0].splitlines()[0] == "import requests, json"
-        inner = "def g():\n    import requests\n    return 1\ng()"
-        assert repair_code(inner) == (inner, [])
-        relative = "from . import x\ny = 1\ny"
-        assert "from . import x" in repair_code(relative)[0]
-    off = Switches(off=frozenset({"dead-imports"}))
-    with active(off):
-        assert repair_code("import requests\nx = 1\nx")[0].startswith("import requests")
 
 
 def test_a_loop_over_a_dict_loops_over_the_one_list_below_it() -> None:
@@ -513,25 +429,16 @@ def _reached(act: Callable[[], object]) -> set[str]:
             lambda: quote_result("It is 3.", "3"),
             lambda: quote_result("It is three.", "3"),
         ),
+        ("last-assignment", lambda: repair_code("x = 1\nx"), lambda: repair_code("x = 1")),
         (
-            "retry-hint",
-            lambda: retry_hint("x = [1][5]", "IndexError: list index out of range", ["f"]),
-            lambda: retry_hint("get_pods()", "NameError: name 'get_pods' is not defined", ["f"]),
+            "rename-helpers",
+            lambda: repair_code("x = items(r)\nx"),
+            lambda: repair_code("items = items(r)\nlen(items)"),
         ),
         (
-            "await-precedence",
-            lambda: repair_code("r = await f()\nr['k']", ["f"]),
-            lambda: repair_code("await f()['k']", ["f"]),
-        ),
-        (
-            "bound-get",
-            lambda: repair_code("d = {}\nmax(d, key=len)", ["f"]),
-            lambda: repair_code("d = {}\nmax(d, key=d.get)", ["f"]),
-        ),
-        (
-            "last-assignment",
-            lambda: repair_code("x = 1\nx", ["f"]),
-            lambda: repair_code("x = 1", ["f"]),
+            "repeat-hint",
+            lambda: repeat_hint("KeyError: 'x'", None),
+            lambda: repeat_hint("KeyError: 'x'", "KeyError: 'x'"),
         ),
         ("empty-recheck", lambda: looks_empty("3"), lambda: looks_empty("(empty result)")),
         ("vote", lambda: vote_samples(1), lambda: vote_samples(3)),

@@ -18,18 +18,16 @@ each piece fixes one observed failure:
 | processing                               |                                |                    |
 | raw newlines, an unescaped ``"`` in      | :func:`recover_arguments`,     | recover-arguments, |
 | arguments JSON; calls written as text    | :func:`text_tool_calls`        | text-calls         |
-| ``await f()['items']`` (await binds      | :func:`repair_code`            | await-precedence,  |
-| looser), a trailing assignment or        |                                | last-assignment,   |
-| ``return`` (result None), stub           |                                | top-level-return,  |
-| redefinitions, ...                       |                                | drop-stubs, ...    |
+| a trailing assignment (result None), a   | :func:`repair_code`            | last-assignment,   |
+| variable named like a helper             |                                | rename-helpers     |
 | ``print(x)`` last: the result is         | :func:`prints_as_result`       | prints-as-result   |
 | ``{"output": "x"}``                      |                                |                    |
 | at temperature 0 it resends the failing  | :func:`warm_retry`,            | warm-retry         |
 | snippet verbatim                         | :data:`MAX_FAILED_SNIPPETS`,   | retry-alone        |
 |                                          | :func:`replays_code`           |                    |
 | after the result it restates the code,   | :func:`result_message` (the    | readable,          |
-| or invents facts                         | result, then the question      | reply-from-result, |
-|                                          | again), the result quoted      | quote-result       |
+| or invents facts                         | result, then the question      | quote-result       |
+|                                          | again), the result quoted      |                    |
 | a wrong reading of the question (a       | :mod:`vote`: a second sample   | vote               |
 | filter dropped, "first N" read as "below | for a short answer             |                    |
 | N")                                      |                                |                    |
@@ -39,15 +37,9 @@ each piece fixes one observed failure:
 | a key only some items have, read a level | :func:`key_hint` after a look  | key-hint           |
 | too high; a key no value holds, read     | that counts the items          |                    |
 | again                                    |                                |                    |
-| a key read a level off                   | :func:`key_fix`: read where    | key-fix            |
-| (``r['components']``, not                | the look found it, run again   |                    |
-| ``r['json']['components']``)             |                                |                    |
-| a dict's ``.items()`` read as its list   | :func:`value_hint`             | value-hint         |
-| (the list sits at ``['items']``)         |                                |                    |
-| the same or a telling error again        | :func:`retry_hint`,            | retry-hint,        |
-|                                          | :func:`repeat_hint`            | repeat-hint        |
-| a URL in the question fetched with the   | :func:`url_hint`               | url-hint           |
-| wrong function                           |                                |                    |
+| a loop over a dict whose items are read  | :func:`loop_fix`: loop over    | dict-loop          |
+| as dicts (its one list one key below)    | that list, run again           |                    |
+| the same error again                     | :func:`repeat_hint`            | repeat-hint        |
 | the function named like a word of the    | :func:`topic_hint`: the one    | topic-hint         |
 | question, not the one holding what it    | whose stub covers its words    |                    |
 | asks about (workspaces for pods)         |                                |                    |
@@ -59,10 +51,6 @@ each piece fixes one observed failure:
 | data, an example's SQL)                  | good result                    |                    |
 | the same error twice: a third snippet    | :func:`repeats_error`: no      | repeat-stop        |
 | would fail the same way                  | third snippet is drawn         |                    |
-| ``read_query("SELECT ...")``: "takes     | :func:`repair_code`: bound to  | positional-args    |
-| keyword arguments only", resent          | the one required parameter     |                    |
-| a reply after failed snippets that       | :func:`failure_reply`: why the | reply-from-result  |
-| parrots the answer request's wording     | code failed (its last error)   |                    |
 | every snippet failed, and the answer     | :func:`failure_reply` instead  | failed-honest      |
 | states values it never computed          | of the model's words; no       |                    |
 |                                          | answer round                   |                    |
@@ -77,7 +65,8 @@ system message, built from the :class:`~daemon.code_mode.catalog.Catalog`),
 ``parsing`` (code blocks, broken arguments, calls written as text),
 ``repair`` (AST repairs of the code), ``feedback`` (what a result tells the
 model, and the value quoted in the answer), ``keys`` (where a missing key
-really is), ``keyfix`` (a key read where the look found it), ``fields``
+really is), ``loopfix`` (a loop over a dict made a loop over its list),
+``fields``
 (result fields the stubs' sketches cut short), ``peek`` (the sandbox snippet
 that looks at a failed snippet's variables), ``look`` (what it found, as
 data: paths, values and counts, rendered only for the model), ``topics``
@@ -99,7 +88,7 @@ May import: what ``daemon.model`` may, and ``daemon.model``'s lower modules
 ``daemon.model.profiles``, which choose it.
 """
 
-from daemon.model.harness.blocks import MAX_KEY_FIXES
+from daemon.model.harness.blocks import MAX_RERUNS
 from daemon.model.harness.examples import (
     CHOSEN_EXAMPLES,
     Example,
@@ -115,9 +104,7 @@ from daemon.model.harness.feedback import (
     fetched_url,
     holds_none,
     is_empty_result,
-    is_no_answer,
     looks_empty,
-    parrots_instruction,
     prints_as_result,
     quote_result,
     readable,
@@ -125,21 +112,18 @@ from daemon.model.harness.feedback import (
     repeats_error,
     replays_code,
     result_message,
-    retry_hint,
     unfetched_message,
     unfetched_url,
-    url_hint,
     value_atoms,
 )
 from daemon.model.harness.fields import hidden_fields, hidden_paths
-from daemon.model.harness.keyfix import key_fix, loop_fix
-from daemon.model.harness.keys import key_hint, missing_key, value_hint
+from daemon.model.harness.keys import key_hint, missing_key
 from daemon.model.harness.look import Look, read_look
+from daemon.model.harness.loopfix import loop_fix
 from daemon.model.harness.mending import mend_call, text_calls
 from daemon.model.harness.parsing import (
     code_message,
     extract_code,
-    is_code_only,
     recover_arguments,
     text_tool_calls,
 )
@@ -196,7 +180,7 @@ __all__ = [
     "HARNESS_SYSTEM_PROMPT",
     "HOW_TO_ANSWER",
     "MAX_FAILED_SNIPPETS",
-    "MAX_KEY_FIXES",
+    "MAX_RERUNS",
     "MAX_VOTE_SAMPLES",
     "REREAD",
     "RETRY_TEMPERATURE",
@@ -230,10 +214,7 @@ __all__ = [
     "hidden_fields",
     "hidden_paths",
     "holds_none",
-    "is_code_only",
     "is_empty_result",
-    "is_no_answer",
-    "key_fix",
     "key_hint",
     "looks_empty",
     "loop_fix",
@@ -242,7 +223,6 @@ __all__ = [
     "mend_call",
     "missing_key",
     "noticing",
-    "parrots_instruction",
     "parse_examples",
     "parse_names",
     "peek_code",
@@ -259,7 +239,6 @@ __all__ = [
     "repeats_error",
     "replays_code",
     "result_message",
-    "retry_hint",
     "retry_seed",
     "system_prompt",
     "text_calls",
@@ -267,9 +246,7 @@ __all__ = [
     "topic_hint",
     "unfetched_message",
     "unfetched_url",
-    "url_hint",
     "value_atoms",
-    "value_hint",
     "vote_key",
     "vote_samples",
     "warm_retry",

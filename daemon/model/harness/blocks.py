@@ -30,7 +30,6 @@ from daemon.model.harness.feedback import (
     answer_instruction,
     failure_reply,
     fetched_url,
-    is_no_answer,
     looks_empty,
     prints_as_result,
     quote_result,
@@ -38,15 +37,13 @@ from daemon.model.harness.feedback import (
     repeats_error,
     replays_code,
     result_message,
-    retry_hint,
     short_reply,
     unfetched_message,
     unfetched_url,
-    url_hint,
 )
-from daemon.model.harness.keyfix import key_fix, loop_fix
-from daemon.model.harness.keys import key_hint, missing_key, value_hint
+from daemon.model.harness.keys import key_hint, missing_key
 from daemon.model.harness.look import Look, read_look
+from daemon.model.harness.loopfix import loop_fix
 from daemon.model.harness.mending import mend_call, text_calls
 from daemon.model.harness.parsing import code_message, extract_code
 from daemon.model.harness.peek import assigned_names, peek_code, read_names
@@ -55,6 +52,7 @@ from daemon.model.harness.prompts import (
     MAX_FAILED_SNIPPETS,
     WORKED_EXAMPLE,
     Signature,
+    echoes_example,
     retry_seed,
     warm_retry,
 )
@@ -72,11 +70,11 @@ from daemon.model.prompts import EMPTY_REPLY
 from daemon.model.records import RunState, assistant_record, count_result, user_record
 from daemon.tools import ToolCallOutput, ToolExecutor
 
-__all__ = ["MAX_KEY_FIXES", "after_block", "code_blocks"]
+__all__ = ["MAX_RERUNS", "after_block", "code_blocks"]
 
 _RUN_CODE = {"run_code": "run_code"}  # a vote sample's call, by the model's name for it
 _PEEK_TIMEOUT = 30.0  # the harness's look at a snippet's variables (no tools are called)
-MAX_KEY_FIXES = 2  # reruns of a run's snippets with a key read where it is (key_fix)
+MAX_RERUNS = 2  # reruns of a run's snippets the harness fixed itself (loop_fix)
 # The assistant turn of a snippet the harness ran again itself: no model request, no tokens.
 _HARNESS_TURN = SimpleNamespace(
     id=None, model=None, usage=None, choices=[SimpleNamespace(finish_reason="tool_calls")]
@@ -155,7 +153,7 @@ async def code_blocks(
             )
             state.reply = _reply(state, ls, content, example)
             return
-        mend_call(call, functions, state)
+        mend_call(call, state)
         output = await _run_block(endpoint, state, caller, names, ls, call, response=response)
         await after_block(
             endpoint,
@@ -219,7 +217,7 @@ async def after_block(
     previous = _previous_error(state)
     if output.is_error and isinstance(code, str):
         # the same error twice: a stronger hint (what to write instead) than the first
-        hint = repeat_hint(text, previous, functions) or retry_hint(code, text, functions)
+        hint = repeat_hint(text, previous, functions)
         text = f"{text}\n{hint}" if hint else text
     _record_result(state, call, output, text)
     ls.next_call = 1
@@ -241,8 +239,7 @@ async def after_block(
     recheck = looks_empty(text) and not ls.rechecked and more
     look = fetch = start = None  # start: the call a new block should start with
     if (retry or recheck) and isinstance(code, str):
-        fetch = url_hint(ls.question, code, functions)  # a URL the snippet never fetched
-        if fetch is None and failed:  # trial unfetched-url: one of the URLs never fetched
+        if failed:  # trial unfetched-url: a URL the question names, never fetched
             fetch = unfetched_url(ls.question, code, functions)
         asked_url = fetched_url(ls.question, code, functions)  # the URL's data it is about
         topic = None if fetch or asked_url or not topics else topic_hint(ls.question, code, topics)
@@ -252,12 +249,12 @@ async def after_block(
             missing = missing_key(text) if failed else None
             look = await _peek(caller, code, state, functions, missing)
     fixes = state.metrics.key_fixes  # this run's (a paused run keeps its metrics)
-    if failed and retry and look and isinstance(code, str) and fixes < MAX_KEY_FIXES:
-        fixed = key_fix(code, text, look) or loop_fix(code, plain, look)
+    if failed and retry and look and isinstance(code, str) and fixes < MAX_RERUNS:
+        fixed = loop_fix(code, plain, look)
         if fixed is not None and may_rerun(code, ls.mutating):
-            # the look found the key one path below where the snippet read it (or the one
-            # list of a dict it looped over, rule dict-loop): read it there and run again,
-            # without a model round (not a failure of the model's)
+            # the look found the one list of a dict the snippet looped over (rule
+            # dict-loop): loop over it and run again, without a model round (not a
+            # failure of the model's)
             ls.failures -= 1
             state.metrics.key_fixes += 1
             again = made_up_call("run_code", {"code": fixed}, state)
@@ -281,9 +278,6 @@ async def after_block(
     ls.looked = ls.looked or look is not None  # shown with the retry (or the recheck)
     # where a missing key really is
     located = key_hint(text, look) if failed else None
-    if failed and located is None and isinstance(code, str):
-        located = value_hint(code, plain, look)  # what a value the snippet misread is
-        text = plain if located else text  # it says more than the traceback's hint
     voting = vote_samples(ls.samples) > 1
     if not (failed or recheck or ls.voted) and isinstance(code, str) and voting:
         ls.voted = True
@@ -414,7 +408,7 @@ async def _sample(
     if code is None:
         return None
     call = made_up_call("run_code", {"code": code}, state)
-    mend_call(call, functions, state)
+    mend_call(call, state)
     code = call.arguments.get("code") if call.error is None else None
     if not isinstance(code, str) or not may_rerun(code, ls.mutating):
         return None
@@ -483,14 +477,12 @@ def _reply(state: RunState, ls: LoopState, content: str, example: str) -> str:
         if honest is not None:  # rule failed-honest: words with no data behind them
             return honest
         error = _last_result(state)
-        if error is not None and is_no_answer(content, example):
-            # nothing of its own after failed snippets (empty, code, or the answer
-            # request's own words): why the code failed
+        if error is not None and echoes_example(content, example):
+            # the worked example retold after failed snippets: why the code failed
             return failure_reply(error)
         return said
-    if is_no_answer(content, example):
-        # the model restated code, said nothing or retold the worked example: the result
-        # is the answer
+    if echoes_example(content, example):
+        # the model retold the worked example: the result is the answer
         state.metrics.reply_from_result = True
         return f"The result of run_code: {ls.last_result}"
     # the value the code computed is the answer: what the words drop is quoted

@@ -5,7 +5,6 @@ text out.
 
 from __future__ import annotations
 
-import difflib
 import json
 import re
 from collections.abc import Callable, Collection, Iterable, Mapping
@@ -14,10 +13,8 @@ from urllib.parse import urlsplit
 # NO_OUTPUT: run_code's text for "nothing printed, None last", a result that answers
 # nothing, so the harness asks again
 from daemon.code_mode.catalog import NO_OUTPUT
-from daemon.code_mode.sandbox import MISSING_MODULE_ADVICE, SANDBOX_MODULES
+from daemon.code_mode.sandbox import MISSING_MODULE_ADVICE
 from daemon.model.harness.look import Look
-from daemon.model.harness.parsing import is_code_only
-from daemon.model.harness.prompts import WORKED_EXAMPLE, echoes_example
 from daemon.model.harness.rules import acts, kept, on
 from daemon.model.harness.vote import vote_key
 
@@ -29,9 +26,7 @@ __all__ = [
     "fetched_url",
     "holds_none",
     "is_empty_result",
-    "is_no_answer",
     "looks_empty",
-    "parrots_instruction",
     "prints_as_result",
     "quote_result",
     "readable",
@@ -39,19 +34,16 @@ __all__ = [
     "repeats_error",
     "replays_code",
     "result_message",
-    "retry_hint",
     "short_reply",
     "unfetched_message",
     "unfetched_url",
-    "url_hint",
     "value_atoms",
 ]
 
 
 # What the answer request asks for when the result is an error. It asks for a sentence
 # of the model's own and gives none to copy: asked to "say that you could not find out,
-# and why", a 1.5B model replied "I could not find out, and why." A reply that copies
-# this wording anyway is no answer (:func:`parrots_instruction`).
+# and why", a 1.5B model replied "I could not find out, and why."
 STOPPED = "one sentence saying what stopped you"
 
 
@@ -64,22 +56,6 @@ def answer_instruction(question: str, source: str = "the result above") -> str:
         "result. Do not write code and do not describe the code. If the result is empty, "
         f"say that nothing matched; if it is an error, write {STOPPED}."
     )
-
-
-def _words(text: str) -> list[str]:
-    return re.findall(r"[a-z0-9']+", text.lower())
-
-
-_STOPPED_WORDS = " ".join(_words(STOPPED))
-
-
-def parrots_instruction(reply: str) -> bool:
-    """Whether a reply is the answer request's own wording for an error (:data:`STOPPED`)
-    or a near copy of it ("What stopped you."), not a sentence of the model's own."""
-    said = " ".join(_words(reply))
-    if len(said.split()) >= 3 and f" {said} " in f" {_STOPPED_WORDS} ":
-        return True  # three or more of its words, in its order
-    return bool(said) and difflib.SequenceMatcher(None, said, _STOPPED_WORDS).ratio() >= 0.8
 
 
 _RESULT_SHOWN = 6_000  # characters of a result repeated in the answer request
@@ -187,17 +163,6 @@ def looks_empty(text: str) -> bool:
     return acts("empty-recheck", is_empty_result(text) or holds_none(text))
 
 
-def is_no_answer(reply: str, example: str = WORKED_EXAMPLE) -> bool:
-    """Whether a reply after a result says nothing of its own, so the result is the
-    answer: it is empty, only code or the answer request's own words for an error
-    (rule ``reply-from-result``, :func:`parrots_instruction`), or it retells the
-    worked example it was shown (rule ``echo-check``, :func:`echoes_example`)."""
-    said = reply.strip()
-    if acts("reply-from-result", not said or is_code_only(reply) or parrots_instruction(reply)):
-        return True
-    return echoes_example(reply, example)
-
-
 _WHY_CHARS = 200  # of the last error's line, in a failure reply
 
 
@@ -237,71 +202,6 @@ def holds_none(text: str) -> bool:
     if isinstance(value, list):
         return any(v is None or (isinstance(v, dict) and None in v.values()) for v in value)
     return False
-
-
-_JAVASCRIPT = re.compile(
-    r"(^|[\s;(])(let|const|var) \w+ =|=>|===|!==|\bconsole\.log\(|\bMath\.\w+\("
-)
-
-
-_UNDEFINED = re.compile(r"NameError: name '(\w+)' is not defined")
-# max(pods, key=lambda p: count_by(...)): the keys were dicts
-_UNORDERED = re.compile(
-    r"TypeError: '[<>]=?' not supported between instances of '(\w+)' and '(\w+)'"
-)
-_ORDERING = re.compile(r"\b(max|min|sorted)\(.*\bkey\s*=")
-
-
-def retry_hint(code: str, error: str, functions: Iterable[str] = ()) -> str | None:
-    """A line to add to an error result that names a mistake the traceback does not.
-
-    Seen with a 1.5B model: the same JavaScript snippet sent again and again,
-    since its SyntaxError never says "this is not Python"; and invented
-    functions (get_objects, list_nodes) called again after their NameError.
-    Rule ``retry-hint``.
-    """
-    return kept("retry-hint", _retry_hint(code, error, functions), None)
-
-
-def _retry_hint(code: str, error: str, functions: Iterable[str]) -> str | None:
-    known = sorted(set(functions))
-    m = _UNDEFINED.search(error)
-    if m and m.group(1) in SANDBOX_MODULES:  # datetime.date(...) without the import
-        return f"Hint: {m.group(1)} is a module: write `import {m.group(1)}` first."
-    called = m is not None and re.search(rf"\b{re.escape(m.group(1))}\s*\(", code)
-    if m and known and m.group(1) not in known and not called:
-        return (
-            f"Hint: {m.group(1)} was never assigned: assign it in the same code block "
-            "before you use it."
-        )
-    if m and known and m.group(1) not in known:
-        close = difflib.get_close_matches(m.group(1), known, n=2, cutoff=0.5)
-        nearest = f" (perhaps {' or '.join(close)})" if close else ""
-        return (
-            f"Hint: there is no function {m.group(1)}{nearest}. The functions are: "
-            + ", ".join(known)
-            + "."
-        )
-    if (m := _UNORDERED.search(error)) and _ORDERING.search(code):
-        if "NoneType" in m.groups():
-            return (
-                "Hint: for some items the key= of max(), min() or sorted() gave None: use "
-                "dig(item, 'a.b', default=0) in the key, or skip the items without the field."
-            )
-        kind = m.group(1) if m.group(1) == m.group(2) else f"{m.group(1)} or {m.group(2)}"
-        return (
-            f"Hint: a key= of max(), min() or sorted() returned a {kind}, and those cannot be "
-            "compared: the key must give a number (or a str) for each item, such as "
-            "key=lambda p: sum(c['n'] for c in dig(p, 'a.b', default=[])). count_by() gives "
-            "a dict {value: count}: take max(counts.items(), key=lambda kv: kv[1]) of it."
-        )
-    if "SyntaxError" in error and _JAVASCRIPT.search(code):
-        return (
-            "Hint: this code is JavaScript, but run_code runs Python 3. Rewrite it in "
-            "Python: `x = await f(a='b')`, list comprehensions instead of .map/.filter, "
-            "max(xs, key=...) instead of Math.max, and end with an expression, not return."
-        )
-    return None
 
 
 def prints_as_result(text: str) -> str:
@@ -531,30 +431,6 @@ def _scalar(v: object) -> str:
 _URL = re.compile(r"https?://[^\s'\"<>`]+")
 
 
-def url_hint(
-    question: str, code: str, functions: Mapping[str, tuple[Collection[str], object]]
-) -> str | None:
-    """For a question that names a URL, when the failed snippet called no function with
-    a ``url`` parameter: which one fetches it, written out.
-
-    Asked for a total "in http://.../orders.json", the model listed kcp objects of
-    resource "orders" and read a configmap three times over; the URL never reached
-    the function that fetches it. Rule ``url-hint``.
-    """
-    return kept("url-hint", _url_hint(question, code, functions), None)
-
-
-def _url_hint(
-    question: str, code: str, functions: Mapping[str, tuple[Collection[str], object]]
-) -> str | None:
-    urls = [u.rstrip(".,;:!?)") for u in _URL.findall(question)]
-    fetchers = _fetchers(functions)
-    if not urls or not fetchers or _calls_any(code, fetchers):
-        return None
-    call = f"r = await {fetchers[0]}(url='{urls[0]}')"
-    return f"Hint: my question names {urls[0]}: fetch it with {call}."
-
-
 def unfetched_url(
     question: str, code: str, functions: Mapping[str, tuple[Collection[str], object]]
 ) -> str | None:
@@ -565,8 +441,7 @@ def unfetched_url(
     A question names two URLs, and the snippet fetched the first and looked for the
     second's data with another function; a question names a CSV file's URL, and the
     snippet ran the SQL of a worked example about a database. Either result is not
-    the named URL's data, whatever it says. :func:`url_hint` covers a snippet that
-    fetched nothing; this one every URL, and a good result too.
+    the named URL's data, whatever it says.
     """
     fetchers = _fetchers(functions)
     if not fetchers:

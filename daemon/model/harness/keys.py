@@ -20,9 +20,9 @@ from daemon.model.harness.look import (
     TextStart,
     Value,
 )
-from daemon.model.harness.rules import kept, on
+from daemon.model.harness.rules import on
 
-# key_paths and plain_path serve harness/keyfix.py too
+# list_paths, plain_path and PARSE_ERROR serve harness/loopfix.py too
 __all__ = [
     "PARSE_ERROR",
     "key_hint",
@@ -30,7 +30,6 @@ __all__ = [
     "list_paths",
     "missing_key",
     "plain_path",
-    "value_hint",
 ]
 
 _KEY = re.compile(r"^KeyError: (.+)$")
@@ -198,33 +197,4 @@ def plain_path(node: ast.expr) -> bool:
     return isinstance(node, ast.Name)
 
 
-_DICT_ITEMS = re.compile(r"\b(\w+)\.items\(\)")
 PARSE_ERROR = re.compile(r"JSONDecodeError|string indices must be integers|'str' object")
-
-
-def value_hint(code: str, error: str, look: Look | None) -> str | None:
-    """What a value really is, when the snippet treated it as something else, from the
-    look at the variables; None when the look does not say.
-
-    ``pods.items()`` on a result that holds its list at ``pods['items']``: the
-    dict method gives ``(key, value)`` pairs (``('kind', 'List')``), and the
-    model indexed those as pods, then was told to parse text.
-
-    Rule ``value-hint``.
-    """
-    return kept("value-hint", _value_hint(code, error, look), None)
-
-
-def _value_hint(code: str, error: str, look: Look | None) -> str | None:
-    if look is None or not PARSE_ERROR.search(error):
-        return None
-    lists = list_paths(look)
-    for m in _DICT_ITEMS.finditer(code):
-        name = m.group(1)
-        if f"{name}['items']" in lists:
-            return (
-                f"Hint: {name}.items() is the dict method: it gives the (key, value) pairs "
-                f"of {name} itself, not its list. The list is {name}['items']: "
-                f"for item in {name}['items'] (or items({name}))."
-            )
-    return None

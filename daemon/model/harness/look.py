@@ -3,7 +3,7 @@
 The sandbox (:func:`~daemon.model.harness.peek.peek_code`) walks the
 variables and returns one record per line of the look; :func:`read_look`
 makes them a :class:`Look`, whose :meth:`Look.render` is the text the model
-is shown. The rules that read the look (``keys``, ``keyfix``) read these
+is shown. The rules that read the look (``keys``, ``loopfix``) read these
 values, never that text: a path is its steps, a key is a key, and a sample
 (a value's ``repr``, computed in the sandbox) is shown as it was written.
 

@@ -13,7 +13,6 @@ import structlog
 
 from daemon.model.calls import ToolCall, made_up_call
 from daemon.model.harness.parsing import recover_arguments, text_tool_calls
-from daemon.model.harness.prompts import Signature
 from daemon.model.harness.repair import repair_code
 from daemon.model.harness.rules import on
 from daemon.model.records import RunState
@@ -36,10 +35,10 @@ def text_calls(content: str, names: dict[str, str], state: RunState) -> list[Too
     return calls
 
 
-def mend_call(call: ToolCall, functions: dict[str, Signature], state: RunState) -> None:
+def mend_call(call: ToolCall, state: RunState) -> None:
     """The harness's repairs of one run_code call, in place: arguments that are not
-    valid JSON (rule ``recover-arguments``), then the code (await precedence, a trailing
-    assignment, stubs: :func:`~daemon.model.harness.repair.repair_code`)."""
+    valid JSON (rule ``recover-arguments``), then the code (a trailing assignment, a
+    variable named like a helper: :func:`~daemon.model.harness.repair.repair_code`)."""
     if call.name != "run_code":
         return
     fixes: list[str] = []
@@ -53,7 +52,7 @@ def mend_call(call: ToolCall, functions: dict[str, Signature], state: RunState) 
         fixes.append(f"arguments: {how}")
     code = call.arguments.get("code")
     if isinstance(code, str):
-        mended, repairs = repair_code(code, functions)
+        mended, repairs = repair_code(code)
         if repairs:
             call.arguments = {**call.arguments, "code": mended}
             fixes += repairs

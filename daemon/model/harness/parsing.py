@@ -16,7 +16,6 @@ from collections.abc import Iterable
 __all__ = [
     "code_message",
     "extract_code",
-    "is_code_only",
     "recover_arguments",
     "text_tool_calls",
 ]
@@ -138,8 +137,3 @@ def text_tool_calls(content: str, tool_names: Iterable[str]) -> list[tuple[str, 
             if isinstance(arguments, dict):
                 found.append((item["name"], arguments))
     return found
-
-
-def is_code_only(reply: str) -> bool:
-    """Whether a reply is nothing but a fenced code block (no answer in words)."""
-    return bool(_FENCE.match(reply.strip()))

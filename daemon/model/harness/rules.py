@@ -59,15 +59,7 @@ RULES: dict[str, str] = {
     "text-calls": "a tool call written as text (Qwen's <tool_call>, JSON) is made as a call",
     "recover-arguments": "run_code arguments that are not valid JSON (raw newlines, "
     "unescaped quotes) are recovered",
-    "literal-newlines": "a snippet sent with literal \\n sequences on one line is split into lines",
-    "drop-stubs": "redefinitions (stubs) and imports of the sandbox functions are dropped",
     "rename-helpers": "a variable that shadows a helper (items = items(r)) is renamed",
-    "await-precedence": "await f()['k'] awaits the call, not its subscript",
-    "unawait-helpers": "await on a helper that answers at once (items, dig, describe) is dropped",
-    "known-functions": "a call of an invented function whose keywords fit one close catalog "
-    "function calls that one",
-    "bound-get": "key=d.get (no bound methods in the sandbox) becomes a lambda",
-    "top-level-return": "a top-level return x makes x the result",
     "last-assignment": "a snippet ending on an assignment returns the assigned name",
     "prints-as-result": "a snippet that printed and returned None: the printed text is its result",
     "readable": "a JSON list or dict result is shown one item per line before the answer",
@@ -75,36 +67,23 @@ RULES: dict[str, str] = {
     "code as the model's turn (shown it, a small model resends it)",
     "warm-retry": "a retry is sampled warmer, seeded by its prompt (greedy resends the "
     "failed snippet)",
-    "retry-hint": "a failed snippet's error gets a line the traceback does not say "
-    "(JavaScript, a missing import, an invented name, unorderable keys)",
     "repeat-stop": "a failed snippet that ends with the exception the one before it ended "
     "with: no third snippet is drawn (the run fails honestly one round sooner)",
     "fresh-start": "the same error twice (where repeat-stop would end the run): one more "
     "snippet from the question alone, no failed code or feedback, with the next closest "
     "solved examples of [model] examples in place of the two shown (once a run)",
-    "dead-imports": "an import of a module the sandbox lacks (requests) whose name the "
-    "snippet never reads is dropped",
     "repeat-hint": "the same error twice: a stronger hint that says what to write instead",
     "look": "a failed snippet's variables are looked at (paths, values, counts) and shown "
     "with the retry",
     "empty-recheck": "an empty or None result gets one look at the data and one more snippet",
     "key-hint": "a KeyError: where the key really is, from the look",
-    "value-hint": "a dict's items() method read as its list (the list sits at ['items']): "
-    "where the list is, from the look",
-    "key-fix": "a key read one path off where the look found it: read there and run again, "
-    "no model round",
-    "url-hint": "a question naming a URL the snippet never fetched: the call that fetches it",
     "topic-hint": "a failed snippet that called a function other than the one the question's "
     "words name: start with that one",
     "vote": "a short answer: a second sample from the question reread, a third on a tie",
     "examples": "solved (question, snippet) pairs of [model] examples: the closest two by "
     "their words replace the worked example (without the file, nothing changes)",
     "echo-check": "a reply that retells the worked example is replaced by the result",
-    "reply-from-result": "a reply that is empty, only code or the answer request's own "
-    "words is replaced by the result (when every snippet failed: by why the last one failed)",
     "quote-result": "a reply that drops a value of a short result gets the result quoted",
-    "positional-args": "a catalog function called with one positional argument where one "
-    "required parameter is missing: the argument is passed by that keyword",
     "failed-honest": "a run whose every snippet failed (none ran to a result): the reply says "
     "the question could not be answered and the last error's line, not the model's words",
     "dict-loop": "a loop over a dict whose items the snippet read as dicts (its keys are "
