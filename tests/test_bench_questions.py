@@ -644,6 +644,47 @@ async def test_calibration_measures_through_the_endpoint_as_the_daemon_streams()
     assert speeds.generation > 0
 
 
+async def test_each_outcome_records_the_shapes_its_question_started_from(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Code mode: an outcome holds the learned shapes its question started from, as JSON
+    rows, where they differ from its arm's previous question's (else None), so that a
+    later run can start a question where this one did (--a-run); a held-out outcome
+    keeps them and its reply's digest in the file, not its reply."""
+    from bench.questions import run as bench_run
+    from daemon.code_mode import CodeModeToolExecutor
+    from daemon.config import ModelConfig
+    from tests.fakes.executor import FakeToolExecutor
+
+    class _Arm(bench_run.Arm):
+        async def open(self, mode: str, served: Any) -> None:
+            self.executor = CodeModeToolExecutor(FakeToolExecutor())
+
+    async def ask(arm: Any, mode: str, case: Case, template: Template, seed: int, _: Any):
+        book = arm.executor.shapes
+        if template.id in ("web.t0", "web.t2"):  # these two runs teach a shape
+            book.restore({**book.snapshot(), ("#bench", "s", template.id): ("1", {"t": "int"})})
+        outcome = _outcome(template.id, "held-out", seed, True)
+        outcome.reply_sha = bench_run.reply_sha(outcome.reply)
+        return outcome
+
+    monkeypatch.setattr(bench_run, "_ask", ask)
+    make = lambda w: Case("q", "3", lambda r: True)  # noqa: E731
+    suite = [Template(f"web.t{k}", "count", ("simple",), make) for k in range(5)]
+    served = cast(Any, type("S", (), {"world": type("W", (), {"seed": 0})()})())
+    outcomes: list[Outcome] = []
+    arms = [_Arm("A", ModelConfig(model="m"))]
+    await bench_run.run_mode("code", served, arms, suite, lambda _: None, outcomes)
+    t0 = ["#bench", "s", "web.t0", "1", {"t": "int"}]
+    t2 = ["#bench", "s", "web.t2", "1", {"t": "int"}]
+    assert [o.shapes for o in outcomes] == [[], [t0], None, [t0, t2], None]
+    saved = outcomes[1].public(show_held_out=False)
+    assert "reply" not in saved
+    assert saved["shapes"] == [t0]
+    assert saved["reply_sha"] == bench_run.reply_sha(outcomes[1].reply)
+    assert len(saved["reply_sha"]) == 16
+
+
 async def test_a_sigterm_cancels_the_bench_so_its_cleanup_stops_its_servers() -> None:
     """SIGTERM cancels the run as Ctrl-C does: its ``finally`` (where the bench stops the
     model servers it started) runs, and the exit status is 143; other runs pass through."""

@@ -35,6 +35,7 @@ import asyncio
 import contextlib
 import dataclasses
 import datetime
+import hashlib
 import json
 import os
 import shlex
@@ -129,6 +130,12 @@ class Outcome:
     # --skip-unchanged's check: B asked although nothing B changes applied in A's run;
     # whether its reply was A's (None: not such a check)
     same_as_a: bool | None = None
+    # the reply's sha256 (16 hex digits): a held-out reply compared without being shown
+    reply_sha: str = ""
+    # code mode: the learned return shapes the question started from, as rows
+    # [channel, server, tool, version, shape]; None where they are the previous
+    # question's of its arm in the same run (mode and seed). --a-run restores them
+    shapes: list[list[Any]] | None = None
 
     def public(self, show_held_out: bool) -> dict[str, Any]:
         """The outcome for the JSON file: a held-out one without its id, question,
@@ -312,6 +319,7 @@ async def run_mode(
     world = served.world
     held_out = [t for t in suite if t.split == "held-out"]
     timelines = Timelines()  # each run timed as the daemon times it
+    started_from: dict[str, list[list[Any]]] = {}  # each arm's last question's shapes
     try:
         for arm in arms:
             await arm.open(mode, served)
@@ -325,6 +333,7 @@ async def run_mode(
             for arm in arms if k % 2 == 0 or skip is not None else arms[::-1]:
                 if shapes is not None and first is not None:
                     _learned(arm).restore(shapes)
+                start = shape_rows(_learned(arm)) if mode == "code" else None
                 if first is None or skip is None or skip.asks(first):
                     outcome = await _ask(arm, mode, case, template, world.seed, timelines)
                 else:
@@ -335,6 +344,9 @@ async def run_mode(
                     else:
                         outcome = dataclasses.replace(first, arm=arm.label, copied=True)
                 first = first or outcome
+                if start is not None:  # recorded where they changed
+                    outcome.shapes = None if start == started_from.get(arm.label) else start
+                    started_from[arm.label] = start
                 outcomes.append(outcome)
                 saved()
                 mark = "ok  " if outcome.ok else "FAIL"
@@ -352,6 +364,12 @@ async def run_mode(
     finally:
         for arm in arms:
             await arm.aclose()
+
+
+def shape_rows(book: ShapeBook) -> list[list[Any]]:
+    """The shapes ``book`` knows, as JSON rows ``[channel, server, tool, version, shape]``
+    (:attr:`Outcome.shapes`)."""
+    return [[*key, version, shape] for key, (version, shape) in book.snapshot().items()]
 
 
 def _learned(arm: Arm) -> ShapeBook:
@@ -415,6 +433,7 @@ async def _ask(
         question=case.text,
         answer=case.answer,
         reply=result.reply,
+        reply_sha=reply_sha(result.reply),
         noticed=sorted(noticed),
         reached=sorted(reached),
         code=_tool_inputs(result.records),
@@ -423,6 +442,11 @@ async def _ask(
         arm=arm.label,
         evaluated_tokens=evaluated,
     )
+
+
+def reply_sha(reply: str) -> str:
+    """The first 16 hex digits of ``reply``'s sha256 (:attr:`Outcome.reply_sha`)."""
+    return hashlib.sha256(reply.encode()).hexdigest()[:16]
 
 
 # ---- the report ----------------------------------------------------------------------------
