@@ -541,6 +541,7 @@ async def test_skip_unchanged_asks_b_where_a_trial_applied_and_checks_the_rest(
         outcome.arm = arm.label
         outcome.noticed = ["unfetched-url"] if template.id == "web.t2" else []
         outcome.reply = "B's own words" if (arm.label, template.id) == ("B", "web.t3") else "r"
+        outcome.reply_sha = bench_run.reply_sha(outcome.reply)
         return outcome
 
     monkeypatch.setattr(bench_run, "_ask", ask)
@@ -683,6 +684,110 @@ async def test_each_outcome_records_the_shapes_its_question_started_from(
     assert saved["shapes"] == [t0]
     assert saved["reply_sha"] == bench_run.reply_sha(outcomes[1].reply)
     assert len(saved["reply_sha"]) == 16
+
+
+async def test_a_run_file_stands_for_a_so_b_is_asked_only_where_a_reached_its_rules(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--a-run: A's outcomes come from its run file, A is neither opened nor asked; B is
+    asked where A's run reached a rule B has off, and every check-th other question
+    (its reply's digest compared with A's), each from the whole shapes A's question
+    started from; elsewhere B's outcome is A's. A file of another configuration, one
+    from before shapes were recorded, or one without the question is refused."""
+    from bench.questions import run as bench_run
+    from daemon.code_mode import CodeModeToolExecutor
+    from daemon.config import ModelConfig
+    from tests.fakes.executor import FakeToolExecutor
+
+    class _Arm(bench_run.Arm):
+        async def open(self, mode: str, served: Any) -> None:
+            assert self.label == "B" or not replaying, "A is not opened when read from a file"
+            self.executor = CodeModeToolExecutor(FakeToolExecutor())
+
+    asked: list[tuple[str, str, list[str]]] = []
+
+    async def ask(arm: Any, mode: str, case: Case, template: Template, seed: int, _: Any):
+        book = arm.executor.shapes
+        asked.append((arm.label, template.id, sorted(t for _, _, t in book.snapshot())))
+        if arm.label == "A" and template.id in ("web.t0", "web.t2"):
+            book.restore({**book.snapshot(), ("#bench", "s", template.id): ("1", {"t": "int"})})
+        outcome = _outcome(template.id, "dev", seed, True)
+        outcome.arm = arm.label
+        outcome.reached = ["look"] if template.id in ("web.t1", "web.t3") else ["examples"]
+        outcome.reply = "B's own words" if (arm.label, template.id) == ("B", "web.t4") else "r"
+        outcome.reply_sha = bench_run.reply_sha(outcome.reply)
+        return outcome
+
+    monkeypatch.setattr(bench_run, "_ask", ask)
+    make = lambda w: Case("q", "3", lambda r: True)  # noqa: E731
+    suite = [Template(f"web.t{k}", "count", ("simple",), make) for k in range(5)]
+    served = cast(Any, type("S", (), {"world": type("W", (), {"seed": 0})()})())
+    replaying = False
+    a_outcomes: list[Outcome] = []
+    a = _Arm("A", ModelConfig(model="m"))
+    await bench_run.run_mode("code", served, [a], suite, lambda _: None, a_outcomes)
+    path = _run_file(tmp_path / "a.json", a_outcomes)
+    config = {"model": "m", "harness": "auto", "harness_off": None, "harness_on": None}
+    config |= {"answer_samples": 1, "examples": "x.toml"}
+    a_run = bench_run.a_run_outcomes(path, config)
+    assert sorted(a_run) == [("code", 0, f"web.t{k}") for k in range(5)]
+    t0 = ["#bench", "s", "web.t0", "1", {"t": "int"}]
+    t2 = ["#bench", "s", "web.t2", "1", {"t": "int"}]
+    assert [a_run[("code", 0, f"web.t{k}")].shapes for k in range(5)] == [
+        [], [t0], [t0], [t0, t2], [t0, t2]
+    ]  # fmt: skip
+
+    asked.clear()
+    replaying = True
+    arms = [_Arm("A", ModelConfig(model="m")), _Arm("B", ModelConfig(model="m"))]
+    skip = bench_run.Skip(frozenset(), check=2, rules=frozenset({"look"}))
+    outcomes: list[Outcome] = []
+    await bench_run.run_mode(
+        "code", served, arms, suite, lambda _: None, outcomes, skip=skip, a_run=a_run
+    )
+    assert asked == [
+        ("B", "web.t0", []),  # unchanged no. 1: checked
+        ("B", "web.t1", ["web.t0"]),  # A reached look
+        ("B", "web.t3", ["web.t0", "web.t2"]),  # A reached look
+        ("B", "web.t4", ["web.t0", "web.t2"]),  # unchanged no. 3: checked (no. 2 copied)
+    ]
+    assert [o.arm for o in outcomes] == ["A", "B"] * 5
+    b = {o.id: o for o in outcomes if o.arm == "B"}
+    assert [b[f"web.t{k}"].copied for k in range(5)] == [False, False, True, False, False]
+    assert [b[f"web.t{k}"].same_as_a for k in range(5)] == [True, None, None, None, False]
+
+    with pytest.raises(
+        ValueError, match=r"a\.json: not a run of A's configuration: its harness_off"
+    ):
+        bench_run.a_run_outcomes(path, config | {"harness_off": "look"})
+    old = json.loads(path.read_text())
+    for row in old["outcomes"]:
+        del row["shapes"], row["reply_sha"]
+    (tmp_path / "old.json").write_text(json.dumps(old))
+    with pytest.raises(ValueError, match=r"old\.json: its outcomes record no shapes"):
+        bench_run.a_run_outcomes(tmp_path / "old.json", config)
+    with pytest.raises(ValueError, match=r"A's file has no code-mode outcome of seed 0"):
+        await bench_run.run_mode(
+            "code", served, arms, [*suite, Template("web.t9", "count", ("simple",), make)],
+            lambda _: None, [], skip=skip, a_run=a_run,
+        )  # fmt: skip
+
+    # held-out rows have no ids in the file: each is its place's template again
+    held = [t.id for t in TEMPLATES if t.split == "held-out"]
+    rows = [_outcome(tid, "held-out", 1, True) for tid in held]
+    for row in rows:
+        row.shapes, row.reply_sha = [], bench_run.reply_sha(row.reply)
+    hidden = bench_run.a_run_outcomes(_run_file(tmp_path / "h.json", rows), config)
+    assert sorted(hidden) == sorted(("code", 1, tid) for tid in held)
+
+    parser = bench_run._parser()
+    for argv, error in (
+        (["--a-run", str(path)], "--a-run gives A's outcomes to --skip-unchanged"),
+        (["--skip-unchanged", "--a-run", str(tmp_path / "none.json")], "no such file"),
+    ):
+        with pytest.raises(SystemExit):
+            await bench_run.bench(parser, parser.parse_args(argv))
+        assert error in capsys.readouterr().err
 
 
 async def test_a_sigterm_cancels_the_bench_so_its_cleanup_stops_its_servers() -> None:

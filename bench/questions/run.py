@@ -47,7 +47,7 @@ import time
 import tomllib
 import uuid
 from collections import Counter
-from collections.abc import Callable, Coroutine, Iterable, Iterator, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -305,6 +305,7 @@ async def run_mode(
     saved: Callable[[], None] = lambda: None,
     show_held_out: bool = False,
     skip: Skip | None = None,
+    a_run: Mapping[tuple[str, int, str], Outcome] | None = None,
 ) -> None:
     """Every template of ``suite`` once over ``served``'s world in each of ``arms``, each
     in a fresh thread, in ``mode``; with two arms a question is asked in both before the
@@ -315,13 +316,17 @@ async def run_mode(
     With ``skip`` (B differs from A by harness trials or rules alone), A goes first,
     and B is asked only where one of its trials applied in A's run or A's run reached
     one of the rules B has off; elsewhere B's outcome is a copy of A's, but for every
-    ``skip.check``-th such question, asked to check that premise."""
+    ``skip.check``-th such question, asked to check that premise. With ``a_run`` too
+    (``--a-run``: A's outcomes by mode, seed and template, read from A's run file, with
+    the shapes each question started from), A is not opened or asked: its outcome is
+    the file's, and B starts where A's question did."""
     world = served.world
     held_out = [t for t in suite if t.split == "held-out"]
     timelines = Timelines()  # each run timed as the daemon times it
     started_from: dict[str, list[list[Any]]] = {}  # each arm's last question's shapes
     try:
-        for arm in arms:
+        asking = arms if a_run is None else arms[1:]
+        for arm in asking:
             await arm.open(mode, served)
         unchanged = 0  # questions B's differences could not change, so far
         for k, template in enumerate(suite):
@@ -329,8 +334,14 @@ async def run_mode(
             first: Outcome | None = None
             # --skip-unchanged: B starts a question from the shapes A started it from,
             # which A's questions taught (B is not asked every question to learn them)
-            shapes = _learned(arms[0]).snapshot() if skip is not None and mode == "code" else None
-            for arm in arms if k % 2 == 0 or skip is not None else arms[::-1]:
+            if a_run is not None:
+                first, shapes = _a_outcome(a_run, mode, world.seed, template)
+                outcomes.append(first)
+            elif skip is not None and mode == "code":
+                shapes = _learned(arms[0]).snapshot()
+            else:
+                shapes = None
+            for arm in asking if k % 2 == 0 or skip is not None else asking[::-1]:
                 if shapes is not None and first is not None:
                     _learned(arm).restore(shapes)
                 start = shape_rows(_learned(arm)) if mode == "code" else None
@@ -340,7 +351,7 @@ async def run_mode(
                     unchanged += 1
                     if (unchanged - 1) % skip.check == 0:  # the 1st, the 1+check-th, ...
                         outcome = await _ask(arm, mode, case, template, world.seed, timelines)
-                        outcome.same_as_a = outcome.reply == first.reply
+                        outcome.same_as_a = outcome.reply_sha == first.reply_sha
                     else:
                         outcome = dataclasses.replace(first, arm=arm.label, copied=True)
                 first = first or outcome
@@ -364,6 +375,56 @@ async def run_mode(
     finally:
         for arm in arms:
             await arm.aclose()
+
+
+def _a_outcome(
+    a_run: Mapping[tuple[str, int, str], Outcome], mode: str, seed: int, template: Template
+) -> tuple[Outcome, dict[tuple[str, str, str], tuple[str, dict[str, Any]]] | None]:
+    """A's outcome of ``template`` from its run file (``--a-run``), and the shapes its
+    question started from (code mode); ValueError when the file has no such question."""
+    try:
+        a = a_run[(mode, seed, template.id)]
+    except KeyError:
+        raise ValueError(
+            f"--a-run: A's file has no {mode}-mode outcome of seed {seed} for this question "
+            "(ask the same split and seeds as A's run)"
+        ) from None
+    rows = a.shapes if mode == "code" else None
+    shapes = None if rows is None else {(c, s, t): (v, shape) for c, s, t, v, shape in rows}
+    return dataclasses.replace(a, shapes=None), shapes
+
+
+def a_run_outcomes(path: Path, expected: Mapping[str, Any]) -> dict[tuple[str, int, str], Outcome]:
+    """``--a-run``: the A arm's outcomes of a ``--json`` file, by mode, seed and template
+    id, each with the whole shapes its question started from (the file stores them
+    where they changed). ValueError, naming the file, when it is not a run of A's
+    configuration (``expected``: the file's keys of :data:`_SAME_RUN` as A's), or was
+    written before outcomes recorded their shapes and reply digests (2026-12-05)."""
+    try:
+        data = json.loads(Path(path).read_text())
+        differ = [key for key in expected if data.get(key) != expected[key]]
+    except (OSError, ValueError, AttributeError) as exc:
+        raise ValueError(f"{path}: not a run file of python -m bench.questions ({exc})") from exc
+    if differ:
+        raise ValueError(f"{path}: not a run of A's configuration: its {', '.join(differ)} differ")
+    outcomes, _ = joined_runs([path])
+    held_out = [t.id for t in templates() if t.split == "held-out"]
+    found: dict[tuple[str, int, str], Outcome] = {}
+    started: dict[tuple[str, int], list[list[Any]]] = {}  # the last shapes of each run
+    for o in outcomes:
+        if o.id.startswith("held-out #"):  # joined_runs names them by their place
+            o.id = held_out[int(o.id.removeprefix("held-out #")) - 1]
+        run = (o.mode, o.seed)
+        if o.shapes is not None:
+            started[run] = o.shapes
+        if (o.mode == "code" and run not in started) or not o.reply_sha:
+            raise ValueError(
+                f"{path}: its outcomes record no shapes or reply digests (a file written "
+                "before 2026-12-05): ask A again"
+            )
+        o.shapes = started.get(run)
+        found[(o.mode, o.seed, o.id)] = o
+    return found
 
 
 def shape_rows(book: ShapeBook) -> list[list[Any]]:
@@ -762,6 +823,14 @@ def _parser() -> argparse.ArgumentParser:
         "change, to check that its reply is A's (default 5)",
     )
     model.add_argument(
+        "--a-run",
+        type=Path,
+        metavar="FILE",
+        help="--skip-unchanged: A's outcomes from FILE (a --json file of A's configuration "
+        "over the same split and seeds) instead of asking A; B starts each question it is "
+        "asked from the shapes A's question started from",
+    )
+    model.add_argument(
         "--server-log",
         type=Path,
         metavar="FILE",
@@ -999,6 +1068,10 @@ async def bench(parser: argparse.ArgumentParser, args: argparse.Namespace) -> in
         parser.error("--compare-python names the Python of B's server: give --compare too")
     if args.first_seed < 0:
         parser.error("--first-seed: a seed is 0 or more")
+    if args.a_run is not None and not args.skip_unchanged:
+        parser.error("--a-run gives A's outcomes to --skip-unchanged: give that too")
+    if args.a_run is not None and not args.a_run.is_file():
+        parser.error(f"--a-run {args.a_run}: no such file")
     suite = select(args)
     if not suite:
         parser.error("no template selected")
@@ -1073,6 +1146,20 @@ async def bench(parser: argparse.ArgumentParser, args: argparse.Namespace) -> in
                 setattr(other_model, key, value)
             arms.append(Arm("B", other_model))
         skip = _skip(parser, args, arms)
+        a_run = None
+        if args.a_run is not None:
+            expected = {
+                "model": model_name,
+                "harness": args.harness,
+                "harness_off": harness_off,
+                "harness_on": harness_on,
+                "answer_samples": model.answer_samples,
+                "examples": str(args.examples) if args.examples else None,
+            }
+            try:
+                a_run = a_run_outcomes(args.a_run, expected)
+            except ValueError as exc:
+                parser.error(f"--a-run {exc}")
         readers: dict[Path, ServerLog] = {}  # one reader per file: B may share A's server
         for arm in arms:
             path = logs[arm.label]
@@ -1141,7 +1228,16 @@ async def bench(parser: argparse.ArgumentParser, args: argparse.Namespace) -> in
             for seed in range(args.first_seed, args.first_seed + seeds[mode]):
                 async with open_world(seed, http_port=args.http_port) as served:
                     await run_mode(
-                        mode, served, arms, suite, note, outcomes, save, args.show_held_out, skip
+                        mode,
+                        served,
+                        arms,
+                        suite,
+                        note,
+                        outcomes,
+                        save,
+                        args.show_held_out,
+                        skip,
+                        a_run,
                     )
             memory.append((f"after {mode} mode", rss()))
         print(
