@@ -792,9 +792,10 @@ async def test_a_run_file_stands_for_a_so_b_is_asked_only_where_a_reached_its_ru
 
 async def test_a_sigterm_cancels_the_bench_so_its_cleanup_stops_its_servers() -> None:
     """SIGTERM cancels the run as Ctrl-C does: its ``finally`` (where the bench stops the
-    model servers it started) runs, and the exit status is 143; other runs pass through."""
+    model servers it started) runs to its end, a second SIGTERM meanwhile
+    notwithstanding, and the exit status is 143; other runs pass through."""
     cleaned: list[str] = []
-    started = asyncio.Event()
+    started, stopping = asyncio.Event(), asyncio.Event()
 
     async def bench() -> int:
         try:
@@ -802,11 +803,15 @@ async def test_a_sigterm_cancels_the_bench_so_its_cleanup_stops_its_servers() ->
             await asyncio.sleep(60)
             return 0
         finally:
+            stopping.set()
+            await asyncio.sleep(0.3)  # stopping the servers takes a while
             cleaned.append("servers stopped")
 
     guarded = asyncio.create_task(stopped_by_sigterm(bench()))
     await started.wait()
     os.kill(os.getpid(), signal.SIGTERM)
+    await stopping.wait()
+    os.kill(os.getpid(), signal.SIGTERM)  # impatient: it would cancel the cleanup
     assert await asyncio.wait_for(guarded, 5) == 143
     assert cleaned == ["servers stopped"]
 

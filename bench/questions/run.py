@@ -981,15 +981,17 @@ async def stopped_by_sigterm(run: Coroutine[Any, Any, int]) -> int:
 
     Without it a SIGTERM ended the bench at once, and the llama-cpp-python
     servers it had started (1.5 GB and both cores each, no stdin to see the
-    parent go) ran on as orphans.
+    parent go) ran on as orphans. A second SIGTERM while that cleanup runs is
+    ignored: it cancelled the cleanup, and left the model server running.
     """
     task = asyncio.ensure_future(run)
     signalled = False
 
     def stop() -> None:
         nonlocal signalled
-        signalled = True
-        task.cancel()
+        if not signalled:
+            signalled = True
+            task.cancel()
 
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, stop)
