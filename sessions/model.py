@@ -101,9 +101,13 @@ class RunMetrics:
     harness_repairs: int = 0  # fixes the harness made to a snippet before running it
     code_blocks: int = 0  # code blocks the harness ran (small-model protocol)
     peeks: int = 0  # looks the harness took at a snippet's variables
-    key_fixes: int = 0  # snippets the harness ran again with a key read where it is
+    # snippets the harness fixed and ran again itself, no model round (the loop fix; the
+    # name is the stored one, from the key fix it began with)
+    key_fixes: int = 0
     vote_samples: int = 0  # extra snippets drawn to check a short answer (harness)
-    reply_from_result: bool = False  # the reply is the last result: the model gave none
+    # the reply is the last result: a short one as it stands, or in place of a reply that
+    # retold the worked example
+    reply_from_result: bool = False
     harness_gave_up: bool = False  # the harness stopped after failed snippets
     # where the run's seconds went (issue 31), by part: total, model_slot, prompt_eval,
     # generation, sandbox, tools, approvals, daemon (daemon.runtime.timing.time_split)
