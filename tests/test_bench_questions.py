@@ -514,6 +514,17 @@ def test_compare_set_reads_a_model_key_and_refuses_another() -> None:
         _model_key("no_such_key=1")
 
 
+def _fake_suite(n: int) -> list[Template]:
+    """``n`` templates (``web.t0``...) for a run whose asking is faked (``_ask``)."""
+    make = lambda w: Case("q", "3", lambda r: True)  # noqa: E731
+    return [Template(f"web.t{k}", "count", ("simple",), make) for k in range(n)]
+
+
+def _served(seed: int) -> Any:
+    """What run_mode reads of open_world's servers: their world's seed."""
+    return cast(Any, type("S", (), {"world": type("W", (), {"seed": seed})()})())
+
+
 async def test_skip_unchanged_asks_b_where_a_trial_applied_and_checks_the_rest(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -545,9 +556,7 @@ async def test_skip_unchanged_asks_b_where_a_trial_applied_and_checks_the_rest(
         return outcome
 
     monkeypatch.setattr(bench_run, "_ask", ask)
-    make = lambda w: Case("q", "3", lambda r: True)  # noqa: E731
-    suite = [Template(f"web.t{k}", "count", ("simple",), make) for k in range(5)]
-    served = cast(Any, type("S", (), {"world": type("W", (), {"seed": 0})()})())
+    suite, served = _fake_suite(5), _served(0)
     arms = [_Arm("A", ModelConfig(model="m")), _Arm("B", ModelConfig(model="m"))]
     outcomes: list[Outcome] = []
     skip = bench_run.Skip(frozenset({"unfetched-url"}), check=2)
@@ -670,9 +679,7 @@ async def test_each_outcome_records_the_shapes_its_question_started_from(
         return outcome
 
     monkeypatch.setattr(bench_run, "_ask", ask)
-    make = lambda w: Case("q", "3", lambda r: True)  # noqa: E731
-    suite = [Template(f"web.t{k}", "count", ("simple",), make) for k in range(5)]
-    served = cast(Any, type("S", (), {"world": type("W", (), {"seed": 0})()})())
+    suite, served = _fake_suite(5), _served(0)
     outcomes: list[Outcome] = []
     arms = [_Arm("A", ModelConfig(model="m"))]
     await bench_run.run_mode("code", served, arms, suite, lambda _: None, outcomes)
@@ -719,9 +726,7 @@ async def test_a_run_file_stands_for_a_so_b_is_asked_only_where_a_reached_its_ru
         return outcome
 
     monkeypatch.setattr(bench_run, "_ask", ask)
-    make = lambda w: Case("q", "3", lambda r: True)  # noqa: E731
-    suite = [Template(f"web.t{k}", "count", ("simple",), make) for k in range(5)]
-    served = cast(Any, type("S", (), {"world": type("W", (), {"seed": 0})()})())
+    suite, served = _fake_suite(5), _served(0)
     replaying = False
     a_outcomes: list[Outcome] = []
     a = _Arm("A", ModelConfig(model="m"))
@@ -768,7 +773,7 @@ async def test_a_run_file_stands_for_a_so_b_is_asked_only_where_a_reached_its_ru
         bench_run.a_run_outcomes(tmp_path / "old.json", config)
     with pytest.raises(ValueError, match=r"A's file has no code-mode outcome of seed 0"):
         await bench_run.run_mode(
-            "code", served, arms, [*suite, Template("web.t9", "count", ("simple",), make)],
+            "code", served, arms, [*suite, _fake_suite(10)[9]],
             lambda _: None, [], skip=skip, a_run=a_run,
         )  # fmt: skip
 
