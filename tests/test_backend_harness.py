@@ -558,20 +558,20 @@ async def test_a_snippet_calling_a_function_named_like_the_place_gets_the_one_as
     assert result.reply.startswith("pod-0, pod-4 and pod-8.")
 
 
-async def test_an_empty_result_is_shown_with_the_data_once(code_mode, monkeypatch):
-    """An empty result gets one look at the data and the choice: answer in words or send a
-    corrected block. An answer in words then ends the run."""
+async def test_an_empty_result_gets_the_answer_request(code_mode, monkeypatch):
+    """An empty result is a result: the model is asked for the answer, with the
+    empty result and the request to say that nothing matched (no look, no new block)."""
     ex, _ = code_mode
     empty = (
         "pods = await list_pods(namespace='prod')\n[p for p in pods if p.get('phase') == 'Failed']"
     )
     script = [block(empty), "No pod has failed."]
     fake, (result,) = await run_script(ex, script, request())
-    recheck = fake.requests[1]["messages"][-1]["content"]
-    assert recheck.startswith("Your last attempt returned (empty result")
-    assert "If nothing matches, answer my question in words" in recheck
-    assert "pods[0]['status']['phase'] == 'Failed'" in recheck
-    assert fake.requests[1]["stop"] == [CODE_STOP]  # it may still send code
+    answer = fake.requests[1]["messages"][-1]["content"]
+    assert answer.startswith("The code returned:\n(empty result")
+    assert "If the result is empty, say that nothing matched" in answer
+    assert "What your variables hold now" not in answer
+    assert "stop" not in fake.requests[1]  # the answer round: words, no code
     assert result.reply == "No pod has failed."
 
 

@@ -28,7 +28,6 @@ from daemon.model.harness import (
     fetched_url,
     hidden_fields,
     hidden_paths,
-    holds_none,
     key_hint,
     missing_key,
     peek_code,
@@ -560,17 +559,6 @@ def test_a_reply_repeating_six_words_of_the_worked_example_echoes_it() -> None:
     assert echoes_example("THE QUESTION names the store; and asks about pods, so ...")
     assert not echoes_example("The question is about the store: 3 open orders.")
     assert not echoes_example("")
-
-
-def test_a_none_where_the_answer_should_be_is_suspect() -> None:
-    """A JSON result holding null at its top level (or in a list's items) gets the same
-    one look as an empty result; other results do not."""
-    assert holds_none('{"node": null, "count": 2}')
-    assert holds_none('[{"name": "a", "node": null}]')
-    assert holds_none("[1, null]")
-    assert not holds_none('{"node": "node-a", "count": 4}')
-    assert not holds_none("null-ish text")
-    assert not holds_none('{"a": {"b": null}}')  # deeper: a field, not the answer
 
 
 def test_a_retry_seed_is_a_function_of_the_prompt_alone():

@@ -54,7 +54,6 @@ class LoopState:
     base: int = 0
     failures: int = 0
     answering: bool = False
-    rechecked: bool = False
     last_result: str | None = None
     # the reply when the last good result is a short value ([model]
     # reply_with_short_result): no answer round is asked
@@ -89,7 +88,7 @@ class LoopState:
             )
         try:
             # a key a former version stored and this one has no use for is left out
-            # (a paused run outlives an upgrade): "checked", for one
+            # (a paused run outlives an upgrade): "checked" and "rechecked", for two
             loop = {k: v for k, v in dict(data["loop"]).items() if k in _LOOP_FIELDS}
             calls = [ToolCall(**c) for c in loop.pop("calls")]
             state = cls(calls=calls, **loop)

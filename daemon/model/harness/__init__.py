@@ -31,9 +31,8 @@ each piece fixes one observed failure:
 | a wrong reading of the question (a       | :mod:`vote`: a second sample   | vote               |
 | filter dropped, "first N" read as "below | for a short answer             |                    |
 | N")                                      |                                |                    |
-| a failed snippet's data unseen           | a look at its variables        | look,              |
-|                                          | (:mod:`peek`); after an empty  | empty-recheck      |
-|                                          | or None result too             |                    |
+| a failed snippet's data unseen           | a look at its variables        | look               |
+|                                          | (:mod:`peek`)                  |                    |
 | a key only some items have, read a level | :func:`key_hint` after a look  | key-hint           |
 | too high; a key no value holds, read     | that counts the items          |                    |
 | again                                    |                                |                    |
@@ -102,9 +101,7 @@ from daemon.model.harness.feedback import (
     error_signature,
     failure_reply,
     fetched_url,
-    holds_none,
     is_empty_result,
-    looks_empty,
     prints_as_result,
     quote_result,
     readable,
@@ -213,10 +210,8 @@ __all__ = [
     "from_environ",
     "hidden_fields",
     "hidden_paths",
-    "holds_none",
     "is_empty_result",
     "key_hint",
-    "looks_empty",
     "loop_fix",
     "majority",
     "may_rerun",

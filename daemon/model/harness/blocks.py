@@ -30,7 +30,6 @@ from daemon.model.harness.feedback import (
     answer_instruction,
     failure_reply,
     fetched_url,
-    looks_empty,
     prints_as_result,
     quote_result,
     repeat_hint,
@@ -234,11 +233,8 @@ async def after_block(
         retry = False  # rule repeat-stop: the same error twice, a third is not drawn
     if failed and not retry:
         state.metrics.harness_gave_up = True
-    # an empty result (or a None answer) is often a filter on a guessed key: one look
-    # at the data
-    recheck = looks_empty(text) and not ls.rechecked and more
     look = fetch = start = None  # start: the call a new block should start with
-    if (retry or recheck) and isinstance(code, str):
+    if retry and isinstance(code, str):
         if failed:  # trial unfetched-url: a URL the question names, never fetched
             fetch = unfetched_url(ls.question, code, functions)
         asked_url = fetched_url(ls.question, code, functions)  # the URL's data it is about
@@ -273,29 +269,26 @@ async def after_block(
                 fresh=fresh,
             )
             return
-    recheck = recheck and (look is not None or start is not None)
-    ls.rechecked = ls.rechecked or recheck
-    ls.looked = ls.looked or look is not None  # shown with the retry (or the recheck)
+    ls.looked = ls.looked or look is not None  # shown with the retry
     # where a missing key really is
     located = key_hint(text, look) if failed else None
     voting = vote_samples(ls.samples) > 1
-    if not (failed or recheck or ls.voted) and isinstance(code, str) and voting:
+    if not (failed or ls.voted) and isinstance(code, str) and voting:
         ls.voted = True
         code, text = await _vote(endpoint, state, caller, ls, code, text, functions=functions)
         ls.last_result = text
         ran = {"role": "assistant", "content": code_message(code)}
-    if retry or recheck:
+    if retry:
         located = "\n".join(h for h in (located, fetch) if h) or None
     reply = result_message(
         f"{text}\n{located}" if located else text,
         ls.question,
         failed=failed,
-        retry=retry or recheck,
+        retry=retry,
         look=look,
-        empty=recheck,
         start=start,
     )
-    ls.answering = not (retry or recheck)
+    ls.answering = not retry
     refetch = None
     if ls.answering and more and not (failed or ls.refetched) and isinstance(code, str):
         refetch = unfetched_url(ls.question, code, functions)
@@ -310,7 +303,7 @@ async def after_block(
     # A retry follows the question alone, with the feedback: shown its failed
     # code, a small model sends it again verbatim. The answer sees the code.
     del messages[ls.base :]
-    if replays_code(retry or recheck or refetch is not None):
+    if replays_code(retry or refetch is not None):
         messages.append(ran)  # the answer (or the check) sees the code
     messages.append({"role": "user", "content": reply})
 

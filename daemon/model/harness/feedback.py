@@ -24,9 +24,7 @@ __all__ = [
     "error_signature",
     "failure_reply",
     "fetched_url",
-    "holds_none",
     "is_empty_result",
-    "looks_empty",
     "prints_as_result",
     "quote_result",
     "readable",
@@ -73,7 +71,6 @@ def result_message(
     failed: bool,
     retry: bool,
     look: Look | None = None,
-    empty: bool = False,
     start: str | None = None,
 ) -> str:
     """The user message that carries a run_code result back in the code-block protocol.
@@ -81,9 +78,8 @@ def result_message(
     It follows the question directly: the failed attempt is not replayed as an
     assistant turn, since a small model copies its own last code verbatim (it
     sent the same failing snippet three times, even at temperature 0.7). A
-    failure that may be retried asks for a new block; an empty result
-    that may be retried lets the model choose between answering and a new
-    block; otherwise the result comes with the request to answer the
+    failure that may be retried asks for a new block; otherwise the result
+    comes with the request to answer the
     (repeated) question, so the last thing the model reads is the data and
     what to do with it. ``look`` (from :func:`peek_code`, rendered here) shows what the
     snippet's variables really hold: a small model guesses keys, and the
@@ -103,14 +99,6 @@ def result_message(
         ask = f"Write {block} and answers" if block else "Write a new ```python block that answers"
         using = "" if block else ", using the keys shown above"
         return f"Your last attempt failed:\n{shown}{seen}\n\n{ask} my question{using}: {q}"
-    if empty and retry:
-        ask = (
-            f"write {block}" if block else "write a new ```python block, using the keys shown above"
-        )
-        return (
-            f"Your last attempt returned {shown}{seen}\n\nIf nothing matches, answer my "
-            f"question in words. Otherwise {ask}. My question: {q}"
-        )
     if failed:
         return f"The code failed:\n{shown}\n\n{answer_instruction(question)}"
     return f"The code returned:\n{readable(shown)}\n\n{answer_instruction(question)}"
@@ -157,12 +145,6 @@ def is_empty_result(text: str) -> bool:
     return text.startswith("(empty result")
 
 
-def looks_empty(text: str) -> bool:
-    """Whether a result is worth one look at the data and one more snippet (rule
-    ``empty-recheck``): it is empty, or holds a None where the answer should be."""
-    return acts("empty-recheck", is_empty_result(text) or holds_none(text))
-
-
 _WHY_CHARS = 200  # of the last error's line, in a failure reply
 
 
@@ -184,24 +166,6 @@ def failure_reply(error: str) -> str:
         "I could not answer this: none of the code I ran returned a result. "
         f"The last attempt ended with: {why}"
     )
-
-
-def holds_none(text: str) -> bool:
-    """Whether a JSON result answers with ``null`` (``{"node": null, "count": 2}``, or
-    an item of a list that does); text that is not JSON does not.
-
-    A value read with a key its data lacks comes back ``None``; like an empty
-    result, a ``None`` where the answer should be is worth one look at the data.
-    """
-    try:
-        value = json.loads(text)
-    except ValueError:
-        return False
-    if isinstance(value, dict):
-        return any(v is None for v in value.values())
-    if isinstance(value, list):
-        return any(v is None or (isinstance(v, dict) and None in v.values()) for v in value)
-    return False
 
 
 def prints_as_result(text: str) -> str:

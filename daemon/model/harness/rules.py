@@ -75,7 +75,6 @@ RULES: dict[str, str] = {
     "repeat-hint": "the same error twice: a stronger hint that says what to write instead",
     "look": "a failed snippet's variables are looked at (paths, values, counts) and shown "
     "with the retry",
-    "empty-recheck": "an empty or None result gets one look at the data and one more snippet",
     "key-hint": "a KeyError: where the key really is, from the look",
     "topic-hint": "a failed snippet that called a function other than the one the question's "
     "words name: start with that one",
