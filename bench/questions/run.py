@@ -1148,18 +1148,19 @@ async def bench(parser: argparse.ArgumentParser, args: argparse.Namespace) -> in
                 setattr(other_model, key, value)
             arms.append(Arm("B", other_model))
         skip = _skip(parser, args, arms)
+        # what makes a run file this run's (_SAME_RUN): written by save, checked by --a-run
+        config = {
+            "model": model_name,
+            "harness": args.harness,
+            "harness_off": harness_off,
+            "harness_on": harness_on,
+            "answer_samples": model.answer_samples,
+            "examples": str(args.examples) if args.examples else None,
+        }
         a_run = None
         if args.a_run is not None:
-            expected = {
-                "model": model_name,
-                "harness": args.harness,
-                "harness_off": harness_off,
-                "harness_on": harness_on,
-                "answer_samples": model.answer_samples,
-                "examples": str(args.examples) if args.examples else None,
-            }
             try:
-                a_run = a_run_outcomes(args.a_run, expected)
+                a_run = a_run_outcomes(args.a_run, config)
             except ValueError as exc:
                 parser.error(f"--a-run {exc}")
         readers: dict[Path, ServerLog] = {}  # one reader per file: B may share A's server
@@ -1192,13 +1193,8 @@ async def bench(parser: argparse.ArgumentParser, args: argparse.Namespace) -> in
                 json.dumps(
                     {
                         "date": started.isoformat(),
-                        "model": model_name,
+                        **config,
                         "base_url": base_url,
-                        "harness": args.harness,
-                        "harness_off": harness_off,
-                        "harness_on": harness_on,
-                        "answer_samples": model.answer_samples,
-                        "examples": str(args.examples) if args.examples else None,
                         "arms": {arm.label: _arm_text(arm, args) for arm in arms},
                         "seeds": seeds,
                         "first_seed": args.first_seed,
