@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from types import SimpleNamespace
 from typing import Any
 
@@ -29,7 +29,6 @@ from daemon.model.execute import run_call
 from daemon.model.harness.feedback import (
     answer_instruction,
     failure_reply,
-    fetched_url,
     prints_as_result,
     quote_result,
     repeat_hint,
@@ -56,7 +55,6 @@ from daemon.model.harness.prompts import (
     warm_retry,
 )
 from daemon.model.harness.rules import acts, on
-from daemon.model.harness.topics import Topic, topic_hint
 from daemon.model.harness.vote import (
     REREAD,
     VOTE_TEMPERATURE,
@@ -88,7 +86,6 @@ async def code_blocks(
     ls: LoopState,
     *,
     functions: dict[str, Signature],
-    topics: Mapping[str, Topic] | None = None,
     example: str = WORKED_EXAMPLE,
     fresh: Callable[[], str | None] | None = None,
 ) -> None:
@@ -162,7 +159,6 @@ async def code_blocks(
             call,
             output,
             functions=functions,
-            topics=topics,
             fresh=fresh,
         )
 
@@ -201,13 +197,11 @@ async def after_block(
     output: ToolCallOutput,
     *,
     functions: dict[str, Signature],
-    topics: Mapping[str, Topic] | None = None,
     fresh: Callable[[], str | None] | None = None,
 ) -> None:
     """Record a block's result and choose the next message: a retry, a look at the
-    data, or the request for the answer. ``topics`` (the catalog's, by function)
-    let a retry name the function the question is about; ``fresh`` is the system
-    message with other solved examples (rule ``fresh-start``)."""
+    data, or the request for the answer. ``fresh`` is the system message with other
+    solved examples (rule ``fresh-start``)."""
     messages = ls.messages
     max_rounds = endpoint.params.max_rounds
     code = call.arguments.get("code") if call.error is None else None
@@ -233,17 +227,12 @@ async def after_block(
         retry = False  # rule repeat-stop: the same error twice, a third is not drawn
     if failed and not retry:
         state.metrics.harness_gave_up = True
-    look = fetch = start = None  # start: the call a new block should start with
+    look = fetch = None
     if retry and isinstance(code, str):
         if failed:  # trial unfetched-url: a URL the question names, never fetched
             fetch = unfetched_url(ls.question, code, functions)
-        asked_url = fetched_url(ls.question, code, functions)  # the URL's data it is about
-        topic = None if fetch or asked_url or not topics else topic_hint(ls.question, code, topics)
-        if topic is not None:  # the question is about another function's data: what the
-            fetch, start = topic  # called one returned (keys and all) only misleads: no look
-        else:
-            missing = missing_key(text) if failed else None
-            look = await _peek(caller, code, state, functions, missing)
+        missing = missing_key(text) if failed else None
+        look = await _peek(caller, code, state, functions, missing)
     fixes = state.metrics.key_fixes  # this run's (a paused run keeps its metrics)
     if failed and retry and look and isinstance(code, str) and fixes < MAX_RERUNS:
         fixed = loop_fix(code, plain, look)
@@ -265,7 +254,6 @@ async def after_block(
                 again,
                 output,
                 functions=functions,
-                topics=topics,
                 fresh=fresh,
             )
             return
@@ -286,7 +274,6 @@ async def after_block(
         failed=failed,
         retry=retry,
         look=look,
-        start=start,
     )
     ls.answering = not retry
     refetch = None
