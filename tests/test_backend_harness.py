@@ -150,7 +150,7 @@ async def test_code_block_protocol_for_the_local_model(code_mode):
     assert second["messages"][-2] == {"role": "assistant", "content": f"```python\n{FILTER}\n```"}
     last = second["messages"][-1]
     assert last["role"] == "user"
-    assert last["content"].startswith("The code returned:\n3 items:\n- pod-0\n- pod-4\n- pod-8")
+    assert last["content"].startswith('The code returned:\n["pod-0","pod-4","pod-8"]')
     assert QUESTION in last["content"]
     assert "Do not write code" in last["content"]
     assert "stop" not in second
@@ -191,7 +191,7 @@ async def test_real_tool_calls_still_run_and_broken_json_is_recovered(code_mode,
     script = [ToolCalls(("run_code", raw)), "Three pods are failing."]
     fake, (result,) = await run_script(ex, script, request())
     assert fake.requests[1]["messages"][-1]["content"].startswith(
-        "The code returned:\n3 items:\n- pod-0\n- pod-4\n- pod-8"
+        'The code returned:\n["pod-0","pod-4","pod-8"]'
     )
     assert inner.calls == [("list_pods", {"namespace": "prod"})]
     code = result.records[1].message["content"][0]["input"]["code"]
@@ -219,7 +219,7 @@ async def test_a_trailing_assignment_is_the_result(code_mode, monkeypatch):
     )
     fake, (result,) = await run_script(ex, [block(code), "Three."], request())
     assert fake.requests[1]["messages"][-1]["content"].startswith(
-        "The code returned:\n3 items:\n- pod-0\n- pod-4\n- pod-8"
+        'The code returned:\n["pod-0","pod-4","pod-8"]'
     )
     assert result.metrics.harness_repairs == 1
     ran = result.records[1].message["content"][0]["input"]["code"]
@@ -762,7 +762,7 @@ async def test_a_loop_over_a_kubernetes_list_runs_again_over_its_items(monty_poo
     second = fake.requests[1]["messages"][-1]["content"]
     if on:
         assert len(fake.requests) == 2  # the block, then the answer: no retry round
-        assert second.startswith("The code returned:\n3 items:\n- pod-0\n- pod-4\n- pod-8")
+        assert second.startswith('The code returned:\n["pod-0","pod-4","pod-8"]')
         assert result.metrics.key_fixes == 1
     else:
         assert "string indices must be integers" in second
@@ -786,7 +786,7 @@ async def test_a_rule_a_run_never_reached_changes_nothing_switched_off(monty_poo
     script = [bad, block(FILTER), "pod-0, pod-4 and pod-8."]
     all_on, reply, reached = await asked(script)
     assert reply.reply == "pod-0, pod-4 and pod-8."
-    assert {"worked-example", "look", "retry-alone", "warm-retry", "readable"} <= reached
+    assert {"worked-example", "look", "retry-alone", "warm-retry"} <= reached
     unreached = sorted(set(RULES) - reached)
     # asked, but with nothing to change here: no hint for this error, no value to quote
     assert {"repeat-hint", "quote-result"} <= set(unreached)

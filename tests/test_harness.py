@@ -33,7 +33,6 @@ from daemon.model.harness import (
     prints_as_result,
     quote_result,
     read_names,
-    readable,
     recover_arguments,
     repair_code,
     repeat_hint,
@@ -290,17 +289,6 @@ def test_catalog_signatures_read_the_stubs() -> None:
     )
     assert sigs["get_object"][1] == frozenset({"workspace", "resource", "name"})
 
-
-def test_results_are_made_readable_for_the_answer() -> None:
-    """A list of dicts becomes one line per item, a dict one line per key; text stays."""
-    rows = '[{"name":"api-2","phase":"Failed"},{"name":"etl-1","phase":"Pending"}]'
-    assert readable(rows) == "2 items:\n- name: api-2, phase: Failed\n- name: etl-1, phase: Pending"
-    assert readable('{"version":"2.7.1","healthy":false}') == "version: 2.7.1\nhealthy: False"
-    assert readable("debug") == "debug"
-    assert readable("[]") == "[]"
-
-
-# ---- repeated failures ----
 
 TRACEBACK = "Traceback (most recent call last):\n  File \"<snippet>\", line 2\n    x['k']\n{}"
 

@@ -38,7 +38,6 @@ from daemon.model.harness import (
     prints_as_result,
     quote_result,
     reaching,
-    readable,
     repair_code,
     repeat_hint,
     repeats_error,
@@ -182,7 +181,6 @@ PROBES: dict[str, Callable[[Switches], Any]] = {
     "rename-helpers": _repaired("items = items(r)\nlen(items)"),
     "last-assignment": _repaired("x = 1"),
     "prints-as-result": lambda _: prints_as_result('{"output": "hi\\n"}'),
-    "readable": lambda _: readable('[{"name": "a", "phase": "Failed"}]'),
     "warm-retry": _warm,
     "retry-alone": lambda _: replays_code(True),
     "repeat-stop": lambda _: repeats_error(ERROR.format("'x'"), ERROR.format("'x'")),
@@ -427,7 +425,6 @@ def _reached(act: Callable[[], object]) -> set[str]:
 @pytest.mark.parametrize(
     ("name", "idle", "acting"),
     [
-        ("readable", lambda: readable("not json"), lambda: readable('["a", "b"]')),
         (
             "prints-as-result",
             lambda: prints_as_result("3"),

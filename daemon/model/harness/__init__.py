@@ -25,8 +25,8 @@ each piece fixes one observed failure:
 | at temperature 0 it resends the failing  | :func:`warm_retry`,            | warm-retry         |
 | snippet verbatim                         | :data:`MAX_FAILED_SNIPPETS`,   | retry-alone        |
 |                                          | :func:`replays_code`           |                    |
-| after the result it restates the code,   | :func:`result_message` (the    | readable,          |
-| or invents facts                         | result, then the question      | quote-result       |
+| after the result it restates the code,   | :func:`result_message` (the    | quote-result       |
+| or invents facts                         | result, then the question      |                    |
 |                                          | again), the result quoted      |                    |
 | a wrong reading of the question (a       | :mod:`vote`: a second sample   | vote               |
 | filter dropped, "first N" read as "below | for a short answer             |                    |
@@ -99,7 +99,6 @@ from daemon.model.harness.feedback import (
     is_empty_result,
     prints_as_result,
     quote_result,
-    readable,
     repeat_hint,
     repeats_error,
     replays_code,
@@ -217,7 +216,6 @@ __all__ = [
     "reaching",
     "read_look",
     "read_names",
-    "readable",
     "recover_arguments",
     "render_examples",
     "repair_code",

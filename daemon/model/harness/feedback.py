@@ -26,7 +26,6 @@ __all__ = [
     "is_empty_result",
     "prints_as_result",
     "quote_result",
-    "readable",
     "repeat_hint",
     "repeats_error",
     "replays_code",
@@ -96,7 +95,7 @@ def result_message(
         return f"Your last attempt failed:\n{shown}{seen}\n\n{ask}: {q}"
     if failed:
         return f"The code failed:\n{shown}\n\n{answer_instruction(question)}"
-    return f"The code returned:\n{readable(shown)}\n\n{answer_instruction(question)}"
+    return f"The code returned:\n{shown}\n\n{answer_instruction(question)}"
 
 
 def replays_code(retry: bool) -> bool:
@@ -104,35 +103,6 @@ def replays_code(retry: bool) -> bool:
     before the answer (it sees what it computed), never before a retry (rule
     ``retry-alone``): shown its failed code, a small model sends it again verbatim."""
     return not (retry and on("retry-alone"))
-
-
-def readable(result: str, limit: int = 40) -> str:
-    """A JSON list or dict result as one line per item (``- name: a, phase: Failed``):
-    in compact JSON a 1.5B model dropped two of five items from its answer (rule
-    ``readable``)."""
-    return kept("readable", _readable(result, limit), result)
-
-
-def _readable(result: str, limit: int) -> str:
-    try:
-        value = json.loads(result)
-    except ValueError:
-        return result
-
-    def one(v: object) -> str:
-        if isinstance(v, dict):
-            return ", ".join(
-                f"{k}: {one(x) if isinstance(x, dict | list) else x}" for k, x in v.items()
-            )
-        return json.dumps(v, ensure_ascii=False) if isinstance(v, list) else str(v)
-
-    if isinstance(value, list) and 0 < len(value) <= limit:
-        return f"{len(value)} items:\n" + "\n".join(f"- {one(v)}" for v in value)
-    if isinstance(value, dict) and 0 < len(value) <= limit:
-        return "\n".join(
-            f"{k}: {one(v) if isinstance(v, dict | list) else v}" for k, v in value.items()
-        )
-    return result
 
 
 def is_empty_result(text: str) -> bool:

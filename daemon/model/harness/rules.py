@@ -62,7 +62,6 @@ RULES: dict[str, str] = {
     "rename-helpers": "a variable that shadows a helper (items = items(r)) is renamed",
     "last-assignment": "a snippet ending on an assignment returns the assigned name",
     "prints-as-result": "a snippet that printed and returned None: the printed text is its result",
-    "readable": "a JSON list or dict result is shown one item per line before the answer",
     "retry-alone": "a retry follows the question and the feedback alone, without the failed "
     "code as the model's turn (shown it, a small model resends it)",
     "warm-retry": "a retry is sampled warmer, seeded by its prompt (greedy resends the "
