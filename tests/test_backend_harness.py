@@ -298,8 +298,7 @@ async def test_a_reply_that_retells_the_worked_example_is_replaced_by_the_result
 async def test_after_the_last_failed_snippet_the_model_answers(code_mode, monkeypatch):
     """MAX_FAILED_SNIPPETS failures end the tries: the last result asks for an answer
     (which may say what went wrong)."""
-    # on, the harness says why; and the same error twice would stop at two snippets
-    rules_off(monkeypatch, "failed-honest", "repeat-stop")
+    rules_off(monkeypatch, "failed-honest")  # on, the harness says why
     ex, _ = code_mode
     js = block("let n = 1; let m = n + 1;")
     answer = "I could not find out: my code was not valid Python."
@@ -314,84 +313,19 @@ async def test_after_the_last_failed_snippet_the_model_answers(code_mode, monkey
     assert result.metrics.harness_gave_up is True
 
 
-@pytest.mark.parametrize("trial", [True, False])
-async def test_repeat_stop_draws_no_third_snippet_after_the_same_error_twice(
-    code_mode, monkeypatch, trial
-):
-    """Rule repeat-stop (on by default): two snippets end with the same exception, no
-    third is drawn and the run fails honestly; another exception the second time does
-    not stop it. Off, the third is drawn."""
+async def test_the_same_error_twice_draws_a_third_snippet_with_the_stronger_hint(code_mode):
+    """Two snippets end with the same exception: a third is drawn as any retry (up to
+    MAX_FAILED_SNIPPETS), with the hint that says what to write instead; all three
+    failed, the run says so."""
     ex, _ = code_mode
     missing = block("import requests\nr = requests.get('http://h/x')\nr")
-    other = block("x = undefined_name\nx")
-    params: dict[str, Any] = {}
-    if not trial:
-        rules_off(monkeypatch, "repeat-stop")
-    fake, (result,) = await run_script(ex, [missing] * 3, request(), **params)
-    assert len(fake.requests) == (2 if trial else 3)
+    fake, (result,) = await run_script(ex, [missing] * MAX_FAILED_SNIPPETS, request())
+    assert len(fake.requests) == MAX_FAILED_SNIPPETS == 3
+    second, third = (r["messages"][-1]["content"] for r in fake.requests[1:])
+    assert "Hint: the same error as last time." not in second
+    assert "Hint: the same error as last time. There is no module requests here" in third
     assert result.reply.startswith("I could not answer this:")
     assert result.metrics.harness_gave_up is True
-    fake, _ = await run_script(ex, [missing, other, missing], request(), **params)
-    assert len(fake.requests) == 3  # not the same error: the third is drawn
-
-
-FRESH_EXAMPLES = "".join(
-    f"""[[example]]
-question = "Which pods are failing in the {word} namespace?"
-code = '''
-pods = await list_pods(namespace='{word}')
-[p['metadata']['name'] for p in items(pods) if p['status']['phase'] == '{word.title()}']
-'''
-
-"""
-    for word in ("alpha", "bravo", "charlie", "delta")
-)
-
-
-@pytest.mark.parametrize("rule", [True, False])
-async def test_fresh_start_draws_one_snippet_from_the_question_under_other_examples(
-    code_mode, tmp_path, monkeypatch, rule
-):
-    """Rule fresh-start: where two snippets end with the same exception (repeat-stop),
-    one more is drawn from the question alone, warmer, under a system message that
-    shows the next two closest examples in place of the first two: no failed code, no
-    traceback. Its good result is answered as usual; a second repeat does not start
-    again. Off, the run stops at two."""
-    ex, _ = code_mode
-    path = tmp_path / "examples.toml"
-    path.write_text(FRESH_EXAMPLES, encoding="utf-8")
-    missing = block("import requests\nr = requests.get('http://h/x')\nr")
-    params: dict[str, Any] = {"examples": path}
-    if not rule:
-        rules_off(monkeypatch, "fresh-start")
-    script = [missing, missing, block(FILTER), "pod-0, pod-4 and pod-8 are failing."]
-    fake, (result,) = await run_script(ex, script, request(), **params)
-    if not rule:
-        assert len(fake.requests) == 2
-        assert result.metrics.harness_gave_up is True
-        return
-    first, second, fresh, _answer = fake.requests
-    system = first["messages"][0]["content"]
-    assert "alpha" in system
-    assert "bravo" in system
-    assert "charlie" not in system
-    shown = fresh["messages"][0]["content"]
-    assert "charlie" in shown
-    assert "delta" in shown
-    assert "alpha" not in shown
-    # everything before the examples is the same: the prompt cache keeps it
-    head = system.index("Worked examples")
-    assert shown[:head] == system[:head]
-    assert fresh["messages"][1:] == first["messages"][1:]  # the question alone
-    assert "import requests" not in json.dumps(fresh["messages"])  # not the failed code
-    assert fresh["temperature"] > 0
-    assert fresh["seed"] != second.get("seed")
-    assert result.reply == "pod-0, pod-4 and pod-8 are failing."
-    assert result.metrics.harness_gave_up is False
-    # after a fresh start, the same error twice more ends the run (one fresh start a run)
-    fake, (result,) = await run_script(ex, [missing] * 5, request(), **params)
-    assert len(fake.requests) == 3
-    assert result.reply.startswith("I could not answer this:")
 
 
 async def test_the_round_limit_bounds_the_tries(code_mode, monkeypatch):
@@ -545,7 +479,6 @@ async def test_text_is_shown_as_lines_and_the_same_error_twice_gets_a_stronger_h
     lines; the same error on the next snippet brings the stronger hint, which says to
     parse the text first. Text the look shows as CSV gets the CSV reader instead
     (tests/test_backend_harness_keys.py)."""
-    rules_off(monkeypatch, "repeat-stop")  # on, the same error twice draws no third
     ex, _ = code_mode
     bad = block("body = 'item stock\\nbolts 120\\nnuts 45'\nbody['item']")
     script = [bad, bad, block(FILTER), "pod-0, pod-4 and pod-8."]
@@ -640,9 +573,11 @@ def test_a_paused_run_keeps_its_look() -> None:
 
 def test_a_paused_run_stored_by_a_former_version_resumes() -> None:
     """A key of the stored position that this version has no field for (``checked``,
-    the removed check-answer trial's) is left out: the run resumes after an upgrade."""
+    the removed check-answer trial's; ``restarted``, the removed fresh-start's) is left
+    out: the run resumes after an upgrade."""
     stored = json.loads(json.dumps(LoopState(mode="small", base=4).to_json(RunState(request()))))
     stored["loop"]["checked"] = True
+    stored["loop"]["restarted"] = True
     resumed, _ = LoopState.from_json(stored, request())
     assert resumed.base == 4
 
@@ -655,8 +590,8 @@ async def test_failed_honest_replies_why_when_no_snippet_ran_to_a_result(
     question could not be answered and the last error's line, without asking the model
     (its words could only guess: it stated values it never computed). Switched off
     (ASYNCAI_HARNESS_OFF), the model answers."""
-    # three failed snippets, the same error each time (repeat-stop would stop at two)
-    rules_off(monkeypatch, "repeat-stop", *(() if honest else ("failed-honest",)))
+    if not honest:
+        rules_off(monkeypatch, "failed-honest")
     ex, _ = code_mode
     guess = "The busiest pod is pod-7, with 12 restarts."
     script = [block("1/0")] * MAX_FAILED_SNIPPETS + [guess]
@@ -790,7 +725,7 @@ async def test_a_rule_a_run_never_reached_changes_nothing_switched_off(monty_poo
     unreached = sorted(set(RULES) - reached)
     # asked, but with nothing to change here: no hint for this error, no value to quote
     assert {"repeat-hint", "quote-result"} <= set(unreached)
-    assert {"vote", "fresh-start", "dict-loop", "failed-honest"} <= set(unreached)
+    assert {"vote", "dict-loop", "failed-honest"} <= set(unreached)
     off, reply_off, reached_off = await asked(script, *unreached)
     assert off.requests == all_on.requests
     assert reply_off.reply == reply.reply

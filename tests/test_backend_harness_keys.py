@@ -93,7 +93,6 @@ async def test_a_rerun_that_fails_again_is_a_failure_and_reruns_are_bounded(code
     """A fixed snippet that fails on the next loop over a dict is fixed again, up to
     MAX_RERUNS a run; after that the model is asked for a new block."""
     ex, _ = code_mode
-    # each rerun fails another way than the one before (else repeat-stop ends the run)
     reads = {"a": "p['restarts']", "b": "p.get('restarts')", "c": "p['restarts']"}
     code = "\n".join(
         f"{v} = await list_pods()\nn_{v} = [{read} for p in {v}]" for v, read in reads.items()

@@ -62,7 +62,6 @@ class LoopState:
     voted: bool = False  # the vote for this run's answer was taken
     refetched: bool = False  # a good result was sent back for a URL never fetched
     looked: bool = False  # the model was shown its variables (a look)
-    restarted: bool = False  # a fresh start was drawn after the same error twice
     mutating: list[str] = field(default_factory=list)  # functions a vote never re-runs
 
     def to_json(self, run: RunState) -> dict[str, Any]:
@@ -88,7 +87,8 @@ class LoopState:
             )
         try:
             # a key a former version stored and this one has no use for is left out
-            # (a paused run outlives an upgrade): "checked" and "rechecked", for two
+            # (a paused run outlives an upgrade): "checked", "rechecked" and "restarted",
+            # the positions of removed rules
             loop = {k: v for k, v in dict(data["loop"]).items() if k in _LOOP_FIELDS}
             calls = [ToolCall(**c) for c in loop.pop("calls")]
             state = cls(calls=calls, **loop)

@@ -45,8 +45,6 @@ each piece fixes one observed failure:
 | (trial) a URL the question names that   | :func:`unfetched_url`: the     | unfetched-url      |
 | the code never fetched (another tool's   | fetch, after a failure or a    |                    |
 | data, an example's SQL)                  | good result                    |                    |
-| the same error twice: a third snippet    | :func:`repeats_error`: no      | repeat-stop        |
-| would fail the same way                  | third snippet is drawn         |                    |
 | every snippet failed, and the answer     | :func:`failure_reply` instead  | failed-honest      |
 | states values it never computed          | of the model's words; no       |                    |
 |                                          | answer round                   |                    |
@@ -100,7 +98,6 @@ from daemon.model.harness.feedback import (
     prints_as_result,
     quote_result,
     repeat_hint,
-    repeats_error,
     replays_code,
     result_message,
     unfetched_message,
@@ -220,7 +217,6 @@ __all__ = [
     "render_examples",
     "repair_code",
     "repeat_hint",
-    "repeats_error",
     "replays_code",
     "result_message",
     "retry_seed",

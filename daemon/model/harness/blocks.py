@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from types import SimpleNamespace
 from typing import Any
 
@@ -32,7 +32,6 @@ from daemon.model.harness.feedback import (
     prints_as_result,
     quote_result,
     repeat_hint,
-    repeats_error,
     replays_code,
     result_message,
     short_reply,
@@ -54,7 +53,7 @@ from daemon.model.harness.prompts import (
     retry_seed,
     warm_retry,
 )
-from daemon.model.harness.rules import acts, on
+from daemon.model.harness.rules import on
 from daemon.model.harness.vote import (
     REREAD,
     VOTE_TEMPERATURE,
@@ -87,7 +86,6 @@ async def code_blocks(
     *,
     functions: dict[str, Signature],
     example: str = WORKED_EXAMPLE,
-    fresh: Callable[[], str | None] | None = None,
 ) -> None:
     """The harness's code-block protocol for small models (code mode).
 
@@ -103,9 +101,7 @@ async def code_blocks(
     the result messages are harness text and stay out of them. The loop's
     position lives in ``ls``, so a run paused at a block goes on from there
     (:func:`after_block`, then this again). ``example``: the worked example(s) the
-    system message showed (an answer that retells them is no answer); ``fresh``: makes the
-    system message with other examples, called only where rule ``fresh-start`` acts
-    (:func:`after_block`).
+    system message showed (an answer that retells them is no answer).
     """
     messages = ls.messages
     max_rounds = endpoint.params.max_rounds
@@ -159,7 +155,6 @@ async def code_blocks(
             call,
             output,
             functions=functions,
-            fresh=fresh,
         )
 
 
@@ -197,11 +192,9 @@ async def after_block(
     output: ToolCallOutput,
     *,
     functions: dict[str, Signature],
-    fresh: Callable[[], str | None] | None = None,
 ) -> None:
     """Record a block's result and choose the next message: a retry, a look at the
-    data, or the request for the answer. ``fresh`` is the system message with other
-    solved examples (rule ``fresh-start``)."""
+    data, or the request for the answer."""
     messages = ls.messages
     max_rounds = endpoint.params.max_rounds
     code = call.arguments.get("code") if call.error is None else None
@@ -221,10 +214,6 @@ async def after_block(
     else:
         ls.last_result = text
     retry = failed and ls.failures < MAX_FAILED_SNIPPETS and more
-    if retry and output.is_error and repeats_error(plain, previous):
-        if _fresh_start(ls, fresh):
-            return
-        retry = False  # rule repeat-stop: the same error twice, a third is not drawn
     if failed and not retry:
         state.metrics.harness_gave_up = True
     look = fetch = None
@@ -254,7 +243,6 @@ async def after_block(
                 again,
                 output,
                 functions=functions,
-                fresh=fresh,
             )
             return
     ls.looked = ls.looked or look is not None  # shown with the retry
@@ -293,31 +281,6 @@ async def after_block(
     if replays_code(retry or refetch is not None):
         messages.append(ran)  # the answer (or the check) sees the code
     messages.append({"role": "user", "content": reply})
-
-
-def _fresh_start(ls: LoopState, fresh: Callable[[], str | None] | None) -> bool:
-    """Rule ``fresh-start``, where the same error came twice: whether the next snippet
-    is drawn from the question alone, as the first was, but under the system message
-    ``fresh`` (other solved examples), with no failed code, traceback or hint; once a
-    run, and only with other examples to show (``ls`` is set for it).
-
-    Serves every question whose retries end in the same exception twice. Shown its
-    failed snippet's feedback, a small model keeps the plan that failed (a third
-    snippet with it answered none of 8 held-out questions, r18); the examples it
-    copies decide its plan most (one example in place of two lost 4 of 13, r24), so
-    the new draw copies other ones. The system message's prefix up to the examples
-    is unchanged, so the server's prompt cache keeps it. On held-out (r29) it was
-    drawn for 11 of 50 questions and answered 2 more, none fewer; with the 14
-    examples (r31) the run answered 3 more than without it (r21), none fewer.
-    """
-    system = ls.messages[0].get("role") == "system" if ls.messages else False
-    content = fresh() if fresh is not None and system and not ls.restarted else None
-    if not acts("fresh-start", content is not None):
-        return False
-    ls.restarted = True
-    del ls.messages[ls.base :]
-    ls.messages[0] = {"role": "system", "content": content}
-    return True
 
 
 async def _vote(

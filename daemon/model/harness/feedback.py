@@ -27,7 +27,6 @@ __all__ = [
     "prints_as_result",
     "quote_result",
     "repeat_hint",
-    "repeats_error",
     "replays_code",
     "result_message",
     "short_reply",
@@ -190,20 +189,6 @@ _ATTRIBUTE = re.compile(r"'(\w+)' object has no attribute '(\w+)'")
 _STR_AS_DATA = re.compile(
     r"string indices must be integers|'str' object (is not subscriptable|has no attribute 'get')"
 )
-
-
-def repeats_error(error: str, previous: str | None) -> bool:
-    """Whether a failed snippet ended with the exception its predecessor ended with, and
-    the run stops drawing snippets (rule ``repeat-stop``).
-
-    A 1.5B model shown the same traceback twice, with the stronger hint, still
-    sent the same mistake a third time in the dev runs (``import requests``, a
-    list's ``.get``): a round spent on a retry that fails the same way (issue 31).
-    On held-out (r18) the third answered none of the 8 questions it was drawn for.
-    """
-    sig = error_signature(error)
-    same = sig is not None and previous is not None and sig == error_signature(previous)
-    return acts("repeat-stop", same)
 
 
 def repeat_hint(error: str, previous: str | None, functions: Iterable[str] = ()) -> str | None:

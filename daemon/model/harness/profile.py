@@ -27,7 +27,6 @@ from daemon.model.conversation import LoopState
 from daemon.model.endpoint import ChatEndpoint
 from daemon.model.harness.blocks import after_block, code_blocks
 from daemon.model.harness.examples import (
-    CHOSEN_EXAMPLES,
     Example,
     closest_examples,
     foreign_calls,
@@ -207,16 +206,6 @@ class CodeBlockTurns:
         with self._switched():
             return closest_examples(question, self.examples)
 
-    def _fresh(self, question: str) -> str | None:
-        """The system message with the next closest examples after the ones shown for
-        ``question`` (rule ``fresh-start``), or None when there are no others."""
-        if not self.examples:
-            return None
-        with self._switched():
-            chosen = closest_examples(question, self.examples, 2 * CHOSEN_EXAMPLES)
-            others = chosen[CHOSEN_EXAMPLES:]
-            return self._system(others) if others else None
-
     @contextmanager
     def _switched(self) -> Iterator[None]:
         """This run's switches, current for the harness's rules."""
@@ -250,7 +239,6 @@ class CodeBlockTurns:
                 ls,
                 functions=self.functions,
                 example=self._example(self._chosen(ls.question)),
-                fresh=lambda: self._fresh(ls.question),
             )
 
     async def after_call(
@@ -267,5 +255,4 @@ class CodeBlockTurns:
                 call,
                 output,
                 functions=self.functions,
-                fresh=lambda: self._fresh(ls.question),
             )

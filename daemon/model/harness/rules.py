@@ -66,11 +66,6 @@ RULES: dict[str, str] = {
     "code as the model's turn (shown it, a small model resends it)",
     "warm-retry": "a retry is sampled warmer, seeded by its prompt (greedy resends the "
     "failed snippet)",
-    "repeat-stop": "a failed snippet that ends with the exception the one before it ended "
-    "with: no third snippet is drawn (the run fails honestly one round sooner)",
-    "fresh-start": "the same error twice (where repeat-stop would end the run): one more "
-    "snippet from the question alone, no failed code or feedback, with the next closest "
-    "solved examples of [model] examples in place of the two shown (once a run)",
     "repeat-hint": "the same error twice: a stronger hint that says what to write instead",
     "look": "a failed snippet's variables are looked at (paths, values, counts) and shown "
     "with the retry",
