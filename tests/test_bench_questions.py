@@ -761,6 +761,23 @@ async def test_a_run_file_stands_for_a_so_b_is_asked_only_where_a_reached_its_ru
     assert [b[f"web.t{k}"].copied for k in range(5)] == [False, False, True, False, False]
     assert [b[f"web.t{k}"].same_as_a for k in range(5)] == [True, None, None, None, False]
 
+    # the B run's file: its B arm stands for A (B's reply where B was asked, A's copied
+    # elsewhere), each question with the shapes A's started from (B's rows record them)
+    both = tmp_path / "b.json"
+    data = json.loads(_run_file(both, []).read_text())
+    data["outcomes"] = [o.public(show_held_out=False) for o in outcomes]
+    both.write_text(json.dumps(data))
+    b_run = bench_run.a_run_outcomes(both, config, "B")
+    assert b_run.keys() == a_run.keys()
+    assert b_run[("code", 0, "web.t4")].reply_sha == bench_run.reply_sha("B's own words")
+    assert a_run[("code", 0, "web.t4")].reply_sha == bench_run.reply_sha("r")
+    assert [o.shapes for o in b_run.values()] == [o.shapes for o in a_run.values()]
+    assert {(o.arm, o.copied, o.same_as_a) for o in b_run.values()} == {("A", False, None)}
+    data["outcomes"] = [row for row in data["outcomes"] if row["arm"] == "A"]
+    both.write_text(json.dumps(data))
+    with pytest.raises(ValueError, match=r"b\.json: no outcome of arm B"):
+        bench_run.a_run_outcomes(both, config, "B")
+
     with pytest.raises(
         ValueError, match=r"a\.json: not a run of A's configuration: its harness_off"
     ):
@@ -789,6 +806,7 @@ async def test_a_run_file_stands_for_a_so_b_is_asked_only_where_a_reached_its_ru
     for argv, error in (
         (["--a-run", str(path)], "--a-run gives A's outcomes to --skip-unchanged"),
         (["--skip-unchanged", "--a-run", str(tmp_path / "none.json")], "no such file"),
+        (["--a-run-arm", "B"], "--a-run-arm names an arm of the --a-run file"),
     ):
         with pytest.raises(SystemExit):
             await bench_run.bench(parser, parser.parse_args(argv))

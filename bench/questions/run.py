@@ -394,12 +394,19 @@ def _a_outcome(
     return dataclasses.replace(a, shapes=None), shapes
 
 
-def a_run_outcomes(path: Path, expected: Mapping[str, Any]) -> dict[tuple[str, int, str], Outcome]:
+def a_run_outcomes(
+    path: Path, expected: Mapping[str, Any], arm: str = "A"
+) -> dict[tuple[str, int, str], Outcome]:
     """``--a-run``: the A arm's outcomes of a ``--json`` file, by mode, seed and template
     id, each with the whole shapes its question started from (the file stores them
     where they changed). ValueError, naming the file, when it is not a run of A's
     configuration (``expected``: the file's keys of :data:`_SAME_RUN` as A's), or was
-    written before outcomes recorded their shapes and reply digests (2026-12-05)."""
+    written before outcomes recorded their shapes and reply digests (2026-12-05).
+
+    ``arm="B"`` (``--a-run-arm B``): the outcomes of the file's B arm instead, as A's. A
+    B run whose rules off were then removed from the code is this code's run: its
+    outcomes stand for A without asking every question again. (B started each question
+    from the shapes A's started from, and its rows record them.)"""
     try:
         data = json.loads(Path(path).read_text())
         differ = [key for key in expected if data.get(key) != expected[key]]
@@ -407,7 +414,9 @@ def a_run_outcomes(path: Path, expected: Mapping[str, Any]) -> dict[tuple[str, i
         raise ValueError(f"{path}: not a run file of python -m bench.questions ({exc})") from exc
     if differ:
         raise ValueError(f"{path}: not a run of A's configuration: its {', '.join(differ)} differ")
-    outcomes, _ = joined_runs([path])
+    outcomes, _ = joined_runs([path], arm)
+    if not outcomes:
+        raise ValueError(f"{path}: no outcome of arm {arm}")
     held_out = [t.id for t in templates() if t.split == "held-out"]
     found: dict[tuple[str, int, str], Outcome] = {}
     started: dict[tuple[str, int], list[list[Any]]] = {}  # the last shapes of each run
@@ -422,8 +431,9 @@ def a_run_outcomes(path: Path, expected: Mapping[str, Any]) -> dict[tuple[str, i
                 f"{path}: its outcomes record no shapes or reply digests (a file written "
                 "before 2026-12-05): ask A again"
             )
-        o.shapes = started.get(run)
-        found[(o.mode, o.seed, o.id)] = o
+        found[(o.mode, o.seed, o.id)] = dataclasses.replace(
+            o, shapes=started.get(run), arm="A", copied=False, same_as_a=None
+        )
     return found
 
 
@@ -540,8 +550,8 @@ def scores(outcomes: list[Outcome], seeds: int) -> dict[str, Any]:
 _SAME_RUN = ("model", "harness", "harness_off", "harness_on", "answer_samples", "examples")
 
 
-def joined_runs(paths: Sequence[Path]) -> tuple[list[Outcome], dict[str, int]]:
-    """``--scores``: the A arm's outcomes of several ``--json`` files as one run, and
+def joined_runs(paths: Sequence[Path], arm: str = "A") -> tuple[list[Outcome], dict[str, int]]:
+    """``--scores``: the A arm's outcomes (or ``arm``'s) of ``--json`` files as one run, and
     the seeds each mode has, so that a standard run asked in parts (``--first-seed``)
     gets its pass^3. ValueError, naming the file, when they are not parts of one run:
     another model or harness, a question asked twice, a held-out seed not whole.
@@ -564,7 +574,7 @@ def joined_runs(paths: Sequence[Path]) -> tuple[list[Outcome], dict[str, int]]:
     for path in paths:
         try:
             data = json.loads(Path(path).read_text())
-            rows = [r for r in data["outcomes"] if r.get("arm", "A") == "A"]
+            rows = [r for r in data["outcomes"] if r.get("arm", "A") == arm]
             config = {key: data.get(key) for key in _SAME_RUN}
             config["A"] = data.get("arms", {}).get("A")
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
@@ -831,6 +841,13 @@ def _parser() -> argparse.ArgumentParser:
         "asked from the shapes A's question started from",
     )
     model.add_argument(
+        "--a-run-arm",
+        choices=("A", "B"),
+        default="A",
+        help="--a-run: the file's arm whose outcomes are A's (default A); B for a B run "
+        "whose rules off the code has since removed: its B outcomes are this code's",
+    )
+    model.add_argument(
         "--server-log",
         type=Path,
         metavar="FILE",
@@ -1072,6 +1089,8 @@ async def bench(parser: argparse.ArgumentParser, args: argparse.Namespace) -> in
         parser.error("--first-seed: a seed is 0 or more")
     if args.a_run is not None and not args.skip_unchanged:
         parser.error("--a-run gives A's outcomes to --skip-unchanged: give that too")
+    if args.a_run_arm != "A" and args.a_run is None:
+        parser.error("--a-run-arm names an arm of the --a-run file: give that too")
     if args.a_run is not None and not args.a_run.is_file():
         parser.error(f"--a-run {args.a_run}: no such file")
     suite = select(args)
@@ -1160,7 +1179,7 @@ async def bench(parser: argparse.ArgumentParser, args: argparse.Namespace) -> in
         a_run = None
         if args.a_run is not None:
             try:
-                a_run = a_run_outcomes(args.a_run, config)
+                a_run = a_run_outcomes(args.a_run, config, args.a_run_arm)
             except ValueError as exc:
                 parser.error(f"--a-run {exc}")
         readers: dict[Path, ServerLog] = {}  # one reader per file: B may share A's server
