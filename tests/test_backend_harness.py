@@ -455,6 +455,43 @@ async def test_a_snippet_failing_on_data_fetched_before_is_shown_that_data(code_
     assert result.metrics.peeks == 2
 
 
+async def test_a_snippet_calling_a_function_named_like_the_place_gets_the_one_asked_about(
+    code_mode,
+):
+    """The question names a namespace and asks about pods; the snippet listed the
+    namespaces, which hold no pods: the retry names the function whose stub is about
+    pods and their phases, its call written with the argument the snippet passed."""
+    ex, inner = code_mode
+
+    @inner.tool(read_only=True)
+    async def list_namespaces(*, namespace: str = "") -> list:
+        """List the child namespaces of a namespace."""
+        return [{"name": "prod"}]
+
+    @inner.tool(read_only=True)
+    async def list_workloads(*, namespace: str) -> list:
+        """List the pods and jobs of a namespace, each with its phase."""
+        return PODS
+
+    wrong = "ns = await list_namespaces(namespace='prod')\n[n['phase'] for n in ns]"
+    script = [block(wrong), block(FILTER), "pod-0, pod-4 and pod-8."]
+    question = "In namespace prod, which pods are in phase Failed?"
+    fake, (result,) = await run_script(ex, script, request(question))
+    retry = fake.requests[1]["messages"][-1]["content"]
+    assert "KeyError: phase" in retry
+    assert (
+        "Hint: my question is about phase, pod, and list_namespaces does not return those. "
+        "list_workloads does, for example: await list_workloads(namespace='prod')"
+    ) in retry
+    # the namespaces' keys would only mislead: no look at them; the new block's first call
+    assert "What your variables hold" not in retry
+    assert retry.endswith(
+        "Write a new ```python block that starts with await list_workloads(namespace='prod') "
+        f"and answers my question: {question}"
+    )
+    assert result.reply.startswith("pod-0, pod-4 and pod-8.")
+
+
 async def test_an_empty_result_gets_the_answer_request(code_mode, monkeypatch):
     """An empty result is a result: the model is asked for the answer, with the
     empty result and the request to say that nothing matched (no look, no new block)."""

@@ -1,6 +1,6 @@
 """The harness's reading of what a failed snippet's values really are, against the
 scripted model and real code mode: the reruns of a fixed snippet (``loop_fix``) never
-repeat a side effect and are bounded.
+repeat a side effect and are bounded; a question about a fetched URL keeps its data.
 """
 
 from __future__ import annotations
@@ -109,3 +109,19 @@ async def test_a_rerun_that_fails_again_is_a_failure_and_reruns_are_bounded(code
     assert "for p in b['items']" in codes[2]
     assert "for p in c['items']" not in codes[2]
     assert result.reply == "3."
+
+
+async def test_a_question_about_a_fetched_url_gets_no_other_function_as_its_topic(code_mode):
+    """The question names a URL, and its words ("service", "restart") match another
+    function's stub better than the fetch's: once the snippet fetched the URL, the retry
+    is about that URL's data: it shows the data and names no other function."""
+    ex, _ = code_mode
+    question = "Which service must restart, by the report at http://127.0.0.1:9/status?"
+    bad = "s = await fetch(url='/status')\nlen(s['pods'])"
+    script = [block(bad), block("len(s['json']['components'])"), "3."]
+    fake, _ = await run_script(ex, script, request(question))
+    retry = fake.requests[1]["messages"][-1]["content"]
+    assert "KeyError: pods" in retry
+    assert "What your variables hold now" in retry
+    assert "restart(" not in retry
+    assert "Hint: my question is about" not in retry

@@ -25,6 +25,7 @@ from daemon.model.harness import (
     error_signature,
     extract_code,
     failure_reply,
+    fetched_url,
     hidden_fields,
     hidden_paths,
     key_hint,
@@ -555,3 +556,14 @@ def test_a_retry_seed_is_a_function_of_the_prompt_alone():
     assert seed == retry_seed([dict(m) for m in messages])
     assert 0 <= seed < 2**32
     assert retry_seed([*messages[:1], {"role": "user", "content": "q!"}]) != seed
+
+
+def test_fetched_url_needs_a_url_in_the_question_and_a_fetch_of_it() -> None:
+    """True only when the question names a URL and the code calls a function that takes
+    a url (by its name, as a call)."""
+    fns = {"http_get": (frozenset({"url"}), None), "list_pods": (frozenset({"ns"}), None)}
+    q = "Which items are low in http://127.0.0.1:8000/inventory.csv?"
+    assert fetched_url(q, "r = await http_get(url='x')", fns)
+    assert not fetched_url(q, "r = await list_pods(ns='x')", fns)
+    assert not fetched_url(q, "http_get_result = 1", fns)
+    assert not fetched_url("Which items are low?", "r = await http_get(url='x')", fns)

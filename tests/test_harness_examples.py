@@ -25,7 +25,7 @@ from daemon.model.harness import (
     parse_examples,
     render_examples,
 )
-from daemon.model.harness.examples import question_words, source_kinds, words
+from daemon.model.harness.examples import source_kinds
 from daemon.model.harness.rules import active
 from daemon.model.profile import RunTools
 from daemon.tools import ToolDefinition
@@ -85,19 +85,6 @@ def test_toml_and_jsonl_give_the_same_examples() -> None:
 def test_a_bad_file_says_what_is_wrong_and_where(text: str, name: str, error: str) -> None:
     with pytest.raises(ValueError, match=error.replace("[", r"\[")):
         parse_examples(text, name)
-
-
-def test_words_are_stemmed_split_and_stop_words_dropped() -> None:
-    """The words examples are matched by: camelCase split, plurals stemmed, stop words
-    and a question's URLs and names (a path, a pod, a key) left out."""
-    assert words("restartCount of the containerStatuses") == {
-        "restart",
-        "count",
-        "container",
-        "statuse",
-    }
-    assert words("Which pods, and how many nodes?") == {"pod", "node"}
-    assert question_words("Is pod api-2 in root:shop on http://h:1/pods.json?") == {"pod"}
 
 
 def test_the_closest_examples_share_the_rarest_words() -> None:

@@ -13,7 +13,6 @@ from typing import Any, cast
 
 import pytest
 
-from daemon.code_mode.catalog import Catalog
 from daemon.config import ModelConfig
 from daemon.errors import ConfigError
 from daemon.model.calls import ToolCall
@@ -42,17 +41,21 @@ from daemon.model.harness import (
     repeat_hint,
     replays_code,
     text_calls,
+    topic_hint,
     unfetched_url,
     vote_samples,
     warm_retry,
 )
 from daemon.model.harness import blocks as harness_blocks
 from daemon.model.harness.rules import BUILT
+from daemon.model.harness.topics import catalog_topics
 from daemon.model.profile import RunTools
 from daemon.model.records import RunState, user_record
 from daemon.runtime.runs import Prompt, RunRequest
 from daemon.tools import ToolCallOutput, ToolDefinition
 from tests.fakes.look import as_look
+from tests.test_harness_topics import QUESTION, WRONG
+from tests.test_harness_topics import catalog as topics_catalog
 
 STR_AS_DATA = (
     "Traceback (most recent call last):\nTypeError: string indices must be integers, not 'str'"
@@ -83,21 +86,6 @@ def _tools(code_mode: bool) -> RunTools:
         code_mode=code_mode,
         catalog=None,
         gate=None,
-    )
-
-
-def _deep_catalog() -> Catalog:
-    """One tool whose result's restart counts lie deeper than its stub's sketch shows."""
-    status = {"type": "array", "items": {"type": "object", "properties": {"restartCount": {}}}}
-    pod = {"type": "object", "properties": {"containerStatuses": status}}
-    pods = {
-        "type": "object",
-        "properties": {
-            "items": {"type": "array", "items": {"type": "object", "properties": {"status": pod}}}
-        },
-    }
-    return Catalog(
-        [ToolDefinition("list_pods", "List pods.", {"type": "object"}, output_schema=pods)]
     )
 
 
@@ -174,7 +162,7 @@ def _gave_up(_: Switches) -> str | None:
 # Each rule: what it changes, called with the run's switches current.
 PROBES: dict[str, Callable[[Switches], Any]] = {
     "worked-example": _system_prompt,
-    "hidden-fields": lambda _: compact_description(_deep_catalog()),
+    "hidden-fields": lambda _: compact_description(topics_catalog()),
     "text-calls": _text_calls,
     "recover-arguments": _mended,
     "rename-helpers": _repaired("items = items(r)\nlen(items)"),
@@ -185,6 +173,7 @@ PROBES: dict[str, Callable[[Switches], Any]] = {
     "repeat-hint": lambda _: repeat_hint("KeyError: 'x'", "KeyError: 'x'"),
     "look": _looked,
     "key-hint": lambda _: key_hint(ERROR.format("components"), as_look(LOOK)),
+    "topic-hint": lambda _: topic_hint(QUESTION, WRONG, catalog_topics(topics_catalog())),
     "vote": lambda _: vote_samples(3),
     "examples": lambda sw: _with_examples(sw),
     "echo-check": lambda _: echoes_example("THE QUESTION names the store; and asks about pods"),

@@ -39,6 +39,9 @@ each piece fixes one observed failure:
 | a loop over a dict whose items are read  | :func:`loop_fix`: loop over    | dict-loop          |
 | as dicts (its one list one key below)    | that list, run again           |                    |
 | the same error again                     | :func:`repeat_hint`            | repeat-hint        |
+| the function named like a word of the    | :func:`topic_hint`: the one    | topic-hint         |
+| question, not the one holding what it    | whose stub covers its words    |                    |
+| asks about (workspaces for pods)         |                                |                    |
 | a reply that retells the worked example  | :func:`echoes_example`         | echo-check         |
 | one example about orders says nothing of | :func:`closest_examples` of    | examples           |
 | a deployment's own tools                 | ``[model] examples``           |                    |
@@ -63,7 +66,8 @@ really is), ``loopfix`` (a loop over a dict made a loop over its list),
 ``fields``
 (result fields the stubs' sketches cut short), ``peek`` (the sandbox snippet
 that looks at a failed snippet's variables), ``look`` (what it found, as
-data: paths, values and counts, rendered only for the model), ``vote`` (self-consistency for short
+data: paths, values and counts, rendered only for the model), ``topics``
+(which function a question is about), ``vote`` (self-consistency for short
 answers), ``examples`` (solved questions of ``[model] examples``, the closest
 shown per question) and ``rules`` (every rule's name, :data:`RULES`, and which
 are on).
@@ -94,6 +98,7 @@ from daemon.model.harness.feedback import (
     answer_instruction,
     error_signature,
     failure_reply,
+    fetched_url,
     is_empty_result,
     prints_as_result,
     quote_result,
@@ -149,6 +154,7 @@ from daemon.model.harness.rules import (
     parse_names,
     reaching,
 )
+from daemon.model.harness.topics import Topic, catalog_topics, topic_hint
 from daemon.model.harness.vote import (
     MAX_VOTE_SAMPLES,
     REREAD,
@@ -181,11 +187,13 @@ __all__ = [
     "Signature",
     "SmallModelProfile",
     "Switches",
+    "Topic",
     "active",
     "acts",
     "answer_instruction",
     "assigned_names",
     "catalog_signatures",
+    "catalog_topics",
     "closest_examples",
     "code_message",
     "compact_description",
@@ -193,6 +201,7 @@ __all__ = [
     "error_signature",
     "extract_code",
     "failure_reply",
+    "fetched_url",
     "foreign_calls",
     "from_environ",
     "hidden_fields",
@@ -223,6 +232,7 @@ __all__ = [
     "system_prompt",
     "text_calls",
     "text_tool_calls",
+    "topic_hint",
     "unfetched_message",
     "unfetched_url",
     "value_atoms",

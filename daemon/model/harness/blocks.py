@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from types import SimpleNamespace
 from typing import Any
 
@@ -29,6 +29,7 @@ from daemon.model.execute import run_call
 from daemon.model.harness.feedback import (
     answer_instruction,
     failure_reply,
+    fetched_url,
     prints_as_result,
     quote_result,
     repeat_hint,
@@ -54,6 +55,7 @@ from daemon.model.harness.prompts import (
     warm_retry,
 )
 from daemon.model.harness.rules import on
+from daemon.model.harness.topics import Topic, topic_hint
 from daemon.model.harness.vote import (
     REREAD,
     VOTE_TEMPERATURE,
@@ -85,6 +87,7 @@ async def code_blocks(
     ls: LoopState,
     *,
     functions: dict[str, Signature],
+    topics: Mapping[str, Topic] | None = None,
     example: str = WORKED_EXAMPLE,
 ) -> None:
     """The harness's code-block protocol for small models (code mode).
@@ -155,6 +158,7 @@ async def code_blocks(
             call,
             output,
             functions=functions,
+            topics=topics,
         )
 
 
@@ -192,9 +196,11 @@ async def after_block(
     output: ToolCallOutput,
     *,
     functions: dict[str, Signature],
+    topics: Mapping[str, Topic] | None = None,
 ) -> None:
     """Record a block's result and choose the next message: a retry, a look at the
-    data, or the request for the answer."""
+    data, or the request for the answer. ``topics`` (the catalog's, by function)
+    let a retry name the function the question is about."""
     messages = ls.messages
     max_rounds = endpoint.params.max_rounds
     code = call.arguments.get("code") if call.error is None else None
@@ -216,12 +222,17 @@ async def after_block(
     retry = failed and ls.failures < MAX_FAILED_SNIPPETS and more
     if failed and not retry:
         state.metrics.harness_gave_up = True
-    look = fetch = None
+    look = fetch = start = None  # start: the call a new block should start with
     if retry and isinstance(code, str):
         if failed:  # trial unfetched-url: a URL the question names, never fetched
             fetch = unfetched_url(ls.question, code, functions)
-        missing = missing_key(text) if failed else None
-        look = await _peek(caller, code, state, functions, missing)
+        asked_url = fetched_url(ls.question, code, functions)  # the URL's data it is about
+        topic = None if fetch or asked_url or not topics else topic_hint(ls.question, code, topics)
+        if topic is not None:  # the question is about another function's data: what the
+            fetch, start = topic  # called one returned (keys and all) only misleads: no look
+        else:
+            missing = missing_key(text) if failed else None
+            look = await _peek(caller, code, state, functions, missing)
     fixes = state.metrics.key_fixes  # this run's (a paused run keeps its metrics)
     if failed and retry and look and isinstance(code, str) and fixes < MAX_RERUNS:
         fixed = loop_fix(code, plain, look)
@@ -243,6 +254,7 @@ async def after_block(
                 again,
                 output,
                 functions=functions,
+                topics=topics,
             )
             return
     ls.looked = ls.looked or look is not None  # shown with the retry
@@ -262,6 +274,7 @@ async def after_block(
         failed=failed,
         retry=retry,
         look=look,
+        start=start,
     )
     ls.answering = not retry
     refetch = None

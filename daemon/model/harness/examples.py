@@ -6,7 +6,7 @@ example about orders says nothing of a deployment's git logs or SQL rows.
 The file holds solved questions in the deployment's own tools, and each
 question gets the entries whose words are closest to its own, by a cheap
 lexical similarity: the content words of both (stemmed, stop words, names and
-URLs left out, as :func:`question_words` reads
+URLs left out, as :func:`~daemon.model.harness.topics.question_words` reads
 them), each shared word weighted by how rare it is among the examples
 (inverse document frequency), over the example's own weight. Two dozen
 examples score in well under a millisecond and need no model or new
@@ -41,6 +41,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from daemon.model.harness.rules import acts
+from daemon.model.harness.topics import URL, question_words
 
 __all__ = [
     "CHOSEN_EXAMPLES",
@@ -48,49 +49,11 @@ __all__ = [
     "closest_examples",
     "foreign_calls",
     "parse_examples",
-    "question_words",
     "render_examples",
     "source_kinds",
-    "words",
 ]
 
 CHOSEN_EXAMPLES = 2  # entries shown per question: one (r24) and three (r27) answered fewer
-
-_WORD = re.compile(r"[A-Za-z][a-z]+|[A-Z]+(?![a-z])")
-_URL = re.compile(r"https?://\S+")  # a web address in a question
-_NAMED = re.compile(r"\S*[-:_/\d]\S*")
-# words that say nothing about which data a question is about
-_STOP_WORDS = (
-    "the and for are was were has have had how many much what which who whom whose "
-    "when where why with without from into over under than that this these those "
-    "there their them they its any all each every some most least more less one two "
-    "does did not our your you can could would should will shall may might must also "
-    "only just give tell show list find get return returns value values example args "
-    "default none true false str int bool dict any"
-)
-_STOP = frozenset(_STOP_WORDS.split())
-
-
-def _stem(word: str) -> str:
-    word = word.lower()
-    if len(word) > 4 and word.endswith("ies"):
-        return word[:-3] + "y"
-    if len(word) > 3 and word.endswith("s") and not word.endswith("ss"):
-        return word[:-1]
-    return word
-
-
-def words(text: str) -> frozenset[str]:
-    """The content words of ``text``, stemmed: camelCase and snake_case split, stop
-    words and words under three letters left out."""
-    found = (_stem(w) for w in _WORD.findall(text))
-    return frozenset(w for w in found if len(w) >= 3 and w not in _STOP)
-
-
-def question_words(question: str) -> frozenset[str]:
-    """The words of a question, without its URLs and names (``api-2``, ``root:shop``,
-    ``LOG_LEVEL``): they name a place or a thing, not what the question is about."""
-    return words(_NAMED.sub(" ", _URL.sub(" ", question)))
 
 
 @dataclass(frozen=True)
@@ -214,9 +177,9 @@ def source_kinds(text: str) -> frozenset[str]:
     """The kinds of source a question names: ``url`` for a web address, ``path`` for an
     absolute file path outside one (a repository, a database file)."""
     kinds = set()
-    if _URL.search(text):
+    if URL.search(text):
         kinds.add("url")
-    if _PATH.search(_URL.sub(" ", text)):
+    if _PATH.search(URL.sub(" ", text)):
         kinds.add("path")
     return frozenset(kinds)
 

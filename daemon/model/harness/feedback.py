@@ -23,6 +23,7 @@ __all__ = [
     "answer_instruction",
     "error_signature",
     "failure_reply",
+    "fetched_url",
     "is_empty_result",
     "prints_as_result",
     "quote_result",
@@ -68,6 +69,7 @@ def result_message(
     failed: bool,
     retry: bool,
     look: Look | None = None,
+    start: str | None = None,
 ) -> str:
     """The user message that carries a run_code result back in the code-block protocol.
 
@@ -79,7 +81,8 @@ def result_message(
     (repeated) question, so the last thing the model reads is the data and
     what to do with it. ``look`` (from :func:`peek_code`, rendered here) shows what the
     snippet's variables really hold: a small model guesses keys, and the
-    traceback alone does not tell it the right ones.
+    traceback alone does not tell it the right ones. ``start``: the call a new
+    block should start with (:func:`~daemon.model.harness.topics.topic_hint`).
     """
     shown = _cut(result)
     seen = (
@@ -89,9 +92,11 @@ def result_message(
         else ""
     )
     q = question.strip()
+    block = f"a new ```python block that starts with {start}" if start else None
     if failed and retry:
-        ask = "Write a new ```python block that answers my question, using the keys shown above"
-        return f"Your last attempt failed:\n{shown}{seen}\n\n{ask}: {q}"
+        ask = f"Write {block} and answers" if block else "Write a new ```python block that answers"
+        using = "" if block else ", using the keys shown above"
+        return f"Your last attempt failed:\n{shown}{seen}\n\n{ask} my question{using}: {q}"
     if failed:
         return f"The code failed:\n{shown}\n\n{answer_instruction(question)}"
     return f"The code returned:\n{shown}\n\n{answer_instruction(question)}"
@@ -382,6 +387,25 @@ def unfetched_message(result: str, hint: str, question: str) -> str:
     )
 
 
+def fetched_url(
+    question: str, code: str, functions: Mapping[str, tuple[Collection[str], object]]
+) -> bool:
+    """Whether the question names a URL and ``code`` calls a function with a ``url``
+    parameter: the data the question is about is that URL's, whatever its words say.
+
+    Asked how many days passed between two releases "by the dates in
+    http://.../releases.json", the snippet fetched it and failed on a key; the
+    question's "between" and "days" matched convert_time's stub, the retry was
+    asked to start with convert_time, and the model made the dates up.
+    """
+    return _URL.search(question) is not None and _calls_any(code, _fetchers(functions))
+
+
 def _fetchers(functions: Mapping[str, tuple[Collection[str], object]]) -> list[str]:
     """The functions that take a ``url``, by name."""
     return sorted(name for name, (params, _) in functions.items() if "url" in params)
+
+
+def _calls_any(code: str, names: Iterable[str]) -> bool:
+    """Whether ``code`` calls one of ``names`` (as written: ``name(``)."""
+    return any(re.search(rf"\b{re.escape(n)}\s*\(", code) for n in names)

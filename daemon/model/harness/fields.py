@@ -24,7 +24,7 @@ from daemon.code_mode.catalog import (
     unwrap_result,
 )
 
-__all__ = ["hidden_fields", "hidden_paths"]
+__all__ = ["entry_hidden_paths", "hidden_fields", "hidden_paths"]
 
 _INDEXES = "ijklmn"
 _MAX_PATHS = 24  # per group of functions: the section stays a few hundred tokens
@@ -56,7 +56,7 @@ def _walk(schema: Any, path: str, depth: int, elided: bool, lists: int, out: lis
         out.append(f"{path}: {schema_type(schema)}")
 
 
-def _entry_hidden_paths(entry: CatalogEntry) -> list[str]:
+def entry_hidden_paths(entry: CatalogEntry) -> list[str]:
     """The result fields ``entry``'s ``Returns:`` sketch cuts short (:func:`hidden_paths`);
     none without a sketch of a declared schema."""
     schema = entry.definition.output_schema
@@ -70,7 +70,7 @@ def hidden_fields(catalog: Catalog) -> str:
     empty when every sketch is whole."""
     groups: dict[tuple[str, ...], list[str]] = {}
     for name, entry in catalog.entries.items():
-        paths = tuple(_entry_hidden_paths(entry))
+        paths = tuple(entry_hidden_paths(entry))
         if paths:
             groups.setdefault(paths, []).append(name)
     if not groups:

@@ -45,6 +45,7 @@ from daemon.model.harness.prompts import (
     system_prompt,
 )
 from daemon.model.harness.rules import Switches, active
+from daemon.model.harness.topics import Topic, catalog_topics
 from daemon.model.profile import RunTools, Turns
 from daemon.model.prompts import FINAL_ROUND_PROMPT
 from daemon.model.records import RunState
@@ -161,6 +162,8 @@ class CodeBlockTurns:
                 for e in self.examples
                 if not tools.hidden.intersection(foreign_calls(e.code, known))
             ]
+        # what each catalog function is about (the harness's hints)
+        self.topics: dict[str, Topic] = catalog_topics(catalog) if catalog is not None else {}
         entries = catalog.entries.items() if catalog is not None else ()
         # catalog functions of mutating tools (the harness's vote skips them)
         self.mutating = sorted(name for name, entry in entries if entry.definition.mutating)
@@ -238,6 +241,7 @@ class CodeBlockTurns:
                 tools.names,
                 ls,
                 functions=self.functions,
+                topics=self.topics,
                 example=self._example(self._chosen(ls.question)),
             )
 
@@ -255,4 +259,5 @@ class CodeBlockTurns:
                 call,
                 output,
                 functions=self.functions,
+                topics=self.topics,
             )

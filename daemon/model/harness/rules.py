@@ -70,6 +70,8 @@ RULES: dict[str, str] = {
     "look": "a failed snippet's variables are looked at (paths, values, counts) and shown "
     "with the retry",
     "key-hint": "a KeyError: where the key really is, from the look",
+    "topic-hint": "a failed snippet that called a function other than the one the question's "
+    "words name: start with that one",
     "vote": "a short answer: a second sample from the question reread, a third on a tie",
     "examples": "solved (question, snippet) pairs of [model] examples: the closest two by "
     "their words replace the worked example (without the file, nothing changes)",
