@@ -492,7 +492,7 @@ async def test_a_snippet_calling_a_function_named_like_the_place_gets_the_one_as
     assert result.reply.startswith("pod-0, pod-4 and pod-8.")
 
 
-async def test_an_empty_result_gets_the_answer_request(code_mode, monkeypatch):
+async def test_an_empty_result_gets_the_answer_request(code_mode):
     """An empty result is a result: the model is asked for the answer, with the
     empty result and the request to say that nothing matched (no look, no new block)."""
     ex, _ = code_mode

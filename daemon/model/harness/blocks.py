@@ -292,7 +292,7 @@ async def after_block(
     # code, a small model sends it again verbatim. The answer sees the code.
     del messages[ls.base :]
     if replays_code(retry or refetch is not None):
-        messages.append(ran)  # the answer (or the check) sees the code
+        messages.append(ran)  # the answer (or the refetch request) sees the code
     messages.append({"role": "user", "content": reply})
 
 

@@ -24,7 +24,6 @@ __all__ = [
     "error_signature",
     "failure_reply",
     "fetched_url",
-    "is_empty_result",
     "prints_as_result",
     "quote_result",
     "repeat_hint",
@@ -77,12 +76,12 @@ def result_message(
     assistant turn, since a small model copies its own last code verbatim (it
     sent the same failing snippet three times, even at temperature 0.7). A
     failure that may be retried asks for a new block; otherwise the result
-    comes with the request to answer the
-    (repeated) question, so the last thing the model reads is the data and
-    what to do with it. ``look`` (from :func:`peek_code`, rendered here) shows what the
-    snippet's variables really hold: a small model guesses keys, and the
-    traceback alone does not tell it the right ones. ``start``: the call a new
-    block should start with (:func:`~daemon.model.harness.topics.topic_hint`).
+    comes with the request to answer the (repeated) question, so the last
+    thing the model reads is the data and what to do with it. ``look`` (from
+    :func:`peek_code`, rendered here) shows what the snippet's variables really
+    hold: a small model guesses keys, and the traceback alone does not tell it
+    the right ones. ``start``: the call a new block should start with
+    (:func:`~daemon.model.harness.topics.topic_hint`).
     """
     shown = _cut(result)
     seen = (
@@ -109,7 +108,7 @@ def replays_code(retry: bool) -> bool:
     return not (retry and on("retry-alone"))
 
 
-def is_empty_result(text: str) -> bool:
+def _is_empty_result(text: str) -> bool:
     """Whether run_code returned an empty value (often a filter that matched by mistake)."""
     return text.startswith("(empty result")
 
@@ -291,7 +290,7 @@ def quote_result(reply: str, result: str) -> str:
 
 
 def _quoted(reply: str, result: str) -> str:
-    if len(result) > _QUOTED or is_empty_result(result):
+    if len(result) > _QUOTED or _is_empty_result(result):
         return reply
     atoms = value_atoms(result)
     if not atoms:
