@@ -226,12 +226,14 @@ async def test_a_trailing_assignment_is_the_result(code_mode, monkeypatch):
     assert ran == f"{code}\nfailed"
 
 
-async def test_printed_output_is_the_result(code_mode, monkeypatch):
-    """A snippet that ends on print() hands the model the printed text, not a JSON wrapper."""
+async def test_printed_output_is_shown_as_run_code_returned_it(code_mode, monkeypatch):
+    """A snippet that ends on print() hands the model run_code's result as the return
+    contract wrote it, the printed text under "output" (prints-as-result was removed)."""
     ex, _ = code_mode
     code = "pods = await list_pods(namespace='prod')\nprint(len(pods))"
     fake, _ = await run_script(ex, [block(code), "12 pods."], request())
-    assert fake.requests[1]["messages"][-1]["content"].startswith("The code returned:\n12\n\n")
+    shown = fake.requests[1]["messages"][-1]["content"]
+    assert shown.startswith('The code returned:\n{"output":"12\\n"}\n\n')
 
 
 async def test_a_failed_snippet_is_retried_warmer(code_mode, monkeypatch):
@@ -240,7 +242,7 @@ async def test_a_failed_snippet_is_retried_warmer(code_mode, monkeypatch):
     ex, _ = code_mode
     script = [
         block("pods = await list_pods()"),  # TypeError: namespace is required
-        block("print()"),  # shows nothing
+        block("None"),  # shows nothing
         block(FILTER),
         "pod-0, pod-4 and pod-8.",
     ]

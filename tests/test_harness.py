@@ -10,7 +10,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from daemon.code_mode.catalog import NO_OUTPUT
 from daemon.code_mode.catalog.catalog import Catalog
 from daemon.code_mode.catalog.description import run_code_description
 from daemon.model.harness import (
@@ -31,7 +30,6 @@ from daemon.model.harness import (
     key_hint,
     missing_key,
     peek_code,
-    prints_as_result,
     quote_result,
     read_names,
     recover_arguments,
@@ -121,15 +119,6 @@ def test_code_that_needs_nothing_or_does_not_parse_is_unchanged() -> None:
     assert repair_code(good) == (good, [])
     broken = "pods = await list_objects(resource='pods') sorted(pods)"
     assert repair_code(broken) == (broken, [])
-
-
-def test_printed_output_is_the_result_when_nothing_else_is() -> None:
-    """{"output": ...} alone becomes the printed text; with a result, or not JSON, unchanged."""
-    assert prints_as_result('{"output":"3\\n"}') == "3"
-    assert prints_as_result('{"output":"\\n"}') == NO_OUTPUT
-    assert prints_as_result('{"output":"a","result":1}') == '{"output":"a","result":1}'
-    assert prints_as_result("[1,2]") == "[1,2]"
-    assert prints_as_result('{"output": broken') == '{"output": broken'
 
 
 def test_system_prompt_holds_the_catalog_and_the_example() -> None:

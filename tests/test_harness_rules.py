@@ -34,7 +34,6 @@ from daemon.model.harness import (
     loop_fix,
     mend_call,
     noticing,
-    prints_as_result,
     quote_result,
     reaching,
     repair_code,
@@ -167,7 +166,6 @@ PROBES: dict[str, Callable[[Switches], Any]] = {
     "recover-arguments": _mended,
     "rename-helpers": _repaired("items = items(r)\nlen(items)"),
     "last-assignment": _repaired("x = 1"),
-    "prints-as-result": lambda _: prints_as_result('{"output": "hi\\n"}'),
     "warm-retry": _warm,
     "retry-alone": lambda _: replays_code(True),
     "repeat-hint": lambda _: repeat_hint("KeyError: 'x'", "KeyError: 'x'"),
@@ -408,11 +406,6 @@ def _reached(act: Callable[[], object]) -> set[str]:
 @pytest.mark.parametrize(
     ("name", "idle", "acting"),
     [
-        (
-            "prints-as-result",
-            lambda: prints_as_result("3"),
-            lambda: prints_as_result('{"output": "3\\n"}'),
-        ),
         (
             "quote-result",
             lambda: quote_result("It is 3.", "3"),

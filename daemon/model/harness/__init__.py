@@ -20,8 +20,6 @@ each piece fixes one observed failure:
 | arguments JSON; calls written as text    | :func:`text_tool_calls`        | text-calls         |
 | a trailing assignment (result None), a   | :func:`repair_code`            | last-assignment,   |
 | variable named like a helper             |                                | rename-helpers     |
-| ``print(x)`` last: the result is         | :func:`prints_as_result`       | prints-as-result   |
-| ``{"output": "x"}``                      |                                |                    |
 | at temperature 0 it resends the failing  | :func:`warm_retry`,            | warm-retry         |
 | snippet verbatim                         | :data:`MAX_FAILED_SNIPPETS`,   | retry-alone        |
 |                                          | :func:`replays_code`           |                    |
@@ -99,7 +97,6 @@ from daemon.model.harness.feedback import (
     error_signature,
     failure_reply,
     fetched_url,
-    prints_as_result,
     quote_result,
     repeat_hint,
     replays_code,
@@ -215,7 +212,6 @@ __all__ = [
     "parse_examples",
     "parse_names",
     "peek_code",
-    "prints_as_result",
     "quote_result",
     "reaching",
     "read_look",

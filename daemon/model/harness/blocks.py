@@ -30,7 +30,6 @@ from daemon.model.harness.feedback import (
     answer_instruction,
     failure_reply,
     fetched_url,
-    prints_as_result,
     quote_result,
     repeat_hint,
     replays_code,
@@ -379,9 +378,8 @@ async def _sample(
 
 
 def _shown(output: ToolCallOutput) -> str:
-    """A block's result as the model is shown it: printed output as the result."""
-    text = output.content if output.content != "" else "(empty result)"
-    return text if output.is_error else prints_as_result(text)
+    """A block's result as the model is shown it: as run_code returned it."""
+    return output.content if output.content != "" else "(empty result)"
 
 
 def _record_result(state: RunState, call: ToolCall, output: ToolCallOutput, text: str) -> None:

@@ -10,9 +10,6 @@ import re
 from collections.abc import Callable, Collection, Iterable, Mapping
 from urllib.parse import urlsplit
 
-# NO_OUTPUT: run_code's text for "nothing printed, None last", a result that answers
-# nothing, so the harness asks again
-from daemon.code_mode.catalog import NO_OUTPUT
 from daemon.code_mode.sandbox import MISSING_MODULE_ADVICE
 from daemon.model.harness.look import Look
 from daemon.model.harness.rules import acts, kept, on
@@ -24,7 +21,6 @@ __all__ = [
     "error_signature",
     "failure_reply",
     "fetched_url",
-    "prints_as_result",
     "quote_result",
     "repeat_hint",
     "replays_code",
@@ -134,27 +130,6 @@ def failure_reply(error: str) -> str:
         "I could not answer this: none of the code I ran returned a result. "
         f"The last attempt ended with: {why}"
     )
-
-
-def prints_as_result(text: str) -> str:
-    """``{"output": "<printed>"}`` (the last expression was None) → the printed text.
-
-    A small model ends on ``print(...)`` more often than on an expression;
-    the printed text is then its answer, and a JSON wrapper only adds noise.
-    Blank printed output is :data:`NO_OUTPUT`: nothing was shown. Rule
-    ``prints-as-result``.
-    """
-    return kept("prints-as-result", _prints_as_result(text), text)
-
-
-def _prints_as_result(text: str) -> str:
-    try:
-        value = json.loads(text)
-    except ValueError:
-        return text
-    if isinstance(value, dict) and set(value) == {"output"} and isinstance(value["output"], str):
-        return value["output"].rstrip("\n") if value["output"].strip() else NO_OUTPUT
-    return text
 
 
 _ERROR_LINE = re.compile(r"^(\w+(?:Error|Exception|Exit|Interrupt))\b:?\s*(.*)$")

@@ -61,7 +61,6 @@ RULES: dict[str, str] = {
     "unescaped quotes) are recovered",
     "rename-helpers": "a variable that shadows a helper (items = items(r)) is renamed",
     "last-assignment": "a snippet ending on an assignment returns the assigned name",
-    "prints-as-result": "a snippet that printed and returned None: the printed text is its result",
     "retry-alone": "a retry follows the question and the feedback alone, without the failed "
     "code as the model's turn (shown it, a small model resends it)",
     "warm-retry": "a retry is sampled warmer, seeded by its prompt (greedy resends the "
