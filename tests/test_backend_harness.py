@@ -315,17 +315,18 @@ async def test_after_the_last_failed_snippet_the_model_answers(code_mode, monkey
     assert result.metrics.harness_gave_up is True
 
 
-async def test_the_same_error_twice_draws_a_third_snippet_with_the_stronger_hint(code_mode):
+async def test_the_same_error_twice_draws_a_third_snippet(code_mode):
     """Two snippets end with the same exception: a third is drawn as any retry (up to
-    MAX_FAILED_SNIPPETS), with the hint that says what to write instead; all three
-    failed, the run says so."""
+    MAX_FAILED_SNIPPETS), shown the error as the first was (repeat-hint, a stronger
+    hint the second time, was removed); all three failed, the run says so."""
     ex, _ = code_mode
     missing = block("import requests\nr = requests.get('http://h/x')\nr")
     fake, (result,) = await run_script(ex, [missing] * MAX_FAILED_SNIPPETS, request())
     assert len(fake.requests) == MAX_FAILED_SNIPPETS == 3
     second, third = (r["messages"][-1]["content"] for r in fake.requests[1:])
-    assert "Hint: the same error as last time." not in second
-    assert "Hint: the same error as last time. There is no module requests here" in third
+    assert "No module named 'requests'" in second
+    assert "No module named 'requests'" in third
+    assert "the same error as last time" not in second + third
     assert result.reply.startswith("I could not answer this:")
     assert result.metrics.harness_gave_up is True
 
@@ -511,12 +512,9 @@ async def test_an_empty_result_gets_the_answer_request(code_mode):
     assert result.reply == "No pod has failed."
 
 
-async def test_text_is_shown_as_lines_and_the_same_error_twice_gets_a_stronger_hint(
-    code_mode, monkeypatch
-):
-    """Text indexed as if it were parsed: the retry shows the value is a str and its first
-    lines; the same error on the next snippet brings the stronger hint, which says to
-    parse the text first. Text the look shows as CSV gets the CSV reader instead
+async def test_text_indexed_as_parsed_data_is_shown_as_lines(code_mode, monkeypatch):
+    """Text indexed as if it were parsed: each retry shows the value is a str and its
+    first lines. Text the look shows as CSV gets the CSV reader instead
     (tests/test_backend_harness_keys.py)."""
     ex, _ = code_mode
     bad = block("body = 'item stock\\nbolts 120\\nnuts 45'\nbody['item']")
@@ -525,8 +523,7 @@ async def test_text_is_shown_as_lines_and_the_same_error_twice_gets_a_stronger_h
     first, second = (fake.requests[i]["messages"][-1]["content"] for i in (1, 2))
     assert "body is a str of 3 lines (text, not parsed)" in first
     assert "body.splitlines()[:3] == ['item stock', 'bolts 120', 'nuts 45']" in first
-    assert "the same error as last time" not in first
-    assert "Hint: the same error as last time. That value is a str (text)" in second
+    assert "body is a str of 3 lines (text, not parsed)" in second
     assert result.reply == "pod-0, pod-4 and pod-8."
 
 
@@ -762,8 +759,8 @@ async def test_a_rule_a_run_never_reached_changes_nothing_switched_off(monty_poo
     assert reply.reply == "pod-0, pod-4 and pod-8."
     assert {"worked-example", "look", "retry-alone", "warm-retry"} <= reached
     unreached = sorted(set(RULES) - reached)
-    # asked, but with nothing to change here: no hint for this error, no value to quote
-    assert {"repeat-hint", "quote-result"} <= set(unreached)
+    # asked, but with nothing to change here: no value to quote
+    assert "quote-result" in unreached
     assert {"vote", "dict-loop", "failed-honest"} <= set(unreached)
     off, reply_off, reached_off = await asked(script, *unreached)
     assert off.requests == all_on.requests
@@ -772,7 +769,7 @@ async def test_a_rule_a_run_never_reached_changes_nothing_switched_off(monty_poo
 
     # a good first snippet: no retry, so no rule of one is reached
     _, _, first_good = await asked([block(FILTER), "pod-0, pod-4 and pod-8."])
-    assert not {"look", "retry-alone", "warm-retry", "repeat-hint"} & first_good
+    assert not {"look", "retry-alone", "warm-retry"} & first_good
 
     # a reached rule switched off changes the run: without the look, no variables shown
     changed, _, _ = await asked(script, "look")

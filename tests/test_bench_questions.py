@@ -297,7 +297,7 @@ def test_the_report_says_where_each_rule_was_reached_and_which_never_were() -> N
     outcomes = [
         run("kcp.a", "dev", True, ["examples", "look"]),
         run("kcp.b", "dev", False, ["examples"]),
-        run("kcp.c", "held-out", False, ["examples", "look", "repeat-hint"]),
+        run("kcp.c", "held-out", False, ["examples", "look", "key-hint"]),
         run("kcp.d", "held-out", True, ["examples"]),
         run("kcp.d", "held-out", False, ["dict-loop"], arm="B"),
         run("kcp.e", "held-out", False, ["dict-loop"], mode="direct"),
@@ -307,7 +307,7 @@ def test_the_report_says_where_each_rule_was_reached_and_which_never_were() -> N
     assert rows == [
         "| `examples` | 2 | 1 | 2 | 1 |",
         "| `look` | 1 | 1 | 1 | 0 |",
-        "| `repeat-hint` | 0 | 0 | 1 | 0 |",
+        "| `key-hint` | 0 | 0 | 1 | 0 |",
     ]
     assert "dev: reached (of 2) | right | held-out: reached (of 2) | right" in table
     never = table.splitlines()[-1]
@@ -620,7 +620,7 @@ def test_skip_unchanged_refuses_arms_that_differ_by_more_than_trials_or_rules() 
 
     assert both.asks(outcome(["unfetched-url"], []))
     assert both.asks(outcome([], ["examples", "look"]))
-    assert not both.asks(outcome([], ["examples", "repeat-hint"]))
+    assert not both.asks(outcome([], ["examples", "key-hint"]))
 
 
 async def test_compare_python_without_compare_is_refused_before_any_server(

@@ -34,7 +34,6 @@ from daemon.model.harness import (
     read_names,
     recover_arguments,
     repair_code,
-    repeat_hint,
     result_message,
     retry_seed,
     system_prompt,
@@ -292,40 +291,6 @@ def test_error_signature_is_the_exception_line_not_a_hint() -> None:
         "ModuleNotFoundError: No module named 'requests'"
     )
     assert error_signature("(empty result)") is None
-
-
-@pytest.mark.parametrize(
-    ("error", "expected"),
-    [
-        ("ModuleNotFoundError: No module named 'requests'", "await http_get(url=...)"),
-        ("ModuleNotFoundError: No module named 'statistics'", "sum(xs) / len(xs)"),
-        ("ModuleNotFoundError: No module named 'foo.bar'", "delete every `import foo`"),
-        ("KeyError: 'ready_replicas'", "has no key 'ready_replicas'. If only some items"),
-        ("TypeError: string indices must be integers", "That value is a str (text)"),
-        ("NameError: name 'get_pods' is not defined", "The only functions are: list_objects."),
-        ("AttributeError: 'list' object has no attribute 'items'", "A list has no .items"),
-        ("ZeroDivisionError: division by zero", "`ZeroDivisionError: division by zero` again"),
-    ],
-)
-def test_the_same_error_twice_gets_a_stronger_hint(error: str, expected: str) -> None:
-    """The second time a snippet fails with the same exception, the hint says what to
-    write instead (for a missing module, the way around it) and that the line must go."""
-    text = TRACEBACK.format(error)
-    hint = repeat_hint(text, text + "\nHint: an earlier hint", ["list_objects"])
-    assert hint is not None
-    assert hint.startswith("Hint: the same error as last time.")
-    assert expected in hint
-
-
-def test_a_different_or_first_error_gets_no_stronger_hint() -> None:
-    """No previous error, another exception, or no exception line at all: no hint."""
-    key = TRACEBACK.format("KeyError: 'a'")
-    assert repeat_hint(key, None) is None
-    assert repeat_hint(key, TRACEBACK.format("KeyError: 'b'")) is None
-    assert repeat_hint("(no output)", "(no output)") is None
-
-
-# ---- the value is the answer ----
 
 
 def test_value_atoms_are_the_scalars_of_a_short_result() -> None:

@@ -37,7 +37,6 @@ from daemon.model.harness import (
     quote_result,
     reaching,
     repair_code,
-    repeat_hint,
     replays_code,
     text_calls,
     topic_hint,
@@ -168,7 +167,6 @@ PROBES: dict[str, Callable[[Switches], Any]] = {
     "last-assignment": _repaired("x = 1"),
     "warm-retry": _warm,
     "retry-alone": lambda _: replays_code(True),
-    "repeat-hint": lambda _: repeat_hint("KeyError: 'x'", "KeyError: 'x'"),
     "look": _looked,
     "key-hint": lambda _: key_hint(ERROR.format("components"), as_look(LOOK)),
     "topic-hint": lambda _: topic_hint(QUESTION, WRONG, catalog_topics(topics_catalog())),
@@ -356,7 +354,7 @@ def test_model_harness_off_adds_to_the_environments_rules_off(
     assert isinstance(profile, SmallModelProfile)
     assert profile.switches.off == {"vote", "look", "dict-loop"}
     assert not profile.switches.on("look")
-    assert profile.switches.on("repeat-hint")
+    assert profile.switches.on("key-hint")
     monkeypatch.delenv("ASYNCAI_HARNESS_OFF")
     plain = model_profile(ModelConfig(model="m", harness=True), "m")
     assert isinstance(plain, SmallModelProfile)
@@ -416,11 +414,6 @@ def _reached(act: Callable[[], object]) -> set[str]:
             "rename-helpers",
             lambda: repair_code("x = items(r)\nx"),
             lambda: repair_code("items = items(r)\nlen(items)"),
-        ),
-        (
-            "repeat-hint",
-            lambda: repeat_hint("KeyError: 'x'", None),
-            lambda: repeat_hint("KeyError: 'x'", "KeyError: 'x'"),
         ),
         ("vote", lambda: vote_samples(1), lambda: vote_samples(3)),
         ("retry-alone", lambda: replays_code(False), lambda: replays_code(True)),

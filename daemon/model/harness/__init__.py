@@ -36,7 +36,6 @@ each piece fixes one observed failure:
 | again                                    |                                |                    |
 | a loop over a dict whose items are read  | :func:`loop_fix`: loop over    | dict-loop          |
 | as dicts (its one list one key below)    | that list, run again           |                    |
-| the same error again                     | :func:`repeat_hint`            | repeat-hint        |
 | the function named like a word of the    | :func:`topic_hint`: the one    | topic-hint         |
 | question, not the one holding what it    | whose stub covers its words    |                    |
 | asks about (workspaces for pods)         |                                |                    |
@@ -98,7 +97,6 @@ from daemon.model.harness.feedback import (
     failure_reply,
     fetched_url,
     quote_result,
-    repeat_hint,
     replays_code,
     result_message,
     unfetched_message,
@@ -219,7 +217,6 @@ __all__ = [
     "recover_arguments",
     "render_examples",
     "repair_code",
-    "repeat_hint",
     "replays_code",
     "result_message",
     "retry_seed",

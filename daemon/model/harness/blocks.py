@@ -31,7 +31,6 @@ from daemon.model.harness.feedback import (
     failure_reply,
     fetched_url,
     quote_result,
-    repeat_hint,
     replays_code,
     result_message,
     short_reply,
@@ -204,12 +203,7 @@ async def after_block(
     max_rounds = endpoint.params.max_rounds
     code = call.arguments.get("code") if call.error is None else None
     ran = {"role": "assistant", "content": code_message(code or call.raw)}
-    text = plain = _shown(output)
-    previous = _previous_error(state)
-    if output.is_error and isinstance(code, str):
-        # the same error twice: a stronger hint (what to write instead) than the first
-        hint = repeat_hint(text, previous, functions)
-        text = f"{text}\n{hint}" if hint else text
+    text = _shown(output)
     _record_result(state, call, output, text)
     ls.next_call = 1
     more = ls.round_no + 1 < max_rounds  # the last round must be the answer
@@ -234,7 +228,7 @@ async def after_block(
             look = await _peek(caller, code, state, functions, missing)
     fixes = state.metrics.key_fixes  # this run's (a paused run keeps its metrics)
     if failed and retry and look and isinstance(code, str) and fixes < MAX_RERUNS:
-        fixed = loop_fix(code, plain, look)
+        fixed = loop_fix(code, text, look)
         if fixed is not None and may_rerun(code, ls.mutating):
             # the look found the one list of a dict the snippet looped over (rule
             # dict-loop): loop over it and run again, without a model round (not a
@@ -476,13 +470,6 @@ def _last_result(state: RunState) -> str | None:
     block = _last_tool_result(state)
     text = block.get("content") if block is not None else None
     return None if block is None else text if isinstance(text, str) else ""
-
-
-def _previous_error(state: RunState) -> str | None:
-    """The text of the run's last tool result when it was an error, else None."""
-    block = _last_tool_result(state)
-    text = block.get("content") if block is not None else None
-    return text if block is not None and block.get("is_error") and isinstance(text, str) else None
 
 
 def _code_call(message: Any, content: str, state: RunState) -> ToolCall | None:

@@ -10,7 +10,6 @@ import re
 from collections.abc import Callable, Collection, Iterable, Mapping
 from urllib.parse import urlsplit
 
-from daemon.code_mode.sandbox import MISSING_MODULE_ADVICE
 from daemon.model.harness.look import Look
 from daemon.model.harness.rules import acts, kept, on
 from daemon.model.harness.vote import vote_key
@@ -22,7 +21,6 @@ __all__ = [
     "failure_reply",
     "fetched_url",
     "quote_result",
-    "repeat_hint",
     "replays_code",
     "result_message",
     "short_reply",
@@ -147,82 +145,6 @@ def error_signature(error: str) -> str | None:
         if m:
             found = f"{m.group(1)}: {m.group(2)}".rstrip(": ")
     return found
-
-
-# What to write instead of a module a small model keeps importing, beyond code
-# mode's own advice for Monty's missing stdlib modules (daemon.code_mode.sandbox.hints).
-_INSTEAD = {
-    "requests": "fetch URLs with `r = await http_get(url=...)` (a function already defined)",
-    "urllib": "fetch URLs with `r = await http_get(url=...)` (a function already defined)",
-    "httpx": "fetch URLs with `r = await http_get(url=...)` (a function already defined)",
-    "aiohttp": "fetch URLs with `r = await http_get(url=...)` (a function already defined)",
-    "pandas": "use lists and dicts: [row for row in rows if ...], sum(...), max(..., key=...)",
-    "numpy": "use lists: sum(xs), max(xs), sorted(xs)",
-    "dateutil": "use datetime.datetime.fromisoformat(text.replace('Z', '+00:00'))",
-    "pytz": "use datetime.timezone.utc, or datetime.timezone(datetime.timedelta(hours=N))",
-}
-_MODULE = re.compile(r"No module named '([\w.]+)'")
-_KEY = re.compile(r"^KeyError: (.+)$")
-_NAME = re.compile(r"name '(\w+)' is not defined")
-_ATTRIBUTE = re.compile(r"'(\w+)' object has no attribute '(\w+)'")
-_STR_AS_DATA = re.compile(
-    r"string indices must be integers|'str' object (is not subscriptable|has no attribute 'get')"
-)
-
-
-def repeat_hint(error: str, previous: str | None, functions: Iterable[str] = ()) -> str | None:
-    """A stronger hint for the error a model got on its previous snippet too.
-
-    A small model that reads the same traceback twice keeps its mistake (an
-    import of ``requests``, a guessed key): the first hint told it what went
-    wrong, this one says what to write instead, and that the line must go.
-    None when ``error`` is not the same exception as ``previous``. Rule
-    ``repeat-hint``.
-    """
-    return kept("repeat-hint", _repeat_hint(error, previous, functions), None)
-
-
-def _repeat_hint(error: str, previous: str | None, functions: Iterable[str]) -> str | None:
-    sig = error_signature(error)
-    if sig is None or previous is None or sig != error_signature(previous):
-        return None
-    lead = "Hint: the same error as last time. "
-    if m := _MODULE.search(sig):
-        name = m.group(1).split(".")[0]
-        instead = (
-            _INSTEAD.get(name)
-            or MISSING_MODULE_ADVICE.get(name)
-            or ("write it with plain Python (lists, dicts, str methods) and the functions above")
-        )
-        return (
-            f"{lead}There is no module {name} here and there never will be: delete every "
-            f"`import {name}` and `from {name} ...` line, and {instead}."
-        )
-    if m := _NAME.search(sig):
-        known = sorted(set(functions))
-        listed = f" The only functions are: {', '.join(known)}." if known else ""
-        return (
-            f"{lead}{m.group(1)} does not exist: do not use it. Assign every variable in the "
-            f"same code block before you use it.{listed}"
-        )
-    if m := _KEY.match(sig):
-        return (
-            f"{lead}A dict your code reads has no key {m.group(1)}. If only some items lack "
-            "it, skip them or use dig(item, 'a.b', default=0); otherwise copy the path from "
-            "the list of what your variables hold, exactly as it is written there."
-        )
-    if _STR_AS_DATA.search(sig):
-        return (
-            f"{lead}That value is a str (text), not a dict or a list. Parse the text first: "
-            "json.loads(text) for JSON; for lines and columns, "
-            "[line.split(',') for line in text.splitlines()]."
-        )
-    if m := _ATTRIBUTE.search(sig):
-        return (
-            f"{lead}A {m.group(1)} has no .{m.group(2)}: do not call it again. Look at what "
-            "your variables hold and use what is there."
-        )
-    return f"{lead}`{sig}` again: write the line that raised it differently, not as before."
 
 
 def value_atoms(result: str, limit: int = 40) -> list[str] | None:

@@ -65,7 +65,6 @@ RULES: dict[str, str] = {
     "code as the model's turn (shown it, a small model resends it)",
     "warm-retry": "a retry is sampled warmer, seeded by its prompt (greedy resends the "
     "failed snippet)",
-    "repeat-hint": "the same error twice: a stronger hint that says what to write instead",
     "look": "a failed snippet's variables are looked at (paths, values, counts) and shown "
     "with the retry",
     "key-hint": "a KeyError: where the key really is, from the look",
