@@ -293,6 +293,9 @@ def test_error_signature_is_the_exception_line_not_a_hint() -> None:
     assert error_signature("(empty result)") is None
 
 
+# ---- the value is the answer ----
+
+
 def test_value_atoms_are_the_scalars_of_a_short_result() -> None:
     """JSON results give their scalar leaves; text gives its lines; long ones give None."""
     assert value_atoms('["api-2", "etl-1"]') == ["api-2", "etl-1"]
