@@ -9,10 +9,11 @@ import nats
 import pytest
 from nats.aio.client import Client
 
-from channels.nats import NatsChannel
+from channels.nats import NatsChannel, mapping
 from daemon.cluster import store as cluster_store
 from daemon.cluster.errors import ClusterError
-from daemon.cluster.history import bounded, stream_history
+from daemon.cluster.history import bounded, stream_history, stream_replied
+from daemon.runtime.ports import reply_client_id
 from daemon.runtime.runs import HistoryTurn
 from daemon.runtime.store import SessionsRuntimeStore
 from sessions.store import Store
@@ -49,6 +50,66 @@ async def test_the_turns_before_the_current_prompt_come_back_in_order(broker: Na
         assert await stream_history(nc.jetstream(), "#ops", root.thread, root.id, "asyncai") == []
         hub_id = "01JDXK3M2ZP7Q9R8S7T6V5W4X3"  # not an id of this stream: nothing to read
         assert await stream_history(nc.jetstream(), "#ops", hub_id, current.id, "asyncai") == []
+    finally:
+        await nc.close()
+        await alice.close()
+        await daemon.close()
+
+
+async def test_the_newest_prompt_with_its_reply_whole_in_the_stream(broker: NatsServer) -> None:
+    """What the hub keeps once counts: the nick's reply stored under the reply's
+    client_id (a split one by its last chunk). An approval request, another nick's
+    message, a notice under another client_id and a split reply whose last chunk never
+    arrived do not."""
+    alice = NatsChannel(broker.url, nick="alice")
+    daemon = NatsChannel(broker.url, nick="asyncai", max_text=20)
+    nc: Client = await nats.connect(broker.url)
+    js = nc.jetstream()
+
+    async def replied(thread: str) -> str:
+        return await stream_replied(js, "#ops", thread, "asyncai")
+
+    def reply_id(prompt: str) -> str:
+        return reply_client_id("#ops", prompt)
+
+    try:
+        root = await alice.publish("#ops", "set v to 7")
+        assert await replied(root.thread) == ""  # nothing in the thread but its root
+        await daemon.publish(
+            "#ops", "ok?", thread=root.thread, reply_to=root.id, client_id=reply_id("approval:r1")
+        )
+        await alice.publish(
+            "#ops", "mine", thread=root.thread, reply_to=root.id, client_id=reply_id(root.id)
+        )
+        await daemon.publish("#ops", "busy", thread=root.thread, reply_to=root.id)
+        assert await replied(root.thread) == ""
+        await daemon.publish(
+            "#ops", "done", thread=root.thread, reply_to=root.id, client_id=reply_id(root.id)
+        )
+        assert await replied(root.thread) == root.id
+
+        await alice.publish("#ops", "and then?", thread=root.thread)
+        p2 = await alice.publish("#ops", "and more?", thread=root.thread)
+        long = "a long answer that is split into chunks"
+        ack = await daemon.publish(
+            "#ops", long, thread=root.thread, reply_to=p2.id, client_id=reply_id(p2.id)
+        )
+        assert len(ack.ids) > 1
+        assert await replied(root.thread) == p2.id  # p1 ran in the same run as p2
+
+        # a split reply cut off after its first chunk: not whole, not counted
+        p3 = await alice.publish("#ops", "last one", thread=root.thread)
+        first = mapping.chunks(long, reply_id(p3.id), 20)[0]
+        headers = mapping.message_headers("asyncai", first, thread=root.thread, reply_to=p3.id)
+        await js.publish(
+            mapping.message_subject("#ops", root.thread),
+            first.text.encode(),
+            stream=mapping.stream_name("#ops"),
+            headers=headers,
+        )
+        assert await replied(root.thread) == p2.id
+        hub_id = "01JDXK3M2ZP7Q9R8S7T6V5W4X3"  # not an id of this stream: nothing to read
+        assert await replied(hub_id) == ""
     finally:
         await nc.close()
         await alice.close()

@@ -9,10 +9,12 @@ import nats
 import pytest
 from nats.aio.client import Client
 
+from channels.nats import NatsChannel
 from daemon.cluster.errors import ClusterError
+from daemon.cluster.history import stream_replied
 from daemon.cluster.leases import Leases, bucket_names, thread_key
 from daemon.cluster.router import ThreadRouter
-from daemon.runtime.ports import InboundMessage
+from daemon.runtime.ports import InboundMessage, reply_client_id
 from sessions.model import InterruptedRun
 from tests.fakes.nats_server import NatsServer
 
@@ -153,6 +155,18 @@ async def test_after_a_gap_in_the_heartbeat_nothing_is_taken_over_for_a_ttl(
         await nc.close()
 
 
+async def _taken_over(b: Leases, router: ThreadRouter) -> list[object]:
+    """What b's router hands on once a's key expired and b took a's thread over."""
+    while await b.alive("a"):  # noqa: ASYNC110 -- the broker expires it; nothing signals that
+        await asyncio.sleep(0.05)
+    ready: list[object] = []
+    while not ready:  # b beats on; after a whole TTL without a gap, it takes over
+        await asyncio.sleep(0.2)
+        await router.beat()
+        await router.scan(ready.append)
+    return ready
+
+
 async def test_a_prompt_read_late_after_the_takeover_that_noticed_it_is_not_run(
     nc: Client,
 ) -> None:
@@ -169,13 +183,7 @@ async def test_a_prompt_read_late_after_the_takeover_that_noticed_it_is_not_run(
     await a.mark_mutating("#c", thread, "run-3", ["000000000003"], ("append_line", {}))
     earlier = InboundMessage("#c", "000000000002", thread, "alice", "count 0")
     assert await router.route(earlier, "asyncai") == []  # a's thread: remembered
-    while await b.alive("a"):  # noqa: ASYNC110 -- the broker expires it; nothing signals that
-        await asyncio.sleep(0.05)
-    ready: list[object] = []
-    while not ready:  # b beats on; after a whole TTL without a gap, it takes over
-        await asyncio.sleep(0.2)
-        await router.beat()
-        await router.scan(ready.append)
+    ready = await _taken_over(b, router)
     [notice] = ready
     assert isinstance(notice, InterruptedRun)
     assert notice.prompt_ids == ("000000000003",)
@@ -183,3 +191,59 @@ async def test_a_prompt_read_late_after_the_takeover_that_noticed_it_is_not_run(
     assert await router.route(late, "asyncai") == []
     newer = InboundMessage("#c", "000000000004", thread, "alice", "show")
     assert await router.route(newer, "asyncai") == [newer]
+
+
+@pytest.mark.parametrize("stream_readable", [True, False])
+async def test_a_reply_in_the_stream_before_the_marker_moved_is_not_run_again(
+    broker: NatsServer, nc: Client, stream_readable: bool
+) -> None:
+    """a's run of prompt 0 made a mutating call and published its reply, then a died
+    before its marker moved; a follow-up came meanwhile. b takes the thread over with
+    the marker at prompt 0 (read from the stream), in the same write: only the follow-up
+    runs, and no notice is posted for a run that ended. When the stream cannot be read,
+    b goes on as before: the notice (which the broker drops as the reply's repeat), then
+    the follow-up."""
+    alice = NatsChannel(broker.url, nick="alice")
+    daemon = NatsChannel(broker.url, nick="asyncai")
+    js = nc.jetstream()
+
+    async def replied(channel: str, thread: str) -> str:
+        if not stream_readable:
+            raise ClusterError("cannot read thread from the stream: timeout")
+        return await stream_replied(js, channel, thread, "asyncai")
+
+    a, b = await _leases(nc, "a", ttl=1.0), await _leases(nc, "b", ttl=1.0)
+    router = ThreadRouter(b, replied=replied)
+    try:
+        await a.beat()
+        await router.beat()
+        root = await alice.publish("#c", "count 0")
+        thread = root.thread
+        await a.claim("#c", thread)
+        await a.mark_mutating("#c", thread, "run-0", [root.id], ("append_line", {}))
+        await daemon.publish(
+            "#c", "result: 1", thread=thread, reply_to=root.id,
+            client_id=reply_client_id("#c", root.id),
+        )  # fmt: skip
+        first = InboundMessage("#c", root.id, thread, "alice", "count 0")
+        assert await router.route(first, "asyncai") == []  # a's thread: remembered
+        follow = await alice.publish("#c", "show", thread=thread)
+        follow_up = InboundMessage("#c", follow.id, thread, "alice", "show")
+        assert await router.route(follow_up, "asyncai") == []
+        ready = await _taken_over(b, router)
+        entry = await b.get("#c", thread)
+        assert entry is not None
+        assert entry.owner == "b"
+        if stream_readable:
+            assert ready == [follow_up]
+            assert (entry.answered, entry.mutating) == (root.id, None)
+            assert await router.route(first, "asyncai") == []  # a late copy: not run
+        else:
+            notice, then = ready
+            assert isinstance(notice, InterruptedRun)
+            assert notice.prompt_ids == (root.id,)
+            assert then == follow_up
+            assert entry.answered == ""
+    finally:
+        await alice.close()
+        await daemon.close()

@@ -23,10 +23,12 @@ What differs from one daemon: a run cut off after its reply was committed
 (in the dead daemon's outbox, which is never published) and before the hub
 acked it is run again by the other daemon, since the thread's ``answered``
 marker moves only at the ack: the model is asked again, on the REPL from
-before the run, and the reply goes out with the same ``client_id`` (if the
-first copy reached the broker, the thread still sees one message). In
-direct mode the call was recorded in the thread's entry, so the other
-daemon posts the interrupted notice instead.
+before the run. In direct mode the call was recorded in the thread's entry,
+so the other daemon posts the interrupted notice instead. A run cut off
+after the hub acked its reply and before the marker moved is not run again:
+the other daemon finds the reply in the stream as it takes the thread over,
+also when a follow-up came meanwhile (which would otherwise be coalesced with
+the re-run into one run and one more reply).
 """
 
 from __future__ import annotations
@@ -66,15 +68,14 @@ OUTCOMES: dict[str, tuple[str, str, tuple[int, ...], tuple[int, ...]]] = {
     "audit_completed": ("count", "notice", (1,), (1,)),
     "model_answered": ("count", "notice", (1,), (2,)),  # its dump is passed over
     "reply_committed": ("tally", "reply", (0,), (4,)),  # in the dead daemon's outbox only
-    "reply_published": ("tally", "reply", (0,), (4,)),  # run again; the broker keeps one
+    "reply_published": ("tally", "reply", (0,), (2,)),  # the reply found in the stream
     "run_finished": ("tally", "reply", (0,), (2,)),  # answered: nothing left to do
 }
 
 
 # Direct mode: P1 is always the model's own mutating call ("count"); a run the other
 # daemon does again makes it once, and a reply published before the marker moved is
-# followed by the notice (the call is in the thread's entry), which the broker drops
-# as the same message.
+# found in the stream (no notice follows it).
 DIRECT: dict[str, tuple[str, str, tuple[int, ...], tuple[int, ...]]] = {
     "prompt_recorded": ("count", "reply", (1,), (2,)),
     "run_started": ("count", "reply", (1,), (2,)),
@@ -168,16 +169,38 @@ async def test_the_holder_killed_at_each_step_in_direct_mode_keeps_every_promise
     await _holder_killed_at(cluster, step, *DIRECT[step])
 
 
+@pytest.mark.parametrize("step", ["reply_published", "run_finished"])
+@pytest.mark.parametrize("cluster", ["code"], indirect=True)
+async def test_a_follow_up_before_the_takeover_is_not_coalesced_with_an_answered_prompt(
+    cluster: Cluster, step: str
+):
+    """The holder killed once its reply was acked (before or after the marker moved),
+    and the follow-up "show" sent at once, before the other daemon takes the thread
+    back: P1 is answered by one message, its snippet ran once, and "show" is answered
+    on its own, on the REPL after P1. (A reply still in the dead daemon's outbox is
+    another case: P1 runs again, coalesced with "show", one reply for both.)"""
+    await _holder_killed_at(cluster, step, *OUTCOMES[step], follow_up_first=True)
+
+
 async def _holder_killed_at(
-    c: Cluster, step: str, kind: str, expected: str, calls: tuple[int, ...], asked: tuple[int, ...]
+    c: Cluster,
+    step: str,
+    kind: str,
+    expected: str,
+    calls: tuple[int, ...],
+    asked: tuple[int, ...],
+    *,
+    follow_up_first: bool = False,
 ) -> None:
     """One case: P0 answered by the steady daemon, the holder of P1 killed at ``step``,
-    the steady daemon taking the thread back; the promises checked."""
+    the steady daemon taking the thread back; the promises checked. ``follow_up_first``:
+    P2 "show" is sent as soon as the holder died, before the thread moves."""
     alice, steady = c.alice, c.steady
     assert steady is not None
     assert steady.proc is not None
+    label = f"{step}-early" if follow_up_first else step  # each case's own texts and home
     before = c.lines()
-    p0, thread = await alice.say(f"{kind} {step} 0")  # the steady daemon is the only one
+    p0, thread = await alice.say(f"{kind} {label} 0")  # the steady daemon is the only one
     await alice.answered([p0])
     assert alice.replies[p0][0].text.startswith("result:"), alice.replies[p0][0].text
     async with asyncio.timeout(WAIT):
@@ -190,8 +213,8 @@ async def _holder_killed_at(
     # new one takes the thread over for P1 ...
     steady.proc.send_signal(signal.SIGSTOP)
     try:
-        holder = await c.start(c.home(step), **{ENV: step})
-        p1, _ = await alice.say(f"{kind} {step} 1", thread=thread)
+        holder = await c.start(c.home(label), **{ENV: step})
+        p1, _ = await alice.say(f"{kind} {label} 1", thread=thread)
         assert await holder.wait() == -signal.SIGKILL, holder.log.read_text()[-3000:]
     finally:
         steady.proc.send_signal(signal.SIGCONT)
@@ -199,9 +222,11 @@ async def _holder_killed_at(
     assert f"crash point {step}:1 reached" in holder.log.read_text()
 
     # ... dies there, for good, and the steady daemon takes the thread back
+    show = (await alice.say("show", thread=thread))[0] if follow_up_first else None
     await alice.answered([p1])
     if c.mode == "code":  # the REPL: direct mode has none to show
-        show, _ = await alice.say("show", thread=thread)
+        if show is None:
+            show, _ = await alice.say("show", thread=thread)
         await alice.answered([show])
 
     [outcome] = alice.replies[p1]  # one message: the reply, or the notice
@@ -209,9 +234,9 @@ async def _holder_killed_at(
         assert outcome.text.startswith("result:"), outcome.text
     else:
         assert outcome.text.startswith(INTERRUPTED_HEAD), outcome.text
-    made = [line for line in c.lines()[len(before) :] if line == f"count {step} 1"]
+    made = [line for line in c.lines()[len(before) :] if line == f"count {label} 1"]
     assert len(made) in calls  # each mutating call at most once
-    requests = [r for r in c.fake.requests if user_text(r).startswith(f"{kind} {step} 1")]
+    requests = [r for r in c.fake.requests if user_text(r).startswith(f"{kind} {label} 1")]
     assert len(requests) in asked, len(requests)
     if c.mode == "code":  # the REPL reflects each finished run once
         finished = 2 if expected == "reply" else 1

@@ -16,7 +16,8 @@ answers this thread" as one value anybody can read.
 - :mod:`.store`: the runtime's store, reporting answered prompts;
 - :mod:`.fence`: a daemon that lost a thread (its lease lapsed) publishes
   nothing in it; its mutating calls are fenced in :mod:`.leases`;
-- :mod:`.history`: a moved thread's earlier turns, read from the channel;
+- :mod:`.history`: a moved thread's earlier turns, and the prompts whose reply
+  is out, read from the channel;
 - :mod:`.scopes`: REPL dumps in an object store, HMAC-signed;
 - :mod:`.approvals`: runs paused for approval, their state in an object store
   (signed the same way) and their decisions in the thread's entry, once;

@@ -7,21 +7,32 @@ them all: the thread's root and every message of the thread (its subject is
 people and replies from the daemons' nick. :func:`stream_history` reads the
 messages before the current run's first prompt as user and assistant turns,
 joining split texts and leaving commands (``!stop``, ...) out.
+
+The stream also says which prompts were answered, whatever the thread's entry
+says: :func:`stream_replied` finds the newest prompt whose reply is whole in
+the thread (its last chunk stored under the reply's ``client_id``), for the
+daemon taking the thread over from one that died between its reply's ack and
+its ``answered`` marker (:meth:`daemon.cluster.router.ThreadRouter`).
 """
 
 from __future__ import annotations
 
+from collections.abc import AsyncGenerator
+from contextlib import aclosing
 from datetime import UTC, datetime
 
 import nats.errors
+import nats.js.errors
+from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.api import DeliverPolicy
 
 from channels.nats import mapping
 from daemon.cluster.errors import ClusterError
+from daemon.runtime.ports import reply_client_id
 from daemon.runtime.runs import HistoryTurn
 
-__all__ = ["bounded", "stream_history"]
+__all__ = ["bounded", "stream_history", "stream_replied"]
 
 READ_TIMEOUT = 5.0  # seconds for one message of the thread to arrive
 
@@ -40,26 +51,79 @@ async def stream_history(
     try:
         root = await js.get_msg(stream, root_seq)
         texts.append(_entry(channel, epoch, root_seq, root.headers, root.data or b""))
-        sub = await js.subscribe(
-            mapping.message_subject(channel, thread),
-            stream=stream,
-            ordered_consumer=True,
-            deliver_policy=DeliverPolicy.ALL,
-        )
-        try:
-            while True:
-                msg = await sub.next_msg(timeout=READ_TIMEOUT)
-                seq = msg.metadata.sequence.stream
+        async with aclosing(_thread(js, channel, thread)) as messages:
+            async for seq, msg in messages:
                 if mapping.message_id(epoch, seq) >= before:
                     break
                 texts.append(_entry(channel, epoch, seq, msg.headers, msg.data))
-                if msg.metadata.num_pending == 0:
-                    break
-        finally:
-            await sub.unsubscribe()
     except (TimeoutError, nats.errors.Error) as exc:
         raise ClusterError(f"cannot read thread {thread} from the stream: {exc}") from exc
     return _turns(texts, nick)
+
+
+async def stream_replied(js: JetStreamContext, channel: str, thread: str, nick: str) -> str:
+    """The newest prompt of the thread whose reply from ``nick`` is whole in the stream,
+    "" when there is none (or the thread is not one of this stream's).
+
+    A reply counts by what the hub keeps once: the message stored under the
+    reply's ``client_id`` (:func:`daemon.runtime.ports.reply_client_id` of the
+    prompt in its ``Atirc-Reply-To``), or, for a split text, its last chunk.
+    That is the final reply of a run or the interrupted notice standing for it;
+    an approval request, stored under its own ``client_id``, does not count.
+    A reply answers its run's last prompt and, since a thread's prompts run
+    in order, every prompt of the thread before it.
+    """
+    epoch = thread[: mapping.EPOCH_CHARS]
+    if mapping.sequence_of(epoch, thread) is None:
+        return ""
+    stream = mapping.stream_name(channel)
+    newest = ""
+    try:
+        try:
+            await js.get_last_msg(stream, mapping.message_subject(channel, thread))
+        except nats.js.errors.NotFoundError:
+            return ""  # nothing in the thread but its root: no reply to wait 5 s for
+        async with aclosing(_thread(js, channel, thread)) as messages:
+            async for _, msg in messages:
+                newest = max(newest, _replied(channel, msg.headers or {}, nick))
+    except (TimeoutError, nats.errors.Error) as exc:
+        raise ClusterError(f"cannot read thread {thread} from the stream: {exc}") from exc
+    return newest
+
+
+def _replied(channel: str, headers: dict[str, str], nick: str) -> str:
+    """The prompt a stored message is the (last chunk of the) reply to, else ""."""
+    prompt = headers.get(mapping.REPLY_TO) or ""
+    if not prompt or headers.get(mapping.FROM) != nick or headers.get(mapping.MORE) == "1":
+        return ""
+    whole = mapping.msg_id(nick, reply_client_id(channel, prompt))
+    stored = headers.get(mapping.MSG_ID) or ""
+    head, dot, chunk = stored.rpartition(".")
+    if stored == whole or (dot and head == whole and chunk.isdigit()):
+        return prompt
+    return ""
+
+
+async def _thread(
+    js: JetStreamContext, channel: str, thread: str
+) -> AsyncGenerator[tuple[int, Msg]]:
+    """The messages stored under the thread's subject (its root aside), oldest first, with
+    their stream sequences, up to the newest one there when the read began. The caller
+    catches what reading raises (a message not arriving within READ_TIMEOUT: TimeoutError)."""
+    sub = await js.subscribe(
+        mapping.message_subject(channel, thread),
+        stream=mapping.stream_name(channel),
+        ordered_consumer=True,
+        deliver_policy=DeliverPolicy.ALL,
+    )
+    try:
+        while True:
+            msg = await sub.next_msg(timeout=READ_TIMEOUT)
+            yield msg.metadata.sequence.stream, msg
+            if msg.metadata.num_pending == 0:
+                break
+    finally:
+        await sub.unsubscribe()
 
 
 def _entry(

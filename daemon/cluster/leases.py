@@ -175,6 +175,19 @@ def _encode(
     return json.dumps(entry).encode()
 
 
+def _covered(claim: Claim, through: str) -> tuple[str, MutatingRun | None, PausedEntry | None]:
+    """The entry's ``answered``, cut-off run and paused run once the prompts up to
+    ``through`` are answered: a run whose prompts it covers has ended (answered,
+    or its notice posted), so the entry no longer lists it."""
+    mutating = claim.mutating
+    if mutating is not None and max(mutating.prompts, default="") <= through:
+        mutating = None
+    paused = claim.paused
+    if paused is not None and max(paused.prompts, default="") <= through:
+        paused = None
+    return max(through, claim.answered), mutating, paused
+
+
 @dataclass(frozen=True)
 class Write(Generic[T]):
     """What a compare-and-set step writes into the entry, and returns once written."""
@@ -340,14 +353,20 @@ class Leases:
             raise ClusterError(f"cannot claim thread {thread}: {exc}") from exc
         return Claim(self.member, "", revision)
 
-    async def take_over(self, channel: str, thread: str, old: Claim) -> Claim:
-        """Take ``old`` over (its owner is gone); the entry as it now is (the winner's)."""
+    async def take_over(self, channel: str, thread: str, old: Claim, *, replied: str = "") -> Claim:
+        """Take ``old`` over (its owner is gone); the entry as it now is (the winner's).
+
+        ``replied``: the newest prompt whose reply the channel's stream holds
+        (:func:`daemon.cluster.history.stream_replied`). The old holder may have
+        died after its reply's ack and before its marker moved: the entry is
+        taken with ``answered`` at least there, in the same write, so no prompt
+        with a reply out is run again (nor its run reported as cut off).
+        """
         key = thread_key(channel, thread)
+        answered, mutating, paused = _covered(old, replied)
         try:
             revision = await self._kv_threads.update(
-                key,
-                _encode(self.member, old.answered, old.mutating, old.paused),
-                last=old.revision,
+                key, _encode(self.member, answered, mutating, paused), last=old.revision
             )
         except nats.js.errors.KeyWrongLastSequenceError:
             found = await self.get(channel, thread)
@@ -356,7 +375,7 @@ class Leases:
             return found
         except nats.errors.Error as exc:
             raise ClusterError(f"cannot take thread {thread} over: {exc}") from exc
-        return Claim(self.member, old.answered, revision, old.mutating, old.paused)
+        return Claim(self.member, answered, revision, mutating, paused)
 
     async def _change(
         self,
@@ -395,12 +414,7 @@ class Leases:
         def step(current: Claim | None) -> Write[bool] | bool:
             if current is None:
                 return Write(_encode(self.member, through), True)
-            mutating = current.mutating
-            if mutating is not None and max(mutating.prompts, default="") <= through:
-                mutating = None  # that run ended (answered, or its notice posted)
-            paused = current.paused
-            if paused is not None and max(paused.prompts, default="") <= through:
-                paused = None  # the paused run ended too
+            answered, mutating, paused = _covered(current, through)
             if (
                 current.answered >= through
                 and mutating == current.mutating
@@ -409,7 +423,6 @@ class Leases:
                 return True
             if current.owner != self.member:
                 return False
-            answered = max(through, current.answered)
             return Write(_encode(current.owner, answered, mutating, paused), True)
 
         return await self._change(

@@ -51,7 +51,7 @@ from daemon.cluster.approvals import ClusterApprovals, PausedStates
 from daemon.cluster.audit import AuditExporter, ensure_audit_stream
 from daemon.cluster.connect import connect_nats
 from daemon.cluster.errors import ClusterError, ThreadMoved, honour_cancel
-from daemon.cluster.history import stream_history
+from daemon.cluster.history import stream_history, stream_replied
 from daemon.cluster.leases import Leases
 from daemon.cluster.policies import check_join, presence, read_started
 from daemon.cluster.router import MovedApproval, Routed, ThreadRouter
@@ -143,7 +143,7 @@ class ClusterNode:
         js = nc.jetstream()
         self.takeover_seconds = takeover_seconds
         self.leases = Leases(js, nick, member, member_ttl=takeover_seconds * 2 / 3)
-        self.router = ThreadRouter(self.leases)
+        self.router = ThreadRouter(self.leases, replied=self._replied)
         self.scopes = ObjectScopeStore(
             js, nick, scope_key, max_bytes=max_scope_bytes, retention_seconds=scope_retention
         )
@@ -385,6 +385,9 @@ class ClusterNode:
 
     async def _earlier(self, channel: str, thread: str, before: str) -> list[HistoryTurn]:
         return await stream_history(self._js, channel, thread, before, self._nick)
+
+    async def _replied(self, channel: str, thread: str) -> str:
+        return await stream_replied(self._js, channel, thread, self._nick)
 
     async def _adopt(self, moved: MovedApproval) -> None:
         """A moved thread's request, loaded here; if it cannot be, its prompts run again."""

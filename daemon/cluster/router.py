@@ -11,7 +11,12 @@ Every daemon of a cluster reads every message of its channels. For each one,
 - a thread another live daemon holds: remembered, not run;
 - a thread whose holder is no longer live: taken over (one contender wins),
   and its remembered prompts after the entry's ``answered`` go to the
-  runtime first, in thread order, then the message. The prompts of a run
+  runtime first, in thread order, then the message. The old holder may have
+  died between its reply's ack and its marker: ``answered`` is taken at least
+  up to the newest prompt whose reply the channel's stream holds
+  (``replied``, :func:`daemon.cluster.history.stream_replied`), so such a
+  prompt is not run again (nor coalesced with a follow-up into a run whose
+  reply the hub would not know for a repeat). The prompts of a run
   the old holder had cut off after starting a mutating call are not run
   again: :attr:`ThreadRouter.cut_off` lists them for the interrupted notice.
   The prompts of a run that waits for approval (the entry's undecided
@@ -77,8 +82,10 @@ def preferred(channel: str, thread: str, members: Iterable[str]) -> str | None:
 class ThreadRouter:
     """Routes inbound messages by thread ownership; see the module docstring."""
 
-    def __init__(self, leases: Leases):
+    def __init__(self, leases: Leases, replied: Callable[[str, str], Awaitable[str]] | None = None):
         self._leases = leases
+        # (channel, thread) → the newest prompt the stream holds a reply to ("": none)
+        self._replied = replied
         self.member = leases.member
         self._mine: set[ThreadKey] = set()
         self._remembered: dict[ThreadKey, list[InboundMessage]] = {}
@@ -225,7 +232,8 @@ class ThreadRouter:
             elif not self._may_take_over():
                 log.info("cluster.takeover_deferred", thread=thread, owner=claim.owner)
             else:
-                claim = await self._leases.take_over(channel, thread, claim)
+                replied = await self._replied_in_stream(channel, thread)
+                claim = await self._leases.take_over(channel, thread, claim, replied=replied)
                 if claim.owner == self.member:
                     self.taken_over += 1
                     if self.on_taken is not None:
@@ -239,12 +247,25 @@ class ThreadRouter:
                         channel=channel,
                         thread=thread,
                         answered=claim.answered,
+                        replied=replied,
                     )
         if claim.owner == self.member:
             self._mine.add((channel, thread))
         else:
             self._mine.discard((channel, thread))
         return claim
+
+    async def _replied_in_stream(self, channel: str, thread: str) -> str:
+        """The newest prompt of the thread with its reply in the stream; "" when the
+        stream cannot be read: its prompts then run again, and a reply that went out
+        unchanged is dropped by the hub as a repeat (same ``client_id``)."""
+        if self._replied is None:
+            return ""
+        try:
+            return await self._replied(channel, thread)
+        except ClusterError as exc:
+            log.warning("cluster.replies_not_read", thread=thread, error=str(exc))
+            return ""
 
     def _runnable(
         self, key: ThreadKey, messages: list[InboundMessage], claim: Claim

@@ -247,8 +247,12 @@ class ClusterRuntimeStore:
         publish has the reply in its own outbox only, and may never come back.
         With the marker still before the prompts, the daemon taking the thread
         over runs them again (on the REPL from before the run, :mod:`.scopes`),
-        and its reply goes out with the same ``client_id``: if the first one
-        did reach the broker, the broker keeps that one.
+        and its reply goes out with the same ``client_id``. If the first one
+        did reach the broker, the taking daemon sees it in the stream and
+        moves the marker past its prompts as it takes the thread
+        (:meth:`.Leases.take_over`), so they are not run again: a re-run would
+        be coalesced with any follow-up that came meanwhile into one run, whose
+        reply, under the follow-up's ``client_id``, the broker would keep too.
         """
         await self._inner.finish_run(run_id, result, prompt_ids, prompt_status, reply=reply)
         if prompt_status not in ("done", "failed"):

@@ -47,6 +47,7 @@ from daemon.runtime.ports import (
     RuntimePublisher,
     RuntimeStore,
     mentions,
+    reply_client_id,
 )
 from daemon.runtime.progress import (
     PROGRESS_GRACE,
@@ -155,6 +156,7 @@ __all__ = [
     "model_request",
     "monty_version",
     "progress_observer",
+    "reply_client_id",
     "report_interrupted",
     "run_split",
     "scope_mac",
