@@ -59,8 +59,8 @@ async def test_the_turns_before_the_current_prompt_come_back_in_order(broker: Na
 async def test_the_newest_prompt_with_its_reply_whole_in_the_stream(broker: NatsServer) -> None:
     """What the hub keeps once counts: the nick's reply stored under the reply's
     client_id (a split one by its last chunk). An approval request, another nick's
-    message, a notice under another client_id and a split reply whose last chunk never
-    arrived do not."""
+    message, a notice under another client_id, a split reply whose last chunk never
+    arrived and the answer to a command do not."""
     alice = NatsChannel(broker.url, nick="alice")
     daemon = NatsChannel(broker.url, nick="asyncai", max_text=20)
     nc: Client = await nats.connect(broker.url)
@@ -106,6 +106,12 @@ async def test_the_newest_prompt_with_its_reply_whole_in_the_stream(broker: Nats
             first.text.encode(),
             stream=mapping.stream_name("#ops"),
             headers=headers,
+        )
+        assert await replied(root.thread) == p2.id
+        # a command after p3, answered at once: its answer says nothing of p3
+        status = await alice.publish("#ops", " !status", thread=root.thread)
+        await daemon.publish(
+            "#ops", "idle", thread=root.thread, reply_to=status.id, client_id=reply_id(status.id)
         )
         assert await replied(root.thread) == p2.id
         hub_id = "01JDXK3M2ZP7Q9R8S7T6V5W4X3"  # not an id of this stream: nothing to read

@@ -68,10 +68,13 @@ async def stream_replied(js: JetStreamContext, channel: str, thread: str, nick: 
     A reply counts by what the hub keeps once: the message stored under the
     reply's ``client_id`` (:func:`daemon.runtime.ports.reply_client_id` of the
     prompt in its ``Atirc-Reply-To``), or, for a split text, its last chunk.
-    That is the final reply of a run or the interrupted notice standing for it;
-    an approval request, stored under its own ``client_id``, does not count.
-    A reply answers its run's last prompt and, since a thread's prompts run
-    in order, every prompt of the thread before it.
+    That is the final reply of a run or the notice standing for it (the run
+    interrupted, its prompts refused by a limit or dropped by ``!stop``); an
+    approval request, stored under its own ``client_id``, does not count, nor
+    the answer to a command (``!status``, ...), which is no prompt and says
+    nothing of the prompts before it. A reply answers its run's last prompt
+    and, since a thread's prompts run in order, every prompt of the thread
+    before it.
     """
     epoch = thread[: mapping.EPOCH_CHARS]
     if mapping.sequence_of(epoch, thread) is None:
@@ -83,9 +86,16 @@ async def stream_replied(js: JetStreamContext, channel: str, thread: str, nick: 
             await js.get_last_msg(stream, mapping.message_subject(channel, thread))
         except nats.js.errors.NotFoundError:
             return ""  # nothing in the thread but its root: no reply to wait 5 s for
+        commands: set[str] = set()  # the ids of the thread's commands (before their answers)
         async with aclosing(_thread(js, channel, thread)) as messages:
-            async for _, msg in messages:
-                newest = max(newest, _replied(channel, msg.headers or {}, nick))
+            async for seq, msg in messages:
+                headers = msg.headers or {}
+                text = msg.data.decode("utf-8", "replace")
+                if headers.get(mapping.FROM) != nick and text.lstrip().startswith("!"):
+                    commands.add(mapping.message_id(epoch, seq))
+                prompt = _replied(channel, headers, nick)
+                if prompt not in commands:
+                    newest = max(newest, prompt)
     except (TimeoutError, nats.errors.Error) as exc:
         raise ClusterError(f"cannot read thread {thread} from the stream: {exc}") from exc
     return newest
