@@ -13,7 +13,7 @@ from channels.nats import NatsChannel, mapping
 from daemon.cluster import store as cluster_store
 from daemon.cluster.errors import ClusterError
 from daemon.cluster.history import bounded, stream_history, stream_replied
-from daemon.runtime.ports import reply_client_id
+from daemon.runtime.ports import notice_client_id, reply_client_id
 from daemon.runtime.runs import HistoryTurn
 from daemon.runtime.store import SessionsRuntimeStore
 from sessions.store import Store
@@ -60,7 +60,7 @@ async def test_the_newest_prompt_with_its_reply_whole_in_the_stream(broker: Nats
     """What the hub keeps once counts: the nick's reply stored under the reply's
     client_id (a split one by its last chunk). An approval request, another nick's
     message, a notice under another client_id, a split reply whose last chunk never
-    arrived and the answer to a command do not."""
+    arrived and the answer to a command do not; the notice of a refused reply does."""
     alice = NatsChannel(broker.url, nick="alice")
     daemon = NatsChannel(broker.url, nick="asyncai", max_text=20)
     nc: Client = await nats.connect(broker.url)
@@ -114,6 +114,13 @@ async def test_the_newest_prompt_with_its_reply_whole_in_the_stream(broker: Nats
             "#ops", "idle", thread=root.thread, reply_to=status.id, client_id=reply_id(status.id)
         )
         assert await replied(root.thread) == p2.id
+        # a reply the hub refused after storing its first chunk, and the notice in its place
+        p4 = await alice.publish("#ops", "one more", thread=root.thread)
+        await daemon.publish(
+            "#ops", "refused", thread=root.thread, reply_to=p4.id,
+            client_id=notice_client_id("#ops", p4.id),
+        )  # fmt: skip
+        assert await replied(root.thread) == p4.id
         hub_id = "01JDXK3M2ZP7Q9R8S7T6V5W4X3"  # not an id of this stream: nothing to read
         assert await replied(hub_id) == ""
     finally:

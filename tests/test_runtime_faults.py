@@ -17,9 +17,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from channels.client import Message
-from daemon.runtime.deliver import notice_client_id
 from daemon.runtime.intake import ChunkJoiner, inbound
-from daemon.runtime.ports import PublishRefused, RuntimeOptions, valid_text
+from daemon.runtime.ports import PublishRefused, RuntimeOptions, notice_client_id, valid_text
 from daemon.runtime.runs import RunRequest, RunResult
 from daemon.runtime.scheduler import Runtime
 from daemon.runtime.store import SessionsRuntimeStore

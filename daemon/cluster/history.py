@@ -29,7 +29,7 @@ from nats.js.api import DeliverPolicy
 
 from channels.nats import mapping
 from daemon.cluster.errors import ClusterError
-from daemon.runtime.ports import reply_client_id
+from daemon.runtime.ports import notice_client_id, reply_client_id
 from daemon.runtime.runs import HistoryTurn
 
 __all__ = ["bounded", "stream_history", "stream_replied"]
@@ -69,7 +69,8 @@ async def stream_replied(js: JetStreamContext, channel: str, thread: str, nick: 
     reply's ``client_id`` (:func:`daemon.runtime.ports.reply_client_id` of the
     prompt in its ``Atirc-Reply-To``), or, for a split text, its last chunk.
     That is the final reply of a run or the notice standing for it (the run
-    interrupted, its prompts refused by a limit or dropped by ``!stop``); an
+    interrupted, its prompts refused by a limit or dropped by ``!stop``), or
+    the notice of a reply the hub refused (under its own ``client_id``); an
     approval request, stored under its own ``client_id``, does not count, nor
     the answer to a command (``!status``, ...), which is no prompt and says
     nothing of the prompts before it. A reply answers its run's last prompt
@@ -111,6 +112,8 @@ def _replied(channel: str, headers: dict[str, str], nick: str) -> str:
     head, dot, chunk = stored.rpartition(".")
     if stored == whole or (dot and head == whole and chunk.isdigit()):
         return prompt
+    if stored == mapping.msg_id(nick, notice_client_id(channel, prompt)):
+        return prompt  # the notice that stands for a reply the hub refused
     return ""
 
 

@@ -47,6 +47,7 @@ from daemon.runtime.ports import (
     RuntimePublisher,
     RuntimeStore,
     mentions,
+    notice_client_id,
     reply_client_id,
 )
 from daemon.runtime.progress import (
@@ -155,6 +156,7 @@ __all__ = [
     "mentions",
     "model_request",
     "monty_version",
+    "notice_client_id",
     "progress_observer",
     "reply_client_id",
     "report_interrupted",

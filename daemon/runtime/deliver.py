@@ -21,13 +21,18 @@ outbox: a failure to publish one is only logged.
 from __future__ import annotations
 
 import asyncio
-import uuid
 
 import structlog
 
 from daemon.crashpoints import crash_point
 from daemon.runtime.context import Run, RunContext
-from daemon.runtime.ports import PublishRefused, RuntimePublisher, RuntimeStore, reply_client_id
+from daemon.runtime.ports import (
+    PublishRefused,
+    RuntimePublisher,
+    RuntimeStore,
+    notice_client_id,
+    reply_client_id,
+)
 from daemon.runtime.runs import RunResult
 from sessions.model import PromptStatus
 from sessions.outbox import OutboxReply
@@ -36,7 +41,6 @@ __all__ = [
     "MAX_ERROR_REPLY",
     "deliver",
     "error_reply",
-    "notice_client_id",
     "publish_quietly",
     "publish_reply",
     "publish_unacked",
@@ -55,15 +59,6 @@ def error_reply(error: str | None) -> str:
     if len(text) > MAX_ERROR_REPLY:
         text = text[: MAX_ERROR_REPLY - 1] + "…"
     return text
-
-
-def notice_client_id(channel: str, last_prompt_id: str) -> str:
-    """The ``client_id`` of the notice that replaces a refused reply.
-
-    Not the reply's own: the hub may have stored the first chunks of a split
-    reply before it refused a later one, and would ack the notice with them.
-    """
-    return str(uuid.uuid5(uuid.NAMESPACE_URL, f"asyncai-refused:{channel}/{last_prompt_id}"))
 
 
 async def deliver(context: RunContext, run: Run, result: RunResult) -> None:

@@ -38,6 +38,7 @@ __all__ = [
     "RuntimePublisher",
     "RuntimeStore",
     "mentions",
+    "notice_client_id",
     "reply_client_id",
     "valid_text",
 ]
@@ -291,6 +292,15 @@ def reply_client_id(channel: str, last_prompt_id: str) -> str:
     again instead of storing a second answer.
     """
     return str(uuid.uuid5(uuid.NAMESPACE_URL, f"asyncai-reply:{channel}/{last_prompt_id}"))
+
+
+def notice_client_id(channel: str, last_prompt_id: str) -> str:
+    """The ``client_id`` of the notice that replaces a refused reply.
+
+    Not the reply's own: the hub may have stored the first chunks of a split
+    reply before it refused a later one, and would ack the notice with them.
+    """
+    return str(uuid.uuid5(uuid.NAMESPACE_URL, f"asyncai-refused:{channel}/{last_prompt_id}"))
 
 
 def valid_text(text: str) -> str:
