@@ -320,12 +320,12 @@ def test_the_report_says_where_each_rule_was_reached_and_which_never_were() -> N
     assert "Where the harness's rules" not in report(outcomes[:0], {}, show_held_out=False)
 
 
-def _run_file(path: Path, outcomes: list[Outcome], **config: Any) -> Path:
+def _run_file(path: Path, outcomes: list[Outcome], arm: str = "A", **config: Any) -> Path:
     """A --json file as the bench writes it: held-out rows without their ids."""
     data = {"model": "m", "harness": "auto", "harness_off": None, "harness_on": None}
     data |= {"answer_samples": 1, "examples": "x.toml", "arms": {"A": "server args (none)"}}
     data |= config
-    data["outcomes"] = [o.public(show_held_out=False) | {"arm": "A"} for o in outcomes]
+    data["outcomes"] = [o.public(show_held_out=False) | {"arm": arm} for o in outcomes]
     path.write_text(json.dumps(data))
     return path
 
@@ -393,6 +393,48 @@ def test_scores_joins_the_parts_of_a_standard_run(
     with pytest.raises(SystemExit):
         asyncio.run(bench_run.main(["--scores", str(tmp_path / "missing.json")]))
     assert "missing.json: not a run file" in capsys.readouterr().err
+
+
+def test_scores_joins_the_parts_of_a_b_run_by_their_b_arm(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A B run stopped after seed 0 and asked again from seed 1 is one run of its B arm
+    (``--scores-arm B``): its A rows are left out; parts whose B switched off another
+    rule are refused; the arm alone, without files, is a usage error."""
+    held = [t.id for t in TEMPLATES if t.split == "held-out"]
+
+    def seed(s: int, right: bool) -> list[Outcome]:
+        return [_outcome(tid, "held-out", s, right and k == 0) for k, tid in enumerate(held)]
+
+    b_arm = {"A": "server args (none)", "B": "harness_off=look"}
+
+    def part(name: str, seeds: range, b: dict[str, str] = b_arm) -> Path:
+        path = _run_file(tmp_path / name, [o for s in seeds for o in seed(s, True)], "B", arms=b)
+        data = json.loads(path.read_text())
+        data["outcomes"] += [  # A's rows, every one wrong: not B's
+            o.public(show_held_out=False) | {"arm": "A"} for s in seeds for o in seed(s, False)
+        ]
+        path.write_text(json.dumps(data))
+        return path
+
+    first, rest = part("b0.json", range(1)), part("b12.json", range(1, 3))
+    outcomes, seeds = joined_runs([first, rest], "B")
+    assert seeds == {"code": 3}
+    held_out = scores(outcomes, 3)
+    assert (held_out["right"], held_out["pass^3"]) == (3, 1)
+    assert scores(joined_runs([first, rest])[0], 3)["right"] == 0  # the A arm's rows
+    other = part("other.json", range(1, 3), {"A": "server args (none)", "B": "harness_off=vote"})
+    with pytest.raises(ValueError, match=r"other\.json: not the run of .*b0\.json: its B differ"):
+        joined_runs([first, other], "B")
+
+    from bench.questions import run as bench_run
+
+    argv = ["--scores", str(first), str(rest), "--scores-arm", "B"]
+    assert asyncio.run(bench_run.main(argv)) == 0
+    assert f"| code | held-out | **3/{3 * len(held)} " in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        asyncio.run(bench_run.main(["--scores-arm", "B"]))
+    assert "--scores-arm names the arm of the --scores files" in capsys.readouterr().err
 
 
 def test_list_prints_id_split_shape_and_servers() -> None:

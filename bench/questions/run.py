@@ -576,7 +576,8 @@ def joined_runs(paths: Sequence[Path], arm: str = "A") -> tuple[list[Outcome], d
             data = json.loads(Path(path).read_text())
             rows = [r for r in data["outcomes"] if r.get("arm", "A") == arm]
             config = {key: data.get(key) for key in _SAME_RUN}
-            config["A"] = data.get("arms", {}).get("A")
+            # the arms' configurations: a B run's parts must have switched the same off
+            config |= {label: data.get("arms", {}).get(label) for label in ("A", arm)}
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
             raise ValueError(
                 f"{path}: not a run file of python -m bench.questions ({exc})"
@@ -888,6 +889,13 @@ def _parser() -> argparse.ArgumentParser:
         help="the scores of --json files as one run (a standard run asked in parts, "
         "--first-seed) and exit: pass@1 and pass^3 per mode and split",
     )
+    tools.add_argument(
+        "--scores-arm",
+        choices=("A", "B"),
+        default="A",
+        help="--scores: the arm whose outcomes are joined (default A); B for a B run "
+        "asked in parts (its parts must have the same A and B configurations)",
+    )
     tools.add_argument("--tools", action="store_true", help="list every tool and exit")
     tools.add_argument(
         "--call",
@@ -1032,9 +1040,11 @@ async def main(argv: list[str] | None = None) -> int:
         for line in list_templates():
             say(line)
         return 0
+    if args.scores_arm != "A" and not args.scores:
+        parser.error("--scores-arm names the arm of the --scores files: give those too")
     if args.scores:
         try:
-            outcomes, seeds = joined_runs(args.scores)
+            outcomes, seeds = joined_runs(args.scores, args.scores_arm)
         except ValueError as exc:
             parser.error(str(exc))
         say(report(outcomes, seeds, show_held_out=False))
