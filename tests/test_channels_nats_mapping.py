@@ -136,6 +136,9 @@ def test_a_long_text_is_chunked_like_the_hub_client_does():
     assert [c.client_id for c in chunks][:3] == ["c", "c.1", "c.2"]
     assert [c.more for c in chunks] == [True] * (len(chunks) - 1) + [False]
     assert mapping.chunks("short", "c", 256) == [mapping.Chunk("c", "short", False)]
+    assert [mapping.chunk_base(c.client_id) for c in chunks] == ["c"] * len(chunks)
+    assert mapping.chunk_base("nick:c.12") == "nick:c"
+    assert mapping.chunk_base("c.v2") == "c.v2"  # not a chunk's suffix
 
 
 def test_statuses_from_foreign_subjects_are_ignored():

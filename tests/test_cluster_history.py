@@ -109,7 +109,7 @@ async def test_the_newest_prompt_with_its_reply_whole_in_the_stream(broker: Nats
         )
         assert await replied(root.thread) == p2.id
         # a command after p3, answered at once: its answer says nothing of p3
-        status = await alice.publish("#ops", " !status", thread=root.thread)
+        status = await alice.publish("#ops", " !tools", thread=root.thread)
         await daemon.publish(
             "#ops", "idle", thread=root.thread, reply_to=status.id, client_id=reply_id(status.id)
         )

@@ -67,6 +67,7 @@ __all__ = [
     "Start",
     "channel_filter",
     "check_thread",
+    "chunk_base",
     "chunks",
     "credentials",
     "decode_token",
@@ -255,6 +256,13 @@ class Chunk:
     client_id: str
     text: str
     more: bool
+
+
+def chunk_base(chunk_id: str) -> str:
+    """What :func:`chunks` named a chunk after: ``ID`` for ``ID``, ``ID.1``, ``ID.2``…
+    (a ``Nats-Msg-Id``, ``nick:ID.2``, gives ``nick:ID``)."""
+    head, dot, index = chunk_id.rpartition(".")
+    return head if dot and index.isdigit() else chunk_id
 
 
 def chunks(text: str, client_id: str, max_text: int) -> list[Chunk]:

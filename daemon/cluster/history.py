@@ -32,9 +32,15 @@ from daemon.cluster.errors import ClusterError
 from daemon.runtime.ports import notice_client_id, reply_client_id
 from daemon.runtime.runs import HistoryTurn
 
-__all__ = ["bounded", "stream_history", "stream_replied"]
+__all__ = ["bounded", "is_command", "stream_history", "stream_replied"]
 
 READ_TIMEOUT = 5.0  # seconds for one message of the thread to arrive
+
+
+def is_command(text: str) -> bool:
+    """A command (``!stop``, ``!tools``, ``!approve``, ...), by the cluster's reading: for
+    the daemon holding the thread, never a turn of its history nor a prompt to remember."""
+    return text.lstrip().startswith("!")
 
 
 async def stream_history(
@@ -72,7 +78,7 @@ async def stream_replied(js: JetStreamContext, channel: str, thread: str, nick: 
     interrupted, its prompts refused by a limit or dropped by ``!stop``), or
     the notice of a reply the hub refused (under its own ``client_id``); an
     approval request, stored under its own ``client_id``, does not count, nor
-    the answer to a command (``!status``, ...), which is no prompt and says
+    the answer to a command (``!tools``, ``!reset``), which is no prompt and says
     nothing of the prompts before it. A reply answers its run's last prompt
     and, since a thread's prompts run in order, every prompt of the thread
     before it.
@@ -92,7 +98,7 @@ async def stream_replied(js: JetStreamContext, channel: str, thread: str, nick: 
             async for seq, msg in messages:
                 headers = msg.headers or {}
                 text = msg.data.decode("utf-8", "replace")
-                if headers.get(mapping.FROM) != nick and text.lstrip().startswith("!"):
+                if headers.get(mapping.FROM) != nick and is_command(text):
                     commands.add(mapping.message_id(epoch, seq))
                 prompt = _replied(channel, headers, nick)
                 if prompt not in commands:
@@ -107,14 +113,11 @@ def _replied(channel: str, headers: dict[str, str], nick: str) -> str:
     prompt = headers.get(mapping.REPLY_TO) or ""
     if not prompt or headers.get(mapping.FROM) != nick or headers.get(mapping.MORE) == "1":
         return ""
-    whole = mapping.msg_id(nick, reply_client_id(channel, prompt))
-    stored = headers.get(mapping.MSG_ID) or ""
-    head, dot, chunk = stored.rpartition(".")
-    if stored == whole or (dot and head == whole and chunk.isdigit()):
-        return prompt
-    if stored == mapping.msg_id(nick, notice_client_id(channel, prompt)):
-        return prompt  # the notice that stands for a reply the hub refused
-    return ""
+    answers = {  # the reply's id, and the notice's that stands for a reply the hub refused
+        mapping.msg_id(nick, reply_client_id(channel, prompt)),
+        mapping.msg_id(nick, notice_client_id(channel, prompt)),
+    }
+    return prompt if mapping.chunk_base(headers.get(mapping.MSG_ID) or "") in answers else ""
 
 
 async def _thread(
@@ -156,7 +159,7 @@ def _turns(texts: list[tuple[str, str, bool]], nick: str) -> list[HistoryTurn]:
         if more:
             held[sender] = whole
             continue
-        if sender != nick and whole.lstrip().startswith("!"):
+        if sender != nick and is_command(whole):
             continue
         turns.append(HistoryTurn(role="assistant" if sender == nick else "user", text=whole))
     return turns

@@ -45,6 +45,7 @@ from dataclasses import dataclass
 import structlog
 
 from daemon.cluster.errors import ClusterError
+from daemon.cluster.history import is_command
 from daemon.cluster.leases import Claim, Leases, MutatingRun, PausedEntry
 from daemon.runtime.ports import InboundMessage
 from sessions.model import InterruptedRun, StartedCall
@@ -182,7 +183,7 @@ class ThreadRouter:
         else:
             claim = await self._acquire(message.channel, message.thread)
         if claim is None or claim.owner != self.member:
-            if not message.text.lstrip().startswith("!"):
+            if not is_command(message.text):
                 self._remember(key, message, before if live else None)
             return []
         return self._runnable(key, [*self._release(key), message], claim)
