@@ -24,6 +24,7 @@ from daemon.code_mode.catalog.description import RUN_CODE_SCHEMA
 from daemon.code_mode.errors import SandboxUnavailable
 from daemon.errors import ToolTransportError
 from daemon.logging import configure_logging, reset_logging
+from daemon.model.harness import Switches, active, repair_code
 from daemon.tools import AuditEntry, ThreadKey, ToolCallOutput
 from tests.fakes.executor import FakeToolExecutor
 
@@ -389,6 +390,26 @@ async def test_never_awaited_calls_do_not_run_and_ask_for_await(make_executor, f
     assert shown in out.content
     assert "Add `await`" in out.content
     assert fake.calls == []
+
+
+async def test_a_result_indexed_before_its_await_is_explained_and_the_repair_runs(
+    make_executor, fake
+):
+    """``await f()['k']`` indexes the coroutine in real Monty, as in Python: the note says
+    to await first (not that ``await`` is missing, which the model had written); the
+    harness's await-first repair of the same text runs the call and reads its result."""
+    code = 'n = len(await get_events(kcp="k")["items"])\nn'
+    out = await run(make_executor(fake), code)
+    assert out.is_error
+    assert "'coroutine' object is not subscriptable" in out.content
+    assert "Note: get_events() was read before it was awaited" in out.content
+    assert "(await f(...))['key']" in out.content
+    assert fake.calls == []
+    with active(Switches(trials=frozenset({"await-first"}))):
+        repaired, repairs = repair_code(code, {"get_events", "list_objects"})
+    assert repairs == ["awaited get_events() before reading its result"]
+    out = await run(make_executor(fake), repaired)
+    assert (out.is_error, out.content) == (False, "3")
 
 
 async def test_catalog_function_can_be_held_in_a_variable(make_executor, fake):

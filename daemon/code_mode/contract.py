@@ -107,9 +107,21 @@ def is_unawaited_awaitable(value: Any) -> bool:
     return isinstance(value, str) and _AWAITABLE_REPR.fullmatch(value) is not None
 
 
-def _await_advice(names: Sequence[str]) -> str:
+#: the error of a call's coroutine read as its result: ``await f(x)['k']`` is one, as
+#: Python binds ``[...]``, ``.name`` and a method call tighter than ``await``
+_READ_COROUTINE = re.compile(r"'coroutine' object (?:is not subscriptable|has no attribute)")
+
+
+def _await_advice(names: Sequence[str], error: str = "") -> str:
     calls = ", ".join(f"{n}()" for n in dict.fromkeys(names))
     one = len(set(names)) == 1
+    if _READ_COROUTINE.search(error):
+        return (
+            f"{calls} {'was' if one else 'were'} read before {'it was' if one else 'they were'} "
+            f"awaited, so {'it' if one else 'they'} never ran: `await f(...)['key']` indexes the "
+            "call, not its result. "
+            "Await it first: `x = await f(...)`, then `x['key']`, or `(await f(...))['key']`."
+        )
     return (
         f"{calls} {'was' if one else 'were'} called without `await`, so "
         f"{'it' if one else 'they'} never ran. Add `await`: "
@@ -144,7 +156,7 @@ def render_error(
     parts = [head]
     parts += [f"Hint: {h}" for h in hints]
     if unawaited:
-        parts.append(f"Note: {_await_advice(unawaited)}")
+        parts.append(f"Note: {_await_advice(unawaited, error)}")
     if reset:
         parts.append(RESET_NOTE)
     if prints:

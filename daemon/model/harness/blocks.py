@@ -146,7 +146,7 @@ async def code_blocks(
             )
             state.reply = _reply(state, ls, content, example)
             return
-        mend_call(call, state)
+        mend_call(call, state, functions)
         output = await _run_block(endpoint, state, caller, names, ls, call, response=response)
         await after_block(
             endpoint,
@@ -357,7 +357,7 @@ async def _sample(
     if code is None:
         return None
     call = made_up_call("run_code", {"code": code}, state)
-    mend_call(call, state)
+    mend_call(call, state, functions)
     code = call.arguments.get("code") if call.error is None else None
     if not isinstance(code, str) or not may_rerun(code, ls.mutating):
         return None

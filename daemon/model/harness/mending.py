@@ -8,6 +8,7 @@ Log events (logger ``asyncai.backend``): ``harness.repaired`` (info).
 from __future__ import annotations
 
 import json
+from collections.abc import Collection
 
 import structlog
 
@@ -35,10 +36,11 @@ def text_calls(content: str, names: dict[str, str], state: RunState) -> list[Too
     return calls
 
 
-def mend_call(call: ToolCall, state: RunState) -> None:
+def mend_call(call: ToolCall, state: RunState, tools: Collection[str] = ()) -> None:
     """The harness's repairs of one run_code call, in place: arguments that are not
     valid JSON (rule ``recover-arguments``), then the code (a trailing assignment, a
-    variable named like a helper: :func:`~daemon.model.harness.repair.repair_code`)."""
+    variable named like a helper, a tool's result read before it was awaited, ``tools``
+    being the sandbox's tool functions: :func:`~daemon.model.harness.repair.repair_code`)."""
     if call.name != "run_code":
         return
     fixes: list[str] = []
@@ -52,7 +54,7 @@ def mend_call(call: ToolCall, state: RunState) -> None:
         fixes.append(f"arguments: {how}")
     code = call.arguments.get("code")
     if isinstance(code, str):
-        mended, repairs = repair_code(code)
+        mended, repairs = repair_code(code, tools)
         if repairs:
             call.arguments = {**call.arguments, "code": mended}
             fixes += repairs
