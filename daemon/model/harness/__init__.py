@@ -45,6 +45,8 @@ each piece fixes one observed failure:
 | (trial) a tool's result indexed in the   | :func:`repair_code` awaits the | await-first        |
 | expression that awaits it (await         | call first                     |                    |
 | f(x)['k'] indexes the coroutine)         |                                |                    |
+| (trial) a client library imported for a  | :func:`module_hint`: the       | module-tools       |
+| server's data (import sqlite3)           | functions whose stubs name it  |                    |
 | (trial) a URL the question names that   | :func:`unfetched_url`: the     | unfetched-url      |
 | the code never fetched (another tool's   | fetch, after a failure or a    |                    |
 | data, an example's SQL)                  | good result                    |                    |
@@ -151,7 +153,7 @@ from daemon.model.harness.rules import (
     parse_names,
     reaching,
 )
-from daemon.model.harness.topics import Topic, catalog_topics, topic_hint
+from daemon.model.harness.topics import Topic, catalog_topics, module_hint, topic_hint
 from daemon.model.harness.vote import (
     MAX_VOTE_SAMPLES,
     REREAD,
@@ -209,6 +211,7 @@ __all__ = [
     "may_rerun",
     "mend_call",
     "missing_key",
+    "module_hint",
     "noticing",
     "parse_examples",
     "parse_names",

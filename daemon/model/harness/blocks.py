@@ -53,7 +53,7 @@ from daemon.model.harness.prompts import (
     warm_retry,
 )
 from daemon.model.harness.rules import on
-from daemon.model.harness.topics import Topic, topic_hint
+from daemon.model.harness.topics import Topic, module_hint, topic_hint
 from daemon.model.harness.vote import (
     REREAD,
     VOTE_TEMPERATURE,
@@ -221,6 +221,8 @@ async def after_block(
             fetch = unfetched_url(ls.question, code, functions)
         asked_url = fetched_url(ls.question, code, functions)  # the URL's data it is about
         topic = None if fetch or asked_url or not topics else topic_hint(ls.question, code, topics)
+        # trial module-tools: a client library imported for a server's data
+        topic = (module_hint(text, topics) if failed and topics else None) or topic
         if topic is not None:  # the question is about another function's data: what the
             fetch, start = topic  # called one returned (keys and all) only misleads: no look
         else:
