@@ -597,63 +597,6 @@ async def test_a_good_result_that_never_fetched_the_url_asked_about_is_sent_back
     assert result.reply == "3 pods are failing."
 
 
-@pytest.mark.parametrize("trial", [True, False])
-async def test_a_result_indexed_where_it_is_awaited_runs_with_await_first(code_mode, trial):
-    """Trial await-first in a real run: ``await list_pods(...)[0]`` is mended before it
-    runs (the transcript keeps what ran) and its result answers; off, the snippet fails
-    in Monty on the coroutine and the retry's note says to await the call first."""
-    ex, _ = code_mode
-    snippet = "first = await list_pods(namespace='prod')[0]\nfirst['metadata']['name']"
-    script = [block(snippet), "pod-0." if trial else block(FILTER), "pod-0, pod-4 and pod-8."]
-    params = {"harness_trials": "await-first"} if trial else {}
-    with noticing() as noticed:
-        fake, (result,) = await run_script(ex, script[: 2 if trial else 3], request(), **params)
-    second = fake.requests[1]["messages"][-1]["content"]
-    if trial:
-        assert noticed == set()
-        assert second.startswith("The code returned:\npod-0\n\nAnswer my question")
-        use = result.records[1].message["content"][0]
-        assert use["input"]["code"].startswith("first = (await list_pods(namespace='prod'))[0]")
-        assert result.reply == "pod-0."
-        return
-    assert noticed == {"await-first"}
-    assert "'coroutine' object is not subscriptable" in second
-    assert "list_pods() was read before it was awaited" in second
-
-
-@pytest.mark.parametrize("trial", [True, False])
-async def test_a_client_library_imported_for_a_servers_data_is_pointed_at_its_functions(
-    monty_pool, trial
-):
-    """Trial module-tools in a real run: ``import sqlite3`` fails in Monty; with the
-    trial the retry names the functions whose stubs say SQLite and asks for a block that
-    starts with one; off, the retry has the sandbox's own hint alone."""
-    tools = inner_tools()
-
-    @tools.tool(read_only=True)
-    async def read_query(*, query: str) -> list:
-        """Execute a SELECT query on the SQLite database."""
-        return [{"n": 3}]
-
-    snippet = "import sqlite3\nsqlite3.connect('shop.db').execute('select 1')"
-    script = [block(snippet), block("rows = await read_query(query='select 1')\nrows"), "3."]
-    params = {"harness_trials": "module-tools"} if trial else {}
-    async with code_mode_over(tools, monty_pool) as ex:
-        with noticing() as noticed:
-            fake, (result,) = await run_script(ex, script, request("How many orders?"), **params)
-    retry = fake.requests[1]["messages"][-1]["content"]
-    assert "No module named 'sqlite3'" in retry
-    hint = "Hint: there is no module sqlite3 here. Your functions read_query reach that data"
-    if trial:
-        assert noticed == set()
-        assert hint in retry
-        assert "Write a new ```python block that starts with await read_query(query=...)" in retry
-    else:
-        assert noticed == {"module-tools"}
-        assert hint not in retry
-    assert result.reply == "3."
-
-
 def test_a_paused_run_keeps_its_look() -> None:
     """The look flag is part of the loop's stored position: a run paused and resumed
     after its look does not look again."""

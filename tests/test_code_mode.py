@@ -24,7 +24,6 @@ from daemon.code_mode.catalog.description import RUN_CODE_SCHEMA
 from daemon.code_mode.errors import SandboxUnavailable
 from daemon.errors import ToolTransportError
 from daemon.logging import configure_logging, reset_logging
-from daemon.model.harness import Switches, active, repair_code
 from daemon.tools import AuditEntry, ThreadKey, ToolCallOutput
 from tests.fakes.executor import FakeToolExecutor
 
@@ -392,23 +391,18 @@ async def test_never_awaited_calls_do_not_run_and_ask_for_await(make_executor, f
     assert fake.calls == []
 
 
-async def test_a_result_indexed_before_its_await_is_explained_and_the_repair_runs(
-    make_executor, fake
-):
+async def test_a_result_indexed_before_its_await_is_explained(make_executor, fake):
     """``await f()['k']`` indexes the coroutine in real Monty, as in Python: the note says
-    to await first (not that ``await`` is missing, which the model had written); the
-    harness's await-first repair of the same text runs the call and reads its result."""
-    code = 'n = len(await get_events(kcp="k")["items"])\nn'
-    out = await run(make_executor(fake), code)
+    the call was read before it was awaited (not that ``await`` is missing, which the
+    snippet has), and the form it shows runs the call and reads its result."""
+    out = await run(make_executor(fake), 'n = len(await get_events(kcp="k")["items"])\nn')
     assert out.is_error
     assert "'coroutine' object is not subscriptable" in out.content
     assert "Note: get_events() was read before it was awaited" in out.content
+    assert "called without `await`" not in out.content
     assert "(await f(...))['key']" in out.content
     assert fake.calls == []
-    with active(Switches(trials=frozenset({"await-first"}))):
-        repaired, repairs = repair_code(code, {"get_events", "list_objects"})
-    assert repairs == ["awaited get_events() before reading its result"]
-    out = await run(make_executor(fake), repaired)
+    out = await run(make_executor(fake), 'n = len((await get_events(kcp="k"))["items"])\nn')
     assert (out.is_error, out.content) == (False, "3")
 
 

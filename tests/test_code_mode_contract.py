@@ -417,3 +417,19 @@ def test_audit_times_are_iso_8601_in_utc_to_the_millisecond(whole, ms):
     moment = whole + ms / 1000 + 0.0004
     expected = datetime.fromtimestamp(moment, UTC).isoformat(timespec="milliseconds")
     assert _utc(moment) == expected.replace("+00:00", "Z")
+
+
+def test_a_coroutine_read_as_its_result_gets_the_await_first_note():
+    """A coroutine indexed, or read by attribute, before it was awaited (``await
+    f()['k']`` binds the subscript first): the note says so and shows the parenthesised
+    form; any other error with pending calls keeps the missing-await note."""
+    for error in (
+        "TypeError: 'coroutine' object is not subscriptable",
+        "AttributeError: 'coroutine' object has no attribute 'get'",
+    ):
+        out = render_error(f"Traceback ...\n{error}", unawaited=["f", "g"])
+        note = out.text.splitlines()[2]
+        assert note.startswith("Note: f(), g() were read before they were awaited, so they")
+        assert "(await f(...))['key']" in note
+    out = render_error("Traceback ...\nKeyError: b", unawaited=["f"])
+    assert out.text.splitlines()[2].startswith("Note: f() was called without `await`")

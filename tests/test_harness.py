@@ -15,8 +15,6 @@ from daemon.code_mode.catalog.description import run_code_description
 from daemon.model.harness import (
     HARNESS_RULES,
     WORKED_EXAMPLE,
-    Switches,
-    active,
     answer_instruction,
     assigned_names,
     catalog_signatures,
@@ -254,45 +252,6 @@ def test_variables_named_like_helpers_are_renamed() -> None:
         "best = min(items_, key=lambda x: x['n'])",
     ]
     assert repairs == ["renamed variables that shadowed helpers: items"]
-
-
-@pytest.mark.parametrize(
-    ("code", "fixed"),
-    [
-        ("t = await now(zone='UTC')['time']", "t = (await now(zone='UTC'))['time']"),
-        ("n = len(await pods()['items'])", "n = len((await pods())['items'])"),
-        ("x = await pods()['items'][0]['name']", "x = (await pods())['items'][0]['name']"),
-        ("r = await page(url=u).get('json')", "r = (await page(url=u)).get('json')"),
-        ("b = await page(url=u).body", "b = (await page(url=u)).body"),
-    ],
-)
-def test_a_tool_result_read_in_the_awaiting_expression_is_awaited_first(
-    code: str, fixed: str
-) -> None:
-    """``await f()['k']`` indexes the coroutine (Python binds the subscript, an attribute
-    and a method call tighter than ``await``): with trial await-first on, the await moves
-    onto the tool's call and the chain reads its result."""
-    with active(Switches(trials=frozenset({"await-first"}))):
-        repaired, repairs = repair_code(code, {"now", "pods", "page"})
-    assert repaired.splitlines()[0] == fixed
-    assert repairs[0].startswith("awaited ")
-    assert repairs[0].endswith("() before reading its result")
-
-
-@pytest.mark.parametrize(
-    "code",
-    [
-        "t = await now(zone='UTC')\nt['time']",  # already right
-        "r = await asyncio.gather(now(), pods())\nr",  # the chain's call is not a tool's
-        "r = await local(x)['k']\nr",  # not a tool function: left as written
-        "r = (await now())['time']\nr",
-    ],
-)
-def test_an_await_already_on_the_call_or_on_another_function_is_left(code: str) -> None:
-    """Only a chain whose innermost call is a tool function's moves; code that needs
-    nothing keeps its exact text."""
-    with active(Switches(trials=frozenset({"await-first"}))):
-        assert repair_code(code, {"now", "pods"}) == (code, [])
 
 
 def _tool(name: str, description: str, required: list[str], optional: list[str]) -> ToolDefinition:

@@ -26,7 +26,6 @@ from daemon.model.harness import (
     Switches,
     active,
     acts,
-    catalog_topics,
     closest_examples,
     compact_description,
     echoes_example,
@@ -34,7 +33,6 @@ from daemon.model.harness import (
     key_hint,
     loop_fix,
     mend_call,
-    module_hint,
     noticing,
     quote_result,
     reaching,
@@ -48,12 +46,13 @@ from daemon.model.harness import (
 )
 from daemon.model.harness import blocks as harness_blocks
 from daemon.model.harness.rules import BUILT
+from daemon.model.harness.topics import catalog_topics
 from daemon.model.profile import RunTools
 from daemon.model.records import RunState, user_record
 from daemon.runtime.runs import Prompt, RunRequest
 from daemon.tools import ToolCallOutput, ToolDefinition
 from tests.fakes.look import as_look
-from tests.test_harness_topics import NO_SQLITE, QUESTION, WRONG, sqlite_catalog
+from tests.test_harness_topics import QUESTION, WRONG
 from tests.test_harness_topics import catalog as topics_catalog
 
 STR_AS_DATA = (
@@ -195,8 +194,6 @@ PROBES: dict[str, Callable[[Switches], Any]] = {
 
 # Each trial: what it changes once switched on.
 TRIAL_PROBES: dict[str, Callable[[Switches], Any]] = {
-    "await-first": lambda _: repair_code("t = await now(zone='UTC')['time']", {"now"}),
-    "module-tools": lambda _: module_hint(NO_SQLITE, catalog_topics(sqlite_catalog())),
     "unfetched-url": lambda _: unfetched_url(
         "Total of http://h:1/o.csv?", "r = await read_query(query='select 1')", FETCHERS
     ),

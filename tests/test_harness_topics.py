@@ -10,14 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from daemon.code_mode.catalog.catalog import Catalog
-from daemon.model.harness import (
-    Switches,
-    active,
-    catalog_topics,
-    module_hint,
-    noticing,
-    topic_hint,
-)
+from daemon.model.harness import catalog_topics, topic_hint
 from daemon.model.harness.topics import question_words, words
 from daemon.tools import ToolDefinition
 
@@ -152,39 +145,3 @@ def test_a_tie_shows_both_in_the_catalog_order_fewest_required_first() -> None:
     assert "list_objects or get_logs do, for example: pods = await list_objects(" in tie[0]
     assert " or text = await get_logs(workspace='root:shop', pod='web-1')" in tie[0]
     assert tie[1] == "pods = await list_objects(workspace='root:shop', resource='pods')"
-
-
-def sqlite_catalog() -> Catalog:
-    query = {"query": {"type": "string"}}
-    return Catalog(
-        [
-            _tool("list_workspaces", "List the child workspaces of a workspace.", {}, []),
-            _tool("read_query", "Execute a SELECT query on the SQLite database", query, ["query"]),
-            _tool("list_tables", "List all tables in the SQLite database", {}, []),
-        ]
-    )
-
-
-NO_SQLITE = (
-    'Traceback (most recent call last):\n  File "<python-input-0>", line 1, in <module>\n'
-    "    import sqlite3\nModuleNotFoundError: No module named 'sqlite3'"
-)
-
-
-def test_a_module_the_sandbox_lacks_points_at_the_functions_whose_stubs_name_it() -> None:
-    """sqlite3 → the functions of an SQLite server, the one with the fewest required
-    arguments first (a listing before a query); a module no stub names, or another
-    error, gets nothing."""
-    topics = catalog_topics(sqlite_catalog())
-    with active(Switches(trials=frozenset({"module-tools"}))):
-        hint = module_hint(NO_SQLITE, topics)
-        assert hint == (
-            "Hint: there is no module sqlite3 here. Your functions list_tables, read_query "
-            "reach that data through the server, for example: await list_tables()",
-            "await list_tables()",
-        )
-        assert module_hint(NO_SQLITE.replace("sqlite3", "pytz"), topics) is None
-        assert module_hint("KeyError: 'sqlite'", topics) is None
-    with noticing() as noticed:
-        assert module_hint(NO_SQLITE, topics) is None  # a trial: off by default
-    assert noticed == {"module-tools"}

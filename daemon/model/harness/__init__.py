@@ -42,11 +42,6 @@ each piece fixes one observed failure:
 | a reply that retells the worked example  | :func:`echoes_example`         | echo-check         |
 | one example about orders says nothing of | :func:`closest_examples` of    | examples           |
 | a deployment's own tools                 | ``[model] examples``           |                    |
-| (trial) a tool's result indexed in the   | :func:`repair_code` awaits the | await-first        |
-| expression that awaits it (await         | call first                     |                    |
-| f(x)['k'] indexes the coroutine)         |                                |                    |
-| (trial) a client library imported for a  | :func:`module_hint`: the       | module-tools       |
-| server's data (import sqlite3)           | functions whose stubs name it  |                    |
 | (trial) a URL the question names that   | :func:`unfetched_url`: the     | unfetched-url      |
 | the code never fetched (another tool's   | fetch, after a failure or a    |                    |
 | data, an example's SQL)                  | good result                    |                    |
@@ -153,7 +148,7 @@ from daemon.model.harness.rules import (
     parse_names,
     reaching,
 )
-from daemon.model.harness.topics import Topic, catalog_topics, module_hint, topic_hint
+from daemon.model.harness.topics import Topic, catalog_topics, topic_hint
 from daemon.model.harness.vote import (
     MAX_VOTE_SAMPLES,
     REREAD,
@@ -211,7 +206,6 @@ __all__ = [
     "may_rerun",
     "mend_call",
     "missing_key",
-    "module_hint",
     "noticing",
     "parse_examples",
     "parse_names",

@@ -53,7 +53,7 @@ from daemon.model.harness.prompts import (
     warm_retry,
 )
 from daemon.model.harness.rules import on
-from daemon.model.harness.topics import Topic, module_hint, topic_hint
+from daemon.model.harness.topics import Topic, topic_hint
 from daemon.model.harness.vote import (
     REREAD,
     VOTE_TEMPERATURE,
@@ -146,7 +146,7 @@ async def code_blocks(
             )
             state.reply = _reply(state, ls, content, example)
             return
-        mend_call(call, state, functions)
+        mend_call(call, state)
         output = await _run_block(endpoint, state, caller, names, ls, call, response=response)
         await after_block(
             endpoint,
@@ -221,8 +221,6 @@ async def after_block(
             fetch = unfetched_url(ls.question, code, functions)
         asked_url = fetched_url(ls.question, code, functions)  # the URL's data it is about
         topic = None if fetch or asked_url or not topics else topic_hint(ls.question, code, topics)
-        # trial module-tools: a client library imported for a server's data
-        topic = (module_hint(text, topics) if failed and topics else None) or topic
         if topic is not None:  # the question is about another function's data: what the
             fetch, start = topic  # called one returned (keys and all) only misleads: no look
         else:
@@ -359,7 +357,7 @@ async def _sample(
     if code is None:
         return None
     call = made_up_call("run_code", {"code": code}, state)
-    mend_call(call, state, functions)
+    mend_call(call, state)
     code = call.arguments.get("code") if call.error is None else None
     if not isinstance(code, str) or not may_rerun(code, ls.mutating):
         return None

@@ -8,7 +8,6 @@ Log events (logger ``asyncai.backend``): ``harness.repaired`` (info).
 from __future__ import annotations
 
 import json
-from collections.abc import Collection
 
 import structlog
 
@@ -36,11 +35,10 @@ def text_calls(content: str, names: dict[str, str], state: RunState) -> list[Too
     return calls
 
 
-def mend_call(call: ToolCall, state: RunState, tools: Collection[str] = ()) -> None:
+def mend_call(call: ToolCall, state: RunState) -> None:
     """The harness's repairs of one run_code call, in place: arguments that are not
     valid JSON (rule ``recover-arguments``), then the code (a trailing assignment, a
-    variable named like a helper, a tool's result read before it was awaited, ``tools``
-    being the sandbox's tool functions: :func:`~daemon.model.harness.repair.repair_code`)."""
+    variable named like a helper: :func:`~daemon.model.harness.repair.repair_code`)."""
     if call.name != "run_code":
         return
     fixes: list[str] = []
@@ -54,7 +52,7 @@ def mend_call(call: ToolCall, state: RunState, tools: Collection[str] = ()) -> N
         fixes.append(f"arguments: {how}")
     code = call.arguments.get("code")
     if isinstance(code, str):
-        mended, repairs = repair_code(code, tools)
+        mended, repairs = repair_code(code)
         if repairs:
             call.arguments = {**call.arguments, "code": mended}
             fixes += repairs

@@ -5,12 +5,10 @@ before the snippet runs (:func:`repair_code`; pure, no I/O).
 from __future__ import annotations
 
 import ast
-import copy
-from collections.abc import Collection
 
 from daemon.code_mode.catalog import RESERVED_NAMES
 from daemon.model.harness.peek import top_level_targets
-from daemon.model.harness.rules import acts, on
+from daemon.model.harness.rules import on
 
 __all__ = ["repair_code"]
 
@@ -36,56 +34,12 @@ class _RenameHelpers(ast.NodeTransformer):
         return node
 
 
-class _AwaitFirst(ast.NodeTransformer):
-    """``await f(x)['k']`` → ``(await f(x))['k']``, for ``f`` a tool function.
-
-    Python binds ``[...]``, ``.name`` and a method's call tighter than ``await``, so the
-    first form indexes the coroutine and always fails (``'coroutine' object is not
-    subscriptable``); it never means anything else when ``f`` is async, as every tool
-    function is. The ``await`` moves onto the innermost call of the chain; the chain's
-    other steps read the awaited result. A chain whose innermost call is not a tool
-    function's (``asyncio.gather(...)``, a local def) is left as written.
-    """
-
-    def __init__(self, tools: Collection[str]):
-        self.tools = tools
-        self.moved: list[str] = []
-
-    def visit_Await(self, node: ast.Await) -> ast.AST:
-        self.generic_visit(node)
-        parent: ast.AST = node
-        child = node.value
-        while isinstance(child, ast.Subscript | ast.Attribute | ast.Call):
-            if (
-                isinstance(child, ast.Call)
-                and isinstance(child.func, ast.Name)
-                and child.func.id in self.tools
-            ):
-                break
-            parent, child = child, child.func if isinstance(child, ast.Call) else child.value
-        else:
-            return node
-        if parent is node:
-            return node  # ``await f(x)``: the await is where it belongs
-        assert isinstance(child, ast.Call)
-        assert isinstance(child.func, ast.Name)
-        awaited = ast.copy_location(ast.Await(value=child), child)
-        if isinstance(parent, ast.Call):
-            parent.func = awaited
-        else:
-            assert isinstance(parent, ast.Subscript | ast.Attribute)
-            parent.value = awaited
-        self.moved.append(child.func.id)
-        return node.value
-
-
-def repair_code(code: str, tools: Collection[str] = ()) -> tuple[str, list[str]]:
+def repair_code(code: str) -> tuple[str, list[str]]:
     """Fix what small models predictably get wrong; returns ``(code, repairs)``.
 
     Code that does not parse, or needs no repair, comes back unchanged (so
     the sandbox reports the real error). Each repair is a rule of
-    :data:`~daemon.model.harness.rules.RULES` (or a trial of ``TRIALS``), named beside
-    it, and acts only when on. ``tools`` are the sandbox's tool functions (all async).
+    :data:`~daemon.model.harness.rules.RULES`, named beside it, and acts only when on.
     """
     try:
         tree = ast.parse(code)
@@ -96,12 +50,6 @@ def repair_code(code: str, tools: Collection[str] = ()) -> tuple[str, list[str]]
     if rebound and on("rename-helpers"):
         tree = _RenameHelpers(rebound).visit(tree)
         repairs.append("renamed variables that shadowed helpers: " + ", ".join(sorted(rebound)))
-    first = _AwaitFirst(tools)
-    awaited = first.visit(copy.deepcopy(tree)) if tools else tree
-    if acts("await-first", bool(first.moved)):
-        tree = awaited
-        calls = ", ".join(f"{n}()" for n in dict.fromkeys(first.moved))
-        repairs.append(f"awaited {calls} before reading its result")
     last = tree.body[-1] if tree.body else None
     target = None
     if isinstance(last, ast.Assign) and len(last.targets) == 1:

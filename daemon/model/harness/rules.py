@@ -96,11 +96,6 @@ BUILT: frozenset[str] = frozenset(
 
 #: Mechanisms under measurement: off until ``ASYNCAI_HARNESS_ON`` names them.
 TRIALS: dict[str, str] = {
-    "module-tools": "a snippet that imports a module the sandbox lacks, whose subject the "
-    "catalog's stubs name (sqlite3 and an SQLite server): the retry names those functions "
-    "and starts with one",
-    "await-first": "a tool's call indexed or read in the same expression that awaits it "
-    "(await f(x)['k'], which indexes the coroutine) awaits the call first",
     "unfetched-url": "a URL the question names that the snippet never fetched (neither it "
     "nor its path is in the code): a failed snippet's retry, or a good result's one more "
     "round, is told the call that fetches it",

@@ -33,14 +33,13 @@ from typing import Any
 
 from daemon.code_mode.catalog import Catalog
 from daemon.model.harness.fields import entry_hidden_paths
-from daemon.model.harness.rules import acts, kept
+from daemon.model.harness.rules import kept
 
 __all__ = [
     "MIN_GAIN",
     "URL",
     "Topic",
     "catalog_topics",
-    "module_hint",
     "question_words",
     "topic_hint",
     "words",
@@ -75,8 +74,6 @@ class Topic:
     words: frozenset[str]
     example: str
     required: int
-    #: its stub's lowercase words as written (``SQLite`` is ``sqlite``, not ``lite``)
-    terms: frozenset[str] = frozenset()
 
 
 def _stem(word: str) -> str:
@@ -92,13 +89,6 @@ def words(text: str) -> frozenset[str]:
     """The content words of ``text``, stemmed: camelCase and snake_case split, stop
     words and words under three letters left out."""
     found = (_stem(w) for w in _WORD.findall(text))
-    return frozenset(w for w in found if len(w) >= 3 and w not in _STOP)
-
-
-def terms(text: str) -> frozenset[str]:
-    """The lowercase words of ``text`` as written, stemmed (no camelCase split: a
-    product's name, ``SQLite``, stays one word)."""
-    found = (_stem(w) for w in re.findall(r"[a-z]+", text.lower()))
     return frozenset(w for w in found if len(w) >= 3 and w not in _STOP)
 
 
@@ -128,7 +118,7 @@ def catalog_topics(catalog: Catalog) -> dict[str, Topic]:
         else:  # the call with its required arguments to fill in
             needed = [p.py_name for p in entry.params if p.required]
             example, text = f"await {name}({', '.join(f'{p}=...' for p in needed)})", stub
-        out[name] = Topic(words(text), example, len(entry.required), terms(text))
+        out[name] = Topic(words(text), example, len(entry.required))
     return out
 
 
@@ -201,36 +191,3 @@ def _topic_hint(question: str, code: str, functions: Mapping[str, Topic]) -> tup
         f"{'does' if len(best) == 1 else 'do'}, for example: {' or '.join(calls)}"
     )
     return hint, calls[0]
-
-
-_MISSING_MODULE = re.compile(r"No module named '([\w.]+)'")
-
-
-def module_hint(error: str, functions: Mapping[str, Topic]) -> tuple[str, str] | None:
-    """For a snippet that imported a module the sandbox does not have, where catalog
-    functions' stubs name that module's subject (``sqlite3`` and an SQLite server's
-    functions, ``git`` and a repository's, ``kubernetes`` and a cluster's): the hint
-    that those functions reach its data, and the call a new snippet should start with.
-    None when the error is another, or no stub names it. Trial ``module-tools``.
-
-    A small model reaches for the client library it knows (``import sqlite3``) and,
-    told the sandbox has no such module, imports it again: the hint points it at the
-    functions that do the same through the deployment's servers.
-    """
-    found = _MISSING_MODULE.search(error)
-    named = terms(found.group(1).split(".")[0]) if found else frozenset()
-    ranked = sorted(
-        (topic.required, index, name)
-        for index, (name, topic) in enumerate(functions.items())
-        if named & topic.terms
-    )
-    if not acts("module-tools", bool(ranked)):
-        return None
-    module = found.group(1) if found else ""
-    best = [name for *_, name in ranked[:3]]
-    example = functions[best[0]].example
-    hint = (
-        f"Hint: there is no module {module} here. Your functions {', '.join(best)} reach "
-        f"that data through the server, for example: {example}"
-    )
-    return hint, example
