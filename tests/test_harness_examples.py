@@ -19,7 +19,6 @@ from daemon.model.harness import (
     Example,
     SmallModelProfile,
     Switches,
-    Topic,
     closest_examples,
     echoes_example,
     foreign_calls,
@@ -27,7 +26,7 @@ from daemon.model.harness import (
     render_examples,
 )
 from daemon.model.harness.examples import source_kinds
-from daemon.model.harness.rules import active, noticing
+from daemon.model.harness.rules import active
 from daemon.model.profile import RunTools
 from daemon.tools import ToolDefinition
 
@@ -210,41 +209,3 @@ def test_the_examples_that_name_the_questions_kind_of_source_come_first() -> Non
     assert closest_examples("Which customer spent the most?", REVENUE)[0] == REVENUE[1]
     with active(Switches(off=frozenset({"example-source"}))):
         assert closest_examples(csv, REVENUE) == [REVENUE[0], REVENUE[2]]
-
-
-ORDERS = [
-    Example("How many orders did the shop file list?", "r = await http_get(url='http://h/x')"),
-    Example("Which customers spent the most?", "rows = await read_query(query='select 1')"),
-    Example("What time is it in Lima?", "t = await get_current_time(timezone='America/Lima')"),
-]
-ORDER_TOPICS = {
-    "http_get": Topic(frozenset({"url", "fetch", "page"}), "await http_get(url=...)", 1),
-    "read_query": Topic(frozenset({"database", "table", "query", "select"}), "", 1),
-}
-
-
-def test_with_trial_example_topic_the_examples_calling_the_questions_function_come_first():
-    """Trial example-topic: the function whose stub covers the most of the question's
-    words (at least two) is read_query; the example that calls it comes first although
-    another shares more words, and the rest follow in their order. Off (the default),
-    the words decide; with no function covering two words, or no example calling one,
-    nothing moves and nothing is noticed."""
-    question = "How many orders are in the shop database table?"
-    assert closest_examples(question, ORDERS, topics=ORDER_TOPICS) == [ORDERS[0]]
-    with active(Switches(trials=frozenset({"example-topic"}))):
-        assert closest_examples(question, ORDERS, topics=ORDER_TOPICS) == [ORDERS[1], ORDERS[0]]
-        assert closest_examples(question, ORDERS, k=1, topics=ORDER_TOPICS) == [ORDERS[1]]
-        # one word of read_query's: not enough to say what the question is about
-        assert closest_examples(
-            "How many orders in the shop database?", ORDERS, topics=ORDER_TOPICS
-        ) == [ORDERS[0]]
-        # no example calls the function the question is about
-        assert closest_examples(question, [ORDERS[0], ORDERS[2]], topics=ORDER_TOPICS) == [
-            ORDERS[0]
-        ]
-    with noticing() as noticed:
-        closest_examples("How many orders in the shop database?", ORDERS, topics=ORDER_TOPICS)
-    assert noticed == set()
-    with noticing() as noticed:
-        closest_examples(question, ORDERS, topics=ORDER_TOPICS)
-    assert noticed == {"example-topic"}

@@ -52,7 +52,6 @@ from daemon.model.records import RunState, user_record
 from daemon.runtime.runs import Prompt, RunRequest
 from daemon.tools import ToolCallOutput, ToolDefinition
 from tests.fakes.look import as_look
-from tests.test_harness_examples import ORDER_TOPICS, ORDERS
 from tests.test_harness_topics import QUESTION, WRONG
 from tests.test_harness_topics import catalog as topics_catalog
 
@@ -195,9 +194,6 @@ PROBES: dict[str, Callable[[Switches], Any]] = {
 
 # Each trial: what it changes once switched on.
 TRIAL_PROBES: dict[str, Callable[[Switches], Any]] = {
-    "example-topic": lambda _: closest_examples(
-        "How many orders are in the shop database table?", ORDERS, topics=ORDER_TOPICS
-    ),
     "unfetched-url": lambda _: unfetched_url(
         "Total of http://h:1/o.csv?", "r = await read_query(query='select 1')", FETCHERS
     ),

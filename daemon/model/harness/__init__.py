@@ -42,9 +42,6 @@ each piece fixes one observed failure:
 | a reply that retells the worked example  | :func:`echoes_example`         | echo-check         |
 | one example about orders says nothing of | :func:`closest_examples` of    | examples           |
 | a deployment's own tools                 | ``[model] examples``           |                    |
-| (trial) an example that shares words but | :func:`closest_examples`:      | example-topic      |
-| calls another server's function          | those that call its function   |                    |
-|                                          | first                          |                    |
 | (trial) a URL the question names that   | :func:`unfetched_url`: the     | unfetched-url      |
 | the code never fetched (another tool's   | fetch, after a failure or a    |                    |
 | data, an example's SQL)                  | good result                    |                    |

@@ -37,11 +37,11 @@ import math
 import re
 import tomllib
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from daemon.model.harness.rules import acts
-from daemon.model.harness.topics import MIN_GAIN, URL, Topic, question_words
+from daemon.model.harness.topics import URL, question_words
 
 __all__ = [
     "CHOSEN_EXAMPLES",
@@ -138,10 +138,7 @@ def foreign_calls(code: str, functions: Iterable[str]) -> list[str]:
 
 
 def closest_examples(
-    question: str,
-    examples: Sequence[Example],
-    k: int = CHOSEN_EXAMPLES,
-    topics: Mapping[str, Topic] | None = None,
+    question: str, examples: Sequence[Example], k: int = CHOSEN_EXAMPLES
 ) -> list[Example]:
     """The ``k`` examples whose questions share the most (and rarest) words with
     ``question``, closest first, in file order on a tie; the first example when none
@@ -152,9 +149,6 @@ def closest_examples(
     neither: :func:`source_kinds`) come first. A small model copies the example
     it is shown; shown a SQL example for a question about a CSV file at a URL
     (the words of both were about revenue), it answered with the SQL.
-
-    Trial ``example-topic`` (with ``topics``, the catalog's): the examples whose code
-    calls a function the question is about come before all others (:func:`_calling_first`).
     """
     if not examples:
         return []
@@ -172,51 +166,8 @@ def closest_examples(
     kinds = source_kinds(question)
     same_first = sorted(scored, key=lambda s: (source_kinds(examples[s[1]].question) != kinds, s))
     by_source = [examples[i] for _, i in same_first[:k]]
-    source_first = acts("example-source", by_source != by_words)
-    chosen = by_source if source_first else by_words
-    if topics:
-        ranked = [examples[i] for _, i in (same_first if source_first else sorted(scored))]
-        ranked += [e for e in examples if e not in ranked]
-        by_tool = _calling_first(asked, ranked, topics)
-        if acts("example-topic", by_tool is not None and by_tool[:k] != chosen):
-            assert by_tool is not None
-            chosen = by_tool[:k]
+    chosen = by_source if acts("example-source", by_source != by_words) else by_words
     return chosen or [examples[0]]
-
-
-def _calling_first(
-    asked: frozenset[str], ranked: list[Example], topics: Mapping[str, Topic]
-) -> list[Example] | None:
-    """Trial ``example-topic``: ``ranked`` with the examples whose code calls a function the
-    question is about first (the catalog functions whose stubs cover the most of its
-    words, at least :data:`~daemon.model.harness.topics.MIN_GAIN`), each part in its
-    order; None when no function covers that many or no example calls one.
-
-    A small model copies the example's calls: shown a solved question that shares the
-    question's words but reads another server's data, it reads that server.
-    """
-    cover = {name: len(asked & topic.words) for name, topic in topics.items()}
-    most = max(cover.values(), default=0)
-    if most < MIN_GAIN:
-        return None
-    about = {name for name, n in cover.items() if n == most}
-    calling = [e for e in ranked if about & _called(e.code)]
-    if not calling:
-        return None
-    return [*calling, *(e for e in ranked if e not in calling)]
-
-
-def _called(code: str) -> set[str]:
-    """The bare names ``code`` calls (none when it does not parse)."""
-    try:
-        tree = ast.parse(code)
-    except (SyntaxError, ValueError, MemoryError, RecursionError):
-        return set()
-    return {
-        node.func.id
-        for node in ast.walk(tree)
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
-    }
 
 
 _PATH = re.compile(r"(?<![\w.~-])/(?:[\w.-]+/)+[\w.-]*")

@@ -207,7 +207,7 @@ class CodeBlockTurns:
         if not self.examples:
             return []
         with self._switched():
-            return closest_examples(question, self.examples, topics=self.topics)
+            return closest_examples(question, self.examples)
 
     @contextmanager
     def _switched(self) -> Iterator[None]:

@@ -96,8 +96,6 @@ BUILT: frozenset[str] = frozenset(
 
 #: Mechanisms under measurement: off until ``ASYNCAI_HARNESS_ON`` names them.
 TRIALS: dict[str, str] = {
-    "example-topic": "the solved examples shown first are those whose code calls a function "
-    "the question is about (the catalog stubs that cover the most of its words)",
     "unfetched-url": "a URL the question names that the snippet never fetched (neither it "
     "nor its path is in the code): a failed snippet's retry, or a good result's one more "
     "round, is told the call that fetches it",
