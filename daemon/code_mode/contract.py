@@ -114,17 +114,15 @@ _READ_COROUTINE = re.compile(r"'coroutine' object (?:is not subscriptable|has no
 
 def _await_advice(names: Sequence[str], error: str = "") -> str:
     calls = ", ".join(f"{n}()" for n in dict.fromkeys(names))
-    one = len(set(names)) == 1
+    was, it = ("was", "it") if len(set(names)) == 1 else ("were", "they")
     if _READ_COROUTINE.search(error):
         return (
-            f"{calls} {'was' if one else 'were'} read before {'it was' if one else 'they were'} "
-            f"awaited, so {'it' if one else 'they'} never ran: `await f(...)['key']` indexes the "
-            "call, not its result. "
+            f"{calls} {was} read before {it} {was} awaited, so {it} never ran: "
+            "`await f(...)['key']` indexes the call, not its result. "
             "Await it first: `x = await f(...)`, then `x['key']`, or `(await f(...))['key']`."
         )
     return (
-        f"{calls} {'was' if one else 'were'} called without `await`, so "
-        f"{'it' if one else 'they'} never ran. Add `await`: "
+        f"{calls} {was} called without `await`, so {it} never ran. Add `await`: "
         "`x = await f(...)`, or `await asyncio.gather(f(...), g(...))` for several calls."
     )
 
