@@ -774,3 +774,40 @@ async def test_a_rule_a_run_never_reached_changes_nothing_switched_off(monty_poo
     # a reached rule switched off changes the run: without the look, no variables shown
     changed, _, _ = await asked(script, "look")
     assert changed.requests[1] != all_on.requests[1]
+
+
+@pytest.mark.parametrize(
+    ("snippet", "hint"),
+    [
+        # a server that reports a failure as text: the call is ok, the text indexed
+        (
+            "rows = await run_query(sql='select bad')\n[r['id'] for r in rows]",
+            "Hint: run_query() returned only this text, not data: 'Database error: no such "
+            "column: bad'.",
+        ),
+        ("d = datetime.date(2024, 1, 2)\nd", "Hint: datetime is a module that was never imported"),
+        ("m = re.search('z+', 'abc')\nm.group(0)", "Hint: a re.search or re.match found no match"),
+    ],
+)
+@pytest.mark.parametrize("trial", [True, False])
+async def test_a_retry_says_what_a_misread_error_means(monty_pool, snippet, hint, trial):
+    """Trials text-result, module-import and no-match over a real Monty worker (its
+    error texts): the retry carries the note after the error; off, it does not, and the
+    trial is noticed."""
+    tools = inner_tools()
+
+    @tools.tool(read_only=True)
+    async def run_query(*, sql: str) -> str:
+        """Run a query."""
+        return "Database error: no such column: bad"
+
+    params = {"harness_trials": "text-result,module-import,no-match"} if trial else {}
+    script = [block(snippet), block("3"), "3."]
+    async with code_mode_over(tools, monty_pool) as ex:
+        with noticing() as noticed:
+            fake, (result,) = await run_script(ex, script, request("How many?"), **params)
+    retry = fake.requests[1]["messages"][-1]["content"]
+    assert retry.startswith("Your last attempt failed:\nTraceback")
+    assert (hint in retry) is trial
+    assert bool(noticed) is not trial
+    assert result.reply == "3."
