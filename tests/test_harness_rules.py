@@ -13,7 +13,6 @@ from typing import Any, cast
 
 import pytest
 
-from daemon.code_mode.sandbox import SANDBOX_MODULES
 from daemon.config import ModelConfig
 from daemon.errors import ConfigError
 from daemon.model.calls import ToolCall
@@ -46,7 +45,6 @@ from daemon.model.harness import (
     warm_retry,
 )
 from daemon.model.harness import blocks as harness_blocks
-from daemon.model.harness.notes import module_note, no_match_note, text_result_note
 from daemon.model.harness.rules import BUILT
 from daemon.model.harness.topics import catalog_topics
 from daemon.model.profile import RunTools
@@ -196,18 +194,6 @@ PROBES: dict[str, Callable[[Switches], Any]] = {
 
 # Each trial: what it changes once switched on.
 TRIAL_PROBES: dict[str, Callable[[Switches], Any]] = {
-    "text-result": lambda _: text_result_note(
-        "r = await read_query(query='q')\nr[0]",
-        STR_AS_DATA,
-        as_look("r == 'Error: q'"),
-        {"read_query"},
-    ),
-    "module-import": lambda _: module_note(
-        "math.pi", "NameError: name 'math' is not defined", SANDBOX_MODULES
-    ),
-    "no-match": lambda _: no_match_note(
-        "AttributeError: 'NoneType' object has no attribute 'group'"
-    ),
     "unfetched-url": lambda _: unfetched_url(
         "Total of http://h:1/o.csv?", "r = await read_query(query='select 1')", FETCHERS
     ),

@@ -21,7 +21,6 @@ from types import SimpleNamespace
 from typing import Any
 
 from daemon.code_mode.catalog import NO_OUTPUT, RESERVED_NAMES, SEARCH_HELPERS
-from daemon.code_mode.sandbox import SANDBOX_MODULES
 from daemon.errors import ToolTransportError
 from daemon.model.calls import ToolCall, made_up_call, parse_calls
 from daemon.model.conversation import LoopState, Paused
@@ -42,7 +41,6 @@ from daemon.model.harness.keys import key_hint, missing_key
 from daemon.model.harness.look import Look, read_look
 from daemon.model.harness.loopfix import loop_fix
 from daemon.model.harness.mending import mend_call, text_calls
-from daemon.model.harness.notes import retry_notes
 from daemon.model.harness.parsing import code_message, extract_code
 from daemon.model.harness.peek import assigned_names, peek_code, read_names
 from daemon.model.harness.prompts import (
@@ -255,9 +253,6 @@ async def after_block(
     ls.looked = ls.looked or look is not None  # shown with the retry
     # where a missing key really is
     located = key_hint(text, look) if failed else None
-    if retry and isinstance(code, str):  # trials text-result, module-import, no-match
-        notes = retry_notes(code, text, look, functions, SANDBOX_MODULES)
-        located = "\n".join([located, *notes] if located else notes) or None
     voting = vote_samples(ls.samples) > 1
     if not (failed or ls.voted) and isinstance(code, str) and voting:
         ls.voted = True

@@ -99,13 +99,6 @@ TRIALS: dict[str, str] = {
     "unfetched-url": "a URL the question names that the snippet never fetched (neither it "
     "nor its path is in the code): a failed snippet's retry, or a good result's one more "
     "round, is told the call that fetches it",
-    "text-result": "a failed snippet that read a function's short text result as data "
-    "(string indices): the retry quotes the text as the function's whole reply (a server "
-    "that reports a failure as text)",
-    "module-import": "a NameError for a module the sandbox has that the snippet never "
-    "imported: the retry says to import it",
-    "no-match": "a match object used where a regular expression matched nothing (None has "
-    "no .group): the retry says the pattern does not fit the text and how to skip a miss",
 }
 
 
