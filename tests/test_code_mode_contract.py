@@ -433,3 +433,7 @@ def test_a_coroutine_read_as_its_result_gets_the_await_first_note():
         assert "(await f(...))['key']" in note
     out = render_error("Traceback ...\nKeyError: b", unawaited=["f"])
     assert out.text.splitlines()[2].startswith("Note: f() was called without `await`")
+    # a source line of the traceback that quotes the message is not the exception
+    quoted = "Traceback ...\n    x = \"'coroutine' object is not subscriptable\"\nKeyError: b"
+    note = render_error(quoted, unawaited=["f"]).text.splitlines()[3]
+    assert note.startswith("Note: f() was called without `await`")

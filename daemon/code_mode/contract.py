@@ -115,7 +115,9 @@ _READ_COROUTINE = re.compile(r"'coroutine' object (?:is not subscriptable|has no
 def _await_advice(names: Sequence[str], error: str = "") -> str:
     calls = ", ".join(f"{n}()" for n in dict.fromkeys(names))
     was, it = ("was", "it") if len(set(names)) == 1 else ("were", "they")
-    if _READ_COROUTINE.search(error):
+    # the exception's lines only: a traceback's source lines are indented, and one that
+    # quotes this message is no coroutine read as its result
+    if any(_READ_COROUTINE.search(ln) for ln in error.splitlines() if ln[:1].strip()):
         return (
             f"{calls} {was} read before {it} {was} awaited, so {it} never ran: "
             "`await f(...)['key']` indexes the call, not its result. "
