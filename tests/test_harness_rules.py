@@ -26,6 +26,7 @@ from daemon.model.harness import (
     Switches,
     active,
     acts,
+    catalog_topics,
     closest_examples,
     compact_description,
     echoes_example,
@@ -46,7 +47,6 @@ from daemon.model.harness import (
 )
 from daemon.model.harness import blocks as harness_blocks
 from daemon.model.harness.rules import BUILT
-from daemon.model.harness.topics import catalog_topics
 from daemon.model.profile import RunTools
 from daemon.model.records import RunState, user_record
 from daemon.runtime.runs import Prompt, RunRequest

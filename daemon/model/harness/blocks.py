@@ -256,7 +256,7 @@ async def after_block(
     voting = vote_samples(ls.samples) > 1
     if not (failed or ls.voted) and isinstance(code, str) and voting:
         ls.voted = True
-        code, text = await _vote(endpoint, state, caller, ls, code, text, functions=functions)
+        code, text = await _vote(endpoint, state, caller, ls, code, text)
         ls.last_result = text
         ran = {"role": "assistant", "content": code_message(code)}
     if retry:
@@ -296,8 +296,6 @@ async def _vote(
     ls: LoopState,
     code: str,
     text: str,
-    *,
-    functions: dict[str, Signature],
 ) -> tuple[str, str]:
     """Self-consistency (:mod:`daemon.model.harness.vote`): for a short answer, draw
     another snippet warmer from the same question and run it; when the two
@@ -317,7 +315,7 @@ async def _vote(
         if len(samples) == 2 and samples[0][2] == samples[1][2]:
             break
         drawn += 1
-        sample = await _sample(endpoint, state, caller, ls, functions, drawn)
+        sample = await _sample(endpoint, state, caller, ls, drawn)
         if sample is not None:
             samples.append(sample)
     state.metrics.vote_samples += drawn - 1
@@ -330,7 +328,6 @@ async def _sample(
     state: RunState,
     caller: ToolExecutor,
     ls: LoopState,
-    functions: dict[str, Signature],
     draw: int,
 ) -> tuple[str, str, str | None] | None:
     """One more snippet for the question (the ``draw``-th, the first snippet being 1),
