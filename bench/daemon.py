@@ -44,6 +44,9 @@ and this process). Found on 2 cores (2026-11-30): the relay spends 2.2-3 ms
 of CPU per prompt, this process 3-5 ms, so the relay's own burst p99 is
 360-600 ms and the echo's about 100 ms: a burst p99 of 20 ms is out of reach
 here with these libraries (it needs about 0.2 ms of CPU a prompt in all).
+A third floor, the durable relay, is the relay whose one transaction is the
+daemon's (the same ten statements on the store's schema): how much of the
+daemon's excess the durable record alone is, with none of its Python around it.
 
 Issue 31 judges the daemon against the relay at every load: each load runs in
 ``PAIRS`` (3) interleaved daemon/relay pairs (the sequential prompts by turns,
@@ -98,9 +101,10 @@ WARM_UP = 10
 HUB_RATE = 10_000  # frames/s and burst per connection (the hub's default: 50/s, bursts of 200)
 WAIT = 60.0  # bound on one burst (a stuck daemon fails the benchmark, never hangs it)
 PROMPT = re.compile(r"bench prompt (\d+)")
-FLOORS = {"floor": "#floor", "echo": "#echo"}  # the relay's and the echo's channels
+# the channels of the relay, the echo and the relay with the daemon's transaction
+FLOORS = {"floor": "#floor", "echo": "#echo", "durable": "#durable"}
 WHO = ("daemon", *FLOORS)
-FIRST = {"daemon": 0, "floor": 100_000, "echo": 200_000}  # where their prompt numbers start
+FIRST = {"daemon": 0, "floor": 100_000, "echo": 200_000, "durable": 300_000}  # prompt numbers
 
 CONFIG = """
 [model]
@@ -373,7 +377,8 @@ def floor_row(
     cpu: dict[str, float],
 ) -> str:
     """A row of the floors' table: the relay's and the echo's overhead and CPU per prompt,
-    and the daemon's over the relay's (``samples`` and ``cpu`` by who)."""
+    the durable relay's CPU per prompt over the relay's, and the daemon's over the relay's
+    (``samples`` and ``cpu`` by who)."""
     over = {who: overhead(taken, model) for who, taken in samples.items()}
     per = {who: cpu[who] / len(samples[who]) for who in samples}
 
@@ -385,6 +390,8 @@ def floor_row(
         f"| {name} (n={len(samples['floor'])}) | **{p50_p99(floor)}** "
         f"| {per_prompt(cpu['floor'], len(samples['floor']))} | {p50_p99(over['echo'])} "
         f"| {per_prompt(cpu['echo'], len(samples['echo']))} "
+        f"| {per_prompt(cpu['durable'], len(samples['durable']))} "
+        f"({ratio(per['durable'], per['floor'])}) "
         f"| {ratio(statistics.median(ours), statistics.median(floor))}, "
         f"{ratio(percentile(ours, 99), percentile(floor, 99))}, "
         f"{ratio(per['daemon'], per['floor'])} |"
@@ -497,19 +504,21 @@ async def main(
         "\nThe floor, the same loads interleaved with the daemon's: a do-nothing relay in "
         "its own process (bench/relay.py: websockets in, one AsyncOpenAI post, one aiosqlite "
         "transaction, the reply out; every prompt at once, no run slots), and an echo "
-        "(websockets in, the prompt's text out: the hub and this process alone)\n"
+        "(websockets in, the prompt's text out: the hub and this process alone); the durable "
+        "relay is the relay with the daemon's transaction in place of its one row\n"
     )
     print(
         "| load | relay overhead p50 / p99 | relay CPU per prompt | echo p50 / p99 "
-        "| echo CPU per prompt | daemon/relay: overhead p50, p99, CPU |\n"
-        "|---|---|---|---|---|---|"
+        "| echo CPU per prompt | durable relay CPU per prompt (/relay) "
+        "| daemon/relay: overhead p50, p99, CPU |\n"
+        "|---|---|---|---|---|---|---|"
     )
     for key, name, _ in loads:
         by_who = {who: taken[who, key] for who in WHO}
         print(floor_row(name, by_who, model.seconds, {who: cpu[who, key] for who in WHO}))
-    cpu_ratio, p99_ratio = worst_ratios(
-        [key for key, _, _ in loads], pair_taken, pair_cpu, model.seconds
-    )
+    keys = [key for key, _, _ in loads]
+    cpu_ratio, p99_ratio = worst_ratios(keys, pair_taken, pair_cpu, model.seconds)
+    durable_cpu, durable_p99 = worst_ratios(keys, pair_taken, pair_cpu, model.seconds, "durable")
     print(
         "\nThis process (the hub, the model and the people) at the same time, ms CPU per "
         "prompt: "
@@ -518,6 +527,10 @@ async def main(
             for key, name, n in loads
         )
         + "."
+    )
+    print(
+        f"\nThe relay with the daemon's transaction (durable) over the relay, the worst load: "
+        f"cpu per prompt {durable_cpu:.2f}x, p99 {durable_p99:.2f}x."
     )
     # issue 31: the worst load's median over the interleaved pairs, for a script to read
     print(f"\ncpu per prompt vs relay: {cpu_ratio:.2f}x")
@@ -529,17 +542,18 @@ def worst_ratios(
     taken: dict[tuple[str, str, int], list[Sample]],
     cpu: dict[tuple[str, str, int], float],
     model: dict[int, float],
+    who: str = "daemon",
 ) -> tuple[float, float]:
-    """The daemon over the relay, per load: the median over its pairs of the CPU per
-    prompt's ratio and of the overhead p99's ratio; the worst load's of each."""
+    """The daemon (or ``who``) over the relay, per load: the median over its pairs of the
+    CPU per prompt's ratio and of the overhead p99's ratio; the worst load's of each."""
     cpu_worst = p99_worst = 0.0
     for key in keys:
         cpu_ratios, p99_ratios = [], []
         for pair in range(PAIRS):
-            ours, floor = taken.get(("daemon", key, pair)), taken.get(("floor", key, pair))
+            ours, floor = taken.get((who, key, pair)), taken.get(("floor", key, pair))
             if not ours or not floor:
                 continue
-            per_ours = cpu["daemon", key, pair] / len(ours)
+            per_ours = cpu[who, key, pair] / len(ours)
             per_floor = cpu["floor", key, pair] / len(floor)
             if per_floor > 0:
                 cpu_ratios.append(per_ours / per_floor)
