@@ -16,7 +16,7 @@ May import: aiosqlite and the standard library; nothing of ``daemon``,
 from .approvals import Approvals, NewApproval, StoredApproval
 from .audit import AuditLog
 from .connection import DEFAULT_DB_PATH
-from .cursors import Cursors
+from .cursors import Cursors, commands_row
 from .errors import (
     MigrationError,
     RuleLookupError,
@@ -126,6 +126,7 @@ __all__ = [
     "approvals_report",
     "audit_csv_lines",
     "audit_report",
+    "commands_row",
     "envelope",
     "iso_utc",
     "jsonl_lines",

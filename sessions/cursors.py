@@ -4,7 +4,10 @@ The daemon reads from a channel's cursor at start, so a restart misses no
 message and takes none twice (stored prompts are idempotent by id). Two rows
 are not channels: :data:`FIRST_START`, the cursor of the daemon's first start
 (read for a channel without a cursor of its own), and :data:`CURSOR_SPACE`,
-whose ids the cursors are (a hub's or NATS's). A prompt's record moves its
+whose ids the cursors are (a hub's or NATS's). A channel may have a second row,
+:func:`commands_row`: the newest command (``!stop``, ``!reset``, a decision) handled
+while its cursor could not move that far, so a restart that reads the command
+again does not run it twice. A prompt's record moves its
 channel's cursor in the prompt's own transaction (``writer``), through
 :func:`move_cursor`.
 """
@@ -16,12 +19,18 @@ import sqlite3
 from .connection import Connection, scalar
 from .ids import now_iso
 
-__all__ = ["CURSOR_SPACE", "FIRST_START", "Cursors", "move_cursor"]
+__all__ = ["CURSOR_SPACE", "FIRST_START", "Cursors", "commands_row", "move_cursor"]
 
 FIRST_START = "*"
 """The ``cursors`` row of the daemon's first start (no channel name is ``*``)."""
 CURSOR_SPACE = "@"
 """The ``cursors`` row naming whose ids the channel cursors are (``hub``, ``nats``)."""
+
+
+def commands_row(channel: str) -> str:
+    """The ``cursors`` row of the newest command handled on ``channel`` (no channel name
+    starts with ``!``); dropped with the channel cursors when their id space changes."""
+    return f"!{channel}"
 
 
 def move_cursor(conn: sqlite3.Connection, channel: str, message_id: str) -> bool:

@@ -135,6 +135,10 @@ class ClusterRuntimeStore:
         """The local cursor."""
         await self._inner.advance_cursor(channel, message_id)
 
+    async def command_replayed(self, channel: str, message_id: str) -> bool:
+        """The local mark of commands handled."""
+        return await self._inner.command_replayed(channel, message_id)
+
     async def pass_over(self, channel: str, message_id: str) -> None:
         """The local cursor, written soon."""
         await self._inner.pass_over(channel, message_id)

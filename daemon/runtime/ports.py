@@ -160,7 +160,12 @@ class RuntimeStore(Protocol):
         ...
 
     async def advance_cursor(self, channel: str, message_id: str) -> None:
-        """Remember that every message up to ``message_id`` was handled."""
+        """Remember that every message up to ``message_id`` was handled (a command)."""
+        ...
+
+    async def command_replayed(self, channel: str, message_id: str) -> bool:
+        """Whether the command ``message_id`` was handled already: read again after a
+        restart because the channel's cursor had stayed behind it."""
         ...
 
     async def pass_over(self, channel: str, message_id: str) -> None:

@@ -64,6 +64,7 @@ from collections.abc import Callable, Iterable
 
 import structlog
 
+from daemon.approvals.commands import parse_decision
 from daemon.crashpoints import crash_point
 from daemon.runtime.commands import (
     RESET_COMMAND,
@@ -167,6 +168,18 @@ class Runtime:
             )
             await self._ctx.store.pass_over(message.channel, message.id)
             return False
+        if self._is_command(message.text) and await self._ctx.store.command_replayed(
+            message.channel, message.id
+        ):
+            # read again after a restart (the cursor had stayed behind it): done already
+            log.info(
+                "runtime.command_replayed",
+                channel=message.channel,
+                thread=message.thread,
+                message_id=message.id,
+            )
+            await self._ctx.store.pass_over(message.channel, message.id)
+            return False
         if self._approvals is not None and await self._approvals.handle(message):
             await self._ctx.store.advance_cursor(message.channel, message.id)
             return False
@@ -194,6 +207,12 @@ class Runtime:
             return False  # a replay of something answered or already scheduled
         self._enqueue(message)
         return True
+
+    def _is_command(self, text: str) -> bool:
+        """Whether ``text`` is a command this runtime acts on rather than a prompt."""
+        if text.strip() in (RESET_COMMAND, STOP_COMMAND, TOOLS_COMMAND):
+            return True
+        return self._approvals is not None and parse_decision(text) is not None
 
     async def _addressed(self, message: InboundMessage, nick: str) -> bool:
         """Outside shared channels everything is; inside, mentions and known threads."""

@@ -17,6 +17,7 @@ from daemon.runtime.ports import InboundMessage, RecordOutcome
 from daemon.runtime.runs import HistoryTurn, RunResult
 from daemon.runtime.scopes import SignedScopeStore
 from daemon.tools import ThreadKey
+from sessions import commands_row
 from sessions.errors import ThreadLookupError
 from sessions.ids import now_iso
 from sessions.model import InterruptedRun, PromptStatus
@@ -70,6 +71,7 @@ class SessionsRuntimeStore:
         self._timer: asyncio.TimerHandle | None = None
         self._flush: asyncio.Task[None] | None = None
         self._newest: str | None = None  # no stored prompt's id is greater (None: not read)
+        self._commands: dict[str, str] = {}  # channel: the newest command handled (read once)
 
     def _held(self, channel: str) -> bool:
         return self._hold_cursor is not None and self._hold_cursor(channel)
@@ -129,6 +131,27 @@ class SessionsRuntimeStore:
         return "pending"
 
     async def advance_cursor(self, channel: str, message_id: str) -> None:
+        """A command handled: move the channel's cursor forward (never back), unless it is
+        held; while the cursor stays behind the command (held, or capped in a cluster),
+        remember the command as handled, so a restart that reads it again does not run it
+        again (:meth:`command_replayed`)."""
+        await self._move_cursor(channel, message_id)
+        if self._held(channel) or self._capped(channel, message_id) != message_id:
+            await self.store.cursors.set_cursor(commands_row(channel), message_id)
+            self._commands[channel] = max(message_id, await self._command_mark(channel))
+
+    async def command_replayed(self, channel: str, message_id: str) -> bool:
+        """Whether the command ``message_id`` was handled already (read again after a
+        restart because the cursor had stayed behind it)."""
+        return message_id <= await self._command_mark(channel)
+
+    async def _command_mark(self, channel: str) -> str:
+        if channel not in self._commands:
+            mark = await self.store.cursors.get_cursor(commands_row(channel))
+            self._commands[channel] = mark or ""
+        return self._commands[channel]
+
+    async def _move_cursor(self, channel: str, message_id: str) -> None:
         """Move the channel's cursor forward (never back), unless it is held."""
         target = self._capped(channel, message_id)
         if target and not self._held(channel):
@@ -182,7 +205,7 @@ class SessionsRuntimeStore:
         passed, self._passed = self._passed, {}
         for channel, message_id in passed.items():
             try:
-                await self.advance_cursor(channel, message_id)
+                await self._move_cursor(channel, message_id)
             except Exception as exc:  # the next start reads these messages again: no loss
                 log.warning("runtime.cursor_not_written", channel=channel, error=repr(exc))
         acked, self._acked = self._acked, []
