@@ -8,12 +8,48 @@ from __future__ import annotations
 
 import uuid
 
+import pytest
+
+from channels.hub import Hub
 from daemon.app import Daemon, running
 from daemon.config import load_config
 from daemon.runtime.commands import RESET_DONE
 from tests.fakes.channels_helpers import RawClient
-from tests.fakes.fake_openai import Reply, ToolCalls
-from tests.test_daemon import Person, settled, world
+from tests.fakes.fake_openai import FakeOpenAI, Reply, ToolCalls
+from tests.test_daemon import Person, settled, world, write_config
+
+
+@pytest.fixture(scope="module")
+async def env(tmp_path_factory):
+    """Hub, scripted model, a daemon on #ops and #pub, alice and bob on #ops."""
+    tmp = tmp_path_factory.mktemp("hostile")
+    async with Hub(tmp / "hub.db", host="127.0.0.1", port=0) as hub, FakeOpenAI() as fake:
+        path = write_config(tmp / "asyncai.toml", hub_url=hub.url, model_url=fake.base_url)
+        path.write_text(path.read_text().replace('["#ops"]', '["#ops", "#pub"]'))
+        daemon = Daemon(load_config(path, environ={}), env={})
+        await daemon.start()
+        alice, bob = Person(hub.url), Person(hub.url, nick="bob")
+        try:
+            await alice.start()
+            await bob.start()
+            yield daemon, fake, alice, bob, hub
+        finally:
+            await alice.close()
+            await bob.close()
+            await daemon.aclose()
+
+
+@pytest.fixture
+def script_used_up(env):
+    """A test on the shared daemon consumes exactly the model steps it scripted."""
+    yield
+    assert not env[1].script, f"unused model steps: {list(env[1].script)}"
+
+
+def clean(text: str) -> None:
+    """A reply is a clear line, not a traceback."""
+    assert "Traceback" not in text
+    assert 'File "' not in text
 
 
 async def raw_publish(raw: RawClient, frame: dict) -> dict:
@@ -63,3 +99,32 @@ async def test_a_command_is_not_run_again_after_a_restart_behind_a_held_chunk(tm
         finally:
             await raw.close()
             await alice.close()
+
+
+@pytest.mark.usefixtures("script_used_up")
+async def test_a_broken_decision_is_answered_in_one_short_line(env):
+    """`!approve`, `!deny`, `!show` with a missing, unknown, huge or unprintable id or an
+    unknown word: one short line each. An unknown id or word of 5 000 or 70 000
+    characters used to be repeated whole (a 64 KB reply, split in two messages)."""
+    _, fake, alice, _, _ = env
+    fake.add(Reply("root"))
+    thread, _ = await alice.ask("start")
+    texts = [
+        "!approve",
+        "!deny",
+        "!show",
+        "!approve nope",
+        "!approve nope maybe",
+        "!deny nope because",
+        "!show nope extra",
+        "!approve " + "x" * 5000,
+        "!approve a\x00b",
+        "!approve\tnope\trun",
+        "!approve nope " + "y" * 70000,
+    ]
+    for text in texts:
+        _, reply = await alice.ask(text, thread=thread)
+        clean(reply.text)
+        assert len(reply.text) < 200, (text[:20], reply.text[:200])
+        assert reply.thread == thread
+    assert len(alice.replies[thread]) == 1 + len(texts)  # one message each: none split

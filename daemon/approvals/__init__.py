@@ -19,7 +19,7 @@ May import: nothing of daemon/ (``daemon.tools`` imports it: the executor's
 values carry a :class:`Pause`).
 """
 
-from daemon.approvals.commands import Approve, Deny, Malformed, Show, parse_decision
+from daemon.approvals.commands import Approve, Deny, Malformed, Show, echoed, parse_decision
 from daemon.approvals.messages import (
     always_granted_text,
     always_refused_text,
@@ -51,6 +51,7 @@ __all__ = [
     "always_refused_text",
     "call_text",
     "decided_elsewhere_text",
+    "echoed",
     "new_request_id",
     "new_rule_id",
     "parse_decision",

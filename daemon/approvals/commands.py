@@ -16,7 +16,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-__all__ = ["Approve", "Deny", "Malformed", "Show", "parse_decision"]
+__all__ = ["Approve", "Deny", "Malformed", "Show", "echoed", "parse_decision"]
+
+ECHO_LIMIT = 40
+"""The most characters of what a person typed that an answer repeats."""
 
 _APPROVE = re.compile(r"!approve(?:\s+(?P<id>\S+)(?:\s+(?P<rest>.*))?)?", re.DOTALL)
 _DENY = re.compile(r"!deny(?:\s+(?P<id>\S+)(?:\s+(?P<reason>.*))?)?", re.DOTALL)
@@ -55,6 +58,14 @@ class Malformed:
     problem: str
 
 
+def echoed(text: str, *, quote: bool = False) -> str:
+    """``text`` as an answer repeats it: at most :data:`ECHO_LIMIT` characters (then
+    ``…``), quoted (``repr``) when asked or when it holds what does not print."""
+    cut = text[:ECHO_LIMIT]
+    shown = repr(cut) if quote or not cut.isprintable() else cut
+    return shown + ("…" if len(text) > ECHO_LIMIT else "")
+
+
 def parse_decision(text: str) -> Approve | Deny | Show | Malformed | None:
     """The decision (or ``!show``) ``text`` is, :class:`Malformed` when it is a broken one,
     else None."""
@@ -65,7 +76,8 @@ def parse_decision(text: str) -> Approve | Deny | Show | Malformed | None:
             return Malformed("!approve needs the request's id: !approve ID")
         rest = (m.group("rest") or "").strip().lower()
         if rest not in ("", "run", "always"):
-            return Malformed(f"!approve takes an id and optionally 'run' or 'always', not {rest!r}")
+            shown = echoed(rest, quote=True)
+            return Malformed(f"!approve takes an id and optionally 'run' or 'always', not {shown}")
         return Approve(m.group("id").lower(), whole_run=rest == "run", always=rest == "always")
     m = _DENY.fullmatch(stripped)
     if m is not None:

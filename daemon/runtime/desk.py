@@ -84,6 +84,7 @@ from daemon.approvals import (
     always_granted_text,
     always_refused_text,
     decided_elsewhere_text,
+    echoed,
     new_request_id,
     new_rule_id,
     parse_decision,
@@ -434,7 +435,7 @@ class ApprovalDesk:
             asker.thread is not None and (request.channel, request.thread_id) != asker.thread
         ):
             where = " in this thread" if asker.thread is not None else ""
-            await asker.say(f"There is no approval request {parsed.request_id}{where}.")
+            await asker.say(f"There is no approval request {echoed(parsed.request_id)}{where}.")
             return False
         who = f" by {request.decided_by}" if request.decided_by else ""
         if isinstance(parsed, Show):  # the request again, in full: anyone may read it
