@@ -579,9 +579,11 @@ class Daemon:
         async for message in self._channel:
             whole = self._joiner.feed(message)
             if whole is not None and self._cluster is not None:
-                await self._cluster.feed(inbound(whole), self._channel.nick or "")
+                await self._cluster.feed(
+                    inbound(whole, cut=self._joiner.last_cut), self._channel.nick or ""
+                )
             elif whole is not None:
-                await self.runtime.submit(inbound(whole))
+                await self.runtime.submit(inbound(whole, cut=self._joiner.last_cut))
 
     def health_problems(self) -> list[str]:
         """What keeps the watchdog from being fed now (empty: healthy)."""

@@ -14,6 +14,7 @@ from channels.hub import Hub
 from daemon.app import Daemon, running
 from daemon.config import load_config
 from daemon.runtime.commands import RESET_DONE
+from daemon.runtime.intake import CUT_NOTICE
 from tests.fakes.channels_helpers import RawClient
 from tests.fakes.fake_openai import FakeOpenAI, Reply, ToolCalls
 from tests.test_daemon import Person, settled, world, write_config
@@ -128,3 +129,32 @@ async def test_a_broken_decision_is_answered_in_one_short_line(env):
         assert len(reply.text) < 200, (text[:20], reply.text[:200])
         assert reply.thread == thread
     assert len(alice.replies[thread]) == 1 + len(texts)  # one message each: none split
+
+
+@pytest.mark.usefixtures("script_used_up")
+async def test_chunks_of_others_never_turn_a_split_prompt_into_half_of_it(env):
+    """alice's split prompt waits for its last chunk while carol sends 64 first chunks
+    of her own, which drop alice's held one: alice's last chunk used to be answered as if
+    it were all she wrote ("the pods", without "delete nothing, only list"). Her thread is
+    now told to send it again, and nothing is run."""
+    daemon, fake, alice, _, hub = env
+    raw_alice = await RawClient.connect(hub.url, nick="alice")
+    raw_carol = await RawClient.connect(hub.url, nick="carol")
+    try:
+        first = await raw_publish(
+            raw_alice, {"channel": "#ops", "text": "delete nothing, only list ", "more": True}
+        )
+        for _ in range(64):
+            held = await raw_publish(raw_carol, {"channel": "#ops", "text": "x", "more": True})
+            assert held["type"] == "ack"
+        asked = len(fake.requests)
+        last = await raw_publish(
+            raw_alice, {"channel": "#ops", "text": "the pods", "thread": first["thread"]}
+        )
+        [reply] = await alice.reply_in(first["thread"])
+        assert (reply.text, reply.reply_to) == (CUT_NOTICE, last["id"])
+        assert len(fake.requests) == asked
+        assert await daemon.store.queries.get_prompts([last["id"]]) == []
+    finally:
+        await raw_alice.close()
+        await raw_carol.close()

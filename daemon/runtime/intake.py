@@ -22,18 +22,23 @@ from channels.errors import ProtocolError
 from channels.frames import ErrorCode
 from daemon.runtime.ports import InboundMessage, PublishRefused, valid_text
 
-__all__ = ["MAX_PENDING_CHUNKS", "ChannelPublisher", "ChunkJoiner", "inbound"]
+__all__ = ["CUT_NOTICE", "MAX_PENDING_CHUNKS", "ChannelPublisher", "ChunkJoiner", "inbound"]
 
 log = structlog.get_logger("asyncai.daemon")
 
 # A held back chunked prompt whose last chunk never comes is dropped after this many.
 MAX_PENDING_CHUNKS = 64
+CUT_NOTICE = (
+    "Your split message could not be put back together (too many split messages were "
+    "waiting at once), so it was not run: send it again."
+)
+"""The reply to the last chunk of a text whose first chunks were dropped."""
 # Refusals that a later try can get past: the client backs off from these itself.
 _TRANSIENT = frozenset({ErrorCode.RATE_LIMITED, ErrorCode.INTERNAL})
 
 
-def inbound(message: Message) -> InboundMessage:
-    """A channel message as the runtime takes it."""
+def inbound(message: Message, *, cut: bool = False) -> InboundMessage:
+    """A channel message as the runtime takes it (``cut``: :attr:`ChunkJoiner.last_cut`)."""
     return InboundMessage(
         channel=message.channel,
         id=message.id,
@@ -42,6 +47,7 @@ def inbound(message: Message) -> InboundMessage:
         text=message.text,
         reply_to=message.reply_to,
         ts=message.ts,
+        cut=cut,
     )
 
 
@@ -53,7 +59,9 @@ class ChunkJoiner:
     held chunks is bounded: past the limit (:data:`MAX_PENDING_CHUNKS`) the
     oldest held text is dropped whole, with a log line, so a limit below 1
     holds nothing. Never raises: every message fed gives the complete message
-    or None.
+    or None. A text some of whose chunks were dropped is still given at its
+    last chunk (what was held since), with :attr:`last_cut` True: it is not
+    what its sender wrote, and must not be answered as if it were.
     """
 
     def __init__(self, limit: int = MAX_PENDING_CHUNKS):
@@ -61,6 +69,9 @@ class ChunkJoiner:
         self._held: OrderedDict[tuple[str, str, str], list[Message]] = OrderedDict()
         self._count = 0
         self._channels: Counter[str] = Counter()  # held texts per channel
+        self._cut: OrderedDict[tuple[str, str, str], None] = OrderedDict()  # chunks dropped
+        self.last_cut = False
+        """Whether the message :meth:`feed` gave last lost chunks to the bound."""
 
     @property
     def held_chunks(self) -> int:
@@ -74,6 +85,7 @@ class ChunkJoiner:
     def feed(self, message: Message) -> Message | None:
         """The complete message, or None while its text is still arriving."""
         key = (message.channel, message.thread, message.sender)
+        self.last_cut = False
         if message.more:
             if key not in self._held:
                 self._held[key] = []
@@ -83,8 +95,13 @@ class ChunkJoiner:
             while self._held and self._count > self._limit:
                 oldest = next(iter(self._held))
                 self._release(oldest)
+                self._cut[oldest] = None
+                while len(self._cut) > max(self._limit, 1) * 4:  # bounded: the oldest forgotten
+                    self._cut.popitem(last=False)
                 log.warning("daemon.chunks_dropped", channel=oldest[0], thread=oldest[1])
             return None
+        self.last_cut = key in self._cut
+        self._cut.pop(key, None)
         held = self._release(key)
         if not held:
             return message

@@ -67,6 +67,9 @@ class InboundMessage:
     text: str
     reply_to: str | None = None
     ts: str | None = None  # the hub's timestamp (ISO 8601, UTC); None: when it was received
+    # the end of a split text whose first chunks were dropped (too many held at once):
+    # not what its sender wrote, so not a prompt (its thread is told to send it again)
+    cut: bool = False
 
 
 @dataclass(frozen=True)

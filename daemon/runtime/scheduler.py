@@ -78,6 +78,7 @@ from daemon.runtime.complete import complete
 from daemon.runtime.context import ResumeJob, Run, RunContext, ThreadRun
 from daemon.runtime.deliver import deliver, publish_quietly, publish_unacked
 from daemon.runtime.desk import ApprovalDesk
+from daemon.runtime.intake import CUT_NOTICE
 from daemon.runtime.interrupted import report_all_interrupted
 from daemon.runtime.limits import SenderLimiter, start_within_limits
 from daemon.runtime.ports import (
@@ -197,6 +198,24 @@ class Runtime:
             return False
         if not await self._addressed(message, nick):
             await self._ctx.store.pass_over(message.channel, message.id)
+            return False
+        if message.cut:  # half a text is not what its sender asked: never run it as such
+            log.warning(
+                "runtime.split_text_cut",
+                channel=message.channel,
+                thread=message.thread,
+                sender=message.sender,
+                message_id=message.id,
+            )
+            await publish_quietly(
+                self._ctx.publisher,
+                self._ctx.options.publish_timeout,
+                message.channel,
+                message.thread,
+                message.id,
+                CUT_NOTICE,
+            )
+            await self._ctx.store.advance_cursor(message.channel, message.id)
             return False
         await self._wait_for_capacity()
         if self._ctx.closing:
