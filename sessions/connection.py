@@ -282,6 +282,8 @@ class Connection:
                 raise StoreError(f"cannot create the directory of {self.path}: {exc}") from exc
         try:
             self._writer = await self._connect()
+            if not self.create:
+                await self._require_schema(self._writer)
             with driver_errors(f"opening {self.path}"):
                 mode = await scalar(self._writer, "PRAGMA journal_mode = WAL")
                 if str(mode).lower() != "wal":
@@ -295,6 +297,19 @@ class Connection:
             await self._close_connections()
             raise
         return self
+
+    async def _require_schema(self, db: aiosqlite.Connection) -> None:
+        """Refuse a file asyncai never migrated (empty, or another program's database)
+        before anything is written to it: a reader (``create=False``) must not turn it
+        into an asyncai database nor switch it to WAL."""
+        with driver_errors(f"opening {self.path}"):
+            ours = await scalar(
+                db,
+                "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?",
+                ("schema_migrations",),
+            )
+        if not ours:
+            raise StoreError(f"{self.path} is not an asyncai database (it has no asyncai schema)")
 
     async def _connect(self) -> aiosqlite.Connection:
         with driver_errors(f"opening {self.path}"):

@@ -60,7 +60,8 @@ class Store:
     ``await store.aclose()``, and hand each caller its port
     (``store.runs``, ``store.audit``, ``store.approvals`` …; the module
     docstring lists them). ``open()`` creates the file and its directory
-    (unless ``create=False``) and applies pending migrations.
+    and applies pending migrations; with ``create=False`` (the CLI's readers)
+    the file must exist and already be an asyncai database.
 
     ``cwd`` and ``version`` go into every record's Claude Code envelope
     (default: the process's working directory and asyncai's version).

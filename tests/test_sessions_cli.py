@@ -459,3 +459,27 @@ def test_approvals_rules_on_an_empty_database(capsys, db):
     """No rule yet: one line saying so."""
     status, out, _ = run_cli(capsys, "approvals", "--db", str(db), "--rules")
     assert (status, out) == (0, "no approval rules in force\n")
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["threads"], ["audit"], ["transcript", "T1"], ["approvals"], ["approvals", "--revoke", "x"]],
+)
+def test_a_database_of_another_program_is_left_as_it_was(capsys, tmp_path, command):
+    """`--db` naming an empty file or another program's SQLite file (a typo, the hub's
+    hub.db): one line and exit 1, and the file untouched. The commands used to write
+    asyncai's whole schema into it and switch it to WAL, and report "no threads yet"."""
+    empty = tmp_path / "empty.db"
+    empty.touch()
+    other = tmp_path / "notes.db"
+    with closing(sqlite3.connect(other)) as conn:
+        conn.execute("CREATE TABLE notes (text TEXT)")
+        conn.execute("INSERT INTO notes VALUES ('keep me')")
+        conn.commit()
+    for path in (empty, other):
+        before = path.read_bytes()
+        status, out, err = run_cli(capsys, *command, "--db", str(path))
+        assert (status, out) == (1, "")
+        assert err == f"asyncai: {path} is not an asyncai database (it has no asyncai schema)\n"
+        assert path.read_bytes() == before
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["empty.db", "notes.db"]
