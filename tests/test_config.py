@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from daemon.cli import main
 from daemon.code_mode import CodeModeLimits
 from daemon.config import (
     ApprovalsConfig,
@@ -209,6 +210,20 @@ def test_invalid_toml_says_where(tmp_path: Path):
     path = write(tmp_path / "asyncai.toml", "[model]\nmodel = \n")
     with pytest.raises(ConfigError, match=r"asyncai\.toml is not valid TOML: .*line 2"):
         load_config(path, environ={})
+
+
+def test_a_file_that_is_not_utf8_is_a_config_error(tmp_path: Path, capsys):
+    """TOML is UTF-8: a Latin-1 or binary file names the file and the byte, exit 2.
+    It used to end `asyncai serve` and `config show` in a UnicodeDecodeError traceback."""
+    path = tmp_path / "asyncai.toml"
+    path.write_bytes(b"[model]\nmodel = 'caf\xe9'\n")
+    with pytest.raises(ConfigError, match=r"asyncai\.toml is not UTF-8 text: .*byte 0xe9"):
+        load_config(path, environ={})
+    assert main(["config", "show", "--config", str(path)]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.startswith(f"asyncai config show: {path} is not UTF-8 text: ")
+    assert len(err.splitlines()) == 1
 
 
 def test_a_missing_explicit_file_is_an_error(tmp_path: Path):
