@@ -226,6 +226,14 @@ def test_a_file_that_is_not_utf8_is_a_config_error(tmp_path: Path, capsys):
     assert len(err.splitlines()) == 1
 
 
+def test_a_config_path_too_long_is_a_config_error(tmp_path: Path):
+    """--config with a name longer than the system takes: one line, not pathlib's
+    OSError (ENAMETOOLONG) traceback from the existence check."""
+    path = tmp_path / ("a" * 300)
+    with pytest.raises(ConfigError, match=r"^cannot read config file .*: File name too long$"):
+        load_config(path, environ={})
+
+
 def test_a_missing_explicit_file_is_an_error(tmp_path: Path):
     """--config names a file: its absence is a mistake, not a default."""
     with pytest.raises(ConfigError, match=r"config file .*nope\.toml does not exist"):

@@ -483,3 +483,13 @@ def test_a_database_of_another_program_is_left_as_it_was(capsys, tmp_path, comma
         assert err == f"asyncai: {path} is not an asyncai database (it has no asyncai schema)\n"
         assert path.read_bytes() == before
         assert sorted(p.name for p in tmp_path.iterdir()) == ["empty.db", "notes.db"]
+
+
+@pytest.mark.parametrize("command", [["threads"], ["audit"], ["transcript", "T1"], ["approvals"]])
+def test_a_db_path_too_long_is_one_line(capsys, tmp_path, command):
+    """--db with a name longer than the system takes: exit 1 and one line, not pathlib's
+    OSError (ENAMETOOLONG) traceback from the existence check."""
+    path = tmp_path / ("a" * 300)
+    status, out, err = run_cli(capsys, *command, "--db", str(path))
+    assert (status, out) == (1, "")
+    assert err == f"asyncai: cannot open {path}: File name too long\n"

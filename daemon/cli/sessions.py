@@ -163,7 +163,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # argparse has no
 def _run(args: argparse.Namespace, body: Callable[[Store], Awaitable[Iterable[str]]]) -> int:
     """Open the store, run ``body``, print its lines; errors become one line on stderr."""
     path: Path = args.db
-    if not path.exists():
+    try:
+        exists = path.exists()
+    except OSError as exc:  # a name too long, a directory on the way we may not search
+        print(f"asyncai: cannot open {path}: {exc.strerror}", file=sys.stderr)
+        return 1
+    if not exists:
         print(
             f"asyncai: no database at {path} (the daemon creates it on its first start; "
             "or pass --db PATH)",

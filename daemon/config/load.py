@@ -91,11 +91,15 @@ def load_config(
     file_path = Path(path) if path is not None else DEFAULT_CONFIG_PATH
     raw: dict[str, Any] = {}
     read_path: Path | None = None
-    if file_path.is_file():
+    try:
+        is_file, exists = file_path.is_file(), file_path.exists()
+    except OSError as exc:  # a name too long, a directory on the way we may not search
+        raise ConfigError(f"cannot read config file {file_path}: {exc.strerror}") from exc
+    if is_file:
         raw = _read_toml(file_path)
         read_path = file_path
     elif explicit:
-        if file_path.exists():
+        if exists:
             raise ConfigError(f"config file {file_path} is not a regular file")
         raise ConfigError(f"config file {file_path} does not exist")
     return config_from_document(
