@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -232,6 +233,36 @@ def test_a_config_path_too_long_is_a_config_error(tmp_path: Path):
     path = tmp_path / ("a" * 300)
     with pytest.raises(ConfigError, match=r"^cannot read config file .*: File name too long$"):
         load_config(path, environ={})
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["localhost:8080", "", "ftp://gpu-box/v1", "http://[::1", "http://127.0.0.1:99999/v1"],
+)
+def test_a_base_url_that_is_no_http_url_is_a_config_error(tmp_path: Path, url: str):
+    """The endpoint's address is checked at start, from the file, the environment or
+    --base-url: before, `asyncai ask` ended in httpx's InvalidURL or an OverflowError
+    traceback, or retried four times a request that could not be made."""
+    wanted = (
+        r" must be an http:// or https:// URL like http://127\.0\.0\.1:8080/v1, "
+        rf"not '{re.escape(url)}'$"
+    )
+    empty = write(tmp_path / "empty.toml", "")
+    with pytest.raises(ConfigError, match=r"^key 'model\.base_url' in the command line" + wanted):
+        load_config(empty, {"model.base_url": url}, environ={})
+    if url:  # an empty variable counts as unset
+        with pytest.raises(ConfigError, match=r"^key 'model\.base_url' in .*_BASE_URL" + wanted):
+            load_config(empty, environ={"OPENAI_BASE_URL": url})
+    path = write(tmp_path / "asyncai.toml", f"[models.big]\nbase_url = {json.dumps(url)}\n")
+    with pytest.raises(ConfigError, match=r"^key 'models\.big\.base_url' in .*\.toml" + wanted):
+        load_config(path, environ={})
+
+
+def test_a_bad_base_url_hides_its_password(tmp_path: Path):
+    """The message shows the URL as config show does: a user and password hidden."""
+    empty = write(tmp_path / "empty.toml", "")
+    with pytest.raises(ConfigError, match=r"not 'http://\(hidden\)@\[::1'$"):
+        load_config(empty, {"model.base_url": "http://me:s3cret@[::1"}, environ={})
 
 
 def test_a_missing_explicit_file_is_an_error(tmp_path: Path):

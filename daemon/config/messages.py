@@ -26,8 +26,8 @@ from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 from pydantic import ValidationError
 from pydantic_core import ErrorDetails
 
-from daemon.config.schema import SECRET_NAME
-from daemon.config.values import LISTEN_ERROR, SIZE_ERROR, parse_size
+from daemon.config.schema import SECRET_NAME, URL_USERINFO
+from daemon.config.values import LISTEN_ERROR, SIZE_ERROR, URL_ERROR, parse_size
 from daemon.errors import ConfigError
 
 __all__ = ["config_error", "toml_key", "unknown_key"]
@@ -109,6 +109,12 @@ def config_error(
     if kind == LISTEN_ERROR:
         return ConfigError(
             f"key '{key}' in {source} must be HOST:PORT like 127.0.0.1:6690, not {value!r}"
+        )
+    if kind == URL_ERROR:
+        shown = URL_USERINFO.sub(r"\g<scheme>(hidden)@", str(value))  # a user and password
+        return ConfigError(
+            f"key '{key}' in {source} must be an http:// or https:// URL like "
+            f"http://127.0.0.1:8080/v1, not {shown!r}"
         )
     hint = _hints(owner).get(name)
     shown = "(hidden)" if _is_secret(owner, name) else repr(value)

@@ -25,6 +25,7 @@ from pydantic import ConfigDict, Field, Strict
 from daemon.config.values import (
     Count,
     Flag,
+    HttpUrl,
     Listen,
     NonNegativeInt,
     NonNegativeSeconds,
@@ -78,7 +79,7 @@ class EndpointConfig:
 
     __pydantic_config__ = _SECTION
 
-    base_url: Text = "https://api.openai.com/v1"
+    base_url: HttpUrl = "https://api.openai.com/v1"
     api_key: Text | None = field(default=None, repr=False)
     model: Text | None = None  # required before a run: --model, ASYNCAI_MODEL or the file
     temperature: Annotated[float, Strict(), Field(ge=0, le=2)] | None = None

@@ -15,6 +15,7 @@ import re
 from decimal import Decimal
 from pathlib import Path
 from typing import Annotated, Any
+from urllib.parse import urlsplit
 
 from pydantic import AfterValidator, BeforeValidator, Field, Strict
 from pydantic_core import PydanticCustomError
@@ -24,8 +25,10 @@ from daemon.errors import ConfigError
 __all__ = [
     "LISTEN_ERROR",
     "SIZE_ERROR",
+    "URL_ERROR",
     "Count",
     "Flag",
+    "HttpUrl",
     "Listen",
     "NonNegativeInt",
     "NonNegativeSeconds",
@@ -94,6 +97,26 @@ def _listen(value: Any) -> Any:
 
 
 Listen = Annotated[str, AfterValidator(_listen), Strict()]
+
+URL_ERROR = "url"  # the pydantic error type of a text that is not an http(s) URL
+
+
+def _http_url(value: Any) -> Any:
+    """An ``http://`` or ``https://`` URL with a host (and a port that is one) as given;
+    any other text is an error the loader names, at start rather than at the first
+    request (where it was a traceback, or four retries of a request that cannot be)."""
+    if isinstance(value, str):
+        try:
+            parts = urlsplit(value)
+            parts.port  # noqa: B018 -- raises ValueError for a port out of range or not a number
+        except ValueError:  # also an unclosed [IPv6
+            raise PydanticCustomError(URL_ERROR, "not an http(s) URL") from None
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise PydanticCustomError(URL_ERROR, "not an http(s) URL")
+    return value
+
+
+HttpUrl = Annotated[str, AfterValidator(_http_url), Strict()]
 
 
 def expand_home(path: Path, key: str, where: str) -> Path:
