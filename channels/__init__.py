@@ -34,7 +34,7 @@ from channels.errors import (
 from channels.frames import ErrorCode, Message, Subscribed
 from channels.hub import Hub, HubStats
 from channels.ids import ZERO_ID, id_for_time
-from channels.names import is_channel
+from channels.names import is_channel, is_nick
 from channels.nats import NatsChannel
 from channels.notify import notify, watchdog_interval
 from channels.tokens import load_tokens
@@ -67,6 +67,7 @@ __all__ = [
     "id_for_time",
     "id_space",
     "is_channel",
+    "is_nick",
     "load_tokens",
     "notify",
     "open_channel",

@@ -339,6 +339,44 @@ def test_errors_at_start_name_the_section_and_the_key(
     assert error(tmp_path, document + "\n").startswith(message)
 
 
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            "channels = ['ops']",
+            "key 'channels.channels' in F lists 'ops', which is not a channel name: "
+            "a channel is '#' and 1-64 of A-Z a-z 0-9 _ . -",
+        ),
+        (
+            "channels = ['#ops']\nshared = ['dev']",
+            "key 'channels.shared' in F lists 'dev', which is not a channel name",
+        ),
+        (
+            "channels = ['#ops', '#dev']\nshared = ['#dve']",
+            "key 'channels.shared' in F lists #dve, a channel the daemon does not answer in: "
+            "channels.channels lists #ops, #dev; add #dve there or remove it from shared",
+        ),
+        (
+            "channels = ['#ops']\nnick = 'ops bot'",
+            "key 'channels.nick' in F is not a nick: 'ops bot'; a nick is 1-64 of "
+            "A-Z a-z 0-9 _ . -",
+        ),
+    ],
+)
+def test_the_channels_names_are_checked_at_load(tmp_path: Path, text: str, message: str) -> None:
+    """A channel or nick the hub would refuse fails at load, naming the key (exit 2):
+    `asyncai serve` used to start and end with exit 1 on the hub's 'bad_channel: invalid
+    channel name' or 'invalid nick', naming no key; a shared entry not answered in was
+    silently ignored, and the channel meant answered every message."""
+    assert error(tmp_path, "[channels]\n" + text + "\n").startswith(message)
+
+
+def test_a_bad_nick_from_the_environment_names_the_variable(tmp_path: Path) -> None:
+    """ATIRC_NICK is checked like the key it sets."""
+    with pytest.raises(ConfigError, match=r"^key 'channels\.nick' in .*ATIRC_NICK is not a nick"):
+        load(tmp_path, "", ATIRC_NICK="me@host")
+
+
 def test_approvers_with_a_channel_allow_inheriting_global_approvers_is_fine(
     tmp_path: Path,
 ) -> None:

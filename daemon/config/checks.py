@@ -9,7 +9,7 @@ key, where it was written, and what to do.
 
 from __future__ import annotations
 
-from channels import is_channel
+from channels import is_channel, is_nick
 from daemon.config.messages import toml_key
 from daemon.config.root import Config
 from daemon.errors import ConfigError
@@ -20,11 +20,13 @@ __all__ = ["check_channels"]
 def check_channels(config: Config) -> None:
     """Raise a :class:`ConfigError` about the first bad reference of a channel section.
 
-    In order: the global ``[approvals]``, then each ``[channel."#name"]`` as
+    In order: the names of ``[channels]`` (``nick``, ``channels``, ``shared``), the
+    global ``[approvals]``, then each ``[channel."#name"]`` as
     written: its name, its ``servers``, an empty ``tools_allow``, its
     ``endpoint`` (a ``[models.NAME]`` with a ``model``), its ``approvers``, its
     ``max_concurrent_runs``.
     """
+    _check_names(config)
     _check_approvers(config, ("approvals",), config.approvals.approvers, config.approvals.mode)
     for name, section in config.channel.items():
         table = ("channel", name)
@@ -86,6 +88,35 @@ def check_channels(config: Config) -> None:
             raise ConfigError(
                 f"key '{toml_key((*table, 'max_concurrent_runs'))}' in {where} is {runs}, over "
                 f"runtime.max_concurrent_runs ({total}): a channel's cap is within the total"
+            )
+
+
+def _check_names(config: Config) -> None:
+    """``[channels]``' names as the hub takes them, checked at load: else the daemon
+    started, and the hub's refusal ended it with exit 1 (which systemd restarts) in words
+    that named no key. A ``shared`` entry the daemon does not answer in is most often a
+    typo, and the channel meant would then answer every message, not only mentions."""
+    nick = config.channels.nick
+    if not is_nick(nick):
+        raise ConfigError(
+            f"key 'channels.nick' in {_where(config, ('channels', 'nick'))} is not a nick: "
+            f"{nick!r}; a nick is 1-64 of A-Z a-z 0-9 _ . -"
+        )
+    for key in ("channels", "shared"):
+        for name in getattr(config.channels, key):
+            if not is_channel(name):
+                raise ConfigError(
+                    f"key 'channels.{key}' in {_where(config, ('channels', key))} lists "
+                    f"{name!r}, which is not a channel name: a channel is '#' and 1-64 of "
+                    "A-Z a-z 0-9 _ . -"
+                )
+    for name in config.channels.shared:
+        if name not in config.channels.channels:
+            listed = ", ".join(config.channels.channels) or "none"
+            raise ConfigError(
+                f"key 'channels.shared' in {_where(config, ('channels', 'shared'))} lists "
+                f"{name}, a channel the daemon does not answer in: channels.channels lists "
+                f"{listed}; add {name} there or remove it from shared"
             )
 
 
