@@ -29,7 +29,10 @@ _HUB = ("ws", "wss")
 
 def id_space(url: str) -> Literal["hub", "nats"]:
     """Whose ids a channel at ``url`` delivers: a hub's (``ws``/``wss``) or NATS's."""
-    scheme = urlsplit(url).scheme.lower()
+    try:
+        scheme = urlsplit(url).scheme.lower()
+    except ValueError as exc:  # urllib refuses an IPv6 address without its "]"
+        raise ChannelConfigError(f"invalid channel URL {url!r}: {exc}") from None
     if scheme in _NATS:
         return "nats"
     if scheme in _HUB:

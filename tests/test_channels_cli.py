@@ -163,6 +163,17 @@ async def test_unreachable_hub_is_a_clear_error():
     assert f"atirc: cannot reach the hub at {url}" in err
 
 
+@pytest.mark.parametrize("url", ["ws://[::1", "nats://[::1:4222"])
+async def test_a_url_with_an_unclosed_bracket_is_one_line(url):
+    """An IPv6 address missing its ']' in ATIRC_URL: the same one line as any other URL
+    that cannot be used, not urllib's ValueError traceback from choosing the transport."""
+    code, out, err = await _atirc("pub", "#ops", "hello", env=_env(url))
+    assert (code, out) == (1, "")
+    assert err == (
+        f"atirc: invalid channel URL {url!r}: Invalid IPv6 URL (set ATIRC_NICK / ATIRC_URL)\n"
+    )
+
+
 async def test_bad_channel_is_a_usage_error(hub_and_sub):
     """A channel name without '#' is refused before connecting (argparse: exit 2)."""
     hub, _ = hub_and_sub
