@@ -374,6 +374,41 @@ async def test_server_that_never_gets_ready_is_stopped(fake_server: dict) -> Non
     assert server.pid is None
 
 
+async def test_a_log_that_cannot_be_opened_is_reported(fake_server: dict, tmp_path: Path) -> None:
+    """`asyncai model serve --log DIR` (or a log it may not write): the server's error,
+    one line at the command, nothing started; it was an IsADirectoryError traceback."""
+    server = make_server(fake_server, log_path=tmp_path)
+    with pytest.raises(LocalModelServerError, match=rf"^cannot open the log {tmp_path}: "):
+        await server.start()
+    assert server.pid is None
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--port", "99999"], "argument --port: must be 0 to 65535: 99999"),
+        (["--port", "-1"], "argument --port: must be 0 to 65535: -1"),
+        (["--threads", "0"], "argument --threads: must be at least 1: 0"),
+        (["--threads", "two"], "argument --threads: not a whole number: 'two'"),
+    ],
+)
+def test_cli_serve_refuses_a_bad_port_or_thread_count(
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    flags: list[str],
+    message: str,
+) -> None:
+    """Refused by argparse (exit 2) before the model loads: a port out of range used to
+    start llama.cpp and end in an OverflowError traceback from the readiness probe, and
+    --threads 0 was handed to llama.cpp."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))  # never load a real model here
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["model", "serve", *flags])
+    assert exited.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1].endswith(message)
+
+
 async def test_missing_llama_cpp_names_the_extra(fake_server: dict) -> None:
     """When the chosen Python cannot import the server module, the error says how to
     install it and how long the first build takes, and nothing is started."""

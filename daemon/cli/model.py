@@ -34,6 +34,29 @@ __all__ = ["register"]
 # --- command line -------------------------------------------------------------------------
 
 
+def _whole(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+
+
+def _port(text: str) -> int:
+    """``--port``: 0 (a free one) to 65535, refused before the model loads."""
+    value = _whole(text)
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"must be 0 to 65535: {text}")
+    return value
+
+
+def _threads(text: str) -> int:
+    """``--threads``: at least one."""
+    value = _whole(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1: {text}")
+    return value
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add ``asyncai model fetch|path|serve``."""
     model = subparsers.add_parser(
@@ -52,13 +75,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     path.set_defaults(func=_cmd_path)
 
     serve = sub.add_parser("serve", help="serve the model on 127.0.0.1 (OpenAI-compatible)")
-    serve.add_argument("--port", type=int, default=0, help="port (default: a free one)")
+    serve.add_argument("--port", type=_port, default=0, help="port (default: a free one)")
     serve.add_argument(
         "--python",
         default=sys.executable,
         help="Python that has llama-cpp-python installed (default: this one)",
     )
-    serve.add_argument("--threads", type=int, default=2, help="CPU threads (default 2)")
+    serve.add_argument("--threads", type=_threads, default=2, help="CPU threads (default 2)")
     serve.add_argument("--log", metavar="PATH", help="append the server's output (timings) here")
     serve.set_defaults(func=_cmd_serve)
 

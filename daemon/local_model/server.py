@@ -213,8 +213,13 @@ class LocalModelServer:
             self.port = _free_port(self.host)
         env = {**os.environ, **self.env}
         if self.log_path:
-            self.log_path.parent.mkdir(parents=True, exist_ok=True)
-            self._log = self.log_path.open("ab")
+            try:
+                self.log_path.parent.mkdir(parents=True, exist_ok=True)
+                self._log = self.log_path.open("ab")
+            except OSError as exc:  # a directory, a file it may not write
+                raise LocalModelServerError(
+                    f"cannot open the log {self.log_path}: {exc.strerror}"
+                ) from exc
         try:
             self._proc = await asyncio.create_subprocess_exec(
                 *self.command(),
