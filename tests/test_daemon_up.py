@@ -20,6 +20,7 @@ import httpx2
 import pytest
 
 from channels.client import WebSocketChannel
+from daemon.cli import main
 from daemon.cli.up import _unless_stopped
 from daemon.errors import ConfigError
 from sessions.store import Store
@@ -69,6 +70,24 @@ async def test_up_without_a_model_endpoint_says_what_to_set(tmp_path):
     assert "asyncai model fetch" in text
     assert "pip install -e '.[local]'" in text
     assert out == b""
+
+
+@pytest.mark.parametrize("flag", ["--listen", "--web-listen"])
+def test_a_port_out_of_range_is_refused_before_anything_starts(tmp_path, monkeypatch, capsys, flag):
+    """--listen 127.0.0.1:99999 passed the flag's check, and after the model had loaded
+    (minutes, for the local one) the hub's bind ended `asyncai up` in an OverflowError
+    traceback. It is a usage error now: exit 2, nothing started, nothing made."""
+    monkeypatch.chdir(tmp_path)
+    for name in ("OPENAI_BASE_URL", "ASYNCAI_MODEL"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # no local model to load
+    assert main(["up", flag, "127.0.0.1:99999"]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err == (
+        f"asyncai up: {flag} must be HOST:PORT with a port of 0 to 65535, not '127.0.0.1:99999'\n"
+    )
+    assert list(tmp_path.iterdir()) == []
 
 
 @contextlib.asynccontextmanager

@@ -135,9 +135,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def _main(args: argparse.Namespace) -> int:
     try:
         config = load_config(args.config, overrides_from_args(args))
-        host, port = _listen(args.listen)
+        host, port = _listen(args.listen, "--listen")
         if args.web_listen is not None:
-            _listen(args.web_listen)
+            _listen(args.web_listen, "--web-listen")
             config.web.listen = args.web_listen
     except ConfigError as exc:
         print(f"asyncai up: {exc}", file=sys.stderr)
@@ -153,10 +153,12 @@ def _main(args: argparse.Namespace) -> int:
     return uvloop.run(up(config, host=host, port=port, state_dir=args.state_dir))
 
 
-def _listen(value: str) -> tuple[str, int]:
+def _listen(value: str, flag: str) -> tuple[str, int]:
+    """``flag``'s HOST:PORT, checked before anything starts (the hub binds it only after
+    the model has loaded)."""
     host, sep, port = value.rpartition(":")
-    if not sep or not host or not port.isdigit():
-        raise ConfigError(f"--listen must be HOST:PORT, not {value!r}")
+    if not sep or not host or not port.isdigit() or int(port) > 65535:
+        raise ConfigError(f"{flag} must be HOST:PORT with a port of 0 to 65535, not {value!r}")
     return host.strip("[]"), int(port)
 
 
