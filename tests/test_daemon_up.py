@@ -90,6 +90,20 @@ def test_a_port_out_of_range_is_refused_before_anything_starts(tmp_path, monkeyp
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize("state_dir", ["a-file", "a-file/state"])
+def test_a_state_dir_that_cannot_be_made_is_one_line(tmp_path, monkeypatch, capsys, state_dir):
+    """--state-dir naming a file (or a path under one): exit 1 and one line, where the
+    directory's mkdir used to end `asyncai up` in a FileExistsError/NotADirectoryError
+    traceback."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "a-file").write_text("not a directory")
+    assert main(["up", "--state-dir", state_dir]) == 1
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.startswith(f"asyncai up: cannot make the state directory {state_dir}: ")
+    assert len(err.splitlines()) == 1
+
+
 @contextlib.asynccontextmanager
 async def web_server(body: dict):
     """A loopback HTTP server answering every GET with ``body`` as JSON."""

@@ -145,7 +145,16 @@ def _main(args: argparse.Namespace) -> int:
     from daemon.logging import configure_logging
 
     configure_logging(args.verbose, secrets=config.secrets())
-    args.state_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        args.state_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # a file there, or under a file, or not ours to write
+        # mkdir(exist_ok=True) says "File exists" only when what exists is no directory
+        why = "it is a file" if isinstance(exc, FileExistsError) else exc.strerror or exc
+        print(
+            f"asyncai up: cannot make the state directory {args.state_dir}: {why}",
+            file=sys.stderr,
+        )
+        return 1
     try:
         import uvloop
     except ImportError:  # optional
