@@ -282,8 +282,7 @@ class Connection:
                 raise StoreError(f"cannot create the directory of {self.path}: {exc}") from exc
         try:
             self._writer = await self._connect()
-            if not self.create:
-                await self._require_schema(self._writer)
+            await self._require_schema(self._writer)
             with driver_errors(f"opening {self.path}"):
                 mode = await scalar(self._writer, "PRAGMA journal_mode = WAL")
                 if str(mode).lower() != "wal":
@@ -299,16 +298,23 @@ class Connection:
         return self
 
     async def _require_schema(self, db: aiosqlite.Connection) -> None:
-        """Refuse a file asyncai never migrated (empty, or another program's database)
-        before anything is written to it: a reader (``create=False``) must not turn it
-        into an asyncai database nor switch it to WAL."""
+        """Refuse a file asyncai never migrated before anything is written to it: for a
+        reader (``create=False``) any such file (empty, or another program's database),
+        which it must not turn into an asyncai database nor switch to WAL; for the
+        daemon, one that holds another program's tables (an empty file it makes ours)."""
         with driver_errors(f"opening {self.path}"):
-            ours = await scalar(
-                db,
-                "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?",
-                ("schema_migrations",),
+            rows = await db.execute_fetchall(
+                "SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name"
             )
-        if not ours:
+        tables = [str(row[0]) for row in rows]
+        if "schema_migrations" in tables:
+            return
+        if tables:
+            raise StoreError(
+                f"{self.path} is not an asyncai database (it has other tables: "
+                f"{', '.join(tables[:3])}{', ...' if len(tables) > 3 else ''})"
+            )
+        if not self.create:
             raise StoreError(f"{self.path} is not an asyncai database (it has no asyncai schema)")
 
     async def _connect(self) -> aiosqlite.Connection:

@@ -476,11 +476,11 @@ def test_a_database_of_another_program_is_left_as_it_was(capsys, tmp_path, comma
         conn.execute("CREATE TABLE notes (text TEXT)")
         conn.execute("INSERT INTO notes VALUES ('keep me')")
         conn.commit()
-    for path in (empty, other):
+    for path, why in ((empty, "it has no asyncai schema"), (other, "it has other tables: notes")):
         before = path.read_bytes()
         status, out, err = run_cli(capsys, *command, "--db", str(path))
         assert (status, out) == (1, "")
-        assert err == f"asyncai: {path} is not an asyncai database (it has no asyncai schema)\n"
+        assert err == f"asyncai: {path} is not an asyncai database ({why})\n"
         assert path.read_bytes() == before
         assert sorted(p.name for p in tmp_path.iterdir()) == ["empty.db", "notes.db"]
 

@@ -206,6 +206,25 @@ async def test_create_false_does_not_create(tmp_path: Path):
     assert not path.exists()
 
 
+async def test_another_programs_database_is_refused_untouched(tmp_path: Path):
+    """[sessions] db (or audit-collect --db) naming another program's SQLite file: a
+    StoreError before anything is written. The daemon used to add its fifteen tables to
+    it and switch it to WAL. An empty file is still made an asyncai database."""
+    path = tmp_path / "notes.db"
+    with closing(sqlite3.connect(path)) as conn:
+        conn.execute("CREATE TABLE notes (text TEXT)")
+        conn.execute("INSERT INTO notes VALUES ('keep me')")
+        conn.commit()
+    before = path.read_bytes()
+    with pytest.raises(StoreError, match=r"notes\.db is not an asyncai database \(it has "):
+        await Store(path).open()
+    assert path.read_bytes() == before
+    empty = tmp_path / "empty.db"
+    empty.touch()
+    async with Store(empty) as store:
+        assert await store.queries.threads() == []
+
+
 async def test_use_after_close(tmp_path: Path):
     """A closed store says so instead of leaking aiosqlite's ValueError."""
     store = await Store(tmp_path / "a.db").open()
