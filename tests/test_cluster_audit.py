@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from nats.aio.client import Client
 
+from daemon.cli import main
 from daemon.cluster.audit import (
     AUDIT_STREAM,
     AUDIT_SUBJECT,
@@ -147,6 +148,21 @@ async def test_audit_collect_command_follows_the_stream_into_a_database(
     assert nobody.returncode == 1
     assert err.decode().startswith("asyncai audit-collect: cannot connect to the NATS broker")
     assert len(err.decode().strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("durable", ["a.b", "audit collect", "*", ">", "", "d" * 256])
+def test_a_durable_name_nats_refuses_is_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], durable: str
+) -> None:
+    """--durable is checked before connecting: a '.', a space, '*' or '>' used to end in
+    nats-py's ValueError traceback once connected, an empty name silently followed the
+    stream with no durable consumer (nothing kept of where it left off), and one over 255
+    characters was the broker's 400."""
+    with pytest.raises(SystemExit) as exited:
+        main(["audit-collect", "--db", str(tmp_path / "all.db"), "--durable", durable])
+    assert exited.value.code == 2
+    assert "argument --durable: " in capsys.readouterr().err
+    assert not (tmp_path / "all.db").exists()
 
 
 @pytest.mark.parametrize("fetch_timeout", [0.0005, 0.002, 0.01])

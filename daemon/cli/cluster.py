@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import re
 import signal
 import sys
 from pathlib import Path
@@ -15,6 +16,21 @@ from pathlib import Path
 __all__ = ["register"]
 
 DEFAULT_URL = "nats://127.0.0.1:4222"
+
+
+# NATS consumer names: 1-255 characters, none of them whitespace, '.', '*', '>' or a path
+# separator (the broker makes files of them)
+_DURABLE = re.compile(r"[^\s.*>/\\]{1,255}\Z")
+
+
+def _durable(text: str) -> str:
+    """``--durable``: a name the broker takes, checked before connecting."""
+    if not _DURABLE.match(text) or not text.isprintable():
+        raise argparse.ArgumentTypeError(
+            f"not a NATS consumer name: {text!r} (1-255 characters, no spaces, '.', '*', "
+            "'>', '/' or '\\')"
+        )
+    return text
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # argparse has no public name
@@ -34,6 +50,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # argparse has no
     )
     parser.add_argument(
         "--durable",
+        type=_durable,
         default="audit-collect",
         metavar="NAME",
         help="the durable consumer: where this collector left off (default: audit-collect)",
