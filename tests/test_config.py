@@ -188,6 +188,14 @@ def test_unknown_keys_are_errors_that_name_the_key(tmp_path: Path):
             "'model.request_timeout' in F must be greater than 0, not 0.0",
         ),
         (
+            "[model]\nrequest_timeout = inf",
+            "'model.request_timeout' in F must be a finite number, not inf",
+        ),
+        (
+            "[runtime]\nshutdown_grace = inf",
+            "'runtime.shutdown_grace' in F must be a finite number, not inf",
+        ),
+        (
             "[code_mode]\nmax_memory = '4 lots'",
             "'code_mode.max_memory' in F must be a size like 4GiB",
         ),

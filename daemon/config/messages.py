@@ -110,6 +110,8 @@ def config_error(
         return ConfigError(
             f"key '{key}' in {source} must be HOST:PORT like 127.0.0.1:6690, not {value!r}"
         )
+    if kind == "finite_number":  # TOML's inf or nan where a time is asked
+        return ConfigError(f"key '{key}' in {source} must be a finite number, not {value}")
     if kind == URL_ERROR:
         shown = URL_USERINFO.sub(r"\g<scheme>(hidden)@", str(value))  # a user and password
         return ConfigError(

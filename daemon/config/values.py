@@ -44,8 +44,10 @@ Text = Annotated[str, Strict()]
 Flag = Annotated[bool, Strict()]
 Count = Annotated[int, Strict(), Field(ge=1)]
 NonNegativeInt = Annotated[int, Strict(), Field(ge=0)]
-Seconds = Annotated[float, Strict(), Field(gt=0)]  # strict float still takes an int
-NonNegativeSeconds = Annotated[float, Strict(), Field(ge=0)]
+# strict float still takes an int; TOML's `inf` is no time a wait can end by (a request
+# that never answers would hang the daemon's caller), so a time is a finite number
+Seconds = Annotated[float, Strict(), Field(gt=0, allow_inf_nan=False)]
+NonNegativeSeconds = Annotated[float, Strict(), Field(ge=0, allow_inf_nan=False)]
 
 SIZE_ERROR = "size"  # the pydantic error type of a text that is not a size
 
