@@ -273,6 +273,42 @@ def test_a_bad_base_url_hides_its_password(tmp_path: Path):
         load_config(empty, {"model.base_url": "http://me:s3cret@[::1"}, environ={})
 
 
+@pytest.mark.parametrize(
+    "url", ["http://hub:6680/", "ws://", "ws://127.0.0.1:99999/", "ws://[::1", "hub:6680", ""]
+)
+def test_a_channel_url_that_is_no_hub_or_nats_url_is_a_config_error(tmp_path: Path, url: str):
+    """[channels] url (or ATIRC_URL) is checked at load: before, `asyncai serve` opened its
+    database, then ended with exit 1 at its first connection, which systemd's
+    Restart=on-failure starts again for ever; `config show` said nothing."""
+    wanted = (
+        r" must be ws://HOST:PORT/ \(an atirc hub\) or nats://HOST:PORT \(NATS\), "
+        rf"not '{re.escape(url)}'$"
+    )
+    path = write(tmp_path / "asyncai.toml", f"[channels]\nurl = {json.dumps(url)}\n")
+    with pytest.raises(ConfigError, match=r"^key 'channels\.url' in .*\.toml" + wanted):
+        load_config(path, environ={})
+    if url:  # an empty variable counts as unset
+        empty = write(tmp_path / "empty.toml", "")
+        with pytest.raises(ConfigError, match=r"^key 'channels\.url' in .*ATIRC_URL" + wanted):
+            load_config(empty, environ={"ATIRC_URL": url})
+
+
+@pytest.mark.parametrize(
+    "url", ["ws://127.0.0.1:6680/", "wss://hub.example/", "nats://[::1]:4222", "TLS://n:4222"]
+)
+def test_hub_and_nats_urls_are_taken_as_written(tmp_path: Path, url: str):
+    """Both transports' schemes, any case, a host name or an IPv6 address."""
+    path = write(tmp_path / "asyncai.toml", f"[channels]\nurl = {json.dumps(url)}\n")
+    assert load_config(path, environ={}).channels.url == url
+
+
+def test_a_bad_channel_url_hides_its_credentials(tmp_path: Path):
+    """NATS takes USER:PASSWORD in the URL: the message does not repeat them."""
+    empty = write(tmp_path / "empty.toml", "")
+    with pytest.raises(ConfigError, match=r"not 'nats://\(hidden\)@n:99999'$"):
+        load_config(empty, environ={"ATIRC_URL": "nats://me:s3cret@n:99999"})
+
+
 def test_a_missing_explicit_file_is_an_error(tmp_path: Path):
     """--config names a file: its absence is a mistake, not a default."""
     with pytest.raises(ConfigError, match=r"config file .*nope\.toml does not exist"):

@@ -27,7 +27,13 @@ from pydantic import ValidationError
 from pydantic_core import ErrorDetails
 
 from daemon.config.schema import SECRET_NAME, URL_USERINFO
-from daemon.config.values import LISTEN_ERROR, SIZE_ERROR, URL_ERROR, parse_size
+from daemon.config.values import (
+    CHANNEL_URL_ERROR,
+    LISTEN_ERROR,
+    SIZE_ERROR,
+    URL_ERROR,
+    parse_size,
+)
 from daemon.errors import ConfigError
 
 __all__ = ["config_error", "toml_key", "unknown_key"]
@@ -117,6 +123,12 @@ def config_error(
         return ConfigError(
             f"key '{key}' in {source} must be an http:// or https:// URL like "
             f"http://127.0.0.1:8080/v1, not {shown!r}"
+        )
+    if kind == CHANNEL_URL_ERROR:
+        shown = URL_USERINFO.sub(r"\g<scheme>(hidden)@", str(value))
+        return ConfigError(
+            f"key '{key}' in {source} must be ws://HOST:PORT/ (an atirc hub) or "
+            f"nats://HOST:PORT (NATS), not {shown!r}"
         )
     hint = _hints(owner).get(name)
     shown = "(hidden)" if _is_secret(owner, name) else repr(value)

@@ -23,6 +23,7 @@ from typing import Annotated, Any, Literal
 from pydantic import ConfigDict, Field, Strict
 
 from daemon.config.values import (
+    ChannelUrl,
     Count,
     Flag,
     HttpUrl,
@@ -242,7 +243,7 @@ class ChannelsConfig:
 
     __pydantic_config__ = _SECTION
 
-    url: Text = "ws://127.0.0.1:6680/"
+    url: ChannelUrl = "ws://127.0.0.1:6680/"
     token: Text | None = field(default=None, repr=False)
     nick: Text = "asyncai"
     channels: list[Text] = field(default_factory=list)  # channels to subscribe to

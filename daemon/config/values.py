@@ -23,9 +23,11 @@ from pydantic_core import PydanticCustomError
 from daemon.errors import ConfigError
 
 __all__ = [
+    "CHANNEL_URL_ERROR",
     "LISTEN_ERROR",
     "SIZE_ERROR",
     "URL_ERROR",
+    "ChannelUrl",
     "Count",
     "Flag",
     "HttpUrl",
@@ -101,24 +103,33 @@ def _listen(value: Any) -> Any:
 Listen = Annotated[str, AfterValidator(_listen), Strict()]
 
 URL_ERROR = "url"  # the pydantic error type of a text that is not an http(s) URL
+CHANNEL_URL_ERROR = "channel_url"  # ... that is not a hub's or a NATS server's URL
 
 
-def _http_url(value: Any) -> Any:
-    """An ``http://`` or ``https://`` URL with a host (and a port that is one) as given;
-    any other text is an error the loader names, at start rather than at the first
-    request (where it was a traceback, or four retries of a request that cannot be)."""
-    if isinstance(value, str):
-        try:
-            parts = urlsplit(value)
-            parts.port  # noqa: B018 -- raises ValueError for a port out of range or not a number
-        except ValueError:  # also an unclosed [IPv6
-            raise PydanticCustomError(URL_ERROR, "not an http(s) URL") from None
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise PydanticCustomError(URL_ERROR, "not an http(s) URL")
-    return value
+def _url_check(schemes: tuple[str, ...], error: str) -> Any:
+    """A validator of a URL of one of ``schemes`` with a host (and a port that is one), as
+    given; any other text is the error ``error``, which the loader names at start rather
+    than at the first connection (where it was a traceback, retries of a connection that
+    cannot be, or an exit that systemd restarts for ever)."""
+
+    def check(value: Any) -> Any:
+        if isinstance(value, str):
+            try:
+                parts = urlsplit(value)
+                parts.port  # noqa: B018 -- raises ValueError for a port out of range or text
+            except ValueError:  # also an unclosed [IPv6
+                raise PydanticCustomError(error, "not a URL of its kind") from None
+            if parts.scheme.lower() not in schemes or not parts.hostname:
+                raise PydanticCustomError(error, "not a URL of its kind")
+        return value
+
+    return check
 
 
-HttpUrl = Annotated[str, AfterValidator(_http_url), Strict()]
+HttpUrl = Annotated[str, AfterValidator(_url_check(("http", "https"), URL_ERROR)), Strict()]
+ChannelUrl = Annotated[
+    str, AfterValidator(_url_check(("ws", "wss", "nats", "tls"), CHANNEL_URL_ERROR)), Strict()
+]
 
 
 def expand_home(path: Path, key: str, where: str) -> Path:
