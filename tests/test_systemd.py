@@ -94,6 +94,28 @@ def test_unit_has_the_required_settings(unit):
     assert d.get("User") == ["asyncai"] or d.get("DynamicUser") == ["yes"]
 
 
+@pytest.mark.parametrize("unit", ["asyncai.service", "asyncai@.service"])
+def test_a_configuration_error_stops_the_daemon_unit_instead_of_restarting_it(
+    tmp_path: Path, unit: str
+):
+    """`asyncai serve` exits 2 on a configuration error, before it opens anything: the
+    units do not restart that exit every RestartSec for ever."""
+    assert directives(unit).get("RestartPreventExitStatus") == ["2"]
+    bad = tmp_path / "asyncai.toml"
+    bad.write_text('[model]\nmodel = "m"\n[channels]\nchannels = ["#ops"]\nurl = "http://hub/"\n')
+    proc = subprocess.run(
+        [sys.executable, "-m", "daemon.cli", "serve", "--config", str(bad)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.startswith("asyncai serve: key 'channels.url' in ")
+    assert list(tmp_path.iterdir()) == [bad]  # no database, no state: nothing was opened
+
+
 def test_daemon_unit_reads_etc_asyncai_and_keeps_exec():
     """The daemon takes its config from /etc/asyncai, and may start subprocesses
     (Monty workers, MCP servers): nothing forbids exec."""
