@@ -17,6 +17,29 @@ _monty_pool_started = pytest.StashKey[bool]()
 """Set on the config when :func:`monty_pool` started its workers in this run."""
 
 
+@pytest.fixture(autouse=True)
+def _logging_as_found() -> Generator[None, None, None]:
+    """Each test leaves the logging configuration as it found it.
+
+    A CLI command run in-process (``main([...])`` under ``capsys``) configures the
+    daemon's logging to the stderr of that moment, which pytest closes after the test:
+    every later log line then raised ``ValueError`` (I/O on a closed file) wherever it
+    was written, so a test far away failed (a guard task that logs before it acts, a
+    tool call that logs before it runs) in the order of a whole run only.
+    """
+    import logging
+
+    import structlog
+
+    config = structlog.get_config()
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    structlog.configure(**config)
+    root.handlers[:] = handlers
+    root.setLevel(level)
+
+
 @pytest.fixture(scope="session")
 async def monty_pool(request: pytest.FixtureRequest) -> AsyncIterator[AsyncMonty]:
     """One Monty worker pool for the whole test session, sized for the default limits.
