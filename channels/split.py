@@ -47,22 +47,26 @@ def split_text(text: str, max_bytes: int) -> list[str]:
     """
     if max_bytes < MIN_CHUNK_BYTES:
         raise ValueError(f"max_bytes must be at least {MIN_CHUNK_BYTES}")
-    if json_text_size(text) <= max_bytes:
+    if len(text) <= max_bytes and json_text_size(text) <= max_bytes:
         return [text]
     chunks: list[str] = []
-    rest = text
-    while rest:
-        if json_text_size(rest) <= max_bytes:
-            chunks.append(rest)
+    start = 0
+    while start < len(text):
+        # Every character takes at least one byte, so a chunk lies within the next
+        # max_bytes characters: only that window is measured and copied, never the
+        # whole rest (which made splitting quadratic in the text's length).
+        window = text[start : start + max_bytes]
+        if start + len(window) == len(text) and json_text_size(window) <= max_bytes:
+            chunks.append(window)
             break
-        cut = _fitting_prefix(rest, max_bytes)
+        cut = _fitting_prefix(window, max_bytes)
         # Prefer a natural boundary, but not so early that chunks get tiny.
         floor = cut // 2
         for sep in ("\n", " "):
-            at = rest.rfind(sep, floor, cut)
+            at = window.rfind(sep, floor, cut)
             if at != -1:
                 cut = at + 1
                 break
-        chunks.append(rest[:cut])
-        rest = rest[cut:]
+        chunks.append(window[:cut])
+        start += cut
     return chunks

@@ -285,6 +285,28 @@ def test_split_hard_cuts_text_without_spaces():
     assert [len(c) for c in chunks] == [100] * 10
 
 
+def test_split_measures_each_character_a_bounded_number_of_times(monkeypatch):
+    """Splitting is linear in the text: each chunk measures at most one window of
+    ``max_bytes`` characters (a few times, to find its end), never the whole rest. It
+    measured and copied the rest once per chunk: a 20 MB approval request (a snippet's
+    argument, shown in full) held the daemon's event loop for 10 s, 200 MB for minutes."""
+    import channels.split as split
+
+    measured = [0]
+    real = split.json_text_size
+
+    def counting(text: str) -> int:
+        measured[0] += len(text)
+        return real(text)
+
+    monkeypatch.setattr(split, "json_text_size", counting)
+    text = ("word " * 20 + "\n") * 2_000  # 202 000 characters
+    chunks = split.split_text(text, 100)
+    assert "".join(chunks) == text
+    assert all(real(c) <= 100 for c in chunks)
+    assert measured[0] <= 40 * len(text)
+
+
 def test_split_refuses_tiny_limits():
     """A chunk limit below one escaped character's size is a programming error."""
     with pytest.raises(ValueError, match="at least"):
