@@ -19,6 +19,7 @@ reconnects by itself).
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -36,11 +37,18 @@ __all__ = ["POLL", "STREAM_MAX", "routes"]
 POLL = 0.25  # seconds between two looks at a thread while its page is open
 STREAM_MAX = 600.0  # a stream is ended after this long; EventSource reconnects
 HEARTBEAT = 15.0  # a comment line this often keeps proxies from closing an idle stream
+LINE_END = re.compile(r"\r\n|\r|\n")  # where an EventSource ends a line: CR counts too
 
 
 def _sse(event: str, data: str) -> str:
-    """One Server-Sent Event: every line of ``data`` as its own ``data:`` line."""
-    lines = "".join(f"data: {line}\n" for line in data.split("\n"))
+    """One Server-Sent Event: every line of ``data`` as its own ``data:`` line.
+
+    A line ends at CRLF, LF or a lone CR, as the browser reads the stream: a CR
+    left inside a ``data:`` line (a prompt or a tool's result may hold one) would
+    end it there and start a line of the writer's choosing (``event: end``). The
+    browser joins the lines with LF, as HTML reads a CR anyway.
+    """
+    lines = "".join(f"data: {line}\n" for line in LINE_END.split(data))
     return f"event: {event}\n{lines}\n"
 
 

@@ -1,0 +1,108 @@
+"""The console attacked from outside (issue 30): raw HTTP on loopback, hostile text in the store.
+
+Each test is what a stranger on the network, or the author of a prompt whose text
+ends up in a transcript, could send or write; the console must answer with a
+clear 4xx (never a 500) and never run or mangle what it shows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import httpx2
+import pytest
+
+from daemon.config import Config
+from daemon.web import Console, Sources, WebServer, console_app
+from sessions import Store
+from sessions.testing import tool_call_row
+from tests.test_web_auth import TOKEN, log_in, write_tokens
+
+WAIT = 10.0
+
+
+@pytest.fixture
+async def served(tmp_path: Path) -> AsyncIterator[tuple[Store, WebServer]]:
+    """A console over a store with one running run in #ops/t1."""
+    config = Config()
+    config.web.tokens = write_tokens(tmp_path / "web.tokens", f"{TOKEN} operator\n")
+    async with Store(tmp_path / "a.db") as store:
+        await store.runs.record_prompt("#ops", "t1", "p1", "alice", "go", "2026-11-29T18:00:00Z")
+        await store.runs.start_run("r1", "#ops", "t1", ["p1"])
+        console = Console(Sources(config=config, store=store))
+        server = WebServer(console_app(console), "127.0.0.1:0")
+        await server.start()
+        try:
+            yield store, server
+        finally:
+            console.closing.set()
+            await server.aclose()
+
+
+async def raw(server: WebServer, request: bytes, *, read: int = 1 << 16) -> bytes:
+    """Send ``request`` as it is on a fresh connection; what came back before it closed."""
+    assert server.port is not None
+    reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+    try:
+        writer.write(request)
+        await writer.drain()
+        async with asyncio.timeout(WAIT):
+            return await reader.read(read)
+    finally:
+        writer.close()
+
+
+def status_of(answer: bytes) -> int:
+    """The status code of a raw HTTP answer."""
+    found = re.match(rb"HTTP/1\.1 (\d{3})", answer)
+    assert found is not None, answer[:200]
+    return int(found.group(1))
+
+
+def sse_messages(stream: bytes) -> list[tuple[str, str]]:
+    """``(event, data)`` of a stream parsed as a browser's EventSource does: a line ends at
+    CRLF, a lone LF or a lone CR (the HTML standard's event stream format)."""
+    messages = []
+    event, data = "message", []
+    for line in re.split(r"\r\n|\r|\n", stream.decode()):
+        if line == "":
+            if data:
+                messages.append((event, "\n".join(data)))
+            event, data = "message", []
+            continue
+        field, _, value = line.partition(":")
+        value = value.removeprefix(" ")
+        if field == "event":
+            event = value
+        elif field == "data":
+            data.append(value)
+    return messages
+
+
+async def test_a_carriage_return_in_a_transcript_does_not_cut_the_live_html(served):
+    """A prompt with a lone CR reaches the browser whole: EventSource ends a line at CR,
+    so the stream must not carry one bare inside a data line."""
+    store, server = served
+    hostile = 'evil\revent: end\rdata: <b hx-get="/x">'
+    await store.runs.record_prompt("#ops", "t2", "p2", "mallory", hostile, "2026-11-29T18:00:01Z")
+    await store.runs.start_run("r2", "#ops", "t2", ["p2"])
+    async with httpx2.AsyncClient(base_url=server.url, timeout=WAIT) as client:
+        await log_in(client)
+        got = b""
+        async with client.stream("GET", "/threads/%23ops/t2/events") as stream:
+            chunks = stream.aiter_raw()
+            got += await anext(chunks)  # retry:
+            await store.audit.add_tool_call(tool_call_row("r2", "t2", tool="nap"))
+            async with asyncio.timeout(WAIT):
+                while b'data-tool="nap"' not in got or not got.endswith(b"\n\n"):
+                    got += await anext(chunks)
+    messages = sse_messages(got)
+    assert [event for event, _ in messages] == ["update"]
+    html = messages[0][1]
+    assert "mallory" in html
+    assert 'data-tool="nap"' in html
+    assert "evil\nevent: end\ndata: " in html
+    assert "&lt;b hx-get=&#34;/x&#34;&gt;" in html
