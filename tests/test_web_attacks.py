@@ -106,3 +106,67 @@ async def test_a_carriage_return_in_a_transcript_does_not_cut_the_live_html(serv
     assert 'data-tool="nap"' in html
     assert "evil\nevent: end\ndata: " in html
     assert "&lt;b hx-get=&#34;/x&#34;&gt;" in html
+
+
+# ---- bodies -------------------------------------------------------------------------------
+
+
+async def chunked(server: WebServer, head: bytes, total: int, first: bytes = b"a=") -> bytes:
+    """A chunked body of ``total`` bytes after ``head`` (``first``, then ``x``), sent until
+    the server answers."""
+    assert server.port is not None
+    reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+    try:
+        writer.write(head + b"transfer-encoding: chunked\r\n\r\n")
+        writer.write(b"%x\r\n%s\r\n" % (len(first), first))
+        chunk = b"x" * 65_536
+        sent = 0
+        answer = asyncio.ensure_future(reader.read(1000))
+        while sent < total and not answer.done():
+            writer.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+            sent += len(chunk)
+            try:
+                await writer.drain()
+            except ConnectionError:
+                break
+            await asyncio.sleep(0)
+        if not answer.done():
+            writer.write(b"0\r\n\r\n")
+        async with asyncio.timeout(WAIT):
+            return await answer
+    finally:
+        writer.close()
+
+
+FORM_HEAD = (
+    b"POST /login HTTP/1.1\r\nhost: x\r\ncontent-type: application/x-www-form-urlencoded\r\n"
+)
+
+
+async def test_a_login_body_over_a_mebibyte_is_refused_before_it_is_read(served):
+    """No session needed to post /login: a body that says it is large gets 413 on its
+    headers alone, one sent in chunks 413 once it passes the bound (before, 9 MB of
+    fields were read into memory and parsed: 1000 fields of 1 MB each were let in)."""
+    _, server = served
+    said = await raw(server, FORM_HEAD + b"content-length: 9000000\r\n\r\n")
+    assert status_of(said) == 413
+    assert status_of(await chunked(server, FORM_HEAD, 9_000_000)) == 413
+    upload = b"POST /login HTTP/1.1\r\nhost: x\r\ncontent-type: multipart/form-data; boundary=b\r\n"
+    part = b'--b\r\ncontent-disposition: form-data; name="token"; filename="t"\r\n\r\n'
+    assert status_of(await chunked(server, upload, 9_000_000, part)) == 413
+
+
+async def test_a_logged_in_post_over_a_mebibyte_is_refused_too(served):
+    """The guard's own read of a form's csrf field is bounded the same way."""
+    _, server = served
+    async with httpx2.AsyncClient(base_url=server.url, timeout=WAIT) as client:
+        await log_in(client)
+        cookie = f"asyncai_session={client.cookies['asyncai_session']}".encode()
+    head = (
+        b"POST /approvals/abc/decide HTTP/1.1\r\nhost: x\r\ncookie: " + cookie + b"\r\n"
+        b"content-type: application/x-www-form-urlencoded\r\n"
+    )
+    assert status_of(await chunked(server, head, 9_000_000)) == 413
+    small = b"csrf=wrong&action=approve"
+    answer = await raw(server, head + b"content-length: %d\r\n\r\n%s" % (len(small), small))
+    assert status_of(answer) == 403

@@ -18,6 +18,11 @@ Prometheus scrapes without a session):
 
 Login itself is a form guarded by a token of its own (a cookie and a field
 that must match), so another site cannot log a browser in as someone else.
+
+Every request's body, the login form's included, is at most
+:data:`MAX_BODY_BYTES` (the console's forms are a few fields): a larger one is
+refused with 413 as soon as its ``Content-Length`` says so or its bytes pass
+the bound, so nobody, logged in or not, makes the daemon hold or spool more.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from typing import Any
 from urllib.parse import parse_qs, quote
 
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
@@ -45,7 +51,7 @@ CSRF_HEADER = "x-csrf-token"
 WRONG_TOKEN = "That token is not in the tokens file."
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 OPEN_PATHS = ("/login", "/static/", "/metrics")
-MAX_FORM_BYTES = 1 << 20  # a form the guard reads for its csrf field; larger ones are refused
+MAX_BODY_BYTES = 1 << 20  # any request's body; larger ones get 413
 SECURITY_HEADERS = [
     # scripts only from the console itself (htmx and console.js), no frames, no referrer
     (
@@ -107,6 +113,11 @@ class Guard:
             await self.app(scope, receive, send)
             return
         send = _with_headers(send)
+        length = _header(scope, b"content-length")
+        if length is not None and length.isdigit() and int(length) > MAX_BODY_BYTES:
+            await _too_large(scope, receive, send)
+            return
+        receive = _bounded(receive)
         path = scope["path"]
         if path == "/login" or path.startswith(OPEN_PATHS[1:]):
             await self.app(scope, receive, send)
@@ -118,7 +129,11 @@ class Guard:
         if scope["method"] not in SAFE_METHODS:
             given = _header(scope, CSRF_HEADER.encode())
             if given is None:
-                given, receive = await _form_field(scope, receive, "csrf")
+                try:
+                    given, receive = await _form_field(scope, receive, "csrf")
+                except HTTPException:  # past MAX_BODY_BYTES
+                    await _too_large(scope, receive, send)
+                    return
             if not same_secret(given, session.csrf):
                 response = PlainTextResponse("missing or wrong CSRF token", status_code=403)
                 await response(scope, receive, send)
@@ -140,6 +155,32 @@ class Guard:
         await response(scope, receive, send)
 
 
+async def _too_large(scope: Scope, receive: Receive, send: Send) -> None:
+    response = PlainTextResponse(
+        f"request body over {MAX_BODY_BYTES} bytes",
+        status_code=413,
+        headers={"connection": "close"},
+    )
+    await response(scope, receive, send)
+
+
+def _bounded(receive: Receive) -> Receive:
+    """``receive`` that stops a body (one sent without a length) past :data:`MAX_BODY_BYTES`:
+    an ``HTTPException`` the app answers with 413."""
+    size = 0
+
+    async def receiving() -> Message:
+        nonlocal size
+        message = await receive()
+        if message["type"] == "http.request":
+            size += len(message.get("body", b""))
+            if size > MAX_BODY_BYTES:
+                raise HTTPException(413, f"request body over {MAX_BODY_BYTES} bytes")
+        return message
+
+    return receiving
+
+
 def _with_headers(send: Send) -> Send:
     """``send`` that adds the security headers to every response's start."""
 
@@ -157,15 +198,11 @@ async def _form_field(scope: Scope, receive: Receive, name: str) -> tuple[str | 
     if not content_type.startswith("application/x-www-form-urlencoded"):
         return None, receive
     chunks: list[bytes] = []
-    size = 0
     while True:
-        message = await receive()
+        message = await receive()  # bounded: past MAX_BODY_BYTES, an HTTPException
         if message["type"] != "http.request":
             return None, receive
         chunks.append(message.get("body", b""))
-        size += len(chunks[-1])
-        if size > MAX_FORM_BYTES:
-            return None, receive
         if not message.get("more_body", False):
             break
     body = b"".join(chunks)
