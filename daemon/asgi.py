@@ -7,6 +7,14 @@ start naming the key that set it, not uvicorn's ``sys.exit``), and uvicorn's
 own signal handlers and logging configuration are left out: SIGTERM and
 SIGINT are the daemon's, which stops each server in its shutdown
 (:meth:`LoopServer.aclose`).
+
+The port may be reachable by strangers, and every connection is a file
+descriptor of the daemon's process, which its database, channels and MCP
+servers need too. So a connection gets :data:`REQUEST_TIMEOUT` seconds to send
+a whole request (head and body; the answer, a live stream's included, may take
+as long as it takes) and between two requests, and past
+:data:`MAX_CONNECTIONS` open ones a new connection is closed at once
+(:class:`_Protocol`).
 """
 
 from __future__ import annotations
@@ -19,12 +27,15 @@ from typing import Any
 
 import structlog
 import uvicorn
+from uvicorn.protocols.http.h11_impl import H11Protocol
 
 __all__ = ["START_TIMEOUT", "LoopServer", "parse_listen"]
 
 log = structlog.get_logger("asyncai.asgi")
 
 START_TIMEOUT = 10.0  # seconds for uvicorn to start serving on the bound socket
+REQUEST_TIMEOUT = 30.0  # seconds a connection has to send a whole request
+MAX_CONNECTIONS = 256  # open connections of one server; past it a new one is closed
 
 
 def parse_listen(listen: str) -> tuple[str, int]:
@@ -34,6 +45,53 @@ def parse_listen(listen: str) -> tuple[str, int]:
     if not sep or not host or not port.isdigit() or int(port) > 65535:
         raise ValueError(f"{listen!r} is not HOST:PORT")
     return host.strip("[]"), int(port)
+
+
+class _Protocol(H11Protocol):
+    """uvicorn's HTTP/1.1 protocol with a deadline for each request and a cap on connections.
+
+    The deadline is armed when the connection opens and when an answer ends; when
+    it passes, the connection is closed unless a request has arrived whole and is
+    being answered (uvicorn's own keep-alive timer is cancelled by any byte, so a
+    client sending one now and then would hold its connection for good).
+    """
+
+    _deadline: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        if len(self.connections) > MAX_CONNECTIONS:
+            transport.close()
+            return
+        self._arm()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        self._arm()
+
+    def handle_websocket_upgrade(self, event: Any) -> None:
+        self._disarm()  # the connection is the WebSocket protocol's now
+        super().handle_websocket_upgrade(event)
+
+    def _arm(self) -> None:
+        self._disarm()
+        if not self.transport.is_closing():
+            self._deadline = self.loop.call_later(REQUEST_TIMEOUT, self._expired)
+
+    def _disarm(self) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+
+    def _expired(self) -> None:
+        self._deadline = None
+        cycle = self.cycle
+        if cycle is None or cycle.response_complete or cycle.more_body:
+            self.transport.close()
 
 
 class _Server(uvicorn.Server):
@@ -108,6 +166,7 @@ class LoopServer:
             timeout_graceful_shutdown=int(self._close_timeout),
             proxy_headers=False,
             server_header=False,
+            http=_Protocol,
         )
         server = self._server = _Server(config)
         self._task = asyncio.create_task(server.serve([self._socket]), name=f"asyncai-{self._name}")

@@ -15,6 +15,7 @@ from pathlib import Path
 import httpx2
 import pytest
 
+from daemon import asgi
 from daemon.config import Config
 from daemon.web import Console, Sources, WebServer, console_app
 from sessions import Store
@@ -170,3 +171,73 @@ async def test_a_logged_in_post_over_a_mebibyte_is_refused_too(served):
     small = b"csrf=wrong&action=approve"
     answer = await raw(server, head + b"content-length: %d\r\n\r\n%s" % (len(small), small))
     assert status_of(answer) == 403
+
+
+# ---- slow and many clients ----------------------------------------------------------------
+
+
+async def closed_within(reader: asyncio.StreamReader, seconds: float) -> bool:
+    """Whether the server closes the connection within ``seconds``."""
+    try:
+        async with asyncio.timeout(seconds):
+            while await reader.read(1000):
+                pass
+    except TimeoutError:
+        return False
+    return True
+
+
+async def test_a_client_that_never_finishes_its_request_is_closed(served, monkeypatch):
+    """A connection that sends nothing, half a head, or half a body is cut once the
+    request deadline passes (before, each stayed open for good: a stranger could hold
+    every file descriptor of the daemon with idle connections)."""
+    monkeypatch.setattr(asgi, "REQUEST_TIMEOUT", 0.5)
+    _, server = served
+    assert server.port is not None
+    for first in (
+        b"",
+        b"GET / HTTP/1.1\r\nhost: x\r\n",
+        FORM_HEAD + b"content-length: 100\r\n\r\ncsrf=",
+    ):
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        writer.write(first)
+        try:
+            assert await closed_within(reader, 5.0), first
+        finally:
+            writer.close()
+
+
+async def test_a_live_stream_outlives_the_request_deadline(served, monkeypatch):
+    """The deadline is for sending a request, not for its answer: a stream stays open."""
+    monkeypatch.setattr(asgi, "REQUEST_TIMEOUT", 0.3)
+    store, server = served
+    async with httpx2.AsyncClient(base_url=server.url, timeout=WAIT) as client:
+        await log_in(client)
+        async with client.stream("GET", "/threads/%23ops/t1/events") as stream:
+            chunks = stream.aiter_raw()
+            assert (await anext(chunks)).startswith(b"retry:")
+            await asyncio.sleep(1.0)
+            await store.audit.add_tool_call(tool_call_row("r1", "t1", tool="nap"))
+            async with asyncio.timeout(WAIT):
+                got = b""
+                while b'data-tool="nap"' not in got:
+                    got += await anext(chunks)
+        assert (await client.get("/")).status_code == 200
+
+
+async def test_connections_past_the_cap_are_closed_at_once(served, monkeypatch):
+    """Past MAX_CONNECTIONS open connections a new one is closed at once; when they
+    go, the console answers again."""
+    monkeypatch.setattr(asgi, "MAX_CONNECTIONS", 5)
+    _, server = served
+    assert server.port is not None
+    held = [await asyncio.open_connection("127.0.0.1", server.port) for _ in range(5)]
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        assert await closed_within(reader, 2.0)
+        writer.close()
+    finally:
+        for _, w in held:
+            w.close()
+    await asyncio.sleep(0.2)
+    assert status_of(await raw(server, b"GET /login HTTP/1.1\r\nhost: x\r\n\r\n")) == 200
