@@ -241,3 +241,18 @@ async def test_connections_past_the_cap_are_closed_at_once(served, monkeypatch):
             w.close()
     await asyncio.sleep(0.2)
     assert status_of(await raw(server, b"GET /login HTTP/1.1\r\nhost: x\r\n\r\n")) == 200
+
+
+async def test_a_head_of_the_live_stream_ends_at_once(served):
+    """HEAD of a thread's stream answers its headers and ends (before, the stream ran
+    with no body for STREAM_MAX, polling the thread, and the connection could carry
+    no other request)."""
+    _, server = served
+    async with httpx2.AsyncClient(base_url=server.url, timeout=WAIT) as client:
+        await log_in(client)
+        head = await client.head("/threads/%23ops/t1/events")
+        assert head.status_code == 200
+        assert head.headers["content-type"].startswith("text/event-stream")
+        async with asyncio.timeout(3.0):
+            assert (await client.get("/")).status_code == 200
+        assert (await client.head("/threads/%23ops/nope/events")).status_code == 404

@@ -13,7 +13,7 @@ one indexed read) and the run's status line every :data:`POLL` seconds, and
 sends the runs again, rendered, when either changed. The database is the one
 source, so a call another daemon of a cluster ran shows the same way. A
 stream ends at shutdown or after :data:`STREAM_MAX` seconds (the browser
-reconnects by itself).
+reconnects by itself); a HEAD of it is its headers only.
 """
 
 from __future__ import annotations
@@ -82,6 +82,9 @@ def routes(console: Console) -> list[BaseRoute]:
         page, channel, thread_id = await load(request)
         if page is None:
             return PlainTextResponse("no such thread", status_code=404)
+        headers = {"cache-control": "no-store", "x-accel-buffering": "no"}
+        if request.method == "HEAD":  # the headers only: no stream to hold for STREAM_MAX
+            return Response(media_type="text/event-stream", headers=headers)
         every = request.query_params.get("runs") == "all"
         key = thread_key(channel, thread_id)
 
@@ -111,11 +114,7 @@ def routes(console: Console) -> list[BaseRoute]:
                     pass
             yield _sse("end", "")
 
-        return StreamingResponse(
-            stream(),
-            media_type="text/event-stream",
-            headers={"cache-control": "no-store", "x-accel-buffering": "no"},
-        )
+        return StreamingResponse(stream(), media_type="text/event-stream", headers=headers)
 
     return [
         Route("/threads/{channel}/{thread_id}", thread_page, methods=["GET"]),
