@@ -256,3 +256,18 @@ async def test_a_head_of_the_live_stream_ends_at_once(served):
         async with asyncio.timeout(3.0):
             assert (await client.get("/")).status_code == 200
         assert (await client.head("/threads/%23ops/nope/events")).status_code == 404
+
+
+# ---- login ------------------------------------------------------------------------------
+
+
+async def test_another_site_cannot_log_a_browser_in_with_a_nul_csrf_field(served):
+    """A cross-site form carries no login cookie; its csrf field of one NUL character
+    matched the stand-in the check used for a missing cookie, and logged the browser in
+    as the token's nick (login CSRF)."""
+    _, server = served
+    async with httpx2.AsyncClient(base_url=server.url, timeout=WAIT) as client:
+        for csrf in ("\0", ""):
+            forged = await client.post("/login", data={"csrf": csrf, "token": TOKEN, "next": "/"})
+            assert forged.status_code == 403
+            assert "asyncai_session" not in client.cookies

@@ -249,7 +249,8 @@ def _login(console: Console) -> Callable[[Request], Awaitable[Response]]:
         form = await request.form()
         token = str(form.get("token", "")).strip()
         target = _safe_next(str(form.get("next", "")))
-        if not same_secret(str(form.get("csrf", "")), request.cookies.get(LOGIN_COOKIE) or "\0"):
+        expected = request.cookies.get(LOGIN_COOKIE)  # none from another site's form
+        if not expected or not same_secret(str(form.get("csrf", "")), expected):
             return PlainTextResponse("missing or wrong CSRF token: reload the login page", 403)
         try:
             tokens = console.tokens()
