@@ -58,6 +58,7 @@ class _Protocol(H11Protocol):
 
     _deadline: asyncio.TimerHandle | None = None
 
+    # narrower than asyncio.Protocol's BaseTransport, as uvicorn's own override is
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         if len(self.connections) > MAX_CONNECTIONS:
