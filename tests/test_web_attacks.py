@@ -271,3 +271,20 @@ async def test_another_site_cannot_log_a_browser_in_with_a_nul_csrf_field(served
             forged = await client.post("/login", data={"csrf": csrf, "token": TOKEN, "next": "/"})
             assert forged.status_code == 403
             assert "asyncai_session" not in client.cookies
+
+
+async def test_a_login_forms_file_parts_are_closed(served) -> None:
+    """A multipart login form may carry file parts (spooled temporary files): the form is
+    closed once read, so none is left open for the collector to find and warn about."""
+    import gc
+    import warnings
+
+    _, server = served
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ResourceWarning)
+        async with httpx2.AsyncClient(base_url=server.url, timeout=WAIT) as client:
+            answer = await client.post("/login", files={"csrf": ("a", b"x"), "token": ("b", b"y")})
+            assert answer.status_code == 403
+        gc.collect()
+    leaked = [w for w in caught if issubclass(w.category, ResourceWarning)]
+    assert leaked == [], [str(w.message) for w in leaked]

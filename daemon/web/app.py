@@ -246,11 +246,12 @@ def _login_page(console: Console) -> Callable[[Request], Awaitable[Response]]:
 
 def _login(console: Console) -> Callable[[Request], Awaitable[Response]]:
     async def login(request: Request) -> Response:
-        form = await request.form()
-        token = str(form.get("token", "")).strip()
-        target = _safe_next(str(form.get("next", "")))
+        async with request.form() as form:  # closed: a file part is a spooled temporary file
+            token = str(form.get("token", "")).strip()
+            target = _safe_next(str(form.get("next", "")))
+            given = str(form.get("csrf", ""))
         expected = request.cookies.get(LOGIN_COOKIE)  # none from another site's form
-        if not expected or not same_secret(str(form.get("csrf", "")), expected):
+        if not expected or not same_secret(given, expected):
             return PlainTextResponse("missing or wrong CSRF token: reload the login page", 403)
         try:
             tokens = console.tokens()

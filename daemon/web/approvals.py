@@ -120,9 +120,10 @@ def routes(console: Console) -> list[BaseRoute]:
     async def decide(request: Request) -> Response:
         nick = session_of(request).nick
         desk = console.sources.desk
-        form = await request.form()
+        async with request.form() as form:  # closed: a file part is a spooled temporary file
+            action, reason = str(form.get("action", "")), str(form.get("reason", ""))
         request_id = str(request.path_params["request_id"])
-        command = command_of(request_id, str(form.get("action", "")), str(form.get("reason", "")))
+        command = command_of(request_id, action, reason)
         if desk is None or command is None:
             return await page(request, ["That is not a decision this console can take."], 400)
         decided = await desk.decide(command, by=nick)
