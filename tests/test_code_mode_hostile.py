@@ -146,3 +146,32 @@ async def test_an_escape_or_a_bomb_is_an_error(executor, code):
     """Escapes and bombs never succeed quietly: the model sees an error."""
     out = await executor.thread_scope(ThreadKey("#t", "t")).call_tool("run_code", {"code": code})
     assert out.is_error
+
+
+@pytest.mark.parametrize(
+    "raised", ["MemoryError('x')", "TimeoutError('limit exceeded')", "MemoryError()"]
+)
+async def test_a_snippets_own_limit_error_keeps_its_repl_and_blames_no_cap(executor, raised):
+    """A snippet that raises MemoryError or TimeoutError itself gets that error, not the
+    heap cap's or the time limit's explanation, and its variables stay: only Monty's own
+    breach of a limit spends the session."""
+    scope = executor.thread_scope(ThreadKey("#t", "own"))
+    await scope.call_tool("run_code", {"code": "kept = 7"})
+    out = await scope.call_tool("run_code", {"code": f"raise {raised}"})
+    assert out.is_error
+    assert "capped" not in out.content
+    assert "execution limit" not in out.content
+    after = await scope.call_tool("run_code", {"code": "kept"})
+    assert (after.content, after.is_error) == ("7", False)
+
+
+async def test_a_breached_heap_cap_is_blamed_and_resets_the_repl(executor):
+    """Monty's own MemoryError: the cap is named, and the spent session's REPL is reset."""
+    scope = executor.thread_scope(ThreadKey("#t", "cap"))
+    await scope.call_tool("run_code", {"code": "kept = 7"})
+    out = await scope.call_tool("run_code", {"code": HOSTILE["memory loop"]})
+    assert out.is_error
+    assert f"The sandbox heap is capped at {LIMITS.max_memory:,} bytes." in out.content
+    after = await scope.call_tool("run_code", {"code": "kept"})
+    assert after.is_error
+    assert "NameError" in after.content

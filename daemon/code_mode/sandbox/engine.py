@@ -51,6 +51,7 @@ as its result (see :class:`PrintSink` for the runaway print loop).
 from __future__ import annotations
 
 import asyncio
+import re
 import typing
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -109,6 +110,11 @@ __all__ = ["SnippetRun"]
 log = structlog.get_logger("asyncai.code_mode")
 
 _AUTO_OS_CALLS = frozenset({"import", "import_stubs"})
+# Monty's own words for a breached limit (uncatchable in the sandbox; the session is
+# spent): a snippet's own `raise MemoryError(...)` or `TimeoutError` is its error alone,
+# not a cap to blame nor a reason to reset its REPL
+_HEAP_CAP = re.compile(r"memory limit exceeded: \d+ bytes > \d+ bytes\Z")
+_TIME_CAP = re.compile(r"(feed|turn) time limit exceeded: ")
 _EXC_TYPES = frozenset(typing.get_args(pydantic_monty.ExcType))
 # Tool calls are bounded by tool_timeout each; this only guards the engine's
 # own wait against a task that never settles.
@@ -341,15 +347,15 @@ class SnippetRun:
     def _runtime_error(self, exc: MontyRuntimeError, sink: PrintSink) -> tuple[str, bool]:
         text = without_wrapper_frames(exc.display())
         inner = exc.exception()
-        if isinstance(inner, MemoryError):
+        message = str(inner)
+        if isinstance(inner, MemoryError) and _HEAP_CAP.match(message):
             if sink.overflowed:
                 return text, False
             return (
                 f"{text}\nThe sandbox heap is capped at {self._limits.max_memory:,} bytes.",
                 True,
             )
-        message = str(inner)
-        if isinstance(inner, TimeoutError) and "limit exceeded" in message:
+        if isinstance(inner, TimeoutError) and _TIME_CAP.match(message):
             return (
                 f"{text}\nThe snippet ran longer than the {self._limits.max_feed_duration:g}s "
                 "execution limit (time waiting for tools is not counted).",
