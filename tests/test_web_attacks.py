@@ -9,38 +9,17 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import AsyncIterator
-from pathlib import Path
 
 import httpx2
-import pytest
 
 from daemon import asgi
-from daemon.config import Config
-from daemon.web import Console, Sources, WebServer, console_app
-from sessions import Store
+from daemon.web import WebServer
 from sessions.testing import tool_call_row
-from tests.test_web_auth import TOKEN, log_in, write_tokens
+from tests import test_web_live
+from tests.test_web_auth import TOKEN, log_in
 
 WAIT = 10.0
-
-
-@pytest.fixture
-async def served(tmp_path: Path) -> AsyncIterator[tuple[Store, WebServer]]:
-    """A console over a store with one running run in #ops/t1."""
-    config = Config()
-    config.web.tokens = write_tokens(tmp_path / "web.tokens", f"{TOKEN} operator\n")
-    async with Store(tmp_path / "a.db") as store:
-        await store.runs.record_prompt("#ops", "t1", "p1", "alice", "go", "2026-11-29T18:00:00Z")
-        await store.runs.start_run("r1", "#ops", "t1", ["p1"])
-        console = Console(Sources(config=config, store=store))
-        server = WebServer(console_app(console), "127.0.0.1:0")
-        await server.start()
-        try:
-            yield store, server
-        finally:
-            console.closing.set()
-            await server.aclose()
+served = test_web_live.served  # the fixture: a store with a running run in #ops/t1, a console
 
 
 async def raw(server: WebServer, request: bytes, *, read: int = 1 << 16) -> bytes:
@@ -86,7 +65,7 @@ def sse_messages(stream: bytes) -> list[tuple[str, str]]:
 async def test_a_carriage_return_in_a_transcript_does_not_cut_the_live_html(served):
     """A prompt with a lone CR reaches the browser whole: EventSource ends a line at CR,
     so the stream must not carry one bare inside a data line."""
-    store, server = served
+    store, _, server = served
     hostile = 'evil\revent: end\rdata: <b hx-get="/x">'
     await store.runs.record_prompt("#ops", "t2", "p2", "mallory", hostile, "2026-11-29T18:00:01Z")
     await store.runs.start_run("r2", "#ops", "t2", ["p2"])
@@ -148,7 +127,7 @@ async def test_a_login_body_over_a_mebibyte_is_refused_before_it_is_read(served)
     """No session needed to post /login: a body that says it is large gets 413 on its
     headers alone, one sent in chunks 413 once it passes the bound (before, 9 MB of
     fields were read into memory and parsed: 1000 fields of 1 MB each were let in)."""
-    _, server = served
+    _, _, server = served
     said = await raw(server, FORM_HEAD + b"content-length: 9000000\r\n\r\n")
     assert status_of(said) == 413
     assert status_of(await chunked(server, FORM_HEAD, 9_000_000)) == 413
@@ -159,7 +138,7 @@ async def test_a_login_body_over_a_mebibyte_is_refused_before_it_is_read(served)
 
 async def test_a_logged_in_post_over_a_mebibyte_is_refused_too(served):
     """The guard's own read of a form's csrf field is bounded the same way."""
-    _, server = served
+    _, _, server = served
     async with httpx2.AsyncClient(base_url=server.url, timeout=WAIT) as client:
         await log_in(client)
         cookie = f"asyncai_session={client.cookies['asyncai_session']}".encode()
@@ -192,7 +171,7 @@ async def test_a_client_that_never_finishes_its_request_is_closed(served, monkey
     request deadline passes (before, each stayed open for good: a stranger could hold
     every file descriptor of the daemon with idle connections)."""
     monkeypatch.setattr(asgi, "REQUEST_TIMEOUT", 0.5)
-    _, server = served
+    _, _, server = served
     assert server.port is not None
     for first in (
         b"",
@@ -210,7 +189,7 @@ async def test_a_client_that_never_finishes_its_request_is_closed(served, monkey
 async def test_a_live_stream_outlives_the_request_deadline(served, monkeypatch):
     """The deadline is for sending a request, not for its answer: a stream stays open."""
     monkeypatch.setattr(asgi, "REQUEST_TIMEOUT", 0.3)
-    store, server = served
+    store, _, server = served
     async with httpx2.AsyncClient(base_url=server.url, timeout=WAIT) as client:
         await log_in(client)
         async with client.stream("GET", "/threads/%23ops/t1/events") as stream:
@@ -229,7 +208,7 @@ async def test_connections_past_the_cap_are_closed_at_once(served, monkeypatch):
     """Past MAX_CONNECTIONS open connections a new one is closed at once; when they
     go, the console answers again."""
     monkeypatch.setattr(asgi, "MAX_CONNECTIONS", 5)
-    _, server = served
+    _, _, server = served
     assert server.port is not None
     held = [await asyncio.open_connection("127.0.0.1", server.port) for _ in range(5)]
     try:
@@ -247,7 +226,7 @@ async def test_a_head_of_the_live_stream_ends_at_once(served):
     """HEAD of a thread's stream answers its headers and ends (before, the stream ran
     with no body for STREAM_MAX, polling the thread, and the connection could carry
     no other request)."""
-    _, server = served
+    _, _, server = served
     async with httpx2.AsyncClient(base_url=server.url, timeout=WAIT) as client:
         await log_in(client)
         head = await client.head("/threads/%23ops/t1/events")
@@ -265,7 +244,7 @@ async def test_another_site_cannot_log_a_browser_in_with_a_nul_csrf_field(served
     """A cross-site form carries no login cookie; its csrf field of one NUL character
     matched the stand-in the check used for a missing cookie, and logged the browser in
     as the token's nick (login CSRF)."""
-    _, server = served
+    _, _, server = served
     async with httpx2.AsyncClient(base_url=server.url, timeout=WAIT) as client:
         for csrf in ("\0", ""):
             forged = await client.post("/login", data={"csrf": csrf, "token": TOKEN, "next": "/"})
@@ -279,7 +258,7 @@ async def test_a_login_forms_file_parts_are_closed(served) -> None:
     import gc
     import warnings
 
-    _, server = served
+    _, _, server = served
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", ResourceWarning)
         async with httpx2.AsyncClient(base_url=server.url, timeout=WAIT) as client:
