@@ -13,6 +13,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
@@ -22,7 +23,9 @@ __all__ = [
     "AUDIT_CSV_COLUMNS",
     "audit_csv_lines",
     "envelope",
+    "json_line",
     "jsonl_lines",
+    "printable",
     "run_line",
     "text_lines",
 ]
@@ -53,6 +56,39 @@ _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 
 RESULT_PREVIEW_CHARS = 2000  # how much of a tool result the text form shows
 
+# What a terminal acts on instead of showing: the C0 and C1 controls (ESC and CSI
+# start sequences that move the cursor, rewrite the screen or set the title; CR
+# returns to the line's start), DEL, the line and paragraph separators, the
+# bidirectional marks, embeddings, overrides and isolates that reorder what follows,
+# and lone surrogates (not UTF-8 at all). Tab is kept.
+_UNSAFE = re.compile(
+    r"[\x00-\x08\x0a-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069\ud800-\udfff]"
+)
+
+
+def _escape(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    if code == 0x0A:
+        return "\\n"
+    if code == 0x0D:
+        return "\\r"
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def printable(text: str) -> str:
+    """``text`` as one line a terminal shows and never acts on: each character of
+    ``_UNSAFE`` (newlines included) as its escape, ``\\x1b``, ``\\n``, ``\\u202e``. A
+    stored text cannot move the cursor, start another line or reorder the line."""
+    return _UNSAFE.sub(_escape, text)
+
+
+def json_line(value: Any, *, separators: tuple[str, str] = (",", ":")) -> str:
+    """``value`` as one line of JSON (``ensure_ascii=False``) with every character of
+    ``_UNSAFE`` left as its ``\\uXXXX`` escape: the same JSON value, valid UTF-8 (a lone
+    surrogate too), and safe to print on a terminal."""
+    text = json.dumps(value, ensure_ascii=False, separators=separators)
+    return _UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
 
 def envelope(record: StoredRecord) -> dict[str, Any]:
     """One record as Claude Code writes it (same keys, same order)."""
@@ -76,13 +112,7 @@ def envelope(record: StoredRecord) -> dict[str, Any]:
 def jsonl_lines(records: Iterable[StoredRecord]) -> Iterator[str]:
     """The JSONL export, one line per record (no trailing newline on each)."""
     for record in records:
-        line = json.dumps(envelope(record), ensure_ascii=False, separators=(",", ":"))
-        try:
-            line.encode("utf-8")
-        except UnicodeEncodeError:
-            # A lone surrogate cannot be written as UTF-8; JSON escapes keep it exactly.
-            line = json.dumps(envelope(record), ensure_ascii=True, separators=(",", ":"))
-        yield line
+        yield json_line(envelope(record))
 
 
 def _indent(text: str, prefix: str = "    ") -> list[str]:
@@ -156,8 +186,16 @@ def text_lines(
     runs: Mapping[str, str] | None = None,
 ) -> Iterator[str]:
     """A human-readable transcript: who said what, the code the model ran, what came back;
-    ``runs`` (a line by run id, :func:`run_line`) ends each run's records."""
-    runs = runs or {}
+    ``runs`` (a line by run id, :func:`run_line`) ends each run's records. Each line is
+    :func:`printable`: a stored text (a prompt, a tool call's id, a result) cannot drive
+    the terminal or start a line that looks like another turn."""
+    for line in _text_lines(records, result_chars, runs or {}):
+        yield printable(line)
+
+
+def _text_lines(
+    records: Iterable[StoredRecord], result_chars: int, runs: Mapping[str, str]
+) -> Iterator[str]:
     current: str | None = None
     for record in records:
         if record.run_id != current:

@@ -18,7 +18,7 @@ from dataclasses import asdict
 from .approvals import Approvals, StoredApproval
 from .audit import AuditLog
 from .errors import RuleLookupError
-from .export import jsonl_lines, run_line, text_lines
+from .export import json_line, jsonl_lines, printable, run_line, text_lines
 from .model import AuditEntry, ThreadSummary
 from .queries import Queries
 from .rules import ApprovalRules, StoredRule
@@ -35,13 +35,14 @@ __all__ = [
 ]
 
 ARGUMENTS_WIDTH = 60  # the audit table shows this much of each call's arguments
+_JSON = (", ", ": ")  # --json lines keep json.dumps' default spacing
 
 
 async def threads_report(queries: Queries, *, limit: int, as_json: bool) -> list[str]:
     """The most recently active threads with their counts and stored scope size."""
     found = await queries.threads(limit)
     if as_json:
-        return [json.dumps(asdict(t), ensure_ascii=False) for t in found]
+        return [json_line(asdict(t), separators=_JSON) for t in found]
     if not found:
         return ["no threads yet"]
     return _threads_table(found)
@@ -68,7 +69,7 @@ async def audit_report(
         limit=limit,
     )
     if as_json:
-        return [json.dumps(asdict(e), ensure_ascii=False) for e in entries]
+        return [json_line(asdict(e), separators=_JSON) for e in entries]
     if not entries:
         return ["no tool calls match"]
     return _audit_table(entries)
@@ -82,9 +83,9 @@ async def transcript_report(
     if jsonl:
         return list(jsonl_lines(records))
     if not records:
-        return [f"thread {thread} has no transcript records yet"]
+        return [printable(f"thread {thread} has no transcript records yet")]
     first = records[0]
-    head = f"thread {first.channel} {first.thread_id} · session {first.session_id}"
+    head = printable(f"thread {first.channel} {first.thread_id} · session {first.session_id}")
     found = await queries.thread_runs(first.thread_id, first.channel)
     runs = {run_id: run_line(run_id, status, m) for run_id, status, m in found}
     return [head, "", *text_lines(records, runs=runs)]
@@ -96,7 +97,7 @@ async def approvals_report(
     """Approval requests, newest first: one row per pending call, with the decision."""
     found = await approvals.approvals(pending=pending, limit=limit)
     if as_json:
-        return [json.dumps(_approval_json(a), ensure_ascii=False) for a in found]
+        return [json_line(_approval_json(a), separators=_JSON) for a in found]
     if not found:
         return ["no pending approval requests" if pending else "no approval requests yet"]
     header = ["REQUESTED", "ID", "THREAD", "TOOL", "ARGUMENTS", "DECISION", "BY", "DECIDED"]
@@ -128,7 +129,7 @@ async def rules_report(rules: ApprovalRules, *, as_json: bool) -> list[str]:
     ``asyncai approvals --revoke`` takes."""
     found = await rules.rules()
     if as_json:
-        return [json.dumps(_rule_json(r), ensure_ascii=False) for r in found]
+        return [json_line(_rule_json(r), separators=_JSON) for r in found]
     if not found:
         return ["no approval rules in force"]
     header = ["ID", "CHANNEL", "TOOL", "GRANTED BY", "GRANTED", "REQUEST"]
@@ -148,8 +149,10 @@ async def revoke_report(rules: ApprovalRules, rule_id: str, *, by: str) -> list[
             f"no approval rule {rule_id} in force (asyncai approvals --rules lists them)"
         )
     return [
-        f"revoked rule {rule.id}: {rule.tool} asks again in {rule.channel} "
-        "(a running daemon stops applying it within about two seconds)"
+        printable(
+            f"revoked rule {rule.id}: {rule.tool} asks again in {rule.channel} "
+            "(a running daemon stops applying it within about two seconds)"
+        )
     ]
 
 
@@ -179,7 +182,9 @@ def _approval_json(a: StoredApproval) -> dict[str, object]:
 
 
 def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
-    """Left-aligned columns; the last one is not padded."""
+    """Left-aligned columns; the last one is not padded. Each cell is :func:`printable`,
+    so a stored text cannot drive the terminal or forge a row."""
+    rows = [[printable(cell) for cell in row] for row in rows]
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header) - 1)]
     lines = []
     for row in [header, *rows]:
