@@ -139,7 +139,7 @@ def _positive(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and value > 0
 
 
-def _nested_calls(audit: Any) -> list[str]:
+def _nested_calls(audit: Any, limit: int) -> list[str]:
     calls = audit.get("nested_calls") if isinstance(audit, dict) else None
     if not isinstance(calls, list) or not calls:
         return []
@@ -155,6 +155,9 @@ def _nested_calls(audit: Any) -> list[str]:
             *([f"queued {call['queue_ms']:.0f} ms"] if _positive(call.get("queue_ms")) else []),
         ]
         arguments = json.dumps(call.get("arguments", {}), ensure_ascii=False)
+        if len(arguments) > limit:  # cut as a result is: one line, not megabytes
+            more = len(arguments) - limit
+            arguments = f"{arguments[:limit]}… ({more} more characters; --jsonl has them all)"
         lines.append(f"    {call.get('tool')}({arguments}) — {', '.join(flags)}")
     return lines
 
@@ -227,7 +230,7 @@ def _text_lines(
                 status = "error" if block.get("is_error") else "ok"
                 yield f"[{when}] result of {block.get('tool_use_id')} ({status}):"
                 yield from _indent(_preview(_result_text(block.get("content")), result_chars))
-                yield from _nested_calls(record.tool_use_result)
+                yield from _nested_calls(record.tool_use_result, result_chars)
             else:
                 yield f"[{when}] {record.type}: ({kind} block)"
         yield ""

@@ -197,6 +197,24 @@ async def test_text_form_truncates_long_results_and_marks_errors(tmp_path: Path)
     assert "delete_object({}) — ok, MUTATING, 9 B" in text
 
 
+async def test_text_form_cuts_a_nested_calls_long_arguments(tmp_path: Path):
+    """A nested call's arguments are cut like a result: a call made with 10 MB of text
+    used to print as one 10 MB line of the text transcript (the audit table cuts them
+    too; --jsonl has them all)."""
+    nested = {"tool": "echo", "arguments": {"text": "z" * 10_000_000}, "bytes": 10_000_000}
+    records = run_records(result="ok", nested=[nested])
+    async with Store(tmp_path / "a.db") as store:
+        await store.runs.start_run("R", "#ops", "T")
+        await store.runs.finish_run("R", "done", records, RunMetrics(), [], "done")
+        stored = await store.queries.transcript("T")
+    [line] = [x for x in text_lines(stored) if x.startswith("    echo(")]
+    assert line.startswith('    echo({"text": "zzz')
+    assert f"… ({10_000_012 - 2000} more characters; --jsonl has them all)) — ok" in line
+    assert len(line) < 2200
+    [exported] = [x for x in jsonl_lines(stored) if "toolUseResult" in x]
+    assert json.loads(exported)["toolUseResult"]["nested_calls"][0] == nested
+
+
 def _said(run_id: str, text: str) -> StoredRecord:
     return StoredRecord(
         uuid=str(uuid.uuid4()),
