@@ -472,7 +472,11 @@ async def test_the_run_deadline_ends_a_run_stuck_in_a_tool():
         result = await backend.run(request("q"))
     assert result.status == "failed"
     assert result.error == "the run did not finish within max_run_seconds (0.2 s)"
-    assert [r.type for r in result.records] == ["user", "assistant"]
+    # the cut call's tool_use is answered: an error result saying why
+    assert [r.type for r in result.records] == ["user", "assistant", "user"]
+    [use] = result.records[1].message["content"]
+    [answer] = result.records[2].message["content"]
+    assert (answer["tool_use_id"], answer["is_error"]) == (use["id"], True)
 
 
 async def test_a_tool_call_past_its_timeout_is_an_error_result_and_the_run_goes_on():

@@ -62,6 +62,8 @@ def hostile(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
 
 
 def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> list[str]:
+    """The lines `asyncai ARGV` prints (run in-process), the daemon's log before it left out."""
+    capsys.readouterr()
     assert main(list(argv)) == 0
     out, err = capsys.readouterr()
     assert err == ""
@@ -120,3 +122,47 @@ def test_the_jsonl_and_json_lines_load_back_to_what_was_said(capsys, hostile):
     assert answer["message"]["content"] == [{"type": "text", "text": ANSWER}]
     [row] = [json.loads(x) for x in cli(capsys, "audit", "--db", str(db), "--json")[:-1]]
     assert row["arguments"] == {"text": EVIL}
+
+
+async def _cut_by_the_deadline(tmp_path: Path) -> str:
+    async with Hub(tmp_path / "hub.db", host="127.0.0.1", port=0) as hub, FakeOpenAI() as fake:
+        path = write_config(
+            tmp_path / "asyncai.toml",
+            hub_url=hub.url,
+            model_url=fake.base_url,
+            runtime="max_run_seconds = 1.0",
+        )
+        daemon = Daemon(load_config(path, environ={}), env={})
+        await daemon.start()
+        alice = Person(hub.url)
+        try:
+            await alice.start()
+            code = "await echo(text='x')\nawait nap(seconds=3)"
+            fake.add(ToolCalls(("run_code", {"code": code})))
+            mid, reply = await alice.ask("slow")
+            assert "max_run_seconds" in reply.text
+            await settled(daemon, mid)
+            return reply.thread
+        finally:
+            await alice.close()
+            await daemon.aclose()
+
+
+def test_a_run_cut_mid_call_exports_every_tool_use_with_its_result(capsys, tmp_path):
+    """A run cut off by its deadline in the middle of a run_code call was stored with the
+    call's tool_use and no tool_result: the JSONL export then had a tool_use that nothing
+    answered, which Claude Code's readers refuse. Its result is now an error saying why."""
+    thread = asyncio.run(_cut_by_the_deadline(tmp_path))
+    db = str(tmp_path / "asyncai.db")
+    lines = cli(capsys, "transcript", "--db", db, thread, "--jsonl")[:-1]
+    records = [json.loads(line) for line in lines]
+    assert [r["type"] for r in records] == ["user", "assistant", "user"]
+    [use] = records[1]["message"]["content"]
+    [result] = records[2]["message"]["content"]
+    assert (result["type"], result["tool_use_id"], result["is_error"]) == (
+        "tool_result",
+        use["id"],
+        True,
+    )
+    assert "max_run_seconds" in result["content"]
+    assert records[2]["parentUuid"] == records[1]["uuid"]

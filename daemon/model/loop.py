@@ -51,7 +51,7 @@ from daemon.model.execute import decided_call
 from daemon.model.nodata import no_data_reply, unanswered_calls
 from daemon.model.profile import ModelProfile, RunTools, Turns
 from daemon.model.profiles import model_profile
-from daemon.model.records import RunState, log_summary, user_record
+from daemon.model.records import RunState, log_summary, unanswered_results, user_record
 from daemon.runtime.runs import PausedRun, RunRequest, RunResult, ToolUseContext, current_tool_use
 from daemon.runtime.timing import timed
 from daemon.tools import Resumable, ToolCallOutput, ToolExecutor
@@ -234,7 +234,7 @@ class OpenAiCompatibleBackend:
         )
         return RunResult(
             reply=f"Sorry, this run failed: {error}",
-            records=run.records,
+            records=[*run.records, *unanswered_results(run.records, error)],
             metrics=run.metrics,
             status="failed",
             error=error,

@@ -30,6 +30,7 @@ __all__ = [
     "count_result",
     "log_summary",
     "now",
+    "unanswered_results",
     "user_record",
 ]
 
@@ -56,6 +57,36 @@ def user_record(content: list[dict[str, Any]], tool_use_result: Any = None) -> R
         message={"role": "user", "content": content},
         tool_use_result=tool_use_result,
     )
+
+
+def unanswered_results(records: list[Record], why: str) -> list[Record]:
+    """A ``tool_result`` record (an error saying ``why``) for each ``tool_use`` of
+    ``records`` that has none, in order: a run cut off in the middle of a call (its
+    deadline, a failing executor) still pairs every ``tool_use`` with its result, as
+    Claude Code's readers require of the JSONL export."""
+    answered: set[str] = set()
+    uses: list[str] = []
+    for record in records:
+        content = record.message.get("content")
+        for block in content if isinstance(content, list) else []:
+            if isinstance(block, dict) and block.get("type") == "tool_use":
+                uses.append(str(block.get("id")))
+            elif isinstance(block, dict) and block.get("type") == "tool_result":
+                answered.add(str(block.get("tool_use_id")))
+    return [
+        user_record(
+            [
+                {
+                    "type": "tool_result",
+                    "tool_use_id": use,
+                    "content": f"(no result: {why})",
+                    "is_error": True,
+                }
+            ]
+        )
+        for use in uses
+        if use not in answered
+    ]
 
 
 def assistant_record(
