@@ -103,6 +103,14 @@ class ServerConnection:
             return None
         return run.process.pid
 
+    def is_live(self, session: ClientSession | None) -> bool:
+        """Whether ``session`` is still the server's live session: it has not gone away.
+
+        An MCP error with the ``CONNECTION_CLOSED`` code (-32000, also JSON-RPC's
+        generic "server error") came from the server itself while this holds.
+        """
+        return session is not None and self._live() is session
+
     def _live(self) -> ClientSession | None:
         run = self._run
         if run is None or run.ended or run.wake.is_set():
@@ -232,7 +240,11 @@ class ServerConnection:
             reason = str(error)
         elif isinstance(error, TimeoutError):
             reason = f"no MCP handshake within {self._connect_timeout:g}s"
-        elif isinstance(error, MCPError) and error.error.code == mcp_types.CONNECTION_CLOSED:
+        elif (
+            isinstance(error, MCPError)
+            and error.error.code == mcp_types.CONNECTION_CLOSED
+            and process.ended_by_itself
+        ):
             reason = "it exited before the MCP handshake finished"
         elif error is None:
             reason = "stopped before the MCP handshake finished"

@@ -49,7 +49,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import structlog
-from mcp import MCPError
+from mcp import ClientSession, MCPError
 from mcp import types as mcp_types
 from pydantic import ValidationError
 
@@ -285,6 +285,7 @@ class McpToolExecutor(BaseToolExecutor):
 
     async def _call(self, server: str, name: str, arguments: dict) -> ToolCallOutput:
         conn = self._conns[server]
+        session: ClientSession | None = None
         try:
             async with asyncio.timeout(self._call_timeout):
                 session = await conn.session()
@@ -299,7 +300,12 @@ class McpToolExecutor(BaseToolExecutor):
         except ToolTransportError as exc:  # could not (re)start the server
             raise ToolTransportError(str(exc), tool=name, server=server) from exc
         except MCPError as exc:
-            if exc.error.code == mcp_types.CONNECTION_CLOSED:
+            # The SDK fails calls on a closed connection with CONNECTION_CLOSED, but
+            # a server may answer with that code (-32000, JSON-RPC's generic
+            # "server error") itself: only a session that is gone went away.
+            if exc.error.code == mcp_types.CONNECTION_CLOSED and (
+                self._closed or not conn.is_live(session)
+            ):
                 if self._closed:
                     message = f"McpToolExecutor closed during a call to {name!r}"
                 else:

@@ -1,0 +1,95 @@
+"""A hostile stdio MCP peer, standard library only: one misbehaviour per tool.
+
+It answers ``initialize`` and ``tools/list`` like ``mcp_raw_server.py``; each
+tool then misbehaves in its own way when called, the way a buggy or hostile
+third-party server would:
+
+- ``ok``: answers ``fine`` (to show the server is still usable);
+- ``err32000``: a JSON-RPC error with code -32000, the generic "server error"
+  code many servers use (the SDK's own "Connection closed" code too);
+- ``close_stdin``: closes its stdin and stdout and keeps running, silent;
+- ``bad_utf8``: a result line holding bytes that are not UTF-8;
+- ``deep``: a result nested deeper than the JSON parser accepts;
+- ``garbage``: a line that is not JSON, then no answer.
+
+``--tools-json PATH`` lists the tools in PATH (a JSON list) instead.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+TOOLS = ["ok", "err32000", "close_stdin", "bad_utf8", "deep", "garbage"]
+
+
+def write(raw: bytes) -> None:
+    """One raw line on stdout."""
+    sys.stdout.buffer.write(raw + b"\n")
+    sys.stdout.buffer.flush()
+
+
+def reply(request_id: object, result: dict) -> None:
+    """One JSON-RPC response line."""
+    write(json.dumps({"jsonrpc": "2.0", "id": request_id, "result": result}).encode())
+
+
+def text(request_id: object, body: str) -> None:
+    """A result of one text block."""
+    reply(request_id, {"content": [{"type": "text", "text": body}]})
+
+
+def call(request_id: object, name: str) -> None:
+    """Misbehave as the tool ``name`` says."""
+    if name == "ok":
+        text(request_id, "fine")
+    elif name == "err32000":
+        error = {"code": -32000, "message": "database is locked"}
+        write(json.dumps({"jsonrpc": "2.0", "id": request_id, "error": error}).encode())
+    elif name == "close_stdin":
+        os.close(0)
+        os.close(1)
+        time.sleep(60)
+    elif name == "bad_utf8":
+        result = {"content": [{"type": "text", "text": "@"}]}
+        head = json.dumps({"jsonrpc": "2.0", "id": request_id, "result": result})
+        write(head.encode().replace(b"@", b"caf\xe9 \xff"))
+    elif name == "deep":
+        nested = "[" * 300 + "]" * 300
+        body = '{"jsonrpc":"2.0","id":%s,"result":{"content":[],"structuredContent":{"x":%s}}}'
+        write((body % (json.dumps(request_id), nested)).encode())
+    elif name == "garbage":
+        write(b"this is not json")
+
+
+def main() -> None:
+    """Answer requests line by line until stdin closes."""
+    tools = [{"name": n, "description": n, "inputSchema": {"type": "object"}} for n in TOOLS]
+    if "--tools-json" in sys.argv:
+        with open(sys.argv[sys.argv.index("--tools-json") + 1]) as f:
+            tools = json.load(f)
+    print("hostile server up", file=sys.stderr, flush=True)
+    for line in sys.stdin:
+        message = json.loads(line)
+        method, request_id = message.get("method"), message.get("id")
+        if request_id is None:
+            continue  # a notification
+        if method == "initialize":
+            reply(
+                request_id,
+                {
+                    "protocolVersion": message["params"]["protocolVersion"],
+                    "capabilities": {"tools": {}},
+                    "serverInfo": {"name": "hostile", "version": "0"},
+                },
+            )
+        elif method == "tools/list":
+            reply(request_id, {"tools": tools})
+        elif method == "tools/call":
+            call(request_id, message["params"]["name"])
+
+
+if __name__ == "__main__":
+    main()

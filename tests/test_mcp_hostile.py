@@ -1,0 +1,47 @@
+"""MCP servers that misbehave on the wire, against the real stdio transport.
+
+``tests/fakes/mcp_hostile_server.py`` answers the handshake, then each of its
+tools misbehaves in its own way. Each test checks that the daemon tells the
+caller what happened, at once, and keeps the server usable.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from daemon.backoff import Backoff
+from daemon.mcp.executor import McpToolExecutor
+
+HOSTILE = str(Path(__file__).parent / "fakes" / "mcp_hostile_server.py")
+
+
+@pytest.fixture
+async def hostile() -> AsyncIterator[McpToolExecutor]:
+    """The hostile server, with a short call timeout so that a lost answer shows."""
+    executor = McpToolExecutor(
+        {"h": {"command": sys.executable, "args": [HOSTILE]}},
+        call_timeout=10.0,
+        backoff=Backoff(0.0, 0.0),
+    )
+    await executor.start()
+    yield executor
+    await executor.aclose()
+
+
+async def test_an_error_with_the_generic_server_error_code_is_an_error_result(
+    hostile: McpToolExecutor,
+) -> None:
+    """-32000 is the generic JSON-RPC "server error" (and the SDK's code for a closed
+    connection): the server answered, so it is the tool's error result, not a server
+    that went away and is restarted."""
+    pid = hostile.server_pid("h")
+    out = await hostile.call_tool("err32000", {})
+    assert out.is_error
+    assert out.content == "MCP error -32000: database is locked"
+    assert hostile.server_pid("h") == pid
+    assert (await hostile.call_tool("ok", {})).content == "fine"
+    assert hostile._conns["h"].restarts == 0
