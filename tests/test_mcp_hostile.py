@@ -7,6 +7,7 @@ caller what happened, at once, and keeps the server usable.
 
 from __future__ import annotations
 
+import asyncio
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -45,3 +46,14 @@ async def test_an_error_with_the_generic_server_error_code_is_an_error_result(
     assert hostile.server_pid("h") == pid
     assert (await hostile.call_tool("ok", {})).content == "fine"
     assert hostile._conns["h"].restarts == 0
+
+
+async def test_an_answer_that_is_not_utf8_arrives_with_replacement_characters(
+    hostile: McpToolExecutor,
+) -> None:
+    """Bytes that are not UTF-8 in an answer (a Latin-1 file name, a binary blob) used
+    to make the line unreadable: the answer was dropped and the call waited out its
+    whole timeout. It arrives now, the bad bytes replaced, as stderr's are."""
+    async with asyncio.timeout(5):
+        out = await hostile.call_tool("bad_utf8", {})
+    assert (out.content, out.is_error) == ("caf\ufffd \ufffd", False)

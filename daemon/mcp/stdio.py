@@ -336,11 +336,28 @@ class StdioProcess:
 
 
 def _parse_line(line: bytes) -> SessionMessage | Exception:
-    """One stdout line as a message, or the parse error for the session to report."""
+    """One stdout line as a message, or the parse error for the session to report.
+
+    Bytes that are not UTF-8 (a Latin-1 file name, a binary blob in a text
+    block) are replaced with U+FFFD, as in stderr lines: refusing the line would
+    drop the answer, and its call would wait out its whole timeout.
+    """
     try:
-        return SessionMessage(mcp_types.jsonrpc_message_adapter.validate_json(line, by_name=False))
+        return _message(line)
     except ValueError as exc:
-        return exc
+        error = exc
+    try:
+        line.decode("utf-8")
+    except UnicodeDecodeError:
+        try:
+            return _message(line.decode("utf-8", errors="replace"))
+        except ValueError as exc:
+            error = exc
+    return error
+
+
+def _message(line: bytes | str) -> SessionMessage:
+    return SessionMessage(mcp_types.jsonrpc_message_adapter.validate_json(line, by_name=False))
 
 
 async def _wait_exit(process: anyio.abc.Process, seconds: float) -> bool:
