@@ -57,3 +57,18 @@ async def test_an_answer_that_is_not_utf8_arrives_with_replacement_characters(
     async with asyncio.timeout(5):
         out = await hostile.call_tool("bad_utf8", {})
     assert (out.content, out.is_error) == ("caf\ufffd \ufffd", False)
+
+
+async def test_an_answer_nested_too_deeply_fails_its_call_at_once(
+    hostile: McpToolExecutor,
+) -> None:
+    """An answer nested deeper than the JSON parser goes cannot be delivered, but its id
+    can be read: the call fails at once with why, instead of at its timeout."""
+    async with asyncio.timeout(5):
+        out = await hostile.call_tool("deep", {})
+    assert out.is_error
+    assert out.content == (
+        "MCP error -32700: the server's answer could not be read: "
+        "Invalid JSON: recursion limit exceeded at line 1 column 271"
+    )
+    assert (await hostile.call_tool("ok", {})).content == "fine"

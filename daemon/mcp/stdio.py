@@ -17,6 +17,7 @@ back-pressure to the pipe instead of growing a queue.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import sys
@@ -27,6 +28,7 @@ from types import TracebackType
 
 import anyio
 import anyio.abc
+import pydantic
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp import types as mcp_types
 from mcp.os.posix.utilities import terminate_posix_process_tree
@@ -353,7 +355,40 @@ def _parse_line(line: bytes) -> SessionMessage | Exception:
             return _message(line.decode("utf-8", errors="replace"))
         except ValueError as exc:
             error = exc
-    return error
+    return _unreadable_answer(line, error) or error
+
+
+def _unreadable_answer(line: bytes, error: ValueError) -> SessionMessage | None:
+    """An error answer to the request a line answers that the SDK could not read.
+
+    The SDK's parser refuses JSON nested more than a few hundred levels deep;
+    without its id the answer is dropped and the call waits out its timeout.
+    Python's parser goes deeper: when it finds a response's id, that call fails
+    at once with why.
+    """
+    try:
+        value = json.loads(line.decode("utf-8", errors="replace"))
+    except (ValueError, RecursionError):
+        return None
+    if (
+        not isinstance(value, dict)
+        or "method" in value
+        or not ("result" in value or "error" in value)
+    ):
+        return None
+    request_id = value.get("id")
+    if isinstance(request_id, bool) or not isinstance(request_id, int | str):
+        return None
+    reason = str(error).splitlines()[0]
+    if isinstance(error, pydantic.ValidationError) and error.errors():
+        reason = error.errors()[0]["msg"]
+    message = f"the server's answer could not be read: {reason}"
+    answer = mcp_types.JSONRPCError(
+        jsonrpc="2.0",
+        id=request_id,
+        error=mcp_types.ErrorData(code=mcp_types.PARSE_ERROR, message=message),
+    )
+    return SessionMessage(answer)
 
 
 def _message(line: bytes | str) -> SessionMessage:
