@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from daemon.backoff import Backoff
+from daemon.errors import ToolTransportError
 from daemon.mcp.executor import McpToolExecutor
 
 HOSTILE = str(Path(__file__).parent / "fakes" / "mcp_hostile_server.py")
@@ -72,3 +73,17 @@ async def test_an_answer_nested_too_deeply_fails_its_call_at_once(
         "Invalid JSON: recursion limit exceeded at line 1 column 271"
     )
     assert (await hostile.call_tool("ok", {})).content == "fine"
+
+
+async def test_a_server_that_stops_reading_is_restarted(hostile: McpToolExecutor) -> None:
+    """A server that closes its stdin but lives on, stdout open, cannot take requests:
+    the next call fails as a server that went away, and the one after restarts it
+    (it used to fail every later call with "Connection closed", never restarting)."""
+    pid = hostile.server_pid("h")
+    assert (await hostile.call_tool("deaf", {})).content == "deaf now"
+    async with asyncio.timeout(5):
+        with pytest.raises(ToolTransportError, match="went away"):
+            await hostile.call_tool("ok", {})
+        out = await hostile.call_tool("ok", {})
+    assert out.content == "fine"
+    assert hostile.server_pid("h") not in (None, pid)

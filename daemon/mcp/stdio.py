@@ -104,9 +104,9 @@ class StdioProcess:
     like every anyio context.
 
     ``on_exit`` is called once when the server's stdout ends (it exited, or
-    closed stdout, which leaves it useless); by then the session's in-flight
-    requests are failing with ``Connection closed``. ``on_stderr`` receives
-    each stderr line.
+    closed stdout, which leaves it useless) or its stdin no longer takes
+    requests; by then the session's in-flight requests are failing with
+    ``Connection closed``. ``on_stderr`` receives each stderr line.
     """
 
     def __init__(
@@ -277,8 +277,10 @@ class StdioProcess:
                         crash_point("call_sent")  # the request is in the server's pipe
         except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
             # The server stopped reading: end the session's read side so no
-            # request waits forever for an answer that cannot come.
+            # request waits forever for an answer that cannot come, and say the
+            # server is gone (its stdout may stay open, silent) so it is restarted.
             await read_writer.aclose()
+            self._ended()
         finally:
             self._writer_done.set()
 

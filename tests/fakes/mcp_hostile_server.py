@@ -8,6 +8,7 @@ third-party server would:
 - ``err32000``: a JSON-RPC error with code -32000, the generic "server error"
   code many servers use (the SDK's own "Connection closed" code too);
 - ``close_stdin``: closes its stdin and stdout and keeps running, silent;
+- ``deaf``: closes its stdin only, answers, and keeps running, stdout open;
 - ``bad_utf8``: a result line holding bytes that are not UTF-8;
 - ``deep``: a result nested deeper than the JSON parser accepts;
 - ``garbage``: a line that is not JSON, then no answer.
@@ -22,7 +23,7 @@ import os
 import sys
 import time
 
-TOOLS = ["ok", "err32000", "close_stdin", "bad_utf8", "deep", "garbage"]
+TOOLS = ["ok", "err32000", "close_stdin", "deaf", "bad_utf8", "deep", "garbage"]
 
 
 def write(raw: bytes) -> None:
@@ -51,6 +52,10 @@ def call(request_id: object, name: str) -> None:
     elif name == "close_stdin":
         os.close(0)
         os.close(1)
+        time.sleep(60)
+    elif name == "deaf":
+        os.close(0)
+        text(request_id, "deaf now")
         time.sleep(60)
     elif name == "bad_utf8":
         result = {"content": [{"type": "text", "text": "@"}]}
