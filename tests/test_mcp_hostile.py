@@ -8,13 +8,17 @@ caller what happened, at once, and keeps the server usable.
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from daemon.backoff import Backoff
+from daemon.code_mode.catalog import Catalog
 from daemon.errors import ToolTransportError
 from daemon.mcp.executor import McpToolExecutor
 
@@ -87,3 +91,43 @@ async def test_a_server_that_stops_reading_is_restarted(hostile: McpToolExecutor
         out = await hostile.call_tool("ok", {})
     assert out.content == "fine"
     assert hostile.server_pid("h") not in (None, pid)
+
+
+def _ref_ladder(levels: int, last: Any) -> dict[str, Any]:
+    """A schema whose each level refers to the next twice, down to ``last``: small on
+    the wire, but 2 ** levels paths when expanded (no cycle for a guard to stop)."""
+    defs: dict[str, Any] = {
+        f"D{i}": {"anyOf": [{"$ref": f"#/$defs/D{i + 1}"}, {"$ref": f"#/$defs/D{i + 1}"}]}
+        for i in range(levels)
+    }
+    defs[f"D{levels}"] = last
+    return {"type": "object", "properties": {"x": {"$ref": "#/$defs/D0"}}, "$defs": defs}
+
+
+async def test_a_schema_whose_refs_multiply_does_not_stall_the_catalog(tmp_path: Path) -> None:
+    """A few hundred bytes of $refs that double at each of 40 levels, as input and output
+    schema: building code mode's catalog used to walk every path (2 ** 40) on the event
+    loop; a shorter ladder down to a union of 20,000 members walked that union 1,024
+    times. Past a budget of nodes reached through references the schema is ``Any``."""
+    ladder = _ref_ladder(40, {"type": "string"})
+    wide = _ref_ladder(10, {"anyOf": [{"type": "string"}] * 20_000})
+    tools = [
+        {"name": "ladder", "inputSchema": ladder, "outputSchema": ladder},
+        {"name": "wide", "inputSchema": wide, "outputSchema": wide},
+    ]
+    listing = tmp_path / "tools.json"
+    listing.write_text(json.dumps(tools))
+    executor = McpToolExecutor(
+        {"h": {"command": sys.executable, "args": [HOSTILE, "--tools-json", str(listing)]}}
+    )
+    try:
+        await executor.start()
+        started = time.monotonic()
+        catalog = Catalog(executor.definitions())
+        assert time.monotonic() - started < 1.0
+    finally:
+        await executor.aclose()
+    for name in ("ladder", "wide"):
+        entry = catalog.lookup(name)
+        assert entry is not None
+        assert [(p.py_name, p.annotation) for p in entry.params] == [("x", "Any")]

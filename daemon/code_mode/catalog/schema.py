@@ -14,7 +14,8 @@ JSON schema                            Python
 absent type, ``true``, ``{}``          ``Any``
 ``enum`` / ``const``                   ``Literal[...]``
 type list, ``anyOf``, ``oneOf``        ``A | B``
-``$ref`` to ``$defs``/``definitions``  the referenced schema
+``$ref`` to ``$defs``/``definitions``  the referenced schema (``Any`` past
+                                       :data:`REF_BUDGET` nodes through them)
 optional property                      ``T | None = None``
 required property that allows null     ``T | None`` (still required)
 =====================================  =====================================
@@ -37,6 +38,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 __all__ = [
+    "REF_BUDGET",
     "SKETCH_MAX_DEPTH",
     "SKETCH_MAX_PROPERTIES",
     "Resolver",
@@ -50,6 +52,10 @@ __all__ = [
 ]
 
 SKETCH_MAX_DEPTH = 4
+#: Schema nodes reached through ``$ref`` pointers that one walk of a tool's input
+#: schema, or of its output schema, may visit before the rest reads as ``Any``
+#: (see :class:`Resolver`); a real model's ``$defs`` take a few hundred.
+REF_BUDGET = 20_000
 SKETCH_MAX_PROPERTIES = 12
 # Enum values shown in a sketch before ``| ...``; Literal[...] in a stub shows all.
 _SKETCH_MAX_ENUM = 12
@@ -64,10 +70,18 @@ _PRIMITIVES = {
 
 
 class Resolver:
-    """Follows ``$ref`` pointers inside one root schema."""
+    """Follows ``$ref`` pointers inside one root schema, within a budget.
+
+    Recursion is stopped by the callers (a ``$ref`` already on the path is
+    ``Any``), but references without a cycle can still multiply: definitions
+    that each refer to the next one twice are a few hundred bytes on the wire
+    and 2 ** n paths when expanded. Every schema node reached through a
+    pointer spends one of :data:`REF_BUDGET`; past it, the rest reads as ``Any``.
+    """
 
     def __init__(self, root: Any):
         self.root = root
+        self.budget = REF_BUDGET
 
     def resolve(self, ref: str) -> Any:
         """The schema a local ``#/...`` pointer names, or None."""
@@ -83,6 +97,11 @@ class Resolver:
             else:
                 return None
         return node
+
+    def spend(self) -> bool:
+        """Take one node reached through a pointer from the budget; False once it is spent."""
+        self.budget -= 1
+        return self.budget >= 0
 
 
 def python_literal(value: Any) -> str | None:
@@ -133,8 +152,8 @@ def schema_type(schema: Any, root: Any = None) -> str:
 
 
 def schema_annotation(schema: Any, resolver: Resolver, seen: tuple[str, ...]) -> str:
-    if not isinstance(schema, Mapping):
-        return "Any"  # true, false, or junk
+    if not isinstance(schema, Mapping) or (seen and not resolver.spend()):
+        return "Any"  # true, false, junk, or past the budget of references
     ref = schema.get("$ref")
     if isinstance(ref, str):
         target = resolver.resolve(ref)
@@ -205,7 +224,7 @@ def return_sketch(schema: Any, root: Any = None) -> str:
 
 
 def shape_sketch(schema: Any, resolver: Resolver, seen: tuple[str, ...], depth: int) -> str:
-    if not isinstance(schema, Mapping):
+    if not isinstance(schema, Mapping) or (seen and not resolver.spend()):
         return "Any"
     ref = schema.get("$ref")
     if isinstance(ref, str):
