@@ -131,3 +131,31 @@ async def test_a_schema_whose_refs_multiply_does_not_stall_the_catalog(tmp_path:
         entry = catalog.lookup(name)
         assert entry is not None
         assert [(p.py_name, p.annotation) for p in entry.params] == [("x", "Any")]
+
+
+async def test_ten_thousand_tools_whose_names_collide_make_a_catalog_quickly(
+    tmp_path: Path,
+) -> None:
+    """10,000 tools named in CJK, which all sanitize to ``t_``: each name used to be
+    found by trying ``t_2``, ``t_3``... from the start (quadratic: 6 s on the event loop
+    for 10,000); the names are the same, made in linear time."""
+    schema = {"type": "object", "properties": {chr(0x4E00 + i): {} for i in range(3)}}
+    tools = [{"name": "t" + chr(0x4E00 + i), "inputSchema": schema} for i in range(10_000)]
+    listing = tmp_path / "tools.json"
+    listing.write_text(json.dumps(tools))
+    executor = McpToolExecutor(
+        {"h": {"command": sys.executable, "args": [HOSTILE, "--tools-json", str(listing)]}}
+    )
+    try:
+        await executor.start()
+        started = time.monotonic()
+        catalog = Catalog(executor.definitions(), budget=20_000)
+        assert time.monotonic() - started < 1.5
+    finally:
+        await executor.aclose()
+    assert list(catalog.entries)[:3] == ["t_", "t__2", "t__3"]
+    assert list(catalog.entries)[-1] == "t__10000"
+    entry = catalog.lookup("t__2")
+    assert entry is not None
+    assert entry.tool_name == "t\u4e01"
+    assert [p.py_name for p in entry.params] == ["_", "__2", "__3"]

@@ -129,12 +129,27 @@ def python_name(name: str) -> str:
     return ident
 
 
-def _unique(base: str, taken: set[str]) -> str:
-    name, n = base, 2
-    while name in taken:
-        name, n = f"{base}_{n}", n + 1
-    taken.add(name)
-    return name
+class _Names:
+    """Python names handed out so far: ``base``, then ``base_2``, ``base_3``...
+
+    Each base remembers its next suffix, so that many names that sanitize alike
+    (a server's tools named in CJK are all ``_``s) take linear time, not quadratic.
+    """
+
+    def __init__(self) -> None:
+        self._taken: set[str] = set()
+        self._next: dict[str, int] = {}
+
+    def unique(self, base: str) -> str:
+        name, n = base, self._next.get(base, 2)
+        if name in self._taken:
+            name = f"{base}_{n}"
+            while name in self._taken:
+                n += 1
+                name = f"{base}_{n}"
+            self._next[base] = n + 1
+        self._taken.add(name)
+        return name
 
 
 # Stubs ------------------------------------------------------------------------------------
@@ -195,8 +210,9 @@ def _params(schema: Any, resolver: Resolver) -> tuple[tuple[Param, ...], bool]:
     props = schema.get("properties")
     props = props if isinstance(props, Mapping) else {}
     required_list = [r for r in schema.get("required") or () if isinstance(r, str)]
-    names = list(props) + [r for r in required_list if r not in props]
-    taken: set[str] = set()
+    required = set(required_list)
+    names = list(props) + [r for r in dict.fromkeys(required_list) if r not in props]
+    taken = _Names()
     built = []
     for name in names:
         prop = props.get(name, {})
@@ -206,10 +222,10 @@ def _params(schema: Any, resolver: Resolver) -> tuple[tuple[Param, ...], bool]:
         default = prop.get("default") if isinstance(prop, Mapping) else None
         built.append(
             Param(
-                py_name=_unique(python_name(name), taken),
+                py_name=taken.unique(python_name(name)),
                 name=name,
                 annotation=annotation,
-                required=name in required_list,
+                required=name in required,
                 nullable=nullable,
                 description=description if isinstance(description, str) else None,
                 default=default,
@@ -275,9 +291,9 @@ class Catalog:
         budget: int | None = None,
     ):
         self.entries: dict[str, CatalogEntry] = {}
-        taken: set[str] = set()
+        taken = _Names()
         for d in definitions:
-            py = _unique(python_name(d.name), taken)
+            py = taken.unique(python_name(d.name))
             self.entries[py] = _entry(py, d, observed(d) if observed is not None else None)
         self._stubs = "\n\n".join(e.stub() for e in self.entries.values())
         # each entry's keywords, made once instead of per call (validate)
