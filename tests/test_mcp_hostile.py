@@ -11,17 +11,19 @@ import asyncio
 import json
 import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
 from daemon.backoff import Backoff
 from daemon.code_mode.catalog import Catalog
 from daemon.errors import ToolTransportError
+from daemon.logging import configure_logging, reset_logging
 from daemon.mcp.executor import McpToolExecutor
 
+T = TypeVar("T")
 HOSTILE = str(Path(__file__).parent / "fakes" / "mcp_hostile_server.py")
 
 
@@ -159,3 +161,43 @@ async def test_ten_thousand_tools_whose_names_collide_make_a_catalog_quickly(
     assert entry is not None
     assert entry.tool_name == "t\u4e01"
     assert [p.py_name for p in entry.params] == ["_", "__2", "__3"]
+
+
+async def _longest_stall(work: Awaitable[T]) -> tuple[T, float]:
+    """``work``'s result and the longest time the event loop went without a turn."""
+    stalls = [0.0]
+
+    async def tick() -> None:
+        last = time.monotonic()
+        while True:
+            await asyncio.sleep(0.005)
+            now = time.monotonic()
+            stalls.append(now - last - 0.005)
+            last = now
+
+    ticker = asyncio.create_task(tick())
+    try:
+        result = await work
+        await asyncio.sleep(0.2)  # the rest of the stderr is still being logged
+    finally:
+        ticker.cancel()
+    return result, max(stalls)
+
+
+async def test_a_stderr_flood_is_logged_without_stalling_the_event_loop(
+    hostile: McpToolExecutor, tmp_path: Path
+) -> None:
+    """Every stderr line goes to the log (docs/mcp.md); with --verbose that is a log
+    line each, and a 64 KiB read of short lines (11,000 lines) used to be logged in
+    one go, about a second without a turn for anything else. The server's 50,000 lines
+    and a 1 MB line now leave the loop a turn every few hundred lines."""
+    with (tmp_path / "log").open("w") as sink:
+        configure_logging(verbose=True, stream=sink)
+        try:
+            out, stall = await _longest_stall(hostile.call_tool("stderr_flood", {}))
+        finally:
+            reset_logging()
+    assert out.content == "flooded"
+    assert stall < 0.25
+    assert "noise" in (tmp_path / "log").read_text()
+

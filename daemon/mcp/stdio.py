@@ -28,6 +28,7 @@ from types import TracebackType
 
 import anyio
 import anyio.abc
+import anyio.lowlevel
 import pydantic
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp import types as mcp_types
@@ -59,6 +60,9 @@ STDERR_TAIL_LINES = 40
 #: A stderr line longer than this is logged in pieces rather than buffered
 #: without bound: stderr is the server's diagnostics, not tool output.
 STDERR_LINE_MAX = 64 * 1024
+#: Stderr lines logged before the reader gives the event loop a turn: logging a
+#: 64 KiB read of short lines at once took about a second with ``--verbose``.
+STDERR_LINES_PER_TURN = 200
 
 
 def minimal_environment(
@@ -300,8 +304,12 @@ class StdioProcess:
                 while len(buffer) > STDERR_LINE_MAX:
                     lines.append(buffer[:STDERR_LINE_MAX])
                     buffer = buffer[STDERR_LINE_MAX:]
-                for line in lines:
+                for i, line in enumerate(lines, 1):
                     self._stderr_line(line)
+                    if i % STDERR_LINES_PER_TURN == 0:
+                        # one read can hold thousands of short lines, each a log
+                        # line: let the rest of the daemon run between batches
+                        await anyio.lowlevel.checkpoint()
             if buffer:
                 self._stderr_line(buffer)
         finally:

@@ -11,7 +11,11 @@ third-party server would:
 - ``deaf``: closes its stdin only, answers, and keeps running, stdout open;
 - ``bad_utf8``: a result line holding bytes that are not UTF-8;
 - ``deep``: a result nested deeper than the JSON parser accepts;
-- ``garbage``: a line that is not JSON, then no answer.
+- ``garbage``: a line that is not JSON, then no answer;
+- ``asks``: sends the client a sampling, a roots, an elicitation and an unknown
+  request, and notifications it does not expect, then answers;
+- ``stderr_flood``: writes 50,000 short lines and one 1 MB line to stderr,
+  then answers.
 
 ``--tools-json PATH`` lists the tools in PATH (a JSON list) instead.
 """
@@ -23,7 +27,17 @@ import os
 import sys
 import time
 
-TOOLS = ["ok", "err32000", "close_stdin", "deaf", "bad_utf8", "deep", "garbage"]
+TOOLS = [
+    "ok",
+    "err32000",
+    "close_stdin",
+    "deaf",
+    "bad_utf8",
+    "deep",
+    "garbage",
+    "asks",
+    "stderr_flood",
+]
 
 
 def write(raw: bytes) -> None:
@@ -67,6 +81,21 @@ def call(request_id: object, name: str) -> None:
         write((body % (json.dumps(request_id), nested)).encode())
     elif name == "garbage":
         write(b"this is not json")
+    elif name == "asks":
+        for i, method in enumerate(
+            ["sampling/createMessage", "roots/list", "elicitation/create", "x/unknown"]
+        ):
+            params = {"messages": [], "maxTokens": 5, "message": "?", "requestedSchema": {}}
+            request = {"jsonrpc": "2.0", "id": f"s{i}", "method": method, "params": params}
+            write(json.dumps(request).encode())
+        for method in ["notifications/tools/list_changed", "notifications/x", "x/unknown"]:
+            write(json.dumps({"jsonrpc": "2.0", "method": method, "params": {}}).encode())
+        write(json.dumps({"jsonrpc": "2.0", "id": 999, "result": {}}).encode())  # no request
+        text(request_id, "asked")
+    elif name == "stderr_flood":
+        sys.stderr.write("noise\n" * 50_000 + "x" * 1_000_000 + "\n")
+        sys.stderr.flush()
+        text(request_id, "flooded")
 
 
 def main() -> None:
@@ -94,6 +123,8 @@ def main() -> None:
             reply(request_id, {"tools": tools})
         elif method == "tools/call":
             call(request_id, message["params"]["name"])
+        elif "result" in message or "error" in message:
+            print(f"client answered {request_id}: {line.strip()[:200]}", file=sys.stderr)
 
 
 if __name__ == "__main__":
