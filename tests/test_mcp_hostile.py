@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
+from structlog.testing import capture_logs
 
 from daemon.backoff import Backoff
 from daemon.code_mode.catalog import Catalog
@@ -201,3 +202,27 @@ async def test_a_stderr_flood_is_logged_without_stalling_the_event_loop(
     assert stall < 0.25
     assert "noise" in (tmp_path / "log").read_text()
 
+
+async def test_requests_and_notifications_the_client_does_not_expect_are_answered(
+    hostile: McpToolExecutor,
+) -> None:
+    """Mid-call, the server asks for sampling, roots, elicitation and an unknown method,
+    sends notifications the client does not expect (tools/list_changed included) and
+    an answer to no request: each request gets an error answer, the rest is ignored,
+    and the call and the tool list stand."""
+    tools = [d.name for d in hostile.definitions()]
+    with capture_logs() as logs:
+        async with asyncio.timeout(5):
+            out = await hostile.call_tool("asks", {})
+            assert out.content == "asked"
+            while sum("client answered" in e.get("line", "") for e in logs) < 4:  # noqa: ASYNC110
+                await asyncio.sleep(0.01)
+    answers = sorted(e["line"] for e in logs if "client answered" in e.get("line", ""))
+    assert [a.split('"error":{"code":')[1][:6] for a in answers] == [
+        "-32600",
+        "-32600",
+        "-32602",
+        "-32601",
+    ]
+    assert [d.name for d in hostile.definitions()] == tools
+    assert (await hostile.call_tool("ok", {})).content == "fine"
