@@ -226,3 +226,22 @@ async def test_requests_and_notifications_the_client_does_not_expect_are_answere
     ]
     assert [d.name for d in hostile.definitions()] == tools
     assert (await hostile.call_tool("ok", {})).content == "fine"
+
+
+async def test_a_tools_list_whose_cursor_comes_back_fails_the_start_at_once() -> None:
+    """A server whose every tools/list page names the same next cursor: paging used to
+    go on until connect_timeout (30 s by default), piling up copies of its tools (some
+    200 MB in 8 s), then blame a missing handshake. The repeated cursor ends it."""
+    executor = McpToolExecutor(
+        {"h": {"command": sys.executable, "args": [HOSTILE, "--cursor-loop"]}},
+        connect_timeout=20.0,
+    )
+    try:
+        async with asyncio.timeout(5):
+            await executor.start()
+        assert executor.failed_servers["h"].startswith(
+            "MCP server 'h' could not start: its tools/list pages loop "
+            "(the cursor 'again' came back)"
+        )
+    finally:
+        await executor.aclose()

@@ -236,7 +236,7 @@ class ServerConnection:
         """A message naming the server, what went wrong, its exit code and stderr."""
         while isinstance(error, BaseExceptionGroup) and error.exceptions:
             error = error.exceptions[0]  # the task groups wrap the one real cause
-        if isinstance(error, FileNotFoundError | PermissionError):
+        if isinstance(error, FileNotFoundError | PermissionError | _PagesLoop):
             reason = str(error)
         elif isinstance(error, TimeoutError):
             reason = f"no MCP handshake within {self._connect_timeout:g}s"
@@ -277,10 +277,15 @@ class ServerConnection:
             await asyncio.wait(pending)
 
 
+class _PagesLoop(Exception):
+    """``tools/list`` named a cursor it had named before: its pages would never end."""
+
+
 async def _list_tools(session: ClientSession) -> list[mcp_types.Tool]:
-    """Every page of ``tools/list``."""
+    """Every page of ``tools/list``; :class:`_PagesLoop` when a cursor comes back."""
     tools: list[mcp_types.Tool] = []
     cursor: str | None = None
+    seen: set[str] = set()
     while True:
         params = mcp_types.PaginatedRequestParams(cursor=cursor) if cursor else None
         page = await session.list_tools(params=params)
@@ -288,3 +293,7 @@ async def _list_tools(session: ClientSession) -> list[mcp_types.Tool]:
         cursor = page.next_cursor
         if not cursor:
             return tools
+        if cursor in seen:
+            # paging on would pile up copies of the tools until connect_timeout
+            raise _PagesLoop(f"its tools/list pages loop (the cursor {cursor!r} came back)")
+        seen.add(cursor)

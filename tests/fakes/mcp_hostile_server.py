@@ -17,7 +17,8 @@ third-party server would:
 - ``stderr_flood``: writes 50,000 short lines and one 1 MB line to stderr,
   then answers.
 
-``--tools-json PATH`` lists the tools in PATH (a JSON list) instead.
+``--tools-json PATH`` lists the tools in PATH (a JSON list) instead;
+``--cursor-loop`` gives every ``tools/list`` page the same ``nextCursor``.
 """
 
 from __future__ import annotations
@@ -120,7 +121,10 @@ def main() -> None:
                 },
             )
         elif method == "tools/list":
-            reply(request_id, {"tools": tools})
+            page: dict = {"tools": tools}
+            if "--cursor-loop" in sys.argv:
+                page["nextCursor"] = "again"
+            reply(request_id, page)
         elif method == "tools/call":
             call(request_id, message["params"]["name"])
         elif "result" in message or "error" in message:
