@@ -245,3 +245,22 @@ async def test_a_tools_list_whose_cursor_comes_back_fails_the_start_at_once() ->
         )
     finally:
         await executor.aclose()
+
+
+async def test_a_line_that_is_not_json_rpc_is_logged_with_the_server_name(
+    hostile: McpToolExecutor,
+) -> None:
+    """A server that prints a banner or debug text to stdout: the line cannot be an
+    answer, and it used to vanish (the SDK logs it at debug level), leaving only a call
+    that times out. It is logged as ``mcp.server_bad_output``, cut to 200 characters."""
+    with capture_logs() as logs, pytest.raises(TimeoutError):  # no answer: the call waits
+        async with asyncio.timeout(1):
+            await hostile.call_tool("garbage", {})
+    bad = [e for e in logs if e["event"] == "mcp.server_bad_output"]
+    assert len(bad) == 1
+    assert (bad[0]["server"], bad[0]["line"], bad[0]["log_level"]) == (
+        "h",
+        "this is not json",
+        "warning",
+    )
+    assert "Invalid JSON" in bad[0]["error"]

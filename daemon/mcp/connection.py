@@ -189,6 +189,7 @@ class ServerConnection:
             cwd=self.spec.cwd,
             on_stderr=self._log_stderr,
             on_exit=run.wake.set,
+            on_bad_output=self._log_bad_output,
         )
         run.process = process
         error: BaseException | None = None
@@ -259,6 +260,10 @@ class ServerConnection:
 
     def _log_stderr(self, line: str) -> None:
         log.info("mcp.server_stderr", server=self.name, line=line)
+
+    def _log_bad_output(self, line: str, error: str) -> None:
+        # a banner or debug print on stdout: no answer, so a call may wait for one
+        log.warning("mcp.server_bad_output", server=self.name, line=line, error=error)
 
     async def aclose(self) -> None:
         """Stop the server and reap it; in-flight calls fail with Connection closed."""

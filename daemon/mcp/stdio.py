@@ -60,6 +60,8 @@ STDERR_TAIL_LINES = 40
 #: A stderr line longer than this is logged in pieces rather than buffered
 #: without bound: stderr is the server's diagnostics, not tool output.
 STDERR_LINE_MAX = 64 * 1024
+#: Bytes of a stdout line that is no JSON-RPC message shown in its log line.
+BAD_OUTPUT_SHOWN = 200
 #: Stderr lines logged before the reader gives the event loop a turn: logging a
 #: 64 KiB read of short lines at once took about a second with ``--verbose``.
 STDERR_LINES_PER_TURN = 200
@@ -110,7 +112,9 @@ class StdioProcess:
     ``on_exit`` is called once when the server's stdout ends (it exited, or
     closed stdout, which leaves it useless) or its stdin no longer takes
     requests; by then the session's in-flight requests are failing with
-    ``Connection closed``. ``on_stderr`` receives each stderr line.
+    ``Connection closed``. ``on_stderr`` receives each stderr line, and
+    ``on_bad_output`` each stdout line that is no JSON-RPC message (its first
+    :data:`BAD_OUTPUT_SHOWN` bytes, and why), which the session drops.
     """
 
     def __init__(
@@ -122,6 +126,7 @@ class StdioProcess:
         cwd: str | None = None,
         on_stderr: Callable[[str], None],
         on_exit: Callable[[], None],
+        on_bad_output: Callable[[str, str], None] | None = None,
     ) -> None:
         self._command = command
         self._args = list(args)
@@ -129,6 +134,7 @@ class StdioProcess:
         self._cwd = cwd
         self._on_stderr = on_stderr
         self._on_exit = on_exit
+        self._on_bad_output = on_bad_output
         self.stderr_tail: deque[str] = deque(maxlen=STDERR_TAIL_LINES)
         self._process: anyio.abc.Process | None = None
         self._task_group: anyio.abc.TaskGroup | None = None
@@ -236,7 +242,7 @@ class StdioProcess:
                         parts = []
                         chunk = chunk[nl + 1 :]
                         if line.strip():
-                            await read_writer.send(_parse_line(line))
+                            await read_writer.send(self._parse(line))
                     if chunk:
                         parts.append(chunk)
         except (anyio.ClosedResourceError, anyio.BrokenResourceError):
@@ -244,6 +250,17 @@ class StdioProcess:
         finally:
             self._stdout_done.set()
             self._ended()
+
+    def _parse(self, line: bytes) -> SessionMessage | Exception:
+        """:func:`_parse_line`, handing a line that is no message to ``on_bad_output``."""
+        parsed = _parse_line(line)
+        if isinstance(parsed, Exception) and self._on_bad_output is not None:
+            shown = line[:BAD_OUTPUT_SHOWN].decode("utf-8", errors="replace")
+            error = str(parsed).splitlines()
+            if isinstance(parsed, pydantic.ValidationError) and parsed.errors():
+                error = [parsed.errors()[0]["msg"]]
+            self._on_bad_output(shown, error[0] if error else type(parsed).__name__)
+        return parsed
 
     async def _watch_exit(self) -> None:
         """Notice the server's exit even when a child it left holds stdout open."""
