@@ -264,3 +264,24 @@ async def test_a_line_that_is_not_json_rpc_is_logged_with_the_server_name(
         "warning",
     )
     assert "Invalid JSON" in bad[0]["error"]
+
+
+@pytest.mark.parametrize(
+    ("tool", "content"),
+    [
+        ("weird", "invalid result from 'weird': 13 validation errors for CallToolResult"),
+        ("empty_error", ""),
+        ("no_content", "invalid result from 'no_content': 1 validation error"),
+        ("structured_list", "invalid result from 'structured_list': 1 validation error"),
+    ],
+)
+async def test_results_the_protocol_does_not_allow_are_error_results(
+    hostile: McpToolExecutor, tool: str, content: str
+) -> None:
+    """An unknown content type, isError without a word, no content, a list as structured
+    content: each is the call's error result (never a raise), and the server stays."""
+    pid = hostile.server_pid("h")
+    out = await hostile.call_tool(tool, {})
+    assert out.is_error
+    assert out.content.startswith(content)
+    assert hostile.server_pid("h") == pid

@@ -15,7 +15,10 @@ third-party server would:
 - ``asks``: sends the client a sampling, a roots, an elicitation and an unknown
   request, and notifications it does not expect, then answers;
 - ``stderr_flood``: writes 50,000 short lines and one 1 MB line to stderr,
-  then answers.
+  then answers;
+- ``weird``, ``empty_error``, ``no_content``, ``structured_list``: results of an
+  unknown content type, ``isError`` with no content, no ``content`` at all, and
+  structured content that is a list.
 
 ``--tools-json PATH`` lists the tools in PATH (a JSON list) instead;
 ``--cursor-loop`` gives every ``tools/list`` page the same ``nextCursor``.
@@ -38,6 +41,10 @@ TOOLS = [
     "garbage",
     "asks",
     "stderr_flood",
+    "weird",
+    "empty_error",
+    "no_content",
+    "structured_list",
 ]
 
 
@@ -80,6 +87,14 @@ def call(request_id: object, name: str) -> None:
         nested = "[" * 300 + "]" * 300
         body = '{"jsonrpc":"2.0","id":%s,"result":{"content":[],"structuredContent":{"x":%s}}}'
         write((body % (json.dumps(request_id), nested)).encode())
+    elif name == "weird":
+        reply(request_id, {"content": [{"type": "video", "url": "x"}]})
+    elif name == "empty_error":
+        reply(request_id, {"content": [], "isError": True})
+    elif name == "no_content":
+        reply(request_id, {})
+    elif name == "structured_list":
+        reply(request_id, {"content": [], "structuredContent": [1, 2]})
     elif name == "garbage":
         write(b"this is not json")
     elif name == "asks":
