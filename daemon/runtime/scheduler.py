@@ -64,7 +64,7 @@ from collections.abc import Callable, Iterable
 
 import structlog
 
-from daemon.approvals.commands import parse_decision
+from daemon.approvals import parse_decision
 from daemon.crashpoints import crash_point
 from daemon.runtime.commands import (
     RESET_COMMAND,
@@ -169,7 +169,8 @@ class Runtime:
             )
             await self._ctx.store.pass_over(message.channel, message.id)
             return False
-        if self._is_command(message.text) and await self._ctx.store.command_replayed(
+        command = message.text.strip()
+        if self._is_command(command) and await self._ctx.store.command_replayed(
             message.channel, message.id
         ):
             # read again after a restart (the cursor had stayed behind it): done already
@@ -184,15 +185,15 @@ class Runtime:
         if self._approvals is not None and await self._approvals.handle(message):
             await self._ctx.store.advance_cursor(message.channel, message.id)
             return False
-        if message.text.strip() == RESET_COMMAND:
+        if command == RESET_COMMAND:
             await self._commands.reset(message)
             await self._ctx.store.advance_cursor(message.channel, message.id)
             return False
-        if message.text.strip() == STOP_COMMAND:
+        if command == STOP_COMMAND:
             await self._commands.stop(message)
             await self._ctx.store.advance_cursor(message.channel, message.id)
             return False
-        if message.text.strip() == TOOLS_COMMAND:
+        if command == TOOLS_COMMAND:
             await self._commands.tools(message)
             await self._ctx.store.advance_cursor(message.channel, message.id)
             return False
@@ -227,11 +228,14 @@ class Runtime:
         self._enqueue(message)
         return True
 
-    def _is_command(self, text: str) -> bool:
-        """Whether ``text`` is a command this runtime acts on rather than a prompt."""
-        if text.strip() in (RESET_COMMAND, STOP_COMMAND, TOOLS_COMMAND):
+    def _is_command(self, command: str) -> bool:
+        """Whether ``command`` (a message's stripped text) is a command this runtime acts
+        on rather than a prompt."""
+        if not command.startswith("!"):  # every command does: a prompt costs one check
+            return False
+        if command in (RESET_COMMAND, STOP_COMMAND, TOOLS_COMMAND):
             return True
-        return self._approvals is not None and parse_decision(text) is not None
+        return self._approvals is not None and parse_decision(command) is not None
 
     async def _addressed(self, message: InboundMessage, nick: str) -> bool:
         """Outside shared channels everything is; inside, mentions and known threads."""
