@@ -17,6 +17,9 @@ from daemon.errors import ConfigError
 __all__ = ["check_channels"]
 
 
+_CHANNEL_NAME = "a channel is '#' and 1-64 of A-Z a-z 0-9 _ . -"  # as the hub takes it
+
+
 def check_channels(config: Config) -> None:
     """Raise a :class:`ConfigError` about the first bad reference of a channel section.
 
@@ -33,8 +36,7 @@ def check_channels(config: Config) -> None:
         where = _where(config, table)
         if not is_channel(name):
             raise ConfigError(
-                f"key '{toml_key(table)}' in {where} is not a channel name: "
-                "a channel is '#' and 1-64 of A-Z a-z 0-9 _ . -"
+                f"key '{toml_key(table)}' in {where} is not a channel name: {_CHANNEL_NAME}"
             )
         # An error, not a warning: a section whose channel the daemon does not answer
         # in is most often a typo ([channel."#hlep"]), and the channel meant would
@@ -107,8 +109,7 @@ def _check_names(config: Config) -> None:
             if not is_channel(name):
                 raise ConfigError(
                     f"key 'channels.{key}' in {_where(config, ('channels', key))} lists "
-                    f"{name!r}, which is not a channel name: a channel is '#' and 1-64 of "
-                    "A-Z a-z 0-9 _ . -"
+                    f"{name!r}, which is not a channel name: {_CHANNEL_NAME}"
                 )
     for name in config.channels.shared:
         if name not in config.channels.channels:

@@ -26,7 +26,7 @@ from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 from pydantic import ValidationError
 from pydantic_core import ErrorDetails
 
-from daemon.config.schema import SECRET_NAME, URL_USERINFO
+from daemon.config.schema import SECRET_NAME, without_userinfo
 from daemon.config.values import (
     CHANNEL_URL_ERROR,
     LISTEN_ERROR,
@@ -75,6 +75,13 @@ def unknown_key(key: str, known: Iterable[str], where: str) -> str:
     return f"{message} (did you mean '{tails[close[0]]}'?)" if close else message
 
 
+# what a URL key takes, by the error type of its validator
+_URLS = {
+    URL_ERROR: "an http:// or https:// URL like http://127.0.0.1:8080/v1",
+    CHANNEL_URL_ERROR: "ws://HOST:PORT/ (an atirc hub) or nats://HOST:PORT (NATS)",
+}
+
+
 def config_error(
     exc: ValidationError,
     schema: type,
@@ -118,17 +125,9 @@ def config_error(
         )
     if kind == "finite_number":  # TOML's inf or nan where a time is asked
         return ConfigError(f"key '{key}' in {source} must be a finite number, not {value}")
-    if kind == URL_ERROR:
-        shown = URL_USERINFO.sub(r"\g<scheme>(hidden)@", str(value))  # a user and password
+    if kind in _URLS:  # a user and password in the URL are not repeated
         return ConfigError(
-            f"key '{key}' in {source} must be an http:// or https:// URL like "
-            f"http://127.0.0.1:8080/v1, not {shown!r}"
-        )
-    if kind == CHANNEL_URL_ERROR:
-        shown = URL_USERINFO.sub(r"\g<scheme>(hidden)@", str(value))
-        return ConfigError(
-            f"key '{key}' in {source} must be ws://HOST:PORT/ (an atirc hub) or "
-            f"nats://HOST:PORT (NATS), not {shown!r}"
+            f"key '{key}' in {source} must be {_URLS[kind]}, not {without_userinfo(str(value))!r}"
         )
     hint = _hints(owner).get(name)
     shown = "(hidden)" if _is_secret(owner, name) else repr(value)

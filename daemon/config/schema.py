@@ -53,6 +53,7 @@ __all__ = [
     "SessionsConfig",
     "TelemetryConfig",
     "WebConfig",
+    "without_userinfo",
 ]
 
 DEFAULT_CONFIG_PATH = Path("asyncai.toml")
@@ -62,6 +63,12 @@ SECRET_NAME = re.compile(r"key|token|secret|passw|auth|credential", re.IGNORECAS
 # scheme://USERINFO@: a user and password (or a token as the user) in a URL, a secret
 # whatever the key's name (config show hides it; the log redactor is handed it)
 URL_USERINFO = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)(?P<userinfo>[^/?#@\s]+)@")
+
+
+def without_userinfo(text: str) -> str:
+    """``text`` with each URL's user and password shown as ``(hidden)``."""
+    return URL_USERINFO.sub(r"\g<scheme>(hidden)@", text)
+
 
 _SECTION = ConfigDict(extra="forbid")  # a key that is no field is an error that names it
 

@@ -27,7 +27,7 @@ from daemon.config.load import COMMAND_LINE, ENVIRONMENT_SOURCE
 from daemon.config.messages import toml_key
 from daemon.config.policy import ChannelPolicy
 from daemon.config.root import SECTIONS, Config
-from daemon.config.schema import SECRET_NAME, URL_USERINFO, EndpointConfig
+from daemon.config.schema import SECRET_NAME, EndpointConfig, without_userinfo
 
 __all__ = ["Setting", "Settings", "effective_settings", "settings_json", "settings_text"]
 
@@ -261,5 +261,5 @@ def _jsonable(value: Any) -> Any:
     if isinstance(value, (list, tuple, frozenset, set)):
         return [_jsonable(v) for v in value]
     if isinstance(value, str):  # a URL's userinfo is a secret whatever the key's name
-        return URL_USERINFO.sub(rf"\g<scheme>{HIDDEN}@", value)
+        return without_userinfo(value)
     return value
