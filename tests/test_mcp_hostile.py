@@ -107,6 +107,23 @@ def _ref_ladder(levels: int, last: Any) -> dict[str, Any]:
     return {"type": "object", "properties": {"x": {"$ref": "#/$defs/D0"}}, "$defs": defs}
 
 
+async def catalog_of(tmp_path: Path, tools: list[dict], **options: Any) -> tuple[Catalog, float]:
+    """Code mode's catalog of the hostile server listing ``tools``, and the seconds its
+    build took on the event loop."""
+    listing = tmp_path / "tools.json"
+    listing.write_text(json.dumps(tools))
+    executor = McpToolExecutor(
+        {"h": {"command": sys.executable, "args": [HOSTILE, "--tools-json", str(listing)]}}
+    )
+    try:
+        await executor.start()
+        started = time.monotonic()
+        catalog = Catalog(executor.definitions(), **options)
+        return catalog, time.monotonic() - started
+    finally:
+        await executor.aclose()
+
+
 async def test_a_schema_whose_refs_multiply_does_not_stall_the_catalog(tmp_path: Path) -> None:
     """A few hundred bytes of $refs that double at each of 40 levels, as input and output
     schema: building code mode's catalog used to walk every path (2 ** 40) on the event
@@ -118,18 +135,8 @@ async def test_a_schema_whose_refs_multiply_does_not_stall_the_catalog(tmp_path:
         {"name": "ladder", "inputSchema": ladder, "outputSchema": ladder},
         {"name": "wide", "inputSchema": wide, "outputSchema": wide},
     ]
-    listing = tmp_path / "tools.json"
-    listing.write_text(json.dumps(tools))
-    executor = McpToolExecutor(
-        {"h": {"command": sys.executable, "args": [HOSTILE, "--tools-json", str(listing)]}}
-    )
-    try:
-        await executor.start()
-        started = time.monotonic()
-        catalog = Catalog(executor.definitions())
-        assert time.monotonic() - started < 1.0
-    finally:
-        await executor.aclose()
+    catalog, seconds = await catalog_of(tmp_path, tools)
+    assert seconds < 1.0
     for name in ("ladder", "wide"):
         entry = catalog.lookup(name)
         assert entry is not None
@@ -144,18 +151,8 @@ async def test_ten_thousand_tools_whose_names_collide_make_a_catalog_quickly(
     for 10,000); the names are the same, made in linear time."""
     schema = {"type": "object", "properties": {chr(0x4E00 + i): {} for i in range(3)}}
     tools = [{"name": "t" + chr(0x4E00 + i), "inputSchema": schema} for i in range(10_000)]
-    listing = tmp_path / "tools.json"
-    listing.write_text(json.dumps(tools))
-    executor = McpToolExecutor(
-        {"h": {"command": sys.executable, "args": [HOSTILE, "--tools-json", str(listing)]}}
-    )
-    try:
-        await executor.start()
-        started = time.monotonic()
-        catalog = Catalog(executor.definitions(), budget=20_000)
-        assert time.monotonic() - started < 1.5
-    finally:
-        await executor.aclose()
+    catalog, seconds = await catalog_of(tmp_path, tools, budget=20_000)
+    assert seconds < 1.5
     assert list(catalog.entries)[:3] == ["t_", "t__2", "t__3"]
     assert list(catalog.entries)[-1] == "t__10000"
     entry = catalog.lookup("t__2")
