@@ -165,10 +165,14 @@ def _main(args: argparse.Namespace) -> int:
 def _listen(value: str, flag: str) -> tuple[str, int]:
     """``flag``'s HOST:PORT, checked before anything starts (the hub binds it only after
     the model has loaded)."""
-    host, sep, port = value.rpartition(":")
-    if not sep or not host or not port.isdigit() or int(port) > 65535:
-        raise ConfigError(f"{flag} must be HOST:PORT with a port of 0 to 65535, not {value!r}")
-    return host.strip("[]"), int(port)
+    from daemon.asgi import parse_listen  # the servers' own reading (uvicorn: loaded by up)
+
+    try:
+        return parse_listen(value)
+    except ValueError:
+        raise ConfigError(
+            f"{flag} must be HOST:PORT with a port of 0 to 65535, not {value!r}"
+        ) from None
 
 
 async def up(
