@@ -256,10 +256,7 @@ class StdioProcess:
         parsed = _parse_line(line)
         if isinstance(parsed, Exception) and self._on_bad_output is not None:
             shown = line[:BAD_OUTPUT_SHOWN].decode("utf-8", errors="replace")
-            error = str(parsed).splitlines()
-            if isinstance(parsed, pydantic.ValidationError) and parsed.errors():
-                error = [parsed.errors()[0]["msg"]]
-            self._on_bad_output(shown, error[0] if error else type(parsed).__name__)
+            self._on_bad_output(shown, _reason(parsed))
         return parsed
 
     async def _watch_exit(self) -> None:
@@ -406,16 +403,22 @@ def _unreadable_answer(line: bytes, error: ValueError) -> SessionMessage | None:
     request_id = value.get("id")
     if isinstance(request_id, bool) or not isinstance(request_id, int | str):
         return None
-    reason = str(error).splitlines()[0]
-    if isinstance(error, pydantic.ValidationError) and error.errors():
-        reason = error.errors()[0]["msg"]
-    message = f"the server's answer could not be read: {reason}"
+    message = f"the server's answer could not be read: {_reason(error)}"
     answer = mcp_types.JSONRPCError(
         jsonrpc="2.0",
         id=request_id,
         error=mcp_types.ErrorData(code=mcp_types.PARSE_ERROR, message=message),
     )
     return SessionMessage(answer)
+
+
+def _reason(error: Exception) -> str:
+    """Why a line is no message, in one line: a validation error's first complaint, else
+    the error's first line, else its type."""
+    if isinstance(error, pydantic.ValidationError) and error.errors():
+        return str(error.errors()[0]["msg"])
+    lines = str(error).splitlines()
+    return lines[0] if lines else type(error).__name__
 
 
 def _message(line: bytes | str) -> SessionMessage:
